@@ -1,0 +1,61 @@
+/*
+ * allowlist_source.h - where the allowlist comes from, and keeping it fresh.
+ *
+ * Source: ALLOWLIST_FILE (a local path) or ALLOWLIST_URL, a GitHub blob URL
+ * https://github.com/<owner>/<repo>/blob/<ref>/<path>, fetched through the contents API
+ * GET {GITHUB_API_URL}/repos/<owner>/<repo>/contents/<path>?ref=<ref> (JSON answer, base64
+ * content), with an installation token when App credentials exist (anonymous otherwise) and
+ * If-None-Match with the last ETag. The copy is refreshed after ALLOWLIST_TTL_SECONDS, or at once
+ * on allowlist_source_reload() (SIGHUP). A failed refresh, or a new text that does not parse,
+ * keeps the last good allowlist in force; the failure is logged and reported by
+ * allowlist_source_status() (and so by /readyz).
+ */
+#ifndef CRCR_ALLOWLIST_SOURCE_H
+#define CRCR_ALLOWLIST_SOURCE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "allowlist.h"
+#include "config.h"
+#include "github.h"
+
+typedef struct allowlist_source allowlist_source;
+
+typedef struct allowlist_status {
+    bool loaded;          /* a valid allowlist is in force */
+    int64_t loaded_at;    /* ms: when the allowlist in force was loaded (or confirmed by 304) */
+    int64_t last_attempt; /* ms: last load attempt */
+    char source[512];     /* "file:/path" or the URL */
+    char last_error[256]; /* "" when the last attempt succeeded */
+    size_t repos;         /* entries in force */
+} allowlist_status;
+
+/* Checks that `url` is a GitHub blob URL and splits it (caller buffers). 0 on success, -1 with
+ * a message in err otherwise. */
+int allowlist_parse_blob_url(const char *url, char *owner_repo, size_t orsz, char *ref,
+                             size_t refsz, char *path, size_t pathsz, char *err, size_t errsz);
+
+/* Creates a source from cfg (ALLOWLIST_FILE wins over ALLOWLIST_URL). `gh` may be NULL when
+ * only a file is used; both must outlive the source. Loads nothing yet. */
+allowlist_source *allowlist_source_new(const crcr_config *cfg, gh_client *gh, char *err,
+                                       size_t errsz);
+void allowlist_source_free(allowlist_source *src);
+
+/* Loads now (start-up): CRCR_OK, or an error with the reason in err (the source keeps whatever
+ * it had before). */
+crcr_err allowlist_source_load(allowlist_source *src, char *err, size_t errsz);
+
+/* Refreshes if the TTL has passed or a reload was requested. Cheap when nothing is due. */
+void allowlist_source_tick(allowlist_source *src, int64_t now_ms);
+
+/* Asks for a reload at the next tick (async-signal-safe: only sets a flag). */
+void allowlist_source_reload(allowlist_source *src);
+
+/* The allowlist in force, with a reference the caller drops with allowlist_free(); NULL when
+ * none was ever loaded. */
+allowlist *allowlist_source_get(allowlist_source *src);
+
+void allowlist_source_status(allowlist_source *src, allowlist_status *out);
+
+#endif

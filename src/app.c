@@ -1,0 +1,210 @@
+/*
+ * app.c - `crcr serve`: start-up, the main loop (signals, allowlist refresh, retention) and an
+ * orderly shutdown. SIGTERM/SIGINT: stop accepting, let in-flight requests finish, let outbox
+ * workers finish the row they hold (others stay queued), close the store, exit 0. SIGHUP: reload
+ * the allowlist.
+ */
+#include "app.h"
+
+#include <curl/curl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "clock.h"
+#include "json.h"
+#include "log.h"
+#include "webhook.h"
+
+#define APP_TICK_MS 200
+#define APP_SHUTDOWN_GRACE_MS 10000
+
+static volatile sig_atomic_t g_stop;
+static volatile sig_atomic_t g_reload;
+
+static void on_signal(int sig)
+{
+    if (sig == SIGHUP)
+        g_reload = 1;
+    else
+        g_stop = 1;
+}
+
+static void health_handle(void *ctx, const http_request *req, http_response *resp)
+{
+    http_resp_json(resp, 200, "{\"ok\":true}");
+}
+
+static void ready_handle(void *ctx, const http_request *req, http_response *resp)
+{
+    crcr_app *app = ctx;
+    bool store_ok = store_ping(app->st) == CRCR_OK;
+    allowlist_status as;
+    allowlist_source_status(app->allow, &as);
+    bool ok = store_ok && as.loaded;
+    buf_t b;
+    buf_init(&b, 4096);
+    buf_printf(&b, "{\"ok\":%s,\"store\":%s,\"allowlist\":%s,\"allowlist_source\":",
+               ok ? "true" : "false", store_ok ? "true" : "false", as.loaded ? "true" : "false");
+    jv_quote(&b, as.source, strlen(as.source));
+    buf_puts(&b, ",\"allowlist_error\":");
+    if (as.last_error[0])
+        jv_quote(&b, as.last_error, strlen(as.last_error));
+    else
+        buf_puts(&b, "null");
+    buf_printf(&b, ",\"dry_run\":%s}", app->cfg.dry_run ? "true" : "false");
+    http_resp_json(resp, ok ? 200 : 503, buf_cstr(&b));
+    buf_free(&b);
+}
+
+static void usage(void)
+{
+    fputs("usage: crcr serve [--config FILE]\n", stderr);
+}
+
+/* Frees whatever part of the app was built; safe on a partly started app. */
+static void app_teardown(crcr_app *app)
+{
+    http_server_stop(app->http, APP_SHUTDOWN_GRACE_MS);
+    app->http = NULL;
+    outbox_stop(app->ob);
+    app->ob = NULL;
+    allowlist_source_free(app->allow);
+    app->allow = NULL;
+    gh_client_free(app->gh);
+    app->gh = NULL;
+    store_close(app->st);
+    app->st = NULL;
+    config_free(&app->cfg);
+}
+
+int app_serve_main(int argc, char **argv)
+{
+    const char *config_file = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--config") == 0 && i + 1 < argc) {
+            config_file = argv[++i];
+        } else {
+            usage();
+            return 2;
+        }
+    }
+
+    static crcr_app app_storage;
+    crcr_app *app = &app_storage;
+    memset(app, 0, sizeof(*app));
+    char err[512] = "";
+    if (config_load(&app->cfg, config_file, config_getenv, NULL, err, sizeof(err)) != CRCR_OK) {
+        fprintf(stderr, "crcr: %s\n", err);
+        return 2;
+    }
+    log_set_level(app->cfg.log_level);
+    if (!app->cfg.app_secret) {
+        fprintf(stderr, "crcr: GITHUB_APP_SECRET: required (the webhook secret GitHub signs "
+                        "deliveries with)\n");
+        config_free(&app->cfg);
+        return 2;
+    }
+    if (!app->cfg.allowlist_file && !app->cfg.allowlist_url) {
+        fprintf(stderr, "crcr: ALLOWLIST_FILE or ALLOWLIST_URL: one of them is required\n");
+        config_free(&app->cfg);
+        return 2;
+    }
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    int rc = 1;
+    crcr_err e = store_open(app->cfg.store_uri, &app->st, err, sizeof(err));
+    if (e) {
+        fprintf(stderr, "crcr: %s\n", err);
+        rc = e == CRCR_E_CONFIG ? 2 : 1;
+        goto out;
+    }
+    store_recover(app->st);
+    app->gh = gh_client_new(&app->cfg, err, sizeof(err));
+    if (!app->gh) {
+        fprintf(stderr, "crcr: GITHUB_APP_PRIVATE_KEY: %s\n", err);
+        rc = 2;
+        goto out;
+    }
+    app->allow = allowlist_source_new(&app->cfg, app->gh, err, sizeof(err));
+    if (!app->allow) {
+        fprintf(stderr, "crcr: %s\n", err);
+        rc = 2;
+        goto out;
+    }
+    if (allowlist_source_load(app->allow, err, sizeof(err)) != CRCR_OK) {
+        if (app->cfg.allowlist_file) {
+            fprintf(stderr, "crcr: ALLOWLIST_FILE: %s\n", err);
+            rc = 2;
+            goto out;
+        }
+        LOG_ERROR("allowlist.unavailable", "error", err, NULL);
+    }
+    app->ob = outbox_start(&app->cfg, app->st, app->cfg.dry_run ? NULL : app->gh, err, sizeof(err));
+    if (!app->ob) {
+        fprintf(stderr, "crcr: %s\n", err);
+        goto out;
+    }
+
+    const http_route routes[] = {
+        {"POST", "/github/webhook", false, app->cfg.max_body, webhook_handle, app},
+        {"GET", "/healthz", false, 0, health_handle, app},
+        {"GET", "/readyz", false, 0, ready_handle, app},
+    };
+    http_server_opts hopts = {
+        .host = app->cfg.listen_host,
+        .port = app->cfg.listen_port,
+    };
+    app->started_at = clock_now_ms();
+    app->http =
+        http_server_start(&hopts, routes, sizeof(routes) / sizeof(routes[0]), err, sizeof(err));
+    if (!app->http) {
+        fprintf(stderr, "crcr: CRCR_LISTEN: %s\n", err);
+        goto out;
+    }
+    char listen[96];
+    snprintf(listen, sizeof(listen), "%s:%d", app->cfg.listen_host, http_server_port(app->http));
+    LOG_INFO("relay.started", "version", CRCR_VERSION, "listen", listen, "store",
+             app->cfg.store_uri, "mode", app->cfg.dry_run ? "dry-run" : "github-app", NULL);
+
+    int64_t next_retention = clock_mono_ms() + app->cfg.sweep_s * 1000;
+    while (!g_stop) {
+        struct timespec ts = {0, APP_TICK_MS * 1000000L};
+        nanosleep(&ts, NULL);
+        if (g_reload) {
+            g_reload = 0;
+            LOG_INFO("allowlist.reload_requested", "signal", "SIGHUP", NULL);
+            allowlist_source_reload(app->allow);
+        }
+        allowlist_source_tick(app->allow, clock_now_ms());
+        if (clock_mono_ms() >= next_retention) {
+            int n = 0;
+            store_retention(app->st, clock_now_ms() - app->cfg.retention_s * 1000, &n);
+            if (n > 0) {
+                char ns[16];
+                snprintf(ns, sizeof(ns), "%d", n);
+                LOG_INFO("retention.deleted", "deliveries", ns, NULL);
+            }
+            next_retention = clock_mono_ms() + app->cfg.sweep_s * 1000;
+        }
+    }
+    LOG_INFO("relay.stopping", "inflight", NULL, NULL);
+    rc = 0;
+out:
+    app_teardown(app);
+    curl_global_cleanup();
+    if (rc == 0)
+        LOG_INFO("relay.stopped", NULL, NULL);
+    return rc;
+}

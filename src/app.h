@@ -1,0 +1,37 @@
+/*
+ * app.h - the running relay: what `crcr serve` wires together and every front door reads.
+ *
+ * The app owns the configuration, the store, the GitHub client (NULL in dry-run), the allowlist
+ * source, the outbox workers and the HTTP server. Front doors (webhook, health, ...) receive the
+ * app as their route context and only read it.
+ */
+#ifndef CRCR_APP_H
+#define CRCR_APP_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "allowlist_source.h"
+#include "config.h"
+#include "github.h"
+#include "http_server.h"
+#include "outbox.h"
+#include "store.h"
+
+typedef struct crcr_app {
+    crcr_config cfg;
+    store *st;
+    gh_client *gh; /* NULL in dry-run: no App credentials */
+    allowlist_source *allow;
+    outbox *ob;
+    http_server *http;
+    int64_t started_at;
+    _Atomic int64_t last_webhook_at; /* ms, 0 before the first */
+    atomic_uint_fast64_t webhooks_accepted, webhooks_duplicate, webhooks_ignored, webhooks_rejected;
+} crcr_app;
+
+/* `crcr serve`: runs until SIGTERM/SIGINT; returns the process exit code (0 on a clean stop,
+ * 2 for configuration errors, 1 for other start-up failures). */
+int app_serve_main(int argc, char **argv);
+
+#endif

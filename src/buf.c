@@ -1,0 +1,115 @@
+/* buf.c - capped growable buffers; see buf.h. */
+#include "buf.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void buf_init(buf_t *b, size_t max)
+{
+    b->data = NULL;
+    b->len = 0;
+    b->cap = 0;
+    b->max = max;
+}
+
+/* Makes room for `extra` more bytes plus the NUL. */
+static crcr_err buf_reserve(buf_t *b, size_t extra)
+{
+    if (extra > b->max || b->len > b->max - extra)
+        return CRCR_E_TOO_LARGE;
+    size_t need = b->len + extra + 1;
+    if (need <= b->cap)
+        return CRCR_OK;
+    size_t ncap = b->cap ? b->cap : 64;
+    while (ncap < need)
+        ncap = ncap > ((size_t)-1) / 2 ? need : ncap * 2;
+    if (ncap > b->max + 1)
+        ncap = b->max + 1;
+    char *p = realloc(b->data, ncap);
+    if (!p)
+        return CRCR_E_NOMEM;
+    b->data = p;
+    b->cap = ncap;
+    return CRCR_OK;
+}
+
+crcr_err buf_append(buf_t *b, const void *p, size_t n)
+{
+    crcr_err err = buf_reserve(b, n);
+    if (err)
+        return err;
+    if (n)
+        memcpy(b->data + b->len, p, n);
+    b->len += n;
+    b->data[b->len] = '\0';
+    return CRCR_OK;
+}
+
+crcr_err buf_puts(buf_t *b, const char *s)
+{
+    return buf_append(b, s, strlen(s));
+}
+
+crcr_err buf_putc(buf_t *b, char c)
+{
+    return buf_append(b, &c, 1);
+}
+
+crcr_err buf_vprintf(buf_t *b, const char *fmt, va_list ap)
+{
+    va_list ap2;
+    va_copy(ap2, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap2);
+    va_end(ap2);
+    if (n < 0)
+        return CRCR_E_INVALID;
+    crcr_err err = buf_reserve(b, (size_t)n);
+    if (err)
+        return err;
+    vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+    b->len += (size_t)n;
+    return CRCR_OK;
+}
+
+crcr_err buf_printf(buf_t *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    crcr_err err = buf_vprintf(b, fmt, ap);
+    va_end(ap);
+    return err;
+}
+
+const char *buf_cstr(const buf_t *b)
+{
+    return b->data ? b->data : "";
+}
+
+void buf_reset(buf_t *b)
+{
+    b->len = 0;
+    if (b->data)
+        b->data[0] = '\0';
+}
+
+char *buf_detach(buf_t *b, size_t *len)
+{
+    char *p = b->data;
+    if (len)
+        *len = b->len;
+    if (!p)
+        p = calloc(1, 1);
+    b->data = NULL;
+    b->len = 0;
+    b->cap = 0;
+    return p;
+}
+
+void buf_free(buf_t *b)
+{
+    free(b->data);
+    b->data = NULL;
+    b->len = 0;
+    b->cap = 0;
+}

@@ -1,0 +1,89 @@
+/*
+ * config.h - the relay's configuration (§7 of the product contract).
+ *
+ * Values come from a `--config FILE` of KEY=VALUE lines and from the environment; a variable set
+ * in the environment overrides the same key in the file. Everything is validated at load: the first
+ * bad value stops with CRCR_E_CONFIG and one line in `err` that names the variable and the problem
+ * (never its value when the variable is a secret).
+ */
+#ifndef CRCR_CONFIG_H
+#define CRCR_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+#include "log.h"
+
+#define CRCR_MAX_ISSUERS 8
+
+typedef enum { CRCR_CB_TOKEN_OPTIONAL = 0, CRCR_CB_TOKEN_REQUIRED = 1 } crcr_cb_token_mode;
+
+typedef struct crcr_config {
+    /* GitHub App. All strings are owned by the config (freed by config_free). */
+    char *app_id;              /* GITHUB_APP_ID; NULL in dry-run */
+    char *app_secret;          /* GITHUB_APP_SECRET: the webhook secret */
+    char *app_secret_previous; /* GITHUB_APP_SECRET_PREVIOUS: accepted too, during rotation */
+    char *private_key_pem;     /* GITHUB_APP_PRIVATE_KEY, or the contents of ..._FILE */
+    bool dry_run;              /* true when there are no App credentials (no id or no key) */
+
+    char *upstream_repo;       /* UPSTREAM_REPO, default pytorch/pytorch */
+    char *allowlist_url;       /* ALLOWLIST_URL (GitHub blob URL) or NULL */
+    char *allowlist_file;      /* ALLOWLIST_FILE or NULL; one of the two is required by serve */
+    long allowlist_ttl_s;      /* ALLOWLIST_TTL_SECONDS, default 900 */
+    long status_ttl_s;         /* CRCR_STATUS_TTL, default 259200 */
+    long rate_limit_per_min;   /* RATE_LIMIT_PER_MIN, default 100 */
+    long zombie_timeout_s;     /* ZOMBIE_TIMEOUT_SECONDS, default 21600 */
+    char *hud_api_url;         /* HUD_API_URL or NULL (forwarding off) */
+    char *hud_bot_key;         /* HUD_BOT_KEY or NULL */
+    long hud_max_retries;      /* HUD_MAX_RETRIES, default 3 */
+    long max_dispatch_workers; /* MAX_DISPATCH_WORKERS, default 32 */
+
+    char *listen_host;    /* from CRCR_LISTEN host:port, default 127.0.0.1 */
+    int listen_port;      /* default 8000; 0 asks the OS for a free port */
+    char *store_uri;      /* CRCR_STORE, default sqlite:crcr.db */
+    char *github_api_url; /* GITHUB_API_URL, default https://api.github.com (no trailing '/') */
+    char *oidc_issuers[CRCR_MAX_ISSUERS]; /* CRCR_OIDC_ISSUERS, comma separated */
+    size_t n_oidc_issuers;
+    char *oidc_audience;               /* CRCR_OIDC_AUDIENCE, default pytorch-cross-repo-ci-relay */
+    crcr_cb_token_mode callback_token; /* CRCR_CALLBACK_TOKEN optional|required */
+    char *admin_token;                 /* CRCR_ADMIN_TOKEN or NULL (admin API off) */
+    size_t max_body;                   /* CRCR_MAX_BODY bytes, default 25 MiB */
+    size_t dispatch_budget;            /* CRCR_DISPATCH_BUDGET bytes, default 65000 */
+    long max_attempts;                 /* CRCR_MAX_ATTEMPTS, default 12 */
+    long sweep_s;                      /* CRCR_SWEEP_SECONDS, default 600 */
+    long retention_s;                  /* CRCR_RETENTION_SECONDS, default 604800 */
+    crcr_log_level log_level;          /* CRCR_LOG, default info */
+    long retry_base_ms;                /* CRCR_RETRY_BASE_MS, first retry delay, default 60000 */
+    long retry_max_ms; /* CRCR_RETRY_MAX_MS, cap of one retry delay, default 21600000 (6 h) */
+    long lease_s;      /* CRCR_LEASE_SECONDS, outbox claim lease, default 120 */
+} crcr_config;
+
+/* Looks a key up; returns NULL when unset. Lets tests load a config without touching environ. */
+typedef const char *(*config_getter)(void *ctx, const char *key);
+
+/* The getter over the process environment (getenv). */
+const char *config_getenv(void *ctx, const char *key);
+
+/*
+ * Loads and validates. `file` may be NULL. Values from `get(ctx, KEY)` override the file's.
+ * On success fills *cfg (which the caller releases with config_free). On failure returns
+ * CRCR_E_CONFIG with a one-line message such as
+ *   "CRCR_MAX_BODY: not a positive integer" or "GITHUB_APP_PRIVATE_KEY_FILE: cannot read: ..."
+ * and leaves *cfg freed. Secret values never appear in `err`.
+ */
+crcr_err config_load(crcr_config *cfg, const char *file, config_getter get, void *ctx, char *err,
+                     size_t errsz);
+
+/* Frees every owned string; accepts a zeroed config. */
+void config_free(crcr_config *cfg);
+
+/* True when `url` is https://, or http:// to a loopback host (127.0.0.0/8, ::1, localhost). */
+bool config_url_allowed(const char *url);
+
+/* Writes the documented variables with their effective values, secrets shown as "(set)" or
+ * "(unset)", one KEY=VALUE per line (used by `crcr config` and the docs check). */
+crcr_err config_describe(const crcr_config *cfg, buf_t *out);
+
+#endif

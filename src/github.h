@@ -1,0 +1,95 @@
+/*
+ * github.h - the GitHub REST client: App JWT, installation tokens, requests over libcurl.
+ *
+ * Authentication
+ *   GH_AUTH_APP           Bearer <App JWT> (RS256, iat = now-60, exp = now+540, iss = app id).
+ *   GH_AUTH_INSTALLATION  Bearer <installation token> of the installation that covers `repo`.
+ *                         The installation id is cached per repo (GET /repos/{o}/{r}/installation)
+ *                         and the token per installation (POST
+ * /app/installations/{id}/access_tokens) until 5 minutes before its expires_at; steady state costs
+ * no extra call. A 401 on a cached token drops it and retries the request once. GH_AUTH_NONE no
+ * Authorization header (dry-run allowlist download). Every request carries User-Agent, Accept:
+ * application/vnd.github+json and X-GitHub-Api-Version: 2022-11-28, connect/total timeouts, and is
+ * limited to https except for loopback hosts (config_url_allowed). Answers are capped at
+ * CRCR_GH_RESPONSE_MAX bytes. Tokens, JWTs and keys are never logged and never copied into
+ * gh_resp.error.
+ *
+ * Threading: one gh_client is shared by every worker thread. Each call uses a curl easy handle of
+ * the calling thread; connections are shared and reused through a CURLSH connection cache, so
+ * workers run blocking requests concurrently (each outbox job is a short chain of dependent calls,
+ * which reads best as straight-line code) while TCP/TLS connections are kept alive across them.
+ */
+#ifndef CRCR_GITHUB_H
+#define CRCR_GITHUB_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "buf.h"
+#include "config.h"
+#include "err.h"
+
+typedef struct gh_client gh_client;
+
+typedef struct gh_resp {
+    long status;        /* HTTP status of the answer described; 0 when there was no answer */
+    buf_t body;         /* the answer's body (capped) */
+    long retry_after_s; /* Retry-After in seconds, -1 when absent */
+    long rl_remaining;  /* x-ratelimit-remaining, -1 when absent */
+    int64_t rl_reset;   /* x-ratelimit-reset (epoch seconds), -1 when absent */
+    char etag[128];     /* ETag, "" when absent */
+    char error[256];    /* what went wrong, for logs and the outbox row ("" when nothing) */
+    int api_calls;      /* HTTP requests this call made, auth steps included */
+} gh_resp;
+
+typedef enum { GH_AUTH_NONE = 0, GH_AUTH_APP, GH_AUTH_INSTALLATION } gh_auth;
+
+typedef struct gh_stats {
+    uint64_t api_calls;      /* every HTTP request sent */
+    uint64_t token_hits;     /* installation token served from cache */
+    uint64_t token_misses;   /* installation token minted */
+    uint64_t install_hits;   /* installation id served from cache */
+    uint64_t install_misses; /* installation id looked up */
+} gh_stats;
+
+/* Prepares a response holder. */
+void gh_resp_init(gh_resp *r);
+/* Frees the body; the holder may be reused after gh_resp_init(). */
+void gh_resp_free(gh_resp *r);
+
+/* Creates a client from `cfg` (which must outlive it). Needs App credentials for the App and
+ * installation modes; without them only GH_AUTH_NONE works. Returns NULL with a reason in `err`
+ * when the private key cannot be loaded. curl_global_init must have been called. */
+gh_client *gh_client_new(const crcr_config *cfg, char *err, size_t errsz);
+/* Frees the client and its caches (wiping cached tokens). NULL is fine. */
+void gh_client_free(gh_client *gh);
+
+/*
+ * Sends `method` {GITHUB_API_URL}{path} with an optional JSON body and extra header lines
+ * ("Name: value", NULL-terminated array, may be NULL). `out` must be initialised.
+ * Returns
+ *   CRCR_OK          the request got an HTTP answer (any status; see out->status).
+ *   CRCR_E_HTTP      an authentication step got a non-success answer; *out describes that
+ *                    answer (status, Retry-After, rate-limit headers) and out->error says which
+ *                    step ("installation lookup: 404 Not Found" means the App is not installed).
+ *   CRCR_E_NETWORK   no answer (DNS, connect, TLS, timeout); out->status is 0.
+ *   CRCR_E_CRYPTO / CRCR_E_NOMEM / CRCR_E_INVALID for local failures.
+ */
+crcr_err gh_request(gh_client *gh, gh_auth auth, const char *repo, const char *method,
+                    const char *path, const char *const *extra_headers, const char *body,
+                    size_t body_len, gh_resp *out);
+
+/* The installation id covering `repo` (from cache, or one lookup). Return values as gh_request. */
+crcr_err gh_installation_id(gh_client *gh, const char *repo, int64_t *id, gh_resp *out);
+
+/* Builds an App JWT for `now` into `out` (exposed for tests). */
+crcr_err gh_app_jwt(gh_client *gh, int64_t now, buf_t *out);
+
+/* Copies the counters. */
+void gh_get_stats(gh_client *gh, gh_stats *out);
+
+/* Parses an HTTP-date or delta-seconds Retry-After value into seconds from `now`; -1 if invalid. */
+long gh_parse_retry_after(const char *value, int64_t now);
+
+#endif

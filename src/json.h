@@ -1,0 +1,106 @@
+/*
+ * json.h - the only door to the JSON library.
+ *
+ * Library: jansson 2.14 (Debian libjansson-dev), chosen on the measurements in
+ * c-dependencies-and-style.md §A3:
+ *   - 64-bit integers are exact (json_int_t is int64): GitHub ids (check runs, installations,
+ *     run ids) pass 2^31 and 2^53; cJSON saturates them at INT_MAX.
+ *   - JSON_REJECT_DUPLICATES: a document with a repeated key is refused, so two parsers can never
+ *     disagree on a signed payload (json-c keeps the last key silently, cJSON the first).
+ *   - Object lookups are case-sensitive (cJSON_GetObjectItem is not).
+ *   - Parse time is about 0.3-0.45 ms for a 30 KB pull_request payload, one to two orders of
+ *     magnitude below GitHub's webhook rate on one core; json-c is 2-3x faster but loses the
+ *     duplicate-key check. If profiling ever makes parsing the bottleneck, only this module
+ * changes. Pitfalls handled here: jansson's own depth limit (2048) is far beyond what a webhook
+ * needs and it has no value-count limit, so jv_parse() first runs a linear, non-recursive prescan
+ * that enforces CRCR_JSON_MAX_DEPTH and CRCR_JSON_MAX_VALUES before jansson allocates anything.
+ *
+ * Reference counting: functions documented as returning a "new reference" hand ownership to the
+ * caller, who releases it with jv_free(). "Borrowed" results live as long as their container.
+ */
+#ifndef CRCR_JSON_H
+#define CRCR_JSON_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "buf.h"
+#include "err.h"
+
+typedef struct json_t jv; /* jansson's type, opaque outside json.c */
+
+/* Parses `len` bytes. Any JSON value may be the root. Rejects duplicate keys, invalid UTF-8,
+ * nesting deeper than CRCR_JSON_MAX_DEPTH and more than CRCR_JSON_MAX_VALUES values. Returns a
+ * new reference, or NULL with a short reason in `err` (which may be NULL). */
+jv *jv_parse(const char *text, size_t len, char *err, size_t errsz);
+
+/* Checks only the structural limits (depth, value count); CRCR_OK or CRCR_E_TOO_LARGE. Strings
+ * are skipped correctly, other syntax is left to the parser. */
+crcr_err jv_prescan(const char *text, size_t len, unsigned max_depth, unsigned long max_values);
+
+/* Releases a reference; NULL is fine. */
+void jv_free(jv *v);
+/* Takes another reference to `v` and returns it. */
+jv *jv_ref(jv *v);
+/* A deep copy (new reference), NULL on allocation failure. */
+jv *jv_copy(const jv *v);
+
+/* Lookups: all borrowed; NULL when the container has the wrong type or the key is missing. */
+jv *jv_get(const jv *obj, const char *key);
+/* Follows dot-separated object keys: jv_path(root, "pull_request.head.sha"). */
+jv *jv_path(const jv *root, const char *path);
+/* The string at `path`, or NULL if absent or not a string. */
+const char *jv_path_str(const jv *root, const char *path);
+
+bool jv_is_obj(const jv *v);
+bool jv_is_arr(const jv *v);
+bool jv_is_str(const jv *v);
+bool jv_is_null(const jv *v);
+bool jv_is_bool(const jv *v);
+bool jv_is_true(const jv *v);
+bool jv_is_int(const jv *v);
+bool jv_is_number(const jv *v);
+
+/* The string value (borrowed), or NULL if `v` is not a string. */
+const char *jv_str(const jv *v);
+size_t jv_str_len(const jv *v);
+/* Stores an integer value in *out; false if `v` is not an integer. */
+bool jv_int(const jv *v, int64_t *out);
+double jv_number(const jv *v);
+
+size_t jv_arr_len(const jv *arr);
+jv *jv_arr_at(const jv *arr, size_t i);
+size_t jv_obj_len(const jv *obj);
+
+/* Object iteration in document order:
+ *   for (void *it = jv_iter(o); it; it = jv_iter_next(o, it)) { jv_iter_key(it); jv_iter_val(it); }
+ * Deleting the current key while iterating is not allowed; collect keys first. */
+void *jv_iter(jv *obj);
+void *jv_iter_next(jv *obj, void *it);
+const char *jv_iter_key(void *it);
+jv *jv_iter_val(void *it);
+
+/* Constructors: new references, NULL on allocation failure (or invalid UTF-8 for strings). */
+jv *jv_new_obj(void);
+jv *jv_new_arr(void);
+jv *jv_new_str(const char *s);
+jv *jv_new_strn(const char *s, size_t n);
+jv *jv_new_int(int64_t i);
+jv *jv_new_real(double d);
+jv *jv_new_bool(bool b);
+jv *jv_new_null(void);
+
+/* Container edits. jv_set/jv_push steal `val` (also on failure). */
+crcr_err jv_set(jv *obj, const char *key, jv *val);
+crcr_err jv_del(jv *obj, const char *key);
+crcr_err jv_push(jv *arr, jv *val);
+crcr_err jv_arr_del(jv *arr, size_t i);
+
+/* Appends the compact serialisation (separators "," and ":", key order kept, UTF-8 unescaped). */
+crcr_err jv_dump(const jv *v, buf_t *out);
+
+/* Appends `s[0..n)` as a JSON string literal, quotes included. */
+crcr_err jv_quote(buf_t *out, const char *s, size_t n);
+
+#endif

@@ -1,0 +1,62 @@
+/*
+ * limits.h - every protocol input's named limit, in one place.
+ *
+ * A limit that an operator may want to change is also a configuration variable (config.h); the
+ * value here is then its default. Everything else is fixed at compile time on purpose.
+ */
+/* This file's name shadows the system <limits.h> for every file built with -Isrc (OpenSSL's
+ * headers include it too), so it first pulls in the real one. */
+#include_next <limits.h>
+
+#ifndef CRCR_LIMITS_H
+#define CRCR_LIMITS_H
+
+/* HTTP ingress. GitHub caps webhook payloads at 25 MB. */
+#define CRCR_MAX_BODY_DEFAULT (25u * 1024u * 1024u)
+/* Bytes MHD may use per connection for the request line and headers; beyond it answers 431. */
+#define CRCR_MAX_HEADER_BYTES (32u * 1024u)
+/* Simultaneous connections accepted by the HTTP server. */
+#define CRCR_MAX_CONNECTIONS 2048u
+/* Seconds a connection may stay idle before MHD closes it. */
+#define CRCR_IDLE_TIMEOUT_S 10u
+/* Seconds one request may take from its first byte to its last (total deadline). */
+#define CRCR_REQUEST_DEADLINE_S 15u
+/* Longest URL path + query the router looks at. */
+#define CRCR_MAX_PATH 2048u
+
+/* JSON documents (webhook bodies, callback bodies, GitHub answers). */
+#define CRCR_JSON_MAX_DEPTH 64u
+/* Values (scalars + containers) in one document. A 25 MiB body of `[0,0,...]` would have 13 M. */
+#define CRCR_JSON_MAX_VALUES 2000000u
+
+/* Identifiers. */
+#define CRCR_DELIVERY_ID_MAX 128u /* X-GitHub-Delivery is a 36-character GUID */
+#define CRCR_EVENT_NAME_MAX 64u   /* X-GitHub-Event */
+#define CRCR_REPO_NAME_MAX 141u   /* owner (39) + '/' + repo (100) + 1 */
+#define CRCR_SHA_MAX 64u          /* 40 hex for SHA-1, 64 for SHA-256 repos */
+#define CRCR_REF_MAX 1024u
+#define CRCR_LABEL_MAX 256u  /* one label name */
+#define CRCR_LABELS_MAX 100u /* labels read from one pull request */
+#define CRCR_JOB_NAME_MAX 256u
+
+/* GitHub App and API. */
+#define CRCR_TOKEN_MAX 1024u                      /* installation tokens are ~520 chars, may grow */
+#define CRCR_GH_RESPONSE_MAX (4u * 1024u * 1024u) /* any one GitHub API answer */
+#define CRCR_GH_TIMEOUT_MS 20000L
+#define CRCR_GH_CONNECT_TIMEOUT_MS 5000L
+#define CRCR_TOKEN_CACHE_MAX 4096u /* installations and repos remembered */
+
+/* Allowlist YAML. */
+#define CRCR_ALLOWLIST_MAX_BYTES (1024u * 1024u)
+#define CRCR_ALLOWLIST_MAX_DEPTH 8u
+#define CRCR_ALLOWLIST_MAX_NODES 100000u
+#define CRCR_ALLOWLIST_MAX_REPOS 5000u /* per level */
+#define CRCR_ALLOWLIST_MAX_ONCALLS 64u /* per repo */
+
+/* repository_dispatch. GitHub: client_payload < 64 KB, <= 10 keys, event_type <= 100 chars. */
+#define CRCR_DISPATCH_BUDGET_DEFAULT 65000u
+
+/* Log lines. */
+#define CRCR_LOG_LINE_MAX 8192u
+
+#endif

@@ -1,0 +1,80 @@
+/*
+ * main.c - the `crcr` command line: one binary for the relay and its tools.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "allowlist.h"
+#include "app.h"
+#include "cli_deliveries.h"
+#include "config.h"
+#include "webhook_send.h"
+
+static const char USAGE[] =
+    "usage: crcr <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  serve [--config FILE]                 run the relay (webhook, workers, health)\n"
+    "  allowlist check FILE                  validate an allowlist and print its levels\n"
+    "  webhook send FILE [--event E] [--url U] [--secret S] [--delivery ID]\n"
+    "                                        sign a payload and POST it like GitHub does\n"
+    "  deliveries list|show ID|redeliver ID  inspect and re-queue deliveries in the store\n"
+    "  config [--config FILE]                print the effective configuration (secrets hidden)\n"
+    "  version                               print the version\n"
+    "  help [COMMAND]                        this text, or a command's own help\n"
+    "\n"
+    "Configuration comes from the environment and --config FILE (KEY=VALUE lines);\n"
+    "see docs/configuration.md.\n";
+
+static int cmd_config(int argc, char **argv)
+{
+    const char *file = NULL;
+    if (argc == 3 && strcmp(argv[1], "--config") == 0)
+        file = argv[2];
+    else if (argc != 1) {
+        fputs("usage: crcr config [--config FILE]\n", stderr);
+        return 2;
+    }
+    crcr_config cfg;
+    char err[512] = "";
+    if (config_load(&cfg, file, config_getenv, NULL, err, sizeof(err)) != CRCR_OK) {
+        fprintf(stderr, "crcr: %s\n", err);
+        return 2;
+    }
+    buf_t b;
+    buf_init(&b, 64 * 1024);
+    config_describe(&cfg, &b);
+    fputs(buf_cstr(&b), stdout);
+    buf_free(&b);
+    config_free(&cfg);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fputs(USAGE, stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "serve") == 0)
+        return app_serve_main(argc - 1, argv + 1);
+    if (strcmp(cmd, "allowlist") == 0 && argc >= 3)
+        return allowlist_check_main(argc - 2, argv + 2);
+    if (strcmp(cmd, "webhook") == 0 && argc >= 3)
+        return webhook_send_main(argc - 2, argv + 2);
+    if (strcmp(cmd, "deliveries") == 0 && argc >= 3)
+        return cli_deliveries_main(argc - 2, argv + 2);
+    if (strcmp(cmd, "config") == 0)
+        return cmd_config(argc - 1, argv + 1);
+    if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
+        printf("crcr %s\n", CRCR_VERSION);
+        return 0;
+    }
+    if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
+        fputs(USAGE, stdout);
+        return 0;
+    }
+    fprintf(stderr, "crcr: unknown command '%s'\n\n%s", cmd, USAGE);
+    return 2;
+}

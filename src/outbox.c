@@ -1,0 +1,418 @@
+/*
+ * outbox.c - worker threads over the store's outbox; see outbox.h for the retry policy.
+ *
+ * Each worker loops: claim one due row, carry it out, record the outcome. When nothing is due it
+ * sleeps on a condition variable until the next row's due time, a notify, or a 1 s poll (rows
+ * can also become due because a lease expired). Rows are never held in memory across loops, so a
+ * crash loses nothing: the row stays `running` until the store hands it out again.
+ */
+#include "outbox.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "clock.h"
+#include "dispatch.h"
+#include "json.h"
+#include "limits.h"
+#include "log.h"
+
+#define OUTBOX_MAX_WORKERS 256
+#define OUTBOX_POLL_MS 1000
+#define OUTBOX_PAUSES_MAX 1024
+#define OUTBOX_DEFAULT_PAUSE_S 60
+
+typedef struct pause_entry {
+    int64_t installation;
+    int64_t until_ms;
+} pause_entry;
+
+struct outbox {
+    const crcr_config *cfg;
+    store *st;
+    gh_client *gh;
+    pthread_t threads[OUTBOX_MAX_WORKERS];
+    size_t n_threads;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool stopping;
+    unsigned long generation; /* bumped by notify */
+    pause_entry pauses[OUTBOX_PAUSES_MAX];
+    size_t n_pauses;
+    atomic_uint_fast64_t sent, dry_run, retried, dead, pauses_count;
+};
+
+/* Case-insensitive substring test (strcasestr is a GNU extension). */
+static bool contains_nocase(const char *hay, const char *needle)
+{
+    size_t n = strlen(needle);
+    for (; *hay; hay++) {
+        if (strncasecmp(hay, needle, n) == 0)
+            return true;
+    }
+    return false;
+}
+
+outbox_verdict outbox_classify(long status, long retry_after_s, long rl_remaining, const char *body)
+{
+    if (status >= 200 && status < 300)
+        return OUTBOX_DONE;
+    if (status == 0 || status >= 500 || status == 408)
+        return OUTBOX_RETRY;
+    if (status == 429)
+        return OUTBOX_RATE_LIMIT;
+    if (status == 403) {
+        if (retry_after_s >= 0 || rl_remaining == 0)
+            return OUTBOX_RATE_LIMIT;
+        if (body && contains_nocase(body, "rate limit"))
+            return OUTBOX_RATE_LIMIT;
+        return OUTBOX_PERMANENT;
+    }
+    return OUTBOX_PERMANENT;
+}
+
+int64_t outbox_backoff_ms(long base_ms, long max_ms, int attempts, double rnd)
+{
+    if (attempts < 1)
+        attempts = 1;
+    int64_t d = base_ms;
+    for (int i = 1; i < attempts && d < max_ms; i++)
+        d *= 2;
+    if (d > max_ms)
+        d = max_ms;
+    return d / 2 + (int64_t)((double)(d - d / 2) * rnd);
+}
+
+/* A small per-thread xorshift generator; jitter needs spread, not secrecy. */
+static double next_random(uint64_t *s)
+{
+    uint64_t x = *s;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    *s = x;
+    return (double)(x >> 11) / (double)(1ULL << 53);
+}
+
+static int64_t pause_until(outbox *ob, int64_t installation, int64_t now)
+{
+    int64_t until = 0;
+    pthread_mutex_lock(&ob->mu);
+    for (size_t i = 0; i < ob->n_pauses; i++) {
+        if (ob->pauses[i].installation == installation && ob->pauses[i].until_ms > now)
+            until = ob->pauses[i].until_ms;
+    }
+    pthread_mutex_unlock(&ob->mu);
+    return until;
+}
+
+static void pause_set(outbox *ob, int64_t installation, int64_t until, int64_t now)
+{
+    pthread_mutex_lock(&ob->mu);
+    size_t w = 0;
+    bool found = false;
+    for (size_t i = 0; i < ob->n_pauses; i++) {
+        pause_entry e = ob->pauses[i];
+        if (e.until_ms <= now)
+            continue; /* expired: drop */
+        if (e.installation == installation) {
+            if (until > e.until_ms)
+                e.until_ms = until;
+            found = true;
+        }
+        ob->pauses[w++] = e;
+    }
+    ob->n_pauses = w;
+    if (!found && ob->n_pauses < OUTBOX_PAUSES_MAX)
+        ob->pauses[ob->n_pauses++] = (pause_entry){installation, until};
+    pthread_mutex_unlock(&ob->mu);
+    atomic_fetch_add(&ob->pauses_count, 1);
+}
+
+/* The "message" of a GitHub error body (scrubbed, bounded), or the status line. */
+static void error_text(long status, const char *what, const gh_resp *r, char *out, size_t outsz)
+{
+    const char *msg = NULL;
+    jv *doc = NULL;
+    if (r && r->body.len > 0 && r->body.len < 64 * 1024) {
+        doc = jv_parse(r->body.data, r->body.len, NULL, 0);
+        msg = jv_path_str(doc, "message");
+    }
+    buf_t clean;
+    buf_init(&clean, 200);
+    if (msg)
+        log_scrub(msg, strlen(msg), &clean); /* truncated at the cap: fine for a reason text */
+    if (status == 0)
+        snprintf(out, outsz, "%s: %s", what, r && r->error[0] ? r->error : "no answer");
+    else if (r && r->error[0])
+        snprintf(out, outsz, "%s: %s%s%s", what, r->error, clean.len ? ": " : "", buf_cstr(&clean));
+    else
+        snprintf(out, outsz, "%s: HTTP %ld%s%s", what, status, clean.len ? ": " : "",
+                 buf_cstr(&clean));
+    buf_free(&clean);
+    jv_free(doc);
+}
+
+typedef struct outcome {
+    outbox_verdict verdict;
+    long status;
+    long retry_after_s;
+    long rl_remaining;
+    int64_t rl_reset;
+    int64_t installation;
+    char error[400];
+} outcome;
+
+static void outcome_from(outcome *o, const char *what, const gh_resp *r)
+{
+    o->status = r->status;
+    o->retry_after_s = r->retry_after_s;
+    o->rl_remaining = r->rl_remaining;
+    o->rl_reset = r->rl_reset;
+    o->verdict = outbox_classify(r->status, r->retry_after_s, r->rl_remaining, buf_cstr(&r->body));
+    if (o->verdict != OUTBOX_DONE)
+        error_text(r->status, what, r, o->error, sizeof(o->error));
+}
+
+/* Carries out a dispatch row. Fills *o; returns the body to keep (dry-run) via `keep`. */
+static void run_dispatch(outbox *ob, const store_job *job, outcome *o, dispatch_output *out,
+                         int64_t now)
+{
+    char err[256] = "";
+    dispatch_input in = {
+        .event = job->event ? job->event : "",
+        .delivery_id = job->delivery_id ? job->delivery_id : "",
+        .payload = buf_cstr(&job->payload),
+        .payload_len = job->payload.len,
+        .callback_token = NULL,
+        .budget = ob->cfg->dispatch_budget,
+    };
+    crcr_err e = dispatch_build(&in, out, err, sizeof(err));
+    if (e) {
+        o->verdict = OUTBOX_PERMANENT;
+        snprintf(o->error, sizeof(o->error), "cannot build dispatch: %s",
+                 err[0] ? err : crcr_strerror(e));
+        return;
+    }
+    if (!ob->gh) {
+        o->verdict = OUTBOX_DONE;
+        return;
+    }
+    gh_resp r;
+    gh_resp_init(&r);
+    e = gh_installation_id(ob->gh, job->target, &o->installation, &r);
+    if (e) {
+        outcome_from(o, "installation lookup", &r);
+        if (o->verdict == OUTBOX_DONE) /* a 2xx without an id */
+            o->verdict = OUTBOX_RETRY;
+        if (e == CRCR_E_HTTP && r.status == 404)
+            snprintf(o->error, sizeof(o->error),
+                     "App not installed on %s (installation lookup: 404)", job->target);
+        gh_resp_free(&r);
+        return;
+    }
+    int64_t paused = pause_until(ob, o->installation, now);
+    if (paused > now) {
+        o->verdict = OUTBOX_RATE_LIMIT;
+        o->rl_reset = -1;
+        o->retry_after_s = (long)((paused - now + 999) / 1000);
+        o->status = -1; /* marker: waiting, not this row's attempt */
+        snprintf(o->error, sizeof(o->error), "installation %lld paused by a rate limit",
+                 (long long)o->installation);
+        gh_resp_free(&r);
+        return;
+    }
+    char path[CRCR_REPO_NAME_MAX + 32];
+    snprintf(path, sizeof(path), "/repos/%s/dispatches", job->target);
+    gh_resp_free(&r);
+    gh_resp_init(&r);
+    e = gh_request(ob->gh, GH_AUTH_INSTALLATION, job->target, "POST", path, NULL,
+                   buf_cstr(&out->body), out->body.len, &r);
+    if (e && e != CRCR_E_HTTP && e != CRCR_E_NETWORK) {
+        o->verdict = OUTBOX_RETRY;
+        snprintf(o->error, sizeof(o->error), "dispatch: %s", crcr_strerror(e));
+    } else {
+        outcome_from(o, e == CRCR_E_HTTP ? "token" : "dispatch", &r);
+    }
+    gh_resp_free(&r);
+}
+
+static void process(outbox *ob, store_job *job, uint64_t *rng)
+{
+    int64_t now = clock_now_ms();
+    outcome o = {
+        .verdict = OUTBOX_PERMANENT, .retry_after_s = -1, .rl_remaining = -1, .rl_reset = -1};
+    dispatch_output out;
+    dispatch_output_init(&out);
+    if (strcmp(job->kind, "dispatch") == 0) {
+        run_dispatch(ob, job, &o, &out, now);
+    } else {
+        snprintf(o.error, sizeof(o.error), "unknown outbox kind '%s'", job->kind);
+    }
+    now = clock_now_ms();
+    const char *note = out.trimmed ? buf_cstr(&out.trimmed_note) : NULL;
+    int attempt = job->attempts + 1;
+    char attempt_s[16];
+    snprintf(attempt_s, sizeof(attempt_s), "%d", attempt);
+
+    if (o.verdict == OUTBOX_DONE) {
+        bool dry = ob->gh == NULL;
+        store_job_finish(ob->st, job->id, dry ? "dry_run" : "sent", o.status, NULL, note,
+                         dry ? buf_cstr(&out.body) : NULL, dry ? out.body.len : 0, now);
+        atomic_fetch_add(dry ? &ob->dry_run : &ob->sent, 1);
+        LOG_INFO(dry ? "dispatch.dry_run" : "dispatch.sent", "delivery", job->delivery_id, "repo",
+                 job->target, "kind", job->kind, "attempt", attempt_s, "trimmed", note, NULL);
+    } else if (o.verdict == OUTBOX_PERMANENT) {
+        store_job_finish(ob->st, job->id, "dead", o.status, o.error, note, NULL, 0, now);
+        atomic_fetch_add(&ob->dead, 1);
+        LOG_WARN("dispatch.dead", "delivery", job->delivery_id, "repo", job->target, "kind",
+                 job->kind, "reason", o.error, NULL);
+    } else if (o.status == -1) {
+        /* Installation already paused: wait for it without spending an attempt. */
+        store_job_retry(ob->st, job->id, now + (int64_t)o.retry_after_s * 1000, false, 0, o.error);
+    } else if (attempt >= ob->cfg->max_attempts) {
+        char reason[512];
+        snprintf(reason, sizeof(reason), "gave up after %d attempts: %s", attempt, o.error);
+        store_job_finish(ob->st, job->id, "dead", o.status, reason, note, NULL, 0, now);
+        atomic_fetch_add(&ob->dead, 1);
+        LOG_WARN("dispatch.dead", "delivery", job->delivery_id, "repo", job->target, "kind",
+                 job->kind, "reason", reason, NULL);
+    } else {
+        int64_t delay = outbox_backoff_ms(ob->cfg->retry_base_ms, ob->cfg->retry_max_ms, attempt,
+                                          next_random(rng));
+        if (o.verdict == OUTBOX_RATE_LIMIT) {
+            int64_t until;
+            if (o.retry_after_s >= 0)
+                until = now + (int64_t)o.retry_after_s * 1000;
+            else if (o.rl_remaining == 0 && o.rl_reset > 0)
+                until = o.rl_reset * 1000;
+            else
+                until = now + OUTBOX_DEFAULT_PAUSE_S * 1000;
+            if (until < now)
+                until = now;
+            if (o.installation > 0)
+                pause_set(ob, o.installation, until, now);
+            delay = until - now;
+            char secs[24];
+            snprintf(secs, sizeof(secs), "%lld", (long long)(delay / 1000));
+            LOG_WARN("github.rate_limited", "delivery", job->delivery_id, "repo", job->target,
+                     "pause_s", secs, NULL);
+        } else if (o.retry_after_s >= 0 && o.retry_after_s * 1000 > delay) {
+            delay = (int64_t)o.retry_after_s * 1000;
+        }
+        store_job_retry(ob->st, job->id, now + delay, true, o.status, o.error);
+        atomic_fetch_add(&ob->retried, 1);
+        char delay_s[24];
+        snprintf(delay_s, sizeof(delay_s), "%lld", (long long)delay);
+        LOG_INFO("dispatch.retry", "delivery", job->delivery_id, "repo", job->target, "attempt",
+                 attempt_s, "delay_ms", delay_s, "reason", o.error, NULL);
+    }
+    dispatch_output_free(&out);
+}
+
+static void *worker(void *arg)
+{
+    outbox *ob = arg;
+    uint64_t rng = (uint64_t)clock_mono_ms() ^ (uint64_t)(uintptr_t)&rng;
+    if (!rng)
+        rng = 88172645463325252ULL;
+    for (;;) {
+        pthread_mutex_lock(&ob->mu);
+        bool stop = ob->stopping;
+        unsigned long gen = ob->generation;
+        pthread_mutex_unlock(&ob->mu);
+        if (stop)
+            break;
+        store_job job;
+        int64_t now = clock_now_ms();
+        crcr_err e = store_claim(ob->st, now, (int64_t)ob->cfg->lease_s * 1000, &job);
+        if (e == CRCR_OK) {
+            process(ob, &job, &rng);
+            store_job_free(&job);
+            continue;
+        }
+        int64_t wait = OUTBOX_POLL_MS;
+        int64_t due = 0;
+        if (e == CRCR_E_NOT_FOUND && store_next_due(ob->st, &due) == CRCR_OK && due - now < wait)
+            wait = due - now;
+        if (wait < 5)
+            wait = 5;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        int64_t ns = (int64_t)ts.tv_nsec + (wait % 1000) * 1000000;
+        ts.tv_sec += (time_t)(wait / 1000 + ns / 1000000000);
+        ts.tv_nsec = (long)(ns % 1000000000);
+        pthread_mutex_lock(&ob->mu);
+        while (!ob->stopping && ob->generation == gen) {
+            if (pthread_cond_timedwait(&ob->cv, &ob->mu, &ts) != 0)
+                break;
+        }
+        pthread_mutex_unlock(&ob->mu);
+    }
+    return NULL;
+}
+
+outbox *outbox_start(const crcr_config *cfg, store *st, gh_client *gh, char *err, size_t errsz)
+{
+    outbox *ob = calloc(1, sizeof(*ob));
+    if (!ob) {
+        snprintf(err, errsz, "out of memory");
+        return NULL;
+    }
+    ob->cfg = cfg;
+    ob->st = st;
+    ob->gh = gh;
+    pthread_mutex_init(&ob->mu, NULL);
+    pthread_cond_init(&ob->cv, NULL);
+    size_t n = cfg->max_dispatch_workers > 0 ? (size_t)cfg->max_dispatch_workers : 1;
+    if (n > OUTBOX_MAX_WORKERS)
+        n = OUTBOX_MAX_WORKERS;
+    for (size_t i = 0; i < n; i++) {
+        if (pthread_create(&ob->threads[i], NULL, worker, ob) != 0) {
+            snprintf(err, errsz, "cannot start outbox worker %zu", i);
+            outbox_stop(ob);
+            return NULL;
+        }
+        ob->n_threads++;
+    }
+    return ob;
+}
+
+void outbox_notify(outbox *ob)
+{
+    if (!ob)
+        return;
+    pthread_mutex_lock(&ob->mu);
+    ob->generation++;
+    pthread_cond_broadcast(&ob->cv);
+    pthread_mutex_unlock(&ob->mu);
+}
+
+void outbox_stop(outbox *ob)
+{
+    if (!ob)
+        return;
+    pthread_mutex_lock(&ob->mu);
+    ob->stopping = true;
+    pthread_cond_broadcast(&ob->cv);
+    pthread_mutex_unlock(&ob->mu);
+    for (size_t i = 0; i < ob->n_threads; i++)
+        pthread_join(ob->threads[i], NULL);
+    pthread_cond_destroy(&ob->cv);
+    pthread_mutex_destroy(&ob->mu);
+    free(ob);
+}
+
+void outbox_get_counters(outbox *ob, outbox_counters *out)
+{
+    out->sent = atomic_load(&ob->sent);
+    out->dry_run = atomic_load(&ob->dry_run);
+    out->retried = atomic_load(&ob->retried);
+    out->dead = atomic_load(&ob->dead);
+    out->rate_limit_pauses = atomic_load(&ob->pauses_count);
+}

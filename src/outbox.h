@@ -1,0 +1,57 @@
+/*
+ * outbox.h - the workers that carry out every outbound side effect stored in the outbox.
+ *
+ * MAX_DISPATCH_WORKERS threads claim due rows from the store, perform them against GitHub (or, in
+ * dry-run, record the exact request they would have sent), and mark them sent, retry them later,
+ * or mark them dead. One retry policy for every kind of row:
+ *   - network errors, 5xx: exponential backoff from CRCR_RETRY_BASE_MS, doubling, capped at
+ *     CRCR_RETRY_MAX_MS, with jitter (half fixed, half random), never earlier than Retry-After;
+ *   - 429, and 403 that is a primary or secondary rate limit: the whole installation pauses until
+ *     Retry-After, or x-ratelimit-reset when x-ratelimit-remaining is 0, or 60 s otherwise; rows of
+ *     a paused installation wait without spending an attempt;
+ *   - 404 (App not installed), 422 and other 4xx: permanent, the row is dead with the reason;
+ *   - after CRCR_MAX_ATTEMPTS attempts the row is dead ("gave up").
+ */
+#ifndef CRCR_OUTBOX_H
+#define CRCR_OUTBOX_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "github.h"
+#include "store.h"
+
+typedef struct outbox outbox;
+
+/* How one answer is handled (exposed for unit tests). */
+typedef enum {
+    OUTBOX_DONE,       /* success */
+    OUTBOX_RETRY,      /* transient: back off */
+    OUTBOX_RATE_LIMIT, /* pause the installation */
+    OUTBOX_PERMANENT   /* dead now */
+} outbox_verdict;
+
+/* Classifies an HTTP answer (status 0 = no answer) with its rate-limit headers and body. */
+outbox_verdict outbox_classify(long status, long retry_after_s, long rl_remaining,
+                               const char *body);
+
+/* Delay in ms before attempt number `attempts` (1 = first retry): base * 2^(attempts-1) capped at
+ * max_ms, then jittered into [delay/2, delay] with `rnd` in [0,1). */
+int64_t outbox_backoff_ms(long base_ms, long max_ms, int attempts, double rnd);
+
+/* Starts the workers. `gh` NULL means dry-run. All pointers must outlive the outbox. */
+outbox *outbox_start(const crcr_config *cfg, store *st, gh_client *gh, char *err, size_t errsz);
+
+/* Wakes idle workers (new rows were written). */
+void outbox_notify(outbox *ob);
+
+/* Stops: workers finish the row they hold, then exit. Unfinished rows stay queued. NULL ok. */
+void outbox_stop(outbox *ob);
+
+typedef struct outbox_counters {
+    uint64_t sent, dry_run, retried, dead, rate_limit_pauses;
+} outbox_counters;
+void outbox_get_counters(outbox *ob, outbox_counters *out);
+
+#endif

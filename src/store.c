@@ -1,0 +1,117 @@
+/* store.c - picks the backend from the URI and forwards every call to it; see store.h. */
+#include "store.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store_impl.h"
+
+crcr_err store_open(const char *uri, store **out, char *err, size_t errsz)
+{
+    *out = NULL;
+    if (strncmp(uri, "sqlite:", 7) == 0)
+        return store_sqlite_open(uri + 7, out, err, errsz);
+    if (strncmp(uri, "postgresql://", 13) == 0 || strncmp(uri, "postgres://", 11) == 0) {
+        snprintf(err, errsz, "CRCR_STORE: the PostgreSQL store is not available in this build");
+        return CRCR_E_CONFIG;
+    }
+    snprintf(err, errsz, "CRCR_STORE: unknown scheme (expected sqlite:PATH or postgresql://...)");
+    return CRCR_E_CONFIG;
+}
+
+void store_close(store *st)
+{
+    if (st)
+        st->ops->close(st);
+}
+
+crcr_err store_recover(store *st)
+{
+    return st->ops->recover(st);
+}
+
+crcr_err store_ping(store *st)
+{
+    return st->ops->ping(st);
+}
+
+crcr_err store_ingest(store *st, const store_delivery *d, const store_new_job *jobs, size_t n)
+{
+    return st->ops->ingest(st, d, jobs, n);
+}
+
+void store_job_free(store_job *job)
+{
+    if (!job)
+        return;
+    free(job->kind);
+    free(job->delivery_id);
+    free(job->target);
+    free(job->event);
+    buf_free(&job->body);
+    buf_free(&job->payload);
+    memset(job, 0, sizeof(*job));
+}
+
+crcr_err store_claim(store *st, int64_t now, int64_t lease_ms, store_job *out)
+{
+    return st->ops->claim(st, now, lease_ms, out);
+}
+
+crcr_err store_next_due(store *st, int64_t *due)
+{
+    return st->ops->next_due(st, due);
+}
+
+crcr_err store_job_finish(store *st, int64_t id, const char *state, long http_status,
+                          const char *error, const char *note, const char *body, size_t body_len,
+                          int64_t now)
+{
+    return st->ops->job_finish(st, id, state, http_status, error, note, body, body_len, now);
+}
+
+crcr_err store_job_retry(store *st, int64_t id, int64_t next_at, bool count_attempt,
+                         long http_status, const char *error)
+{
+    return st->ops->job_retry(st, id, next_at, count_attempt, http_status, error);
+}
+
+crcr_err store_redeliver(store *st, const char *delivery_id, const char *repo, int64_t now, int *n)
+{
+    return st->ops->redeliver(st, delivery_id, repo, now, n);
+}
+
+crcr_err store_list_deliveries(store *st, const store_filter *f,
+                               int (*fn)(void *ctx, const store_delivery_row *row), void *ctx)
+{
+    return st->ops->list_deliveries(st, f, fn, ctx);
+}
+
+crcr_err store_get_delivery(store *st, const char *delivery_id,
+                            void (*dfn)(void *ctx, const store_delivery_row *row,
+                                        const char *payload, size_t payload_len),
+                            void (*jfn)(void *ctx, const store_job_row *row), void *ctx)
+{
+    return st->ops->get_delivery(st, delivery_id, dfn, jfn, ctx);
+}
+
+crcr_err store_outbox_stats_get(store *st, store_outbox_stats *out)
+{
+    return st->ops->outbox_stats(st, out);
+}
+
+crcr_err store_kv_get(store *st, const char *key, buf_t *value, int64_t now)
+{
+    return st->ops->kv_get(st, key, value, now);
+}
+
+crcr_err store_kv_put(store *st, const char *key, const char *value, size_t len, int64_t expires_at)
+{
+    return st->ops->kv_put(st, key, value, len, expires_at);
+}
+
+crcr_err store_retention(store *st, int64_t before, int *n)
+{
+    return st->ops->retention(st, before, n);
+}

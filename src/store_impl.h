@@ -1,0 +1,47 @@
+/*
+ * store_impl.h - what a store backend provides (internal to store*.c).
+ *
+ * store.c owns the public functions; each forwards to the backend's operation of the same name.
+ * A backend embeds `struct store` as its first member so that the pointer casts both ways.
+ */
+#ifndef CRCR_STORE_IMPL_H
+#define CRCR_STORE_IMPL_H
+
+#include "store.h"
+
+typedef struct store_ops {
+    void (*close)(store *st);
+    crcr_err (*recover)(store *st);
+    crcr_err (*ping)(store *st);
+    crcr_err (*ingest)(store *st, const store_delivery *d, const store_new_job *jobs, size_t n);
+    crcr_err (*claim)(store *st, int64_t now, int64_t lease_ms, store_job *out);
+    crcr_err (*next_due)(store *st, int64_t *due);
+    crcr_err (*job_finish)(store *st, int64_t id, const char *state, long http_status,
+                           const char *error, const char *note, const char *body, size_t body_len,
+                           int64_t now);
+    crcr_err (*job_retry)(store *st, int64_t id, int64_t next_at, bool count_attempt,
+                          long http_status, const char *error);
+    crcr_err (*redeliver)(store *st, const char *delivery_id, const char *repo, int64_t now,
+                          int *n);
+    crcr_err (*list_deliveries)(store *st, const store_filter *f,
+                                int (*fn)(void *ctx, const store_delivery_row *row), void *ctx);
+    crcr_err (*get_delivery)(store *st, const char *delivery_id,
+                             void (*dfn)(void *ctx, const store_delivery_row *row,
+                                         const char *payload, size_t payload_len),
+                             void (*jfn)(void *ctx, const store_job_row *row), void *ctx);
+    crcr_err (*outbox_stats)(store *st, store_outbox_stats *out);
+    crcr_err (*kv_get)(store *st, const char *key, buf_t *value, int64_t now);
+    crcr_err (*kv_put)(store *st, const char *key, const char *value, size_t len,
+                       int64_t expires_at);
+    crcr_err (*retention)(store *st, int64_t before, int *n);
+} store_ops;
+
+struct store {
+    const store_ops *ops;
+};
+
+/* Backend constructors: `location` is the URI without its scheme prefix for SQLite
+ * ("sqlite:PATH" -> "PATH") and the whole URI for PostgreSQL. */
+crcr_err store_sqlite_open(const char *path, store **out, char *err, size_t errsz);
+
+#endif

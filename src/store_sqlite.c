@@ -1,0 +1,768 @@
+/*
+ * store_sqlite.c - the embedded SQLite store (WAL, synchronous=FULL).
+ *
+ * One connection guarded by one mutex: SQLite allows a single writer at a time anyway, and every
+ * operation here is a short indexed statement, so serialising them costs less than the
+ * busy-retry dance of several connections. synchronous=FULL makes a committed webhook survive a
+ * power loss, which is what answering 202 promises. The store belongs to one process: rows left
+ * `running` by a crashed predecessor are re-queued at open instead of waiting for their lease.
+ */
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "limits.h"
+#include "log.h"
+#include "store_impl.h"
+
+enum {
+    S_INS_DELIVERY,
+    S_INS_JOB,
+    S_CLAIM,
+    S_GET_DELIVERY_PAYLOAD,
+    S_NEXT_DUE,
+    S_FINISH,
+    S_RETRY,
+    S_KV_GET,
+    S_KV_PUT,
+    S_COUNT
+};
+
+static const char *const SQL[S_COUNT] = {
+    [S_INS_DELIVERY] =
+        "INSERT INTO deliveries(delivery_id, event, action, upstream_repo, pr_number, head_sha, "
+        "ref, received_at, payload, payload_bytes, status) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+    [S_INS_JOB] = "INSERT INTO outbox(kind, delivery_id, target, body, state, attempts, "
+                  "next_attempt_at, created_at) VALUES (?,?,?,?,'queued',0,?,?)",
+    [S_CLAIM] = "UPDATE outbox SET state='running', lease_until=?1 WHERE id = (SELECT id FROM "
+                "outbox WHERE (state='queued' AND next_attempt_at<=?2) OR (state='running' AND "
+                "lease_until<?2) ORDER BY next_attempt_at, id LIMIT 1) "
+                "RETURNING id, kind, delivery_id, target, attempts, body",
+    [S_GET_DELIVERY_PAYLOAD] = "SELECT event, payload FROM deliveries WHERE delivery_id=?",
+    [S_NEXT_DUE] = "SELECT min(next_attempt_at) FROM outbox WHERE state='queued'",
+    [S_FINISH] = "UPDATE outbox SET state=?1, attempts=attempts+1, last_status=?2, last_error=?3, "
+                 "note=?4, body=COALESCE(?5, body), done_at=?6, lease_until=NULL WHERE id=?7",
+    [S_RETRY] = "UPDATE outbox SET state='queued', attempts=attempts+?1, next_attempt_at=?2, "
+                "last_status=?3, last_error=?4, lease_until=NULL WHERE id=?5",
+    [S_KV_GET] = "SELECT value FROM kv WHERE key=? AND (expires_at=0 OR expires_at>?)",
+    [S_KV_PUT] = "INSERT INTO kv(key, value, expires_at) VALUES (?,?,?) ON CONFLICT(key) DO "
+                 "UPDATE SET value=excluded.value, expires_at=excluded.expires_at",
+};
+
+static const char SCHEMA[] =
+    "CREATE TABLE IF NOT EXISTS schema_version(version INTEGER NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS deliveries("
+    " delivery_id TEXT PRIMARY KEY, event TEXT NOT NULL, action TEXT, upstream_repo TEXT,"
+    " pr_number INTEGER NOT NULL DEFAULT 0, head_sha TEXT, ref TEXT, received_at INTEGER NOT NULL,"
+    " payload BLOB NOT NULL, payload_bytes INTEGER NOT NULL, status TEXT NOT NULL);"
+    "CREATE INDEX IF NOT EXISTS deliveries_received ON deliveries(received_at);"
+    "CREATE TABLE IF NOT EXISTS outbox("
+    " id INTEGER PRIMARY KEY, kind TEXT NOT NULL, delivery_id TEXT, target TEXT NOT NULL,"
+    " body BLOB, state TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0,"
+    " next_attempt_at INTEGER NOT NULL, lease_until INTEGER, last_status INTEGER,"
+    " last_error TEXT, note TEXT, created_at INTEGER NOT NULL, done_at INTEGER);"
+    "CREATE UNIQUE INDEX IF NOT EXISTS outbox_dispatch_once ON outbox(kind, delivery_id, target)"
+    " WHERE kind='dispatch';"
+    "CREATE INDEX IF NOT EXISTS outbox_due ON outbox(state, next_attempt_at);"
+    "CREATE INDEX IF NOT EXISTS outbox_delivery ON outbox(delivery_id);"
+    "CREATE TABLE IF NOT EXISTS kv(key TEXT PRIMARY KEY, value BLOB, expires_at INTEGER NOT NULL);";
+
+typedef struct sqlite_store {
+    struct store base;
+    sqlite3 *db;
+    pthread_mutex_t mu;
+    sqlite3_stmt *stmts[S_COUNT];
+} sqlite_store;
+
+static sqlite_store *SS(store *st)
+{
+    return (sqlite_store *)st;
+}
+
+/* Returns the cached prepared statement `id`, reset and unbound; NULL on error (logged). */
+static sqlite3_stmt *stmt(sqlite_store *s, int id)
+{
+    if (!s->stmts[id]) {
+        if (sqlite3_prepare_v3(s->db, SQL[id], -1, SQLITE_PREPARE_PERSISTENT, &s->stmts[id],
+                               NULL) != SQLITE_OK) {
+            LOG_ERROR("store.prepare", "error", sqlite3_errmsg(s->db), NULL);
+            return NULL;
+        }
+    }
+    sqlite3_reset(s->stmts[id]);
+    sqlite3_clear_bindings(s->stmts[id]);
+    return s->stmts[id];
+}
+
+static void bind_text(sqlite3_stmt *q, int i, const char *v)
+{
+    if (v)
+        sqlite3_bind_text(q, i, v, -1, SQLITE_TRANSIENT);
+    else
+        sqlite3_bind_null(q, i);
+}
+
+static crcr_err fail(sqlite_store *s, const char *what)
+{
+    LOG_ERROR("store.error", "op", what, "error", sqlite3_errmsg(s->db), NULL);
+    return CRCR_E_STORE;
+}
+
+static crcr_err exec(sqlite_store *s, const char *sql)
+{
+    char *msg = NULL;
+    if (sqlite3_exec(s->db, sql, NULL, NULL, &msg) != SQLITE_OK) {
+        LOG_ERROR("store.exec", "error", msg ? msg : "?", NULL);
+        sqlite3_free(msg);
+        return CRCR_E_STORE;
+    }
+    return CRCR_OK;
+}
+
+/* Duplicates a column as a heap string (caller frees); NULL for SQL NULL. */
+static char *col_dup(sqlite3_stmt *q, int i)
+{
+    const unsigned char *t = sqlite3_column_text(q, i);
+    return t ? strdup((const char *)t) : NULL;
+}
+
+static const char *col_text(sqlite3_stmt *q, int i)
+{
+    return (const char *)sqlite3_column_text(q, i);
+}
+
+static void sq_close(store *st)
+{
+    sqlite_store *s = SS(st);
+    for (int i = 0; i < S_COUNT; i++)
+        sqlite3_finalize(s->stmts[i]);
+    sqlite3_close(s->db);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+static crcr_err sq_ping(store *st)
+{
+    sqlite_store *s = SS(st);
+    pthread_mutex_lock(&s->mu);
+    crcr_err err = exec(s, "SELECT 1");
+    pthread_mutex_unlock(&s->mu);
+    return err;
+}
+
+static crcr_err sq_ingest(store *st, const store_delivery *d, const store_new_job *jobs, size_t n)
+{
+    sqlite_store *s = SS(st);
+    crcr_err err = CRCR_OK;
+    pthread_mutex_lock(&s->mu);
+    if (exec(s, "BEGIN IMMEDIATE") != CRCR_OK) {
+        pthread_mutex_unlock(&s->mu);
+        return CRCR_E_STORE;
+    }
+    sqlite3_stmt *q = stmt(s, S_INS_DELIVERY);
+    if (!q) {
+        err = CRCR_E_STORE;
+        goto out;
+    }
+    bind_text(q, 1, d->delivery_id);
+    bind_text(q, 2, d->event);
+    bind_text(q, 3, d->action);
+    bind_text(q, 4, d->upstream_repo);
+    sqlite3_bind_int64(q, 5, d->pr_number);
+    bind_text(q, 6, d->head_sha);
+    bind_text(q, 7, d->ref);
+    sqlite3_bind_int64(q, 8, d->received_at);
+    sqlite3_bind_blob(q, 9, d->payload, (int)d->payload_len, SQLITE_STATIC);
+    sqlite3_bind_int64(q, 10, (sqlite3_int64)d->payload_len);
+    bind_text(q, 11, d->status ? d->status : "queued");
+    int rc = sqlite3_step(q);
+    if (rc == SQLITE_CONSTRAINT) {
+        err = CRCR_E_DUPLICATE;
+        goto out;
+    }
+    if (rc != SQLITE_DONE) {
+        err = fail(s, "ingest.delivery");
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        q = stmt(s, S_INS_JOB);
+        if (!q) {
+            err = CRCR_E_STORE;
+            goto out;
+        }
+        bind_text(q, 1, jobs[i].kind);
+        bind_text(q, 2, d->delivery_id);
+        bind_text(q, 3, jobs[i].target);
+        if (jobs[i].body)
+            sqlite3_bind_blob(q, 4, jobs[i].body, (int)jobs[i].body_len, SQLITE_STATIC);
+        else
+            sqlite3_bind_null(q, 4);
+        sqlite3_bind_int64(q, 5, jobs[i].due_at);
+        sqlite3_bind_int64(q, 6, d->received_at);
+        if (sqlite3_step(q) != SQLITE_DONE) {
+            err = fail(s, "ingest.job");
+            goto out;
+        }
+    }
+out:
+    if (q)
+        sqlite3_reset(q);
+    if (err)
+        exec(s, "ROLLBACK");
+    else if (exec(s, "COMMIT") != CRCR_OK) {
+        exec(s, "ROLLBACK");
+        err = CRCR_E_STORE;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return err;
+}
+
+static crcr_err copy_blob(sqlite3_stmt *q, int i, buf_t *out, size_t max)
+{
+    buf_init(out, max);
+    const void *p = sqlite3_column_blob(q, i);
+    int n = sqlite3_column_bytes(q, i);
+    if (p && n > 0)
+        return buf_append(out, p, (size_t)n);
+    return CRCR_OK;
+}
+
+static crcr_err sq_claim(store *st, int64_t now, int64_t lease_ms, store_job *out)
+{
+    sqlite_store *s = SS(st);
+    crcr_err err = CRCR_OK;
+    memset(out, 0, sizeof(*out));
+    buf_init(&out->body, 0);
+    buf_init(&out->payload, 0);
+    pthread_mutex_lock(&s->mu);
+    sqlite3_stmt *q = stmt(s, S_CLAIM);
+    if (!q) {
+        pthread_mutex_unlock(&s->mu);
+        return CRCR_E_STORE;
+    }
+    sqlite3_bind_int64(q, 1, now + lease_ms);
+    sqlite3_bind_int64(q, 2, now);
+    int rc = sqlite3_step(q);
+    if (rc == SQLITE_DONE) {
+        sqlite3_reset(q);
+        pthread_mutex_unlock(&s->mu);
+        return CRCR_E_NOT_FOUND;
+    }
+    if (rc != SQLITE_ROW) {
+        err = fail(s, "claim");
+        sqlite3_reset(q);
+        pthread_mutex_unlock(&s->mu);
+        return err;
+    }
+    out->id = sqlite3_column_int64(q, 0);
+    out->kind = col_dup(q, 1);
+    out->delivery_id = col_dup(q, 2);
+    out->target = col_dup(q, 3);
+    out->attempts = sqlite3_column_int(q, 4);
+    err = copy_blob(q, 5, &out->body, CRCR_MAX_BODY_DEFAULT * 4u);
+    /* Step to completion so the UPDATE ... RETURNING is finished before the next statement. */
+    while (sqlite3_step(q) == SQLITE_ROW) {
+    }
+    sqlite3_reset(q);
+    if (!err && (!out->kind || !out->target))
+        err = CRCR_E_NOMEM;
+    if (!err && out->delivery_id) {
+        sqlite3_stmt *p = stmt(s, S_GET_DELIVERY_PAYLOAD);
+        if (!p) {
+            err = CRCR_E_STORE;
+        } else {
+            bind_text(p, 1, out->delivery_id);
+            if (sqlite3_step(p) == SQLITE_ROW) {
+                out->event = col_dup(p, 0);
+                err = copy_blob(p, 1, &out->payload, CRCR_MAX_BODY_DEFAULT * 4u);
+            }
+            sqlite3_reset(p);
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (err)
+        store_job_free(out);
+    return err;
+}
+
+static crcr_err sq_next_due(store *st, int64_t *due)
+{
+    sqlite_store *s = SS(st);
+    crcr_err err = CRCR_E_NOT_FOUND;
+    pthread_mutex_lock(&s->mu);
+    sqlite3_stmt *q = stmt(s, S_NEXT_DUE);
+    if (!q)
+        err = CRCR_E_STORE;
+    else if (sqlite3_step(q) == SQLITE_ROW && sqlite3_column_type(q, 0) != SQLITE_NULL) {
+        *due = sqlite3_column_int64(q, 0);
+        err = CRCR_OK;
+    }
+    if (q)
+        sqlite3_reset(q);
+    pthread_mutex_unlock(&s->mu);
+    return err;
+}
+
+static crcr_err sq_job_finish(store *st, int64_t id, const char *state, long http_status,
+                              const char *error, const char *note, const char *body,
+                              size_t body_len, int64_t now)
+{
+    sqlite_store *s = SS(st);
+    crcr_err err = CRCR_OK;
+    pthread_mutex_lock(&s->mu);
+    sqlite3_stmt *q = stmt(s, S_FINISH);
+    if (!q) {
+        pthread_mutex_unlock(&s->mu);
+        return CRCR_E_STORE;
+    }
+    bind_text(q, 1, state);
+    if (http_status > 0)
+        sqlite3_bind_int64(q, 2, http_status);
+    else
+        sqlite3_bind_null(q, 2);
+    bind_text(q, 3, error && *error ? error : NULL);
+    bind_text(q, 4, note && *note ? note : NULL);
+    if (body)
+        sqlite3_bind_blob(q, 5, body, (int)body_len, SQLITE_STATIC);
+    else
+        sqlite3_bind_null(q, 5);
+    sqlite3_bind_int64(q, 6, now);
+    sqlite3_bind_int64(q, 7, id);
+    if (sqlite3_step(q) != SQLITE_DONE)
+        err = fail(s, "finish");
+    sqlite3_reset(q);
+    pthread_mutex_unlock(&s->mu);
+    return err;
+}
+
+static crcr_err sq_job_retry(store *st, int64_t id, int64_t next_at, bool count_attempt,
+                             long http_status, const char *error)
+{
+    sqlite_store *s = SS(st);
+    crcr_err err = CRCR_OK;
+    pthread_mutex_lock(&s->mu);
+    sqlite3_stmt *q = stmt(s, S_RETRY);
+    if (!q) {
+        pthread_mutex_unlock(&s->mu);
+        return CRCR_E_STORE;
+    }
+    sqlite3_bind_int(q, 1, count_attempt ? 1 : 0);
+    sqlite3_bind_int64(q, 2, next_at);
+    if (http_status > 0)
+        sqlite3_bind_int64(q, 3, http_status);
+    else
+        sqlite3_bind_null(q, 3);
+    bind_text(q, 4, error && *error ? error : NULL);
+    sqlite3_bind_int64(q, 5, id);
+    if (sqlite3_step(q) != SQLITE_DONE)
+        err = fail(s, "retry");
+    sqlite3_reset(q);
+    pthread_mutex_unlock(&s->mu);
+    return err;
+}
+
+static crcr_err sq_redeliver(store *st, const char *delivery_id, const char *repo, int64_t now,
+                             int *n)
+{
+    sqlite_store *s = SS(st);
+    crcr_err err = CRCR_OK;
+    sqlite3_stmt *q = NULL;
+    *n = 0;
+    pthread_mutex_lock(&s->mu);
+    if (exec(s, "BEGIN IMMEDIATE") != CRCR_OK) {
+        pthread_mutex_unlock(&s->mu);
+        return CRCR_E_STORE;
+    }
+    if (sqlite3_prepare_v2(s->db, "SELECT 1 FROM deliveries WHERE delivery_id=?", -1, &q, NULL) !=
+        SQLITE_OK) {
+        err = fail(s, "redeliver");
+        goto out;
+    }
+    bind_text(q, 1, delivery_id);
+    int found = sqlite3_step(q) == SQLITE_ROW;
+    sqlite3_finalize(q);
+    q = NULL;
+    if (!found) {
+        err = CRCR_E_NOT_FOUND;
+        goto out;
+    }
+    if (sqlite3_prepare_v2(s->db,
+                           "UPDATE outbox SET state='queued', attempts=0, next_attempt_at=?1, "
+                           "done_at=NULL, lease_until=NULL, last_error=NULL, last_status=NULL, "
+                           "note=NULL WHERE kind='dispatch' AND delivery_id=?2 AND "
+                           "state<>'running' AND (?3 IS NULL OR lower(target)=lower(?3))",
+                           -1, &q, NULL) != SQLITE_OK) {
+        err = fail(s, "redeliver");
+        goto out;
+    }
+    sqlite3_bind_int64(q, 1, now);
+    bind_text(q, 2, delivery_id);
+    bind_text(q, 3, repo);
+    if (sqlite3_step(q) != SQLITE_DONE) {
+        err = fail(s, "redeliver");
+        goto out;
+    }
+    *n = sqlite3_changes(s->db);
+    sqlite3_finalize(q);
+    q = NULL;
+    if (*n == 0 && repo) {
+        /* A repo that had no row for this delivery (added to the allowlist since): create one. */
+        if (sqlite3_prepare_v2(s->db,
+                               "INSERT INTO outbox(kind, delivery_id, target, state, attempts, "
+                               "next_attempt_at, created_at) VALUES ('dispatch',?1,?2,'queued',0,"
+                               "?3,?3) ON CONFLICT DO NOTHING",
+                               -1, &q, NULL) != SQLITE_OK) {
+            err = fail(s, "redeliver");
+            goto out;
+        }
+        bind_text(q, 1, delivery_id);
+        bind_text(q, 2, repo);
+        sqlite3_bind_int64(q, 3, now);
+        if (sqlite3_step(q) != SQLITE_DONE)
+            err = fail(s, "redeliver");
+        else
+            *n = sqlite3_changes(s->db);
+    }
+out:
+    sqlite3_finalize(q);
+    exec(s, err ? "ROLLBACK" : "COMMIT");
+    pthread_mutex_unlock(&s->mu);
+    return err;
+}
+
+static void fill_delivery_row(sqlite3_stmt *q, store_delivery_row *r)
+{
+    r->delivery_id = col_text(q, 0);
+    r->event = col_text(q, 1);
+    r->action = col_text(q, 2);
+    r->upstream_repo = col_text(q, 3);
+    r->pr_number = sqlite3_column_int64(q, 4);
+    r->head_sha = col_text(q, 5);
+    r->ref = col_text(q, 6);
+    r->received_at = sqlite3_column_int64(q, 7);
+    r->payload_bytes = (size_t)sqlite3_column_int64(q, 8);
+    r->status = col_text(q, 9);
+}
+
+static crcr_err sq_list_deliveries(store *st, const store_filter *f,
+                                   int (*fn)(void *ctx, const store_delivery_row *row), void *ctx)
+{
+    sqlite_store *s = SS(st);
+    sqlite3_stmt *q = NULL;
+    crcr_err err = CRCR_OK;
+    pthread_mutex_lock(&s->mu);
+    if (sqlite3_prepare_v2(
+            s->db,
+            "SELECT d.delivery_id, d.event, d.action, d.upstream_repo, d.pr_number, d.head_sha, "
+            "d.ref, d.received_at, d.payload_bytes, d.status FROM deliveries d WHERE "
+            "(?1 IS NULL OR EXISTS (SELECT 1 FROM outbox o WHERE o.delivery_id=d.delivery_id AND "
+            "o.state=?1)) AND (?2 IS NULL OR EXISTS (SELECT 1 FROM outbox o WHERE "
+            "o.delivery_id=d.delivery_id AND lower(o.target)=lower(?2))) "
+            "ORDER BY d.received_at DESC, d.rowid DESC LIMIT ?3",
+            -1, &q, NULL) != SQLITE_OK) {
+        err = fail(s, "list");
+        goto out;
+    }
+    bind_text(q, 1, f ? f->state : NULL);
+    bind_text(q, 2, f ? f->repo : NULL);
+    sqlite3_bind_int(q, 3, f && f->limit > 0 ? f->limit : 50);
+    int rc;
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+        store_delivery_row r;
+        fill_delivery_row(q, &r);
+        if (fn(ctx, &r))
+            break;
+    }
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        err = fail(s, "list");
+out:
+    sqlite3_finalize(q);
+    pthread_mutex_unlock(&s->mu);
+    return err;
+}
+
+static crcr_err sq_get_delivery(store *st, const char *delivery_id,
+                                void (*dfn)(void *ctx, const store_delivery_row *row,
+                                            const char *payload, size_t payload_len),
+                                void (*jfn)(void *ctx, const store_job_row *row), void *ctx)
+{
+    sqlite_store *s = SS(st);
+    sqlite3_stmt *q = NULL;
+    crcr_err err = CRCR_OK;
+    pthread_mutex_lock(&s->mu);
+    if (sqlite3_prepare_v2(s->db,
+                           "SELECT delivery_id, event, action, upstream_repo, pr_number, head_sha, "
+                           "ref, received_at, payload_bytes, status, payload FROM deliveries "
+                           "WHERE delivery_id=?",
+                           -1, &q, NULL) != SQLITE_OK) {
+        err = fail(s, "get");
+        goto out;
+    }
+    bind_text(q, 1, delivery_id);
+    if (sqlite3_step(q) != SQLITE_ROW) {
+        err = CRCR_E_NOT_FOUND;
+        goto out;
+    }
+    store_delivery_row r;
+    fill_delivery_row(q, &r);
+    if (dfn)
+        dfn(ctx, &r, sqlite3_column_blob(q, 10), (size_t)sqlite3_column_bytes(q, 10));
+    sqlite3_finalize(q);
+    q = NULL;
+    if (!jfn)
+        goto out;
+    if (sqlite3_prepare_v2(s->db,
+                           "SELECT id, kind, delivery_id, target, state, last_error, note, "
+                           "attempts, last_status, next_attempt_at, created_at, done_at, body "
+                           "FROM outbox WHERE delivery_id=? ORDER BY id",
+                           -1, &q, NULL) != SQLITE_OK) {
+        err = fail(s, "get");
+        goto out;
+    }
+    bind_text(q, 1, delivery_id);
+    while (sqlite3_step(q) == SQLITE_ROW) {
+        store_job_row j;
+        j.id = sqlite3_column_int64(q, 0);
+        j.kind = col_text(q, 1);
+        j.delivery_id = col_text(q, 2);
+        j.target = col_text(q, 3);
+        j.state = col_text(q, 4);
+        j.last_error = col_text(q, 5);
+        j.note = col_text(q, 6);
+        j.attempts = sqlite3_column_int(q, 7);
+        j.last_status = (long)sqlite3_column_int64(q, 8);
+        j.next_attempt_at = sqlite3_column_int64(q, 9);
+        j.created_at = sqlite3_column_int64(q, 10);
+        j.done_at = sqlite3_column_int64(q, 11);
+        j.body = sqlite3_column_blob(q, 12);
+        j.body_len = (size_t)sqlite3_column_bytes(q, 12);
+        jfn(ctx, &j);
+    }
+out:
+    sqlite3_finalize(q);
+    pthread_mutex_unlock(&s->mu);
+    return err;
+}
+
+static crcr_err sq_outbox_stats(store *st, store_outbox_stats *out)
+{
+    sqlite_store *s = SS(st);
+    sqlite3_stmt *q = NULL;
+    crcr_err err = CRCR_OK;
+    memset(out, 0, sizeof(*out));
+    pthread_mutex_lock(&s->mu);
+    if (sqlite3_prepare_v2(s->db,
+                           "SELECT state, count(*), min(next_attempt_at) FROM outbox "
+                           "GROUP BY state",
+                           -1, &q, NULL) != SQLITE_OK) {
+        err = fail(s, "stats");
+        goto out;
+    }
+    while (sqlite3_step(q) == SQLITE_ROW) {
+        const char *state = col_text(q, 0);
+        int64_t c = sqlite3_column_int64(q, 1);
+        if (!state)
+            continue;
+        if (strcmp(state, "queued") == 0) {
+            out->queued = c;
+            out->oldest_due = sqlite3_column_int64(q, 2);
+        } else if (strcmp(state, "running") == 0)
+            out->running = c;
+        else if (strcmp(state, "sent") == 0)
+            out->sent = c;
+        else if (strcmp(state, "dry_run") == 0)
+            out->dry_run = c;
+        else if (strcmp(state, "dead") == 0)
+            out->dead = c;
+    }
+out:
+    sqlite3_finalize(q);
+    pthread_mutex_unlock(&s->mu);
+    return err;
+}
+
+static crcr_err sq_kv_get(store *st, const char *key, buf_t *value, int64_t now)
+{
+    sqlite_store *s = SS(st);
+    crcr_err err = CRCR_E_NOT_FOUND;
+    pthread_mutex_lock(&s->mu);
+    sqlite3_stmt *q = stmt(s, S_KV_GET);
+    if (!q) {
+        err = CRCR_E_STORE;
+    } else {
+        bind_text(q, 1, key);
+        sqlite3_bind_int64(q, 2, now);
+        if (sqlite3_step(q) == SQLITE_ROW) {
+            const void *p = sqlite3_column_blob(q, 0);
+            int n = sqlite3_column_bytes(q, 0);
+            err = buf_append(value, p ? p : "", (size_t)n);
+        }
+        sqlite3_reset(q);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return err;
+}
+
+static crcr_err sq_kv_put(store *st, const char *key, const char *value, size_t len,
+                          int64_t expires_at)
+{
+    sqlite_store *s = SS(st);
+    crcr_err err = CRCR_OK;
+    pthread_mutex_lock(&s->mu);
+    sqlite3_stmt *q = stmt(s, S_KV_PUT);
+    if (!q) {
+        err = CRCR_E_STORE;
+    } else {
+        bind_text(q, 1, key);
+        sqlite3_bind_blob(q, 2, value, (int)len, SQLITE_STATIC);
+        sqlite3_bind_int64(q, 3, expires_at);
+        if (sqlite3_step(q) != SQLITE_DONE)
+            err = fail(s, "kv_put");
+        sqlite3_reset(q);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return err;
+}
+
+static crcr_err sq_retention(store *st, int64_t before, int *n)
+{
+    sqlite_store *s = SS(st);
+    sqlite3_stmt *q = NULL;
+    crcr_err err = CRCR_OK;
+    *n = 0;
+    pthread_mutex_lock(&s->mu);
+    if (exec(s, "BEGIN IMMEDIATE") != CRCR_OK) {
+        pthread_mutex_unlock(&s->mu);
+        return CRCR_E_STORE;
+    }
+    /* Deliveries old enough and with nothing left to send go, with their outbox rows. */
+    static const char *const steps[] = {
+        "CREATE TEMP TABLE IF NOT EXISTS old_deliveries(id TEXT PRIMARY KEY)",
+        "DELETE FROM old_deliveries",
+        "INSERT INTO old_deliveries SELECT delivery_id FROM deliveries d WHERE received_at < ?1 "
+        "AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.delivery_id=d.delivery_id AND "
+        "o.state IN ('queued','running'))",
+        "DELETE FROM outbox WHERE delivery_id IN (SELECT id FROM old_deliveries)",
+        "DELETE FROM deliveries WHERE delivery_id IN (SELECT id FROM old_deliveries)",
+        "DELETE FROM kv WHERE expires_at<>0 AND expires_at < ?1",
+    };
+    for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]) && !err; i++) {
+        if (sqlite3_prepare_v2(s->db, steps[i], -1, &q, NULL) != SQLITE_OK) {
+            err = fail(s, "retention");
+            break;
+        }
+        if (sqlite3_bind_parameter_count(q) > 0)
+            sqlite3_bind_int64(q, 1, before);
+        if (sqlite3_step(q) != SQLITE_DONE)
+            err = fail(s, "retention");
+        else if (i == 4)
+            *n = sqlite3_changes(s->db);
+        sqlite3_finalize(q);
+        q = NULL;
+    }
+    exec(s, err ? "ROLLBACK" : "COMMIT");
+    pthread_mutex_unlock(&s->mu);
+    return err;
+}
+
+/* Rows a crashed predecessor left running: the serving process is the only worker on the file,
+ * so they are due again at once instead of after their lease. */
+static crcr_err sq_recover(store *st)
+{
+    sqlite_store *s = SS(st);
+    pthread_mutex_lock(&s->mu);
+    crcr_err err =
+        exec(s, "UPDATE outbox SET state='queued', lease_until=NULL WHERE state='running'");
+    pthread_mutex_unlock(&s->mu);
+    return err;
+}
+
+static const store_ops SQLITE_OPS = {
+    .recover = sq_recover,
+    .close = sq_close,
+    .ping = sq_ping,
+    .ingest = sq_ingest,
+    .claim = sq_claim,
+    .next_due = sq_next_due,
+    .job_finish = sq_job_finish,
+    .job_retry = sq_job_retry,
+    .redeliver = sq_redeliver,
+    .list_deliveries = sq_list_deliveries,
+    .get_delivery = sq_get_delivery,
+    .outbox_stats = sq_outbox_stats,
+    .kv_get = sq_kv_get,
+    .kv_put = sq_kv_put,
+    .retention = sq_retention,
+};
+
+/* Reads the recorded schema version (0 for a new database). */
+static int schema_version(sqlite_store *s)
+{
+    sqlite3_stmt *q = NULL;
+    int v = -1;
+    if (sqlite3_prepare_v2(s->db, "SELECT max(version) FROM schema_version", -1, &q, NULL) ==
+            SQLITE_OK &&
+        sqlite3_step(q) == SQLITE_ROW)
+        v = sqlite3_column_int(q, 0);
+    sqlite3_finalize(q);
+    return v;
+}
+
+crcr_err store_sqlite_open(const char *path, store **out, char *err, size_t errsz)
+{
+    sqlite_store *s = calloc(1, sizeof(*s));
+    if (!s)
+        return CRCR_E_NOMEM;
+    s->base.ops = &SQLITE_OPS;
+    pthread_mutex_init(&s->mu, NULL);
+    if (!*path) {
+        snprintf(err, errsz, "CRCR_STORE: empty SQLite path");
+        free(s);
+        return CRCR_E_CONFIG;
+    }
+    int rc = sqlite3_open_v2(
+        path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
+    if (rc != SQLITE_OK) {
+        snprintf(err, errsz, "CRCR_STORE: cannot open '%s': %s", path,
+                 s->db ? sqlite3_errmsg(s->db) : "out of memory");
+        sqlite3_close(s->db);
+        free(s);
+        return CRCR_E_STORE;
+    }
+    sqlite3_busy_timeout(s->db, 5000);
+    crcr_err e = exec(s, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; "
+                         "PRAGMA foreign_keys=OFF; PRAGMA temp_store=MEMORY;");
+    if (!e)
+        e = exec(s, "BEGIN IMMEDIATE");
+    if (!e)
+        e = exec(s, SCHEMA);
+    int v = e ? -1 : schema_version(s);
+    if (!e && v > CRCR_SCHEMA_VERSION) {
+        exec(s, "ROLLBACK");
+        snprintf(err, errsz,
+                 "CRCR_STORE: schema version %d is newer than this crcr understands (%d); "
+                 "upgrade crcr",
+                 v, CRCR_SCHEMA_VERSION);
+        sq_close(&s->base);
+        return CRCR_E_CONFIG;
+    }
+    if (!e && v < CRCR_SCHEMA_VERSION) {
+        char sql[96];
+        snprintf(sql, sizeof(sql),
+                 "DELETE FROM schema_version; INSERT INTO schema_version "
+                 "VALUES (%d)",
+                 CRCR_SCHEMA_VERSION);
+        e = exec(s, sql);
+    }
+    if (!e)
+        e = exec(s, "COMMIT");
+    if (e) {
+        snprintf(err, errsz, "CRCR_STORE: cannot initialise '%s': %s", path, sqlite3_errmsg(s->db));
+        sq_close(&s->base);
+        return CRCR_E_STORE;
+    }
+    *out = &s->base;
+    return CRCR_OK;
+}

@@ -1,0 +1,891 @@
+"""fakegh - a fake GitHub REST API for end-to-end tests (Python 3 stdlib only).
+
+A test double at the network boundary: the relay under test talks to it over real HTTP/1.1 on
+127.0.0.1 (keep-alive, Content-Length on every answer that has a body, 100-continue), exactly as it
+would talk to api.github.com. It implements the few endpoints the relay uses, with GitHub's
+validation rules where they matter to the relay:
+
+  GET  /repos/{o}/{r}/installation                      App JWT (RS256, verified)   -> 200 / 404
+  POST /app/installations/{id}/access_tokens            App JWT                     -> 201 token
+  POST /repos/{o}/{r}/dispatches                        installation token          -> 204 / 422
+  POST /repos/{o}/{r}/check-runs                        installation token          -> 201
+  GET  /repos/{o}/{r}/check-suites/{id}/check-runs      installation token, paginated
+  POST /repos/{o}/{r}/actions/runs/{id}/rerun           installation token          -> 201 / 403
+  POST /repos/{o}/{r}/actions/runs/{id}/rerun-failed-jobs
+  GET  /repos/{o}/{r}/contents/{path}?ref=R             no auth needed; ETag / If-None-Match
+
+Every request is recorded (see Recorded). Fault rules (add_fault and the fault_* helpers) replace
+or delay answers, in order, optionally with a probability drawn from a seeded random.Random, for a
+bounded count. `latency_ms` delays every answer (benchmarks). `time_offset` shifts the fake's clock
+(token and JWT expiry) without sleeping.
+
+Example:
+    gh = FakeGitHub(app_id=12345, public_key=open(".../app.pub.pem").read()).start()
+    try:
+        ... relay env GITHUB_API_URL=gh.url ...
+        gh.wait_dispatches(4, timeout=10)
+    finally:
+        gh.stop()
+"""
+
+import base64
+import hashlib
+import json
+import os
+import random
+import re
+import secrets
+import socket
+import threading
+import time
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, unquote
+
+import rsa_pure
+
+JWT_ERROR = "A JSON web token could not be decoded"
+BAD_CREDENTIALS = "Bad credentials"
+DOCS = "https://docs.github.com/rest"
+SECONDARY_LIMIT_MESSAGE = (
+    "You have exceeded a secondary rate limit. Please wait a few minutes before you try again. "
+    "If you reach out to GitHub Support for help, please include the request ID "
+    "0000:1111:2222:3333:44444444."
+)
+ALREADY_RUNNING_MESSAGE = "This workflow is already running"
+
+INSTALLATION_ID_BASE = 3_000_000_000  # > 2^31: catches 32-bit truncation
+CHECK_RUN_ID_BASE = 2**32 + 1_000  # > 2^32
+DISPATCH_MAX_BODY = 65536  # "the total size of the JSON payload must be less than 64KB"
+DISPATCH_MAX_EVENT_TYPE = 100
+DISPATCH_MAX_PROPERTIES = 10
+MAX_REQUEST_BODY = 64 * 1024 * 1024  # the fake refuses to buffer more than this
+
+_TOKEN_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+
+
+def _json_bytes(obj):
+    return json.dumps(obj, separators=(",", ":")).encode("utf-8")
+
+
+def _iso(epoch):
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
+
+
+class Recorded:
+    """One request as the fake saw it.
+
+    method, path (without query, not percent-decoded), query (dict name -> first value),
+    raw_query, headers (dict, lower-case names), body (bytes), time (time.monotonic() at arrival),
+    wall (time.time()), status (int answered; 0 = connection dropped by a fault), fault (the Fault
+    that answered or delayed it, or None), note (why the fake refused it, e.g. the JWT problem),
+    client_port (the peer's TCP port: equal ports mean one kept-alive connection).
+    """
+
+    __slots__ = ("method", "path", "query", "raw_query", "headers", "body", "time", "wall",
+                 "status", "fault", "note", "client_port")
+
+    def __init__(self, **kw):
+        for k in self.__slots__:
+            setattr(self, k, kw.get(k))
+
+    def json(self):
+        return json.loads(self.body)
+
+    def __repr__(self):
+        return "<%s %s -> %s%s>" % (self.method, self.path, self.status,
+                                    " (%s)" % self.note if self.note else "")
+
+
+class Fault:
+    """A fault rule. status None means "delay only, then answer normally"; status 0 means
+    "close the connection without answering". Header values may be callables (evaluated per
+    answer, e.g. a reset time)."""
+
+    def __init__(self, method, path_re, status, headers, body, probability, count, delay_ms, rng,
+                 name):
+        self.method = method.upper() if method else None
+        self.path_re = re.compile(path_re) if isinstance(path_re, str) else path_re
+        self.status = status
+        self.headers = dict(headers or {})
+        self.body = body
+        self.probability = probability
+        self.remaining = count
+        self.delay_ms = delay_ms
+        self.rng = rng
+        self.name = name or ("fault %s" % status)
+        self.hits = 0
+
+    def _applies(self, method, path, default_rng):
+        if self.method and self.method != method:
+            return False
+        if self.path_re is not None and not self.path_re.search(path):
+            return False
+        if self.remaining is not None and self.remaining <= 0:
+            return False
+        if self.probability < 1.0:
+            if (self.rng or default_rng).random() >= self.probability:
+                return False
+        self.hits += 1
+        if self.remaining is not None:
+            self.remaining -= 1
+        return True
+
+    def __repr__(self):
+        return "<Fault %s hits=%d remaining=%s>" % (self.name, self.hits, self.remaining)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    block_on_close = False
+    allow_reuse_address = True
+    request_queue_size = 256
+
+    def __init__(self, addr, handler, fake):
+        self.fake = fake
+        self.open_sockets = set()
+        self.sockets_lock = threading.Lock()
+        super().__init__(addr, handler)
+
+    def process_request(self, request, client_address):
+        with self.sockets_lock:
+            self.open_sockets.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request):
+        with self.sockets_lock:
+            self.open_sockets.discard(request)
+        super().shutdown_request(request)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "GitHub.com"
+    sys_version = ""
+    disable_nagle_algorithm = True
+    timeout = 60  # idle keep-alive connections are closed after this
+
+    def log_message(self, fmt, *args):  # keep test output clean
+        pass
+
+    def do_GET(self):
+        self.server.fake._handle(self)
+
+    do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_GET
+
+    def read_body(self):
+        te = (self.headers.get("Transfer-Encoding") or "").lower()
+        if "chunked" in te:
+            chunks, total = [], 0
+            while True:
+                line = self.rfile.readline(1024)
+                if not line:
+                    raise ConnectionError("eof in chunked body")
+                size = int(line.split(b";", 1)[0].strip() or b"0", 16)
+                if size == 0:
+                    while self.rfile.readline(1024) not in (b"\r\n", b"\n", b""):
+                        pass  # trailers
+                    break
+                total += size
+                if total > MAX_REQUEST_BODY:
+                    raise ConnectionError("chunked body too large for the fake")
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline(8)
+            return b"".join(chunks)
+        length = int(self.headers.get("Content-Length") or 0)
+        if length < 0 or length > MAX_REQUEST_BODY:
+            raise ConnectionError("bad Content-Length")
+        return self.rfile.read(length) if length else b""
+
+    def send_raw(self, status, headers, body):
+        """Writes the whole answer in one write. No Content-Length for 204/304 (no body)."""
+        try:
+            reason = HTTPStatus(status).phrase
+        except ValueError:
+            reason = "Status"
+        lines = ["HTTP/1.1 %d %s" % (status, reason), "Server: GitHub.com",
+                 "Date: " + self.date_time_string()]
+        no_body = status in (204, 304) or 100 <= status < 200
+        for k, v in headers.items():
+            lines.append("%s: %s" % (k, v))
+        if not no_body:
+            lines.append("Content-Length: %d" % len(body))
+        if self.close_connection:
+            lines.append("Connection: close")
+        data = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        if not no_body and self.command != "HEAD":
+            data += body
+        self.wfile.write(data)
+
+
+class FakeGitHub:
+    """See the module docstring. All public methods are thread-safe."""
+
+    def __init__(self, app_id, public_key, installed_repos=None, token_ttl=3600, latency_ms=0,
+                 seed=0, port=0, rate_limit=5000, token_format="classic", default_ref="main"):
+        self.app_id = str(app_id)
+        self.public_key = rsa_pure.as_public_key(public_key)
+        self.token_ttl = token_ttl
+        self.latency_ms = latency_ms
+        self.time_offset = 0.0
+        self.rate_limit = rate_limit
+        self.token_format = token_format
+        self.default_ref = default_ref
+        self._port = port
+        self._lock = threading.RLock()
+        self._rng = random.Random(seed)
+        self._installed = None if installed_repos is None else {r.lower() for r in installed_repos}
+        self._install_ids = {}  # owner (lower) -> id
+        self._tokens = {}  # token -> dict(installation_id, owner, expires_at, repos)
+        self._records = []
+        self._faults = []
+        self._dispatches = []
+        self._check_runs = []
+        self._next_check_run_id = CHECK_RUN_ID_BASE
+        self._suites = {}  # suite id -> list of check run dicts
+        self._already_running = set()
+        self._reruns = []
+        self._files = {}  # (repo lower, path, ref) -> bytes
+        self._rl_used = 0
+        self._rl_window = 0
+        self._cond = threading.Condition(self._lock)
+        self._server = None
+        self._thread = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self):
+        self._server = _Server(("127.0.0.1", self._port), _Handler, self)
+        self._port = self._server.server_address[1]
+        self._thread = threading.Thread(target=self._server.serve_forever,
+                                        kwargs={"poll_interval": 0.05}, daemon=True,
+                                        name="fakegh")
+        self._thread.start()
+        return self
+
+    def stop(self):
+        """Stops accepting, closes open (kept-alive) connections, joins the server thread."""
+        srv, self._server = self._server, None
+        if srv is None:
+            return
+        srv.shutdown()
+        with srv.sockets_lock:
+            socks = list(srv.open_sockets)
+        for s in socks:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        srv.server_close()
+        if self._thread:
+            self._thread.join(5)
+
+    def __enter__(self):
+        return self.start() if self._server is None else self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    @property
+    def port(self):
+        return self._port
+
+    @property
+    def url(self):
+        return "http://127.0.0.1:%d" % self._port
+
+    def now(self):
+        return time.time() + self.time_offset
+
+    # ------------------------------------------------------------------ state accessors
+
+    def requests(self, method=None, path_re=None):
+        """Recorded requests, oldest first, filtered by method and re.search(path_re, path)."""
+        rx = re.compile(path_re) if isinstance(path_re, str) else path_re
+        with self._lock:
+            return [r for r in self._records
+                    if (method is None or r.method == method.upper())
+                    and (rx is None or rx.search(r.path))]
+
+    def clear(self):
+        """Forgets recorded requests, dispatches, check runs and re-runs (not tokens or files)."""
+        with self._lock:
+            self._records.clear()
+            self._dispatches.clear()
+            self._check_runs.clear()
+            self._reruns.clear()
+
+    def wait_requests(self, n, method=None, path_re=None, timeout=10.0):
+        """Waits until at least n matching requests were answered; returns them (maybe fewer)."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                got = [r for r in self.requests(method, path_re) if r.status is not None]
+                left = deadline - time.monotonic()
+                if len(got) >= n or left <= 0:
+                    return got
+                self._cond.wait(min(left, 0.1))
+
+    def dispatches(self):
+        """Accepted dispatches: dicts repo, event_type, client_payload, body (raw bytes),
+        installation_id, time (monotonic)."""
+        with self._lock:
+            return list(self._dispatches)
+
+    def wait_dispatches(self, n, timeout=10.0):
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while len(self._dispatches) < n and time.monotonic() < deadline:
+                self._cond.wait(min(0.1, max(0.0, deadline - time.monotonic())))
+            return list(self._dispatches)
+
+    def check_runs(self):
+        """Created check runs (the answered objects, with "repo" added)."""
+        with self._lock:
+            return [dict(c) for c in self._check_runs]
+
+    def reruns(self):
+        """Accepted re-runs: dicts repo, run_id, kind ("rerun" | "rerun-failed-jobs")."""
+        with self._lock:
+            return list(self._reruns)
+
+    def tokens_issued(self):
+        with self._lock:
+            return len(self._tokens)
+
+    def revoke_tokens(self):
+        """Invalidates every installation token (the next use answers 401)."""
+        with self._lock:
+            self._tokens.clear()
+
+    def installation_id(self, owner):
+        """The installation id of `owner` (assigned on first use: 3_000_000_000 + k)."""
+        with self._lock:
+            key = owner.lower()
+            if key not in self._install_ids:
+                self._install_ids[key] = INSTALLATION_ID_BASE + len(self._install_ids) + 1
+            return self._install_ids[key]
+
+    def install(self, repo):
+        with self._lock:
+            if self._installed is not None:
+                self._installed.add(repo.lower())
+
+    def uninstall(self, repo):
+        with self._lock:
+            if self._installed is None:
+                raise ValueError("uninstall() needs an explicit installed_repos set")
+            self._installed.discard(repo.lower())
+
+    def is_installed(self, repo):
+        with self._lock:
+            return self._installed is None or repo.lower() in self._installed
+
+    def set_file(self, owner_repo, path, ref, text):
+        data = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+        with self._lock:
+            self._files[(owner_repo.lower(), path.strip("/"), ref)] = data
+
+    def set_suite_check_runs(self, suite_id, runs):
+        """Check runs listed by GET .../check-suites/{suite_id}/check-runs (list of dicts)."""
+        with self._lock:
+            self._suites[int(suite_id)] = [dict(r) for r in runs]
+
+    def set_already_running(self, run_id, running=True):
+        with self._lock:
+            if running:
+                self._already_running.add(int(run_id))
+            else:
+                self._already_running.discard(int(run_id))
+
+    # ------------------------------------------------------------------ faults
+
+    def add_fault(self, method=None, path_re=None, status=None, headers=None, body=None,
+                  probability=1.0, count=None, delay_ms=0, seed=None, name=None):
+        """Adds a rule (checked in order; the first that applies answers). Returns the Fault,
+        whose .hits counts the requests it took. `seed` gives the rule its own Random."""
+        rng = random.Random(seed) if seed is not None else None
+        if isinstance(body, (dict, list)):
+            body = _json_bytes(body)
+        elif isinstance(body, str):
+            body = body.encode("utf-8")
+        elif body is None and status:
+            try:
+                phrase = HTTPStatus(status).phrase
+            except ValueError:
+                phrase = "Error"
+            body = _json_bytes({"message": phrase, "documentation_url": DOCS})
+        f = Fault(method, path_re, status, headers, body, probability, count, delay_ms, rng, name)
+        with self._lock:
+            self._faults.append(f)
+        return f
+
+    def clear_faults(self):
+        with self._lock:
+            self._faults.clear()
+
+    def fault_5xx(self, path_re=None, status=502, method=None, count=1, probability=1.0,
+                  seed=None):
+        body = {"message": "Server Error"} if status != 503 else {"message": "Service Unavailable"}
+        return self.add_fault(method, path_re, status, {"content-type": "application/json"}, body,
+                              probability, count, 0, seed, "%d" % status)
+
+    def fault_429(self, path_re=None, retry_after=1, method=None, count=1):
+        return self.add_fault(method, path_re, 429,
+                              {"content-type": "application/json",
+                               "retry-after": str(retry_after)},
+                              {"message": "Too Many Requests", "documentation_url": DOCS},
+                              1.0, count, 0, None, "429 retry-after %s" % retry_after)
+
+    def fault_secondary_limit(self, path_re=None, retry_after=60, method=None, count=1,
+                              status=403):
+        headers = {"content-type": "application/json"}
+        if retry_after is not None:
+            headers["retry-after"] = str(retry_after)
+        return self.add_fault(method, path_re, status, headers,
+                              {"message": SECONDARY_LIMIT_MESSAGE,
+                               "documentation_url": "https://docs.github.com/rest/overview/"
+                               "rate-limits-for-the-rest-api#about-secondary-rate-limits"},
+                              1.0, count, 0, None, "secondary limit")
+
+    def fault_primary_limit(self, path_re=None, reset_in=60, status=403, method=None, count=1):
+        """403 (or 429) with x-ratelimit-remaining: 0 and x-ratelimit-reset = now + reset_in,
+        evaluated when answering."""
+        headers = {
+            "content-type": "application/json",
+            "x-ratelimit-limit": str(self.rate_limit),
+            "x-ratelimit-remaining": "0",
+            "x-ratelimit-used": str(self.rate_limit),
+            "x-ratelimit-reset": lambda: str(int(self.now() + reset_in)),
+            "x-ratelimit-resource": "core",
+        }
+        return self.add_fault(method, path_re, status, headers,
+                              {"message": "API rate limit exceeded for installation ID 1.",
+                               "documentation_url": DOCS},
+                              1.0, count, 0, None, "primary limit")
+
+    def fault_not_installed(self, repo, count=None):
+        """GET /repos/{repo}/installation answers 404 (the App is not installed there)."""
+        return self.add_fault("GET", "^/repos/%s/installation$" % re.escape(repo), 404,
+                              {"content-type": "application/json"},
+                              {"message": "Not Found", "documentation_url": DOCS}, 1.0, count, 0,
+                              None, "not installed")
+
+    def fault_delay(self, path_re=None, delay_ms=1000, method=None, count=None):
+        return self.add_fault(method, path_re, None, None, None, 1.0, count, delay_ms, None,
+                              "delay %d ms" % delay_ms)
+
+    def fault_drop(self, path_re=None, method=None, count=1):
+        """Closes the connection without an answer (the client sees a network error)."""
+        return self.add_fault(method, path_re, 0, None, b"", 1.0, count, 0, None, "drop")
+
+    # ------------------------------------------------------------------ request handling
+
+    def _match_fault(self, method, path):
+        with self._lock:
+            for f in self._faults:
+                if f._applies(method, path, self._rng):
+                    return f
+        return None
+
+    def _rate_headers(self):
+        with self._lock:
+            now = int(self.now())
+            if now >= self._rl_window + 3600:
+                self._rl_window, self._rl_used = now, 0
+            self._rl_used += 1
+            return {
+                "x-ratelimit-limit": str(self.rate_limit),
+                "x-ratelimit-remaining": str(max(0, self.rate_limit - self._rl_used)),
+                "x-ratelimit-reset": str(self._rl_window + 3600),
+                "x-ratelimit-used": str(self._rl_used),
+                "x-ratelimit-resource": "core",
+            }
+
+    def _handle(self, h):
+        arrival = time.monotonic()
+        raw_path, _, raw_query = h.path.partition("?")
+        headers = {}
+        for k, v in h.headers.items():
+            k = k.lower()
+            headers[k] = headers[k] + ", " + v if k in headers else v
+        rec = Recorded(method=h.command, path=raw_path, raw_query=raw_query,
+                       query={k: v[0] for k, v in parse_qs(raw_query).items()},
+                       headers=headers, body=b"", time=arrival, wall=time.time(), status=None,
+                       fault=None, note=None, client_port=h.client_address[1])
+        try:
+            rec.body = h.read_body()
+        except (ConnectionError, ValueError, OSError) as e:
+            rec.status, rec.note = 0, "unreadable body: %s" % e
+            self._record(rec)
+            h.close_connection = True
+            return
+        with self._lock:
+            self._records.append(rec)
+
+        if self.latency_ms:
+            time.sleep(self.latency_ms / 1000.0)
+        fault = self._match_fault(h.command, raw_path)
+        if fault is not None:
+            rec.fault = fault
+            if fault.delay_ms:
+                time.sleep(fault.delay_ms / 1000.0)
+            if fault.status == 0:
+                rec.status = 0
+                h.close_connection = True
+                try:
+                    h.connection.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                self._finish(rec)
+                return
+            if fault.status is not None:
+                fh = {k: (v() if callable(v) else v) for k, v in fault.headers.items()}
+                self._answer(h, rec, fault.status, fh, fault.body)
+                return
+        try:
+            status, extra, body = self._route(h.command, raw_path, rec)
+        except Exception as e:  # a bug in the fake: answer 500 and say why in the record
+            status, extra, body = 500, {}, {"message": "fake error: %r" % e}
+            rec.note = "fake error: %r" % e
+        out_headers = self._rate_headers()
+        out_headers["x-github-request-id"] = "FAKE:%08X" % (id(rec) & 0xFFFFFFFF)
+        if isinstance(body, (dict, list)):
+            body = _json_bytes(body)
+            out_headers["content-type"] = "application/json; charset=utf-8"
+        out_headers.update(extra)
+        self._answer(h, rec, status, out_headers, body or b"")
+
+    def _answer(self, h, rec, status, headers, body):
+        rec.status = status
+        try:
+            h.send_raw(status, headers, body or b"")
+        finally:
+            self._finish(rec)
+
+    def _record(self, rec):
+        with self._lock:
+            self._records.append(rec)
+        self._finish(rec)
+
+    def _finish(self, rec):
+        with self._cond:
+            self._cond.notify_all()
+
+    # ------------------------------------------------------------------ auth
+
+    def _bearer(self, rec, schemes=("bearer",)):
+        auth = rec.headers.get("authorization", "")
+        scheme, _, cred = auth.partition(" ")
+        if scheme.lower() not in schemes or not cred.strip():
+            return None
+        return cred.strip()
+
+    def _check_app_jwt(self, rec):
+        """Returns None when the request carries a valid App JWT, else the reason."""
+        token = self._bearer(rec)
+        if token is None:
+            return "no Bearer credentials"
+        try:
+            header, claims, signing_input, sig = rsa_pure.decode_jwt(token)
+        except (ValueError, UnicodeError) as e:
+            return "malformed JWT: %s" % e
+        if header.get("alg") != "RS256":
+            return "alg %r is not RS256" % header.get("alg")
+        if not rsa_pure.verify(self.public_key, signing_input, sig):
+            return "bad signature"
+        now = self.now()
+        iss, iat, exp = claims.get("iss"), claims.get("iat"), claims.get("exp")
+        if isinstance(iss, bool) or not isinstance(iss, (str, int)) or str(iss) != self.app_id:
+            return "iss %r is not the app id" % (iss,)
+        for name, v in (("iat", iat), ("exp", exp)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                return "%s is not a number" % name
+        if iat > now + 5:
+            return "iat is in the future"
+        if iat < now - 120:
+            return "iat is too old"
+        if exp <= now:
+            return "expired"
+        if exp - iat > 660:
+            return "exp - iat is over 10 minutes"
+        return None
+
+    def _token_for_repo(self, rec, owner, repo):
+        """Returns None when the request carries a valid installation token for owner/repo."""
+        token = self._bearer(rec, ("bearer", "token"))
+        if token is None:
+            return "no token"
+        with self._lock:
+            t = self._tokens.get(token)
+            if t is None:
+                return "unknown token"
+            if t["expires_at"] <= self.now():
+                return "expired token"
+            if t["owner"] != owner.lower():
+                return "token of another installation"
+            if t["repos"] is not None and repo.lower() not in t["repos"]:
+                return "token not scoped to this repo"
+            if not self.is_installed(owner + "/" + repo):
+                return "app not installed on the repo"
+        return None
+
+    # ------------------------------------------------------------------ routes
+
+    _ROUTES = [
+        ("GET", re.compile(r"^/repos/([^/]+)/([^/]+)/installation$"), "_r_installation"),
+        ("POST", re.compile(r"^/app/installations/(\d+)/access_tokens$"), "_r_access_token"),
+        ("POST", re.compile(r"^/repos/([^/]+)/([^/]+)/dispatches$"), "_r_dispatch"),
+        ("POST", re.compile(r"^/repos/([^/]+)/([^/]+)/check-runs$"), "_r_check_run"),
+        ("GET", re.compile(r"^/repos/([^/]+)/([^/]+)/check-suites/(\d+)/check-runs$"),
+         "_r_suite_runs"),
+        ("POST", re.compile(r"^/repos/([^/]+)/([^/]+)/actions/runs/(\d+)/(rerun|rerun-failed-jobs)$"),
+         "_r_rerun"),
+        ("GET", re.compile(r"^/repos/([^/]+)/([^/]+)/contents/(.*)$"), "_r_contents"),
+    ]
+
+    def _route(self, method, path, rec):
+        for m, rx, fn in self._ROUTES:
+            mo = rx.match(path)
+            if mo and (m == method or (m == "GET" and method == "HEAD")):
+                return getattr(self, fn)(rec, *[unquote(g) for g in mo.groups()])
+        return 404, {}, {"message": "Not Found", "documentation_url": DOCS}
+
+    def _unauthorized_jwt(self, rec, why):
+        rec.note = why
+        return 401, {}, {"message": JWT_ERROR, "documentation_url": DOCS}
+
+    def _unauthorized_token(self, rec, why):
+        rec.note = why
+        return 401, {}, {"message": BAD_CREDENTIALS, "documentation_url": DOCS}
+
+    def _r_installation(self, rec, owner, repo):
+        why = self._check_app_jwt(rec)
+        if why:
+            return self._unauthorized_jwt(rec, why)
+        if not self.is_installed(owner + "/" + repo):
+            rec.note = "not installed"
+            return 404, {}, {"message": "Not Found", "documentation_url": DOCS}
+        iid = self.installation_id(owner)
+        base = self.url
+        return 200, {}, {
+            "id": iid,
+            "account": {"login": owner, "id": iid - INSTALLATION_ID_BASE + 1000,
+                        "type": "Organization", "site_admin": False},
+            "repository_selection": "selected",
+            "access_tokens_url": "%s/app/installations/%d/access_tokens" % (base, iid),
+            "repositories_url": "%s/installation/repositories" % base,
+            "html_url": "https://github.com/organizations/%s/settings/installations/%d"
+                        % (owner, iid),
+            "app_id": int(self.app_id) if self.app_id.isdigit() else self.app_id,
+            "app_slug": "crcr-test",
+            "target_id": iid - INSTALLATION_ID_BASE + 1000,
+            "target_type": "Organization",
+            "permissions": {"actions": "write", "checks": "write", "contents": "write",
+                            "metadata": "read"},
+            "events": [],
+            "created_at": "2024-01-01T00:00:00Z",
+            "updated_at": "2024-01-01T00:00:00Z",
+            "single_file_name": None,
+        }
+
+    def _new_token(self):
+        if self.token_format == "stateless":
+            # ghs_APPID_<JWT-shaped text>: ~520 characters with two dots, like the 2026 format.
+            part = lambda n: "".join(secrets.choice(_TOKEN_ALPHABET) for _ in range(n))
+            return "ghs_%s_%s.%s.%s" % (self.app_id, part(36), part(300), part(170))
+        return "ghs_" + "".join(secrets.choice(_TOKEN_ALPHABET) for _ in range(36))
+
+    def _r_access_token(self, rec, install_id):
+        why = self._check_app_jwt(rec)
+        if why:
+            return self._unauthorized_jwt(rec, why)
+        iid = int(install_id)
+        with self._lock:
+            owner = next((o for o, i in self._install_ids.items() if i == iid), None)
+        if owner is None:
+            rec.note = "unknown installation"
+            return 404, {}, {"message": "Not Found", "documentation_url": DOCS}
+        repos = None
+        if rec.body.strip():
+            try:
+                req = json.loads(rec.body)
+            except ValueError:
+                return 400, {}, {"message": "Problems parsing JSON", "documentation_url": DOCS}
+            if isinstance(req, dict) and isinstance(req.get("repositories"), list):
+                repos = {str(r).lower() for r in req["repositories"]}
+        token = self._new_token()
+        expires = self.now() + self.token_ttl
+        with self._lock:
+            self._tokens[token] = {"installation_id": iid, "owner": owner,
+                                   "expires_at": expires, "repos": repos}
+        return 201, {}, {
+            "token": token,
+            "expires_at": _iso(expires),
+            "permissions": {"actions": "write", "checks": "write", "contents": "write",
+                            "metadata": "read"},
+            "repository_selection": "selected",
+        }
+
+    @staticmethod
+    def _invalid(msg):
+        return 422, {}, {"message": msg, "documentation_url": DOCS}
+
+    def _r_dispatch(self, rec, owner, repo):
+        why = self._token_for_repo(rec, owner, repo)
+        if why:
+            return self._unauthorized_token(rec, why)
+        try:
+            req = json.loads(rec.body)
+        except (ValueError, UnicodeDecodeError):
+            rec.note = "invalid JSON"
+            return 400, {}, {"message": "Problems parsing JSON", "documentation_url": DOCS}
+        if not isinstance(req, dict):
+            rec.note = "body not an object"
+            return self._invalid("Invalid request.\n\nFor 'links/0/schema', %s is not an object."
+                                 % json.dumps(req)[:100])
+        et = req.get("event_type")
+        if "event_type" not in req:
+            rec.note = "no event_type"
+            return self._invalid('Invalid request.\n\n"event_type" wasn\'t supplied.')
+        if not isinstance(et, str):
+            rec.note = "event_type not a string"
+            return self._invalid("Invalid request.\n\nFor 'properties/event_type', %s is not a "
+                                 "string." % json.dumps(et)[:100])
+        if len(et) < 1:
+            rec.note = "event_type empty"
+            return self._invalid("Invalid request.\n\nFor 'properties/event_type', \"\" is too "
+                                 "short (minimum is 1 characters).")
+        if len(et) > DISPATCH_MAX_EVENT_TYPE:
+            rec.note = "event_type too long"
+            return self._invalid("Invalid request.\n\nFor 'properties/event_type', %s is too "
+                                 "long (maximum is %d characters)."
+                                 % (json.dumps(et)[:40], DISPATCH_MAX_EVENT_TYPE))
+        cp = req.get("client_payload", {})
+        if "client_payload" in req and not isinstance(cp, dict):
+            rec.note = "client_payload not an object"
+            return self._invalid("Invalid request.\n\nFor 'properties/client_payload', %s is not "
+                                 "an object." % json.dumps(cp)[:40])
+        if len(cp) > DISPATCH_MAX_PROPERTIES:
+            rec.note = "client_payload has %d properties" % len(cp)
+            return self._invalid("Invalid request.\n\nNo more than %d properties are allowed; %d "
+                                 "were supplied." % (DISPATCH_MAX_PROPERTIES, len(cp)))
+        if len(rec.body) >= DISPATCH_MAX_BODY:
+            rec.note = "body of %d bytes" % len(rec.body)
+            return self._invalid("client_payload is too large")
+        with self._cond:
+            self._dispatches.append({
+                "repo": owner + "/" + repo, "event_type": et, "client_payload": cp,
+                "body": rec.body, "installation_id": self.installation_id(owner),
+                "time": rec.time,
+            })
+            self._cond.notify_all()
+        return 204, {}, b""
+
+    def _r_check_run(self, rec, owner, repo):
+        why = self._token_for_repo(rec, owner, repo)
+        if why:
+            return self._unauthorized_token(rec, why)
+        try:
+            req = json.loads(rec.body)
+        except (ValueError, UnicodeDecodeError):
+            return 400, {}, {"message": "Problems parsing JSON", "documentation_url": DOCS}
+        if not isinstance(req, dict):
+            return self._invalid("Invalid request.\n\nRequest body must be an object.")
+        for field in ("name", "head_sha"):
+            if not isinstance(req.get(field), str) or not req.get(field):
+                rec.note = "no %s" % field
+                return self._invalid('Invalid request.\n\n"%s" wasn\'t supplied.' % field)
+        status = req.get("status", "queued")
+        if status not in ("queued", "in_progress", "completed"):
+            return self._invalid("Invalid request.\n\nFor 'properties/status', %s is not a "
+                                 "member of the enum." % json.dumps(status))
+        if (status == "completed" or req.get("completed_at")) and not req.get("conclusion"):
+            return self._invalid("Invalid request.\n\nNo subschema in \"anyOf\" matched.\n"
+                                 "\"conclusion\" wasn't supplied.")
+        with self._cond:
+            cid = self._next_check_run_id
+            self._next_check_run_id += 1
+            run = dict(req)
+            run.update({
+                "id": cid,
+                "node_id": "CR_%d" % cid,
+                "status": "completed" if req.get("conclusion") else status,
+                "conclusion": req.get("conclusion"),
+                "external_id": req.get("external_id", ""),
+                "url": "%s/repos/%s/%s/check-runs/%d" % (self.url, owner, repo, cid),
+                "html_url": "https://github.com/%s/%s/runs/%d" % (owner, repo, cid),
+                "details_url": req.get("details_url"),
+                "started_at": req.get("started_at", _iso(self.now())),
+                "completed_at": req.get("completed_at"),
+                "output": req.get("output", {"title": None, "summary": None, "text": None}),
+                "check_suite": {"id": 5_000_000_000 + cid % 1000},
+                "app": {"id": int(self.app_id) if self.app_id.isdigit() else 0,
+                        "slug": "crcr-test"},
+                "pull_requests": [],
+            })
+            stored = dict(run, repo=owner + "/" + repo)
+            self._check_runs.append(stored)
+            self._cond.notify_all()
+        return 201, {}, run
+
+    def _r_suite_runs(self, rec, owner, repo, suite_id):
+        why = self._token_for_repo(rec, owner, repo)
+        if why:
+            return self._unauthorized_token(rec, why)
+        try:
+            per_page = max(1, min(100, int(rec.query.get("per_page", "30"))))
+            page = max(1, int(rec.query.get("page", "1")))
+        except ValueError:
+            return self._invalid("Invalid request.\n\nper_page and page must be integers.")
+        with self._lock:
+            runs = self._suites.get(int(suite_id))
+            if runs is None:
+                return 404, {}, {"message": "Not Found", "documentation_url": DOCS}
+            chunk = runs[(page - 1) * per_page : page * per_page]
+            return 200, {}, {"total_count": len(runs), "check_runs": [dict(r) for r in chunk]}
+
+    def _r_rerun(self, rec, owner, repo, run_id, kind):
+        why = self._token_for_repo(rec, owner, repo)
+        if why:
+            return self._unauthorized_token(rec, why)
+        with self._cond:
+            if int(run_id) in self._already_running:
+                rec.note = "already running"
+                return 403, {}, {"message": ALREADY_RUNNING_MESSAGE, "documentation_url": DOCS}
+            self._reruns.append({"repo": owner + "/" + repo, "run_id": int(run_id),
+                                 "kind": kind})
+            self._cond.notify_all()
+        return 201, {}, {}
+
+    def _r_contents(self, rec, owner, repo, path):
+        ref = rec.query.get("ref", self.default_ref)
+        with self._lock:
+            data = self._files.get(((owner + "/" + repo).lower(), path.strip("/"), ref))
+        if data is None:
+            return 404, {}, {"message": "Not Found", "documentation_url": DOCS}
+        etag = '"%s"' % hashlib.sha256(data).hexdigest()
+        inm = rec.headers.get("if-none-match")
+        if inm is not None:
+            tags = [t.strip() for t in inm.split(",")]
+            if etag in tags or ("W/" + etag) in tags or "*" in tags:
+                return 304, {"etag": etag}, b""
+        if "application/vnd.github.raw" in rec.headers.get("accept", ""):
+            return 200, {"etag": etag, "content-type": "application/vnd.github.raw"}, data
+        b64 = base64.b64encode(data).decode("ascii")
+        content = "".join(b64[i : i + 60] + "\n" for i in range(0, len(b64), 60))
+        blob_sha = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+        name = os.path.basename(path)
+        return 200, {"etag": etag}, {
+            "type": "file",
+            "encoding": "base64",
+            "size": len(data),
+            "name": name,
+            "path": path,
+            "content": content,
+            "sha": blob_sha,
+            "url": "%s/repos/%s/%s/contents/%s?ref=%s" % (self.url, owner, repo, path, ref),
+            "html_url": "https://github.com/%s/%s/blob/%s/%s" % (owner, repo, ref, path),
+            "download_url": "https://raw.githubusercontent.com/%s/%s/%s/%s"
+                            % (owner, repo, ref, path),
+        }

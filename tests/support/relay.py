@@ -1,0 +1,504 @@
+"""relay - runs the real `crcr` binary for end-to-end tests (Python 3 stdlib only).
+
+    r = Relay(env={"CRCR_MAX_BODY": "1048576"})   # dry-run unless env sets GITHUB_APP_ID + key
+    r.start()                                       # waits for GET /healthz == 200 (10 s)
+    try:
+        resp = r.webhook("pull_request", load_example("pull_request.opened"))
+        status, headers, body = resp                # Resp is a (status, headers, body) tuple
+        rc, out, err = r.cli(["deliveries", "show", resp.delivery, "--format", "json"])
+    finally:
+        r.close()                                   # SIGTERM (then SIGKILL), remove the temp dir
+
+The child gets a clean environment: the variables of the test process that configure crcr
+(GITHUB_*, CRCR_*, ALLOWLIST_*, ...) are NOT inherited; only PATH, HOME, locale, TMPDIR and
+sanitizer options are. Then:
+    CRCR_LISTEN=127.0.0.1:<free port>   CRCR_STORE=sqlite:<tmp>/crcr.db
+    ALLOWLIST_FILE=<tmp>/allowlist.yml  GITHUB_APP_SECRET=<secret>   CRCR_LOG=debug
+plus the `env` given (a value of None removes a variable). stdout and stderr go to <tmp>/relay.log.
+
+Also here: sign(), load_example(), key paths (APP_KEY, APP_PUB, OIDC_KEY, OIDC_PUB, EC_KEY),
+http_request(), raw_request() / parse_response() / stream_chunked() for abuse tests over a raw
+socket, and free_port().
+"""
+
+import http.client
+import json
+import hashlib
+import hmac
+import os
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from collections import namedtuple
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DATA_DIR = Path(os.environ.get("CRCR_TEST_DATA") or (REPO_ROOT / "tests" / "data"))
+KEYS_DIR = DATA_DIR / "keys"
+WEBHOOKS_DIR = DATA_DIR / "webhooks"
+
+APP_KEY = str(KEYS_DIR / "app.pem")  # GitHub App private key, PKCS#1
+APP_PUB = str(KEYS_DIR / "app.pub.pem")
+OIDC_KEY = str(KEYS_DIR / "oidc.pem")  # fake OIDC issuer key, PKCS#8
+OIDC_PUB = str(KEYS_DIR / "oidc.pub.pem")
+EC_KEY = str(KEYS_DIR / "ec.pem")  # not RSA: negative tests
+EC_PUB = str(KEYS_DIR / "ec.pub.pem")
+
+UPSTREAM = "pytorch/pytorch"
+DEFAULT_SECRET = "test-webhook-secret"
+DEFAULT_ALLOWLIST = """\
+L1:
+  - org1/repo1
+L2:
+  - org2/repo2
+L3:
+  dev:
+    org3/repo3: [a]
+L4:
+  - org4/repo4
+"""
+DEFAULT_TARGETS = ["org1/repo1", "org2/repo2", "org3/repo3", "org4/repo4"]
+
+_KEEP_ENV = ("PATH", "HOME", "LANG", "LANGUAGE", "TZ", "TMPDIR", "LD_LIBRARY_PATH")
+_KEEP_PREFIXES = ("LC_", "ASAN_", "UBSAN_", "LSAN_", "TSAN_", "MSAN_")
+
+
+def key_path(name):
+    """Path of a file in tests/data/keys."""
+    return str(KEYS_DIR / name)
+
+
+def crcr_bin():
+    path = os.environ.get("CRCR_BIN")
+    if not path:
+        raise RuntimeError("CRCR_BIN is not set: point it at the crcr binary "
+                           "(ctest sets it for tests/e2e)")
+    if not os.access(path, os.X_OK):
+        raise RuntimeError("CRCR_BIN=%s is not an executable file" % path)
+    return path
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def sign(body, secret):
+    """GitHub's X-Hub-Signature-256 value: "sha256=" + hex HMAC-SHA256(secret, body)."""
+    if isinstance(secret, str):
+        secret = secret.encode("utf-8")
+    return "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
+
+
+_sign = sign  # Relay.webhook has a parameter named `sign`
+
+
+def compact(obj):
+    """Compact JSON bytes (separators , and :), as the examples are stored."""
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def load_example(name):
+    """The bytes of tests/data/webhooks/<name>.json (e.g. "pull_request.opened")."""
+    return (WEBHOOKS_DIR / (name + ".json")).read_bytes()
+
+
+def load_example_obj(name):
+    return json.loads(load_example(name))
+
+
+class Resp(namedtuple("Resp", "status headers body")):
+    """(status, headers dict with lower-case names, body bytes). webhook() adds .delivery."""
+
+    delivery = None
+
+    def json(self):
+        return json.loads(self.body)
+
+
+def _headers_dict(items):
+    out = {}
+    for k, v in items:
+        k = k.lower()
+        out[k] = out[k] + ", " + v if k in out else v
+    return out
+
+
+def http_request(port, method, path, body=None, headers=None, timeout=10.0, host="127.0.0.1"):
+    """One request on a fresh connection; returns Resp."""
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        r = conn.getresponse()
+        data = r.read()
+        return Resp(r.status, _headers_dict(r.getheaders()), data)
+    finally:
+        conn.close()
+
+
+# ---------------------------------------------------------------------------- raw sockets
+
+
+def _response_complete(buf):
+    """True when `buf` holds one complete final HTTP response (1xx interim answers skipped)."""
+    while True:
+        end = buf.find(b"\r\n\r\n")
+        if end < 0:
+            return False
+        head = buf[:end].decode("latin-1")
+        lines = head.split("\r\n")
+        try:
+            status = int(lines[0].split()[1])
+        except (IndexError, ValueError):
+            return True  # garbage: nothing more to wait for
+        body = buf[end + 4 :]
+        if 100 <= status < 200:
+            buf = body
+            continue
+        if status in (204, 304):
+            return True
+        hdrs = _headers_dict(l.split(":", 1) for l in lines[1:] if ":" in l)
+        hdrs = {k: v.strip() for k, v in hdrs.items()}
+        if "chunked" in hdrs.get("transfer-encoding", "").lower():
+            return body.endswith(b"0\r\n\r\n")
+        if "content-length" in hdrs:
+            try:
+                return len(body) >= int(hdrs["content-length"])
+            except ValueError:
+                return True
+        return False  # delimited by close
+
+
+def _read_response(sock, timeout):
+    deadline = time.monotonic() + timeout
+    buf = b""
+    while not _response_complete(buf):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        sock.settimeout(left)
+        try:
+            data = sock.recv(65536)
+        except socket.timeout:
+            break
+        except (ConnectionResetError, BrokenPipeError):
+            break
+        if not data:
+            break
+        buf += data
+    return buf
+
+
+def raw_request(port, data, read_timeout=2.0, host="127.0.0.1"):
+    """Sends `data` (bytes, sent as is) on a fresh TCP connection and returns the bytes
+    received until one complete answer, EOF or `read_timeout` seconds - whichever is first.
+    A peer that stops reading or resets while we send is not an error: we read what it said."""
+    s = socket.create_connection((host, port), timeout=read_timeout)
+    try:
+        try:
+            s.sendall(data)
+        except (BrokenPipeError, ConnectionResetError, socket.timeout):
+            pass
+        return _read_response(s, read_timeout)
+    finally:
+        s.close()
+
+
+def parse_response(raw):
+    """Parses raw answer bytes into Resp (the final answer after any 1xx). The body is
+    de-chunked. Raises ValueError when there is no complete status line and header block."""
+    while True:
+        end = raw.find(b"\r\n\r\n")
+        if end < 0:
+            raise ValueError("no complete HTTP answer in %r" % raw[:200])
+        lines = raw[:end].decode("latin-1").split("\r\n")
+        parts = lines[0].split(None, 2)
+        if len(parts) < 2 or not parts[0].startswith("HTTP/"):
+            raise ValueError("bad status line %r" % lines[0])
+        status = int(parts[1])
+        body = raw[end + 4 :]
+        if 100 <= status < 200:
+            raw = body
+            continue
+        hdrs = {k: v.strip() for k, v in
+                _headers_dict(l.split(":", 1) for l in lines[1:] if ":" in l).items()}
+        if "chunked" in hdrs.get("transfer-encoding", "").lower():
+            out, rest = b"", body
+            while rest:
+                line, _, rest = rest.partition(b"\r\n")
+                size = int(line.split(b";")[0] or b"0", 16)
+                if size == 0:
+                    break
+                out, rest = out + rest[:size], rest[size + 2 :]
+            body = out
+        elif "content-length" in hdrs:
+            body = body[: int(hdrs["content-length"])]
+        return Resp(status, hdrs, body)
+
+
+def stream_chunked(port, path, headers, total, chunk_size=65536, read_timeout=5.0,
+                   host="127.0.0.1"):
+    """POSTs `total` bytes of 'x' with Transfer-Encoding: chunked, stopping early when the
+    server answers or stops reading. Returns (answer bytes, body bytes sent)."""
+    s = socket.create_connection((host, port), timeout=read_timeout)
+    try:
+        head = ["POST %s HTTP/1.1" % path, "Host: 127.0.0.1:%d" % port,
+                "Transfer-Encoding: chunked"]
+        head += ["%s: %s" % kv for kv in headers.items()]
+        s.sendall(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"))
+        sent, piece = 0, b"x" * chunk_size
+        try:
+            while sent < total:
+                readable, _, _ = select.select([s], [], [], 0)
+                if readable:
+                    break  # the server has answered (or closed): stop sending
+                n = min(chunk_size, total - sent)
+                s.sendall(b"%x\r\n" % n + piece[:n] + b"\r\n")
+                sent += n
+            else:
+                s.sendall(b"0\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError, socket.timeout):
+            pass
+        return _read_response(s, read_timeout), sent
+    finally:
+        s.close()
+
+
+# ---------------------------------------------------------------------------- the relay
+
+
+class RelayError(AssertionError):
+    """The relay did not start or stop as expected (the message carries the log tail)."""
+
+
+class Relay:
+    """A crcr process in a private temp dir. Use start()/close() or a `with` block."""
+
+    def __init__(self, env=None, args=("serve",), allowlist=DEFAULT_ALLOWLIST,
+                 secret=DEFAULT_SECRET, start_timeout=10.0, binary=None):
+        self.binary = binary or crcr_bin()
+        self.args = list(args)
+        self.extra_env = dict(env or {})
+        self.secret = self.extra_env.get("GITHUB_APP_SECRET") or secret
+        self.start_timeout = start_timeout
+        self.tmp = tempfile.mkdtemp(prefix="crcr-e2e-")
+        self.db_path = os.path.join(self.tmp, "crcr.db")
+        self.allowlist_path = os.path.join(self.tmp, "allowlist.yml")
+        self.log_path = os.path.join(self.tmp, "relay.log")
+        self.port = None
+        self.proc = None
+        if allowlist is not None:
+            self.write_allowlist(allowlist)
+
+    # -- environment
+
+    def child_env(self, extra=None):
+        """The environment crcr runs with (serve and cli alike)."""
+        env = {k: v for k, v in os.environ.items()
+               if k in _KEEP_ENV or k.startswith(_KEEP_PREFIXES)}
+        env.update({
+            "CRCR_STORE": "sqlite:" + self.db_path,
+            "ALLOWLIST_FILE": self.allowlist_path,
+            "GITHUB_APP_SECRET": self.secret,
+            "CRCR_LOG": "debug",
+        })
+        if self.port is not None:
+            env["CRCR_LISTEN"] = "127.0.0.1:%d" % self.port
+        for src in (self.extra_env, extra or {}):
+            for k, v in src.items():
+                if v is None:
+                    env.pop(k, None)
+                else:
+                    env[k] = str(v)
+        return env
+
+    def write_allowlist(self, text):
+        with open(self.allowlist_path, "w", encoding="utf-8") as f:
+            f.write(text)
+
+    # -- lifecycle
+
+    @property
+    def url(self):
+        return "http://127.0.0.1:%d" % self.port
+
+    def running(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def start(self, port=None):
+        """Starts serving and waits for /healthz == 200. Retries on another port when the
+        chosen one turned out to be taken. Raises RelayError with the log tail on failure."""
+        if self.running():
+            raise RelayError("relay already running")
+        last = None
+        for attempt in range(3):
+            self.port = port if (port and attempt == 0) else free_port()
+            try:
+                self._spawn_and_wait()
+                return self
+            except RelayError as e:
+                last = e
+                if not self._address_in_use():
+                    raise
+        raise last
+
+    def _address_in_use(self):
+        text = self.log_tail(20).lower()
+        return "address already in use" in text or "eaddrinuse" in text
+
+    def _spawn_and_wait(self):
+        log_offset = os.path.getsize(self.log_path) if os.path.exists(self.log_path) else 0
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen([self.binary] + self.args, env=self.child_env(),
+                                         cwd=self.tmp, stdin=subprocess.DEVNULL, stdout=log,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + self.start_timeout
+        while time.monotonic() < deadline:
+            rc = self.proc.poll()
+            if rc is not None:
+                raise RelayError("crcr %s exited with %s before /healthz answered; log:\n%s"
+                                 % (" ".join(self.args), rc, self.log_tail(40, log_offset)))
+            try:
+                r = http_request(self.port, "GET", "/healthz", timeout=1.0)
+                if r.status == 200:
+                    return
+            except (OSError, http.client.HTTPException):
+                pass
+            time.sleep(0.05)
+        self.kill()
+        raise RelayError("crcr did not answer GET /healthz 200 within %.0f s; log:\n%s"
+                         % (self.start_timeout, self.log_tail(40, log_offset)))
+
+    def send_signal(self, sig):
+        """Sends `sig` (e.g. SIGHUP for an allowlist reload) when running."""
+        if self.running():
+            self.proc.send_signal(sig)
+
+    def stop(self, sig=signal.SIGTERM, timeout=5.0):
+        """Sends `sig` and waits up to `timeout` s. Returns the exit code (negative: killed by
+        that signal). If the process does not exit in time it is SIGKILLed and RelayError
+        raised. Returns the old exit code when it was not running."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is not None:
+            return self.proc.returncode
+        self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise RelayError("crcr did not exit within %.1f s of signal %s; log:\n%s"
+                             % (timeout, sig, self.log_tail(40)))
+
+    def kill(self):
+        """SIGKILL (no chance to clean up); returns the exit code."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.kill()
+        return self.proc.wait(10)
+
+    def restart(self, sig=signal.SIGTERM, timeout=5.0):
+        """Stops (with `sig`) and starts again on the same port when possible, same store."""
+        port = self.port
+        self.stop(sig, timeout)
+        return self.start(port=port)
+
+    def close(self):
+        """Stops the process (SIGTERM, then SIGKILL) and removes the temp dir. Never raises."""
+        try:
+            if self.running():
+                try:
+                    self.stop(signal.SIGTERM, 5.0)
+                except RelayError:
+                    pass
+        finally:
+            if self.running():
+                self.kill()
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def __enter__(self):
+        if not self.running():
+            self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- logs
+
+    def log_text(self):
+        try:
+            with open(self.log_path, "rb") as f:
+                return f.read().decode("utf-8", "replace")
+        except FileNotFoundError:
+            return ""
+
+    def log_tail(self, n=40, offset=0):
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(offset)
+                text = f.read().decode("utf-8", "replace")
+        except FileNotFoundError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-n:])
+
+    # -- HTTP
+
+    def request(self, method, path, body=None, headers=None, timeout=10.0):
+        return http_request(self.port, method, path, body, headers, timeout)
+
+    def get(self, path, headers=None, timeout=10.0):
+        return self.request("GET", path, None, headers, timeout)
+
+    def post(self, path, body=b"", headers=None, timeout=10.0):
+        return self.request("POST", path, body, headers, timeout)
+
+    def webhook(self, event, payload, delivery=None, secret=None, sign=True, signature=None,
+                headers=None, path="/github/webhook", timeout=10.0):
+        """POSTs a GitHub-style delivery. `payload`: bytes (sent verbatim), str or an object
+        (compact JSON). delivery None -> a new uuid4, False -> no X-GitHub-Delivery header.
+        The signature uses `secret` (default: the relay's); sign=False omits the header;
+        `signature` sets the header value verbatim. Returns Resp with .delivery set."""
+        if isinstance(payload, str):
+            body = payload.encode("utf-8")
+        elif isinstance(payload, (bytes, bytearray)):
+            body = bytes(payload)
+        else:
+            body = compact(payload)
+        if delivery is None:
+            delivery = str(uuid.uuid4())
+        h = {
+            "Content-Type": "application/json",
+            "User-Agent": "GitHub-Hookshot/e2e-test",
+            "X-GitHub-Event": event,
+            "X-GitHub-Hook-ID": "123456789",
+            "X-GitHub-Hook-Installation-Target-Type": "integration",
+            "X-GitHub-Hook-Installation-Target-ID": "12345",
+        }
+        if delivery is not False:
+            h["X-GitHub-Delivery"] = delivery
+        if signature is not None:
+            h["X-Hub-Signature-256"] = signature
+        elif sign:
+            h["X-Hub-Signature-256"] = _sign(body, secret or self.secret)
+        h.update(headers or {})
+        r = self.post(path, body, h, timeout)
+        r.delivery = delivery if delivery is not False else None
+        return r
+
+    # -- CLI
+
+    def cli(self, args, timeout=30.0, env=None, input=None):
+        """Runs `crcr <args>` with the relay's environment (same store, allowlist, secret).
+        Returns (rc, stdout, stderr) as text."""
+        p = subprocess.run([self.binary] + list(args), env=self.child_env(env), cwd=self.tmp,
+                           input=input, capture_output=True, text=True, timeout=timeout)
+        return p.returncode, p.stdout, p.stderr

@@ -1,0 +1,329 @@
+/* Unit tests for the store interface on the SQLite backend. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <pthread.h>
+#include <sqlite3.h>
+
+#include "store.h"
+
+typedef struct fixture {
+    char dir[64];
+    char uri[128];
+    store *st;
+} fixture;
+
+static int setup(void **state)
+{
+    fixture *f = calloc(1, sizeof(*f));
+    snprintf(f->dir, sizeof(f->dir), "/tmp/crcr-store-XXXXXX");
+    assert_non_null(mkdtemp(f->dir));
+    snprintf(f->uri, sizeof(f->uri), "sqlite:%s/t.db", f->dir);
+    char err[256];
+    assert_int_equal(store_open(f->uri, &f->st, err, sizeof(err)), CRCR_OK);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture *f = *state;
+    store_close(f->st);
+    char path[160];
+    const char *suffixes[] = {"", "-wal", "-shm"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof(path), "%s/t.db%s", f->dir, suffixes[i]);
+        unlink(path);
+    }
+    rmdir(f->dir);
+    free(f);
+    return 0;
+}
+
+static crcr_err ingest(store *st, const char *id, const char **repos, size_t n, int64_t now)
+{
+    store_new_job jobs[16];
+    for (size_t i = 0; i < n; i++)
+        jobs[i] = (store_new_job){.kind = "dispatch", .target = repos[i], .due_at = now};
+    store_delivery d = {.delivery_id = id,
+                        .event = "pull_request",
+                        .action = "opened",
+                        .upstream_repo = "pytorch/pytorch",
+                        .pr_number = 42,
+                        .head_sha = "abc",
+                        .received_at = now,
+                        .payload = "{\"x\":1}",
+                        .payload_len = 7};
+    return store_ingest(st, &d, jobs, n);
+}
+
+static void ingest_then_duplicate_writes_nothing_more(void **state)
+{
+    fixture *f = *state;
+    const char *repos[] = {"a/1", "b/2"};
+    assert_int_equal(ingest(f->st, "d1", repos, 2, 1000), CRCR_OK);
+    assert_int_equal(ingest(f->st, "d1", repos, 2, 2000), CRCR_E_DUPLICATE);
+    store_outbox_stats s;
+    assert_int_equal(store_outbox_stats_get(f->st, &s), CRCR_OK);
+    assert_int_equal(s.queued, 2);
+}
+
+static void claim_returns_due_rows_once_with_payload(void **state)
+{
+    fixture *f = *state;
+    const char *repos[] = {"a/1", "b/2"};
+    ingest(f->st, "d1", repos, 2, 1000);
+    store_job j1, j2, j3;
+    assert_int_equal(store_claim(f->st, 1000, 60000, &j1), CRCR_OK);
+    assert_string_equal(j1.kind, "dispatch");
+    assert_string_equal(j1.delivery_id, "d1");
+    assert_string_equal(j1.event, "pull_request");
+    assert_string_equal(buf_cstr(&j1.payload), "{\"x\":1}");
+    assert_int_equal(store_claim(f->st, 1000, 60000, &j2), CRCR_OK);
+    assert_string_not_equal(j1.target, j2.target);
+    assert_int_equal(store_claim(f->st, 1000, 60000, &j3), CRCR_E_NOT_FOUND);
+    /* Not yet due: a row created for the future is not claimed early. */
+    store_job_free(&j1);
+    store_job_free(&j2);
+}
+
+static void expired_lease_makes_row_claimable_again(void **state)
+{
+    fixture *f = *state;
+    const char *repos[] = {"a/1"};
+    ingest(f->st, "d1", repos, 1, 1000);
+    store_job j, k;
+    assert_int_equal(store_claim(f->st, 1000, 5000, &j), CRCR_OK);
+    assert_int_equal(store_claim(f->st, 5999, 5000, &k), CRCR_E_NOT_FOUND);
+    assert_int_equal(store_claim(f->st, 6001, 5000, &k), CRCR_OK);
+    assert_int_equal(k.id, j.id);
+    store_job_free(&j);
+    store_job_free(&k);
+}
+
+static void retry_reschedules_and_counts_attempts(void **state)
+{
+    fixture *f = *state;
+    const char *repos[] = {"a/1"};
+    ingest(f->st, "d1", repos, 1, 1000);
+    store_job j;
+    store_claim(f->st, 1000, 5000, &j);
+    assert_int_equal(store_job_retry(f->st, j.id, 9000, true, 502, "HTTP 502"), CRCR_OK);
+    store_job_free(&j);
+    assert_int_equal(store_claim(f->st, 8999, 5000, &j), CRCR_E_NOT_FOUND);
+    assert_int_equal(store_claim(f->st, 9000, 5000, &j), CRCR_OK);
+    assert_int_equal(j.attempts, 1);
+    /* A pause does not spend an attempt. */
+    store_job_retry(f->st, j.id, 9500, false, 0, "paused");
+    store_job_free(&j);
+    assert_int_equal(store_claim(f->st, 9500, 5000, &j), CRCR_OK);
+    assert_int_equal(j.attempts, 1);
+    store_job_free(&j);
+}
+
+typedef struct collected {
+    int rows;
+    char state[8][16];
+    char body[256];
+    long status[8];
+} collected;
+
+static void collect_job(void *ctx, const store_job_row *r)
+{
+    collected *c = ctx;
+    if (c->rows < 8) {
+        snprintf(c->state[c->rows], sizeof(c->state[0]), "%s", r->state);
+        c->status[c->rows] = r->last_status;
+    }
+    if (r->body)
+        snprintf(c->body, sizeof(c->body), "%.*s", (int)r->body_len, r->body);
+    c->rows++;
+}
+
+static void finish_and_redeliver_dead_row(void **state)
+{
+    fixture *f = *state;
+    const char *repos[] = {"a/1"};
+    ingest(f->st, "d1", repos, 1, 1000);
+    store_job j;
+    store_claim(f->st, 1000, 5000, &j);
+    assert_int_equal(
+        store_job_finish(f->st, j.id, "dead", 404, "not installed", NULL, NULL, 0, 1100), CRCR_OK);
+    store_job_free(&j);
+    collected c = {0};
+    assert_int_equal(store_get_delivery(f->st, "d1", NULL, collect_job, &c), CRCR_OK);
+    assert_int_equal(c.rows, 1);
+    assert_string_equal(c.state[0], "dead");
+    assert_int_equal(c.status[0], 404);
+
+    int n = 0;
+    assert_int_equal(store_redeliver(f->st, "d1", NULL, 2000, &n), CRCR_OK);
+    assert_int_equal(n, 1);
+    assert_int_equal(store_claim(f->st, 2000, 5000, &j), CRCR_OK);
+    assert_int_equal(j.attempts, 0);
+    store_job_free(&j);
+    assert_int_equal(store_redeliver(f->st, "nope", NULL, 2000, &n), CRCR_E_NOT_FOUND);
+    /* A repo without a row for the delivery gets one. */
+    assert_int_equal(store_redeliver(f->st, "d1", "new/repo", 2000, &n), CRCR_OK);
+    assert_int_equal(n, 1);
+}
+
+static void dry_run_body_is_kept(void **state)
+{
+    fixture *f = *state;
+    const char *repos[] = {"a/1"};
+    ingest(f->st, "d1", repos, 1, 1000);
+    store_job j;
+    store_claim(f->st, 1000, 5000, &j);
+    store_job_finish(f->st, j.id, "dry_run", 0, NULL, NULL, "{\"event_type\":\"x\"}", 18, 1001);
+    store_job_free(&j);
+    collected c = {0};
+    store_get_delivery(f->st, "d1", NULL, collect_job, &c);
+    assert_string_equal(c.state[0], "dry_run");
+    assert_string_equal(c.body, "{\"event_type\":\"x\"}");
+}
+
+static void recover_requeues_running_rows(void **state)
+{
+    fixture *f = *state;
+    const char *repos[] = {"a/1"};
+    ingest(f->st, "d1", repos, 1, 1000);
+    store_job j;
+    store_claim(f->st, 1000, 3600000, &j);
+    store_job_free(&j);
+    assert_int_equal(store_claim(f->st, 1001, 5000, &j), CRCR_E_NOT_FOUND);
+    assert_int_equal(store_recover(f->st), CRCR_OK);
+    assert_int_equal(store_claim(f->st, 1001, 5000, &j), CRCR_OK);
+    store_job_free(&j);
+}
+
+static void newer_schema_is_refused(void **state)
+{
+    fixture *f = *state;
+    char path[160];
+    snprintf(path, sizeof(path), "%s/t.db", f->dir);
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, "UPDATE schema_version SET version=99", NULL, NULL, NULL),
+                     SQLITE_OK);
+    sqlite3_close(db);
+    store *st2 = NULL;
+    char err[256] = "";
+    assert_int_equal(store_open(f->uri, &st2, err, sizeof(err)), CRCR_E_CONFIG);
+    assert_non_null(strstr(err, "newer"));
+    assert_null(st2);
+}
+
+static void unknown_scheme_is_a_config_error(void **state)
+{
+    store *st2 = NULL;
+    char err[256] = "";
+    assert_int_equal(store_open("mysql://x", &st2, err, sizeof(err)), CRCR_E_CONFIG);
+    assert_non_null(strstr(err, "CRCR_STORE"));
+}
+
+static void kv_expires(void **state)
+{
+    fixture *f = *state;
+    assert_int_equal(store_kv_put(f->st, "k", "v1", 2, 5000), CRCR_OK);
+    buf_t b;
+    buf_init(&b, 64);
+    assert_int_equal(store_kv_get(f->st, "k", &b, 4999), CRCR_OK);
+    assert_string_equal(buf_cstr(&b), "v1");
+    buf_reset(&b);
+    assert_int_equal(store_kv_get(f->st, "k", &b, 5000), CRCR_E_NOT_FOUND);
+    buf_free(&b);
+}
+
+static void retention_keeps_unfinished_deliveries(void **state)
+{
+    fixture *f = *state;
+    const char *repos[] = {"a/1"};
+    ingest(f->st, "old-done", repos, 1, 1000);
+    ingest(f->st, "old-queued", repos, 1, 1000);
+    ingest(f->st, "new", repos, 1, 50000);
+    store_job j;
+    store_claim(f->st, 1000, 5000, &j); /* old-done (lowest id) */
+    assert_string_equal(j.delivery_id, "old-done");
+    store_job_finish(f->st, j.id, "sent", 204, NULL, NULL, NULL, 0, 1100);
+    store_job_free(&j);
+    int n = 0;
+    assert_int_equal(store_retention(f->st, 10000, &n), CRCR_OK);
+    assert_int_equal(n, 1);
+    assert_int_equal(store_get_delivery(f->st, "old-done", NULL, NULL, NULL), CRCR_E_NOT_FOUND);
+    assert_int_equal(store_get_delivery(f->st, "old-queued", NULL, NULL, NULL), CRCR_OK);
+    assert_int_equal(store_get_delivery(f->st, "new", NULL, NULL, NULL), CRCR_OK);
+}
+
+typedef struct claim_ctx {
+    store *st;
+    int claimed;
+    int64_t ids[400];
+} claim_ctx;
+
+static void *claimer(void *arg)
+{
+    claim_ctx *c = arg;
+    store_job j;
+    while (store_claim(c->st, 10000, 60000, &j) == CRCR_OK) {
+        c->ids[c->claimed++] = j.id;
+        store_job_finish(c->st, j.id, "sent", 204, NULL, NULL, NULL, 0, 10001);
+        store_job_free(&j);
+    }
+    return NULL;
+}
+
+static void concurrent_claims_hand_out_each_row_once(void **state)
+{
+    fixture *f = *state;
+    const char *repos[] = {"a/1", "b/2", "c/3", "d/4", "e/5", "f/6", "g/7", "h/8", "i/9", "j/10"};
+    for (int i = 0; i < 20; i++) {
+        char id[16];
+        snprintf(id, sizeof(id), "d%d", i);
+        assert_int_equal(ingest(f->st, id, repos, 10, 1000 + i), CRCR_OK);
+    }
+    claim_ctx ctx[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+        ctx[i] = (claim_ctx){.st = f->st};
+        pthread_create(&th[i], NULL, claimer, &ctx[i]);
+    }
+    int total = 0;
+    char seen[1024] = {0};
+    for (int i = 0; i < 4; i++) {
+        pthread_join(th[i], NULL);
+        total += ctx[i].claimed;
+        for (int k = 0; k < ctx[i].claimed; k++) {
+            assert_true(ctx[i].ids[k] < 1024);
+            assert_int_equal(seen[ctx[i].ids[k]], 0);
+            seen[ctx[i].ids[k]] = 1;
+        }
+    }
+    assert_int_equal(total, 200);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(ingest_then_duplicate_writes_nothing_more, setup, teardown),
+        cmocka_unit_test_setup_teardown(claim_returns_due_rows_once_with_payload, setup, teardown),
+        cmocka_unit_test_setup_teardown(expired_lease_makes_row_claimable_again, setup, teardown),
+        cmocka_unit_test_setup_teardown(retry_reschedules_and_counts_attempts, setup, teardown),
+        cmocka_unit_test_setup_teardown(finish_and_redeliver_dead_row, setup, teardown),
+        cmocka_unit_test_setup_teardown(dry_run_body_is_kept, setup, teardown),
+        cmocka_unit_test_setup_teardown(recover_requeues_running_rows, setup, teardown),
+        cmocka_unit_test_setup_teardown(newer_schema_is_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(unknown_scheme_is_a_config_error, setup, teardown),
+        cmocka_unit_test_setup_teardown(kv_expires, setup, teardown),
+        cmocka_unit_test_setup_teardown(retention_keeps_unfinished_deliveries, setup, teardown),
+        cmocka_unit_test_setup_teardown(concurrent_claims_hand_out_each_row_once, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
