@@ -46,8 +46,7 @@
 /* Trimming steps (and so entries in client_payload.trimmed) at most. */
 #define DISPATCH_MAX_ENTRIES 8u
 
-/* Fields no step may remove, as paths from the payload root; "[]" stands for every array element.
- */
+/* Fields no step may remove, as paths from the payload root ("[]": every array element). */
 static const char *const kept_paths[] = {
     "action",
     "number",
@@ -92,6 +91,8 @@ typedef struct {
     size_t n;
 } trim_list;
 
+/* Prepares an empty output; allocates nothing. The buffers are owned by `o` from then on and are
+ * released by dispatch_output_free(). */
 void dispatch_output_init(dispatch_output *o)
 {
     buf_init(&o->body, CRCR_DISPATCH_BUDGET_DEFAULT);
@@ -99,6 +100,7 @@ void dispatch_output_init(dispatch_output *o)
     buf_init(&o->trimmed_note, DISPATCH_NOTE_MAX);
 }
 
+/* Releases the buffers owned by `o` (not `o` itself). Accepts NULL and an output never built. */
 void dispatch_output_free(dispatch_output *o)
 {
     if (!o)
@@ -173,7 +175,8 @@ static bool holds_kept(const key_path *p, const char *key)
     return false;
 }
 
-/* Deletes every member named in `names` (NUL-separated, `names->len` bytes) from `obj`. */
+/* Deletes every member named in `names` (NUL-separated, `names->len` bytes) from `obj`, which
+ * releases its reference to each removed value. `names` stays owned by the caller. */
 static crcr_err delete_names(jv *obj, const buf_t *names)
 {
     for (size_t off = 0; off < names->len;) {
@@ -229,7 +232,9 @@ static crcr_err reduce_obj(jv *obj, const char *const *keep, size_t n, bool *cha
     return err;
 }
 
-/* Step 2, recursively: removes "_links" members and string "*_url" members that are not kept. */
+/* Step 2, recursively: removes "_links" members and string "*_url" members that are not kept.
+ * Removed values are released; the names to delete are copied into a temporary buffer first
+ * because members cannot be deleted while their object is being iterated. */
 static crcr_err strip_links_urls(jv *v, key_path *p, bool *links, bool *urls)
 {
     if (p->depth >= NELEM(p->seg) - 1)

@@ -24,17 +24,6 @@
  */
 #include "github.h"
 
-/* src/limits.h shadows the system <limits.h> for every file compiled with -Isrc (OpenSSL's err.h
- * includes <limits.h> for INT_MAX). Until that header is renamed or chains to the system one,
- * take the values from the compiler's predefined macros. */
-#include "limits.h"
-#ifndef INT_MAX
-#define INT_MAX __INT_MAX__
-#endif
-#ifndef LONG_MAX
-#define LONG_MAX __LONG_MAX__
-#endif
-
 #include <arpa/inet.h>
 #include <curl/curl.h>
 #include <pthread.h>
@@ -50,6 +39,7 @@
 
 #include "json.h"
 #include "jwt.h"
+#include "limits.h" /* also the system <limits.h>: LONG_MAX */
 #include "log.h"
 
 #ifndef CRCR_VERSION
@@ -166,25 +156,19 @@ static bool parse_fixed_digits(const char *s, size_t n, int *out)
     return true;
 }
 
-/* Parses a whole string of 1-18 decimal digits (optionally signed when `allow_sign`). */
-static bool parse_int64(const char *s, bool allow_sign, int64_t *out)
+/* Parses a whole string of 1-18 decimal digits (no sign, no spaces). */
+static bool parse_uint(const char *s, int64_t *out)
 {
-    size_t i = 0;
-    bool neg = false;
-    if (allow_sign && s[0] == '-') {
-        neg = true;
-        i = 1;
-    }
-    size_t start = i;
     int64_t v = 0;
+    size_t i = 0;
     for (; s[i]; i++) {
-        if (!is_digit(s[i]) || i - start >= 18)
+        if (!is_digit(s[i]) || i >= 18)
             return false;
         v = v * 10 + (s[i] - '0');
     }
-    if (i == start)
+    if (i == 0)
         return false;
-    *out = neg ? -v : v;
+    *out = v;
     return true;
 }
 
@@ -274,7 +258,7 @@ long gh_parse_retry_after(const char *value, int64_t now)
         return -1;
     int64_t v;
     if (is_digit(value[0])) {
-        if (!parse_int64(value, false, &v) || v > LONG_MAX)
+        if (!parse_uint(value, &v) || v > LONG_MAX)
             return -1;
         return (long)v;
     }
@@ -447,10 +431,10 @@ static size_t on_header(char *p, size_t size, size_t nitems, void *ud)
     if (eq_ci(p, name_len, "retry-after")) {
         x->out->retry_after_s = gh_parse_retry_after(val, (int64_t)time(NULL));
     } else if (eq_ci(p, name_len, "x-ratelimit-remaining")) {
-        if (parse_int64(val, false, &num) && num <= LONG_MAX)
+        if (parse_uint(val, &num) && num <= LONG_MAX)
             x->out->rl_remaining = (long)num;
     } else if (eq_ci(p, name_len, "x-ratelimit-reset")) {
-        if (parse_int64(val, false, &num))
+        if (parse_uint(val, &num))
             x->out->rl_reset = num;
     } else if (eq_ci(p, name_len, "etag")) {
         if (vlen < sizeof(x->out->etag)) {
@@ -491,9 +475,11 @@ static bool header_add(struct curl_slist **list, const char *line)
  * Returns CRCR_OK with out->status for any HTTP answer, CRCR_E_TOO_LARGE (status kept) when the
  * answer passed the sink's cap, CRCR_E_NETWORK (status 0) without an answer.
  */
-static crcr_err http_do(gh_client *gh, const char *method, const char *path, const char *bearer,
-                        const char *const *extra, const char *body, size_t body_len, buf_t *sink,
-                        gh_resp *out)
+/* One HTTP exchange to `base` + `path` (base NULL: GITHUB_API_URL). `loopback` allows plain
+ * http. */
+static crcr_err http_to(gh_client *gh, const char *base, bool loopback, const char *method,
+                        const char *path, const char *bearer, const char *const *extra,
+                        const char *body, size_t body_len, buf_t *sink, gh_resp *out)
 {
     out->status = 0;
     out->error[0] = '\0';
@@ -503,7 +489,7 @@ static crcr_err http_do(gh_client *gh, const char *method, const char *path, con
 
     buf_t url;
     buf_init(&url, GH_URL_MAX);
-    crcr_err err = buf_puts(&url, gh->api_url);
+    crcr_err err = buf_puts(&url, base ? base : gh->api_url);
     if (!err)
         err = buf_puts(&url, path);
     if (err) {
@@ -546,7 +532,7 @@ static crcr_err http_do(gh_client *gh, const char *method, const char *path, con
     curl_easy_reset(h);
     SETOPT(CURLOPT_SHARE, gh->share);
     SETOPT(CURLOPT_URL, url.data);
-    SETOPT(CURLOPT_PROTOCOLS_STR, gh->loopback ? "http,https" : "https");
+    SETOPT(CURLOPT_PROTOCOLS_STR, loopback ? "http,https" : "https");
     SETOPT(CURLOPT_FOLLOWLOCATION, 0L);
     SETOPT(CURLOPT_NOSIGNAL, 1L);
     SETOPT(CURLOPT_CONNECTTIMEOUT_MS, CRCR_GH_CONNECT_TIMEOUT_MS);
@@ -604,6 +590,13 @@ static crcr_err http_do(gh_client *gh, const char *method, const char *path, con
     answer_reset(out);
     set_error(out, "%s %s: %s", method, path, errbuf[0] ? errbuf : curl_easy_strerror(rc));
     return CRCR_E_NETWORK;
+}
+
+static crcr_err http_do(gh_client *gh, const char *method, const char *path, const char *bearer,
+                        const char *const *extra, const char *body, size_t body_len, buf_t *sink,
+                        gh_resp *out)
+{
+    return http_to(gh, NULL, gh->loopback, method, path, bearer, extra, body, body_len, sink, out);
 }
 
 /* ---------------------------------------------------------------- App JWT */
@@ -1100,6 +1093,8 @@ gh_client *gh_client_new(const crcr_config *cfg, char *err, size_t errsz)
     return gh;
 }
 
+/* Frees the pooled curl handles, the share, the caches (tokens wiped) and the key. Call it only
+ * when no request is in flight: handles borrowed by running calls are not in the pool. */
 void gh_client_free(gh_client *gh)
 {
     if (!gh)
@@ -1281,4 +1276,28 @@ crcr_err gh_installation_id(gh_client *gh, const char *repo, int64_t *id, gh_res
     }
     bool cached;
     return install_id(gh, key, id, &cached, out);
+}
+
+crcr_err gh_request_url(gh_client *gh, const char *method, const char *url,
+                        const char *const *extra_headers, const char *body, size_t body_len,
+                        gh_resp *out)
+{
+    if (!out)
+        return CRCR_E_INVALID;
+    resp_start(out);
+    if (!gh || !method || !url) {
+        set_error(out, "missing client, method or URL");
+        return CRCR_E_INVALID;
+    }
+    bool ok = false, loopback = false;
+    classify_url(url, &ok, &loopback);
+    if (!ok) {
+        set_error(out, "URL refused: only https, or http to a loopback host");
+        return CRCR_E_INVALID;
+    }
+    crcr_err err = check_request(gh, method, "/", extra_headers, body, body_len, out);
+    if (err)
+        return err;
+    return http_to(gh, url, loopback, method, "", NULL, extra_headers, body, body_len, &out->body,
+                   out);
 }

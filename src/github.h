@@ -14,10 +14,12 @@
  * CRCR_GH_RESPONSE_MAX bytes. Tokens, JWTs and keys are never logged and never copied into
  * gh_resp.error.
  *
- * Threading: one gh_client is shared by every worker thread. Each call uses a curl easy handle of
- * the calling thread; connections are shared and reused through a CURLSH connection cache, so
- * workers run blocking requests concurrently (each outbox job is a short chain of dependent calls,
- * which reads best as straight-line code) while TCP/TLS connections are kept alive across them.
+ * Threading: one gh_client is shared by every worker thread. A call borrows an idle curl easy
+ * handle from the client's pool (creating one when none is idle) and returns it afterwards, so
+ * its kept-alive connection serves the next call; a CURLSH shares DNS and TLS sessions. Handles
+ * are not shared between concurrent threads because libcurl 7.88 does not support sharing live
+ * connections across threads (CURL_LOCK_DATA_CONNECT). Each outbox job is a short chain of
+ * dependent calls, which reads best as straight-line blocking code on its worker thread.
  */
 #ifndef CRCR_GITHUB_H
 #define CRCR_GITHUB_H
@@ -79,6 +81,13 @@ void gh_client_free(gh_client *gh);
 crcr_err gh_request(gh_client *gh, gh_auth auth, const char *repo, const char *method,
                     const char *path, const char *const *extra_headers, const char *body,
                     size_t body_len, gh_resp *out);
+
+/* Sends a request to an absolute URL outside the GitHub API (the HUD's API), without GitHub
+ * authentication; `extra_headers` carries whatever the peer needs. Same limits, return values and
+ * https-only rule (http only for loopback hosts) as gh_request. */
+crcr_err gh_request_url(gh_client *gh, const char *method, const char *url,
+                        const char *const *extra_headers, const char *body, size_t body_len,
+                        gh_resp *out);
 
 /* The installation id covering `repo` (from cache, or one lookup). Return values as gh_request. */
 crcr_err gh_installation_id(gh_client *gh, const char *repo, int64_t *id, gh_resp *out);

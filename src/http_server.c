@@ -26,6 +26,12 @@
 #include "limits.h"
 #include "log.h"
 
+/* MHD's per-connection memory (request line, headers and the body chunk being read). It is
+ * well above CRCR_MAX_HEADER_BYTES so that an oversized header block still reaches the handler,
+ * which answers crcr's JSON 431; only header blocks past about half of this (~128 KiB) are refused
+ * by libmicrohttpd itself, with its own short HTML 431 body. MHD maps the pool lazily. */
+#define HTTP_CONNECTION_MEMORY (256u * 1024u)
+
 struct http_server {
     struct MHD_Daemon *d;
     const http_route *routes;
@@ -40,7 +46,8 @@ typedef struct req_state {
     const http_route *route;
     buf_t body;
     int64_t started_ms;
-    int status; /* answer queued early (404/405/413), 0 otherwise */
+    int status; /* answer queued early (404/405/413/431), 0 otherwise */
+    bool too_large; /* the body passed the cap: discard the rest, then answer 413 */
     bool counted;
 } req_state;
 
@@ -62,6 +69,8 @@ static const char *status_text(int status)
         return "Request body too large";
     case 408:
         return "Request timeout";
+    case 431:
+        return "Request header fields too large";
     default:
         return "Error";
     }
@@ -164,6 +173,22 @@ static const http_route *find_route(const http_server *srv, const char *method, 
     return best;
 }
 
+static enum MHD_Result add_header_size(void *cls, enum MHD_ValueKind kind, const char *key,
+                                       const char *value)
+{
+    size_t *total = cls;
+    *total += strlen(key) + (value ? strlen(value) : 0) + 4;
+    return MHD_YES;
+}
+
+/* Bytes of request headers as received (names, values and separators). */
+static size_t header_bytes(struct MHD_Connection *conn)
+{
+    size_t total = 0;
+    MHD_get_connection_values(conn, MHD_HEADER_KIND, add_header_size, &total);
+    return total;
+}
+
 /* Content-Length as a number, or -1 when absent or malformed. */
 static long long content_length(struct MHD_Connection *conn)
 {
@@ -194,6 +219,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         st->counted = true;
 
         bool known = false;
+        if (header_bytes(conn) + strlen(url) > CRCR_MAX_HEADER_BYTES) {
+            st->status = 431;
+            return send_detail(conn, 431);
+        }
         if (strlen(url) > CRCR_MAX_PATH) {
             st->status = 404;
             return send_detail(conn, 404);
@@ -223,13 +252,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             LOG_WARN("http.deadline", "path", url, NULL);
             return MHD_NO;
         }
-        if (buf_append(&st->body, upload_data, *upload_data_size) != CRCR_OK) {
-            st->status = 413;
-            *upload_data_size = 0;
-            return send_detail(conn, 413);
+        /* MHD cannot queue an answer while a body is being read, so a body past the cap is
+         * discarded (memory stays bounded, the deadline bounds time) and answered 413 at its end. */
+        if (!st->too_large && buf_append(&st->body, upload_data, *upload_data_size) != CRCR_OK) {
+            st->too_large = true;
+            buf_free(&st->body);
         }
         *upload_data_size = 0;
         return MHD_YES;
+    }
+    if (st->too_large) {
+        st->status = 413;
+        return send_detail(conn, 413);
     }
 
     http_request req = {
@@ -312,7 +346,7 @@ http_server *http_server_start(const http_server_opts *opts, const http_route *r
     srv->d =
         MHD_start_daemon(flags, (uint16_t)opts->port, NULL, NULL, on_request, srv,
                          MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss, MHD_OPTION_THREAD_POOL_SIZE,
-                         threads, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CRCR_MAX_HEADER_BYTES,
+                         threads, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_CONNECTION_MEMORY,
                          MHD_OPTION_CONNECTION_LIMIT,
                          opts->max_connections ? opts->max_connections : CRCR_MAX_CONNECTIONS,
                          MHD_OPTION_CONNECTION_TIMEOUT,

@@ -270,6 +270,8 @@ struct dump_ctx {
 static int dump_cb(const char *p, size_t n, void *data)
 {
     struct dump_ctx *d = data;
+    if (d->err) /* jansson ignores some callback failures and goes on writing: stay failed */
+        return -1;
     d->err = buf_append(d->out, p, n);
     return d->err ? -1 : 0;
 }

@@ -4,17 +4,6 @@
  */
 #include "jwt.h"
 
-/* src/limits.h shadows the system <limits.h> for every file compiled with -Isrc (OpenSSL's err.h
- * includes <limits.h> for INT_MAX). Until that header is renamed or chains to the system one,
- * take the values from the compiler's predefined macros. */
-#include "limits.h"
-#ifndef INT_MAX
-#define INT_MAX __INT_MAX__
-#endif
-#ifndef LONG_MAX
-#define LONG_MAX __LONG_MAX__
-#endif
-
 #include <stdbool.h>
 #include <string.h>
 

@@ -13,7 +13,7 @@
 
 /* HTTP ingress. GitHub caps webhook payloads at 25 MB. */
 #define CRCR_MAX_BODY_DEFAULT (25u * 1024u * 1024u)
-/* Bytes MHD may use per connection for the request line and headers; beyond it answers 431. */
+/* Bytes of request line and headers a request may have; beyond it the answer is 431. */
 #define CRCR_MAX_HEADER_BYTES (32u * 1024u)
 /* Simultaneous connections accepted by the HTTP server. */
 #define CRCR_MAX_CONNECTIONS 2048u

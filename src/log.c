@@ -177,7 +177,8 @@ static size_t bearer_len(const char *p, size_t n, size_t *cred_start)
     return 0;
 }
 
-crcr_err log_scrub(const char *in, size_t n, buf_t *out)
+/* The scrubber proper; the caller holds g_lock (the registered secrets). */
+static crcr_err scrub_locked(const char *in, size_t n, buf_t *out)
 {
     crcr_err err = CRCR_OK;
     size_t i = 0;
@@ -225,6 +226,14 @@ crcr_err log_scrub(const char *in, size_t n, buf_t *out)
     return err;
 }
 
+crcr_err log_scrub(const char *in, size_t n, buf_t *out)
+{
+    pthread_mutex_lock(&g_lock);
+    crcr_err err = scrub_locked(in, n, out);
+    pthread_mutex_unlock(&g_lock);
+    return err;
+}
+
 static int needs_quotes(const char *s)
 {
     if (!*s)
@@ -241,9 +250,7 @@ static void put_value(buf_t *line, const char *v)
 {
     buf_t clean;
     buf_init(&clean, CRCR_LOG_LINE_MAX);
-    pthread_mutex_lock(&g_lock);
     crcr_err err = log_scrub(v, strlen(v), &clean);
-    pthread_mutex_unlock(&g_lock);
     const char *s = err ? "[unprintable]" : buf_cstr(&clean);
     if (!needs_quotes(s)) {
         buf_puts(line, s);

@@ -16,6 +16,7 @@
 #include <strings.h>
 #include <time.h>
 
+#include "cbtoken.h"
 #include "clock.h"
 #include "dispatch.h"
 #include "json.h"
@@ -184,12 +185,15 @@ static void run_dispatch(outbox *ob, const store_job *job, outcome *o, dispatch_
                          int64_t now)
 {
     char err[256] = "";
+    char token[CBTOKEN_SIZE];
+    cbtoken_make(ob->cfg->app_secret ? ob->cfg->app_secret : "", job->delivery_id ? job->delivery_id : "",
+                 job->target, job->head_sha, job->pr_number, token);
     dispatch_input in = {
         .event = job->event ? job->event : "",
         .delivery_id = job->delivery_id ? job->delivery_id : "",
         .payload = buf_cstr(&job->payload),
         .payload_len = job->payload.len,
-        .callback_token = NULL,
+        .callback_token = token,
         .budget = ob->cfg->dispatch_budget,
     };
     crcr_err e = dispatch_build(&in, out, err, sizeof(err));

@@ -49,6 +49,7 @@ void store_job_free(store_job *job)
     free(job->delivery_id);
     free(job->target);
     free(job->event);
+    free(job->head_sha);
     buf_free(&job->body);
     buf_free(&job->payload);
     memset(job, 0, sizeof(*job));
@@ -114,4 +115,49 @@ crcr_err store_kv_put(store *st, const char *key, const char *value, size_t len,
 crcr_err store_retention(store *st, int64_t before, int *n)
 {
     return st->ops->retention(st, before, n);
+}
+
+crcr_err store_run_apply(store *st, const store_run_update *u, store_effects_fn effects,
+                         void *ctx, store_run_result *res, char *reason, size_t reasonsz)
+{
+    return st->ops->run_apply(st, u, effects, ctx, res, reason, reasonsz);
+}
+
+crcr_err store_runs_for_sha(store *st, const char *head_sha, const char *repo,
+                            void (*fn)(void *ctx, const store_run_row *row), void *ctx)
+{
+    return st->ops->runs_for_sha(st, head_sha, repo, fn, ctx);
+}
+
+crcr_err store_zombies(store *st, int64_t started_before, int limit,
+                       void (*fn)(void *ctx, const store_run_row *row), void *ctx)
+{
+    return st->ops->zombies(st, started_before, limit, fn, ctx);
+}
+
+crcr_err store_wanted_set(store *st, const char *head_sha, const char *repo, int64_t now)
+{
+    return st->ops->wanted_set(st, head_sha, repo, now);
+}
+
+crcr_err store_wanted_get(store *st, const char *head_sha, const char *repo, int64_t since)
+{
+    return st->ops->wanted_get(st, head_sha, repo, since);
+}
+
+crcr_err store_rate_hit(store *st, const char *repo, int64_t now, int64_t window_ms, long limit,
+                        bool *allowed, int64_t *retry_after_ms)
+{
+    return st->ops->rate_hit(st, repo, now, window_ms, limit, allowed, retry_after_ms);
+}
+
+crcr_err store_enqueue(store *st, const char *delivery_id, const store_new_job *jobs, size_t n)
+{
+    return st->ops->enqueue(st, delivery_id, jobs, n);
+}
+
+crcr_err store_lease(store *st, const char *name, const char *owner, int64_t now, int64_t ttl_ms,
+                     bool *held)
+{
+    return st->ops->lease(st, name, owner, now, ttl_ms, held);
 }

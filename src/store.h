@@ -73,6 +73,8 @@ typedef struct store_job {
     buf_t body;    /* the row's own body ("" when none) */
     char *event;   /* the delivery's event (rows with a delivery) */
     buf_t payload; /* the delivery's payload (rows with a delivery) */
+    int64_t pr_number; /* the delivery's PR number, 0 when none */
+    char *head_sha;    /* the delivery's head sha (push: after), NULL when none */
 } store_job;
 
 void store_job_free(store_job *job);
@@ -149,5 +151,95 @@ crcr_err store_kv_put(store *st, const char *key, const char *value, size_t len,
 
 /* Deletes deliveries received before `before` and their finished outbox rows. *n = deliveries. */
 crcr_err store_retention(store *st, int64_t before, int *n);
+
+/* ---- Callback runs (§4 `runs`): DISPATCHED -> IN_PROGRESS -> COMPLETED per key ---- */
+
+typedef struct store_run_key {
+    const char *delivery_id;
+    const char *repo; /* the OIDC-verified repository; compared case-insensitively */
+    int64_t run_id;
+    int64_t run_attempt;
+    const char *job_name; /* "" when the callback named no job */
+} store_run_key;
+
+typedef struct store_run_update {
+    store_run_key key;
+    const char *status;     /* "in_progress" or "completed" */
+    const char *conclusion; /* completed only; NULL when not given */
+    const char *event_type; /* pull_request, push, nightly, periodic */
+    int level;              /* the repo's allowlist level now (crcr_level) */
+    int64_t pr_number;      /* 0 when none */
+    const char *head_sha;
+    const char *workflow_name;
+    const char *details_url;
+    const char *artifact_url;
+    int64_t test_passed, test_failed, test_skipped; /* -1 when not reported */
+    const char *payload; /* the callback body as received */
+    size_t payload_len;
+    int64_t now;
+    bool single_shot; /* nightly/periodic: no dispatch record; one completed row per key */
+} store_run_update;
+
+typedef struct store_run_result {
+    bool duplicate;        /* the same transition was already applied: nothing changed */
+    int64_t dispatched_at; /* ms, 0 when unknown */
+    int64_t started_at;    /* ms of in_progress, 0 when unknown */
+    int64_t queue_ms;      /* in_progress - dispatched, -1 when unknown */
+    int64_t exec_ms;       /* completed - in_progress, -1 when unknown */
+} store_run_result;
+
+/* Builds the side-effect jobs of a transition, inside its transaction, once its metrics are
+ * known. Fills up to `max` jobs (memory owned by ctx until store_run_apply returns). */
+typedef crcr_err (*store_effects_fn)(void *ctx, const store_run_result *res, store_new_job *jobs,
+                                     size_t max, size_t *n);
+
+/*
+ * Applies one transition atomically: reads the current state, checks the transition, writes the
+ * new state and inserts the side-effect jobs from `effects` (may be NULL) in one transaction.
+ * Returns CRCR_OK (res->duplicate tells an exact repeat, with no write and no jobs),
+ * CRCR_E_NOT_FOUND when no dispatch of this delivery to this repo exists (not for single_shot),
+ * CRCR_E_STATE for an invalid transition (reason says which), CRCR_E_STORE on failure.
+ */
+crcr_err store_run_apply(store *st, const store_run_update *u, store_effects_fn effects,
+                         void *ctx, store_run_result *res, char *reason, size_t reasonsz);
+
+/* A run as read back. Pointers valid during the callback only. */
+typedef struct store_run_row {
+    const char *delivery_id, *repo, *job_name, *event_type, *state, *head_sha, *workflow_name,
+        *conclusion, *details_url, *artifact_url;
+    int64_t run_id, run_attempt, pr_number;
+    int level;
+    int64_t dispatched_at, started_at, completed_at, queue_ms, exec_ms;
+    int64_t test_passed, test_failed, test_skipped;
+    const char *payload;
+    size_t payload_len;
+} store_run_row;
+
+/* Latest run per (workflow, job) reported for `head_sha` by `repo`, for the L3 label back-fill. */
+crcr_err store_runs_for_sha(store *st, const char *head_sha, const char *repo,
+                            void (*fn)(void *ctx, const store_run_row *row), void *ctx);
+
+/* In-progress runs that started before `started_before` (zombies), at most `limit`. */
+crcr_err store_zombies(store *st, int64_t started_before, int limit,
+                       void (*fn)(void *ctx, const store_run_row *row), void *ctx);
+
+/* L3 "check run wanted" marks (§4 labels_wanted). */
+crcr_err store_wanted_set(store *st, const char *head_sha, const char *repo, int64_t now);
+/* CRCR_OK when marked at or after `since`, CRCR_E_NOT_FOUND otherwise. */
+crcr_err store_wanted_get(store *st, const char *head_sha, const char *repo, int64_t since);
+
+/* Sliding-window rate limit: counts a hit for `repo` at `now` when fewer than `limit` hits lie in
+ * (now - window_ms, now]. *allowed tells the outcome; when refused, *retry_after_ms is when the
+ * oldest hit leaves the window. Refused hits are not counted. */
+crcr_err store_rate_hit(store *st, const char *repo, int64_t now, int64_t window_ms, long limit,
+                        bool *allowed, int64_t *retry_after_ms);
+
+/* Adds outbox rows outside an ingest (re-runs found by a suite listing, label back-fill). */
+crcr_err store_enqueue(store *st, const char *delivery_id, const store_new_job *jobs, size_t n);
+
+/* Takes or renews the named lease for `owner` until now + ttl_ms. *held tells whether `owner`
+ * holds it now. Used so that one instance runs periodic work. */
+crcr_err store_lease(store *st, const char *name, const char *owner, int64_t now, int64_t ttl_ms,
+                     bool *held);
 
 #endif

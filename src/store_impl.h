@@ -34,6 +34,19 @@ typedef struct store_ops {
     crcr_err (*kv_put)(store *st, const char *key, const char *value, size_t len,
                        int64_t expires_at);
     crcr_err (*retention)(store *st, int64_t before, int *n);
+    crcr_err (*run_apply)(store *st, const store_run_update *u, store_effects_fn effects,
+                          void *ctx, store_run_result *res, char *reason, size_t reasonsz);
+    crcr_err (*runs_for_sha)(store *st, const char *head_sha, const char *repo,
+                             void (*fn)(void *ctx, const store_run_row *row), void *ctx);
+    crcr_err (*zombies)(store *st, int64_t started_before, int limit,
+                        void (*fn)(void *ctx, const store_run_row *row), void *ctx);
+    crcr_err (*wanted_set)(store *st, const char *head_sha, const char *repo, int64_t now);
+    crcr_err (*wanted_get)(store *st, const char *head_sha, const char *repo, int64_t since);
+    crcr_err (*rate_hit)(store *st, const char *repo, int64_t now, int64_t window_ms, long limit,
+                         bool *allowed, int64_t *retry_after_ms);
+    crcr_err (*enqueue)(store *st, const char *delivery_id, const store_new_job *jobs, size_t n);
+    crcr_err (*lease)(store *st, const char *name, const char *owner, int64_t now, int64_t ttl_ms,
+                      bool *held);
 } store_ops;
 
 struct store {

@@ -40,7 +40,8 @@ static const char *const SQL[S_COUNT] = {
                 "outbox WHERE (state='queued' AND next_attempt_at<=?2) OR (state='running' AND "
                 "lease_until<?2) ORDER BY next_attempt_at, id LIMIT 1) "
                 "RETURNING id, kind, delivery_id, target, attempts, body",
-    [S_GET_DELIVERY_PAYLOAD] = "SELECT event, payload FROM deliveries WHERE delivery_id=?",
+    [S_GET_DELIVERY_PAYLOAD] =
+        "SELECT event, payload, pr_number, head_sha FROM deliveries WHERE delivery_id=?",
     [S_NEXT_DUE] = "SELECT min(next_attempt_at) FROM outbox WHERE state='queued'",
     [S_FINISH] = "UPDATE outbox SET state=?1, attempts=attempts+1, last_status=?2, last_error=?3, "
                  "note=?4, body=COALESCE(?5, body), done_at=?6, lease_until=NULL WHERE id=?7",
@@ -67,7 +68,23 @@ static const char SCHEMA[] =
     " WHERE kind='dispatch';"
     "CREATE INDEX IF NOT EXISTS outbox_due ON outbox(state, next_attempt_at);"
     "CREATE INDEX IF NOT EXISTS outbox_delivery ON outbox(delivery_id);"
-    "CREATE TABLE IF NOT EXISTS kv(key TEXT PRIMARY KEY, value BLOB, expires_at INTEGER NOT NULL);";
+    "CREATE TABLE IF NOT EXISTS kv(key TEXT PRIMARY KEY, value BLOB, expires_at INTEGER NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS runs("
+    " delivery_id TEXT NOT NULL, repo TEXT NOT NULL COLLATE NOCASE, run_id INTEGER NOT NULL,"
+    " run_attempt INTEGER NOT NULL, job_name TEXT NOT NULL, event_type TEXT, state TEXT NOT NULL,"
+    " level INTEGER, pr_number INTEGER NOT NULL DEFAULT 0, head_sha TEXT, workflow_name TEXT,"
+    " conclusion TEXT, details_url TEXT, artifact_url TEXT, dispatched_at INTEGER,"
+    " started_at INTEGER, completed_at INTEGER, queue_ms INTEGER, exec_ms INTEGER,"
+    " test_passed INTEGER, test_failed INTEGER, test_skipped INTEGER, payload BLOB,"
+    " updated_at INTEGER NOT NULL,"
+    " PRIMARY KEY(delivery_id, repo, run_id, run_attempt, job_name));"
+    "CREATE INDEX IF NOT EXISTS runs_sha ON runs(head_sha, repo);"
+    "CREATE INDEX IF NOT EXISTS runs_state ON runs(state, started_at);"
+    "CREATE INDEX IF NOT EXISTS runs_repo ON runs(repo, updated_at);"
+    "CREATE TABLE IF NOT EXISTS labels_wanted(head_sha TEXT NOT NULL, repo TEXT NOT NULL COLLATE "
+    " NOCASE, created_at INTEGER NOT NULL, PRIMARY KEY(head_sha, repo));"
+    "CREATE TABLE IF NOT EXISTS rate_hits(repo TEXT NOT NULL COLLATE NOCASE, at INTEGER NOT NULL);"
+    "CREATE INDEX IF NOT EXISTS rate_hits_repo ON rate_hits(repo, at);";
 
 typedef struct sqlite_store {
     struct store base;
@@ -277,6 +294,8 @@ static crcr_err sq_claim(store *st, int64_t now, int64_t lease_ms, store_job *ou
             if (sqlite3_step(p) == SQLITE_ROW) {
                 out->event = col_dup(p, 0);
                 err = copy_blob(p, 1, &out->payload, CRCR_MAX_BODY_DEFAULT * 4u);
+                out->pr_number = sqlite3_column_int64(p, 2);
+                out->head_sha = col_dup(p, 3);
             }
             sqlite3_reset(p);
         }
@@ -647,6 +666,8 @@ static crcr_err sq_retention(store *st, int64_t before, int *n)
         "DELETE FROM outbox WHERE delivery_id IN (SELECT id FROM old_deliveries)",
         "DELETE FROM deliveries WHERE delivery_id IN (SELECT id FROM old_deliveries)",
         "DELETE FROM kv WHERE expires_at<>0 AND expires_at < ?1",
+        "DELETE FROM runs WHERE updated_at < ?1 AND state<>'in_progress'",
+        "DELETE FROM labels_wanted WHERE created_at < ?1",
     };
     for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]) && !err; i++) {
         if (sqlite3_prepare_v2(s->db, steps[i], -1, &q, NULL) != SQLITE_OK) {
@@ -663,6 +684,475 @@ static crcr_err sq_retention(store *st, int64_t before, int *n)
         q = NULL;
     }
     exec(s, err ? "ROLLBACK" : "COMMIT");
+    pthread_mutex_unlock(&s->mu);
+    return err;
+}
+
+
+/* ---- runs ---- */
+
+#define RUN_COLUMNS                                                                               \
+    "delivery_id, repo, job_name, event_type, state, head_sha, workflow_name, conclusion, "       \
+    "details_url, artifact_url, run_id, run_attempt, pr_number, level, dispatched_at, "           \
+    "started_at, completed_at, queue_ms, exec_ms, test_passed, test_failed, test_skipped, "       \
+    "payload"
+
+static int64_t col_i64_or(sqlite3_stmt *q, int i, int64_t dflt)
+{
+    return sqlite3_column_type(q, i) == SQLITE_NULL ? dflt : sqlite3_column_int64(q, i);
+}
+
+static void fill_run_row(sqlite3_stmt *q, store_run_row *r)
+{
+    r->delivery_id = col_text(q, 0);
+    r->repo = col_text(q, 1);
+    r->job_name = col_text(q, 2);
+    r->event_type = col_text(q, 3);
+    r->state = col_text(q, 4);
+    r->head_sha = col_text(q, 5);
+    r->workflow_name = col_text(q, 6);
+    r->conclusion = col_text(q, 7);
+    r->details_url = col_text(q, 8);
+    r->artifact_url = col_text(q, 9);
+    r->run_id = sqlite3_column_int64(q, 10);
+    r->run_attempt = sqlite3_column_int64(q, 11);
+    r->pr_number = sqlite3_column_int64(q, 12);
+    r->level = sqlite3_column_int(q, 13);
+    r->dispatched_at = col_i64_or(q, 14, 0);
+    r->started_at = col_i64_or(q, 15, 0);
+    r->completed_at = col_i64_or(q, 16, 0);
+    r->queue_ms = col_i64_or(q, 17, -1);
+    r->exec_ms = col_i64_or(q, 18, -1);
+    r->test_passed = col_i64_or(q, 19, -1);
+    r->test_failed = col_i64_or(q, 20, -1);
+    r->test_skipped = col_i64_or(q, 21, -1);
+    r->payload = sqlite3_column_blob(q, 22);
+    r->payload_len = (size_t)sqlite3_column_bytes(q, 22);
+}
+
+static void bind_i64_or_null(sqlite3_stmt *q, int i, int64_t v, int64_t null_value)
+{
+    if (v == null_value)
+        sqlite3_bind_null(q, i);
+    else
+        sqlite3_bind_int64(q, i, v);
+}
+
+/* Inserts jobs for `delivery_id` with the prepared insert statement; caller holds the lock and
+ * an open transaction. */
+static crcr_err insert_jobs(sqlite_store *s, const char *delivery_id, const store_new_job *jobs,
+                            size_t n, int64_t now)
+{
+    for (size_t i = 0; i < n; i++) {
+        sqlite3_stmt *q = stmt(s, S_INS_JOB);
+        if (!q)
+            return CRCR_E_STORE;
+        bind_text(q, 1, jobs[i].kind);
+        bind_text(q, 2, delivery_id);
+        bind_text(q, 3, jobs[i].target);
+        if (jobs[i].body)
+            sqlite3_bind_blob(q, 4, jobs[i].body, (int)jobs[i].body_len, SQLITE_STATIC);
+        else
+            sqlite3_bind_null(q, 4);
+        sqlite3_bind_int64(q, 5, jobs[i].due_at ? jobs[i].due_at : now);
+        sqlite3_bind_int64(q, 6, now);
+        int rc = sqlite3_step(q);
+        sqlite3_reset(q);
+        if (rc == SQLITE_CONSTRAINT)
+            continue; /* a dispatch row that exists already */
+        if (rc != SQLITE_DONE)
+            return fail(s, "insert_jobs");
+    }
+    return CRCR_OK;
+}
+
+#define RUN_EFFECTS_MAX 8
+
+static crcr_err sq_run_apply(store *st, const store_run_update *u, store_effects_fn effects,
+                             void *ctx, store_run_result *res, char *reason, size_t reasonsz)
+{
+    sqlite_store *s = SS(st);
+    sqlite3_stmt *q = NULL;
+    crcr_err err = CRCR_OK;
+    memset(res, 0, sizeof(*res));
+    res->queue_ms = -1;
+    res->exec_ms = -1;
+    bool completed = strcmp(u->status, "completed") == 0;
+    const char *job = u->key.job_name ? u->key.job_name : "";
+
+    pthread_mutex_lock(&s->mu);
+    if (exec(s, "BEGIN IMMEDIATE") != CRCR_OK) {
+        pthread_mutex_unlock(&s->mu);
+        return CRCR_E_STORE;
+    }
+    if (!u->single_shot) {
+        /* The dispatch record: this delivery was sent (or queued) to this repo. */
+        if (sqlite3_prepare_v2(s->db,
+                               "SELECT COALESCE(done_at, created_at) FROM outbox WHERE "
+                               "kind='dispatch' AND delivery_id=?1 AND lower(target)=lower(?2) "
+                               "LIMIT 1",
+                               -1, &q, NULL) != SQLITE_OK) {
+            err = fail(s, "run_apply");
+            goto out;
+        }
+        bind_text(q, 1, u->key.delivery_id);
+        bind_text(q, 2, u->key.repo);
+        if (sqlite3_step(q) != SQLITE_ROW) {
+            err = CRCR_E_NOT_FOUND;
+            goto out;
+        }
+        res->dispatched_at = sqlite3_column_int64(q, 0);
+        sqlite3_finalize(q);
+        q = NULL;
+    }
+    /* The current state of this key. */
+    if (sqlite3_prepare_v2(s->db,
+                           "SELECT state, conclusion, started_at, dispatched_at FROM runs WHERE "
+                           "delivery_id=?1 AND repo=?2 AND run_id=?3 AND run_attempt=?4 AND "
+                           "job_name=?5",
+                           -1, &q, NULL) != SQLITE_OK) {
+        err = fail(s, "run_apply");
+        goto out;
+    }
+    bind_text(q, 1, u->key.delivery_id);
+    bind_text(q, 2, u->key.repo);
+    sqlite3_bind_int64(q, 3, u->key.run_id);
+    sqlite3_bind_int64(q, 4, u->key.run_attempt);
+    bind_text(q, 5, job);
+    char state[16] = "";
+    char prev_conclusion[64] = "";
+    bool have_conclusion = false;
+    if (sqlite3_step(q) == SQLITE_ROW) {
+        snprintf(state, sizeof(state), "%s", col_text(q, 0) ? col_text(q, 0) : "");
+        if (col_text(q, 1)) {
+            snprintf(prev_conclusion, sizeof(prev_conclusion), "%s", col_text(q, 1));
+            have_conclusion = true;
+        }
+        res->started_at = col_i64_or(q, 2, 0);
+    }
+    sqlite3_finalize(q);
+    q = NULL;
+
+    if (!completed) {
+        if (strcmp(state, "in_progress") == 0) {
+            res->duplicate = true;
+            goto out;
+        }
+        if (state[0]) {
+            snprintf(reason, reasonsz, "in_progress after %s", state);
+            err = CRCR_E_STATE;
+            goto out;
+        }
+        res->started_at = u->now;
+        if (res->dispatched_at)
+            res->queue_ms = u->now > res->dispatched_at ? u->now - res->dispatched_at : 0;
+    } else {
+        if (strcmp(state, "completed") == 0) {
+            bool same = (!u->conclusion && !have_conclusion) ||
+                        (u->conclusion && have_conclusion &&
+                         strcmp(u->conclusion, prev_conclusion) == 0);
+            if (same) {
+                res->duplicate = true;
+            } else {
+                snprintf(reason, reasonsz, "already completed with conclusion %s",
+                         have_conclusion ? prev_conclusion : "null");
+                err = CRCR_E_STATE;
+            }
+            goto out;
+        }
+        if (!u->single_shot && strcmp(state, "in_progress") != 0) {
+            snprintf(reason, reasonsz, "completed without prior in_progress");
+            err = CRCR_E_STATE;
+            goto out;
+        }
+        if (res->started_at)
+            res->exec_ms = u->now > res->started_at ? u->now - res->started_at : 0;
+    }
+
+    static const char UPSERT[] =
+        "INSERT INTO runs(delivery_id, repo, run_id, run_attempt, job_name, event_type, state, "
+        "level, pr_number, head_sha, workflow_name, conclusion, details_url, artifact_url, "
+        "dispatched_at, started_at, completed_at, queue_ms, exec_ms, test_passed, test_failed, "
+        "test_skipped, payload, updated_at) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,"
+        "?14,?15,?16,?17,?18,?19,?20,?21,?22,?23,?24) ON CONFLICT(delivery_id, repo, run_id, "
+        "run_attempt, job_name) DO UPDATE SET state=excluded.state, level=excluded.level, "
+        "conclusion=excluded.conclusion, completed_at=excluded.completed_at, "
+        "exec_ms=excluded.exec_ms, test_passed=excluded.test_passed, "
+        "test_failed=excluded.test_failed, test_skipped=excluded.test_skipped, "
+        "artifact_url=COALESCE(excluded.artifact_url, runs.artifact_url), "
+        "details_url=COALESCE(excluded.details_url, runs.details_url), "
+        "payload=excluded.payload, updated_at=excluded.updated_at";
+    if (sqlite3_prepare_v2(s->db, UPSERT, -1, &q, NULL) != SQLITE_OK) {
+        err = fail(s, "run_apply");
+        goto out;
+    }
+    bind_text(q, 1, u->key.delivery_id);
+    bind_text(q, 2, u->key.repo);
+    sqlite3_bind_int64(q, 3, u->key.run_id);
+    sqlite3_bind_int64(q, 4, u->key.run_attempt);
+    bind_text(q, 5, job);
+    bind_text(q, 6, u->event_type);
+    bind_text(q, 7, u->status);
+    sqlite3_bind_int(q, 8, u->level);
+    sqlite3_bind_int64(q, 9, u->pr_number);
+    bind_text(q, 10, u->head_sha);
+    bind_text(q, 11, u->workflow_name);
+    bind_text(q, 12, completed ? u->conclusion : NULL);
+    bind_text(q, 13, u->details_url);
+    bind_text(q, 14, u->artifact_url);
+    bind_i64_or_null(q, 15, res->dispatched_at, 0);
+    bind_i64_or_null(q, 16, res->started_at, 0);
+    bind_i64_or_null(q, 17, completed ? u->now : 0, 0);
+    bind_i64_or_null(q, 18, res->queue_ms, -1);
+    bind_i64_or_null(q, 19, res->exec_ms, -1);
+    bind_i64_or_null(q, 20, u->test_passed, -1);
+    bind_i64_or_null(q, 21, u->test_failed, -1);
+    bind_i64_or_null(q, 22, u->test_skipped, -1);
+    if (u->payload)
+        sqlite3_bind_blob(q, 23, u->payload, (int)u->payload_len, SQLITE_STATIC);
+    else
+        sqlite3_bind_null(q, 23);
+    sqlite3_bind_int64(q, 24, u->now);
+    if (sqlite3_step(q) != SQLITE_DONE) {
+        err = fail(s, "run_apply");
+        goto out;
+    }
+    sqlite3_finalize(q);
+    q = NULL;
+    if (effects) {
+        store_new_job jobs[RUN_EFFECTS_MAX];
+        size_t n = 0;
+        err = effects(ctx, res, jobs, RUN_EFFECTS_MAX, &n);
+        if (!err)
+            err = insert_jobs(s, u->key.delivery_id, jobs, n, u->now);
+    }
+out:
+    sqlite3_finalize(q);
+    if (err || res->duplicate)
+        exec(s, "ROLLBACK");
+    else if (exec(s, "COMMIT") != CRCR_OK) {
+        exec(s, "ROLLBACK");
+        err = CRCR_E_STORE;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return err;
+}
+
+static crcr_err run_query(sqlite_store *s, const char *sql, const char *a, const char *b,
+                          int64_t i, void (*fn)(void *ctx, const store_run_row *row), void *ctx)
+{
+    sqlite3_stmt *q = NULL;
+    crcr_err err = CRCR_OK;
+    pthread_mutex_lock(&s->mu);
+    if (sqlite3_prepare_v2(s->db, sql, -1, &q, NULL) != SQLITE_OK) {
+        err = fail(s, "runs");
+        goto out;
+    }
+    int np = sqlite3_bind_parameter_count(q);
+    if (np >= 1)
+        bind_text(q, 1, a);
+    if (np >= 2)
+        bind_text(q, 2, b);
+    if (np >= 3)
+        sqlite3_bind_int64(q, 3, i);
+    while (sqlite3_step(q) == SQLITE_ROW) {
+        store_run_row r;
+        fill_run_row(q, &r);
+        fn(ctx, &r);
+    }
+out:
+    sqlite3_finalize(q);
+    pthread_mutex_unlock(&s->mu);
+    return err;
+}
+
+static crcr_err sq_runs_for_sha(store *st, const char *head_sha, const char *repo,
+                                void (*fn)(void *ctx, const store_run_row *row), void *ctx)
+{
+    /* The latest row per (workflow, job): highest run_attempt, then last update. */
+    return run_query(SS(st),
+                     "SELECT " RUN_COLUMNS " FROM runs r WHERE head_sha=?1 AND repo=?2 AND "
+                     "NOT EXISTS (SELECT 1 FROM runs o WHERE o.head_sha=r.head_sha AND "
+                     "o.repo=r.repo AND o.workflow_name IS r.workflow_name AND "
+                     "o.job_name=r.job_name AND (o.updated_at>r.updated_at OR "
+                     "(o.updated_at=r.updated_at AND o.rowid>r.rowid))) ORDER BY workflow_name, "
+                     "job_name",
+                     head_sha, repo, 0, fn, ctx);
+}
+
+static crcr_err sq_zombies(store *st, int64_t started_before, int limit,
+                           void (*fn)(void *ctx, const store_run_row *row), void *ctx)
+{
+    sqlite_store *s = SS(st);
+    sqlite3_stmt *q = NULL;
+    crcr_err err = CRCR_OK;
+    pthread_mutex_lock(&s->mu);
+    if (sqlite3_prepare_v2(s->db,
+                           "SELECT " RUN_COLUMNS " FROM runs WHERE state='in_progress' AND "
+                           "started_at < ?1 ORDER BY started_at LIMIT ?2",
+                           -1, &q, NULL) != SQLITE_OK) {
+        err = fail(s, "zombies");
+        goto out;
+    }
+    sqlite3_bind_int64(q, 1, started_before);
+    sqlite3_bind_int(q, 2, limit > 0 ? limit : 100);
+    while (sqlite3_step(q) == SQLITE_ROW) {
+        store_run_row r;
+        fill_run_row(q, &r);
+        fn(ctx, &r);
+    }
+out:
+    sqlite3_finalize(q);
+    pthread_mutex_unlock(&s->mu);
+    return err;
+}
+
+static crcr_err simple_exec(sqlite_store *s, const char *sql, const char *a, const char *b,
+                            int64_t i, int *changes, bool *row)
+{
+    sqlite3_stmt *q = NULL;
+    crcr_err err = CRCR_OK;
+    pthread_mutex_lock(&s->mu);
+    if (sqlite3_prepare_v2(s->db, sql, -1, &q, NULL) != SQLITE_OK) {
+        err = fail(s, "exec");
+        goto out;
+    }
+    bind_text(q, 1, a);
+    bind_text(q, 2, b);
+    sqlite3_bind_int64(q, 3, i);
+    int rc = sqlite3_step(q);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        err = fail(s, "exec");
+    if (row)
+        *row = rc == SQLITE_ROW;
+    if (changes)
+        *changes = sqlite3_changes(s->db);
+out:
+    sqlite3_finalize(q);
+    pthread_mutex_unlock(&s->mu);
+    return err;
+}
+
+static crcr_err sq_wanted_set(store *st, const char *head_sha, const char *repo, int64_t now)
+{
+    return simple_exec(SS(st),
+                       "INSERT INTO labels_wanted(head_sha, repo, created_at) VALUES (?1,?2,?3) "
+                       "ON CONFLICT(head_sha, repo) DO UPDATE SET created_at=excluded.created_at",
+                       head_sha, repo, now, NULL, NULL);
+}
+
+static crcr_err sq_wanted_get(store *st, const char *head_sha, const char *repo, int64_t since)
+{
+    bool row = false;
+    crcr_err err = simple_exec(SS(st),
+                               "SELECT 1 FROM labels_wanted WHERE head_sha=?1 AND repo=?2 AND "
+                               "created_at >= ?3",
+                               head_sha, repo, since, NULL, &row);
+    if (err)
+        return err;
+    return row ? CRCR_OK : CRCR_E_NOT_FOUND;
+}
+
+static crcr_err sq_rate_hit(store *st, const char *repo, int64_t now, int64_t window_ms,
+                            long limit, bool *allowed, int64_t *retry_after_ms)
+{
+    sqlite_store *s = SS(st);
+    sqlite3_stmt *q = NULL;
+    crcr_err err = CRCR_OK;
+    *allowed = false;
+    *retry_after_ms = 0;
+    pthread_mutex_lock(&s->mu);
+    if (exec(s, "BEGIN IMMEDIATE") != CRCR_OK) {
+        pthread_mutex_unlock(&s->mu);
+        return CRCR_E_STORE;
+    }
+    if (sqlite3_prepare_v2(s->db, "DELETE FROM rate_hits WHERE repo=?1 AND at <= ?2", -1, &q,
+                           NULL) != SQLITE_OK ||
+        (bind_text(q, 1, repo), sqlite3_bind_int64(q, 2, now - window_ms),
+         sqlite3_step(q) != SQLITE_DONE)) {
+        err = fail(s, "rate");
+        goto out;
+    }
+    sqlite3_finalize(q);
+    q = NULL;
+    if (sqlite3_prepare_v2(s->db, "SELECT count(*), min(at) FROM rate_hits WHERE repo=?1", -1, &q,
+                           NULL) != SQLITE_OK) {
+        err = fail(s, "rate");
+        goto out;
+    }
+    bind_text(q, 1, repo);
+    int64_t count = 0, oldest = now;
+    if (sqlite3_step(q) == SQLITE_ROW) {
+        count = sqlite3_column_int64(q, 0);
+        oldest = col_i64_or(q, 1, now);
+    }
+    sqlite3_finalize(q);
+    q = NULL;
+    if (count >= limit) {
+        *retry_after_ms = oldest + window_ms - now;
+        if (*retry_after_ms < 1)
+            *retry_after_ms = 1;
+        goto out;
+    }
+    if (sqlite3_prepare_v2(s->db, "INSERT INTO rate_hits(repo, at) VALUES (?1, ?2)", -1, &q,
+                           NULL) != SQLITE_OK ||
+        (bind_text(q, 1, repo), sqlite3_bind_int64(q, 2, now), sqlite3_step(q) != SQLITE_DONE)) {
+        err = fail(s, "rate");
+        goto out;
+    }
+    *allowed = true;
+out:
+    sqlite3_finalize(q);
+    exec(s, err ? "ROLLBACK" : "COMMIT");
+    pthread_mutex_unlock(&s->mu);
+    return err;
+}
+
+static crcr_err sq_enqueue(store *st, const char *delivery_id, const store_new_job *jobs,
+                           size_t n)
+{
+    sqlite_store *s = SS(st);
+    pthread_mutex_lock(&s->mu);
+    if (exec(s, "BEGIN IMMEDIATE") != CRCR_OK) {
+        pthread_mutex_unlock(&s->mu);
+        return CRCR_E_STORE;
+    }
+    int64_t now = n ? jobs[0].due_at : 0;
+    crcr_err err = insert_jobs(s, delivery_id, jobs, n, now);
+    exec(s, err ? "ROLLBACK" : "COMMIT");
+    pthread_mutex_unlock(&s->mu);
+    return err;
+}
+
+static crcr_err sq_lease(store *st, const char *name, const char *owner, int64_t now,
+                         int64_t ttl_ms, bool *held)
+{
+    sqlite_store *s = SS(st);
+    sqlite3_stmt *q = NULL;
+    crcr_err err = CRCR_OK;
+    char key[128];
+    snprintf(key, sizeof(key), "lease:%s", name);
+    *held = false;
+    pthread_mutex_lock(&s->mu);
+    if (sqlite3_prepare_v2(s->db,
+                           "INSERT INTO kv(key, value, expires_at) VALUES (?1, ?2, ?3) ON "
+                           "CONFLICT(key) DO UPDATE SET value=excluded.value, "
+                           "expires_at=excluded.expires_at WHERE kv.value=excluded.value OR "
+                           "kv.expires_at < ?4",
+                           -1, &q, NULL) != SQLITE_OK) {
+        err = fail(s, "lease");
+        goto out;
+    }
+    bind_text(q, 1, key);
+    sqlite3_bind_blob(q, 2, owner, (int)strlen(owner), SQLITE_STATIC);
+    sqlite3_bind_int64(q, 3, now + ttl_ms);
+    sqlite3_bind_int64(q, 4, now);
+    if (sqlite3_step(q) != SQLITE_DONE)
+        err = fail(s, "lease");
+    else
+        *held = sqlite3_changes(s->db) > 0;
+out:
+    sqlite3_finalize(q);
     pthread_mutex_unlock(&s->mu);
     return err;
 }
@@ -695,6 +1185,14 @@ static const store_ops SQLITE_OPS = {
     .kv_get = sq_kv_get,
     .kv_put = sq_kv_put,
     .retention = sq_retention,
+    .run_apply = sq_run_apply,
+    .runs_for_sha = sq_runs_for_sha,
+    .zombies = sq_zombies,
+    .wanted_set = sq_wanted_set,
+    .wanted_get = sq_wanted_get,
+    .rate_hit = sq_rate_hit,
+    .enqueue = sq_enqueue,
+    .lease = sq_lease,
 };
 
 /* Reads the recorded schema version (0 for a new database). */

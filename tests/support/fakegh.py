@@ -79,11 +79,12 @@ class Recorded:
     raw_query, headers (dict, lower-case names), body (bytes), time (time.monotonic() at arrival),
     wall (time.time()), status (int answered; 0 = connection dropped by a fault), fault (the Fault
     that answered or delayed it, or None), note (why the fake refused it, e.g. the JWT problem),
-    client_port (the peer's TCP port: equal ports mean one kept-alive connection).
+    client_port (the peer's TCP port: equal ports mean one kept-alive connection), answered
+    (time.monotonic() when the answer was written or the connection dropped; None before).
     """
 
     __slots__ = ("method", "path", "query", "raw_query", "headers", "body", "time", "wall",
-                 "status", "fault", "note", "client_port")
+                 "status", "fault", "note", "client_port", "answered")
 
     def __init__(self, **kw):
         for k in self.__slots__:
@@ -326,6 +327,28 @@ class FakeGitHub:
                     return got
                 self._cond.wait(min(left, 0.1))
 
+    def wait_idle(self, idle=1.0, timeout=30.0):
+        """Waits until every request was answered and none arrived for `idle` seconds (the client
+        has gone quiet). Returns True when it did within `timeout`."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                now = time.monotonic()
+                pending = any(r.status is None for r in self._records)
+                last = self._records[-1].time if self._records else None
+                if not pending and (last is None or now - last >= idle):
+                    return True
+                if now >= deadline:
+                    return False
+                self._cond.wait(min(0.05, max(0.0, deadline - now)))
+
+    def token_info(self, token):
+        """What the fake knows of an installation token it issued: a dict installation_id, owner,
+        expires_at (epoch seconds on the fake's clock), repos; None when unknown or revoked."""
+        with self._lock:
+            t = self._tokens.get(token)
+            return dict(t) if t is not None else None
+
     def dispatches(self):
         """Accepted dispatches: dicts repo, event_type, client_payload, body (raw bytes),
         installation_id, time (monotonic)."""
@@ -532,6 +555,7 @@ class FakeGitHub:
                 time.sleep(fault.delay_ms / 1000.0)
             if fault.status == 0:
                 rec.status = 0
+                rec.answered = time.monotonic()
                 h.close_connection = True
                 try:
                     h.connection.shutdown(socket.SHUT_RDWR)
@@ -558,6 +582,7 @@ class FakeGitHub:
 
     def _answer(self, h, rec, status, headers, body):
         rec.status = status
+        rec.answered = time.monotonic()
         try:
             h.send_raw(status, headers, body or b"")
         finally:
@@ -639,7 +664,8 @@ class FakeGitHub:
         ("POST", re.compile(r"^/repos/([^/]+)/([^/]+)/check-runs$"), "_r_check_run"),
         ("GET", re.compile(r"^/repos/([^/]+)/([^/]+)/check-suites/(\d+)/check-runs$"),
          "_r_suite_runs"),
-        ("POST", re.compile(r"^/repos/([^/]+)/([^/]+)/actions/runs/(\d+)/(rerun|rerun-failed-jobs)$"),
+        ("POST",
+         re.compile(r"^/repos/([^/]+)/([^/]+)/actions/runs/(\d+)/(rerun|rerun-failed-jobs)$"),
          "_r_rerun"),
         ("GET", re.compile(r"^/repos/([^/]+)/([^/]+)/contents/(.*)$"), "_r_contents"),
     ]

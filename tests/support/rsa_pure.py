@@ -69,11 +69,14 @@ def b64url_encode(data):
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
 
 
+_B64URL_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_=")
+
+
 def b64url_decode(text):
     """Decodes base64url with or without padding; raises ValueError on bad input."""
     if isinstance(text, bytes):
         text = text.decode("ascii")
-    if any(c not in "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_=" for c in text):
+    if any(c not in _B64URL_CHARS for c in text):
         raise ValueError("not base64url")
     text = text.rstrip("=")
     if len(text) % 4 == 1:

@@ -143,8 +143,8 @@ static void test_b64url_uses_url_safe_alphabet(void **state)
 static void test_b64url_decode_rejects_padding_bad_chars_and_noncanonical_bits(void **state)
 {
     (void)state;
-    static const char *bad[] = {"Zg==", "Zm8=", "Z", "Zm9vY", "Zh", "Zm9", "+/8", "Zm 9v",
-                                "Zm9v\n"};
+    static const char *bad[] = {"Zg==", "Zm8=", "Z",     "Zm9vY", "Zh",
+                                "Zm9",  "+/8",  "Zm 9v", "Zm9v\n"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         buf_t b;
         buf_init(&b, 64);
@@ -229,8 +229,9 @@ static void test_alg_other_than_rs256_is_rejected_even_with_valid_signature(void
 {
     (void)state;
     static const char *headers[] = {
-        "{\"alg\":\"none\"}",  "{\"alg\":\"HS256\"}", "{\"alg\":\"ES256\"}",
-        "{\"alg\":\"PS256\"}", "{\"alg\":\"rs256\"}", "{\"typ\":\"JWT\"}",
+        "{\"alg\":\"none\"}",  "{\"alg\":\"HS256\"}",
+        "{\"alg\":\"ES256\"}", "{\"alg\":\"PS256\"}",
+        "{\"alg\":\"rs256\"}", "{\"typ\":\"JWT\"}",
         "{\"alg\":256}",       "{\"alg\":\"RS256\",\"crit\":[\"exp\"]}"};
     for (size_t i = 0; i < sizeof(headers) / sizeof(headers[0]); i++) {
         buf_t tok;
@@ -276,8 +277,7 @@ static void test_hs256_signed_with_public_key_bytes_is_rejected(void **state)
     unsigned char mac[EVP_MAX_MD_SIZE];
     size_t maclen = sizeof(mac);
     assert_non_null(EVP_Q_mac(NULL, "HMAC", NULL, "SHA256", NULL, nb.data, nb.len,
-                              (const unsigned char *)tok.data, tok.len, mac, sizeof(mac),
-                              &maclen));
+                              (const unsigned char *)tok.data, tok.len, mac, sizeof(mac), &maclen));
     assert_int_equal(buf_putc(&tok, '.'), CRCR_OK);
     assert_int_equal(jwt_b64url_encode(mac, maclen, &tok), CRCR_OK);
     assert_int_equal(decode_verify(tok.data, g_key), CRCR_E_INVALID);
@@ -292,13 +292,13 @@ static void test_decode_rejects_malformed_tokens(void **state)
         "",
         "abc",
         "a.b",
-        "eyJhIjoxfQ.eyJhIjoxfQ.AA.AA",    /* four parts */
-        ".eyJhIjoxfQ.AA",                 /* empty header */
-        "eyJhIjoxfQ..AA",                 /* empty payload */
-        "eyJhIjoxfQ.WzFd.AA",             /* payload [1] is not an object */
-        "eyJhIjoxfQ.bm90IGpzb24.AA",      /* payload "not json" */
+        "eyJhIjoxfQ.eyJhIjoxfQ.AA.AA",      /* four parts */
+        ".eyJhIjoxfQ.AA",                   /* empty header */
+        "eyJhIjoxfQ..AA",                   /* empty payload */
+        "eyJhIjoxfQ.WzFd.AA",               /* payload [1] is not an object */
+        "eyJhIjoxfQ.bm90IGpzb24.AA",        /* payload "not json" */
         "eyJhIjoxLCJhIjoyfQ.eyJhIjoxfQ.AA", /* header {"a":1,"a":2}: duplicate key */
-        "eyJhIjoxfQ.eyJhIjoxfQ.A+A",      /* signature not base64url */
+        "eyJhIjoxfQ.eyJhIjoxfQ.A+A",        /* signature not base64url */
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         jwt_parts p;

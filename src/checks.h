@@ -1,0 +1,45 @@
+/*
+ * checks.h - check runs on the upstream PR and the re-run requests that come back from them,
+ * in the upstream relay's exact shapes (upstream reference §2.5, §2.3.5):
+ *   name         crcr/{downstream repo}/{workflow name}/{job name}  (".../{workflow}" without job)
+ *   external_id  "{run_id}:{pr_number}", or "{run_id}" without a PR
+ *   details_url  https://github.com/{downstream repo}/actions/runs/{run_id}
+ *   output       {"title": "In progress" | "Success" | "Failure" | "Timed_out" | ... | "Completed",
+ *                 "summary": "{repo} workflow: {details_url}"}
+ * Check runs are always created, never patched: GitHub shows the newest run of a name.
+ */
+#ifndef CRCR_CHECKS_H
+#define CRCR_CHECKS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "buf.h"
+#include "err.h"
+
+typedef struct checks_run {
+    const char *repo;          /* downstream owner/repo (the OIDC-verified identity) */
+    const char *workflow_name; /* as reported */
+    const char *job_name;      /* "" or NULL when none */
+    const char *head_sha;      /* upstream commit */
+    const char *status;        /* in_progress | completed */
+    const char *conclusion;    /* completed only; NULL allowed */
+    int64_t run_id;
+    int64_t pr_number; /* 0 when none */
+} checks_run;
+
+/* Appends the check run's name. */
+crcr_err checks_name(const checks_run *r, buf_t *out);
+
+/* Appends the POST /repos/{upstream}/check-runs request body. */
+crcr_err checks_body(const checks_run *r, buf_t *out);
+
+/* Reads a crcr check run name back: true when it starts with "crcr/" and has at least three
+ * '/'-separated parts after it; the downstream repo (first two parts) goes to `repo`. */
+bool checks_parse_name(const char *name, char *repo, size_t reposz);
+
+/* The run id from an external_id ("{run_id}:{pr}" or "{run_id}"): > 0, or 0 when absent/invalid. */
+int64_t checks_parse_external_id(const char *external_id);
+
+#endif

@@ -1,0 +1,1299 @@
+/*
+ * report.c - `crcr report`: builds the downstream callback body and POSTs it to the relay with a
+ * freshly minted GitHub Actions OIDC token; see report.h.
+ *
+ * Hand-written parts and why:
+ *  - The body is serialised here (py_dump) instead of with jv_dump(): a downstream switching from
+ *    the upstream action must send the same bytes, and report_callback.py sends Python's
+ *    json.dumps() form (", " / ": " separators, everything outside printable ASCII escaped as
+ *    \uXXXX including DEL, floats in Python's shortest repr). jansson's encoder cannot produce
+ *    that (it writes %.17g floats and no DEL escape), and json.h offers only the compact form.
+ *    Values still come from json.h (jv_*), the only JSON parser.
+ *  - The OIDC token is minted with one HTTP GET (what @actions/core's getIDToken() does), so the
+ *    action needs neither node nor actions/github-script.
+ * HTTP is libcurl; retry timing follows the relay's contract: 429 and 5xx and transport errors
+ * are retried (callbacks are idempotent in crcr), waiting Retry-After when given.
+ */
+#include "report.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <curl/curl.h>
+#include <openssl/crypto.h>
+
+#include "clock.h"
+#include "config.h"
+#include "json.h"
+#include "limits.h"
+#include "log.h"
+
+#define RP_PROG "crcr report"
+/* Longest OIDC token accepted from the token endpoint (GitHub's are about 1-2 KB). */
+#define REPORT_MAX_OIDC_TOKEN 16384u
+/* Most of any HTTP answer kept (token endpoint or relay). */
+#define REPORT_MAX_RESPONSE (64u * 1024u)
+/* Longest URL handled (callback URL, token URL with the audience appended). */
+#define REPORT_MAX_URL 8192u
+/* Longest value of ACTIONS_ID_TOKEN_REQUEST_TOKEN. */
+#define REPORT_MAX_REQUEST_TOKEN 8192u
+/* Connect timeout of one request (the whole request is bounded by the remaining budget). */
+#define REPORT_CONNECT_TIMEOUT_MS 10000L
+/* Longest wait between two attempts, also the cap on Retry-After. */
+#define REPORT_MAX_RETRY_WAIT_S 60L
+/* GitHub's OIDC tokens live 5 minutes: mint a new one before a retry once this one is older. */
+#define REPORT_REMINT_AFTER_MS (4L * 60L * 1000L)
+/* Upstream's self-report envelope names the upstream repository literally. */
+#define REPORT_UPSTREAM_REPO "pytorch/pytorch"
+#define REPORT_SCHEMA_VERSION "1"
+
+/* ------------------------------------------------------------------------------------------ */
+/* Small helpers                                                                               */
+
+/* A borrowed byte range. */
+typedef struct {
+    const char *p;
+    size_t n;
+} span;
+
+static bool is_space(char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+
+/* `s` without surrounding white space (report_callback.py strips these inputs); {NULL,0} for
+ * NULL. */
+static span trimmed(const char *s)
+{
+    span r = {s, 0};
+    if (!s)
+        return r;
+    size_t n = strlen(s);
+    while (n > 0 && is_space(*s)) {
+        s++;
+        n--;
+    }
+    while (n > 0 && is_space(s[n - 1]))
+        n--;
+    r.p = s;
+    r.n = n;
+    return r;
+}
+
+/* The whole of `s` ("" for NULL). */
+static span span_of(const char *s)
+{
+    span r = {s ? s : "", s ? strlen(s) : 0};
+    return r;
+}
+
+static bool span_is(span s, const char *lit)
+{
+    return s.n == strlen(lit) && memcmp(s.p, lit, s.n) == 0;
+}
+
+static crcr_err fail(char *err, size_t errsz, crcr_err code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Writes a one-line message to err and returns `code`. */
+static crcr_err fail(char *err, size_t errsz, crcr_err code, const char *fmt, ...)
+{
+    if (err && errsz) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errsz, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+/* Decodes one UTF-8 sequence at s[0..n) (n >= 1) into *cp; returns its length, or 0 when the
+ * bytes are not valid UTF-8 (overlong forms and surrogates included). */
+static size_t utf8_decode(const unsigned char *s, size_t n, uint32_t *cp)
+{
+    unsigned char c = s[0];
+    size_t len;
+    uint32_t v, min;
+    if (c < 0x80) {
+        *cp = c;
+        return 1;
+    } else if (c >= 0xc2 && c <= 0xdf) {
+        len = 2;
+        v = c & 0x1f;
+        min = 0x80;
+    } else if (c >= 0xe0 && c <= 0xef) {
+        len = 3;
+        v = c & 0x0f;
+        min = 0x800;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        len = 4;
+        v = c & 0x07;
+        min = 0x10000;
+    } else {
+        return 0;
+    }
+    if (n < len)
+        return 0;
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+        v = (v << 6) | (s[i] & 0x3f);
+    }
+    if (v < min || v > 0x10ffff || (v >= 0xd800 && v <= 0xdfff))
+        return 0;
+    *cp = v;
+    return len;
+}
+
+static bool utf8_valid(span s)
+{
+    uint32_t cp;
+    for (size_t i = 0; i < s.n;) {
+        size_t l = utf8_decode((const unsigned char *)s.p + i, s.n - i, &cp);
+        if (l == 0)
+            return false;
+        i += l;
+    }
+    return true;
+}
+
+/* True when s is 1..max ASCII digits. */
+static bool all_digits(const char *s, size_t max)
+{
+    size_t n = s ? strlen(s) : 0;
+    if (n == 0 || n > max)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (s[i] < '0' || s[i] > '9')
+            return false;
+    return true;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Python json.dumps() serialisation                                                           */
+
+/* Appends a string literal the way json.dumps(ensure_ascii=True) writes it. */
+static crcr_err py_string(buf_t *out, const char *s, size_t n)
+{
+    crcr_err err = buf_putc(out, '"');
+    size_t run = 0; /* start of the bytes copied unchanged */
+    for (size_t i = 0; i < n && !err;) {
+        unsigned char c = (unsigned char)s[i];
+        if (c >= 0x20 && c <= 0x7e && c != '"' && c != '\\') {
+            i++;
+            continue;
+        }
+        err = buf_append(out, s + run, i - run);
+        if (err)
+            break;
+        uint32_t cp = 0xfffd;
+        size_t len = 1;
+        if (c >= 0x80) {
+            len = utf8_decode((const unsigned char *)s + i, n - i, &cp);
+            if (len == 0) { /* cannot happen for jansson strings; never emit broken bytes */
+                len = 1;
+                cp = 0xfffd;
+            }
+        } else {
+            cp = c;
+        }
+        switch (cp) {
+        case '"':
+            err = buf_puts(out, "\\\"");
+            break;
+        case '\\':
+            err = buf_puts(out, "\\\\");
+            break;
+        case '\n':
+            err = buf_puts(out, "\\n");
+            break;
+        case '\r':
+            err = buf_puts(out, "\\r");
+            break;
+        case '\t':
+            err = buf_puts(out, "\\t");
+            break;
+        case '\b':
+            err = buf_puts(out, "\\b");
+            break;
+        case '\f':
+            err = buf_puts(out, "\\f");
+            break;
+        default:
+            if (cp >= 0x10000) {
+                uint32_t v = cp - 0x10000;
+                err = buf_printf(out, "\\u%04x\\u%04x", (unsigned)(0xd800 + (v >> 10)),
+                                 (unsigned)(0xdc00 + (v & 0x3ff)));
+            } else {
+                err = buf_printf(out, "\\u%04x", (unsigned)cp);
+            }
+        }
+        i += len;
+        run = i;
+    }
+    if (!err)
+        err = buf_append(out, s + run, n - run);
+    if (!err)
+        err = buf_putc(out, '"');
+    return err;
+}
+
+/* Appends a double as Python's repr() writes it: the shortest digits that read back to the same
+ * value, positional notation for decimal exponents -4..15 (with ".0" when integral), otherwise
+ * "d.ddde+XX" with at least two exponent digits. */
+static crcr_err py_float(buf_t *out, double d)
+{
+    if (isnan(d))
+        return buf_puts(out, "NaN");
+    if (isinf(d))
+        return buf_puts(out, d < 0 ? "-Infinity" : "Infinity");
+    crcr_err err = CRCR_OK;
+    if (signbit(d)) {
+        err = buf_putc(out, '-');
+        d = -d;
+    }
+    char tmp[48];
+    for (int p = 1; p <= 17; p++) {
+        snprintf(tmp, sizeof(tmp), "%.*e", p - 1, d);
+        if (strtod(tmp, NULL) == d)
+            break;
+    }
+    /* tmp is "D[.DDD]e[+-]XX": collect the digits and the exponent. */
+    char digits[24];
+    size_t nd = 0;
+    const char *q = tmp;
+    for (; *q && *q != 'e'; q++)
+        if (*q >= '0' && *q <= '9' && nd < sizeof(digits) - 1)
+            digits[nd++] = *q;
+    long e10 = (*q == 'e') ? strtol(q + 1, NULL, 10) : 0;
+    while (nd > 1 && digits[nd - 1] == '0')
+        nd--;
+    digits[nd] = '\0';
+    if (d == 0.0)
+        e10 = 0;
+    if (err)
+        return err;
+    if (e10 < -4 || e10 >= 16) {
+        err = buf_putc(out, digits[0]);
+        if (!err && nd > 1)
+            err = buf_printf(out, ".%s", digits + 1);
+        if (!err)
+            err = buf_printf(out, "e%c%02ld", e10 < 0 ? '-' : '+', e10 < 0 ? -e10 : e10);
+        return err;
+    }
+    long point = e10 + 1; /* digits before the decimal point */
+    if (point <= 0) {
+        err = buf_puts(out, "0.");
+        for (long i = 0; i < -point && !err; i++)
+            err = buf_putc(out, '0');
+        if (!err)
+            err = buf_puts(out, digits);
+    } else if ((size_t)point >= nd) {
+        err = buf_puts(out, digits);
+        for (size_t i = nd; i < (size_t)point && !err; i++)
+            err = buf_putc(out, '0');
+        if (!err)
+            err = buf_puts(out, ".0");
+    } else {
+        err = buf_append(out, digits, (size_t)point);
+        if (!err)
+            err = buf_printf(out, ".%s", digits + point);
+    }
+    return err;
+}
+
+/* Appends `v` in json.dumps() form. Depth is bounded by the parser's CRCR_JSON_MAX_DEPTH plus
+ * the two levels this file adds. */
+static crcr_err py_dump(const jv *v, buf_t *out)
+{
+    crcr_err err = CRCR_OK;
+    int64_t i64;
+    if (jv_is_obj(v)) {
+        jv *o = (jv *)v;
+        err = buf_putc(out, '{');
+        bool first = true;
+        for (void *it = jv_iter(o); it && !err; it = jv_iter_next(o, it)) {
+            if (!first)
+                err = buf_puts(out, ", ");
+            first = false;
+            const char *k = jv_iter_key(it);
+            if (!err)
+                err = py_string(out, k, strlen(k));
+            if (!err)
+                err = buf_puts(out, ": ");
+            if (!err)
+                err = py_dump(jv_iter_val(it), out);
+        }
+        return err ? err : buf_putc(out, '}');
+    }
+    if (jv_is_arr(v)) {
+        err = buf_putc(out, '[');
+        for (size_t i = 0; i < jv_arr_len(v) && !err; i++) {
+            if (i > 0)
+                err = buf_puts(out, ", ");
+            if (!err)
+                err = py_dump(jv_arr_at(v, i), out);
+        }
+        return err ? err : buf_putc(out, ']');
+    }
+    if (jv_is_str(v))
+        return py_string(out, jv_str(v), jv_str_len(v));
+    if (jv_int(v, &i64))
+        return buf_printf(out, "%" PRId64, i64);
+    if (jv_is_number(v))
+        return py_float(out, jv_number(v));
+    if (jv_is_bool(v))
+        return buf_puts(out, jv_is_true(v) ? "true" : "false");
+    if (jv_is_null(v))
+        return buf_puts(out, "null");
+    return CRCR_E_INVALID;
+}
+
+crcr_err report_pydump_text(const char *json, size_t n, buf_t *out)
+{
+    jv *v = jv_parse(json, n, NULL, 0);
+    if (!v)
+        return CRCR_E_INVALID;
+    crcr_err err = py_dump(v, out);
+    jv_free(v);
+    return err;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The body                                                                                    */
+
+/* True when the trimmed delivery id and event type are both given (self-report mode). */
+static bool is_self_report(const report_opts *o)
+{
+    return trimmed(o->delivery_id).n > 0 && trimmed(o->event_type).n > 0;
+}
+
+/* Checks what can be checked on the options alone (the usage errors, exit code 2). */
+static crcr_err check_opts(const report_opts *o, char *err, size_t errsz)
+{
+    if (!o->status)
+        return fail(err, errsz, CRCR_E_INVALID, "--status is required (in_progress|completed)");
+    bool in_progress = strcmp(o->status, "in_progress") == 0;
+    if (!in_progress && strcmp(o->status, "completed") != 0)
+        return fail(err, errsz, CRCR_E_INVALID,
+                    "--status must be 'in_progress' or 'completed', got '%.64s'", o->status);
+    span did = trimmed(o->delivery_id), evt = trimmed(o->event_type);
+    if ((did.n > 0) != (evt.n > 0))
+        return fail(err, errsz, CRCR_E_INVALID,
+                    "--delivery-id and --event-type must be given together (nightly/periodic "
+                    "self-report)");
+    if (did.n > 0) {
+        if (!span_is(evt, "nightly") && !span_is(evt, "periodic"))
+            return fail(err, errsz, CRCR_E_INVALID,
+                        "--event-type must be 'nightly' or 'periodic', got '%.*s'",
+                        (int)(evt.n > 64 ? 64 : evt.n), evt.p);
+        if (in_progress)
+            return fail(err, errsz, CRCR_E_INVALID,
+                        "nightly/periodic callbacks require --status completed");
+        if (did.n > CRCR_DELIVERY_ID_MAX || !utf8_valid(did))
+            return fail(err, errsz, CRCR_E_INVALID,
+                        "--delivery-id must be at most %u bytes of UTF-8", CRCR_DELIVERY_ID_MAX);
+    }
+    span concl = trimmed(o->conclusion);
+    if (!in_progress && concl.n == 0)
+        return fail(err, errsz, CRCR_E_INVALID,
+                    "--conclusion is required with --status completed (e.g. ${{ job.status }})");
+    if (concl.n > REPORT_MAX_SHORT || !utf8_valid(concl))
+        return fail(err, errsz, CRCR_E_INVALID, "--conclusion must be at most %u bytes of UTF-8",
+                    REPORT_MAX_SHORT);
+    if (o->job_name &&
+        (strlen(o->job_name) > CRCR_JOB_NAME_MAX || !utf8_valid(span_of(o->job_name))))
+        return fail(err, errsz, CRCR_E_INVALID, "--job-name must be at most %u bytes of UTF-8",
+                    CRCR_JOB_NAME_MAX);
+    span cr = trimmed(o->check_run_id);
+    if (cr.n > REPORT_MAX_SHORT || !utf8_valid(cr))
+        return fail(err, errsz, CRCR_E_INVALID, "--check-run-id must be at most %u bytes",
+                    REPORT_MAX_SHORT);
+    span art = trimmed(o->artifact_url);
+    if (art.n > REPORT_MAX_TEXT || !utf8_valid(art))
+        return fail(err, errsz, CRCR_E_INVALID, "--artifact-url must be at most %u bytes of UTF-8",
+                    REPORT_MAX_TEXT);
+    span tr = trimmed(o->test_results);
+    if (tr.n > REPORT_MAX_TEST_RESULTS)
+        return fail(err, errsz, CRCR_E_INVALID, "--test-results is larger than %u bytes",
+                    REPORT_MAX_TEST_RESULTS);
+    if (tr.n > 0) {
+        char jerr[160] = "";
+        jv *t = jv_parse(tr.p, tr.n, jerr, sizeof(jerr));
+        if (!t)
+            return fail(err, errsz, CRCR_E_INVALID, "--test-results is not valid JSON: %s", jerr);
+        jv_free(t);
+    }
+    return CRCR_OK;
+}
+
+/* Sets obj[key] to a string built from `s` (which check_opts/check_env validated as UTF-8). */
+static crcr_err set_span(jv *obj, const char *key, span s)
+{
+    return jv_set(obj, key, jv_new_strn(s.p ? s.p : "", s.n));
+}
+
+/* Builds the "workflow" object (a new reference in *out). */
+static crcr_err build_workflow(const report_opts *o, const report_env *env, const char *job,
+                               int64_t now_ms, jv **out, char *err, size_t errsz)
+{
+    bool in_progress = strcmp(o->status, "in_progress") == 0;
+    bool self = is_self_report(o);
+    char now[32];
+    clock_iso8601(now_ms, now, sizeof(now));
+    const char *server =
+        env->server_url && *env->server_url ? env->server_url : "https://github.com";
+    buf_t url;
+    buf_init(&url, REPORT_MAX_TEXT * 2);
+    crcr_err e = buf_printf(&url, "%s/%s/actions/runs/%s", server, env->repository, env->run_id);
+    if (e) {
+        buf_free(&url);
+        return fail(err, errsz, e, "the run URL is too long");
+    }
+    char check_run[2 * REPORT_MAX_SHORT + 2];
+    span cr = trimmed(o->check_run_id);
+    if (cr.n == 0) {
+        snprintf(check_run, sizeof(check_run), "%s-%s", env->run_id, env->run_attempt);
+        cr = span_of(check_run);
+    }
+
+    jv *wf = jv_new_obj();
+    if (!wf) {
+        buf_free(&url);
+        return fail(err, errsz, CRCR_E_NOMEM, "out of memory");
+    }
+    e = set_span(wf, "schema_version", span_of(REPORT_SCHEMA_VERSION));
+    if (!e)
+        e = set_span(wf, "status", span_of(o->status));
+    span concl = trimmed(o->conclusion);
+    if (!e)
+        e = jv_set(wf, "conclusion", in_progress ? jv_new_null() : jv_new_strn(concl.p, concl.n));
+    if (!e)
+        e = set_span(wf, "name", span_of(env->workflow));
+    if (!e)
+        e = set_span(wf, "url", span_of(buf_cstr(&url)));
+    if (!e)
+        e = set_span(wf, "run_attempt", span_of(env->run_attempt));
+    if (!e)
+        e = set_span(wf, "job_name", span_of(job));
+    if (!e)
+        e = set_span(wf, "check_run_id", cr);
+    if (!e)
+        e = set_span(wf, "run_id", span_of(env->run_id));
+    if (!e)
+        e = jv_set(wf, "started_at", (in_progress || self) ? jv_new_str(now) : jv_new_null());
+    if (!e)
+        e = jv_set(wf, "completed_at", in_progress ? jv_new_null() : jv_new_str(now));
+    span tr = trimmed(o->test_results);
+    if (!e && tr.n > 0) {
+        jv *t = jv_parse(tr.p, tr.n, NULL, 0);
+        e = t ? jv_set(wf, "test_results", t) : CRCR_E_INVALID;
+    }
+    span art = trimmed(o->artifact_url);
+    if (!e && art.n > 0)
+        e = set_span(wf, "artifact_url", art);
+    buf_free(&url);
+    if (e) {
+        jv_free(wf);
+        return fail(err, errsz, e, "cannot build the workflow object: %s", crcr_strerror(e));
+    }
+    *out = wf;
+    return CRCR_OK;
+}
+
+/* Checks the environment values the body needs; returns the job name to use in *job. */
+static crcr_err check_env(const report_opts *o, const report_env *env, const char **job, char *err,
+                          size_t errsz)
+{
+    if (!all_digits(env->run_id, 32))
+        return fail(err, errsz, CRCR_E_CONFIG,
+                    "GITHUB_RUN_ID is not set or not a number: crcr report runs inside a GitHub "
+                    "Actions job");
+    if (!all_digits(env->run_attempt, 16))
+        return fail(err, errsz, CRCR_E_CONFIG, "GITHUB_RUN_ATTEMPT is not set or not a number");
+    if (!env->workflow || strlen(env->workflow) > REPORT_MAX_TEXT ||
+        !utf8_valid(span_of(env->workflow)))
+        return fail(err, errsz, CRCR_E_CONFIG, "GITHUB_WORKFLOW is not set");
+    if (!env->repository || !*env->repository || strlen(env->repository) >= CRCR_REPO_NAME_MAX ||
+        !strchr(env->repository, '/') || !utf8_valid(span_of(env->repository)))
+        return fail(err, errsz, CRCR_E_CONFIG, "GITHUB_REPOSITORY is not set or not owner/repo");
+    if (env->server_url &&
+        (strlen(env->server_url) > REPORT_MAX_TEXT || !utf8_valid(span_of(env->server_url))))
+        return fail(err, errsz, CRCR_E_CONFIG, "GITHUB_SERVER_URL is too long");
+    const char *j = o->job_name && *o->job_name ? o->job_name : env->job;
+    if (!j || !*j)
+        return fail(err, errsz, CRCR_E_CONFIG, "no job name: give --job-name or set GITHUB_JOB");
+    if (strlen(j) > CRCR_JOB_NAME_MAX || !utf8_valid(span_of(j)))
+        return fail(err, errsz, CRCR_E_CONFIG, "the job name must be at most %u bytes of UTF-8",
+                    CRCR_JOB_NAME_MAX);
+    *job = j;
+    return CRCR_OK;
+}
+
+/* The self-report envelope of report_callback.py (a new reference in *out). */
+static crcr_err self_report_root(const report_opts *o, jv **out)
+{
+    span did = trimmed(o->delivery_id), evt = trimmed(o->event_type);
+    jv *root = jv_new_obj(), *payload = jv_new_obj(), *repo = jv_new_obj();
+    crcr_err e = (root && payload && repo) ? CRCR_OK : CRCR_E_NOMEM;
+    if (!e)
+        e = set_span(repo, "full_name", span_of(REPORT_UPSTREAM_REPO));
+    if (!e) {
+        e = jv_set(payload, "repository", repo);
+        repo = NULL;
+    }
+    if (!e)
+        e = set_span(payload, "head_sha", did);
+    if (!e)
+        e = set_span(root, "event_type", evt);
+    if (!e)
+        e = set_span(root, "delivery_id", did);
+    if (!e) {
+        e = jv_set(root, "payload", payload);
+        payload = NULL;
+    }
+    jv_free(repo);
+    jv_free(payload);
+    if (e) {
+        jv_free(root);
+        return e;
+    }
+    *out = root;
+    return CRCR_OK;
+}
+
+crcr_err report_build_body(const report_opts *o, const report_env *env, const char *event_json,
+                           size_t n, int64_t now_ms, buf_t *out, char *err, size_t errsz)
+{
+    crcr_err e = check_opts(o, err, errsz);
+    const char *job = NULL;
+    if (!e)
+        e = check_env(o, env, &job, err, errsz);
+    if (e)
+        return e;
+
+    jv *event = NULL, *root = NULL;
+    if (is_self_report(o)) {
+        e = self_report_root(o, &root);
+        if (e)
+            return fail(err, errsz, e, "out of memory");
+    } else {
+        if (!event_json)
+            return fail(err, errsz, CRCR_E_CONFIG, "no event file (GITHUB_EVENT_PATH)");
+        char jerr[160] = "";
+        event = jv_parse(event_json, n, jerr, sizeof(jerr));
+        if (!event)
+            return fail(err, errsz, CRCR_E_CONFIG, "GITHUB_EVENT_PATH: not valid JSON: %s", jerr);
+        root = jv_get(event, "client_payload");
+        if (!jv_is_obj(root)) {
+            jv_free(event);
+            return fail(err, errsz, CRCR_E_CONFIG,
+                        "GITHUB_EVENT_PATH: the event has no client_payload object; crcr report "
+                        "belongs in a workflow run by repository_dispatch (or give --delivery-id "
+                        "and --event-type for a nightly/periodic self-report)");
+        }
+        jv_ref(root);
+        jv_free(event);
+    }
+
+    jv *wf = NULL;
+    e = build_workflow(o, env, job, now_ms, &wf, err, errsz);
+    if (!e) {
+        e = jv_set(root, "workflow", wf);
+        if (e)
+            fail(err, errsz, e, "out of memory");
+    }
+    if (!e) {
+        e = py_dump(root, out);
+        if (e == CRCR_E_TOO_LARGE)
+            fail(err, errsz, e, "the callback body is larger than %zu bytes", out->max);
+        else if (e)
+            fail(err, errsz, e, "cannot serialise the body: %s", crcr_strerror(e));
+    }
+    jv_free(root);
+    return e;
+}
+
+long report_retry_delay_s(unsigned attempt, long retry_after_s)
+{
+    if (retry_after_s >= 0)
+        return retry_after_s > REPORT_MAX_RETRY_WAIT_S ? REPORT_MAX_RETRY_WAIT_S : retry_after_s;
+    if (attempt >= 6)
+        return REPORT_MAX_RETRY_WAIT_S;
+    long d = 1L << attempt;
+    return d > REPORT_MAX_RETRY_WAIT_S ? REPORT_MAX_RETRY_WAIT_S : d;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* HTTP                                                                                        */
+
+/* One answer (or transport failure). `body` is owned by the result (http_result_free). */
+typedef struct {
+    bool transport_failed; /* no HTTP answer: `error` says why */
+    long status;
+    long retry_after_s; /* -1 when absent or unreadable */
+    buf_t body;         /* capped at REPORT_MAX_RESPONSE; the rest is dropped */
+    char error[CURL_ERROR_SIZE];
+} http_result;
+
+static void http_result_free(http_result *r)
+{
+    buf_free(&r->body);
+}
+
+/* libcurl write callback: keeps the first REPORT_MAX_RESPONSE bytes, drops the rest. */
+static size_t on_body(char *ptr, size_t size, size_t nmemb, void *userdata)
+{
+    buf_t *b = userdata;
+    size_t n = size * nmemb;
+    size_t room = b->max - b->len;
+    size_t take = n < room ? n : room;
+    if (take > 0 && buf_append(b, ptr, take) != CRCR_OK)
+        return 0; /* out of memory: abort the transfer */
+    return n;
+}
+
+/* Retry-After as seconds from now: delta-seconds or an HTTP date; -1 when absent/unreadable. */
+static long parse_retry_after(CURL *curl)
+{
+    struct curl_header *h = NULL;
+    if (curl_easy_header(curl, "Retry-After", 0, CURLH_HEADER, -1, &h) != CURLHE_OK || !h ||
+        !h->value)
+        return -1;
+    span v = trimmed(h->value);
+    if (v.n == 0 || v.n > 64)
+        return -1;
+    char tmp[72];
+    memcpy(tmp, v.p, v.n);
+    tmp[v.n] = '\0';
+    if (all_digits(tmp, 18)) {
+        errno = 0;
+        long long s = strtoll(tmp, NULL, 10);
+        if (errno != 0)
+            return REPORT_MAX_RETRY_WAIT_S;
+        return s > REPORT_MAX_RETRY_WAIT_S ? REPORT_MAX_RETRY_WAIT_S : (long)s;
+    }
+    time_t when = curl_getdate(tmp, NULL);
+    if (when == (time_t)-1)
+        return -1;
+    time_t now = time(NULL);
+    if (when <= now)
+        return 0;
+    long long d = (long long)(when - now);
+    return d > REPORT_MAX_RETRY_WAIT_S ? REPORT_MAX_RETRY_WAIT_S : (long)d;
+}
+
+/* Wipes the header lines (they hold credentials) and frees the list. */
+static void free_headers(struct curl_slist *list)
+{
+    for (struct curl_slist *l = list; l; l = l->next)
+        if (l->data)
+            OPENSSL_cleanse(l->data, strlen(l->data));
+    curl_slist_free_all(list);
+}
+
+/* Appends a header line built from `name: value` (value may be a credential: the temporary copy
+ * is wiped). Returns false when out of memory or too long. */
+static bool add_header(struct curl_slist **list, const char *name, const char *value)
+{
+    buf_t line;
+    buf_init(&line, REPORT_MAX_OIDC_TOKEN + REPORT_MAX_REQUEST_TOKEN + 256);
+    bool ok = buf_printf(&line, "%s: %s", name, value) == CRCR_OK;
+    struct curl_slist *l = ok ? curl_slist_append(*list, buf_cstr(&line)) : NULL;
+    if (line.data)
+        OPENSSL_cleanse(line.data, line.len);
+    buf_free(&line);
+    if (!l)
+        return false;
+    *list = l;
+    return true;
+}
+
+/*
+ * One request: GET when `body` is NULL, else POST of the JSON body. `auth` is the full
+ * Authorization value. The request may take at most `timeout_ms`. Fills *r (initialised here;
+ * the caller frees it with http_result_free).
+ */
+static void http_do(const char *url, const char *auth, const buf_t *body, long timeout_ms,
+                    http_result *r)
+{
+    memset(r, 0, sizeof(*r));
+    r->retry_after_s = -1;
+    buf_init(&r->body, REPORT_MAX_RESPONSE);
+    CURL *curl = curl_easy_init();
+    struct curl_slist *headers = NULL;
+    bool ok = curl && add_header(&headers, "Authorization", auth) &&
+              add_header(&headers, "Accept", "application/json") &&
+              add_header(&headers, "User-Agent", "crcr-report/" CRCR_VERSION) &&
+              (!body || add_header(&headers, "Content-Type", "application/json")) &&
+              (headers = curl_slist_append(headers, "Expect:")) != NULL;
+    if (!ok) {
+        r->transport_failed = true;
+        snprintf(r->error, sizeof(r->error), "out of memory");
+        free_headers(headers);
+        if (curl)
+            curl_easy_cleanup(curl);
+        return;
+    }
+    curl_easy_setopt(curl, CURLOPT_URL, url);
+    curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(curl, CURLOPT_FOLLOWLOCATION, 0L);
+    curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+    if (body) {
+        curl_easy_setopt(curl, CURLOPT_POST, 1L);
+        curl_easy_setopt(curl, CURLOPT_POSTFIELDS, buf_cstr(body));
+        curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body->len);
+    } else {
+        curl_easy_setopt(curl, CURLOPT_HTTPGET, 1L);
+    }
+    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(curl, CURLOPT_WRITEDATA, &r->body);
+    curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, r->error);
+    curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, timeout_ms);
+    curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS,
+                     timeout_ms < REPORT_CONNECT_TIMEOUT_MS ? timeout_ms
+                                                            : REPORT_CONNECT_TIMEOUT_MS);
+    CURLcode cc = curl_easy_perform(curl);
+    if (cc != CURLE_OK) {
+        r->transport_failed = true;
+        if (!r->error[0])
+            snprintf(r->error, sizeof(r->error), "%s", curl_easy_strerror(cc));
+    } else {
+        curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &r->status);
+        r->retry_after_s = parse_retry_after(curl);
+    }
+    free_headers(headers);
+    curl_easy_cleanup(curl);
+}
+
+/* True for answers worth another try: 429 and 5xx (transport failures are retried too). */
+static bool retryable_status(long status)
+{
+    return status == 429 || (status >= 500 && status <= 599);
+}
+
+/* Prints `text[0..n)` to `to` with secrets scrubbed, then a newline. */
+static void print_scrubbed(FILE *to, const char *text, size_t n)
+{
+    buf_t s;
+    buf_init(&s, REPORT_MAX_RESPONSE * 2);
+    while (n > 0 && (text[n - 1] == '\n' || text[n - 1] == '\r'))
+        n--;
+    if (log_scrub(text, n, &s) == CRCR_OK)
+        fprintf(to, "%s\n", buf_cstr(&s));
+    else
+        fputs("(answer not shown)\n", to);
+    buf_free(&s);
+}
+
+static void sleep_ms(int64_t ms)
+{
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Token minting and sending                                                                   */
+
+typedef enum { STEP_OK, STEP_RETRY, STEP_FAIL } step_result;
+
+/* The state of one `crcr report` run. */
+typedef struct {
+    const report_opts *o;
+    const report_env *env;
+    const char *callback_url;
+    const buf_t *body;
+    int64_t deadline_ms; /* monotonic */
+    char *jwt;           /* owned; wiped and freed by report_run_free */
+    int64_t minted_ms;   /* monotonic time of the mint */
+    long retry_after_s;  /* of the last answer, -1 when none */
+    char why[CURL_ERROR_SIZE + 96];
+    bool answered;    /* the relay answered this attempt (last_* are valid) */
+    long last_status; /* of the relay's last answer, 0 when none */
+    buf_t last_body;  /* the relay's last answer body */
+} report_run;
+
+static void drop_jwt(report_run *run);
+
+static void report_run_free(report_run *run)
+{
+    drop_jwt(run);
+    buf_free(&run->last_body);
+}
+
+static long remaining_ms(const report_run *run)
+{
+    int64_t r = run->deadline_ms - clock_mono_ms();
+    return r > 0 ? (long)r : 0;
+}
+
+/* True when `s[0..n)` can go in an HTTP header as a bearer credential. */
+static bool header_token_ok(const char *s, size_t n, size_t max)
+{
+    if (n == 0 || n > max)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)s[i] <= ' ' || (unsigned char)s[i] >= 0x7f)
+            return false;
+    return true;
+}
+
+/* Mints the OIDC token: GET <url>&audience=<aud> with "Authorization: bearer <request token>";
+ * the answer is {"value": "<jwt>"}. On STEP_OK run->jwt holds it. */
+static step_result mint(report_run *run)
+{
+    const char *aud = run->o->audience ? run->o->audience : REPORT_DEFAULT_AUDIENCE;
+    char *esc = curl_easy_escape(NULL, aud, 0);
+    if (!esc) {
+        snprintf(run->why, sizeof(run->why), "out of memory");
+        return STEP_FAIL;
+    }
+    buf_t url, auth;
+    buf_init(&url, REPORT_MAX_URL);
+    buf_init(&auth, REPORT_MAX_REQUEST_TOKEN + 16);
+    crcr_err e = buf_printf(&url, "%s%caudience=%s", run->env->token_url,
+                            strchr(run->env->token_url, '?') ? '&' : '?', esc);
+    if (!e)
+        e = buf_printf(&auth, "bearer %s", run->env->token_secret);
+    curl_free(esc);
+    if (e) {
+        buf_free(&url);
+        buf_free(&auth);
+        snprintf(run->why, sizeof(run->why), "the OIDC token request URL is too long");
+        return STEP_FAIL;
+    }
+    http_result r;
+    http_do(buf_cstr(&url), buf_cstr(&auth), NULL, remaining_ms(run), &r);
+    OPENSSL_cleanse(auth.data, auth.len);
+    buf_free(&auth);
+    buf_free(&url);
+
+    step_result res = STEP_FAIL;
+    run->retry_after_s = r.retry_after_s;
+    if (r.transport_failed) {
+        snprintf(run->why, sizeof(run->why), "OIDC token request failed: %s", r.error);
+        res = STEP_RETRY;
+    } else if (r.status < 200 || r.status > 299) {
+        snprintf(run->why, sizeof(run->why), "OIDC token request answered HTTP %ld", r.status);
+        res = retryable_status(r.status) ? STEP_RETRY : STEP_FAIL;
+    } else {
+        jv *doc = jv_parse(buf_cstr(&r.body), r.body.len, NULL, 0);
+        const jv *val = jv_get(doc, "value");
+        if (jv_is_str(val) &&
+            header_token_ok(jv_str(val), jv_str_len(val), REPORT_MAX_OIDC_TOKEN)) {
+            run->jwt = strdup(jv_str(val));
+            if (run->jwt) {
+                log_add_secret(run->jwt);
+                run->minted_ms = clock_mono_ms();
+                res = STEP_OK;
+            } else {
+                snprintf(run->why, sizeof(run->why), "out of memory");
+            }
+        } else {
+            snprintf(run->why, sizeof(run->why),
+                     "the OIDC token endpoint's answer has no usable \"value\"");
+        }
+        jv_free(doc);
+    }
+    if (r.body.data)
+        OPENSSL_cleanse(r.body.data, r.body.len); /* held the token */
+    http_result_free(&r);
+    return res;
+}
+
+/* POSTs the body once. STEP_OK on 2xx (printed), STEP_RETRY for 429/5xx/transport errors,
+ * STEP_FAIL for any other answer; the answer is kept in run->last_*. */
+static step_result post_once(report_run *run)
+{
+    buf_t auth;
+    buf_init(&auth, REPORT_MAX_OIDC_TOKEN + 16);
+    if (buf_printf(&auth, "Bearer %s", run->jwt) != CRCR_OK) {
+        buf_free(&auth);
+        snprintf(run->why, sizeof(run->why), "out of memory");
+        return STEP_FAIL;
+    }
+    http_result r;
+    http_do(run->callback_url, buf_cstr(&auth), run->body, remaining_ms(run), &r);
+    OPENSSL_cleanse(auth.data, auth.len);
+    buf_free(&auth);
+
+    step_result res;
+    run->retry_after_s = r.retry_after_s;
+    if (r.transport_failed) {
+        snprintf(run->why, sizeof(run->why), "callback request failed: %s", r.error);
+        res = STEP_RETRY;
+    } else {
+        run->answered = true;
+        run->last_status = r.status;
+        buf_reset(&run->last_body);
+        if (buf_append(&run->last_body, r.body.data ? r.body.data : "", r.body.len) != CRCR_OK)
+            buf_reset(&run->last_body);
+        snprintf(run->why, sizeof(run->why), "the relay answered HTTP %ld", r.status);
+        if (r.status >= 200 && r.status <= 299)
+            res = STEP_OK;
+        else
+            res = retryable_status(r.status) ? STEP_RETRY : STEP_FAIL;
+    }
+    http_result_free(&r);
+    return res;
+}
+
+/* Prints the final failure: the relay's answer when there was one, else the last reason. */
+static int report_failure(const report_run *run)
+{
+    if (run->answered) {
+        fprintf(stderr, "Error: Callback server returned HTTP %ld.\n", run->last_status);
+        if (run->last_body.len > 0)
+            print_scrubbed(stderr, run->last_body.data, run->last_body.len);
+    } else {
+        fprintf(stderr, "Error: %s\n", run->why);
+    }
+    return 1;
+}
+
+/* Wipes and frees the current OIDC token. */
+static void drop_jwt(report_run *run)
+{
+    if (run->jwt) {
+        OPENSSL_cleanse(run->jwt, strlen(run->jwt));
+        free(run->jwt);
+        run->jwt = NULL;
+    }
+}
+
+/* The attempt loop: mint (again when the token is old), POST, retry within the budget. */
+static int send_with_retries(report_run *run)
+{
+    for (unsigned attempt = 0;; attempt++) {
+        step_result s = STEP_OK;
+        run->answered = false;
+        if (!run->jwt || clock_mono_ms() - run->minted_ms > REPORT_REMINT_AFTER_MS) {
+            drop_jwt(run);
+            s = mint(run);
+        }
+        if (s == STEP_OK) {
+            s = post_once(run);
+            if (s == STEP_OK) {
+                printf("crcr report: HTTP %ld ", run->last_status);
+                print_scrubbed(stdout, buf_cstr(&run->last_body), run->last_body.len);
+                fflush(stdout);
+                return 0;
+            }
+        }
+        if (s == STEP_FAIL)
+            return report_failure(run);
+        long wait_s = report_retry_delay_s(attempt, run->retry_after_s);
+        if (clock_mono_ms() + wait_s * 1000 >= run->deadline_ms) {
+            fprintf(stderr, RP_PROG ": %s; giving up (--max-time %ld s)\n", run->why,
+                    run->o->max_time_s);
+            return report_failure(run);
+        }
+        fprintf(stderr, RP_PROG ": %s; retrying in %ld s\n", run->why, wait_s);
+        sleep_ms(wait_s * 1000);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Command line                                                                                */
+
+#define RP_USAGE                                                                                   \
+    "usage: crcr report --status in_progress|completed [--conclusion C] [--job-name N]\n"          \
+    "                   [--test-results JSON] [--artifact-url U] [--callback-url U]\n"             \
+    "                   [--delivery-id SHA --event-type nightly|periodic] [--check-run-id ID]\n"   \
+    "                   [--audience A] [--max-time SECONDS] [--dry-run]\n"
+
+static void usage(FILE *to)
+{
+    fputs(RP_USAGE
+          "\n"
+          "Reports this GitHub Actions job's state to the crcr relay (POST /github/callback),\n"
+          "authenticated with an OIDC token minted from the job (needs permissions:\n"
+          "id-token: write). The body is the dispatch's client_payload plus a \"workflow\"\n"
+          "object, exactly as the upstream cross-repo-ci-relay-callback action sends it.\n"
+          "\n"
+          "  --status S         in_progress or completed (required)\n"
+          "  --conclusion C     required with completed, e.g. ${{ job.status }}\n"
+          "  --job-name N       default $GITHUB_JOB; matrix legs need distinct names\n"
+          "  --test-results J   JSON summary, e.g. '{\"passed\":50,\"failed\":0,\"skipped\":2}'\n"
+          "  --artifact-url U   public URL of the run's artifacts\n"
+          "  --callback-url U   the relay's callback URL (default $CRCR_CALLBACK_URL)\n"
+          "  --delivery-id SHA  nightly/periodic self-report: the PyTorch commit tested\n"
+          "  --event-type T     nightly or periodic (with --delivery-id; status completed)\n"
+          "  --check-run-id ID  default $CRCR_CHECK_RUN_ID, else <run_id>-<run_attempt>\n"
+          "  --audience A       OIDC audience (default " REPORT_DEFAULT_AUDIENCE ")\n"
+          "  --max-time S       total seconds including retries (default 120)\n"
+          "  --dry-run          print the URL and the body; mint and send nothing\n"
+          "\n"
+          "429, 5xx and network errors are retried (Retry-After honoured, else 1, 2, 4.. s)\n"
+          "until --max-time. Exit status: 0 for a 2xx answer, 1 for any other answer or\n"
+          "failure, 2 for a usage error.\n",
+          to);
+}
+
+/* Matches "--name VALUE" or "--name=VALUE" at argv[*i]: 1 and the value in *out, -1 when the
+ * value is missing, 0 for another option. */
+static int take_option(int argc, char **argv, int *i, const char *name, const char **out)
+{
+    size_t n = strlen(name);
+    const char *a = argv[*i];
+    if (strncmp(a, name, n) != 0)
+        return 0;
+    if (a[n] == '=') {
+        *out = a + n + 1;
+        return 1;
+    }
+    if (a[n] != '\0')
+        return 0;
+    if (*i + 1 >= argc)
+        return -1;
+    *out = argv[++*i];
+    return 1;
+}
+
+/* Parses the options into *o. Returns 0, 2 after a usage error, or -1 for --help. */
+static int parse_args(int argc, char **argv, report_opts *o, const char **max_time)
+{
+    struct {
+        const char *name;
+        const char **slot;
+    } opts[] = {
+        {"--status", &o->status},
+        {"--conclusion", &o->conclusion},
+        {"--job-name", &o->job_name},
+        {"--test-results", &o->test_results},
+        {"--artifact-url", &o->artifact_url},
+        {"--callback-url", &o->callback_url},
+        {"--delivery-id", &o->delivery_id},
+        {"--event-type", &o->event_type},
+        {"--check-run-id", &o->check_run_id},
+        {"--audience", &o->audience},
+        {"--max-time", max_time},
+    };
+    for (int i = 0; i < argc; i++) {
+        const char *arg = argv[i];
+        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0)
+            return -1;
+        if (strcmp(arg, "--dry-run") == 0) {
+            o->dry_run = true;
+            continue;
+        }
+        int rc = 0;
+        for (size_t k = 0; k < sizeof(opts) / sizeof(opts[0]) && rc == 0; k++) {
+            rc = take_option(argc, argv, &i, opts[k].name, opts[k].slot);
+            if (rc < 0) {
+                fprintf(stderr, RP_PROG ": %s needs a value\n", opts[k].name);
+                return 2;
+            }
+        }
+        if (rc == 0) {
+            fprintf(stderr, RP_PROG ": unknown argument '%.200s'\n", arg);
+            return 2;
+        }
+    }
+    return 0;
+}
+
+/* Reads the event file (at most REPORT_MAX_EVENT_BYTES) into out (the caller frees it). Returns
+ * false after printing why. */
+static bool read_event_file(const char *path, buf_t *out)
+{
+    buf_init(out, REPORT_MAX_EVENT_BYTES);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "Error: GITHUB_EVENT_PATH %s: %s\n", path, strerror(errno));
+        return false;
+    }
+    char chunk[64 * 1024];
+    bool ok = true;
+    for (;;) {
+        size_t n = fread(chunk, 1, sizeof(chunk), f);
+        if (n > 0 && buf_append(out, chunk, n) != CRCR_OK) {
+            fprintf(stderr, "Error: GITHUB_EVENT_PATH %s: larger than %u bytes\n", path,
+                    REPORT_MAX_EVENT_BYTES);
+            ok = false;
+            break;
+        }
+        if (n < sizeof(chunk)) {
+            if (ferror(f)) {
+                fprintf(stderr, "Error: GITHUB_EVENT_PATH %s: read error\n", path);
+                ok = false;
+            }
+            break;
+        }
+    }
+    fclose(f);
+    if (!ok)
+        buf_free(out);
+    return ok;
+}
+
+/* Fills env from the process environment. */
+static void env_from_process(report_env *env)
+{
+    env->event_path = getenv("GITHUB_EVENT_PATH");
+    env->run_id = getenv("GITHUB_RUN_ID");
+    env->run_attempt = getenv("GITHUB_RUN_ATTEMPT");
+    env->workflow = getenv("GITHUB_WORKFLOW");
+    env->job = getenv("GITHUB_JOB");
+    env->server_url = getenv("GITHUB_SERVER_URL");
+    env->repository = getenv("GITHUB_REPOSITORY");
+    env->token_url = getenv("ACTIONS_ID_TOKEN_REQUEST_URL");
+    env->token_secret = getenv("ACTIONS_ID_TOKEN_REQUEST_TOKEN");
+}
+
+/* Parses --max-time into o->max_time_s. Returns false for a bad value. */
+static bool parse_max_time(const char *s, report_opts *o)
+{
+    span t = trimmed(s);
+    if (t.n == 0) { /* not given, or an action input left empty */
+        o->max_time_s = REPORT_DEFAULT_MAX_TIME_S;
+        return true;
+    }
+    char tmp[24];
+    if (t.n >= sizeof(tmp))
+        return false;
+    memcpy(tmp, t.p, t.n);
+    tmp[t.n] = '\0';
+    if (!all_digits(tmp, sizeof(tmp) - 1))
+        return false;
+    errno = 0;
+    long v = strtol(tmp, NULL, 10);
+    if (errno != 0 || v < 1 || v > REPORT_MAX_MAX_TIME_S)
+        return false;
+    o->max_time_s = v;
+    return true;
+}
+
+int report_main(int argc, char **argv)
+{
+    report_opts o = {0};
+    const char *max_time = NULL;
+    int rc = parse_args(argc, argv, &o, &max_time);
+    if (rc < 0) {
+        usage(stdout);
+        return 0;
+    }
+    if (rc) {
+        fputs(RP_USAGE, stderr);
+        return rc;
+    }
+    if (!parse_max_time(max_time, &o)) {
+        fprintf(stderr, RP_PROG ": --max-time must be a whole number of seconds, 1 to %ld\n",
+                REPORT_MAX_MAX_TIME_S);
+        return 2;
+    }
+    if (!o.audience || !*o.audience)
+        o.audience = REPORT_DEFAULT_AUDIENCE;
+    if (!o.callback_url || trimmed(o.callback_url).n == 0)
+        o.callback_url = getenv("CRCR_CALLBACK_URL");
+    if (!o.check_run_id || trimmed(o.check_run_id).n == 0)
+        o.check_run_id = getenv("CRCR_CHECK_RUN_ID");
+
+    char err[512] = "";
+    if (check_opts(&o, err, sizeof(err)) != CRCR_OK) {
+        fprintf(stderr, RP_PROG ": %s\n%s", err, RP_USAGE);
+        return 2;
+    }
+    char url[REPORT_MAX_URL];
+    span cu = trimmed(o.callback_url);
+    while (cu.n > 0 && cu.p[cu.n - 1] == '/') /* report_callback.py strips them too */
+        cu.n--;
+    if (cu.n == 0) {
+        fprintf(stderr,
+                RP_PROG ": no callback URL: give --callback-url or set CRCR_CALLBACK_URL\n");
+        return 2;
+    }
+    if (cu.n >= sizeof(url)) {
+        fprintf(stderr, RP_PROG ": --callback-url is longer than %u bytes\n", REPORT_MAX_URL - 1);
+        return 2;
+    }
+    memcpy(url, cu.p, cu.n);
+    url[cu.n] = '\0';
+    if (!config_url_allowed(url)) {
+        fprintf(stderr,
+                RP_PROG ": --callback-url must be https:// (http:// only for loopback hosts)\n");
+        return 2;
+    }
+
+    report_env env;
+    env_from_process(&env);
+    if (env.token_secret && *env.token_secret)
+        log_add_secret(env.token_secret);
+
+    buf_t event;
+    buf_init(&event, 0);
+    bool have_event = false;
+    if (!is_self_report(&o)) {
+        if (!env.event_path || !*env.event_path) {
+            fprintf(stderr, "Error: GITHUB_EVENT_PATH is not set: crcr report runs inside a "
+                            "GitHub Actions job\n");
+            return 1;
+        }
+        if (!read_event_file(env.event_path, &event))
+            return 1;
+        have_event = true;
+    }
+
+    buf_t body;
+    buf_init(&body, REPORT_MAX_BODY);
+    crcr_err e = report_build_body(&o, &env, have_event ? buf_cstr(&event) : NULL, event.len,
+                                   clock_now_ms(), &body, err, sizeof(err));
+    buf_free(&event);
+    if (e) {
+        fprintf(stderr, "Error: %s\n", err);
+        buf_free(&body);
+        return e == CRCR_E_INVALID ? 2 : 1;
+    }
+
+    if (o.dry_run) {
+        printf("crcr report: dry-run: POST %s\n%s\n", url, buf_cstr(&body));
+        buf_free(&body);
+        return 0;
+    }
+
+    if (!env.token_url || !*env.token_url || !env.token_secret || !*env.token_secret) {
+        fprintf(stderr, "Error: OIDC token request variables are missing: does the job have "
+                        "permissions: id-token: write?\n");
+        buf_free(&body);
+        return 1;
+    }
+    if (strlen(env.token_url) > REPORT_MAX_URL / 2 || !config_url_allowed(env.token_url)) {
+        fprintf(stderr, "Error: ACTIONS_ID_TOKEN_REQUEST_URL must be an https:// URL\n");
+        buf_free(&body);
+        return 1;
+    }
+    if (!header_token_ok(env.token_secret, strlen(env.token_secret), REPORT_MAX_REQUEST_TOKEN)) {
+        fprintf(stderr, "Error: ACTIONS_ID_TOKEN_REQUEST_TOKEN is malformed\n");
+        buf_free(&body);
+        return 1;
+    }
+
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+        fprintf(stderr, "Error: cannot initialise libcurl\n");
+        buf_free(&body);
+        return 1;
+    }
+    report_run run = {0};
+    run.o = &o;
+    run.env = &env;
+    run.callback_url = url;
+    run.body = &body;
+    run.deadline_ms = clock_mono_ms() + (int64_t)o.max_time_s * 1000;
+    run.retry_after_s = -1;
+    buf_init(&run.last_body, REPORT_MAX_RESPONSE);
+    fprintf(stderr, RP_PROG ": POST %s (%s, %zu bytes)\n", url, o.status, body.len);
+    rc = send_with_retries(&run);
+    report_run_free(&run);
+    curl_global_cleanup();
+    buf_free(&body);
+    return rc;
+}

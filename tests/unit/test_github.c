@@ -1,0 +1,1025 @@
+/*
+ * test_github.c - the GitHub client (github.c) against a fake GitHub API served by libmicrohttpd
+ * on 127.0.0.1 inside this process. The fake verifies the App JWT (signature and claims) with the
+ * test key, checks installation tokens on dispatches, records the headers it sees and counts every
+ * request, so the tests can assert exactly how many calls each operation costs.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <arpa/inet.h>
+#include <cmocka.h>
+#include <curl/curl.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <pthread.h>
+#include <sys/socket.h>
+
+#include "buf.h"
+#include "config.h"
+#include "github.h"
+#include "json.h"
+#include "jwt.h"
+#include "limits.h"
+
+#ifndef CRCR_VERSION
+#define CRCR_VERSION "dev"
+#endif
+
+#define APP_ID "4242"
+#define APP_ID_NUM 4242
+
+static EVP_PKEY *g_key; /* the App key: the client signs with it, the fake verifies with it */
+static char *g_pem;
+
+/* ---------------------------------------------------------------- the fake GitHub */
+
+typedef struct fake {
+    struct MHD_Daemon *d;
+    int port;
+    pthread_mutex_t mu;
+    /* behaviour (set by tests under mu) */
+    long install_status;   /* answer to GET /repos/{o}/{r}/installation */
+    int64_t install_id;    /* the installation id it reports and accepts */
+    long mint_status;      /* answer to POST .../access_tokens (201 normally) */
+    long token_ttl_s;      /* expires_at = now + token_ttl_s */
+    bool expires_garbage;  /* send an unparsable expires_at */
+    size_t token_len;      /* length of minted tokens */
+    unsigned revoked_upto; /* tokens minted as number <= this are refused with 401 */
+    bool always_401;       /* dispatches always answer 401 */
+    /* observations */
+    unsigned n_install, n_mint, n_dispatch, n_other, n_conns;
+    unsigned bad_jwt, bad_token, bad_headers;
+    char last_install_path[256];
+    char last_ua[128];
+    char last_ctype[128];
+    char mint_ctype[128];
+    bool last_had_auth;
+    char last_body[1024];
+} fake;
+
+typedef struct req {
+    buf_t body;
+} req;
+
+/* The token minted as number `k`: "ghs_tok000001AAAA..." of `len` characters. */
+static void make_token(unsigned k, size_t len, char *out, size_t outsz)
+{
+    int n = snprintf(out, outsz, "ghs_tok%06u", k);
+    size_t i = (size_t)n;
+    for (; i < len && i + 1 < outsz; i++)
+        out[i] = 'A';
+    out[i] = '\0';
+}
+
+static void copy_hdr(struct MHD_Connection *c, const char *name, char *dst, size_t dstsz)
+{
+    const char *v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, name);
+    snprintf(dst, dstsz, "%s", v ? v : "");
+}
+
+/* True when `auth` is "Bearer <App JWT>" signed by g_key with GitHub's claims. */
+static bool app_jwt_ok(const char *auth)
+{
+    if (!auth || strncmp(auth, "Bearer ", 7) != 0)
+        return false;
+    const char *t = auth + 7;
+    jwt_parts p;
+    jwt_parts_init(&p);
+    bool ok = jwt_decode(t, strlen(t), &p) == CRCR_OK && jwt_verify_rs256(&p, g_key) == CRCR_OK;
+    int64_t iat = 0, exp = 0, iss = 0, now = (int64_t)time(NULL);
+    ok = ok && jv_int(jv_get(p.payload, "iat"), &iat) && jv_int(jv_get(p.payload, "exp"), &exp) &&
+         jv_int(jv_get(p.payload, "iss"), &iss);
+    ok = ok && iss == APP_ID_NUM && iat <= now - 59 && iat >= now - 70 && exp == iat + 600;
+    jwt_parts_free(&p);
+    return ok;
+}
+
+static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, const char *body,
+                             const char *const *hdrs)
+{
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(strlen(body), (void *)body, MHD_RESPMEM_MUST_COPY);
+    if (!resp)
+        return MHD_NO;
+    if (body[0])
+        MHD_add_response_header(resp, "Content-Type", "application/json");
+    for (size_t i = 0; hdrs && hdrs[i]; i += 2)
+        MHD_add_response_header(resp, hdrs[i], hdrs[i + 1]);
+    enum MHD_Result r = MHD_queue_response(c, status, resp);
+    MHD_destroy_response(resp);
+    return r;
+}
+
+static ssize_t fill_x(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    uint64_t total = *(const uint64_t *)cls;
+    if (pos >= total)
+        return MHD_CONTENT_READER_END_OF_STREAM;
+    size_t n = total - pos < max ? (size_t)(total - pos) : max;
+    memset(buf, 'x', n);
+    return (ssize_t)n;
+}
+
+static const uint64_t over_cap = CRCR_GH_RESPONSE_MAX + 1u;
+static const uint64_t at_cap = CRCR_GH_RESPONSE_MAX;
+
+/* Streams `*total` bytes, chunked when `chunked`, else with a Content-Length. */
+static enum MHD_Result reply_big(struct MHD_Connection *c, const uint64_t *total, bool chunked)
+{
+    struct MHD_Response *resp = MHD_create_response_from_callback(
+        chunked ? MHD_SIZE_UNKNOWN : *total, 64 * 1024, fill_x, (void *)total, NULL);
+    enum MHD_Result r = MHD_queue_response(c, MHD_HTTP_OK, resp);
+    MHD_destroy_response(resp);
+    return r;
+}
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && strcmp(s + a - b, suffix) == 0;
+}
+
+static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *url,
+                               const char *method, const char *version, const char *upload,
+                               size_t *upload_size, void **con_cls)
+{
+    (void)version;
+    fake *f = cls;
+    req *r = *con_cls;
+    if (!r) {
+        r = calloc(1, sizeof(*r));
+        if (!r)
+            return MHD_NO;
+        buf_init(&r->body, 64 * 1024);
+        *con_cls = r;
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        buf_append(&r->body, upload, *upload_size);
+        *upload_size = 0;
+        return MHD_YES;
+    }
+
+    const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    const char *accept = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Accept");
+    const char *ver = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-GitHub-Api-Version");
+    const char *ua = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "User-Agent");
+
+    pthread_mutex_lock(&f->mu);
+    if (!accept || strcmp(accept, "application/vnd.github+json") != 0 || !ver ||
+        strcmp(ver, "2022-11-28") != 0 || !ua || strcmp(ua, "crcr/" CRCR_VERSION) != 0)
+        f->bad_headers++;
+    copy_hdr(c, "User-Agent", f->last_ua, sizeof(f->last_ua));
+    copy_hdr(c, "Content-Type", f->last_ctype, sizeof(f->last_ctype));
+    f->last_had_auth = auth != NULL;
+    snprintf(f->last_body, sizeof(f->last_body), "%s", buf_cstr(&r->body));
+
+    char body[4096];
+    unsigned status = MHD_HTTP_NOT_FOUND;
+    const char *const *hdrs = NULL;
+    snprintf(body, sizeof(body), "{\"message\":\"Not Found\"}");
+
+    if (strcmp(method, "GET") == 0 && strncmp(url, "/repos/", 7) == 0 &&
+        ends_with(url, "/installation")) {
+        f->n_install++;
+        snprintf(f->last_install_path, sizeof(f->last_install_path), "%s", url);
+        if (!app_jwt_ok(auth)) {
+            f->bad_jwt++;
+            status = MHD_HTTP_UNAUTHORIZED;
+        } else if (f->install_status == 200) {
+            status = MHD_HTTP_OK;
+            snprintf(body, sizeof(body), "{\"id\":%lld,\"app_id\":%d}", (long long)f->install_id,
+                     APP_ID_NUM);
+        }
+    } else if (strcmp(method, "POST") == 0 && strncmp(url, "/app/installations/", 19) == 0 &&
+               ends_with(url, "/access_tokens")) {
+        copy_hdr(c, "Content-Type", f->mint_ctype, sizeof(f->mint_ctype));
+        char want[128];
+        snprintf(want, sizeof(want), "/app/installations/%lld/access_tokens",
+                 (long long)f->install_id);
+        if (!app_jwt_ok(auth)) {
+            f->bad_jwt++;
+            status = MHD_HTTP_UNAUTHORIZED;
+        } else if (strcmp(url, want) != 0) {
+            status = MHD_HTTP_NOT_FOUND;
+        } else if (f->mint_status != 201) {
+            status = (unsigned)f->mint_status;
+            snprintf(body, sizeof(body), "{\"message\":\"nope\"}");
+        } else {
+            f->n_mint++;
+            char tok[1500];
+            make_token(f->n_mint, f->token_len, tok, sizeof(tok));
+            time_t exp = time(NULL) + f->token_ttl_s;
+            struct tm tm;
+            gmtime_r(&exp, &tm);
+            char iso[32];
+            strftime(iso, sizeof(iso), "%Y-%m-%dT%H:%M:%SZ", &tm);
+            status = MHD_HTTP_CREATED;
+            snprintf(body, sizeof(body),
+                     "{\"token\":\"%s\",\"expires_at\":\"%s\",\"permissions\":{\"contents\":"
+                     "\"read\"},\"repository_selection\":\"all\"}",
+                     tok, f->expires_garbage ? "tomorrow-ish" : iso);
+        }
+    } else if (strcmp(method, "POST") == 0 && strncmp(url, "/repos/", 7) == 0 &&
+               ends_with(url, "/dispatches")) {
+        f->n_dispatch++;
+        bool valid = false;
+        if (auth && strncmp(auth, "Bearer ", 7) == 0 && !f->always_401) {
+            for (unsigned k = f->revoked_upto + 1; k <= f->n_mint && !valid; k++) {
+                char tok[2048];
+                make_token(k, f->token_len, tok, sizeof(tok));
+                size_t n = strlen(tok);
+                valid = strlen(auth + 7) == n && CRYPTO_memcmp(auth + 7, tok, n) == 0;
+            }
+        }
+        if (valid) {
+            status = MHD_HTTP_NO_CONTENT;
+            body[0] = '\0';
+        } else {
+            f->bad_token++;
+            status = MHD_HTTP_UNAUTHORIZED;
+            /* Like some servers do: echo the credential back in the error. */
+            snprintf(body, sizeof(body), "{\"message\":\"Bad credentials: %.1000s\"}",
+                     auth ? auth : "");
+        }
+    } else if (strcmp(method, "GET") == 0 && strcmp(url, "/app") == 0) {
+        f->n_other++;
+        if (app_jwt_ok(auth)) {
+            status = MHD_HTTP_OK;
+            snprintf(body, sizeof(body), "{\"id\":%d}", APP_ID_NUM);
+        } else {
+            f->bad_jwt++;
+            status = MHD_HTTP_UNAUTHORIZED;
+        }
+    } else if (strcmp(url, "/ratelimited") == 0) {
+        f->n_other++;
+        static const char *const h[] = {
+            "Retry-After", "120",  "X-RateLimit-Remaining", "0", "x-ratelimit-reset",
+            "1900000000",  "ETag", "W/\"abc123\"",          NULL};
+        status = MHD_HTTP_FORBIDDEN;
+        hdrs = h;
+        snprintf(body, sizeof(body), "{\"message\":\"API rate limit exceeded\"}");
+    } else if (strcmp(url, "/retry-date") == 0) {
+        f->n_other++;
+        static char date[64];
+        static const char *h[] = {"retry-after", date, NULL};
+        time_t t = time(NULL) + 30;
+        struct tm tm;
+        gmtime_r(&t, &tm);
+        strftime(date, sizeof(date), "%a, %d %b %Y %H:%M:%S GMT", &tm);
+        status = 429;
+        hdrs = h;
+        snprintf(body, sizeof(body), "{\"message\":\"slow down\"}");
+    } else if (strcmp(url, "/ok") == 0) {
+        f->n_other++;
+        status = MHD_HTTP_OK;
+        snprintf(body, sizeof(body), "{\"method\":\"%s\"}", method);
+    } else if (strcmp(url, "/big") == 0 || strcmp(url, "/bigchunked") == 0 ||
+               strcmp(url, "/atcap") == 0) {
+        f->n_other++;
+        pthread_mutex_unlock(&f->mu);
+        if (strcmp(url, "/atcap") == 0)
+            return reply_big(c, &at_cap, false);
+        return reply_big(c, &over_cap, strcmp(url, "/bigchunked") == 0);
+    } else {
+        f->n_other++;
+    }
+    pthread_mutex_unlock(&f->mu);
+    return reply(c, status, body, hdrs);
+}
+
+static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                      enum MHD_RequestTerminationCode toe)
+{
+    (void)cls;
+    (void)c;
+    (void)toe;
+    req *r = *con_cls;
+    if (r) {
+        buf_free(&r->body);
+        free(r);
+    }
+    *con_cls = NULL;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_ctx,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    (void)c;
+    (void)socket_ctx;
+    fake *f = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        pthread_mutex_lock(&f->mu);
+        f->n_conns++;
+        pthread_mutex_unlock(&f->mu);
+    }
+}
+
+static void fake_start(fake *f)
+{
+    memset(f, 0, sizeof(*f));
+    pthread_mutex_init(&f->mu, NULL);
+    f->install_status = 200;
+    f->install_id = 42;
+    f->mint_status = 201;
+    f->token_ttl_s = 3600;
+    f->token_len = 40;
+    struct sockaddr_in sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_port = 0;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    f->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG, 0,
+                            NULL, NULL, handler, f, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
+                            MHD_OPTION_THREAD_POOL_SIZE, 4u, MHD_OPTION_NOTIFY_COMPLETED, completed,
+                            f, MHD_OPTION_NOTIFY_CONNECTION, on_connection, f,
+                            MHD_OPTION_CONNECTION_TIMEOUT, 30u, MHD_OPTION_END);
+    assert_non_null(f->d);
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(f->d, MHD_DAEMON_INFO_BIND_PORT);
+    assert_non_null(info);
+    f->port = info->port;
+    assert_true(f->port > 0);
+}
+
+static void fake_stop(fake *f)
+{
+    MHD_stop_daemon(f->d);
+    pthread_mutex_destroy(&f->mu);
+}
+
+/* Reads one counter under the fake's lock. */
+static unsigned fget(fake *f, const unsigned *field)
+{
+    pthread_mutex_lock(&f->mu);
+    unsigned v = *field;
+    pthread_mutex_unlock(&f->mu);
+    return v;
+}
+
+/* ---------------------------------------------------------------- fixture */
+
+typedef struct fx {
+    fake f;
+    crcr_config cfg;
+    char url[64];
+    gh_client *gh;
+} fx;
+
+static int fx_setup(void **state)
+{
+    fx *x = calloc(1, sizeof(*x));
+    if (!x)
+        return -1;
+    fake_start(&x->f);
+    snprintf(x->url, sizeof(x->url), "http://127.0.0.1:%d", x->f.port);
+    x->cfg.app_id = APP_ID;
+    x->cfg.private_key_pem = g_pem;
+    x->cfg.github_api_url = x->url;
+    char err[256] = "";
+    x->gh = gh_client_new(&x->cfg, err, sizeof(err));
+    if (!x->gh) {
+        fprintf(stderr, "gh_client_new: %s\n", err);
+        return -1;
+    }
+    *state = x;
+    return 0;
+}
+
+static int fx_teardown(void **state)
+{
+    fx *x = *state;
+    gh_client_free(x->gh);
+    fake_stop(&x->f);
+    free(x);
+    return 0;
+}
+
+static const char dispatch_body[] = "{\"event_type\":\"pull_request\",\"client_payload\":{}}";
+
+/* POST /repos/o/r/dispatches as the installation; returns the call's result. */
+static crcr_err dispatch(gh_client *gh, const char *repo, gh_resp *r)
+{
+    char path[256];
+    snprintf(path, sizeof(path), "/repos/%s/dispatches", repo);
+    gh_resp_init(r);
+    return gh_request(gh, GH_AUTH_INSTALLATION, repo, "POST", path, NULL, dispatch_body,
+                      strlen(dispatch_body), r);
+}
+
+/* ---------------------------------------------------------------- tests */
+
+static void test_first_dispatch_costs_three_calls_next_99_cost_one(void **state)
+{
+    fx *x = *state;
+    gh_resp r;
+    assert_int_equal(dispatch(x->gh, "o/r", &r), CRCR_OK);
+    assert_int_equal(r.status, 204);
+    assert_int_equal(r.api_calls, 3);
+    assert_string_equal(r.error, "");
+    gh_resp_free(&r);
+    for (int i = 0; i < 99; i++) {
+        assert_int_equal(dispatch(x->gh, "o/r", &r), CRCR_OK);
+        assert_int_equal(r.status, 204);
+        assert_int_equal(r.api_calls, 1);
+        gh_resp_free(&r);
+    }
+    assert_int_equal(fget(&x->f, &x->f.n_install), 1);
+    assert_int_equal(fget(&x->f, &x->f.n_mint), 1);
+    assert_int_equal(fget(&x->f, &x->f.n_dispatch), 100);
+    assert_int_equal(fget(&x->f, &x->f.bad_jwt), 0);
+    assert_int_equal(fget(&x->f, &x->f.bad_token), 0);
+    assert_int_equal(fget(&x->f, &x->f.bad_headers), 0);
+    gh_stats st;
+    gh_get_stats(x->gh, &st);
+    assert_int_equal(st.api_calls, 102);
+    assert_int_equal(st.token_misses, 1);
+    assert_int_equal(st.token_hits, 99);
+    assert_int_equal(st.install_misses, 1);
+    assert_int_equal(st.install_hits, 99);
+}
+
+static void test_repo_names_are_cached_case_insensitively(void **state)
+{
+    fx *x = *state;
+    gh_resp r;
+    assert_int_equal(dispatch(x->gh, "Octo-Org/Hello.World", &r), CRCR_OK);
+    assert_int_equal(r.api_calls, 3);
+    gh_resp_free(&r);
+    assert_int_equal(dispatch(x->gh, "octo-org/hello.world", &r), CRCR_OK);
+    assert_int_equal(r.api_calls, 1);
+    gh_resp_free(&r);
+    pthread_mutex_lock(&x->f.mu);
+    assert_string_equal(x->f.last_install_path, "/repos/octo-org/hello.world/installation");
+    pthread_mutex_unlock(&x->f.mu);
+    int64_t id = 0;
+    gh_resp_init(&r);
+    assert_int_equal(gh_installation_id(x->gh, "OCTO-ORG/HELLO.WORLD", &id, &r), CRCR_OK);
+    assert_int_equal(id, 42);
+    assert_int_equal(r.api_calls, 0);
+    gh_resp_free(&r);
+}
+
+static void test_token_expiring_within_5_minutes_is_reminted(void **state)
+{
+    fx *x = *state;
+    pthread_mutex_lock(&x->f.mu);
+    x->f.token_ttl_s = 290; /* inside the 300 s margin: never served from the cache */
+    pthread_mutex_unlock(&x->f.mu);
+    gh_resp r;
+    assert_int_equal(dispatch(x->gh, "o/r", &r), CRCR_OK);
+    assert_int_equal(r.status, 204);
+    assert_int_equal(r.api_calls, 3);
+    gh_resp_free(&r);
+    assert_int_equal(dispatch(x->gh, "o/r", &r), CRCR_OK);
+    assert_int_equal(r.status, 204);
+    assert_int_equal(r.api_calls, 2); /* mint + dispatch; the installation id stays cached */
+    gh_resp_free(&r);
+    assert_int_equal(fget(&x->f, &x->f.n_mint), 2);
+
+    pthread_mutex_lock(&x->f.mu);
+    x->f.token_ttl_s = 320; /* just outside the margin */
+    pthread_mutex_unlock(&x->f.mu);
+    assert_int_equal(dispatch(x->gh, "o/r", &r), CRCR_OK); /* previous token still expiring */
+    assert_int_equal(r.api_calls, 2);
+    gh_resp_free(&r);
+    assert_int_equal(dispatch(x->gh, "o/r", &r), CRCR_OK);
+    assert_int_equal(r.api_calls, 1);
+    gh_resp_free(&r);
+    assert_int_equal(fget(&x->f, &x->f.n_mint), 3);
+    assert_int_equal(fget(&x->f, &x->f.bad_token), 0);
+}
+
+static void test_unparsable_expires_at_uses_token_once_without_caching(void **state)
+{
+    fx *x = *state;
+    pthread_mutex_lock(&x->f.mu);
+    x->f.expires_garbage = true;
+    pthread_mutex_unlock(&x->f.mu);
+    gh_resp r;
+    assert_int_equal(dispatch(x->gh, "o/r", &r), CRCR_OK);
+    assert_int_equal(r.status, 204);
+    assert_int_equal(r.api_calls, 3);
+    gh_resp_free(&r);
+    assert_int_equal(dispatch(x->gh, "o/r", &r), CRCR_OK);
+    assert_int_equal(r.api_calls, 2);
+    gh_resp_free(&r);
+}
+
+static void test_401_on_cached_token_remints_once_and_retries(void **state)
+{
+    fx *x = *state;
+    gh_resp r;
+    assert_int_equal(dispatch(x->gh, "o/r", &r), CRCR_OK);
+    gh_resp_free(&r);
+    pthread_mutex_lock(&x->f.mu);
+    x->f.revoked_upto = x->f.n_mint; /* the cached token is now refused */
+    pthread_mutex_unlock(&x->f.mu);
+
+    assert_int_equal(dispatch(x->gh, "o/r", &r), CRCR_OK);
+    assert_int_equal(r.status, 204);
+    assert_int_equal(r.api_calls, 3); /* 401, mint, retry */
+    assert_string_equal(r.error, "");
+    gh_resp_free(&r);
+    assert_int_equal(fget(&x->f, &x->f.n_mint), 2);
+    assert_int_equal(fget(&x->f, &x->f.bad_token), 1);
+
+    assert_int_equal(dispatch(x->gh, "o/r", &r), CRCR_OK); /* the fresh token is cached */
+    assert_int_equal(r.api_calls, 1);
+    gh_resp_free(&r);
+}
+
+static void test_persistent_401_is_retried_at_most_once(void **state)
+{
+    fx *x = *state;
+    pthread_mutex_lock(&x->f.mu);
+    x->f.always_401 = true;
+    pthread_mutex_unlock(&x->f.mu);
+    gh_resp r;
+    /* A freshly minted token that gets 401 is not retried. */
+    assert_int_equal(dispatch(x->gh, "o/r", &r), CRCR_OK);
+    assert_int_equal(r.status, 401);
+    assert_int_equal(r.api_calls, 3);
+    gh_resp_free(&r);
+    /* A cached one is dropped and retried once with a new token, then the 401 stands. */
+    assert_int_equal(dispatch(x->gh, "o/r", &r), CRCR_OK);
+    assert_int_equal(r.status, 401);
+    assert_int_equal(r.api_calls, 3);
+    assert_null(strstr(r.error, "ghs_"));
+    gh_resp_free(&r);
+    assert_int_equal(fget(&x->f, &x->f.n_mint), 2);
+    assert_int_equal(fget(&x->f, &x->f.n_dispatch), 3);
+}
+
+static void test_reinstalled_app_drops_stale_installation_id(void **state)
+{
+    fx *x = *state;
+    gh_resp r;
+    assert_int_equal(dispatch(x->gh, "o/r", &r), CRCR_OK);
+    gh_resp_free(&r);
+    pthread_mutex_lock(&x->f.mu);
+    x->f.install_id = 43; /* reinstalled: new id, old tokens dead, old id unknown */
+    x->f.revoked_upto = x->f.n_mint;
+    pthread_mutex_unlock(&x->f.mu);
+    assert_int_equal(dispatch(x->gh, "o/r", &r), CRCR_OK);
+    assert_int_equal(r.status, 204);
+    assert_int_equal(r.api_calls, 5); /* 401, mint(42) 404, lookup, mint(43), dispatch */
+    gh_resp_free(&r);
+    assert_int_equal(fget(&x->f, &x->f.n_install), 2);
+}
+
+static void test_install_404_is_http_error_naming_the_repo(void **state)
+{
+    fx *x = *state;
+    pthread_mutex_lock(&x->f.mu);
+    x->f.install_status = 404;
+    pthread_mutex_unlock(&x->f.mu);
+    gh_resp r;
+    assert_int_equal(dispatch(x->gh, "o/r", &r), CRCR_E_HTTP);
+    assert_int_equal(r.status, 404);
+    assert_string_equal(r.error, "installation lookup: 404 (App not installed on o/r)");
+    assert_int_equal(r.api_calls, 1);
+    assert_non_null(strstr(buf_cstr(&r.body), "Not Found"));
+    gh_resp_free(&r);
+
+    int64_t id = -1;
+    gh_resp_init(&r);
+    assert_int_equal(gh_installation_id(x->gh, "o/r", &id, &r), CRCR_E_HTTP);
+    assert_int_equal(r.status, 404);
+    assert_int_equal(id, -1);
+    gh_resp_free(&r);
+    assert_int_equal(fget(&x->f, &x->f.n_mint), 0);
+    assert_int_equal(fget(&x->f, &x->f.n_dispatch), 0);
+}
+
+static void test_mint_failure_is_http_error_naming_the_step(void **state)
+{
+    fx *x = *state;
+    pthread_mutex_lock(&x->f.mu);
+    x->f.mint_status = 403;
+    pthread_mutex_unlock(&x->f.mu);
+    gh_resp r;
+    assert_int_equal(dispatch(x->gh, "o/r", &r), CRCR_E_HTTP);
+    assert_int_equal(r.status, 403);
+    assert_string_equal(r.error, "token mint: 403");
+    assert_non_null(strstr(buf_cstr(&r.body), "nope"));
+    assert_int_equal(r.api_calls, 2);
+    gh_resp_free(&r);
+}
+
+static void test_overlong_token_is_refused_without_leaking_it(void **state)
+{
+    fx *x = *state;
+    pthread_mutex_lock(&x->f.mu);
+    x->f.token_len = CRCR_TOKEN_MAX + 1;
+    pthread_mutex_unlock(&x->f.mu);
+    gh_resp r;
+    assert_int_equal(dispatch(x->gh, "o/r", &r), CRCR_E_TOO_LARGE);
+    assert_null(strstr(r.error, "ghs_"));
+    assert_non_null(strstr(r.error, "token mint"));
+    assert_int_equal(r.body.len, 0); /* the answer holding the token is not handed out */
+    gh_resp_free(&r);
+    assert_int_equal(fget(&x->f, &x->f.n_dispatch), 0);
+
+    pthread_mutex_lock(&x->f.mu);
+    x->f.token_len = CRCR_TOKEN_MAX; /* exactly at the limit is fine */
+    pthread_mutex_unlock(&x->f.mu);
+    assert_int_equal(dispatch(x->gh, "o/r", &r), CRCR_OK);
+    assert_int_equal(r.status, 204);
+    gh_resp_free(&r);
+}
+
+static void test_retry_after_and_rate_limit_headers_are_parsed(void **state)
+{
+    fx *x = *state;
+    gh_resp r;
+    gh_resp_init(&r);
+    assert_int_equal(
+        gh_request(x->gh, GH_AUTH_NONE, NULL, "GET", "/ratelimited", NULL, NULL, 0, &r), CRCR_OK);
+    assert_int_equal(r.status, 403);
+    assert_int_equal(r.retry_after_s, 120);
+    assert_int_equal(r.rl_remaining, 0);
+    assert_int_equal(r.rl_reset, 1900000000);
+    assert_string_equal(r.etag, "W/\"abc123\"");
+    assert_non_null(strstr(buf_cstr(&r.body), "rate limit"));
+
+    /* The same holder reused: the next answer's absent headers read as -1 / "". */
+    assert_int_equal(gh_request(x->gh, GH_AUTH_NONE, NULL, "GET", "/ok", NULL, NULL, 0, &r),
+                     CRCR_OK);
+    assert_int_equal(r.status, 200);
+    assert_int_equal(r.retry_after_s, -1);
+    assert_int_equal(r.rl_remaining, -1);
+    assert_int_equal(r.rl_reset, -1);
+    assert_string_equal(r.etag, "");
+
+    assert_int_equal(gh_request(x->gh, GH_AUTH_NONE, NULL, "GET", "/retry-date", NULL, NULL, 0, &r),
+                     CRCR_OK);
+    assert_int_equal(r.status, 429);
+    assert_in_range(r.retry_after_s, 27, 30);
+    gh_resp_free(&r);
+}
+
+static void test_answer_over_the_cap_is_refused(void **state)
+{
+    fx *x = *state;
+    static const char *paths[] = {"/big", "/bigchunked"};
+    for (size_t i = 0; i < 2; i++) {
+        gh_resp r;
+        gh_resp_init(&r);
+        assert_int_equal(gh_request(x->gh, GH_AUTH_NONE, NULL, "GET", paths[i], NULL, NULL, 0, &r),
+                         CRCR_E_TOO_LARGE);
+        assert_int_equal(r.status, 200);
+        assert_true(r.body.len <= CRCR_GH_RESPONSE_MAX);
+        assert_non_null(strstr(r.error, "larger than"));
+        gh_resp_free(&r);
+    }
+    /* Exactly at the cap is accepted. */
+    gh_resp r;
+    gh_resp_init(&r);
+    assert_int_equal(gh_request(x->gh, GH_AUTH_NONE, NULL, "GET", "/atcap", NULL, NULL, 0, &r),
+                     CRCR_OK);
+    assert_int_equal(r.body.len, CRCR_GH_RESPONSE_MAX);
+    /* And the client still works afterwards. */
+    assert_int_equal(gh_request(x->gh, GH_AUTH_NONE, NULL, "GET", "/ok", NULL, NULL, 0, &r),
+                     CRCR_OK);
+    assert_int_equal(r.status, 200);
+    gh_resp_free(&r);
+}
+
+static void test_server_sees_correct_auth_and_standard_headers(void **state)
+{
+    fx *x = *state;
+    gh_resp r;
+    gh_resp_init(&r);
+    /* App JWT: the fake verifies signature and claims (iat, exp, iss). */
+    assert_int_equal(gh_request(x->gh, GH_AUTH_APP, NULL, "GET", "/app", NULL, NULL, 0, &r),
+                     CRCR_OK);
+    assert_int_equal(r.status, 200);
+    assert_int_equal(r.api_calls, 1);
+    assert_int_equal(fget(&x->f, &x->f.bad_jwt), 0);
+    pthread_mutex_lock(&x->f.mu);
+    assert_string_equal(x->f.last_ua, "crcr/" CRCR_VERSION);
+    assert_true(x->f.last_had_auth);
+    pthread_mutex_unlock(&x->f.mu);
+
+    /* No auth: no Authorization header at all. */
+    assert_int_equal(gh_request(x->gh, GH_AUTH_NONE, NULL, "GET", "/ok", NULL, NULL, 0, &r),
+                     CRCR_OK);
+    pthread_mutex_lock(&x->f.mu);
+    assert_false(x->f.last_had_auth);
+    assert_string_equal(x->f.last_ctype, "");
+    pthread_mutex_unlock(&x->f.mu);
+    gh_resp_free(&r);
+
+    /* Installation token on the dispatch, JSON body delivered as sent. */
+    assert_int_equal(dispatch(x->gh, "o/r", &r), CRCR_OK);
+    assert_int_equal(r.status, 204);
+    gh_resp_free(&r);
+    pthread_mutex_lock(&x->f.mu);
+    assert_int_equal(x->f.bad_token, 0);
+    assert_string_equal(x->f.last_ctype, "application/json");
+    assert_string_equal(x->f.last_body, dispatch_body);
+    assert_string_equal(x->f.mint_ctype, ""); /* no form content type on the empty POST */
+    assert_int_equal(x->f.bad_headers, 0);
+    assert_int_equal(x->f.bad_jwt, 0);
+    pthread_mutex_unlock(&x->f.mu);
+}
+
+static void test_other_methods_and_extra_headers_are_sent(void **state)
+{
+    fx *x = *state;
+    static const char *methods[] = {"PATCH", "PUT", "DELETE", "POST"};
+    const char *const extra[] = {"If-None-Match: \"abc\"", NULL};
+    for (size_t i = 0; i < 4; i++) {
+        gh_resp r;
+        gh_resp_init(&r);
+        assert_int_equal(
+            gh_request(x->gh, GH_AUTH_NONE, NULL, methods[i], "/ok", extra, "{}", 2, &r), CRCR_OK);
+        assert_int_equal(r.status, 200);
+        char want[64];
+        snprintf(want, sizeof(want), "{\"method\":\"%s\"}", methods[i]);
+        assert_string_equal(buf_cstr(&r.body), want);
+        gh_resp_free(&r);
+    }
+}
+
+static void test_plain_http_is_refused_unless_host_is_loopback(void **state)
+{
+    (void)state;
+    static const char *refused[] = {"http://example.com",
+                                    "http://127.0.0.1.example.com",
+                                    "http://127.0.0.1@example.com",
+                                    "http://user:pw@127.0.0.1",
+                                    "ftp://127.0.0.1",
+                                    "https://api.github.com?x=1",
+                                    "not a url"};
+    for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+        crcr_config cfg;
+        memset(&cfg, 0, sizeof(cfg));
+        cfg.github_api_url = (char *)refused[i];
+        char err[256];
+        gh_client *gh = gh_client_new(&cfg, err, sizeof(err));
+        assert_non_null(gh);
+        gh_resp r;
+        gh_resp_init(&r);
+        assert_int_equal(gh_request(gh, GH_AUTH_NONE, NULL, "GET", "/ok", NULL, NULL, 0, &r),
+                         CRCR_E_INVALID);
+        assert_int_equal(r.api_calls, 0);
+        assert_non_null(strstr(r.error, "GITHUB_API_URL"));
+        gh_resp_free(&r);
+        gh_client_free(gh);
+    }
+    /* Loopback names are allowed over http: nothing listens on port 1, so they fail on the
+     * network instead of being refused. */
+    static const char *allowed[] = {"http://127.0.0.1:1", "http://127.8.9.10:1",
+                                    "http://localhost:1", "http://[::1]:1/"};
+    for (size_t i = 0; i < sizeof(allowed) / sizeof(allowed[0]); i++) {
+        crcr_config cfg;
+        memset(&cfg, 0, sizeof(cfg));
+        cfg.github_api_url = (char *)allowed[i];
+        char err[256];
+        gh_client *gh = gh_client_new(&cfg, err, sizeof(err));
+        assert_non_null(gh);
+        gh_resp r;
+        gh_resp_init(&r);
+        assert_int_equal(gh_request(gh, GH_AUTH_NONE, NULL, "GET", "/ok", NULL, NULL, 0, &r),
+                         CRCR_E_NETWORK);
+        assert_int_equal(r.status, 0);
+        assert_int_equal(r.api_calls, 1);
+        assert_true(r.error[0] != '\0');
+        gh_resp_free(&r);
+        gh_client_free(gh);
+    }
+}
+
+static void test_http_to_loopback_fake_works(void **state)
+{
+    fx *x = *state; /* the fixture's URL is http://127.0.0.1:<port> */
+    gh_resp r;
+    gh_resp_init(&r);
+    assert_int_equal(gh_request(x->gh, GH_AUTH_NONE, NULL, "GET", "/ok", NULL, NULL, 0, &r),
+                     CRCR_OK);
+    assert_int_equal(r.status, 200);
+    gh_resp_free(&r);
+}
+
+static void test_dry_run_client_serves_only_unauthenticated_requests(void **state)
+{
+    fx *x = *state;
+    crcr_config cfg;
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.github_api_url = x->url;
+    cfg.dry_run = true;
+    char err[256];
+    gh_client *gh = gh_client_new(&cfg, err, sizeof(err));
+    assert_non_null(gh);
+    gh_resp r;
+    assert_int_equal(dispatch(gh, "o/r", &r), CRCR_E_INVALID);
+    assert_int_equal(r.api_calls, 0);
+    gh_resp_free(&r);
+    gh_resp_init(&r);
+    assert_int_equal(gh_request(gh, GH_AUTH_APP, NULL, "GET", "/app", NULL, NULL, 0, &r),
+                     CRCR_E_INVALID);
+    assert_int_equal(gh_request(gh, GH_AUTH_NONE, NULL, "GET", "/ok", NULL, NULL, 0, &r), CRCR_OK);
+    assert_int_equal(r.status, 200);
+    gh_resp_free(&r);
+    buf_t jwt;
+    buf_init(&jwt, 8192);
+    assert_int_equal(gh_app_jwt(gh, (int64_t)time(NULL), &jwt), CRCR_E_INVALID);
+    buf_free(&jwt);
+    gh_client_free(gh);
+}
+
+static void test_invalid_requests_are_refused_before_sending(void **state)
+{
+    fx *x = *state;
+    static const char *bad_repos[] = {
+        "o",    "o/r/x", "../r",
+        "o/..", "o/r x", "o/r\n",
+        "/r",   "o/",    "ooooooooooooooooooooooooooooooooooooooooo/r"};
+    for (size_t i = 0; i < sizeof(bad_repos) / sizeof(bad_repos[0]); i++) {
+        gh_resp r;
+        gh_resp_init(&r);
+        assert_int_equal(gh_request(x->gh, GH_AUTH_INSTALLATION, bad_repos[i], "POST",
+                                    "/repos/o/r/dispatches", NULL, "{}", 2, &r),
+                         CRCR_E_INVALID);
+        assert_int_equal(r.api_calls, 0);
+        gh_resp_free(&r);
+    }
+    const char *const injected[] = {"X-Evil: a\r\nAuthorization: b", NULL};
+    const char *const nocolon[] = {"NoColon", NULL};
+    gh_resp r;
+    gh_resp_init(&r);
+    assert_int_equal(gh_request(x->gh, GH_AUTH_NONE, NULL, "GET", "/ok", injected, NULL, 0, &r),
+                     CRCR_E_INVALID);
+    assert_int_equal(gh_request(x->gh, GH_AUTH_NONE, NULL, "GET", "/ok", nocolon, NULL, 0, &r),
+                     CRCR_E_INVALID);
+    assert_int_equal(gh_request(x->gh, GH_AUTH_NONE, NULL, "TRACE", "/ok", NULL, NULL, 0, &r),
+                     CRCR_E_INVALID);
+    assert_int_equal(gh_request(x->gh, GH_AUTH_NONE, NULL, "GET", "ok", NULL, NULL, 0, &r),
+                     CRCR_E_INVALID);
+    assert_int_equal(gh_request(x->gh, GH_AUTH_NONE, NULL, "GET", "/o k", NULL, NULL, 0, &r),
+                     CRCR_E_INVALID);
+    assert_int_equal(gh_request(x->gh, GH_AUTH_NONE, NULL, "GET", "/ok", NULL, "{}", 2, &r),
+                     CRCR_E_INVALID);
+    assert_int_equal(gh_request(x->gh, GH_AUTH_NONE, NULL, "POST", "/ok", NULL, NULL, 5, &r),
+                     CRCR_E_INVALID);
+    assert_int_equal(r.api_calls, 0);
+    gh_resp_free(&r);
+    assert_int_equal(fget(&x->f, &x->f.n_other) + fget(&x->f, &x->f.n_install), 0);
+}
+
+static void test_sequential_requests_reuse_one_connection(void **state)
+{
+    fx *x = *state;
+    for (int i = 0; i < 20; i++) {
+        gh_resp r;
+        assert_int_equal(dispatch(x->gh, "o/r", &r), CRCR_OK);
+        assert_int_equal(r.status, 204);
+        gh_resp_free(&r);
+    }
+    assert_int_equal(fget(&x->f, &x->f.n_conns), 1);
+}
+
+typedef struct worker_arg {
+    gh_client *gh;
+    atomic_int failures;
+    atomic_int calls;
+} worker_arg;
+
+static void *worker(void *p)
+{
+    worker_arg *a = p;
+    for (int i = 0; i < 50; i++) {
+        gh_resp r;
+        crcr_err e = dispatch(a->gh, "o/r", &r);
+        if (e != CRCR_OK || r.status != 204)
+            atomic_fetch_add(&a->failures, 1);
+        atomic_fetch_add(&a->calls, r.api_calls);
+        gh_resp_free(&r);
+    }
+    return NULL;
+}
+
+static void test_8_threads_x_50_dispatches_share_one_token_mint(void **state)
+{
+    fx *x = *state;
+    worker_arg a = {.gh = x->gh};
+    atomic_init(&a.failures, 0);
+    atomic_init(&a.calls, 0);
+    pthread_t t[8];
+    for (int i = 0; i < 8; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, worker, &a), 0);
+    for (int i = 0; i < 8; i++)
+        pthread_join(t[i], NULL);
+    assert_int_equal(atomic_load(&a.failures), 0);
+    assert_int_equal(fget(&x->f, &x->f.n_mint), 1);
+    assert_int_equal(fget(&x->f, &x->f.n_install), 1);
+    assert_int_equal(fget(&x->f, &x->f.n_dispatch), 400);
+    assert_int_equal(atomic_load(&a.calls), 402);
+    assert_int_equal(fget(&x->f, &x->f.bad_token), 0);
+    /* At most one kept-alive connection per concurrent caller. */
+    assert_true(fget(&x->f, &x->f.n_conns) <= 8);
+    gh_stats st;
+    gh_get_stats(x->gh, &st);
+    assert_int_equal(st.token_misses, 1);
+    assert_int_equal(st.install_misses, 1);
+    assert_int_equal(st.token_hits, 399);
+    assert_int_equal(st.api_calls, 402);
+}
+
+static void test_parse_retry_after(void **state)
+{
+    (void)state;
+    const int64_t date = 1445412480; /* Wed, 21 Oct 2015 07:28:00 GMT */
+    assert_int_equal(gh_parse_retry_after("120", 0), 120);
+    assert_int_equal(gh_parse_retry_after("0", 0), 0);
+    assert_int_equal(gh_parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT", date - 100), 100);
+    assert_int_equal(gh_parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT", date + 100), 0);
+    assert_int_equal(gh_parse_retry_after("Thu, 29 Feb 2024 23:59:59 GMT", 1709251199 - 1), 1);
+    static const char *garbage[] = {"",
+                                    "abc",
+                                    "-5",
+                                    "12a",
+                                    "1.5",
+                                    " 120",
+                                    "99999999999999999999",
+                                    "Wed, 21 Oct 2015 07:28:00 UTC",
+                                    "Wed, 32 Oct 2015 07:28:00 GMT",
+                                    "Thu, 29 Feb 2023 07:28:00 GMT",
+                                    "Wed, 21 Oct 2015 24:28:00 GMT",
+                                    "Foo, 21 Oct 2015 07:28:00 GMT",
+                                    "Wed, 21 Okt 2015 07:28:00 GMT",
+                                    "Wed, 21 Oct 2015 07:28:00 GMT "};
+    for (size_t i = 0; i < sizeof(garbage) / sizeof(garbage[0]); i++)
+        assert_int_equal(gh_parse_retry_after(garbage[i], date), -1);
+    assert_int_equal(gh_parse_retry_after(NULL, date), -1);
+}
+
+static int setup_key(void **state)
+{
+    (void)state;
+    g_key = EVP_RSA_gen(2048);
+    if (!g_key)
+        return -1;
+    BIO *b = BIO_new(BIO_s_mem());
+    PEM_write_bio_PrivateKey(b, g_key, NULL, NULL, 0, NULL, NULL);
+    char *data = NULL;
+    long n = BIO_get_mem_data(b, &data);
+    g_pem = malloc((size_t)n + 1);
+    memcpy(g_pem, data, (size_t)n);
+    g_pem[n] = '\0';
+    BIO_free(b);
+    return 0;
+}
+
+static int teardown_key(void **state)
+{
+    (void)state;
+    EVP_PKEY_free(g_key);
+    free(g_pem);
+    return 0;
+}
+
+#define FX_TEST(f) cmocka_unit_test_setup_teardown(f, fx_setup, fx_teardown)
+
+int main(void)
+{
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    const struct CMUnitTest tests[] = {
+        FX_TEST(test_first_dispatch_costs_three_calls_next_99_cost_one),
+        FX_TEST(test_repo_names_are_cached_case_insensitively),
+        FX_TEST(test_token_expiring_within_5_minutes_is_reminted),
+        FX_TEST(test_unparsable_expires_at_uses_token_once_without_caching),
+        FX_TEST(test_401_on_cached_token_remints_once_and_retries),
+        FX_TEST(test_persistent_401_is_retried_at_most_once),
+        FX_TEST(test_reinstalled_app_drops_stale_installation_id),
+        FX_TEST(test_install_404_is_http_error_naming_the_repo),
+        FX_TEST(test_mint_failure_is_http_error_naming_the_step),
+        FX_TEST(test_overlong_token_is_refused_without_leaking_it),
+        FX_TEST(test_retry_after_and_rate_limit_headers_are_parsed),
+        FX_TEST(test_answer_over_the_cap_is_refused),
+        FX_TEST(test_server_sees_correct_auth_and_standard_headers),
+        FX_TEST(test_other_methods_and_extra_headers_are_sent),
+        cmocka_unit_test(test_plain_http_is_refused_unless_host_is_loopback),
+        FX_TEST(test_http_to_loopback_fake_works),
+        FX_TEST(test_dry_run_client_serves_only_unauthenticated_requests),
+        FX_TEST(test_invalid_requests_are_refused_before_sending),
+        FX_TEST(test_sequential_requests_reuse_one_connection),
+        FX_TEST(test_8_threads_x_50_dispatches_share_one_token_mint),
+        cmocka_unit_test(test_parse_retry_after),
+    };
+    int rc = cmocka_run_group_tests(tests, setup_key, teardown_key);
+    curl_global_cleanup();
+    return rc;
+}
