@@ -12,10 +12,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "clock.h"
 #include "json.h"
 #include "log.h"
+#include "callback.h"
+#include "sweeper.h"
 #include "webhook.h"
 
 #define APP_TICK_MS 200
@@ -73,6 +76,8 @@ static void app_teardown(crcr_app *app)
     app->ob = NULL;
     allowlist_source_free(app->allow);
     app->allow = NULL;
+    oidc_free(app->oidc);
+    app->oidc = NULL;
     gh_client_free(app->gh);
     app->gh = NULL;
     store_close(app->st);
@@ -151,7 +156,15 @@ int app_serve_main(int argc, char **argv)
         }
         LOG_ERROR("allowlist.unavailable", "error", err, NULL);
     }
-    app->ob = outbox_start(&app->cfg, app->st, app->cfg.dry_run ? NULL : app->gh, err, sizeof(err));
+    app->oidc = oidc_new((const char *const *)app->cfg.oidc_issuers, app->cfg.n_oidc_issuers,
+                         app->cfg.oidc_audience, err, sizeof(err));
+    if (!app->oidc) {
+        fprintf(stderr, "crcr: CRCR_OIDC_ISSUERS: %s\n", err);
+        rc = 2;
+        goto out;
+    }
+    app->ob = outbox_start(&app->cfg, app->st, app->cfg.dry_run ? NULL : app->gh, app->allow, err,
+                           sizeof(err));
     if (!app->ob) {
         fprintf(stderr, "crcr: %s\n", err);
         goto out;
@@ -159,6 +172,7 @@ int app_serve_main(int argc, char **argv)
 
     const http_route routes[] = {
         {"POST", "/github/webhook", false, app->cfg.max_body, webhook_handle, app},
+        {"POST", "/github/callback", false, app->cfg.max_body, callback_handle, app},
         {"GET", "/healthz", false, 0, health_handle, app},
         {"GET", "/readyz", false, 0, ready_handle, app},
     };
@@ -178,7 +192,11 @@ int app_serve_main(int argc, char **argv)
     LOG_INFO("relay.started", "version", CRCR_VERSION, "listen", listen, "store",
              app->cfg.store_uri, "mode", app->cfg.dry_run ? "dry-run" : "github-app", NULL);
 
-    int64_t next_retention = clock_mono_ms() + app->cfg.sweep_s * 1000;
+    /* The first sweep runs right away: zombies left while the relay was down are old already. */
+    int64_t next_sweep = clock_mono_ms();
+    char owner[128], host[64] = "host";
+    gethostname(host, sizeof(host) - 1);
+    snprintf(owner, sizeof(owner), "%s:%ld", host, (long)getpid());
     while (!g_stop) {
         struct timespec ts = {0, APP_TICK_MS * 1000000L};
         nanosleep(&ts, NULL);
@@ -188,15 +206,10 @@ int app_serve_main(int argc, char **argv)
             allowlist_source_reload(app->allow);
         }
         allowlist_source_tick(app->allow, clock_now_ms());
-        if (clock_mono_ms() >= next_retention) {
-            int n = 0;
-            store_retention(app->st, clock_now_ms() - app->cfg.retention_s * 1000, &n);
-            if (n > 0) {
-                char ns[16];
-                snprintf(ns, sizeof(ns), "%d", n);
-                LOG_INFO("retention.deleted", "deliveries", ns, NULL);
-            }
-            next_retention = clock_mono_ms() + app->cfg.sweep_s * 1000;
+        if (clock_mono_ms() >= next_sweep) {
+            sweeper_result sr;
+            sweeper_run(app, owner, clock_now_ms(), &sr);
+            next_sweep = clock_mono_ms() + app->cfg.sweep_s * 1000;
         }
     }
     LOG_INFO("relay.stopping", "inflight", NULL, NULL);

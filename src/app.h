@@ -15,6 +15,7 @@
 #include "config.h"
 #include "github.h"
 #include "http_server.h"
+#include "oidc.h"
 #include "outbox.h"
 #include "store.h"
 
@@ -24,10 +25,12 @@ typedef struct crcr_app {
     gh_client *gh; /* NULL in dry-run: no App credentials */
     allowlist_source *allow;
     outbox *ob;
+    oidc_verifier *oidc;
     http_server *http;
     int64_t started_at;
     _Atomic int64_t last_webhook_at; /* ms, 0 before the first */
     atomic_uint_fast64_t webhooks_accepted, webhooks_duplicate, webhooks_ignored, webhooks_rejected;
+    atomic_uint_fast64_t callbacks_accepted, callbacks_duplicate, callbacks_rejected;
 } crcr_app;
 
 /* `crcr serve`: runs until SIGTERM/SIGINT; returns the process exit code (0 on a clean stop,

@@ -38,9 +38,9 @@ crcr_err checks_body(const checks_run *r, buf_t *out)
         err = buf_printf(&details, "https://github.com/%s/actions/runs/%lld", r->repo,
                          (long long)r->run_id);
     if (!err)
-        err = r->pr_number > 0 ? buf_printf(&ext, "%lld:%lld", (long long)r->run_id,
-                                            (long long)r->pr_number)
-                               : buf_printf(&ext, "%lld", (long long)r->run_id);
+        err = r->pr_number > 0
+                  ? buf_printf(&ext, "%lld:%lld", (long long)r->run_id, (long long)r->pr_number)
+                  : buf_printf(&ext, "%lld", (long long)r->run_id);
     if (!err)
         err = buf_printf(&summary, "%s workflow: %s", r->repo, buf_cstr(&details));
     char title[64] = "In progress";

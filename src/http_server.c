@@ -46,7 +46,7 @@ typedef struct req_state {
     const http_route *route;
     buf_t body;
     int64_t started_ms;
-    int status; /* answer queued early (404/405/413/431), 0 otherwise */
+    int status;     /* answer queued early (404/405/413/431), 0 otherwise */
     bool too_large; /* the body passed the cap: discard the rest, then answer 413 */
     bool counted;
 } req_state;
@@ -253,7 +253,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             return MHD_NO;
         }
         /* MHD cannot queue an answer while a body is being read, so a body past the cap is
-         * discarded (memory stays bounded, the deadline bounds time) and answered 413 at its end. */
+         * discarded (memory stays bounded, the deadline bounds time) and answered 413 at its end.
+         */
         if (!st->too_large && buf_append(&st->body, upload_data, *upload_data_size) != CRCR_OK) {
             st->too_large = true;
             buf_free(&st->body);
@@ -346,8 +347,8 @@ http_server *http_server_start(const http_server_opts *opts, const http_route *r
     srv->d =
         MHD_start_daemon(flags, (uint16_t)opts->port, NULL, NULL, on_request, srv,
                          MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss, MHD_OPTION_THREAD_POOL_SIZE,
-                         threads, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_CONNECTION_MEMORY,
-                         MHD_OPTION_CONNECTION_LIMIT,
+                         threads, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+                         (size_t)HTTP_CONNECTION_MEMORY, MHD_OPTION_CONNECTION_LIMIT,
                          opts->max_connections ? opts->max_connections : CRCR_MAX_CONNECTIONS,
                          MHD_OPTION_CONNECTION_TIMEOUT,
                          opts->idle_timeout_s ? opts->idle_timeout_s : CRCR_IDLE_TIMEOUT_S,

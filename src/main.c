@@ -8,6 +8,7 @@
 #include "app.h"
 #include "cli_deliveries.h"
 #include "config.h"
+#include "report.h"
 #include "webhook_send.h"
 
 static const char USAGE[] =
@@ -19,6 +20,8 @@ static const char USAGE[] =
     "  webhook send FILE [--event E] [--url U] [--secret S] [--delivery ID]\n"
     "                                        sign a payload and POST it like GitHub does\n"
     "  deliveries list|show ID|redeliver ID  inspect and re-queue deliveries in the store\n"
+    "  report --status S [--conclusion C] ... downstream side: post a callback from GitHub "
+    "Actions\n"
     "  config [--config FILE]                print the effective configuration (secrets hidden)\n"
     "  version                               print the version\n"
     "  help [COMMAND]                        this text, or a command's own help\n"
@@ -65,6 +68,8 @@ int main(int argc, char **argv)
         return webhook_send_main(argc - 2, argv + 2);
     if (strcmp(cmd, "deliveries") == 0 && argc >= 3)
         return cli_deliveries_main(argc - 2, argv + 2);
+    if (strcmp(cmd, "report") == 0)
+        return report_main(argc - 2, argv + 2);
     if (strcmp(cmd, "config") == 0)
         return cmd_config(argc - 1, argv + 1);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {

@@ -75,13 +75,13 @@ typedef struct jwks_set {
 typedef struct issuer {
     char url[OIDC_ISSUER_MAX + 1]; /* normalised: no trailing '/' */
     size_t url_len;
-    bool loopback;       /* http:// allowed for the JWKS fetch */
-    CURL *curl;          /* used only by the thread that set `fetching` */
-    jwks_set *keys;      /* guarded by mu; NULL until the first successful fetch */
-    int64_t fetched_at;  /* guarded by mu; now_s when `keys` was installed */
-    int64_t attempt_at;  /* guarded by mu; now_s of the last fetch attempt */
-    bool attempted;      /* guarded by mu */
-    bool fetching;       /* guarded by mu */
+    bool loopback;      /* http:// allowed for the JWKS fetch */
+    CURL *curl;         /* used only by the thread that set `fetching` */
+    jwks_set *keys;     /* guarded by mu; NULL until the first successful fetch */
+    int64_t fetched_at; /* guarded by mu; now_s when `keys` was installed */
+    int64_t attempt_at; /* guarded by mu; now_s of the last fetch attempt */
+    bool attempted;     /* guarded by mu */
+    bool fetching;      /* guarded by mu */
 } issuer;
 
 struct oidc_verifier {
@@ -421,8 +421,8 @@ static bool claim_time(const jv *v, int64_t *out)
 
 static bool repo_char_ok(char c)
 {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '-' || c == '_' || c == '.';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+           c == '_' || c == '.';
 }
 
 /* True for "owner/repo" with GitHub's lengths and characters. */

@@ -16,8 +16,11 @@
 #include <strings.h>
 #include <time.h>
 
+#include <openssl/crypto.h>
+
 #include "cbtoken.h"
 #include "clock.h"
+#include "checks.h"
 #include "dispatch.h"
 #include "json.h"
 #include "limits.h"
@@ -37,6 +40,7 @@ struct outbox {
     const crcr_config *cfg;
     store *st;
     gh_client *gh;
+    allowlist_source *allow;
     pthread_t threads[OUTBOX_MAX_WORKERS];
     size_t n_threads;
     pthread_mutex_t mu;
@@ -180,14 +184,60 @@ static void outcome_from(outcome *o, const char *what, const gh_resp *r)
         error_text(r->status, what, r, o->error, sizeof(o->error));
 }
 
-/* Carries out a dispatch row. Fills *o; returns the body to keep (dry-run) via `keep`. */
+/* Sends one GitHub request as the installation covering `repo`, honouring a pause of that
+ * installation. Fills *o; when `keep` is not NULL the answer stays there (caller frees). */
+static void send_as_installation(outbox *ob, const char *repo, const char *method, const char *path,
+                                 const char *body, size_t body_len, const char *what, outcome *o,
+                                 int64_t now, gh_resp *keep)
+{
+    gh_resp r;
+    gh_resp_init(&r);
+    crcr_err e = gh_installation_id(ob->gh, repo, &o->installation, &r);
+    if (e) {
+        outcome_from(o, "installation lookup", &r);
+        if (o->verdict == OUTBOX_DONE) /* a 2xx without an id */
+            o->verdict = OUTBOX_RETRY;
+        if (e == CRCR_E_HTTP && r.status == 404)
+            snprintf(o->error, sizeof(o->error),
+                     "App not installed on %s (installation lookup: 404)", repo);
+        gh_resp_free(&r);
+        return;
+    }
+    int64_t paused = pause_until(ob, o->installation, now);
+    if (paused > now) {
+        o->verdict = OUTBOX_RATE_LIMIT;
+        o->rl_reset = -1;
+        o->retry_after_s = (long)((paused - now + 999) / 1000);
+        o->status = -1; /* marker: waiting, not this row's attempt */
+        snprintf(o->error, sizeof(o->error), "installation %lld paused by a rate limit",
+                 (long long)o->installation);
+        gh_resp_free(&r);
+        return;
+    }
+    gh_resp_free(&r);
+    gh_resp_init(&r);
+    e = gh_request(ob->gh, GH_AUTH_INSTALLATION, repo, method, path, NULL, body, body_len, &r);
+    if (e && e != CRCR_E_HTTP && e != CRCR_E_NETWORK) {
+        o->verdict = OUTBOX_RETRY;
+        snprintf(o->error, sizeof(o->error), "%s: %s", what, crcr_strerror(e));
+    } else {
+        outcome_from(o, e == CRCR_E_HTTP ? "token" : what, &r);
+    }
+    if (keep)
+        *keep = r;
+    else
+        gh_resp_free(&r);
+}
+
+/* Carries out a dispatch row; `out` receives the request body (kept for dry-run). */
 static void run_dispatch(outbox *ob, const store_job *job, outcome *o, dispatch_output *out,
                          int64_t now)
 {
     char err[256] = "";
     char token[CBTOKEN_SIZE];
-    cbtoken_make(ob->cfg->app_secret ? ob->cfg->app_secret : "", job->delivery_id ? job->delivery_id : "",
-                 job->target, job->head_sha, job->pr_number, token);
+    cbtoken_make(ob->cfg->app_secret ? ob->cfg->app_secret : "",
+                 job->delivery_id ? job->delivery_id : "", job->target, job->head_sha,
+                 job->pr_number, token);
     dispatch_input in = {
         .event = job->event ? job->event : "",
         .delivery_id = job->delivery_id ? job->delivery_id : "",
@@ -207,41 +257,171 @@ static void run_dispatch(outbox *ob, const store_job *job, outcome *o, dispatch_
         o->verdict = OUTBOX_DONE;
         return;
     }
-    gh_resp r;
-    gh_resp_init(&r);
-    e = gh_installation_id(ob->gh, job->target, &o->installation, &r);
-    if (e) {
-        outcome_from(o, "installation lookup", &r);
-        if (o->verdict == OUTBOX_DONE) /* a 2xx without an id */
-            o->verdict = OUTBOX_RETRY;
-        if (e == CRCR_E_HTTP && r.status == 404)
-            snprintf(o->error, sizeof(o->error),
-                     "App not installed on %s (installation lookup: 404)", job->target);
-        gh_resp_free(&r);
-        return;
-    }
-    int64_t paused = pause_until(ob, o->installation, now);
-    if (paused > now) {
-        o->verdict = OUTBOX_RATE_LIMIT;
-        o->rl_reset = -1;
-        o->retry_after_s = (long)((paused - now + 999) / 1000);
-        o->status = -1; /* marker: waiting, not this row's attempt */
-        snprintf(o->error, sizeof(o->error), "installation %lld paused by a rate limit",
-                 (long long)o->installation);
-        gh_resp_free(&r);
+    char path[CRCR_REPO_NAME_MAX + 32];
+    snprintf(path, sizeof(path), "/repos/%s/dispatches", job->target);
+    send_as_installation(ob, job->target, "POST", path, buf_cstr(&out->body), out->body.len,
+                         "dispatch", o, now, NULL);
+}
+
+/* A check run on the upstream PR: the row's body is the request body. */
+static void run_check_run(outbox *ob, const store_job *job, outcome *o, int64_t now)
+{
+    if (!ob->gh) {
+        o->verdict = OUTBOX_DONE;
         return;
     }
     char path[CRCR_REPO_NAME_MAX + 32];
-    snprintf(path, sizeof(path), "/repos/%s/dispatches", job->target);
-    gh_resp_free(&r);
+    snprintf(path, sizeof(path), "/repos/%s/check-runs", job->target);
+    send_as_installation(ob, job->target, "POST", path, buf_cstr(&job->body), job->body.len,
+                         "check run", o, now, NULL);
+}
+
+/* Re-runs a downstream workflow run: body {"run_id":N,"failed_only":bool}. GitHub's 403 "already
+ * running" means the run is going anyway: success. */
+static void run_rerun(outbox *ob, const store_job *job, outcome *o, char *note, size_t notesz,
+                      int64_t now)
+{
+    jv *b = jv_parse(job->body.data ? job->body.data : "", job->body.len, NULL, 0);
+    int64_t run_id = 0;
+    bool failed_only = jv_is_true(jv_get(b, "failed_only"));
+    if (!jv_int(jv_get(b, "run_id"), &run_id) || run_id <= 0) {
+        jv_free(b);
+        o->verdict = OUTBOX_PERMANENT;
+        snprintf(o->error, sizeof(o->error), "re-run row without a run id");
+        return;
+    }
+    jv_free(b);
+    if (!ob->gh) {
+        o->verdict = OUTBOX_DONE;
+        return;
+    }
+    char path[CRCR_REPO_NAME_MAX + 96];
+    snprintf(path, sizeof(path), "/repos/%s/actions/runs/%lld/%s", job->target, (long long)run_id,
+             failed_only ? "rerun-failed-jobs" : "rerun");
+    gh_resp r;
     gh_resp_init(&r);
-    e = gh_request(ob->gh, GH_AUTH_INSTALLATION, job->target, "POST", path, NULL,
-                   buf_cstr(&out->body), out->body.len, &r);
-    if (e && e != CRCR_E_HTTP && e != CRCR_E_NETWORK) {
+    send_as_installation(ob, job->target, "POST", path, NULL, 0, "re-run", o, now, &r);
+    if (o->verdict != OUTBOX_DONE && r.status == 403 &&
+        contains_nocase(buf_cstr(&r.body), "already running")) {
+        o->verdict = OUTBOX_DONE;
+        o->error[0] = '\0';
+        snprintf(note, notesz, "already running");
+    }
+    gh_resp_free(&r);
+}
+
+#define RERUN_SUITE_MAX_PAGES 20
+#define RERUN_SUITE_MAX_RUNS 256
+
+/* "Re-run all checks": lists the suite's check runs (paginated), and queues one full re-run per
+ * distinct (downstream repo, run id) of crcr check runs whose repo is L3 or above. */
+static void run_rerun_suite(outbox *ob, const store_job *job, outcome *o, char *note, size_t notesz,
+                            int64_t now)
+{
+    jv *b = jv_parse(job->body.data ? job->body.data : "", job->body.len, NULL, 0);
+    int64_t suite = 0;
+    if (!jv_int(jv_get(b, "check_suite_id"), &suite) || suite <= 0) {
+        jv_free(b);
+        o->verdict = OUTBOX_PERMANENT;
+        snprintf(o->error, sizeof(o->error), "re-run suite row without a check suite id");
+        return;
+    }
+    jv_free(b);
+    if (!ob->gh) {
+        o->verdict = OUTBOX_DONE;
+        return;
+    }
+    struct {
+        char repo[CRCR_REPO_NAME_MAX];
+        int64_t run_id;
+    } found[RERUN_SUITE_MAX_RUNS];
+    size_t n_found = 0;
+    int64_t total = -1, seen = 0;
+    allowlist *al = allowlist_source_get(ob->allow);
+    for (int page = 1; page <= RERUN_SUITE_MAX_PAGES; page++) {
+        char path[CRCR_REPO_NAME_MAX + 128];
+        snprintf(path, sizeof(path), "/repos/%s/check-suites/%lld/check-runs?per_page=100&page=%d",
+                 job->target, (long long)suite, page);
+        gh_resp r;
+        gh_resp_init(&r);
+        send_as_installation(ob, job->target, "GET", path, NULL, 0, "check suite listing", o, now,
+                             &r);
+        if (o->verdict != OUTBOX_DONE) {
+            gh_resp_free(&r);
+            allowlist_free(al);
+            return;
+        }
+        jv *doc = jv_parse(r.body.data ? r.body.data : "", r.body.len, NULL, 0);
+        gh_resp_free(&r);
+        jv_int(jv_get(doc, "total_count"), &total);
+        jv *runs = jv_get(doc, "check_runs");
+        size_t n = jv_arr_len(runs);
+        for (size_t i = 0; i < n; i++) {
+            jv *cr = jv_arr_at(runs, i);
+            char repo[CRCR_REPO_NAME_MAX];
+            int64_t run_id = checks_parse_external_id(jv_path_str(cr, "external_id"));
+            if (!checks_parse_name(jv_path_str(cr, "name"), repo, sizeof(repo)) || run_id <= 0)
+                continue;
+            if (allowlist_level(al, repo) < CRCR_LEVEL_L3)
+                continue;
+            bool dup = false;
+            for (size_t k = 0; k < n_found && !dup; k++)
+                dup = found[k].run_id == run_id && strcasecmp(found[k].repo, repo) == 0;
+            if (!dup && n_found < RERUN_SUITE_MAX_RUNS) {
+                snprintf(found[n_found].repo, sizeof(found[0].repo), "%s", repo);
+                found[n_found++].run_id = run_id;
+            }
+        }
+        seen += (int64_t)n;
+        jv_free(doc);
+        if (n == 0 || (total >= 0 && seen >= total))
+            break;
+    }
+    allowlist_free(al);
+    store_new_job jobs[RERUN_SUITE_MAX_RUNS];
+    char bodies[RERUN_SUITE_MAX_RUNS][64];
+    for (size_t k = 0; k < n_found; k++) {
+        snprintf(bodies[k], sizeof(bodies[k]), "{\"run_id\":%lld,\"failed_only\":false}",
+                 (long long)found[k].run_id);
+        jobs[k] = (store_new_job){.kind = "rerun",
+                                  .target = found[k].repo,
+                                  .body = bodies[k],
+                                  .body_len = strlen(bodies[k]),
+                                  .due_at = now};
+    }
+    if (n_found && store_enqueue(ob->st, job->delivery_id, jobs, n_found) != CRCR_OK) {
         o->verdict = OUTBOX_RETRY;
-        snprintf(o->error, sizeof(o->error), "dispatch: %s", crcr_strerror(e));
+        snprintf(o->error, sizeof(o->error), "cannot queue the re-runs");
+        return;
+    }
+    o->verdict = OUTBOX_DONE;
+    snprintf(note, notesz, "%zu re-run%s queued", n_found, n_found == 1 ? "" : "s");
+}
+
+/* Forwards a result to the external HUD in the upstream wire format. */
+static void run_hud_forward(outbox *ob, const store_job *job, outcome *o)
+{
+    if (!ob->gh || !ob->cfg->hud_api_url) {
+        o->verdict = OUTBOX_DONE;
+        return;
+    }
+    char url[2100];
+    snprintf(url, sizeof(url), "%s/crcr/results", ob->cfg->hud_api_url);
+    char key_hdr[600];
+    snprintf(key_hdr, sizeof(key_hdr), "x-hud-internal-bot: %s",
+             ob->cfg->hud_bot_key ? ob->cfg->hud_bot_key : "");
+    const char *hdrs[] = {key_hdr, "Content-Type: application/json", NULL};
+    gh_resp r;
+    gh_resp_init(&r);
+    crcr_err e = gh_request_url(ob->gh, "POST", url, hdrs, buf_cstr(&job->body), job->body.len, &r);
+    OPENSSL_cleanse(key_hdr, sizeof(key_hdr));
+    if (e && e != CRCR_E_NETWORK) {
+        o->verdict = OUTBOX_PERMANENT;
+        snprintf(o->error, sizeof(o->error), "HUD: %s", r.error[0] ? r.error : crcr_strerror(e));
     } else {
-        outcome_from(o, e == CRCR_E_HTTP ? "token" : "dispatch", &r);
+        outcome_from(o, "HUD", &r);
+        if (o->verdict == OUTBOX_RATE_LIMIT)
+            o->verdict = OUTBOX_RETRY; /* the HUD is not GitHub: no installation to pause */
     }
     gh_resp_free(&r);
 }
@@ -253,38 +433,53 @@ static void process(outbox *ob, store_job *job, uint64_t *rng)
         .verdict = OUTBOX_PERMANENT, .retry_after_s = -1, .rl_remaining = -1, .rl_reset = -1};
     dispatch_output out;
     dispatch_output_init(&out);
+    char note_buf[128] = "";
+    long max_attempts = ob->cfg->max_attempts;
     if (strcmp(job->kind, "dispatch") == 0) {
         run_dispatch(ob, job, &o, &out, now);
+    } else if (strcmp(job->kind, "check_run") == 0) {
+        run_check_run(ob, job, &o, now);
+    } else if (strcmp(job->kind, "rerun") == 0) {
+        run_rerun(ob, job, &o, note_buf, sizeof(note_buf), now);
+    } else if (strcmp(job->kind, "rerun_suite") == 0) {
+        run_rerun_suite(ob, job, &o, note_buf, sizeof(note_buf), now);
+    } else if (strcmp(job->kind, "hud_forward") == 0) {
+        run_hud_forward(ob, job, &o);
+        max_attempts = ob->cfg->hud_max_retries + 1;
     } else {
         snprintf(o.error, sizeof(o.error), "unknown outbox kind '%s'", job->kind);
     }
     now = clock_now_ms();
-    const char *note = out.trimmed ? buf_cstr(&out.trimmed_note) : NULL;
+    const char *note = out.trimmed ? buf_cstr(&out.trimmed_note) : (note_buf[0] ? note_buf : NULL);
+    bool is_dispatch = strcmp(job->kind, "dispatch") == 0;
     int attempt = job->attempts + 1;
     char attempt_s[16];
     snprintf(attempt_s, sizeof(attempt_s), "%d", attempt);
 
     if (o.verdict == OUTBOX_DONE) {
         bool dry = ob->gh == NULL;
+        /* Dry-run keeps the exact request a dispatch would have sent (other kinds already
+         * store their request body). */
         store_job_finish(ob->st, job->id, dry ? "dry_run" : "sent", o.status, NULL, note,
-                         dry ? buf_cstr(&out.body) : NULL, dry ? out.body.len : 0, now);
+                         dry && is_dispatch ? buf_cstr(&out.body) : NULL,
+                         dry && is_dispatch ? out.body.len : 0, now);
         atomic_fetch_add(dry ? &ob->dry_run : &ob->sent, 1);
-        LOG_INFO(dry ? "dispatch.dry_run" : "dispatch.sent", "delivery", job->delivery_id, "repo",
+        LOG_INFO(dry ? "outbox.dry_run" : "outbox.sent", "delivery", job->delivery_id, "repo",
                  job->target, "kind", job->kind, "attempt", attempt_s, "trimmed", note, NULL);
     } else if (o.verdict == OUTBOX_PERMANENT) {
         store_job_finish(ob->st, job->id, "dead", o.status, o.error, note, NULL, 0, now);
         atomic_fetch_add(&ob->dead, 1);
-        LOG_WARN("dispatch.dead", "delivery", job->delivery_id, "repo", job->target, "kind",
+        LOG_WARN("outbox.dead", "delivery", job->delivery_id, "repo", job->target, "kind",
                  job->kind, "reason", o.error, NULL);
     } else if (o.status == -1) {
         /* Installation already paused: wait for it without spending an attempt. */
         store_job_retry(ob->st, job->id, now + (int64_t)o.retry_after_s * 1000, false, 0, o.error);
-    } else if (attempt >= ob->cfg->max_attempts) {
+    } else if (attempt >= max_attempts) {
         char reason[512];
         snprintf(reason, sizeof(reason), "gave up after %d attempts: %s", attempt, o.error);
         store_job_finish(ob->st, job->id, "dead", o.status, reason, note, NULL, 0, now);
         atomic_fetch_add(&ob->dead, 1);
-        LOG_WARN("dispatch.dead", "delivery", job->delivery_id, "repo", job->target, "kind",
+        LOG_WARN("outbox.dead", "delivery", job->delivery_id, "repo", job->target, "kind",
                  job->kind, "reason", reason, NULL);
     } else {
         int64_t delay = outbox_backoff_ms(ob->cfg->retry_base_ms, ob->cfg->retry_max_ms, attempt,
@@ -313,7 +508,7 @@ static void process(outbox *ob, store_job *job, uint64_t *rng)
         atomic_fetch_add(&ob->retried, 1);
         char delay_s[24];
         snprintf(delay_s, sizeof(delay_s), "%lld", (long long)delay);
-        LOG_INFO("dispatch.retry", "delivery", job->delivery_id, "repo", job->target, "attempt",
+        LOG_INFO("outbox.retry", "delivery", job->delivery_id, "repo", job->target, "attempt",
                  attempt_s, "delay_ms", delay_s, "reason", o.error, NULL);
     }
     dispatch_output_free(&out);
@@ -361,7 +556,8 @@ static void *worker(void *arg)
     return NULL;
 }
 
-outbox *outbox_start(const crcr_config *cfg, store *st, gh_client *gh, char *err, size_t errsz)
+outbox *outbox_start(const crcr_config *cfg, store *st, gh_client *gh, allowlist_source *allow,
+                     char *err, size_t errsz)
 {
     outbox *ob = calloc(1, sizeof(*ob));
     if (!ob) {
@@ -371,6 +567,7 @@ outbox *outbox_start(const crcr_config *cfg, store *st, gh_client *gh, char *err
     ob->cfg = cfg;
     ob->st = st;
     ob->gh = gh;
+    ob->allow = allow;
     pthread_mutex_init(&ob->mu, NULL);
     pthread_cond_init(&ob->cv, NULL);
     size_t n = cfg->max_dispatch_workers > 0 ? (size_t)cfg->max_dispatch_workers : 1;

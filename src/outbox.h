@@ -18,6 +18,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "allowlist_source.h"
 #include "config.h"
 #include "github.h"
 #include "store.h"
@@ -40,8 +41,10 @@ outbox_verdict outbox_classify(long status, long retry_after_s, long rl_remainin
  * max_ms, then jittered into [delay/2, delay] with `rnd` in [0,1). */
 int64_t outbox_backoff_ms(long base_ms, long max_ms, int attempts, double rnd);
 
-/* Starts the workers. `gh` NULL means dry-run. All pointers must outlive the outbox. */
-outbox *outbox_start(const crcr_config *cfg, store *st, gh_client *gh, char *err, size_t errsz);
+/* Starts the workers. `gh` NULL means dry-run (every row is recorded as `dry_run`). `allow` is
+ * read by re-run suites (only L3+ repos are re-run). All pointers must outlive the outbox. */
+outbox *outbox_start(const crcr_config *cfg, store *st, gh_client *gh, allowlist_source *allow,
+                     char *err, size_t errsz);
 
 /* Wakes idle workers (new rows were written). */
 void outbox_notify(outbox *ob);

@@ -44,8 +44,10 @@
 #define REPORT_MAX_URL 8192u
 /* Longest value of ACTIONS_ID_TOKEN_REQUEST_TOKEN. */
 #define REPORT_MAX_REQUEST_TOKEN 8192u
-/* Connect timeout of one request (the whole request is bounded by the remaining budget). */
+/* Connect timeout and whole-request timeout of one attempt (both also bounded by what is left of
+ * --max-time). The relay answers a callback in milliseconds; a hung attempt is retried. */
 #define REPORT_CONNECT_TIMEOUT_MS 10000L
+#define REPORT_ATTEMPT_TIMEOUT_MS 30000L
 /* Longest wait between two attempts, also the cap on Retry-After. */
 #define REPORT_MAX_RETRY_WAIT_S 60L
 /* GitHub's OIDC tokens live 5 minutes: mint a new one before a retry once this one is older. */
@@ -637,6 +639,7 @@ long report_retry_delay_s(unsigned attempt, long retry_after_s)
 /* One answer (or transport failure). `body` is owned by the result (http_result_free). */
 typedef struct {
     bool transport_failed; /* no HTTP answer: `error` says why */
+    bool permanent;        /* a transport failure that a retry cannot fix (bad URL, TLS trust) */
     long status;
     long retry_after_s; /* -1 when absent or unreadable */
     buf_t body;         /* capped at REPORT_MAX_RESPONSE; the rest is dropped */
@@ -757,6 +760,8 @@ static void http_do(const char *url, const char *auth, const buf_t *body, long t
     curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(curl, CURLOPT_WRITEDATA, &r->body);
     curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, r->error);
+    if (timeout_ms < 1)
+        timeout_ms = 1; /* 0 would mean "no timeout" to libcurl */
     curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, timeout_ms);
     curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS,
                      timeout_ms < REPORT_CONNECT_TIMEOUT_MS ? timeout_ms
@@ -764,6 +769,9 @@ static void http_do(const char *url, const char *auth, const buf_t *body, long t
     CURLcode cc = curl_easy_perform(curl);
     if (cc != CURLE_OK) {
         r->transport_failed = true;
+        r->permanent = cc == CURLE_URL_MALFORMAT || cc == CURLE_UNSUPPORTED_PROTOCOL ||
+                       cc == CURLE_PEER_FAILED_VERIFICATION || cc == CURLE_SSL_CACERT_BADFILE ||
+                       cc == CURLE_OUT_OF_MEMORY;
         if (!r->error[0])
             snprintf(r->error, sizeof(r->error), "%s", curl_easy_strerror(cc));
     } else {
@@ -830,9 +838,12 @@ static void report_run_free(report_run *run)
     buf_free(&run->last_body);
 }
 
-static long remaining_ms(const report_run *run)
+/* The timeout of the next request: what is left of the budget, at most one attempt's worth. */
+static long attempt_timeout_ms(const report_run *run)
 {
     int64_t r = run->deadline_ms - clock_mono_ms();
+    if (r > REPORT_ATTEMPT_TIMEOUT_MS)
+        r = REPORT_ATTEMPT_TIMEOUT_MS;
     return r > 0 ? (long)r : 0;
 }
 
@@ -872,7 +883,7 @@ static step_result mint(report_run *run)
         return STEP_FAIL;
     }
     http_result r;
-    http_do(buf_cstr(&url), buf_cstr(&auth), NULL, remaining_ms(run), &r);
+    http_do(buf_cstr(&url), buf_cstr(&auth), NULL, attempt_timeout_ms(run), &r);
     OPENSSL_cleanse(auth.data, auth.len);
     buf_free(&auth);
     buf_free(&url);
@@ -881,7 +892,7 @@ static step_result mint(report_run *run)
     run->retry_after_s = r.retry_after_s;
     if (r.transport_failed) {
         snprintf(run->why, sizeof(run->why), "OIDC token request failed: %s", r.error);
-        res = STEP_RETRY;
+        res = r.permanent ? STEP_FAIL : STEP_RETRY;
     } else if (r.status < 200 || r.status > 299) {
         snprintf(run->why, sizeof(run->why), "OIDC token request answered HTTP %ld", r.status);
         res = retryable_status(r.status) ? STEP_RETRY : STEP_FAIL;
@@ -922,7 +933,7 @@ static step_result post_once(report_run *run)
         return STEP_FAIL;
     }
     http_result r;
-    http_do(run->callback_url, buf_cstr(&auth), run->body, remaining_ms(run), &r);
+    http_do(run->callback_url, buf_cstr(&auth), run->body, attempt_timeout_ms(run), &r);
     OPENSSL_cleanse(auth.data, auth.len);
     buf_free(&auth);
 
@@ -930,7 +941,7 @@ static step_result post_once(report_run *run)
     run->retry_after_s = r.retry_after_s;
     if (r.transport_failed) {
         snprintf(run->why, sizeof(run->why), "callback request failed: %s", r.error);
-        res = STEP_RETRY;
+        res = r.permanent ? STEP_FAIL : STEP_RETRY;
     } else {
         run->answered = true;
         run->last_status = r.status;
@@ -975,6 +986,11 @@ static int send_with_retries(report_run *run)
 {
     for (unsigned attempt = 0;; attempt++) {
         step_result s = STEP_OK;
+        if (attempt_timeout_ms(run) <= 0) {
+            fprintf(stderr, RP_PROG ": the --max-time budget of %ld s is spent\n",
+                    run->o->max_time_s);
+            return report_failure(run);
+        }
         run->answered = false;
         if (!run->jwt || clock_mono_ms() - run->minted_ms > REPORT_REMINT_AFTER_MS) {
             drop_jwt(run);
@@ -983,8 +999,10 @@ static int send_with_retries(report_run *run)
         if (s == STEP_OK) {
             s = post_once(run);
             if (s == STEP_OK) {
-                printf("crcr report: HTTP %ld ", run->last_status);
-                print_scrubbed(stdout, buf_cstr(&run->last_body), run->last_body.len);
+                printf("crcr report: HTTP %ld%s", run->last_status,
+                       run->last_body.len > 0 ? " " : "\n");
+                if (run->last_body.len > 0)
+                    print_scrubbed(stdout, run->last_body.data, run->last_body.len);
                 fflush(stdout);
                 return 0;
             }
@@ -1218,6 +1236,10 @@ int report_main(int argc, char **argv)
     }
     memcpy(url, cu.p, cu.n);
     url[cu.n] = '\0';
+    if (!header_token_ok(url, cu.n, sizeof(url))) {
+        fprintf(stderr, RP_PROG ": --callback-url must not contain spaces or control characters\n");
+        return 2;
+    }
     if (!config_url_allowed(url)) {
         fprintf(stderr,
                 RP_PROG ": --callback-url must be https:// (http:// only for loopback hosts)\n");

@@ -117,8 +117,8 @@ crcr_err store_retention(store *st, int64_t before, int *n)
     return st->ops->retention(st, before, n);
 }
 
-crcr_err store_run_apply(store *st, const store_run_update *u, store_effects_fn effects,
-                         void *ctx, store_run_result *res, char *reason, size_t reasonsz)
+crcr_err store_run_apply(store *st, const store_run_update *u, store_effects_fn effects, void *ctx,
+                         store_run_result *res, char *reason, size_t reasonsz)
 {
     return st->ops->run_apply(st, u, effects, ctx, res, reason, reasonsz);
 }

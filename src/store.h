@@ -69,10 +69,10 @@ typedef struct store_job {
     char *kind;
     char *delivery_id; /* NULL when the row has none */
     char *target;
-    int attempts;  /* attempts made before this one */
-    buf_t body;    /* the row's own body ("" when none) */
-    char *event;   /* the delivery's event (rows with a delivery) */
-    buf_t payload; /* the delivery's payload (rows with a delivery) */
+    int attempts;      /* attempts made before this one */
+    buf_t body;        /* the row's own body ("" when none) */
+    char *event;       /* the delivery's event (rows with a delivery) */
+    buf_t payload;     /* the delivery's payload (rows with a delivery) */
     int64_t pr_number; /* the delivery's PR number, 0 when none */
     char *head_sha;    /* the delivery's head sha (push: after), NULL when none */
 } store_job;
@@ -174,7 +174,7 @@ typedef struct store_run_update {
     const char *details_url;
     const char *artifact_url;
     int64_t test_passed, test_failed, test_skipped; /* -1 when not reported */
-    const char *payload; /* the callback body as received */
+    const char *payload;                            /* the callback body as received */
     size_t payload_len;
     int64_t now;
     bool single_shot; /* nightly/periodic: no dispatch record; one completed row per key */
@@ -200,8 +200,8 @@ typedef crcr_err (*store_effects_fn)(void *ctx, const store_run_result *res, sto
  * CRCR_E_NOT_FOUND when no dispatch of this delivery to this repo exists (not for single_shot),
  * CRCR_E_STATE for an invalid transition (reason says which), CRCR_E_STORE on failure.
  */
-crcr_err store_run_apply(store *st, const store_run_update *u, store_effects_fn effects,
-                         void *ctx, store_run_result *res, char *reason, size_t reasonsz);
+crcr_err store_run_apply(store *st, const store_run_update *u, store_effects_fn effects, void *ctx,
+                         store_run_result *res, char *reason, size_t reasonsz);
 
 /* A run as read back. Pointers valid during the callback only. */
 typedef struct store_run_row {

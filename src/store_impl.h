@@ -34,8 +34,8 @@ typedef struct store_ops {
     crcr_err (*kv_put)(store *st, const char *key, const char *value, size_t len,
                        int64_t expires_at);
     crcr_err (*retention)(store *st, int64_t before, int *n);
-    crcr_err (*run_apply)(store *st, const store_run_update *u, store_effects_fn effects,
-                          void *ctx, store_run_result *res, char *reason, size_t reasonsz);
+    crcr_err (*run_apply)(store *st, const store_run_update *u, store_effects_fn effects, void *ctx,
+                          store_run_result *res, char *reason, size_t reasonsz);
     crcr_err (*runs_for_sha)(store *st, const char *head_sha, const char *repo,
                              void (*fn)(void *ctx, const store_run_row *row), void *ctx);
     crcr_err (*zombies)(store *st, int64_t started_before, int limit,

@@ -688,13 +688,12 @@ static crcr_err sq_retention(store *st, int64_t before, int *n)
     return err;
 }
 
-
 /* ---- runs ---- */
 
-#define RUN_COLUMNS                                                                               \
-    "delivery_id, repo, job_name, event_type, state, head_sha, workflow_name, conclusion, "       \
-    "details_url, artifact_url, run_id, run_attempt, pr_number, level, dispatched_at, "           \
-    "started_at, completed_at, queue_ms, exec_ms, test_passed, test_failed, test_skipped, "       \
+#define RUN_COLUMNS                                                                                \
+    "delivery_id, repo, job_name, event_type, state, head_sha, workflow_name, conclusion, "        \
+    "details_url, artifact_url, run_id, run_attempt, pr_number, level, dispatched_at, "            \
+    "started_at, completed_at, queue_ms, exec_ms, test_passed, test_failed, test_skipped, "        \
     "payload"
 
 static int64_t col_i64_or(sqlite3_stmt *q, int i, int64_t dflt)
@@ -848,9 +847,9 @@ static crcr_err sq_run_apply(store *st, const store_run_update *u, store_effects
             res->queue_ms = u->now > res->dispatched_at ? u->now - res->dispatched_at : 0;
     } else {
         if (strcmp(state, "completed") == 0) {
-            bool same = (!u->conclusion && !have_conclusion) ||
-                        (u->conclusion && have_conclusion &&
-                         strcmp(u->conclusion, prev_conclusion) == 0);
+            bool same =
+                (!u->conclusion && !have_conclusion) ||
+                (u->conclusion && have_conclusion && strcmp(u->conclusion, prev_conclusion) == 0);
             if (same) {
                 res->duplicate = true;
             } else {
@@ -938,8 +937,8 @@ out:
     return err;
 }
 
-static crcr_err run_query(sqlite_store *s, const char *sql, const char *a, const char *b,
-                          int64_t i, void (*fn)(void *ctx, const store_run_row *row), void *ctx)
+static crcr_err run_query(sqlite_store *s, const char *sql, const char *a, const char *b, int64_t i,
+                          void (*fn)(void *ctx, const store_run_row *row), void *ctx)
 {
     sqlite3_stmt *q = NULL;
     crcr_err err = CRCR_OK;
@@ -1053,8 +1052,8 @@ static crcr_err sq_wanted_get(store *st, const char *head_sha, const char *repo,
     return row ? CRCR_OK : CRCR_E_NOT_FOUND;
 }
 
-static crcr_err sq_rate_hit(store *st, const char *repo, int64_t now, int64_t window_ms,
-                            long limit, bool *allowed, int64_t *retry_after_ms)
+static crcr_err sq_rate_hit(store *st, const char *repo, int64_t now, int64_t window_ms, long limit,
+                            bool *allowed, int64_t *retry_after_ms)
 {
     sqlite_store *s = SS(st);
     sqlite3_stmt *q = NULL;
@@ -1108,8 +1107,7 @@ out:
     return err;
 }
 
-static crcr_err sq_enqueue(store *st, const char *delivery_id, const store_new_job *jobs,
-                           size_t n)
+static crcr_err sq_enqueue(store *st, const char *delivery_id, const store_new_job *jobs, size_t n)
 {
     sqlite_store *s = SS(st);
     pthread_mutex_lock(&s->mu);

@@ -8,6 +8,7 @@
 
 #include "allowlist.h"
 #include "app.h"
+#include "checks.h"
 #include "clock.h"
 #include "json.h"
 #include "limits.h"
@@ -156,6 +157,201 @@ static void accept_dispatch(crcr_app *app, const http_request *req, http_respons
     allowlist_free(al);
 }
 
+/* Persists a delivery that carries other outbox rows than dispatches (label back-fill, re-runs)
+ * and answers `ok_json` (or the duplicate answer). */
+static void persist_and_answer(crcr_app *app, const http_request *req, http_response *resp,
+                               const char *event, const char *delivery, const jv *doc,
+                               const store_new_job *jobs, size_t n, const char *ok_json)
+{
+    int64_t pr = 0;
+    jv_int(jv_path(doc, "pull_request.number"), &pr);
+    store_delivery d = {
+        .delivery_id = delivery,
+        .event = event,
+        .action = jv_path_str(doc, "action"),
+        .upstream_repo = jv_path_str(doc, "repository.full_name"),
+        .pr_number = pr,
+        .head_sha = jv_path_str(doc, "pull_request.head.sha"),
+        .received_at = clock_now_ms(),
+        .payload = req->body,
+        .payload_len = req->body_len,
+        .status = "queued",
+    };
+    crcr_err e = store_ingest(app->st, &d, jobs, n);
+    if (e == CRCR_E_DUPLICATE) {
+        atomic_fetch_add(&app->webhooks_duplicate, 1);
+        http_resp_json(resp, 200, "{\"ok\":true,\"duplicate\":true}");
+    } else if (e) {
+        reject(app, resp, 503, "store unavailable, please redeliver", delivery);
+    } else {
+        atomic_fetch_add(&app->webhooks_accepted, 1);
+        http_resp_json(resp, 200, ok_json);
+        if (n)
+            outbox_notify(app->ob);
+    }
+}
+
+#define LABEL_BACKFILL_MAX 256
+
+typedef struct backfill_ctx {
+    crcr_app *app;
+    int64_t pr_number;
+    const char *head_sha;
+    store_new_job jobs[LABEL_BACKFILL_MAX];
+    buf_t bodies[LABEL_BACKFILL_MAX];
+    size_t n;
+    buf_t names; /* JSON array items of "repo/job" */
+} backfill_ctx;
+
+static void backfill_row(void *vctx, const store_run_row *row)
+{
+    backfill_ctx *c = vctx;
+    if (c->n >= LABEL_BACKFILL_MAX || !row->state ||
+        (strcmp(row->state, "in_progress") != 0 && strcmp(row->state, "completed") != 0))
+        return;
+    checks_run r = {
+        .repo = row->repo,
+        .workflow_name = row->workflow_name,
+        .job_name = row->job_name,
+        .head_sha = c->head_sha,
+        .status = row->state,
+        .conclusion = row->conclusion,
+        .run_id = row->run_id,
+        .pr_number = c->pr_number,
+    };
+    buf_t *b = &c->bodies[c->n];
+    buf_init(b, 64 * 1024);
+    if (checks_body(&r, b) != CRCR_OK) {
+        buf_free(b);
+        return;
+    }
+    c->jobs[c->n] = (store_new_job){.kind = "check_run",
+                                    .target = c->app->cfg.upstream_repo,
+                                    .body = b->data,
+                                    .body_len = b->len,
+                                    .due_at = clock_now_ms()};
+    char name[CRCR_REPO_NAME_MAX + CRCR_JOB_NAME_MAX + 2];
+    snprintf(name, sizeof(name), "%s/%s", row->repo,
+             row->job_name && *row->job_name ? row->job_name : row->workflow_name);
+    if (c->names.len > 1)
+        buf_putc(&c->names, ',');
+    jv_quote(&c->names, name, strlen(name));
+    c->n++;
+}
+
+/* pull_request labeled ciflow/crcr/<device>: mark the head sha wanted for the device's repos and
+ * back-fill check runs for jobs they already reported (upstream §2.3.4, §1.7 scenarios 2-3). */
+static void handle_label(crcr_app *app, const http_request *req, http_response *resp,
+                         const char *event, const char *delivery, const jv *doc, const char *device)
+{
+    allowlist *al = allowlist_source_get(app->allow);
+    const char *repos[64];
+    size_t n = al ? allowlist_device_repos(al, device, repos, 64) : 0;
+    if (n > 64)
+        n = 64;
+    if (n == 0) {
+        allowlist_free(al);
+        http_resp_json(resp, 200, "{\"ok\":true,\"created_check_runs\":[]}");
+        return;
+    }
+    backfill_ctx *c = calloc(1, sizeof(*c));
+    int64_t pr = 0;
+    const char *sha = jv_path_str(doc, "pull_request.head.sha");
+    if (!c || !jv_int(jv_path(doc, "pull_request.number"), &pr) || !sha || !*sha ||
+        strlen(sha) >= CRCR_SHA_MAX) {
+        free(c);
+        allowlist_free(al);
+        ignored(app, resp, "missing pr context");
+        return;
+    }
+    c->app = app;
+    c->pr_number = pr;
+    c->head_sha = sha;
+    buf_init(&c->names, 64 * 1024);
+    buf_putc(&c->names, '[');
+    int64_t now = clock_now_ms();
+    crcr_err e = CRCR_OK;
+    for (size_t i = 0; i < n && !e; i++) {
+        e = store_wanted_set(app->st, sha, repos[i], now);
+        if (!e)
+            e = store_runs_for_sha(app->st, sha, repos[i], backfill_row, c);
+    }
+    buf_putc(&c->names, ']');
+    if (e) {
+        reject(app, resp, 503, "store unavailable, please redeliver", delivery);
+    } else {
+        buf_t ok;
+        buf_init(&ok, c->names.len + 64);
+        buf_printf(&ok, "{\"ok\":true,\"created_check_runs\":%s}", buf_cstr(&c->names));
+        LOG_INFO("webhook.label", "delivery", delivery, "device", device, NULL);
+        persist_and_answer(app, req, resp, event, delivery, doc, c->jobs, c->n, buf_cstr(&ok));
+        buf_free(&ok);
+    }
+    for (size_t i = 0; i < c->n; i++)
+        buf_free(&c->bodies[i]);
+    buf_free(&c->names);
+    free(c);
+    allowlist_free(al);
+}
+
+/* check_run rerequested on a crcr check run: re-run the downstream run's failed jobs (L3+). */
+static void handle_check_run_rerun(crcr_app *app, const http_request *req, http_response *resp,
+                                   const char *event, const char *delivery, const jv *doc)
+{
+    char repo[CRCR_REPO_NAME_MAX];
+    int64_t run_id = checks_parse_external_id(jv_path_str(doc, "check_run.external_id"));
+    if (!checks_parse_name(jv_path_str(doc, "check_run.name"), repo, sizeof(repo)) || run_id <= 0) {
+        ignored(app, resp, "not a crcr check run");
+        return;
+    }
+    allowlist *al = allowlist_source_get(app->allow);
+    const allowlist_entry *ent = allowlist_find(al, repo);
+    if (!ent || ent->level < CRCR_LEVEL_L3) {
+        allowlist_free(al);
+        ignored(app, resp, "downstream repo not L3+");
+        return;
+    }
+    char canonical[CRCR_REPO_NAME_MAX];
+    snprintf(canonical, sizeof(canonical), "%s", ent->repo);
+    allowlist_free(al);
+    char body[64];
+    snprintf(body, sizeof(body), "{\"run_id\":%lld,\"failed_only\":true}", (long long)run_id);
+    store_new_job job = {.kind = "rerun",
+                         .target = canonical,
+                         .body = body,
+                         .body_len = strlen(body),
+                         .due_at = clock_now_ms()};
+    buf_t ok;
+    buf_init(&ok, 512);
+    buf_puts(&ok, "{\"ok\":true,\"rerun\":[");
+    jv_quote(&ok, canonical, strlen(canonical));
+    buf_puts(&ok, "]}");
+    persist_and_answer(app, req, resp, event, delivery, doc, &job, 1, buf_cstr(&ok));
+    buf_free(&ok);
+}
+
+/* check_suite rerequested: list the suite's check runs later, in the outbox, and re-run each
+ * distinct downstream run in full. */
+static void handle_suite_rerun(crcr_app *app, const http_request *req, http_response *resp,
+                               const char *event, const char *delivery, const jv *doc)
+{
+    int64_t suite = 0;
+    if (!jv_int(jv_path(doc, "check_suite.id"), &suite) || suite <= 0) {
+        ignored(app, resp, "missing check_suite id");
+        return;
+    }
+    char body[64];
+    snprintf(body, sizeof(body), "{\"check_suite_id\":%lld}", (long long)suite);
+    store_new_job job = {.kind = "rerun_suite",
+                         .target = app->cfg.upstream_repo,
+                         .body = body,
+                         .body_len = strlen(body),
+                         .due_at = clock_now_ms()};
+    char ok[96];
+    snprintf(ok, sizeof(ok), "{\"ok\":true,\"rerun_suite\":%lld}", (long long)suite);
+    persist_and_answer(app, req, resp, event, delivery, doc, &job, 1, ok);
+}
+
 void webhook_handle(void *ctx, const http_request *req, http_response *resp)
 {
     crcr_app *app = ctx;
@@ -210,10 +406,33 @@ void webhook_handle(void *ctx, const http_request *req, http_response *resp)
 
     const char *action = jv_path_str(doc, "action");
     bool dispatch = false;
+    const char *label = jv_path_str(doc, "label.name");
+    bool ciflow = strcmp(event, "pull_request") == 0 && action && strcmp(action, "labeled") == 0 &&
+                  label && strncmp(label, "ciflow/crcr/", 12) == 0 && label[12];
+    bool rerun = action && strcmp(action, "rerequested") == 0 &&
+                 (strcmp(event, "check_run") == 0 || strcmp(event, "check_suite") == 0);
     if (strcmp(event, "push") == 0)
         dispatch = true;
     else if (strcmp(event, "pull_request") == 0)
         dispatch = pr_action_dispatches(action);
+    if ((ciflow || rerun) && (!delivery || !*delivery)) {
+        jv_free(doc);
+        reject(app, resp, 400, "Missing X-GitHub-Delivery", NULL);
+        return;
+    }
+    if (ciflow) {
+        handle_label(app, req, resp, event, delivery, doc, label + 12);
+        jv_free(doc);
+        return;
+    }
+    if (rerun) {
+        if (strcmp(event, "check_run") == 0)
+            handle_check_run_rerun(app, req, resp, event, delivery, doc);
+        else
+            handle_suite_rerun(app, req, resp, event, delivery, doc);
+        jv_free(doc);
+        return;
+    }
 
     if (!dispatch) {
         LOG_DEBUG("webhook.ignored", "delivery", delivery, "event", event, "action", action, NULL);

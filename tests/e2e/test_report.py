@@ -338,6 +338,16 @@ class ReportTest(unittest.TestCase):
         self.assertGreaterEqual(cbs[1].time - cbs[0].time, 1.0)
         self.assertLess(self.elapsed, 3.0)
 
+    def test_connection_errors_are_retried_within_the_budget(self):
+        dead = "http://127.0.0.1:%d/github/callback" % R.free_port()  # nobody listens
+        p = self.run_report(["--status", "in_progress", "--callback-url", dead,
+                             "--max-time", "2"])
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("retrying in 1 s", p.stderr)
+        self.assertIn("Error: callback request failed", p.stderr)
+        self.assertGreaterEqual(self.elapsed, 1.0)
+        self.assertLess(self.elapsed, 2.5)
+
     def test_missing_oidc_variables_explain_the_permission(self):
         env = self.env(ACTIONS_ID_TOKEN_REQUEST_URL=None, ACTIONS_ID_TOKEN_REQUEST_TOKEN=None)
         p = self.run_report(["--status", "in_progress"], env)

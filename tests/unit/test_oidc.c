@@ -59,8 +59,8 @@ typedef struct jwks_server {
     uint16_t port;
     char issuer[64]; /* http://127.0.0.1:<port> */
     pthread_mutex_t mu;
-    char *body;    /* current JWKS document (owned), guarded by mu */
-    int status;    /* HTTP status answered, guarded by mu */
+    char *body; /* current JWKS document (owned), guarded by mu */
+    int status; /* HTTP status answered, guarded by mu */
     atomic_int fetches;
 } jwks_server;
 
@@ -206,8 +206,7 @@ static char *sign_with_header(EVP_PKEY *k, const char *header, const char *claim
     unsigned char sig[1024];
     size_t siglen = sizeof(sig);
     assert_int_equal(EVP_DigestSignInit(md, NULL, EVP_sha256(), NULL, k), 1);
-    assert_int_equal(EVP_DigestSign(md, sig, &siglen, (const unsigned char *)out.data, out.len),
-                     1);
+    assert_int_equal(EVP_DigestSign(md, sig, &siglen, (const unsigned char *)out.data, out.len), 1);
     EVP_MD_CTX_free(md);
     assert_int_equal(buf_putc(&out, '.'), CRCR_OK);
     assert_int_equal(jwt_b64url_encode(sig, siglen, &out), CRCR_OK);
@@ -219,8 +218,7 @@ static char *sign_token(EVP_PKEY *k, const char *kid, const char *claims)
 {
     char header[128];
     if (kid)
-        snprintf(header, sizeof(header), "{\"alg\":\"RS256\",\"typ\":\"JWT\",\"kid\":\"%s\"}",
-                 kid);
+        snprintf(header, sizeof(header), "{\"alg\":\"RS256\",\"typ\":\"JWT\",\"kid\":\"%s\"}", kid);
     else
         snprintf(header, sizeof(header), "{\"alg\":\"RS256\",\"typ\":\"JWT\"}");
     return sign_with_header(k, header, claims);
@@ -247,7 +245,7 @@ static char *claims_ok(const char *iss)
     return claims_full(iss, "\"" AUD "\"", 300, "");
 }
 
-/* Claims built from a raw JSON object text (for missing or odd members). */
+/* "Bearer <token>" (caller frees). */
 static char *bearer(const char *token)
 {
     size_t n = strlen(token) + 8;
@@ -485,8 +483,12 @@ static void test_missing_header_is_rejected(void **state)
 static void test_garbage_is_rejected_without_fetching(void **state)
 {
     fixture *f = *state;
-    const char *headers[] = {"Bearer abc", "Bearer a.b.c", "Bearer ..", "Basic dXNlcjpwYXNz",
-                             "Bearer eyJhbGciOiJSUzI1NiJ9.eyJ9.AAAA", "Bearer e30.e30.e30.e30"};
+    const char *headers[] = {"Bearer abc",
+                             "Bearer a.b.c",
+                             "Bearer ..",
+                             "Basic dXNlcjpwYXNz",
+                             "Bearer eyJhbGciOiJSUzI1NiJ9.eyJ9.AAAA",
+                             "Bearer e30.e30.e30.e30"};
     for (size_t i = 0; i < sizeof(headers) / sizeof(headers[0]); i++) {
         oidc_identity id;
         char reason[128];
@@ -527,7 +529,11 @@ static void test_alg_none_unsigned_token_is_rejected(void **state)
     /* The shortest form: {"alg":"none"}.{}. */
     assert_int_equal(check(f, "eyJhbGciOiJub25lIn0.e30.", NOW, &id, reason, sizeof(reason)), 401);
     assert_string_equal(reason, "Invalid authorization token");
-    /* "None" in another case and a valid RSA signature under alg "RS512" do not pass either. */
+    /* A valid RS256 signature under another alg name ("rs256", "RS512", "PS256") does not pass
+     * either: the name must be exactly RS256. */
+    char *lower = sign_with_header(g_k1, "{\"alg\":\"rs256\",\"kid\":\"k1\"}", claims);
+    assert_int_equal(check(f, lower, NOW, &id, reason, sizeof(reason)), 401);
+    free(lower);
     char *tok = sign_with_header(g_k1, "{\"alg\":\"RS512\",\"kid\":\"k1\"}", claims);
     assert_int_equal(check(f, tok, NOW, &id, reason, sizeof(reason)), 401);
     free(tok);
@@ -558,8 +564,8 @@ static void test_hs256_signed_with_public_key_pem_is_rejected(void **state)
     jwt_b64url_encode(claims, strlen(claims), &b);
     unsigned char mac[EVP_MAX_MD_SIZE];
     unsigned int mac_len = 0;
-    assert_non_null(HMAC(EVP_sha256(), pem, (int)pem_len, (const unsigned char *)b.data, b.len,
-                         mac, &mac_len));
+    assert_non_null(
+        HMAC(EVP_sha256(), pem, (int)pem_len, (const unsigned char *)b.data, b.len, mac, &mac_len));
     buf_putc(&b, '.');
     jwt_b64url_encode(mac, mac_len, &b);
     BIO_free(bio);
@@ -607,8 +613,8 @@ static void test_missing_or_non_numeric_exp_is_rejected(void **state)
 {
     fixture *f = *state;
     char claims[512];
-    snprintf(claims, sizeof(claims),
-             "{\"iss\":\"%s\",\"aud\":\"" AUD "\",\"repository\":\"a/b\"}", f->srv->issuer);
+    snprintf(claims, sizeof(claims), "{\"iss\":\"%s\",\"aud\":\"" AUD "\",\"repository\":\"a/b\"}",
+             f->srv->issuer);
     expect_claims(f, claims, NOW, 401, "Invalid authorization token");
     snprintf(claims, sizeof(claims),
              "{\"iss\":\"%s\",\"aud\":\"" AUD "\",\"exp\":\"%lld\",\"repository\":\"a/b\"}",
@@ -627,11 +633,13 @@ static void test_nbf_in_future_beyond_leeway_is_rejected(void **state)
     fixture *f = *state;
     char claims[512];
     snprintf(claims, sizeof(claims),
-             "{\"iss\":\"%s\",\"aud\":\"" AUD "\",\"exp\":%lld,\"nbf\":%lld,\"repository\":\"a/b\"}",
+             "{\"iss\":\"%s\",\"aud\":\"" AUD
+             "\",\"exp\":%lld,\"nbf\":%lld,\"repository\":\"a/b\"}",
              f->srv->issuer, (long long)(NOW + 600), (long long)(NOW + 61));
     expect_claims(f, claims, NOW, 401, "Token not yet valid");
     snprintf(claims, sizeof(claims),
-             "{\"iss\":\"%s\",\"aud\":\"" AUD "\",\"exp\":%lld,\"nbf\":%lld,\"repository\":\"a/b\"}",
+             "{\"iss\":\"%s\",\"aud\":\"" AUD
+             "\",\"exp\":%lld,\"nbf\":%lld,\"repository\":\"a/b\"}",
              f->srv->issuer, (long long)(NOW + 600), (long long)(NOW + 60));
     expect_claims(f, claims, NOW, 0, "");
 }
@@ -641,11 +649,13 @@ static void test_iat_in_future_beyond_leeway_is_rejected(void **state)
     fixture *f = *state;
     char claims[512];
     snprintf(claims, sizeof(claims),
-             "{\"iss\":\"%s\",\"aud\":\"" AUD "\",\"exp\":%lld,\"iat\":%lld,\"repository\":\"a/b\"}",
+             "{\"iss\":\"%s\",\"aud\":\"" AUD
+             "\",\"exp\":%lld,\"iat\":%lld,\"repository\":\"a/b\"}",
              f->srv->issuer, (long long)(NOW + 600), (long long)(NOW + 61));
     expect_claims(f, claims, NOW, 401, "Token issued in the future");
     snprintf(claims, sizeof(claims),
-             "{\"iss\":\"%s\",\"aud\":\"" AUD "\",\"exp\":%lld,\"iat\":%lld,\"repository\":\"a/b\"}",
+             "{\"iss\":\"%s\",\"aud\":\"" AUD
+             "\",\"exp\":%lld,\"iat\":%lld,\"repository\":\"a/b\"}",
              f->srv->issuer, (long long)(NOW + 600), (long long)(NOW + 60));
     expect_claims(f, claims, NOW, 0, "");
 }
@@ -653,7 +663,12 @@ static void test_iat_in_future_beyond_leeway_is_rejected(void **state)
 static void test_wrong_or_missing_audience_is_rejected(void **state)
 {
     fixture *f = *state;
-    const char *auds[] = {"\"other\"", "\"" AUD "x\"", "[\"other\"]", "[]", "null", "42",
+    const char *auds[] = {"\"other\"",
+                          "\"" AUD "x\"",
+                          "[\"other\"]",
+                          "[]",
+                          "null",
+                          "42",
                           "\"PYTORCH-CROSS-REPO-CI-RELAY\""};
     for (size_t i = 0; i < sizeof(auds) / sizeof(auds[0]); i++) {
         char *claims = claims_full(f->srv->issuer, auds[i], 300, "");
@@ -702,9 +717,9 @@ static void test_unknown_issuer_is_named_in_reason_without_fetch(void **state)
 static void test_missing_or_malformed_repository_is_rejected(void **state)
 {
     fixture *f = *state;
-    const char *repos[] = {NULL,          "\"noslash\"",    "\"/repo\"",   "\"owner/\"",
-                           "\"a/b/c\"",   "\"a b/c\"",      "42",          "\"a/..\"",
-                           "[\"a/b\"]",   "\"owner/re\\npo\""};
+    const char *repos[] = {NULL,        "\"noslash\"",      "\"/repo\"", "\"owner/\"",
+                           "\"a/b/c\"", "\"a b/c\"",        "42",        "\"a/..\"",
+                           "[\"a/b\"]", "\"owner/re\\npo\""};
     for (size_t i = 0; i < sizeof(repos) / sizeof(repos[0]); i++) {
         char claims[512];
         if (repos[i])
@@ -898,8 +913,7 @@ static void test_set_jwks_installs_keys_without_fetching(void **state)
     char *doc = jwks_k1();
     assert_int_equal(oidc_set_jwks(f->v, "https://other.example", doc, strlen(doc), NOW),
                      CRCR_E_NOT_FOUND);
-    assert_int_equal(oidc_set_jwks(f->v, f->srv->issuer, "{\"keys\":[]}", 11, NOW),
-                     CRCR_E_INVALID);
+    assert_int_equal(oidc_set_jwks(f->v, f->srv->issuer, "{\"keys\":[]}", 11, NOW), CRCR_E_INVALID);
     assert_int_equal(oidc_set_jwks(f->v, f->srv->issuer, "[1,2", 4, NOW), CRCR_E_INVALID);
     assert_int_equal(oidc_set_jwks(f->v, f->srv->issuer, doc, strlen(doc), NOW), CRCR_OK);
     char *claims = claims_ok(f->srv->issuer);
@@ -1016,9 +1030,14 @@ static void test_new_refuses_bad_issuers_and_audience(void **state)
     (void)state;
     char err[256];
     const char *ok[] = {"https://token.actions.githubusercontent.com"};
-    const char *bad[] = {"http://token.actions.githubusercontent.com", "ftp://127.0.0.1/x",
-                         "https://user:pw@example.com", "https://example.com/?q=1",
-                         "https://example.com/#f", "", "not a url", "http://127.0.0.2.example"};
+    const char *bad[] = {"http://token.actions.githubusercontent.com",
+                         "ftp://127.0.0.1/x",
+                         "https://user:pw@example.com",
+                         "https://example.com/?q=1",
+                         "https://example.com/#f",
+                         "",
+                         "not a url",
+                         "http://127.0.0.2.example"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         const char *one[] = {bad[i]};
         err[0] = '\0';

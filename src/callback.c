@@ -1,0 +1,445 @@
+/* callback.c - POST /github/callback; the order of checks is documented in callback.h. */
+#include "callback.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "allowlist.h"
+#include "app.h"
+#include "cbtoken.h"
+#include "checks.h"
+#include "clock.h"
+#include "json.h"
+#include "limits.h"
+#include "log.h"
+#include "oidc.h"
+#include "store.h"
+
+#define CALLBACK_RATE_WINDOW_MS 60000
+#define CALLBACK_CONCLUSION_MAX 64u
+#define CALLBACK_URL_MAX 2048u
+#define CALLBACK_WORKFLOW_NAME_MAX 256u
+
+/* A JSON integer, or a string of 1..18 digits: the callback action sends ids as strings. */
+static bool int_like(const jv *v, int64_t *out)
+{
+    if (jv_int(v, out))
+        return true;
+    const char *s = jv_str(v);
+    if (!s)
+        return false;
+    size_t n = strlen(s);
+    if (n == 0 || n > 18)
+        return false;
+    int64_t x = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return false;
+        x = x * 10 + (s[i] - '0');
+    }
+    *out = x;
+    return true;
+}
+
+static void answer_status(http_response *resp, const char *status, bool duplicate)
+{
+    buf_t b;
+    buf_init(&b, 256);
+    buf_puts(&b, "{\"ok\":true,\"status\":");
+    jv_quote(&b, status, strlen(status));
+    if (duplicate)
+        buf_puts(&b, ",\"duplicate\":true");
+    buf_putc(&b, '}');
+    http_resp_json(resp, 200, buf_cstr(&b));
+    buf_free(&b);
+}
+
+/* What one callback says, after validation. Strings borrow from the parsed body. */
+typedef struct cb_fields {
+    const char *event_type;
+    const char *delivery_id;
+    const char *status;
+    const char *conclusion;
+    const char *workflow_name;
+    const char *job_name;
+    const char *artifact_url;
+    const char *details_url;
+    int64_t run_id, run_attempt;
+    int64_t pr_number;
+    const char *head_sha;
+    const char *token;
+    const jv *labels; /* payload.pull_request.labels, may be NULL */
+    int64_t passed, failed, skipped;
+} cb_fields;
+
+/* Validates the body; on failure writes the 400 detail and returns false. */
+static bool parse_fields(const jv *body, cb_fields *f, char *detail, size_t dsz)
+{
+    memset(f, 0, sizeof(*f));
+    f->passed = f->failed = f->skipped = -1;
+    f->event_type = jv_path_str(body, "event_type");
+    const jv *wf = jv_get(body, "workflow");
+    f->delivery_id = jv_path_str(body, "delivery_id");
+    if (!f->delivery_id || !*f->delivery_id) {
+        snprintf(detail, dsz, "callback body missing required field: 'delivery_id'");
+        return false;
+    }
+    if (strlen(f->delivery_id) >= CRCR_DELIVERY_ID_MAX) {
+        snprintf(detail, dsz, "delivery_id too long");
+        return false;
+    }
+    if (!jv_is_obj(wf)) {
+        snprintf(detail, dsz, "callback body missing required field: 'workflow'");
+        return false;
+    }
+    f->status = jv_path_str(wf, "status");
+    if (!f->status) {
+        snprintf(detail, dsz, "callback body missing required field: 'workflow.status'");
+        return false;
+    }
+    const jv *run_id = jv_get(wf, "run_id");
+    if (!run_id || jv_is_null(run_id)) {
+        snprintf(detail, dsz, "callback body missing required field: 'workflow.run_id'");
+        return false;
+    }
+    if (!int_like(run_id, &f->run_id) || f->run_id <= 0) {
+        snprintf(detail, dsz, "workflow.run_id must be a positive integer");
+        return false;
+    }
+    f->workflow_name = jv_path_str(wf, "name");
+    if (!f->workflow_name) {
+        snprintf(detail, dsz, "callback body missing required field: 'workflow.name'");
+        return false;
+    }
+    if (strlen(f->workflow_name) > CALLBACK_WORKFLOW_NAME_MAX) {
+        snprintf(detail, dsz, "workflow.name longer than %u bytes", CALLBACK_WORKFLOW_NAME_MAX);
+        return false;
+    }
+    f->run_attempt = 1;
+    const jv *attempt = jv_get(wf, "run_attempt");
+    if (attempt && !jv_is_null(attempt) &&
+        (!int_like(attempt, &f->run_attempt) || f->run_attempt <= 0)) {
+        snprintf(detail, dsz, "workflow.run_attempt must be a positive integer");
+        return false;
+    }
+    const jv *job = jv_get(wf, "job_name");
+    if (job && !jv_is_null(job)) {
+        f->job_name = jv_str(job);
+        if (!f->job_name) {
+            snprintf(detail, dsz, "workflow.job_name must be a string");
+            return false;
+        }
+        if (strlen(f->job_name) > CRCR_JOB_NAME_MAX) {
+            snprintf(detail, dsz, "workflow.job_name longer than %u bytes", CRCR_JOB_NAME_MAX);
+            return false;
+        }
+    }
+    if (strcmp(f->status, "in_progress") != 0 && strcmp(f->status, "completed") != 0) {
+        char shown[40];
+        snprintf(shown, sizeof(shown), "%s", f->status);
+        snprintf(detail, dsz, "unknown callback status: '%s'", shown);
+        return false;
+    }
+    f->conclusion = jv_path_str(wf, "conclusion");
+    if (f->conclusion && strlen(f->conclusion) > CALLBACK_CONCLUSION_MAX) {
+        snprintf(detail, dsz, "workflow.conclusion too long");
+        return false;
+    }
+    if (strcmp(f->status, "in_progress") == 0)
+        f->conclusion = NULL;
+    f->artifact_url = jv_path_str(wf, "artifact_url");
+    if (f->artifact_url && strlen(f->artifact_url) > CALLBACK_URL_MAX)
+        f->artifact_url = NULL;
+    const jv *tr = jv_get(wf, "test_results");
+    if (jv_is_obj(tr)) {
+        int_like(jv_get(tr, "passed"), &f->passed);
+        int_like(jv_get(tr, "failed"), &f->failed);
+        int_like(jv_get(tr, "skipped"), &f->skipped);
+    }
+    const jv *payload = jv_get(body, "payload");
+    int_like(jv_path(payload, "pull_request.number"), &f->pr_number);
+    f->head_sha = jv_path_str(payload, "pull_request.head.sha");
+    if (!f->head_sha)
+        f->head_sha = jv_path_str(payload, "after");
+    if (!f->head_sha)
+        f->head_sha = jv_path_str(payload, "head_sha");
+    if (f->head_sha && strlen(f->head_sha) >= CRCR_SHA_MAX)
+        f->head_sha = NULL;
+    f->labels = jv_path(payload, "pull_request.labels");
+    f->token = jv_path_str(body, "callback_token");
+    return true;
+}
+
+/* Whether this run's result belongs on the upstream PR as a check run (§5.3). */
+static bool wants_check_run(crcr_app *app, const allowlist *al, const char *repo,
+                            const cb_fields *f, crcr_level level)
+{
+    if (level < CRCR_LEVEL_L3 || !f->head_sha || !*f->head_sha)
+        return false;
+    if (level == CRCR_LEVEL_L4)
+        return true;
+    const char *labels[CRCR_LABELS_MAX];
+    size_t n = 0;
+    for (size_t i = 0; i < jv_arr_len(f->labels) && n < CRCR_LABELS_MAX; i++) {
+        const char *name = jv_path_str(jv_arr_at(f->labels, i), "name");
+        if (name)
+            labels[n++] = name;
+    }
+    if (allowlist_needs_check_run(al, repo, labels, n))
+        return true;
+    /* Reopened PRs echo stale labels: the label event's mark decides (upstream fallback). */
+    int64_t since = clock_now_ms() - app->cfg.status_ttl_s * 1000;
+    return store_wanted_get(app->st, f->head_sha, repo, since) == CRCR_OK;
+}
+
+/* Everything the side-effect builder needs, and the memory of the bodies it builds. */
+typedef struct effects_ctx {
+    crcr_app *app;
+    const char *repo;
+    crcr_level level;
+    const cb_fields *f;
+    bool check_run;
+    const char *raw_body;
+    size_t raw_len;
+    buf_t check_body;
+    buf_t hud_body;
+} effects_ctx;
+
+static void metric_json(buf_t *b, int64_t ms)
+{
+    if (ms < 0)
+        buf_puts(b, "null");
+    else
+        buf_printf(b, "%lld.%03lld", (long long)(ms / 1000), (long long)(ms % 1000));
+}
+
+/* The upstream HUD wire format: {"trusted":{...},"untrusted":{"callback_payload":<body>}}. */
+crcr_err callback_hud_body(buf_t *out, const char *repo, crcr_level level, int64_t queue_ms,
+                           int64_t exec_ms, const char *callback_json, size_t callback_len)
+{
+    crcr_err err = buf_puts(out, "{\"trusted\":{\"ci_metrics\":{\"queue_time\":");
+    metric_json(out, queue_ms);
+    buf_puts(out, ",\"execution_time\":");
+    metric_json(out, exec_ms);
+    buf_puts(out, "},\"verified_repo\":");
+    jv_quote(out, repo, strlen(repo));
+    buf_puts(out, ",\"downstream_repo_level\":");
+    const char *ln = crcr_level_name(level);
+    jv_quote(out, ln, strlen(ln));
+    buf_puts(out, "},\"untrusted\":{\"callback_payload\":");
+    buf_append(out, callback_json, callback_len);
+    if (!err)
+        err = buf_puts(out, "}}");
+    return err;
+}
+
+static crcr_err build_effects(void *vctx, const store_run_result *res, store_new_job *jobs,
+                              size_t max, size_t *n)
+{
+    effects_ctx *c = vctx;
+    *n = 0;
+    int64_t now = clock_now_ms();
+    if (c->check_run && *n < max) {
+        checks_run r = {
+            .repo = c->repo,
+            .workflow_name = c->f->workflow_name,
+            .job_name = c->f->job_name,
+            .head_sha = c->f->head_sha,
+            .status = c->f->status,
+            .conclusion = c->f->conclusion,
+            .run_id = c->f->run_id,
+            .pr_number = c->f->pr_number,
+        };
+        crcr_err err = checks_body(&r, &c->check_body);
+        if (err)
+            return err;
+        jobs[(*n)++] = (store_new_job){.kind = "check_run",
+                                       .target = c->app->cfg.upstream_repo,
+                                       .body = c->check_body.data,
+                                       .body_len = c->check_body.len,
+                                       .due_at = now};
+    }
+    if (c->app->cfg.hud_api_url && *n < max) {
+        crcr_err err = callback_hud_body(&c->hud_body, c->repo, c->level, res->queue_ms,
+                                         res->exec_ms, c->raw_body, c->raw_len);
+        if (err)
+            return err;
+        jobs[(*n)++] = (store_new_job){.kind = "hud_forward",
+                                       .target = "hud",
+                                       .body = c->hud_body.data,
+                                       .body_len = c->hud_body.len,
+                                       .due_at = now};
+    }
+    return CRCR_OK;
+}
+
+void callback_handle(void *ctx, const http_request *req, http_response *resp)
+{
+    crcr_app *app = ctx;
+    char detail[256];
+    jv *body = req->body_len ? jv_parse(req->body, req->body_len, NULL, 0) : jv_new_obj();
+    if (!body || !jv_is_obj(body)) {
+        jv_free(body);
+        atomic_fetch_add(&app->callbacks_rejected, 1);
+        http_resp_detail(resp, 400, "Invalid JSON body");
+        return;
+    }
+
+    oidc_identity id;
+    char reason[160] = "";
+    int st = oidc_verify(app->oidc, http_req_header(req, "Authorization"), clock_now_ms() / 1000,
+                         &id, reason, sizeof(reason));
+    if (st != 0) {
+        jv_free(body);
+        atomic_fetch_add(&app->callbacks_rejected, 1);
+        LOG_INFO("callback.unauthorized", "reason", reason, NULL);
+        http_resp_detail(resp, st, reason[0] ? reason : "Invalid authorization token");
+        return;
+    }
+    const char *repo = id.repository;
+
+    allowlist *al = allowlist_source_get(app->allow);
+    crcr_level level = allowlist_level(al, repo);
+    if (level < CRCR_LEVEL_L2) {
+        LOG_INFO("callback.ignored", "repo", repo, "level", crcr_level_name(level), NULL);
+        allowlist_free(al);
+        jv_free(body);
+        http_resp_json(resp, 200, "{\"ok\":true,\"status\":\"ignored\"}");
+        return;
+    }
+
+    bool allowed = false;
+    int64_t retry_ms = 0;
+    if (store_rate_hit(app->st, repo, clock_now_ms(), CALLBACK_RATE_WINDOW_MS,
+                       app->cfg.rate_limit_per_min, &allowed, &retry_ms) != CRCR_OK) {
+        allowlist_free(al);
+        jv_free(body);
+        http_resp_detail(resp, 503, "store unavailable, please retry");
+        return;
+    }
+    if (!allowed) {
+        char secs[24];
+        snprintf(secs, sizeof(secs), "%lld", (long long)((retry_ms + 999) / 1000));
+        snprintf(detail, sizeof(detail), "rate limit exceeded for %s", repo);
+        LOG_WARN("callback.rate_limited", "repo", repo, "retry_after", secs, NULL);
+        allowlist_free(al);
+        jv_free(body);
+        atomic_fetch_add(&app->callbacks_rejected, 1);
+        http_resp_detail(resp, 429, detail);
+        http_resp_header(resp, "Retry-After", secs);
+        return;
+    }
+
+    cb_fields f;
+    if (!parse_fields(body, &f, detail, sizeof(detail))) {
+        allowlist_free(al);
+        jv_free(body);
+        atomic_fetch_add(&app->callbacks_rejected, 1);
+        http_resp_detail(resp, 400, detail);
+        return;
+    }
+    bool nightly = f.event_type &&
+                   (strcmp(f.event_type, "nightly") == 0 || strcmp(f.event_type, "periodic") == 0);
+    if (nightly && strcmp(f.status, "completed") != 0) {
+        snprintf(detail, sizeof(detail),
+                 "nightly/periodic callbacks must have status 'completed', got '%s'", f.status);
+        allowlist_free(al);
+        jv_free(body);
+        http_resp_detail(resp, 400, detail);
+        return;
+    }
+
+    if (!nightly) {
+        if (f.token) {
+            if (!cbtoken_verify(app->cfg.app_secret, app->cfg.app_secret_previous, f.token,
+                                f.delivery_id, repo, f.head_sha, f.pr_number)) {
+                LOG_WARN("callback.token_mismatch", "delivery", f.delivery_id, "repo", repo, NULL);
+                allowlist_free(al);
+                jv_free(body);
+                atomic_fetch_add(&app->callbacks_rejected, 1);
+                http_resp_detail(resp, 403,
+                                 "callback_token does not match this repository, delivery, pull "
+                                 "request and head sha");
+                return;
+            }
+        } else if (app->cfg.callback_token == CRCR_CB_TOKEN_REQUIRED) {
+            allowlist_free(al);
+            jv_free(body);
+            atomic_fetch_add(&app->callbacks_rejected, 1);
+            http_resp_detail(resp, 403, "callback_token required");
+            return;
+        }
+    }
+
+    effects_ctx ec = {
+        .app = app,
+        .repo = repo,
+        .level = level,
+        .f = &f,
+        .check_run = !nightly && wants_check_run(app, al, repo, &f, level),
+        .raw_body = req->body,
+        .raw_len = req->body_len,
+    };
+    buf_init(&ec.check_body, 64 * 1024);
+    buf_init(&ec.hud_body, req->body_len + 4096);
+    store_run_update u = {
+        .key = {.delivery_id = f.delivery_id,
+                .repo = repo,
+                .run_id = f.run_id,
+                .run_attempt = f.run_attempt,
+                .job_name = f.job_name ? f.job_name : ""},
+        .status = f.status,
+        .conclusion = f.conclusion,
+        .event_type = f.event_type,
+        .level = (int)level,
+        .pr_number = f.pr_number,
+        .head_sha = f.head_sha,
+        .workflow_name = f.workflow_name,
+        .artifact_url = f.artifact_url,
+        .test_passed = f.passed,
+        .test_failed = f.failed,
+        .test_skipped = f.skipped,
+        .payload = req->body,
+        .payload_len = req->body_len,
+        .now = clock_now_ms(),
+        .single_shot = nightly,
+    };
+    char details[CRCR_REPO_NAME_MAX + 64];
+    snprintf(details, sizeof(details), "https://github.com/%s/actions/runs/%lld", repo,
+             (long long)f.run_id);
+    u.details_url = details;
+    store_run_result res;
+    char why[128] = "";
+    crcr_err e = store_run_apply(app->st, &u, build_effects, &ec, &res, why, sizeof(why));
+    char run_s[24];
+    snprintf(run_s, sizeof(run_s), "%lld", (long long)f.run_id);
+    if (e == CRCR_E_NOT_FOUND) {
+        atomic_fetch_add(&app->callbacks_rejected, 1);
+        LOG_INFO("callback.no_dispatch", "delivery", f.delivery_id, "repo", repo, NULL);
+        http_resp_detail(resp, 400, "callback rejected: no matching dispatch record");
+    } else if (e == CRCR_E_STATE) {
+        atomic_fetch_add(&app->callbacks_rejected, 1);
+        snprintf(detail, sizeof(detail),
+                 "callback rejected: invalid state transition delivery_id=%s repo=%s status=%s "
+                 "(%s)",
+                 f.delivery_id, repo, f.status, why);
+        LOG_INFO("callback.invalid_transition", "delivery", f.delivery_id, "repo", repo, "run",
+                 run_s, "status", f.status, "reason", why, NULL);
+        http_resp_detail(resp, 400, detail);
+    } else if (e) {
+        http_resp_detail(resp, 503, "store unavailable, please retry");
+    } else {
+        atomic_fetch_add(res.duplicate ? &app->callbacks_duplicate : &app->callbacks_accepted, 1);
+        LOG_INFO(res.duplicate ? "callback.duplicate" : "callback.accepted", "delivery",
+                 f.delivery_id, "repo", repo, "run", run_s, "job", f.job_name, "status", f.status,
+                 "conclusion", f.conclusion, "check_run", ec.check_run ? "queued" : NULL, NULL);
+        answer_status(resp, f.status, res.duplicate);
+        if (!res.duplicate)
+            outbox_notify(app->ob);
+    }
+    buf_free(&ec.check_body);
+    buf_free(&ec.hud_body);
+    allowlist_free(al);
+    jv_free(body);
+}

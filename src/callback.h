@@ -1,0 +1,33 @@
+/*
+ * callback.h - POST /github/callback: downstream CI reports a job's progress.
+ *
+ * Order (upstream §2.6.1/§2.6.3 plus crcr's improvements, contract §5.5):
+ *   1. body not a JSON object                        -> 400 "Invalid JSON body"
+ *   2. OIDC token (RS256, issuer, audience, times)    -> 401 with a reason
+ *   3. repo below L2 in the allowlist                 -> 200 {"ok":true,"status":"ignored"}
+ *   4. per-repo sliding 60 s window                   -> 429 + Retry-After
+ *   5. event_type nightly|periodic: single completed callback, deduplicated
+ *   6. required fields, numeric run ids, known status -> 400
+ *   7. callback_token vs verified repo + echoed delivery/PR/sha -> 403
+ *   8. dispatch record for (delivery, repo)           -> else 400
+ *   9. atomic transition DISPATCHED -> IN_PROGRESS -> COMPLETED (exact repeat: 200 duplicate;
+ *      invalid: 400), with its check run (L3/L4) and HUD forward queued in the same transaction
+ *  10. 200 {"ok":true,"status":...}; the answer never waits for GitHub or the HUD.
+ */
+#ifndef CRCR_CALLBACK_H
+#define CRCR_CALLBACK_H
+
+#include "allowlist.h"
+#include "buf.h"
+#include "http_server.h"
+
+/* Appends the upstream HUD wire format {"trusted":{"ci_metrics":{"queue_time":..,
+ * "execution_time":..},"verified_repo":..,"downstream_repo_level":..},"untrusted":
+ * {"callback_payload":<callback_json verbatim>}}. Metrics in ms, -1 for null. */
+crcr_err callback_hud_body(buf_t *out, const char *repo, crcr_level level, int64_t queue_ms,
+                           int64_t exec_ms, const char *callback_json, size_t callback_len);
+
+/* Route handler; ctx is the crcr_app. */
+void callback_handle(void *ctx, const http_request *req, http_response *resp);
+
+#endif

@@ -1,0 +1,231 @@
+/* sweeper.c - zombie runs and retention; see sweeper.h. */
+#include "sweeper.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "callback.h"
+#include "checks.h"
+#include "clock.h"
+#include "json.h"
+#include "limits.h"
+#include "log.h"
+
+#define SWEEP_BATCH 100
+#define SWEEP_LEASE_MS (5 * 60 * 1000)
+
+/* A zombie copied out of the store (the store's row is only valid inside its callback). */
+typedef struct zombie {
+    char delivery_id[CRCR_DELIVERY_ID_MAX];
+    char repo[CRCR_REPO_NAME_MAX];
+    char job_name[CRCR_JOB_NAME_MAX + 1];
+    char workflow_name[257];
+    char head_sha[CRCR_SHA_MAX];
+    char event_type[32];
+    int64_t run_id, run_attempt, pr_number, started_at;
+    int level;
+    char *payload; /* owned: the stored in_progress callback body */
+    size_t payload_len;
+} zombie;
+
+typedef struct zombie_list {
+    zombie items[SWEEP_BATCH];
+    size_t n;
+} zombie_list;
+
+static void copy_str(char *dst, size_t dsz, const char *src)
+{
+    snprintf(dst, dsz, "%s", src ? src : "");
+}
+
+static void collect(void *ctx, const store_run_row *r)
+{
+    zombie_list *l = ctx;
+    if (l->n >= SWEEP_BATCH)
+        return;
+    zombie *z = &l->items[l->n];
+    memset(z, 0, sizeof(*z));
+    copy_str(z->delivery_id, sizeof(z->delivery_id), r->delivery_id);
+    copy_str(z->repo, sizeof(z->repo), r->repo);
+    copy_str(z->job_name, sizeof(z->job_name), r->job_name);
+    copy_str(z->workflow_name, sizeof(z->workflow_name), r->workflow_name);
+    copy_str(z->head_sha, sizeof(z->head_sha), r->head_sha);
+    copy_str(z->event_type, sizeof(z->event_type), r->event_type);
+    z->run_id = r->run_id;
+    z->run_attempt = r->run_attempt;
+    z->pr_number = r->pr_number;
+    z->started_at = r->started_at;
+    z->level = r->level;
+    if (r->payload && r->payload_len) {
+        z->payload = malloc(r->payload_len);
+        if (z->payload) {
+            memcpy(z->payload, r->payload, r->payload_len);
+            z->payload_len = r->payload_len;
+        }
+    }
+    l->n++;
+}
+
+typedef struct sweep_effects {
+    crcr_app *app;
+    zombie *z;
+    crcr_level level;
+    bool check_run;
+    buf_t check_body;
+    buf_t hud_body;
+    buf_t timed_out_payload;
+} sweep_effects;
+
+/* The stored in_progress callback with workflow.status/conclusion/completed_at set as a timeout. */
+static void timed_out_payload(const zombie *z, int64_t now, buf_t *out)
+{
+    jv *doc = z->payload ? jv_parse(z->payload, z->payload_len, NULL, 0) : NULL;
+    if (!jv_is_obj(doc)) {
+        jv_free(doc);
+        buf_puts(out, "{}");
+        return;
+    }
+    jv *wf = jv_get(doc, "workflow");
+    if (jv_is_obj(wf)) {
+        char ts[32];
+        clock_iso8601(now, ts, sizeof(ts));
+        jv_set(wf, "status", jv_new_str("completed"));
+        jv_set(wf, "conclusion", jv_new_str("timed_out"));
+        jv_set(wf, "completed_at", jv_new_str(ts));
+    }
+    if (jv_dump(doc, out) != CRCR_OK) {
+        buf_reset(out);
+        buf_puts(out, "{}");
+    }
+    jv_free(doc);
+}
+
+static crcr_err sweep_effects_fn(void *vctx, const store_run_result *res, store_new_job *jobs,
+                                 size_t max, size_t *n)
+{
+    sweep_effects *c = vctx;
+    int64_t now = clock_now_ms();
+    *n = 0;
+    if (c->check_run && *n < max) {
+        checks_run r = {
+            .repo = c->z->repo,
+            .workflow_name = c->z->workflow_name,
+            .job_name = c->z->job_name,
+            .head_sha = c->z->head_sha,
+            .status = "completed",
+            .conclusion = "timed_out",
+            .run_id = c->z->run_id,
+            .pr_number = c->z->pr_number,
+        };
+        crcr_err err = checks_body(&r, &c->check_body);
+        if (err)
+            return err;
+        jobs[(*n)++] = (store_new_job){.kind = "check_run",
+                                       .target = c->app->cfg.upstream_repo,
+                                       .body = c->check_body.data,
+                                       .body_len = c->check_body.len,
+                                       .due_at = now};
+    }
+    if (c->app->cfg.hud_api_url && *n < max) {
+        crcr_err err = callback_hud_body(&c->hud_body, c->z->repo, c->level, -1, res->exec_ms,
+                                         c->timed_out_payload.data, c->timed_out_payload.len);
+        if (err)
+            return err;
+        jobs[(*n)++] = (store_new_job){.kind = "hud_forward",
+                                       .target = "hud",
+                                       .body = c->hud_body.data,
+                                       .body_len = c->hud_body.len,
+                                       .due_at = now};
+    }
+    return CRCR_OK;
+}
+
+/* Whether a timed-out zombie gets a check run: it was L3+ when it started, is L3+ now, has a
+ * head sha, and is L4 or was labelled (the wanted mark). */
+static bool zombie_wants_check_run(crcr_app *app, const allowlist *al, const zombie *z, int64_t now)
+{
+    if (z->level < CRCR_LEVEL_L3 || !z->head_sha[0])
+        return false;
+    crcr_level cur = allowlist_level(al, z->repo);
+    if (cur < CRCR_LEVEL_L3)
+        return false;
+    if (cur == CRCR_LEVEL_L4)
+        return true;
+    return store_wanted_get(app->st, z->head_sha, z->repo, now - app->cfg.status_ttl_s * 1000) ==
+           CRCR_OK;
+}
+
+void sweeper_run(crcr_app *app, const char *owner, int64_t now, sweeper_result *res)
+{
+    memset(res, 0, sizeof(*res));
+    bool held = false;
+    if (store_lease(app->st, "sweeper", owner, now, SWEEP_LEASE_MS, &held) != CRCR_OK || !held)
+        return;
+    res->leader = true;
+    zombie_list *l = calloc(1, sizeof(*l));
+    if (!l)
+        return;
+    allowlist *al = allowlist_source_get(app->allow);
+    store_zombies(app->st, now - app->cfg.zombie_timeout_s * 1000, SWEEP_BATCH, collect, l);
+    for (size_t i = 0; i < l->n; i++) {
+        zombie *z = &l->items[i];
+        sweep_effects c = {.app = app, .z = z, .level = allowlist_level(al, z->repo)};
+        if (c.level == CRCR_LEVEL_NONE)
+            c.level = (crcr_level)z->level;
+        c.check_run = zombie_wants_check_run(app, al, z, now);
+        buf_init(&c.check_body, 64 * 1024);
+        buf_init(&c.hud_body, z->payload_len + 8192);
+        buf_init(&c.timed_out_payload, z->payload_len + 4096);
+        timed_out_payload(z, now, &c.timed_out_payload);
+        store_run_update u = {
+            .key = {.delivery_id = z->delivery_id,
+                    .repo = z->repo,
+                    .run_id = z->run_id,
+                    .run_attempt = z->run_attempt,
+                    .job_name = z->job_name},
+            .status = "completed",
+            .conclusion = "timed_out",
+            .event_type = z->event_type,
+            .level = z->level,
+            .pr_number = z->pr_number,
+            .head_sha = z->head_sha,
+            .workflow_name = z->workflow_name,
+            .test_passed = -1,
+            .test_failed = -1,
+            .test_skipped = -1,
+            .payload = c.timed_out_payload.data,
+            .payload_len = c.timed_out_payload.len,
+            .now = now,
+            .single_shot = true, /* the dispatch record may be gone; the run row is proof */
+        };
+        store_run_result rr;
+        char why[128] = "";
+        crcr_err e = store_run_apply(app->st, &u, sweep_effects_fn, &c, &rr, why, sizeof(why));
+        char run_s[24];
+        snprintf(run_s, sizeof(run_s), "%lld", (long long)z->run_id);
+        if (e == CRCR_OK || e == CRCR_E_STATE) {
+            res->cleaned += e == CRCR_OK && !rr.duplicate;
+            LOG_INFO("sweeper.timed_out", "delivery", z->delivery_id, "repo", z->repo, "run", run_s,
+                     "job", z->job_name, "check_run", c.check_run ? "queued" : NULL, NULL);
+        } else {
+            res->errors++;
+            LOG_WARN("sweeper.error", "delivery", z->delivery_id, "repo", z->repo, "run", run_s,
+                     "error", crcr_strerror(e), NULL);
+        }
+        buf_free(&c.check_body);
+        buf_free(&c.hud_body);
+        buf_free(&c.timed_out_payload);
+        free(z->payload);
+    }
+    allowlist_free(al);
+    free(l);
+    store_retention(app->st, now - app->cfg.retention_s * 1000, &res->deleted);
+    if (res->cleaned || res->deleted) {
+        char a[16], b[16];
+        snprintf(a, sizeof(a), "%d", res->cleaned);
+        snprintf(b, sizeof(b), "%d", res->deleted);
+        LOG_INFO("sweeper.done", "timed_out", a, "deleted", b, NULL);
+        outbox_notify(app->ob);
+    }
+}

@@ -1,0 +1,28 @@
+/*
+ * sweeper.h - periodic work (§5.6): zombie runs, retention.
+ *
+ * A run still IN_PROGRESS ZOMBIE_TIMEOUT_SECONDS after it started is completed as `timed_out`
+ * (through the same atomic transition as a callback, so a late real callback cannot double it),
+ * with a timed_out check run where one is wanted (L3 with the label, L4) and a HUD forward whose
+ * callback payload says status completed / conclusion timed_out, as the upstream sweeper does.
+ * Deliveries, runs and marks older than CRCR_RETENTION_SECONDS are deleted. When several
+ * instances share a store, only the holder of the store lease "sweeper" works.
+ */
+#ifndef CRCR_SWEEPER_H
+#define CRCR_SWEEPER_H
+
+#include <stdint.h>
+
+#include "app.h"
+
+typedef struct sweeper_result {
+    int cleaned; /* zombies completed as timed_out */
+    int errors;  /* zombies that could not be completed (retried next sweep) */
+    int deleted; /* deliveries removed by retention */
+    bool leader; /* this instance held the lease */
+} sweeper_result;
+
+/* One sweep at `now` (ms). `owner` names this instance for the lease. */
+void sweeper_run(crcr_app *app, const char *owner, int64_t now, sweeper_result *res);
+
+#endif

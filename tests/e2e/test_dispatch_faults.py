@@ -1,0 +1,202 @@
+"""End-to-end dispatch under GitHub faults: the real relay (App mode) against the fake GitHub.
+
+- A storm: 30% of dispatches answered 502 and some 429 + Retry-After: 2. Every (delivery, repo)
+  pair is dispatched exactly once in the end, no request reaches a paused installation before the
+  Retry-After elapsed, rows waiting for a pause spend no attempts, and every webhook is answered
+  202 (or 200 for a redelivery) throughout.
+- A secondary-limit 403 with Retry-After, and a primary-limit 403 with x-ratelimit-reset, pause
+  that installation only, until the given time.
+
+Needs CRCR_BIN; see tests/support/README.md. Helpers come from test_dispatch.py.
+"""
+
+import json
+import re
+import time
+import unittest
+from collections import Counter, defaultdict
+
+import relay as R
+from test_dispatch import (DISPATCH_EXAMPLES, DISPATCH_PATH, GitHubRelayMixin, allowlist_yaml,
+                           pair_counts)
+
+# A request that the relay had already sent (or was sending) when a rate-limit answer reached it
+# cannot honour that answer: requests arriving this soon after the limit answer left the fake are
+# counted as in flight, not as violations.
+IN_FLIGHT_GRACE_S = 0.15
+# Clock slack between "answer written" in the fake and "answer read" in the relay.
+SLACK_S = 0.02
+
+
+def owner_of(rec):
+    return rec.path.split("/")[2]
+
+
+def pair_of(rec):
+    """(delivery id, repo) of a dispatch request, from its body (also for refused requests)."""
+    try:
+        delivery = json.loads(rec.body)["client_payload"]["delivery_id"]
+    except (ValueError, KeyError, TypeError):
+        delivery = None
+    parts = rec.path.split("/")
+    return delivery, parts[2] + "/" + parts[3]
+
+
+class FaultTestBase(GitHubRelayMixin, unittest.TestCase):
+    def pause_violations(self, limited, until_of, owner_key=owner_of):
+        """Dispatch requests to the installation of each `limited` request that arrived after the
+        limit answer (plus the in-flight grace) but before `until_of(rec)` (monotonic)."""
+        out = []
+        dispatches = self.gh.requests("POST", DISPATCH_PATH)
+        for lim in limited:
+            if lim.answered is None:
+                continue
+            until = until_of(lim)
+            for x in dispatches:
+                if (owner_key(x) == owner_key(lim) and x is not lim
+                        and lim.answered + IN_FLIGHT_GRACE_S < x.time < until - SLACK_S):
+                    out.append("%s %s arrived %.3f s after a %d (pause %.3f s)"
+                               % (x.path, pair_of(x)[0], x.time - lim.answered, lim.status,
+                                  until - lim.answered))
+        return out
+
+
+class StormTest(FaultTestBase):
+    REPOS = ["acme/a1", "acme/a2", "acme/a3", "beta/b1", "beta/b2", "beta/b3", "gamma/g1",
+             "gamma/g2"]
+    N_WEBHOOKS = 20
+    RETRY_AFTER = 2
+
+    def test_502_and_429_storm_every_pair_dispatched_once_and_retry_after_honoured(self):
+        self.start_pair(allowlist=allowlist_yaml(l1=self.REPOS[:4], l2=self.REPOS[4:]),
+                        env={"CRCR_MAX_ATTEMPTS": "40"})
+        r429 = self.gh.add_fault("POST", DISPATCH_PATH, 429,
+                                 {"content-type": "application/json",
+                                  "retry-after": str(self.RETRY_AFTER)},
+                                 {"message": "Too Many Requests"}, probability=0.08, count=6,
+                                 seed=429, name="429")
+        r502 = self.gh.fault_5xx(DISPATCH_PATH, status=502, method="POST", count=None,
+                                 probability=0.3, seed=502)
+        answers = []
+        deliveries = []
+        for i in range(self.N_WEBHOOKS):
+            event, name = DISPATCH_EXAMPLES[i % len(DISPATCH_EXAMPLES)]
+            payload = R.load_example(name)
+            r = self.relay.webhook(event, payload)
+            answers.append((r.status, r.body))
+            deliveries.append(r.delivery)
+            if i % 4 == 3:  # GitHub redelivering an earlier one in the middle of the storm
+                again = self.relay.webhook(event, payload, delivery=r.delivery)
+                answers.append((again.status, again.body))
+            time.sleep(0.03)
+        bad = [a for a in answers if a[0] not in (200, 202)]
+        self.assertEqual(bad, [], "webhook answers other than 202/200 during the storm")
+        self.assertEqual(Counter(s for s, _ in answers),
+                         Counter({202: self.N_WEBHOOKS, 200: self.N_WEBHOOKS // 4}))
+
+        expected = {(d, t) for d in deliveries for t in self.REPOS}
+        self.wait_pairs(expected, timeout=90)
+        self.quiesce(1.0, timeout=60)
+
+        counts = pair_counts(self.gh)
+        self.assertEqual(set(counts), expected)
+        self.assertEqual({p: c for p, c in counts.items() if c != 1}, {},
+                         "a pair was dispatched more than once")
+        self.assertGreaterEqual(r502.hits, 20, "the storm did not happen")
+        self.assertGreaterEqual(r429.hits, 1, "no 429 was answered: nothing checked below")
+
+        limited = [x for x in self.gh.requests("POST", DISPATCH_PATH) if x.status == 429]
+        violations = self.pause_violations(
+            limited, lambda lim: lim.answered + self.RETRY_AFTER)
+        self.assertEqual(violations, [], "requests to a paused installation")
+
+        # Every row is sent, and its attempts are exactly the dispatch requests made for it:
+        # waiting out another row's pause costs no attempt.
+        per_pair = Counter(pair_of(x) for x in self.gh.requests("POST", DISPATCH_PATH))
+        for d in deliveries:
+            for target, row in self.rows(d).items():
+                self.assertEqual((row["state"], row["last_status"]), ("sent", 204), row)
+                self.assertEqual(row["attempts"], per_pair[(d, target)],
+                                 "%s %s: attempts vs requests" % (d, target))
+        self.assertTrue(self.relay.running())
+        self.assertNotIn("dispatch.dead", self.relay.log_text())
+
+
+class RateLimitPauseTest(FaultTestBase):
+    REPOS = ["acme/a1", "acme/a2", "acme/a3", "acme/a4", "beta/b1"]
+
+    def run_limited(self, fault_rule_factory, until_of):
+        """Starts a relay, installs the fault on acme's dispatches, posts 3 webhooks; checks
+        that acme pauses until `until_of(limited request)` and beta does not pause at all."""
+        self.start_pair(allowlist=allowlist_yaml(l1=self.REPOS))
+        # Warm the caches first so the limit hits a dispatch, not a token mint.
+        warm = self.post_ok("push", R.load_example("push"))
+        self.wait_pairs({(warm.delivery, t) for t in self.REPOS})
+        self.quiesce(0.3)
+        rule = fault_rule_factory()
+        t0 = time.monotonic()
+        deliveries = [self.post_ok(ev, R.load_example(n)).delivery
+                      for ev, n in DISPATCH_EXAMPLES[:3]]
+        self.wait_pairs({(d, t) for d in deliveries for t in self.REPOS}, timeout=30)
+        self.quiesce(0.5)
+        self.assertEqual(rule.hits, 1)
+        limited = [x for x in self.gh.requests("POST", DISPATCH_PATH) if x.fault is rule]
+        self.assertEqual(len(limited), 1)
+        lim = limited[0]
+        self.assertEqual(owner_of(lim), "acme")
+        self.assertEqual(self.pause_violations(limited, until_of), [],
+                         "requests to the paused installation")
+        # The pause was honoured at all: acme's retry came after it ended...
+        later = [x for x in self.gh.requests("POST", DISPATCH_PATH)
+                 if owner_of(x) == "acme" and x.time > lim.answered + IN_FLIGHT_GRACE_S]
+        self.assertTrue(later, "acme had work left after the limit")
+        self.assertGreaterEqual(min(x.time for x in later), until_of(lim) - SLACK_S)
+        # ...while the other installation went on at once.
+        beta = [x for x in self.gh.requests("POST", DISPATCH_PATH)
+                if owner_of(x) == "beta" and x.time > t0]
+        self.assertEqual(len(beta), 3)
+        self.assertLess(max(x.time for x in beta) - t0, 1.0, "beta must not wait for acme")
+        # Rows: the limited one retried once, none dead, nobody dispatched twice.
+        limited_pair = pair_of(lim)
+        for d in deliveries:
+            for target, row in self.rows(d).items():
+                self.assertEqual(row["state"], "sent", row)
+                want = 2 if (d, target) == limited_pair else 1
+                self.assertEqual(row["attempts"], want, "%s %s" % (d, target))
+        self.assertEqual({p: c for p, c in pair_counts(self.gh).items() if c != 1}, {})
+
+    def test_secondary_limit_403_pauses_that_installation_for_retry_after(self):
+        self.run_limited(
+            lambda: self.gh.fault_secondary_limit(r"^/repos/acme/[^/]+/dispatches$",
+                                                  retry_after=2, method="POST", count=1),
+            lambda lim: lim.answered + 2.0)
+
+    def test_primary_limit_403_pauses_that_installation_until_the_reset(self):
+        resets = []
+
+        def reset_header():
+            # 2 s ahead, whole seconds like GitHub: the pause lasts 1-2 s from now.
+            value = int(time.time() + 2)
+            resets.append((value, time.time(), time.monotonic()))
+            return str(value)
+
+        def until(lim):
+            value, wall, mono = resets[0]
+            return mono + (value - wall)  # the reset epoch second on the monotonic clock
+
+        self.run_limited(
+            lambda: self.gh.add_fault("POST", r"^/repos/acme/[^/]+/dispatches$", 403,
+                                      {"content-type": "application/json",
+                                       "x-ratelimit-limit": "5000",
+                                       "x-ratelimit-remaining": "0",
+                                       "x-ratelimit-used": "5000",
+                                       "x-ratelimit-reset": reset_header,
+                                       "x-ratelimit-resource": "core"},
+                                      {"message": "API rate limit exceeded for installation."},
+                                      count=1, name="primary limit"),
+            until)
+        self.assertEqual(len(resets), 1)
+
+
+if __name__ == "__main__":
+    unittest.main()
