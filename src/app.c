@@ -18,10 +18,13 @@
 #include "json.h"
 #include "log.h"
 #include "callback.h"
+#include "hud.h"
+#include "ops.h"
 #include "sweeper.h"
 #include "webhook.h"
 
 #define APP_TICK_MS 200
+#define APP_MAX_ROUTES 64
 #define APP_SHUTDOWN_GRACE_MS 10000
 
 static volatile sig_atomic_t g_stop;
@@ -170,19 +173,22 @@ int app_serve_main(int argc, char **argv)
         goto out;
     }
 
-    const http_route routes[] = {
-        {"POST", "/github/webhook", false, app->cfg.max_body, webhook_handle, app},
-        {"POST", "/github/callback", false, app->cfg.max_body, callback_handle, app},
-        {"GET", "/healthz", false, 0, health_handle, app},
-        {"GET", "/readyz", false, 0, ready_handle, app},
-    };
+    static http_route routes[APP_MAX_ROUTES];
+    size_t n_routes = 0;
+    routes[n_routes++] =
+        (http_route){"POST", "/github/webhook", false, app->cfg.max_body, webhook_handle, app};
+    routes[n_routes++] =
+        (http_route){"POST", "/github/callback", false, app->cfg.max_body, callback_handle, app};
+    routes[n_routes++] = (http_route){"GET", "/healthz", false, 0, health_handle, app};
+    routes[n_routes++] = (http_route){"GET", "/readyz", false, 0, ready_handle, app};
+    n_routes += hud_routes(app, routes + n_routes, APP_MAX_ROUTES - n_routes);
+    n_routes += ops_routes(app, routes + n_routes, APP_MAX_ROUTES - n_routes);
     http_server_opts hopts = {
         .host = app->cfg.listen_host,
         .port = app->cfg.listen_port,
     };
     app->started_at = clock_now_ms();
-    app->http =
-        http_server_start(&hopts, routes, sizeof(routes) / sizeof(routes[0]), err, sizeof(err));
+    app->http = http_server_start(&hopts, routes, n_routes, err, sizeof(err));
     if (!app->http) {
         fprintf(stderr, "crcr: CRCR_LISTEN: %s\n", err);
         goto out;

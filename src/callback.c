@@ -274,6 +274,15 @@ static crcr_err build_effects(void *vctx, const store_run_result *res, store_new
     return CRCR_OK;
 }
 
+/* Refuses an authenticated callback and remembers it for the repo's level health. */
+static void refuse(crcr_app *app, http_response *resp, const char *repo, int status,
+                   const char *detail)
+{
+    atomic_fetch_add(&app->callbacks_rejected, 1);
+    store_callback_rejected(app->st, repo, clock_now_ms(), status);
+    http_resp_detail(resp, status, detail);
+}
+
 void callback_handle(void *ctx, const http_request *req, http_response *resp)
 {
     crcr_app *app = ctx;
@@ -325,8 +334,7 @@ void callback_handle(void *ctx, const http_request *req, http_response *resp)
         LOG_WARN("callback.rate_limited", "repo", repo, "retry_after", secs, NULL);
         allowlist_free(al);
         jv_free(body);
-        atomic_fetch_add(&app->callbacks_rejected, 1);
-        http_resp_detail(resp, 429, detail);
+        refuse(app, resp, repo, 429, detail);
         http_resp_header(resp, "Retry-After", secs);
         return;
     }
@@ -335,8 +343,7 @@ void callback_handle(void *ctx, const http_request *req, http_response *resp)
     if (!parse_fields(body, &f, detail, sizeof(detail))) {
         allowlist_free(al);
         jv_free(body);
-        atomic_fetch_add(&app->callbacks_rejected, 1);
-        http_resp_detail(resp, 400, detail);
+        refuse(app, resp, repo, 400, detail);
         return;
     }
     bool nightly = f.event_type &&
@@ -346,7 +353,7 @@ void callback_handle(void *ctx, const http_request *req, http_response *resp)
                  "nightly/periodic callbacks must have status 'completed', got '%s'", f.status);
         allowlist_free(al);
         jv_free(body);
-        http_resp_detail(resp, 400, detail);
+        refuse(app, resp, repo, 400, detail);
         return;
     }
 
@@ -357,17 +364,15 @@ void callback_handle(void *ctx, const http_request *req, http_response *resp)
                 LOG_WARN("callback.token_mismatch", "delivery", f.delivery_id, "repo", repo, NULL);
                 allowlist_free(al);
                 jv_free(body);
-                atomic_fetch_add(&app->callbacks_rejected, 1);
-                http_resp_detail(resp, 403,
-                                 "callback_token does not match this repository, delivery, pull "
-                                 "request and head sha");
+                refuse(app, resp, repo, 403,
+                       "callback_token does not match this repository, delivery, pull request "
+                       "and head sha");
                 return;
             }
         } else if (app->cfg.callback_token == CRCR_CB_TOKEN_REQUIRED) {
             allowlist_free(al);
             jv_free(body);
-            atomic_fetch_add(&app->callbacks_rejected, 1);
-            http_resp_detail(resp, 403, "callback_token required");
+            refuse(app, resp, repo, 403, "callback_token required");
             return;
         }
     }
@@ -415,18 +420,16 @@ void callback_handle(void *ctx, const http_request *req, http_response *resp)
     char run_s[24];
     snprintf(run_s, sizeof(run_s), "%lld", (long long)f.run_id);
     if (e == CRCR_E_NOT_FOUND) {
-        atomic_fetch_add(&app->callbacks_rejected, 1);
         LOG_INFO("callback.no_dispatch", "delivery", f.delivery_id, "repo", repo, NULL);
-        http_resp_detail(resp, 400, "callback rejected: no matching dispatch record");
+        refuse(app, resp, repo, 400, "callback rejected: no matching dispatch record");
     } else if (e == CRCR_E_STATE) {
-        atomic_fetch_add(&app->callbacks_rejected, 1);
         snprintf(detail, sizeof(detail),
                  "callback rejected: invalid state transition delivery_id=%s repo=%s status=%s "
                  "(%s)",
                  f.delivery_id, repo, f.status, why);
         LOG_INFO("callback.invalid_transition", "delivery", f.delivery_id, "repo", repo, "run",
                  run_s, "status", f.status, "reason", why, NULL);
-        http_resp_detail(resp, 400, detail);
+        refuse(app, resp, repo, 400, detail);
     } else if (e) {
         http_resp_detail(resp, 503, "store unavailable, please retry");
     } else {

@@ -161,3 +161,19 @@ crcr_err store_lease(store *st, const char *name, const char *owner, int64_t now
 {
     return st->ops->lease(st, name, owner, now, ttl_ms, held);
 }
+
+crcr_err store_list_runs(store *st, const store_run_filter *f,
+                         void (*fn)(void *ctx, const store_run_row *row), void *ctx)
+{
+    return st->ops->list_runs(st, f, fn, ctx);
+}
+
+crcr_err store_callback_rejected(store *st, const char *repo, int64_t now, int status)
+{
+    return st->ops->callback_rejected(st, repo, now, status);
+}
+
+crcr_err store_callback_rejections(store *st, const char *repo, int64_t since, int64_t *n)
+{
+    return st->ops->callback_rejections(st, repo, since, n);
+}

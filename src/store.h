@@ -242,4 +242,23 @@ crcr_err store_enqueue(store *st, const char *delivery_id, const store_new_job *
 crcr_err store_lease(store *st, const char *name, const char *owner, int64_t now, int64_t ttl_ms,
                      bool *held);
 
+/* Runs for listings (HUD, API, health). Newest first (by last update). */
+typedef struct store_run_filter {
+    const char *repo;     /* only this downstream repo (case-insensitive), or NULL */
+    int64_t pr_number;    /* only this PR, or 0 */
+    const char *head_sha; /* only this upstream sha, or NULL */
+    int kind;             /* 0 all, 1 PR/push runs only, 2 nightly/periodic only */
+    int64_t since;        /* updated at or after (ms), or 0 */
+    int limit;            /* rows; 0 means 1000, at most 100000 */
+    int offset;
+} store_run_filter;
+
+crcr_err store_list_runs(store *st, const store_run_filter *f,
+                         void (*fn)(void *ctx, const store_run_row *row), void *ctx);
+
+/* Callbacks refused after authentication (for the level-health callback error rate). */
+crcr_err store_callback_rejected(store *st, const char *repo, int64_t now, int status);
+/* Refusals of `repo` since `since` (ms) into *n. */
+crcr_err store_callback_rejections(store *st, const char *repo, int64_t since, int64_t *n);
+
 #endif

@@ -47,6 +47,10 @@ typedef struct store_ops {
     crcr_err (*enqueue)(store *st, const char *delivery_id, const store_new_job *jobs, size_t n);
     crcr_err (*lease)(store *st, const char *name, const char *owner, int64_t now, int64_t ttl_ms,
                       bool *held);
+    crcr_err (*list_runs)(store *st, const store_run_filter *f,
+                          void (*fn)(void *ctx, const store_run_row *row), void *ctx);
+    crcr_err (*callback_rejected)(store *st, const char *repo, int64_t now, int status);
+    crcr_err (*callback_rejections)(store *st, const char *repo, int64_t since, int64_t *n);
 } store_ops;
 
 struct store {

@@ -84,7 +84,10 @@ static const char SCHEMA[] =
     "CREATE TABLE IF NOT EXISTS labels_wanted(head_sha TEXT NOT NULL, repo TEXT NOT NULL COLLATE "
     " NOCASE, created_at INTEGER NOT NULL, PRIMARY KEY(head_sha, repo));"
     "CREATE TABLE IF NOT EXISTS rate_hits(repo TEXT NOT NULL COLLATE NOCASE, at INTEGER NOT NULL);"
-    "CREATE INDEX IF NOT EXISTS rate_hits_repo ON rate_hits(repo, at);";
+    "CREATE INDEX IF NOT EXISTS rate_hits_repo ON rate_hits(repo, at);"
+    "CREATE TABLE IF NOT EXISTS callback_rejections(repo TEXT NOT NULL COLLATE NOCASE,"
+    " at INTEGER NOT NULL, status INTEGER NOT NULL);"
+    "CREATE INDEX IF NOT EXISTS callback_rejections_repo ON callback_rejections(repo, at);";
 
 typedef struct sqlite_store {
     struct store base;
@@ -668,6 +671,7 @@ static crcr_err sq_retention(store *st, int64_t before, int *n)
         "DELETE FROM kv WHERE expires_at<>0 AND expires_at < ?1",
         "DELETE FROM runs WHERE updated_at < ?1 AND state<>'in_progress'",
         "DELETE FROM labels_wanted WHERE created_at < ?1",
+        "DELETE FROM callback_rejections WHERE at < ?1",
     };
     for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]) && !err; i++) {
         if (sqlite3_prepare_v2(s->db, steps[i], -1, &q, NULL) != SQLITE_OK) {
@@ -1155,6 +1159,89 @@ out:
     return err;
 }
 
+static crcr_err sq_list_runs(store *st, const store_run_filter *f,
+                             void (*fn)(void *ctx, const store_run_row *row), void *ctx)
+{
+    sqlite_store *s = SS(st);
+    sqlite3_stmt *q = NULL;
+    crcr_err err = CRCR_OK;
+    pthread_mutex_lock(&s->mu);
+    if (sqlite3_prepare_v2(
+            s->db,
+            "SELECT " RUN_COLUMNS " FROM runs WHERE (?1 IS NULL OR repo=?1) AND (?2=0 OR "
+            "pr_number=?2) AND (?3 IS NULL OR head_sha=?3) AND (?4=0 OR (?4=1 AND "
+            "COALESCE(event_type,'') NOT IN ('nightly','periodic')) OR (?4=2 AND event_type IN "
+            "('nightly','periodic'))) AND updated_at >= ?5 ORDER BY updated_at DESC, rowid DESC "
+            "LIMIT ?6 OFFSET ?7",
+            -1, &q, NULL) != SQLITE_OK) {
+        err = fail(s, "list_runs");
+        goto out;
+    }
+    bind_text(q, 1, f ? f->repo : NULL);
+    sqlite3_bind_int64(q, 2, f ? f->pr_number : 0);
+    bind_text(q, 3, f ? f->head_sha : NULL);
+    sqlite3_bind_int(q, 4, f ? f->kind : 0);
+    sqlite3_bind_int64(q, 5, f ? f->since : 0);
+    int limit = f && f->limit > 0 ? f->limit : 1000;
+    sqlite3_bind_int(q, 6, limit > 100000 ? 100000 : limit);
+    sqlite3_bind_int(q, 7, f && f->offset > 0 ? f->offset : 0);
+    while (sqlite3_step(q) == SQLITE_ROW) {
+        store_run_row r;
+        fill_run_row(q, &r);
+        fn(ctx, &r);
+    }
+out:
+    sqlite3_finalize(q);
+    pthread_mutex_unlock(&s->mu);
+    return err;
+}
+
+static crcr_err sq_callback_rejected(store *st, const char *repo, int64_t now, int status)
+{
+    sqlite_store *s = SS(st);
+    sqlite3_stmt *q = NULL;
+    crcr_err err = CRCR_OK;
+    pthread_mutex_lock(&s->mu);
+    if (sqlite3_prepare_v2(s->db,
+                           "INSERT INTO callback_rejections(repo, at, status) VALUES (?1, ?2, ?3)",
+                           -1, &q, NULL) != SQLITE_OK) {
+        err = fail(s, "rejected");
+        goto out;
+    }
+    bind_text(q, 1, repo);
+    sqlite3_bind_int64(q, 2, now);
+    sqlite3_bind_int(q, 3, status);
+    if (sqlite3_step(q) != SQLITE_DONE)
+        err = fail(s, "rejected");
+out:
+    sqlite3_finalize(q);
+    pthread_mutex_unlock(&s->mu);
+    return err;
+}
+
+static crcr_err sq_callback_rejections(store *st, const char *repo, int64_t since, int64_t *n)
+{
+    sqlite_store *s = SS(st);
+    sqlite3_stmt *q = NULL;
+    crcr_err err = CRCR_OK;
+    *n = 0;
+    pthread_mutex_lock(&s->mu);
+    if (sqlite3_prepare_v2(s->db,
+                           "SELECT count(*) FROM callback_rejections WHERE repo=?1 AND at>=?2", -1,
+                           &q, NULL) != SQLITE_OK) {
+        err = fail(s, "rejections");
+        goto out;
+    }
+    bind_text(q, 1, repo);
+    sqlite3_bind_int64(q, 2, since);
+    if (sqlite3_step(q) == SQLITE_ROW)
+        *n = sqlite3_column_int64(q, 0);
+out:
+    sqlite3_finalize(q);
+    pthread_mutex_unlock(&s->mu);
+    return err;
+}
+
 /* Rows a crashed predecessor left running: the serving process is the only worker on the file,
  * so they are due again at once instead of after their lease. */
 static crcr_err sq_recover(store *st)
@@ -1191,6 +1278,9 @@ static const store_ops SQLITE_OPS = {
     .rate_hit = sq_rate_hit,
     .enqueue = sq_enqueue,
     .lease = sq_lease,
+    .list_runs = sq_list_runs,
+    .callback_rejected = sq_callback_rejected,
+    .callback_rejections = sq_callback_rejections,
 };
 
 /* Reads the recorded schema version (0 for a new database). */
