@@ -55,26 +55,7 @@ static void answer_status(http_response *resp, const char *status, bool duplicat
     buf_free(&b);
 }
 
-/* What one callback says, after validation. Strings borrow from the parsed body. */
-typedef struct cb_fields {
-    const char *event_type;
-    const char *delivery_id;
-    const char *status;
-    const char *conclusion;
-    const char *workflow_name;
-    const char *job_name;
-    const char *artifact_url;
-    const char *details_url;
-    int64_t run_id, run_attempt;
-    int64_t pr_number;
-    const char *head_sha;
-    const char *token;
-    const jv *labels; /* payload.pull_request.labels, may be NULL */
-    int64_t passed, failed, skipped;
-} cb_fields;
-
-/* Validates the body; on failure writes the 400 detail and returns false. */
-static bool parse_fields(const jv *body, cb_fields *f, char *detail, size_t dsz)
+bool callback_parse(const jv *body, cb_fields *f, char *detail, size_t dsz)
 {
     memset(f, 0, sizeof(*f));
     f->passed = f->failed = f->skipped = -1;
@@ -340,7 +321,7 @@ void callback_handle(void *ctx, const http_request *req, http_response *resp)
     }
 
     cb_fields f;
-    if (!parse_fields(body, &f, detail, sizeof(detail))) {
+    if (!callback_parse(body, &f, detail, sizeof(detail))) {
         allowlist_free(al);
         jv_free(body);
         refuse(app, resp, repo, 400, detail);

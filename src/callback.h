@@ -20,6 +20,29 @@
 #include "allowlist.h"
 #include "buf.h"
 #include "http_server.h"
+#include "json.h"
+
+/* What one callback says, after validation. Strings borrow from the parsed body. */
+typedef struct cb_fields {
+    const char *event_type;
+    const char *delivery_id;
+    const char *status;
+    const char *conclusion;
+    const char *workflow_name;
+    const char *job_name;
+    const char *artifact_url;
+    const char *details_url;
+    int64_t run_id, run_attempt;
+    int64_t pr_number;
+    const char *head_sha;
+    const char *token;
+    const jv *labels; /* payload.pull_request.labels, may be NULL */
+    int64_t passed, failed, skipped;
+} cb_fields;
+
+/* Validates a callback body (upstream required fields, numeric run ids, known status, named
+ * limits) and fills *f. On failure writes the 400 detail into `detail` and returns false. */
+bool callback_parse(const jv *body, cb_fields *f, char *detail, size_t dsz);
 
 /* Appends the upstream HUD wire format {"trusted":{"ci_metrics":{"queue_time":..,
  * "execution_time":..},"verified_repo":..,"downstream_repo_level":..},"untrusted":

@@ -157,6 +157,50 @@ static void accept_dispatch(crcr_app *app, const http_request *req, http_respons
     allowlist_free(al);
 }
 
+void webhook_classify(const char *event, const jv *doc, const char *upstream_repo, webhook_route *r)
+{
+    memset(r, 0, sizeof(*r));
+    r->kind = WEBHOOK_IGNORE;
+    r->action = jv_path_str(doc, "action");
+    const char *repo = jv_path_str(doc, "repository.full_name");
+    if (!repo || strcasecmp(repo, upstream_repo) != 0)
+        return; /* another repository's event (the App is installed downstream too) */
+    if (strcmp(event, "push") == 0) {
+        r->kind = WEBHOOK_DISPATCH;
+        return;
+    }
+    const char *action = r->action ? r->action : "";
+    if (strcmp(event, "pull_request") == 0) {
+        const char *label = jv_path_str(doc, "label.name");
+        if (pr_action_dispatches(action)) {
+            r->kind = WEBHOOK_DISPATCH;
+        } else if (strcmp(action, "labeled") == 0 && label &&
+                   strncmp(label, "ciflow/crcr/", 12) == 0 && label[12] &&
+                   strlen(label) < CRCR_LABEL_MAX) {
+            r->kind = WEBHOOK_LABEL;
+            r->device = label + 12;
+        }
+        return;
+    }
+    if (strcmp(action, "rerequested") != 0)
+        return;
+    if (strcmp(event, "check_run") == 0) {
+        r->run_id = checks_parse_external_id(jv_path_str(doc, "check_run.external_id"));
+        if (!checks_parse_name(jv_path_str(doc, "check_run.name"), r->repo, sizeof(r->repo)) ||
+            r->run_id <= 0) {
+            r->reason = "not a crcr check run";
+            return;
+        }
+        r->kind = WEBHOOK_RERUN_RUN;
+    } else if (strcmp(event, "check_suite") == 0) {
+        if (!jv_int(jv_path(doc, "check_suite.id"), &r->suite_id) || r->suite_id <= 0) {
+            r->reason = "missing check_suite id";
+            return;
+        }
+        r->kind = WEBHOOK_RERUN_SUITE;
+    }
+}
+
 /* Persists a delivery that carries other outbox rows than dispatches (label back-fill, re-runs)
  * and answers `ok_json` (or the duplicate answer). */
 static void persist_and_answer(crcr_app *app, const http_request *req, http_response *resp,
@@ -296,14 +340,11 @@ static void handle_label(crcr_app *app, const http_request *req, http_response *
 
 /* check_run rerequested on a crcr check run: re-run the downstream run's failed jobs (L3+). */
 static void handle_check_run_rerun(crcr_app *app, const http_request *req, http_response *resp,
-                                   const char *event, const char *delivery, const jv *doc)
+                                   const char *event, const char *delivery, const jv *doc,
+                                   const webhook_route *r)
 {
-    char repo[CRCR_REPO_NAME_MAX];
-    int64_t run_id = checks_parse_external_id(jv_path_str(doc, "check_run.external_id"));
-    if (!checks_parse_name(jv_path_str(doc, "check_run.name"), repo, sizeof(repo)) || run_id <= 0) {
-        ignored(app, resp, "not a crcr check run");
-        return;
-    }
+    const char *repo = r->repo;
+    int64_t run_id = r->run_id;
     allowlist *al = allowlist_source_get(app->allow);
     const allowlist_entry *ent = allowlist_find(al, repo);
     if (!ent || ent->level < CRCR_LEVEL_L3) {
@@ -333,13 +374,10 @@ static void handle_check_run_rerun(crcr_app *app, const http_request *req, http_
 /* check_suite rerequested: list the suite's check runs later, in the outbox, and re-run each
  * distinct downstream run in full. */
 static void handle_suite_rerun(crcr_app *app, const http_request *req, http_response *resp,
-                               const char *event, const char *delivery, const jv *doc)
+                               const char *event, const char *delivery, const jv *doc,
+                               const webhook_route *r)
 {
-    int64_t suite = 0;
-    if (!jv_int(jv_path(doc, "check_suite.id"), &suite) || suite <= 0) {
-        ignored(app, resp, "missing check_suite id");
-        return;
-    }
+    int64_t suite = r->suite_id;
     char body[64];
     snprintf(body, sizeof(body), "{\"check_suite_id\":%lld}", (long long)suite);
     store_new_job job = {.kind = "rerun_suite",
@@ -396,48 +434,13 @@ void webhook_handle(void *ctx, const http_request *req, http_response *resp)
         return;
     }
 
-    const char *repo = jv_path_str(doc, "repository.full_name");
-    if (!repo || strcasecmp(repo, app->cfg.upstream_repo) != 0) {
-        LOG_DEBUG("webhook.foreign_repo", "delivery", delivery, "repo", repo, NULL);
+    webhook_route r;
+    webhook_classify(event, doc, app->cfg.upstream_repo, &r);
+    if (r.kind == WEBHOOK_IGNORE) {
+        LOG_DEBUG("webhook.ignored", "delivery", delivery, "event", event, "action", r.action,
+                  "reason", r.reason, NULL);
         jv_free(doc);
-        ignored(app, resp, NULL);
-        return;
-    }
-
-    const char *action = jv_path_str(doc, "action");
-    bool dispatch = false;
-    const char *label = jv_path_str(doc, "label.name");
-    bool ciflow = strcmp(event, "pull_request") == 0 && action && strcmp(action, "labeled") == 0 &&
-                  label && strncmp(label, "ciflow/crcr/", 12) == 0 && label[12];
-    bool rerun = action && strcmp(action, "rerequested") == 0 &&
-                 (strcmp(event, "check_run") == 0 || strcmp(event, "check_suite") == 0);
-    if (strcmp(event, "push") == 0)
-        dispatch = true;
-    else if (strcmp(event, "pull_request") == 0)
-        dispatch = pr_action_dispatches(action);
-    if ((ciflow || rerun) && (!delivery || !*delivery)) {
-        jv_free(doc);
-        reject(app, resp, 400, "Missing X-GitHub-Delivery", NULL);
-        return;
-    }
-    if (ciflow) {
-        handle_label(app, req, resp, event, delivery, doc, label + 12);
-        jv_free(doc);
-        return;
-    }
-    if (rerun) {
-        if (strcmp(event, "check_run") == 0)
-            handle_check_run_rerun(app, req, resp, event, delivery, doc);
-        else
-            handle_suite_rerun(app, req, resp, event, delivery, doc);
-        jv_free(doc);
-        return;
-    }
-
-    if (!dispatch) {
-        LOG_DEBUG("webhook.ignored", "delivery", delivery, "event", event, "action", action, NULL);
-        jv_free(doc);
-        ignored(app, resp, NULL);
+        ignored(app, resp, r.reason);
         return;
     }
     if (!delivery || !*delivery) {
@@ -445,6 +448,19 @@ void webhook_handle(void *ctx, const http_request *req, http_response *resp)
         reject(app, resp, 400, "Missing X-GitHub-Delivery", NULL);
         return;
     }
-    accept_dispatch(app, req, resp, event, delivery, doc);
+    switch (r.kind) {
+    case WEBHOOK_LABEL:
+        handle_label(app, req, resp, event, delivery, doc, r.device);
+        break;
+    case WEBHOOK_RERUN_RUN:
+        handle_check_run_rerun(app, req, resp, event, delivery, doc, &r);
+        break;
+    case WEBHOOK_RERUN_SUITE:
+        handle_suite_rerun(app, req, resp, event, delivery, doc, &r);
+        break;
+    default:
+        accept_dispatch(app, req, resp, event, delivery, doc);
+        break;
+    }
     jv_free(doc);
 }

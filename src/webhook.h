@@ -8,6 +8,11 @@
  *   4. body not a JSON object -> 400 "Invalid JSON body"
  *   5. repository.full_name other than UPSTREAM_REPO (case-insensitive) -> 200 {"ignored":true}
  *   6. routing: pull_request opened/reopened/synchronize/closed and push -> dispatch;
+ *      pull_request labeled ciflow/crcr/<device> -> mark the head sha wanted for the device's L3
+ *      repos and back-fill check runs of jobs already reported (200 {"ok":true,
+ *      "created_check_runs":[..]}); check_run rerequested on a crcr check run of an L3+ repo ->
+ *      queue rerun-failed-jobs (200 {"ok":true,"rerun":[repo]}); check_suite rerequested ->
+ *      queue the suite's full re-runs (200 {"ok":true,"rerun_suite":id});
  *      other actions -> 200 {"ignored":true}
  *   7. dispatch: X-GitHub-Delivery required (400); the delivery and one outbox row per allowlisted
  *      repo are stored in one transaction -> 202 {"ok":true,"delivery_id":..,"queued":[..]};
@@ -16,7 +21,34 @@
 #ifndef CRCR_WEBHOOK_H
 #define CRCR_WEBHOOK_H
 
+#include <stdint.h>
+
 #include "http_server.h"
+#include "json.h"
+#include "limits.h"
+
+typedef enum {
+    WEBHOOK_IGNORE = 0, /* 200 {"ignored":true} (reason optional) */
+    WEBHOOK_DISPATCH,   /* pull_request opened/reopened/synchronize/closed, push */
+    WEBHOOK_LABEL,      /* pull_request labeled ciflow/crcr/<device> */
+    WEBHOOK_RERUN_RUN,  /* check_run rerequested on a crcr check run */
+    WEBHOOK_RERUN_SUITE /* check_suite rerequested */
+} webhook_kind;
+
+typedef struct webhook_route {
+    webhook_kind kind;
+    const char *reason;            /* WEBHOOK_IGNORE: why, or NULL for the plain answer */
+    const char *action;            /* payload action (borrowed), may be NULL */
+    const char *device;            /* WEBHOOK_LABEL: the label's device part (borrowed) */
+    char repo[CRCR_REPO_NAME_MAX]; /* WEBHOOK_RERUN_RUN: downstream repo from the check name */
+    int64_t run_id;                /* WEBHOOK_RERUN_RUN: from external_id */
+    int64_t suite_id;              /* WEBHOOK_RERUN_SUITE */
+} webhook_route;
+
+/* Decides what a verified, parsed webhook asks for (steps 5-6 above): pure, no I/O, so that it
+ * can be unit-tested and fuzzed. `doc` is the parsed body, `event` the X-GitHub-Event. */
+void webhook_classify(const char *event, const jv *doc, const char *upstream_repo,
+                      webhook_route *r);
 
 /* Route handler; ctx is the crcr_app. */
 void webhook_handle(void *ctx, const http_request *req, http_response *resp);
