@@ -183,8 +183,7 @@ typedef struct effects_ctx {
     bool check_run;
     const char *raw_body;
     size_t raw_len;
-    buf_t check_body;
-    buf_t hud_body;
+    callback_bodies bodies;
 } effects_ctx;
 
 static void metric_json(buf_t *b, int64_t ms)
@@ -215,44 +214,53 @@ crcr_err callback_hud_body(buf_t *out, const char *repo, crcr_level level, int64
     return err;
 }
 
-static crcr_err build_effects(void *vctx, const store_run_result *res, store_new_job *jobs,
-                              size_t max, size_t *n)
+crcr_err callback_effects(const crcr_app *app, const checks_run *check, const char *repo,
+                          crcr_level level, int64_t queue_ms, int64_t exec_ms,
+                          const char *callback_json, size_t callback_len, callback_bodies *bodies,
+                          store_new_job *jobs, size_t max, size_t *n)
 {
-    effects_ctx *c = vctx;
     *n = 0;
     int64_t now = clock_now_ms();
-    if (c->check_run && *n < max) {
-        checks_run r = {
-            .repo = c->repo,
-            .workflow_name = c->f->workflow_name,
-            .job_name = c->f->job_name,
-            .head_sha = c->f->head_sha,
-            .status = c->f->status,
-            .conclusion = c->f->conclusion,
-            .run_id = c->f->run_id,
-            .pr_number = c->f->pr_number,
-        };
-        crcr_err err = checks_body(&r, &c->check_body);
+    if (check && *n < max) {
+        crcr_err err = checks_body(check, &bodies->check);
         if (err)
             return err;
         jobs[(*n)++] = (store_new_job){.kind = "check_run",
-                                       .target = c->app->cfg.upstream_repo,
-                                       .body = c->check_body.data,
-                                       .body_len = c->check_body.len,
+                                       .target = app->cfg.upstream_repo,
+                                       .body = bodies->check.data,
+                                       .body_len = bodies->check.len,
                                        .due_at = now};
     }
-    if (c->app->cfg.hud_api_url && *n < max) {
-        crcr_err err = callback_hud_body(&c->hud_body, c->repo, c->level, res->queue_ms,
-                                         res->exec_ms, c->raw_body, c->raw_len);
+    if (app->cfg.hud_api_url && *n < max) {
+        crcr_err err = callback_hud_body(&bodies->hud, repo, level, queue_ms, exec_ms,
+                                         callback_json, callback_len);
         if (err)
             return err;
         jobs[(*n)++] = (store_new_job){.kind = "hud_forward",
                                        .target = "hud",
-                                       .body = c->hud_body.data,
-                                       .body_len = c->hud_body.len,
+                                       .body = bodies->hud.data,
+                                       .body_len = bodies->hud.len,
                                        .due_at = now};
     }
     return CRCR_OK;
+}
+
+static crcr_err build_effects(void *vctx, const store_run_result *res, store_new_job *jobs,
+                              size_t max, size_t *n)
+{
+    effects_ctx *c = vctx;
+    checks_run r = {
+        .repo = c->repo,
+        .workflow_name = c->f->workflow_name,
+        .job_name = c->f->job_name,
+        .head_sha = c->f->head_sha,
+        .status = c->f->status,
+        .conclusion = c->f->conclusion,
+        .run_id = c->f->run_id,
+        .pr_number = c->f->pr_number,
+    };
+    return callback_effects(c->app, c->check_run ? &r : NULL, c->repo, c->level, res->queue_ms,
+                            res->exec_ms, c->raw_body, c->raw_len, &c->bodies, jobs, max, n);
 }
 
 /* Refuses an authenticated callback and remembers it for the repo's level health. */
@@ -367,8 +375,8 @@ void callback_handle(void *ctx, const http_request *req, http_response *resp)
         .raw_body = req->body,
         .raw_len = req->body_len,
     };
-    buf_init(&ec.check_body, 64 * 1024);
-    buf_init(&ec.hud_body, req->body_len + 4096);
+    buf_init(&ec.bodies.check, 64 * 1024);
+    buf_init(&ec.bodies.hud, req->body_len + 4096);
     store_run_update u = {
         .key = {.delivery_id = f.delivery_id,
                 .repo = repo,
@@ -422,8 +430,8 @@ void callback_handle(void *ctx, const http_request *req, http_response *resp)
         if (!res.duplicate)
             outbox_notify(app->ob);
     }
-    buf_free(&ec.check_body);
-    buf_free(&ec.hud_body);
+    buf_free(&ec.bodies.check);
+    buf_free(&ec.bodies.hud);
     allowlist_free(al);
     jv_free(body);
 }

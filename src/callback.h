@@ -19,6 +19,8 @@
 
 #include "allowlist.h"
 #include "buf.h"
+#include "checks.h"
+#include "store.h"
 #include "http_server.h"
 #include "json.h"
 
@@ -49,6 +51,22 @@ bool callback_parse(const jv *body, cb_fields *f, char *detail, size_t dsz);
  * {"callback_payload":<callback_json verbatim>}}. Metrics in ms, -1 for null. */
 crcr_err callback_hud_body(buf_t *out, const char *repo, crcr_level level, int64_t queue_ms,
                            int64_t exec_ms, const char *callback_json, size_t callback_len);
+
+struct crcr_app;
+
+/* Memory of the request bodies of a transition's side effects (owned by the caller). */
+typedef struct callback_bodies {
+    buf_t check;
+    buf_t hud;
+} callback_bodies;
+
+/* The side effects of a run transition, shared by callbacks and the sweeper: a check run on the
+ * upstream PR (when `check` is not NULL) and a HUD forward (when HUD_API_URL is set). Fills
+ * jobs[0..*n) whose bodies live in `bodies`. */
+crcr_err callback_effects(const struct crcr_app *app, const checks_run *check, const char *repo,
+                          crcr_level level, int64_t queue_ms, int64_t exec_ms,
+                          const char *callback_json, size_t callback_len, callback_bodies *bodies,
+                          store_new_job *jobs, size_t max, size_t *n);
 
 /* Route handler; ctx is the crcr_app. */
 void callback_handle(void *ctx, const http_request *req, http_response *resp);

@@ -479,7 +479,7 @@ static crcr_err build_trimmed(const dispatch_input *in, size_t budget, const buf
     }
     for (size_t i = 0; i < tl.n && !rc; i++) {
         if (i)
-            rc = buf_putc(&out->trimmed_note, ',');
+            rc = buf_putc(&out->trimmed_note, ' ');
         if (!rc)
             rc = buf_puts(&out->trimmed_note, tl.entry[i]);
     }

@@ -36,7 +36,7 @@ typedef struct dispatch_input {
 typedef struct dispatch_output {
     buf_t body;         /* the request body (caller frees with dispatch_output_free) */
     bool trimmed;       /* true when the payload had to be trimmed */
-    buf_t trimmed_note; /* comma-separated trimmed paths, "" when not trimmed */
+    buf_t trimmed_note; /* space-separated trimmed paths, "" when not trimmed */
 } dispatch_output;
 
 void dispatch_output_init(dispatch_output *o);

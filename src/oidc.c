@@ -344,6 +344,9 @@ static void install_keys(issuer *is, jwks_set *fresh, int64_t now_s)
  * Waits for a fetch another thread runs when the current keys cannot serve the token. */
 static jwks_set *acquire_keys(oidc_verifier *v, issuer *is, const char *kid, int64_t now_s)
 {
+    /* Set once this call fetched or waited for a fetch: the result is then final for this token,
+     * whatever the clocks say (one fetch per call at most). */
+    bool settled = false;
     pthread_mutex_lock(&v->mu);
     for (;;) {
         bool have = set_has(is->keys, kid);
@@ -354,9 +357,10 @@ static jwks_set *acquire_keys(oidc_verifier *v, issuer *is, const char *kid, int
             if (have)
                 break; /* a refresh is under way; the current keys do */
             pthread_cond_wait(&v->cond, &v->mu);
+            settled = true;
             continue;
         }
-        if (!fetch_allowed(is, now_s))
+        if (settled || !fetch_allowed(is, now_s))
             break;
         is->fetching = true;
         is->attempted = true;
@@ -380,7 +384,8 @@ static jwks_set *acquire_keys(oidc_verifier *v, issuer *is, const char *kid, int
         if (fresh)
             install_keys(is, fresh, now_s);
         pthread_cond_broadcast(&v->cond);
-        /* Loop once more: either the keys now serve the token, or fetch_allowed() stops us. */
+        settled = true;
+        /* Loop once more to take the (possibly new) key set. */
     }
     jwks_set *s = is->keys;
     if (s)

@@ -3,7 +3,15 @@
  *
  * MAX_DISPATCH_WORKERS threads claim due rows from the store, perform them against GitHub (or, in
  * dry-run, record the exact request they would have sent), and mark them sent, retry them later,
- * or mark them dead. One retry policy for every kind of row:
+ * or mark them dead. Kinds of rows:
+ *   dispatch     POST /repos/{target}/dispatches (body built at send time from the delivery,
+ *                trimmed to CRCR_DISPATCH_BUDGET, with the callback token)
+ *   check_run    POST /repos/{upstream}/check-runs with the stored body
+ *   rerun        POST /repos/{target}/actions/runs/{id}/rerun-failed-jobs (or /rerun);
+ *                403 "already running" counts as success
+ *   rerun_suite  list the suite's check runs, queue one full `rerun` per downstream run (L3+)
+ *   hud_forward  POST {HUD_API_URL}/crcr/results with x-hud-internal-bot (HUD_MAX_RETRIES)
+ * One retry policy for every kind of row:
  *   - network errors, 5xx: exponential backoff from CRCR_RETRY_BASE_MS, doubling, capped at
  *     CRCR_RETRY_MAX_MS, with jitter (half fixed, half random), never earlier than Retry-After;
  *   - 429, and 403 that is a primary or secondary rate limit: the whole installation pauses until

@@ -123,6 +123,7 @@ typedef struct store_filter {
     const char *state; /* outbox state a delivery must have a row in, or NULL */
     const char *repo;  /* target a delivery must have a row for, or NULL */
     int limit;         /* most recent first; 0 means 50 */
+    int64_t pr_number; /* only deliveries of this PR, or 0 */
 } store_filter;
 
 /* Calls `fn` for each matching delivery, newest first. A non-zero return from `fn` stops. */
@@ -251,6 +252,7 @@ typedef struct store_run_filter {
     int64_t since;        /* updated at or after (ms), or 0 */
     int limit;            /* rows; 0 means 1000, at most 100000 */
     int offset;
+    bool no_payload; /* rows come without their payload (NULL, 0): listings stay cheap */
 } store_run_filter;
 
 crcr_err store_list_runs(store *st, const store_run_filter *f,

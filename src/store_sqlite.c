@@ -482,6 +482,7 @@ static crcr_err sq_list_deliveries(store *st, const store_filter *f,
             "(?1 IS NULL OR EXISTS (SELECT 1 FROM outbox o WHERE o.delivery_id=d.delivery_id AND "
             "o.state=?1)) AND (?2 IS NULL OR EXISTS (SELECT 1 FROM outbox o WHERE "
             "o.delivery_id=d.delivery_id AND lower(o.target)=lower(?2))) "
+            "AND (?4=0 OR d.pr_number=?4) "
             "ORDER BY d.received_at DESC, d.rowid DESC LIMIT ?3",
             -1, &q, NULL) != SQLITE_OK) {
         err = fail(s, "list");
@@ -490,6 +491,7 @@ static crcr_err sq_list_deliveries(store *st, const store_filter *f,
     bind_text(q, 1, f ? f->state : NULL);
     bind_text(q, 2, f ? f->repo : NULL);
     sqlite3_bind_int(q, 3, f && f->limit > 0 ? f->limit : 50);
+    sqlite3_bind_int64(q, 4, f ? f->pr_number : 0);
     int rc;
     while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
         store_delivery_row r;
@@ -694,11 +696,11 @@ static crcr_err sq_retention(store *st, int64_t before, int *n)
 
 /* ---- runs ---- */
 
-#define RUN_COLUMNS                                                                                \
+#define RUN_COLUMNS_NO_PAYLOAD                                                                     \
     "delivery_id, repo, job_name, event_type, state, head_sha, workflow_name, conclusion, "        \
     "details_url, artifact_url, run_id, run_attempt, pr_number, level, dispatched_at, "            \
-    "started_at, completed_at, queue_ms, exec_ms, test_passed, test_failed, test_skipped, "        \
-    "payload"
+    "started_at, completed_at, queue_ms, exec_ms, test_passed, test_failed, test_skipped"
+#define RUN_COLUMNS RUN_COLUMNS_NO_PAYLOAD ", payload"
 
 static int64_t col_i64_or(sqlite3_stmt *q, int i, int64_t dflt)
 {
@@ -1159,37 +1161,61 @@ out:
     return err;
 }
 
+/* The WHERE clause names only the filters that are set, so that SQLite picks the matching index
+ * (runs_repo for a repo, runs_sha for a sha): a generic "(?1 IS NULL OR repo=?1)" form makes it
+ * scan every row, and reading `updated_at` (stored after the payload) walks each row's overflow
+ * pages. Parameters keep their numbers whatever is left out. */
 static crcr_err sq_list_runs(store *st, const store_run_filter *f,
                              void (*fn)(void *ctx, const store_run_row *row), void *ctx)
 {
+    static const store_run_filter none = {0};
+    if (!f)
+        f = &none;
+    char sql[1024];
+    size_t n = 0;
+    n += (size_t)snprintf(sql + n, sizeof(sql) - n,
+                          "SELECT " RUN_COLUMNS_NO_PAYLOAD ", %s FROM runs WHERE updated_at >= ?5",
+                          f->no_payload ? "NULL" : "payload");
+    if (f->repo)
+        n += (size_t)snprintf(sql + n, sizeof(sql) - n, " AND repo=?1");
+    if (f->pr_number)
+        n += (size_t)snprintf(sql + n, sizeof(sql) - n, " AND pr_number=?2");
+    if (f->head_sha)
+        n += (size_t)snprintf(sql + n, sizeof(sql) - n, " AND head_sha=?3");
+    if (f->kind == 1)
+        n += (size_t)snprintf(sql + n, sizeof(sql) - n,
+                              " AND COALESCE(event_type,'') NOT IN ('nightly','periodic')");
+    else if (f->kind == 2)
+        n += (size_t)snprintf(sql + n, sizeof(sql) - n,
+                              " AND event_type IN ('nightly','periodic')");
+    snprintf(sql + n, sizeof(sql) - n, " ORDER BY updated_at DESC, rowid DESC LIMIT ?6 OFFSET ?7");
+
     sqlite_store *s = SS(st);
     sqlite3_stmt *q = NULL;
     crcr_err err = CRCR_OK;
     pthread_mutex_lock(&s->mu);
-    if (sqlite3_prepare_v2(
-            s->db,
-            "SELECT " RUN_COLUMNS " FROM runs WHERE (?1 IS NULL OR repo=?1) AND (?2=0 OR "
-            "pr_number=?2) AND (?3 IS NULL OR head_sha=?3) AND (?4=0 OR (?4=1 AND "
-            "COALESCE(event_type,'') NOT IN ('nightly','periodic')) OR (?4=2 AND event_type IN "
-            "('nightly','periodic'))) AND updated_at >= ?5 ORDER BY updated_at DESC, rowid DESC "
-            "LIMIT ?6 OFFSET ?7",
-            -1, &q, NULL) != SQLITE_OK) {
+    if (sqlite3_prepare_v2(s->db, sql, -1, &q, NULL) != SQLITE_OK) {
         err = fail(s, "list_runs");
         goto out;
     }
-    bind_text(q, 1, f ? f->repo : NULL);
-    sqlite3_bind_int64(q, 2, f ? f->pr_number : 0);
-    bind_text(q, 3, f ? f->head_sha : NULL);
-    sqlite3_bind_int(q, 4, f ? f->kind : 0);
-    sqlite3_bind_int64(q, 5, f ? f->since : 0);
-    int limit = f && f->limit > 0 ? f->limit : 1000;
+    if (f->repo)
+        bind_text(q, 1, f->repo);
+    if (f->pr_number)
+        sqlite3_bind_int64(q, 2, f->pr_number);
+    if (f->head_sha)
+        bind_text(q, 3, f->head_sha);
+    sqlite3_bind_int64(q, 5, f->since);
+    int limit = f->limit > 0 ? f->limit : 1000;
     sqlite3_bind_int(q, 6, limit > 100000 ? 100000 : limit);
-    sqlite3_bind_int(q, 7, f && f->offset > 0 ? f->offset : 0);
-    while (sqlite3_step(q) == SQLITE_ROW) {
+    sqlite3_bind_int(q, 7, f->offset > 0 ? f->offset : 0);
+    int rc;
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
         store_run_row r;
         fill_run_row(q, &r);
         fn(ctx, &r);
     }
+    if (rc != SQLITE_DONE)
+        err = fail(s, "list_runs");
 out:
     sqlite3_finalize(q);
     pthread_mutex_unlock(&s->mu);

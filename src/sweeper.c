@@ -72,8 +72,7 @@ typedef struct sweep_effects {
     zombie *z;
     crcr_level level;
     bool check_run;
-    buf_t check_body;
-    buf_t hud_body;
+    callback_bodies bodies;
     buf_t timed_out_payload;
 } sweep_effects;
 
@@ -105,40 +104,20 @@ static crcr_err sweep_effects_fn(void *vctx, const store_run_result *res, store_
                                  size_t max, size_t *n)
 {
     sweep_effects *c = vctx;
-    int64_t now = clock_now_ms();
-    *n = 0;
-    if (c->check_run && *n < max) {
-        checks_run r = {
-            .repo = c->z->repo,
-            .workflow_name = c->z->workflow_name,
-            .job_name = c->z->job_name,
-            .head_sha = c->z->head_sha,
-            .status = "completed",
-            .conclusion = "timed_out",
-            .run_id = c->z->run_id,
-            .pr_number = c->z->pr_number,
-        };
-        crcr_err err = checks_body(&r, &c->check_body);
-        if (err)
-            return err;
-        jobs[(*n)++] = (store_new_job){.kind = "check_run",
-                                       .target = c->app->cfg.upstream_repo,
-                                       .body = c->check_body.data,
-                                       .body_len = c->check_body.len,
-                                       .due_at = now};
-    }
-    if (c->app->cfg.hud_api_url && *n < max) {
-        crcr_err err = callback_hud_body(&c->hud_body, c->z->repo, c->level, -1, res->exec_ms,
-                                         c->timed_out_payload.data, c->timed_out_payload.len);
-        if (err)
-            return err;
-        jobs[(*n)++] = (store_new_job){.kind = "hud_forward",
-                                       .target = "hud",
-                                       .body = c->hud_body.data,
-                                       .body_len = c->hud_body.len,
-                                       .due_at = now};
-    }
-    return CRCR_OK;
+    checks_run r = {
+        .repo = c->z->repo,
+        .workflow_name = c->z->workflow_name,
+        .job_name = c->z->job_name,
+        .head_sha = c->z->head_sha,
+        .status = "completed",
+        .conclusion = "timed_out",
+        .run_id = c->z->run_id,
+        .pr_number = c->z->pr_number,
+    };
+    /* As upstream's sweeper: no queue time, execution time up to now. */
+    return callback_effects(c->app, c->check_run ? &r : NULL, c->z->repo, c->level, -1,
+                            res->exec_ms, c->timed_out_payload.data, c->timed_out_payload.len,
+                            &c->bodies, jobs, max, n);
 }
 
 /* Whether a timed-out zombie gets a check run: it was L3+ when it started, is L3+ now, has a
@@ -174,8 +153,8 @@ void sweeper_run(crcr_app *app, const char *owner, int64_t now, sweeper_result *
         if (c.level == CRCR_LEVEL_NONE)
             c.level = (crcr_level)z->level;
         c.check_run = zombie_wants_check_run(app, al, z, now);
-        buf_init(&c.check_body, 64 * 1024);
-        buf_init(&c.hud_body, z->payload_len + 8192);
+        buf_init(&c.bodies.check, 64 * 1024);
+        buf_init(&c.bodies.hud, z->payload_len + 8192);
         buf_init(&c.timed_out_payload, z->payload_len + 4096);
         timed_out_payload(z, now, &c.timed_out_payload);
         store_run_update u = {
@@ -213,8 +192,8 @@ void sweeper_run(crcr_app *app, const char *owner, int64_t now, sweeper_result *
             LOG_WARN("sweeper.error", "delivery", z->delivery_id, "repo", z->repo, "run", run_s,
                      "error", crcr_strerror(e), NULL);
         }
-        buf_free(&c.check_body);
-        buf_free(&c.hud_body);
+        buf_free(&c.bodies.check);
+        buf_free(&c.bodies.hud);
         buf_free(&c.timed_out_payload);
         free(z->payload);
     }

@@ -36,6 +36,7 @@ import random
 import re
 import secrets
 import socket
+import sys
 import threading
 import time
 from http import HTTPStatus
@@ -157,6 +158,12 @@ class _Server(ThreadingHTTPServer):
         with self.sockets_lock:
             self.open_sockets.discard(request)
         super().shutdown_request(request)
+
+    def handle_error(self, request, client_address):
+        # A client that went away (e.g. a relay SIGKILLed by a test) is not an error of the fake.
+        if isinstance(sys.exc_info()[1], (ConnectionError, socket.timeout)):
+            return
+        super().handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):

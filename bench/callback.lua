@@ -1,0 +1,52 @@
+-- wrk script: callback pairs (in_progress, then completed) for distinct runs of one dispatch.
+--
+-- wrk cannot wait for one answer before sending a dependent request, so the stream is ordered in
+-- blocks instead: B in_progress callbacks for runs k..k+B-1, then the B completed callbacks of the
+-- same runs, then the next block. With B (CB_BLOCK, default 1024) far above the connection count,
+-- a run's in_progress has been answered long before its completed is sent; an out-of-order pair
+-- would show up as non-2xx answers (400 invalid transition) in wrk's summary.
+--
+-- wrk's Lua is LuaJIT (Lua 5.1): no integer division operator, hence math.floor.
+--
+-- Environment (read by every wrk thread; use one thread, -t1, so the order is global):
+--   CB_TOKEN   the OIDC token (Bearer), valid for the whole run
+--   CB_IP      file: the in_progress body, with the text @@RUN@@ where the run id goes
+--   CB_DONE    file: the completed body, same placeholder
+--   CB_BASE    first run id (a run id is CB_BASE + k; use a fresh base per run)
+--   CB_BLOCK   block size B
+local counter = 0
+local auth, ip_head, ip_tail, done_head, done_tail, base, block
+
+local function split(path)
+  local f = assert(io.open(assert(path, "template path unset"), "rb"))
+  local text = f:read("*a")
+  f:close()
+  local at = assert(text:find("@@RUN@@", 1, true), "no @@RUN@@ in " .. path)
+  return text:sub(1, at - 1), text:sub(at + 7)
+end
+
+function init(args)
+  auth = "Bearer " .. assert(os.getenv("CB_TOKEN"), "CB_TOKEN unset")
+  ip_head, ip_tail = split(os.getenv("CB_IP"))
+  done_head, done_tail = split(os.getenv("CB_DONE"))
+  base = tonumber(os.getenv("CB_BASE") or "1000000")
+  block = tonumber(os.getenv("CB_BLOCK") or "1024")
+end
+
+function request()
+  local i = counter
+  counter = counter + 1
+  local b = math.floor(i / (2 * block))
+  local pos = i % (2 * block)
+  local body
+  if pos < block then
+    body = ip_head .. tostring(base + b * block + pos) .. ip_tail
+  else
+    body = done_head .. tostring(base + b * block + pos - block) .. done_tail
+  end
+  return wrk.format("POST", "/github/callback", {
+    ["Content-Type"] = "application/json",
+    ["Authorization"] = auth,
+    ["User-Agent"] = "crcr-bench-callback",
+  }, body)
+end

@@ -1,0 +1,54 @@
+-- wrk script: POST one signed GitHub webhook body, each request with its own X-GitHub-Delivery.
+--
+-- Environment (read by every wrk thread):
+--   BENCH_BODY    file holding the exact request body (its bytes are sent unchanged)
+--   BENCH_SIG     "sha256=<hex>": the HMAC-SHA256 of that body with the webhook secret
+--   BENCH_EVENT   X-GitHub-Event (default pull_request)
+--   BENCH_PREFIX  delivery id prefix, unique per run (default "bench")
+--   BENCH_MAX     optional: a thread stops after this many answers (bounds a run by count;
+--                 the wrk -d duration still bounds it by time)
+-- Delivery ids are "<prefix>-<thread>-<counter>": unique across threads and requests, so crcr
+-- never answers a duplicate and every request takes the durable path.
+local counter = 0
+local answers = 0
+local body, sig, event, prefix, max_answers
+local next_thread = 0
+
+function setup(thread)
+  thread:set("tid", next_thread)
+  next_thread = next_thread + 1
+end
+
+function init(args)
+  local f = assert(io.open(assert(os.getenv("BENCH_BODY"), "BENCH_BODY unset"), "rb"))
+  body = f:read("*a")
+  f:close()
+  sig = assert(os.getenv("BENCH_SIG"), "BENCH_SIG unset")
+  event = os.getenv("BENCH_EVENT") or "pull_request"
+  prefix = (os.getenv("BENCH_PREFIX") or "bench") .. "-" .. tostring(tid or 0) .. "-"
+end
+
+function request()
+  counter = counter + 1
+  return wrk.format("POST", "/github/webhook", {
+    ["Content-Type"] = "application/json",
+    ["User-Agent"] = "GitHub-Hookshot/bench",
+    ["X-GitHub-Event"] = event,
+    ["X-GitHub-Delivery"] = prefix .. counter,
+    ["X-GitHub-Hook-ID"] = "1",
+    ["X-GitHub-Hook-Installation-Target-Type"] = "integration",
+    ["X-GitHub-Hook-Installation-Target-ID"] = "1",
+    ["X-Hub-Signature-256"] = sig,
+  }, body)
+end
+
+-- Only defined when a count bound is asked for: a response() hook costs wrk some speed.
+if os.getenv("BENCH_MAX") then
+  max_answers = tonumber(os.getenv("BENCH_MAX"))
+  function response(status, headers, resp_body)
+    answers = answers + 1
+    if answers >= max_answers then
+      wrk.thread:stop()
+    end
+  end
+end
