@@ -2,9 +2,11 @@
 --
 -- wrk cannot wait for one answer before sending a dependent request, so the stream is ordered in
 -- blocks instead: B in_progress callbacks for runs k..k+B-1, then the B completed callbacks of the
--- same runs, then the next block. With B (CB_BLOCK, default 1024) far above the connection count,
--- a run's in_progress has been answered long before its completed is sent; an out-of-order pair
--- would show up as non-2xx answers (400 invalid transition) in wrk's summary.
+-- same runs, then the next block. With B (CB_BLOCK, default 256) far above the connection count,
+-- a run's in_progress has normally been answered long before its completed is sent. That holds
+-- only while B / (requests per second) exceeds the slowest answer: a server whose latency tail
+-- is longer lets a completed overtake its in_progress, which shows up as a non-200 answer
+-- (400 "completed without prior in_progress") in the count printed at the end.
 --
 -- wrk's Lua is LuaJIT (Lua 5.1): no integer division operator, hence math.floor.
 --
@@ -14,7 +16,11 @@
 --   CB_DONE    file: the completed body, same placeholder
 --   CB_BASE    first run id (a run id is CB_BASE + k; use a fresh base per run)
 --   CB_BLOCK   block size B
+-- Prints the count of non-200 answers and the first three of them at the end.
 local counter = 0
+local threads = {}
+bad = 0 -- non-200 answers of this thread (global: read back in done())
+bad_sample = "" -- the first few of them, status and body
 local auth, ip_head, ip_tail, done_head, done_tail, base, block
 
 local function split(path)
@@ -25,12 +31,16 @@ local function split(path)
   return text:sub(1, at - 1), text:sub(at + 7)
 end
 
+function setup(thread)
+  table.insert(threads, thread)
+end
+
 function init(args)
   auth = "Bearer " .. assert(os.getenv("CB_TOKEN"), "CB_TOKEN unset")
   ip_head, ip_tail = split(os.getenv("CB_IP"))
   done_head, done_tail = split(os.getenv("CB_DONE"))
   base = tonumber(os.getenv("CB_BASE") or "1000000")
-  block = tonumber(os.getenv("CB_BLOCK") or "1024")
+  block = tonumber(os.getenv("CB_BLOCK") or "256")
 end
 
 function request()
@@ -49,4 +59,23 @@ function request()
     ["Authorization"] = auth,
     ["User-Agent"] = "crcr-bench-callback",
   }, body)
+end
+
+function response(status, headers, body)
+  if status ~= 200 then
+    bad = bad + 1
+    if bad <= 3 then
+      bad_sample = bad_sample .. status .. " " .. string.sub(body or "", 1, 200) .. "\n"
+    end
+  end
+end
+
+function done(summary, latency, requests)
+  for _, t in ipairs(threads) do
+    io.write(string.format("callback non-200 answers: %d\n", t:get("bad")))
+    local sample = t:get("bad_sample")
+    if sample and #sample > 0 then
+      io.write("first non-200 answers:\n" .. sample)
+    end
+  end
 end

@@ -32,8 +32,8 @@
         }                                                                                          \
     } while (0)
 
-/* Detail buffer as large as the handler's (callback.c uses 256 bytes), and a deliberately tiny one. */
-#define FZ_DETAIL_MAX 256u
+/* A detail buffer as large as the handler's (512 bytes in callback.c), and a tiny one. */
+#define FZ_DETAIL_MAX 512u
 #define FZ_DETAIL_SMALL 7u
 
 static int is(const char *s, const char *lit)

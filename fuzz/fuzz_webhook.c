@@ -18,7 +18,8 @@
  *     repo has exactly one '/', both halves non-empty, NUL-terminated in its field, and run_id > 0
  *     is the leading number of check_run.external_id;
  *   - RERUN_SUITE only for check_suite "rerequested" with check_suite.id the positive suite_id;
- *   - fields that belong to other kinds stay zero; an IGNORE reason, if any, is non-empty.
+ *   - fields that belong to other kinds stay zero (an IGNORE may keep what it read before it
+ *     refused); an IGNORE reason, if any, is non-empty, and other kinds have none.
  * Seeds: fuzz/corpus/webhook/ (real-shaped bodies with the event byte in front).
  */
 #include <stddef.h>
@@ -76,20 +77,19 @@ static void check_route(const char *event, const jv *doc, const char *upstream,
         CHECK(upstream_match);
     if (r->kind != WEBHOOK_LABEL)
         CHECK(r->device == NULL);
-    if (r->kind != WEBHOOK_RERUN_RUN) {
-        CHECK(r->repo[0] == '\0');
-        CHECK(r->run_id == 0);
-    }
-    if (r->kind != WEBHOOK_RERUN_SUITE)
+    /* An ignored check_run may keep what was read before it was refused; other kinds not. */
+    if (r->kind == WEBHOOK_DISPATCH || r->kind == WEBHOOK_LABEL || r->kind == WEBHOOK_RERUN_SUITE)
+        CHECK(r->repo[0] == '\0' && r->run_id == 0);
+    if (r->kind != WEBHOOK_RERUN_SUITE && r->kind != WEBHOOK_IGNORE)
         CHECK(r->suite_id == 0);
     if (r->kind != WEBHOOK_IGNORE)
         CHECK(r->reason == NULL);
     else if (r->reason)
         CHECK(r->reason[0] != '\0');
 
-    int pr_dispatch = is(event, "pull_request") &&
-                      (is(action, "opened") || is(action, "reopened") ||
-                       is(action, "synchronize") || is(action, "closed"));
+    int pr_dispatch =
+        is(event, "pull_request") && (is(action, "opened") || is(action, "reopened") ||
+                                      is(action, "synchronize") || is(action, "closed"));
     if (upstream_match && (is(event, "push") || pr_dispatch))
         CHECK(r->kind == WEBHOOK_DISPATCH);
     if (r->kind == WEBHOOK_DISPATCH)

@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages that building and testing crcr need, when they are missing.
-# Usage: scripts/install-deps.sh [--with-extras]   (extras: packages only CI's longer checks use)
+# Installs the Debian 12 packages crcr needs, when they are missing.
+#   scripts/install-deps.sh            build and run the relay
+#   scripts/install-deps.sh --test     + what the whole test suite needs (PostgreSQL, Chromium)
+#   scripts/install-deps.sh --ci       + what CI's extra checks need (clang, libFuzzer, clang-format)
 set -euo pipefail
 
 pkgs=(build-essential pkg-config cmake ninja-build
       libmicrohttpd-dev libcurl4-openssl-dev libssl-dev libjansson-dev
       libyaml-dev libsqlite3-dev libpq-dev libcmocka-dev
-      python3 openssl ca-certificates curl)
-if [ "${1:-}" = "--with-extras" ]; then
-  pkgs+=(clang clang-format libclang-rt-14-dev)
-fi
+      openssl ca-certificates curl)
+case "${1:-}" in
+  --test) pkgs+=(python3 postgresql chromium) ;;
+  --ci)   pkgs+=(python3 postgresql chromium clang clang-format libclang-rt-14-dev) ;;
+  "") ;;
+  *) echo "usage: $0 [--test|--ci]" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${pkgs[@]}"; do

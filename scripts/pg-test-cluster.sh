@@ -78,9 +78,11 @@ free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
 }
 
+# SO_REUSEADDR as the server uses it: connections in TIME_WAIT on the port do not count.
 port_free() {
   python3 -c 'import socket,sys
 s=socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 try:
     s.bind(("127.0.0.1",int(sys.argv[1])))
 except OSError:

@@ -186,6 +186,7 @@ int app_serve_main(int argc, char **argv)
     http_server_opts hopts = {
         .host = app->cfg.listen_host,
         .port = app->cfg.listen_port,
+        .request_deadline_s = (unsigned)app->cfg.request_deadline_s,
     };
     app->started_at = clock_now_ms();
     app->http = http_server_start(&hopts, routes, n_routes, err, sizeof(err));

@@ -35,7 +35,7 @@ crcr_err buf_putc(buf_t *b, char c);
 
 /* Appends printf-formatted text (vsnprintf underneath). */
 crcr_err buf_printf(buf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-crcr_err buf_vprintf(buf_t *b, const char *fmt, va_list ap);
+crcr_err buf_vprintf(buf_t *b, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
 
 /* Returns the content as a C string; "" for an empty buffer. Valid until the next change. */
 const char *buf_cstr(const buf_t *b);

@@ -275,7 +275,7 @@ static void refuse(crcr_app *app, http_response *resp, const char *repo, int sta
 void callback_handle(void *ctx, const http_request *req, http_response *resp)
 {
     crcr_app *app = ctx;
-    char detail[256];
+    char detail[512];
     jv *body = req->body_len ? jv_parse(req->body, req->body_len, NULL, 0) : jv_new_obj();
     if (!body || !jv_is_obj(body)) {
         jv_free(body);

@@ -1,20 +1,38 @@
 /*
- * cli_deliveries.c - operator commands over the store named by CRCR_STORE (or --config FILE):
- *   crcr deliveries list [--status S] [--repo R] [--limit N] [--format text|json]
+ * cli_deliveries.c - `crcr deliveries list|show|redeliver`, over the local store named by
+ * CRCR_STORE (or --config FILE), or over a running relay's admin API with --url:
+ *   crcr deliveries list [--status S] [--repo R] [--pr N] [--limit N] [--format text|json]
  *   crcr deliveries show ID [--format text|json]
  *   crcr deliveries redeliver ID [--repo R]
- * `show --format json` prints {"delivery":{...},"outbox":[{...,"body":"<request body>"}]}.
+ *   ... --url https://relay.example [--token T]   (token default: CRCR_ADMIN_TOKEN)
+ * `show --format json` prints {"delivery":{...},"outbox":[{...,"body":"<request body>"}]} and
+ * `list --format json` an array of deliveries, the same documents in both modes (ops.h builds
+ * them). The admin API is reached with libcurl directly: https, or http to a loopback host only
+ * (config_url_allowed), so the admin token never crosses a network in the clear.
  */
 #include "cli_deliveries.h"
 
+#include <curl/curl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <openssl/crypto.h>
+
 #include "clock.h"
 #include "config.h"
 #include "json.h"
+#include "limits.h"
+#include "ops.h"
 #include "store.h"
+
+/* Largest admin API answer read (a listing of OPS_LIST_MAX deliveries is a few MB). */
+#define CLI_MAX_ANSWER (64u * 1024u * 1024u)
+/* Longest --url accepted. */
+#define CLI_URL_MAX 2048u
+#define CLI_CONNECT_TIMEOUT_MS 5000L
+#define CLI_TIMEOUT_MS 60000L
 
 typedef struct cli_opts {
     const char *config;
@@ -22,16 +40,32 @@ typedef struct cli_opts {
     const char *repo;
     const char *format;
     const char *id;
+    const char *url;
+    const char *token;
     int limit;
+    long long pr;
 } cli_opts;
 
 static void usage(void)
 {
-    fputs("usage: crcr deliveries list [--status S] [--repo R] [--limit N] [--format text|json]\n"
+    fputs("usage: crcr deliveries list [--status S] [--repo R] [--pr N] [--limit N] "
+          "[--format text|json]\n"
           "       crcr deliveries show ID [--format text|json]\n"
           "       crcr deliveries redeliver ID [--repo R]\n"
-          "  (all take --config FILE; the store is CRCR_STORE)\n",
+          "  local store (CRCR_STORE, --config FILE), or a running relay's admin API with\n"
+          "  --url URL [--token T]  (token default: CRCR_ADMIN_TOKEN). See `crcr help "
+          "deliveries`.\n",
           stderr);
+}
+
+static int parse_number(const char *s, long long max, long long *out)
+{
+    char *end = NULL;
+    long long v = strtoll(s, &end, 10);
+    if (!*s || *end || v <= 0 || v > max)
+        return -1;
+    *out = v;
+    return 0;
 }
 
 static int parse_opts(int argc, char **argv, cli_opts *o)
@@ -47,14 +81,20 @@ static int parse_opts(int argc, char **argv, cli_opts *o)
             dst = &o->repo;
         else if (strcmp(a, "--format") == 0)
             dst = &o->format;
-        else if (strcmp(a, "--limit") == 0) {
-            if (i + 1 >= argc)
+        else if (strcmp(a, "--url") == 0)
+            dst = &o->url;
+        else if (strcmp(a, "--token") == 0)
+            dst = &o->token;
+        else if (strcmp(a, "--limit") == 0 || strcmp(a, "--pr") == 0) {
+            long long v = 0;
+            if (i + 1 >= argc ||
+                parse_number(argv[i + 1], a[2] == 'l' ? OPS_LIST_MAX : INT64_MAX, &v) != 0)
                 return -1;
-            char *end = NULL;
-            long v = strtol(argv[++i], &end, 10);
-            if (*end || v <= 0 || v > 10000)
-                return -1;
-            o->limit = (int)v;
+            i++;
+            if (a[2] == 'l')
+                o->limit = (int)v;
+            else
+                o->pr = v;
             continue;
         } else if (a[0] != '-' && !o->id) {
             o->id = a;
@@ -68,65 +108,20 @@ static int parse_opts(int argc, char **argv, cli_opts *o)
     }
     if (o->format && strcmp(o->format, "json") != 0 && strcmp(o->format, "text") != 0)
         return -1;
+    if (o->status && !ops_state_valid(o->status)) {
+        fprintf(stderr, "crcr: --status: expected queued, running, sent, dry_run or dead\n");
+        return -1;
+    }
+    if (o->id && !ops_delivery_id_valid(o->id)) {
+        fprintf(stderr, "crcr: '%s' is not a delivery id\n", o->id);
+        return -1;
+    }
     return 0;
 }
 
-static jv *delivery_json(const store_delivery_row *r)
-{
-    char ts[32];
-    clock_iso8601(r->received_at, ts, sizeof(ts));
-    jv *o = jv_new_obj();
-    jv_set(o, "delivery_id", jv_new_str(r->delivery_id));
-    jv_set(o, "event", jv_new_str(r->event));
-    jv_set(o, "action", r->action ? jv_new_str(r->action) : jv_new_null());
-    jv_set(o, "upstream_repo", r->upstream_repo ? jv_new_str(r->upstream_repo) : jv_new_null());
-    jv_set(o, "pr_number", jv_new_int(r->pr_number));
-    jv_set(o, "head_sha", r->head_sha ? jv_new_str(r->head_sha) : jv_new_null());
-    jv_set(o, "ref", r->ref ? jv_new_str(r->ref) : jv_new_null());
-    jv_set(o, "received_at", jv_new_str(ts));
-    jv_set(o, "payload_bytes", jv_new_int((int64_t)r->payload_bytes));
-    jv_set(o, "status", jv_new_str(r->status ? r->status : ""));
-    return o;
-}
+/* ---- output, the same for both modes ---- */
 
-typedef struct show_ctx {
-    jv *doc;
-    jv *outbox;
-} show_ctx;
-
-static void show_delivery(void *ctx, const store_delivery_row *r, const char *payload, size_t n)
-{
-    show_ctx *s = ctx;
-    jv_set(s->doc, "delivery", delivery_json(r));
-}
-
-static void show_job(void *ctx, const store_job_row *j)
-{
-    show_ctx *s = ctx;
-    jv *o = jv_new_obj();
-    jv_set(o, "id", jv_new_int(j->id));
-    jv_set(o, "kind", jv_new_str(j->kind));
-    jv_set(o, "target", jv_new_str(j->target));
-    jv_set(o, "state", jv_new_str(j->state));
-    jv_set(o, "attempts", jv_new_int(j->attempts));
-    jv_set(o, "last_status", j->last_status ? jv_new_int(j->last_status) : jv_new_null());
-    jv_set(o, "last_error", j->last_error ? jv_new_str(j->last_error) : jv_new_null());
-    jv_set(o, "note", j->note ? jv_new_str(j->note) : jv_new_null());
-    char ts[32];
-    clock_iso8601(j->next_attempt_at, ts, sizeof(ts));
-    jv_set(o, "next_attempt_at", jv_new_str(ts));
-    if (j->done_at) {
-        clock_iso8601(j->done_at, ts, sizeof(ts));
-        jv_set(o, "done_at", jv_new_str(ts));
-    } else {
-        jv_set(o, "done_at", jv_new_null());
-    }
-    jv *body = j->body && j->body_len ? jv_new_strn(j->body, j->body_len) : jv_new_null();
-    jv_set(o, "body", body ? body : jv_new_null());
-    jv_push(s->outbox, o);
-}
-
-static int print_json(jv *doc)
+static int print_json(const jv *doc)
 {
     buf_t b;
     buf_init(&b, 256u * 1024u * 1024u);
@@ -137,96 +132,259 @@ static int print_json(jv *doc)
     return e ? 1 : 0;
 }
 
-static int cmd_show(store *st, const cli_opts *o)
+static const char *or_dash(const char *s)
 {
-    if (!o->id) {
-        usage();
-        return 2;
-    }
-    show_ctx s = {jv_new_obj(), jv_new_arr()};
-    crcr_err e = store_get_delivery(st, o->id, show_delivery, show_job, &s);
-    if (e) {
-        fprintf(stderr, "crcr: delivery %s: %s\n", o->id, crcr_strerror(e));
-        jv_free(s.doc);
-        jv_free(s.outbox);
-        return 1;
-    }
-    jv_set(s.doc, "outbox", s.outbox);
-    int rc = 0;
-    if (o->format && strcmp(o->format, "json") == 0) {
-        rc = print_json(s.doc);
-    } else {
-        jv *d = jv_get(s.doc, "delivery");
-        printf("delivery %s  event=%s action=%s pr=%lld received=%s\n",
-               jv_path_str(d, "delivery_id"), jv_path_str(d, "event"),
-               jv_path_str(d, "action") ? jv_path_str(d, "action") : "-",
-               (long long)jv_number(jv_get(d, "pr_number")), jv_path_str(d, "received_at"));
-        jv *ob = jv_get(s.doc, "outbox");
-        for (size_t i = 0; i < jv_arr_len(ob); i++) {
-            jv *j = jv_arr_at(ob, i);
-            const char *err = jv_path_str(j, "last_error");
-            const char *note = jv_path_str(j, "note");
-            printf("  %-10s %-40s %-8s attempts=%lld%s%s%s%s\n", jv_path_str(j, "kind"),
-                   jv_path_str(j, "target"), jv_path_str(j, "state"),
-                   (long long)jv_number(jv_get(j, "attempts")), err ? " error=" : "",
-                   err ? err : "", note ? " trimmed=" : "", note ? note : "");
-        }
-    }
-    jv_free(s.doc);
-    return rc;
+    return s ? s : "-";
 }
 
-typedef struct list_ctx {
-    jv *arr;
-} list_ctx;
-
-static int list_row(void *ctx, const store_delivery_row *r)
+static int print_show(const jv *doc, const cli_opts *o)
 {
-    list_ctx *l = ctx;
-    jv_push(l->arr, delivery_json(r));
+    if (o->format && strcmp(o->format, "json") == 0)
+        return print_json(doc);
+    jv *d = jv_get(doc, "delivery");
+    printf("delivery %s  event=%s action=%s pr=%lld received=%s\n",
+           or_dash(jv_path_str(d, "delivery_id")), or_dash(jv_path_str(d, "event")),
+           or_dash(jv_path_str(d, "action")), (long long)jv_number(jv_get(d, "pr_number")),
+           or_dash(jv_path_str(d, "received_at")));
+    jv *ob = jv_get(doc, "outbox");
+    for (size_t i = 0; i < jv_arr_len(ob); i++) {
+        jv *j = jv_arr_at(ob, i);
+        const char *err = jv_path_str(j, "last_error");
+        const char *note = jv_path_str(j, "note");
+        printf("  %-10s %-40s %-8s attempts=%lld%s%s%s%s\n", or_dash(jv_path_str(j, "kind")),
+               or_dash(jv_path_str(j, "target")), or_dash(jv_path_str(j, "state")),
+               (long long)jv_number(jv_get(j, "attempts")), err ? " error=" : "", err ? err : "",
+               note ? " trimmed=" : "", note ? note : "");
+    }
     return 0;
 }
 
-static int cmd_list(store *st, const cli_opts *o)
+static int print_list(const jv *arr, const cli_opts *o)
 {
-    list_ctx l = {jv_new_arr()};
-    store_filter f = {.state = o->status, .repo = o->repo, .limit = o->limit};
-    crcr_err e = store_list_deliveries(st, &f, list_row, &l);
+    if (o->format && strcmp(o->format, "json") == 0)
+        return print_json(arr);
+    for (size_t i = 0; i < jv_arr_len(arr); i++) {
+        jv *d = jv_arr_at(arr, i);
+        printf("%s  %-24s %-14s %-12s pr=%lld\n", or_dash(jv_path_str(d, "received_at")),
+               or_dash(jv_path_str(d, "delivery_id")), or_dash(jv_path_str(d, "event")),
+               or_dash(jv_path_str(d, "action")), (long long)jv_number(jv_get(d, "pr_number")));
+    }
+    return 0;
+}
+
+static int print_requeued(const char *id, int n)
+{
+    printf("re-queued %d dispatch%s of %s\n", n, n == 1 ? "" : "es", id);
+    return n > 0 ? 0 : 1;
+}
+
+/* ---- local store ---- */
+
+static int local_main(const char *sub, const cli_opts *o, const crcr_config *cfg)
+{
+    store *st = NULL;
+    char err[512] = "";
+    crcr_err e = store_open(cfg->store_uri, &st, err, sizeof(err));
     if (e) {
-        fprintf(stderr, "crcr: %s\n", crcr_strerror(e));
-        jv_free(l.arr);
-        return 1;
+        fprintf(stderr, "crcr: %s\n", err);
+        return e == CRCR_E_CONFIG ? 2 : 1;
     }
-    int rc = 0;
-    if (o->format && strcmp(o->format, "json") == 0) {
-        rc = print_json(l.arr);
+    int rc = 1;
+    jv *doc = NULL;
+    if (strcmp(sub, "list") == 0) {
+        store_filter f = {
+            .state = o->status, .repo = o->repo, .limit = o->limit, .pr_number = o->pr};
+        e = ops_delivery_list(st, &f, &doc);
+        if (e)
+            fprintf(stderr, "crcr: %s\n", crcr_strerror(e));
+        else
+            rc = print_list(doc, o);
+    } else if (strcmp(sub, "show") == 0) {
+        e = ops_delivery_doc(st, o->id, &doc);
+        if (e)
+            fprintf(stderr, "crcr: delivery %s: %s\n", o->id, crcr_strerror(e));
+        else
+            rc = print_show(doc, o);
     } else {
-        for (size_t i = 0; i < jv_arr_len(l.arr); i++) {
-            jv *d = jv_arr_at(l.arr, i);
-            printf("%s  %-24s %-14s %-12s pr=%lld\n", jv_path_str(d, "received_at"),
-                   jv_path_str(d, "delivery_id"), jv_path_str(d, "event"),
-                   jv_path_str(d, "action") ? jv_path_str(d, "action") : "-",
-                   (long long)jv_number(jv_get(d, "pr_number")));
-        }
+        int n = 0;
+        e = store_redeliver(st, o->id, o->repo, clock_now_ms(), &n);
+        if (e)
+            fprintf(stderr, "crcr: delivery %s: %s\n", o->id, crcr_strerror(e));
+        else
+            rc = print_requeued(o->id, n);
     }
-    jv_free(l.arr);
+    jv_free(doc);
+    store_close(st);
     return rc;
 }
 
-static int cmd_redeliver(store *st, const cli_opts *o)
+/* ---- admin API ---- */
+
+/* Frees a buffer that held the admin token, wiping it first. */
+static void wipe_free(buf_t *b)
 {
-    if (!o->id) {
-        usage();
+    if (b->data)
+        OPENSSL_cleanse(b->data, b->cap);
+    buf_free(b);
+}
+
+static size_t on_data(char *p, size_t size, size_t nmemb, void *ud)
+{
+    buf_t *b = ud;
+    size_t n = size * nmemb;
+    return buf_append(b, p, n) == CRCR_OK ? n : 0;
+}
+
+/* Appends "&name=<escaped value>" (or "?..." for the first) when value is set. */
+static crcr_err add_query(CURL *h, buf_t *url, const char *name, const char *value)
+{
+    if (!value || !*value)
+        return CRCR_OK;
+    char *esc = curl_easy_escape(h, value, 0);
+    if (!esc)
+        return CRCR_E_NOMEM;
+    crcr_err e = buf_printf(url, "%c%s=%s", strchr(buf_cstr(url), '?') ? '&' : '?', name, esc);
+    curl_free(esc);
+    return e;
+}
+
+typedef struct remote_req {
+    const char *method;
+    const char *base;
+    const char *token;
+    const cli_opts *o;
+    const char *sub;
+} remote_req;
+
+/* Performs the admin API call for `sub`; the answer's body goes to `answer`. Returns the HTTP
+ * status, or 0 with a message on stderr when there was no answer. */
+static long remote_call(const remote_req *rq, buf_t *answer)
+{
+    CURL *h = curl_easy_init();
+    if (!h) {
+        fprintf(stderr, "crcr: out of memory\n");
+        return 0;
+    }
+    buf_t url, auth;
+    buf_init(&url, CLI_URL_MAX + 1024);
+    buf_init(&auth, CRCR_TOKEN_MAX + 64);
+    size_t bl = strlen(rq->base);
+    while (bl > 0 && rq->base[bl - 1] == '/')
+        bl--;
+    crcr_err e = buf_append(&url, rq->base, bl);
+    if (!e)
+        e = buf_puts(&url, "/api/v1/admin/deliveries");
+    if (!e && strcmp(rq->sub, "list") != 0) {
+        char *id = curl_easy_escape(h, rq->o->id, 0);
+        e = id ? buf_printf(&url, "/%s", id) : CRCR_E_NOMEM;
+        curl_free(id);
+    }
+    if (!e && strcmp(rq->sub, "redeliver") == 0)
+        e = buf_puts(&url, "/redeliver");
+    if (!e && strcmp(rq->sub, "list") == 0) {
+        char num[24];
+        e = add_query(h, &url, "status", rq->o->status);
+        if (!e)
+            e = add_query(h, &url, "repo", rq->o->repo);
+        snprintf(num, sizeof(num), "%d", rq->o->limit);
+        if (!e && rq->o->limit)
+            e = add_query(h, &url, "limit", num);
+        snprintf(num, sizeof(num), "%lld", rq->o->pr);
+        if (!e && rq->o->pr)
+            e = add_query(h, &url, "pr", num);
+    }
+    if (!e && strcmp(rq->sub, "redeliver") == 0)
+        e = add_query(h, &url, "repo", rq->o->repo);
+    if (!e)
+        e = buf_printf(&auth, "Authorization: Bearer %s", rq->token);
+    struct curl_slist *hdrs = NULL;
+    struct curl_slist *t = e ? NULL : curl_slist_append(NULL, "Accept: application/json");
+    if (t)
+        hdrs = curl_slist_append(t, auth.data);
+    if (!hdrs) {
+        curl_slist_free_all(t);
+        fprintf(stderr, "crcr: --url: URL or token too long\n");
+        buf_free(&url);
+        wipe_free(&auth);
+        curl_easy_cleanup(h);
+        return 0;
+    }
+    char errbuf[CURL_ERROR_SIZE] = "";
+    curl_easy_setopt(h, CURLOPT_URL, url.data);
+    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, CLI_CONNECT_TIMEOUT_MS);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, CLI_TIMEOUT_MS);
+    curl_easy_setopt(h, CURLOPT_USERAGENT, "crcr/" CRCR_VERSION);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, answer);
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
+    if (strcmp(rq->method, "POST") == 0) {
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, "");
+        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)0);
+    }
+    CURLcode rc = curl_easy_perform(h);
+    long status = 0;
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+    if (rc != CURLE_OK) {
+        fprintf(stderr, "crcr: %s: %s\n", rq->base, errbuf[0] ? errbuf : curl_easy_strerror(rc));
+        status = 0;
+    }
+    curl_slist_free_all(hdrs);
+    curl_easy_cleanup(h);
+    buf_free(&url);
+    wipe_free(&auth);
+    return status;
+}
+
+static int remote_main(const char *sub, const cli_opts *o, const char *token)
+{
+    if (strlen(o->url) > CLI_URL_MAX || !config_url_allowed(o->url)) {
+        fprintf(stderr, "crcr: --url: must be https:// (http:// only for loopback hosts), "
+                        "without user, query or fragment\n");
         return 2;
     }
-    int n = 0;
-    crcr_err e = store_redeliver(st, o->id, o->repo, clock_now_ms(), &n);
-    if (e) {
-        fprintf(stderr, "crcr: delivery %s: %s\n", o->id, crcr_strerror(e));
-        return 1;
+    if (!token || !*token) {
+        fprintf(stderr, "crcr: --url needs the admin token: --token T or CRCR_ADMIN_TOKEN\n");
+        return 2;
     }
-    printf("re-queued %d dispatch%s of %s\n", n, n == 1 ? "" : "es", o->id);
-    return n > 0 ? 0 : 1;
+    remote_req rq = {strcmp(sub, "redeliver") == 0 ? "POST" : "GET", o->url, token, o, sub};
+    buf_t answer;
+    buf_init(&answer, CLI_MAX_ANSWER);
+    long status = remote_call(&rq, &answer);
+    int rc = 1;
+    jv *doc = status ? jv_parse(answer.data ? answer.data : "", answer.len, NULL, 0) : NULL;
+    const char *detail = jv_path_str(doc, "detail");
+    if (status == 200 && doc) {
+        if (strcmp(sub, "list") == 0) {
+            jv *arr = jv_get(doc, "deliveries");
+            if (jv_is_arr(arr))
+                rc = print_list(arr, o);
+            else
+                fprintf(stderr, "crcr: %s: unexpected answer\n", o->url);
+        } else if (strcmp(sub, "show") == 0) {
+            rc = print_show(doc, o);
+        } else {
+            int64_t n = 0;
+            jv_int(jv_get(doc, "requeued"), &n);
+            rc = print_requeued(o->id, (int)n);
+        }
+    } else if (status == 401) {
+        fprintf(stderr, "crcr: %s: 401 Unauthorized: the admin token was refused\n", o->url);
+    } else if (status == 404 && strcmp(sub, "list") == 0) {
+        fprintf(stderr, "crcr: %s: no admin API there (is CRCR_ADMIN_TOKEN set on the relay?)\n",
+                o->url);
+    } else if (status == 404 && detail && strcmp(detail, "delivery not found") == 0) {
+        fprintf(stderr, "crcr: delivery %s: %s\n", o->id, crcr_strerror(CRCR_E_NOT_FOUND));
+    } else if (status) {
+        fprintf(stderr, "crcr: %s: HTTP %ld%s%s\n", o->url, status, detail ? ": " : "",
+                detail ? detail : "");
+    }
+    jv_free(doc);
+    buf_free(&answer);
+    return rc;
 }
 
 int cli_deliveries_main(int argc, char **argv)
@@ -245,27 +403,24 @@ int cli_deliveries_main(int argc, char **argv)
         usage();
         return 2;
     }
+    if (strcmp(sub, "list") != 0 && !o.id) {
+        usage();
+        return 2;
+    }
     crcr_config cfg;
     char err[512] = "";
     if (config_load(&cfg, o.config, config_getenv, NULL, err, sizeof(err)) != CRCR_OK) {
         fprintf(stderr, "crcr: %s\n", err);
         return 2;
     }
-    store *st = NULL;
-    crcr_err e = store_open(cfg.store_uri, &st, err, sizeof(err));
-    if (e) {
-        fprintf(stderr, "crcr: %s\n", err);
-        config_free(&cfg);
-        return e == CRCR_E_CONFIG ? 2 : 1;
-    }
     int rc;
-    if (strcmp(sub, "list") == 0)
-        rc = cmd_list(st, &o);
-    else if (strcmp(sub, "show") == 0)
-        rc = cmd_show(st, &o);
-    else
-        rc = cmd_redeliver(st, &o);
-    store_close(st);
+    if (o.url) {
+        curl_global_init(CURL_GLOBAL_DEFAULT);
+        rc = remote_main(sub, &o, o.token ? o.token : cfg.admin_token);
+        curl_global_cleanup();
+    } else {
+        rc = local_main(sub, &o, &cfg);
+    }
     config_free(&cfg);
     return rc;
 }

@@ -77,6 +77,7 @@ typedef enum {
     K_CRCR_RETRY_BASE_MS,
     K_CRCR_RETRY_MAX_MS,
     K_CRCR_LEASE_SECONDS,
+    K_CRCR_REQUEST_DEADLINE_SECONDS,
     K_COUNT
 } key_id;
 
@@ -173,6 +174,10 @@ static const key_def k_keys[K_COUNT] = {
     [K_CRCR_LEASE_SECONDS] = {"CRCR_LEASE_SECONDS", "120", false, 1, CONFIG_INT_MAX,
                               "Seconds a worker holds a claimed outbox row before another may "
                               "take it."},
+    [K_CRCR_REQUEST_DEADLINE_SECONDS] = {"CRCR_REQUEST_DEADLINE_SECONDS", "15", false, 1, 3600,
+                                         "Seconds one HTTP request may take, from the accept (or "
+                                         "the previous answer on a kept-alive connection) to its "
+                                         "answer; slower connections are closed."},
 };
 
 /* The raw text of every variable while loading. */
@@ -1012,6 +1017,9 @@ static crcr_err fill(raw_values *raw, crcr_config *cfg, char *err, size_t errsz)
     if ((e = take_int(raw, K_CRCR_LEASE_SECONDS, &n, err, errsz)))
         return e;
     cfg->lease_s = (long)n;
+    if ((e = take_int(raw, K_CRCR_REQUEST_DEADLINE_SECONDS, &n, err, errsz)))
+        return e;
+    cfg->request_deadline_s = (long)n;
     return CRCR_OK;
 }
 
@@ -1244,6 +1252,9 @@ crcr_err config_describe(const crcr_config *cfg, buf_t *out)
             break;
         case K_CRCR_LEASE_SECONDS:
             num = cfg->lease_s;
+            break;
+        case K_CRCR_REQUEST_DEADLINE_SECONDS:
+            num = cfg->request_deadline_s;
             break;
         case K_COUNT:
             break;

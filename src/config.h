@@ -58,6 +58,8 @@ typedef struct crcr_config {
     long retry_base_ms;                /* CRCR_RETRY_BASE_MS, first retry delay, default 60000 */
     long retry_max_ms; /* CRCR_RETRY_MAX_MS, cap of one retry delay, default 21600000 (6 h) */
     long lease_s;      /* CRCR_LEASE_SECONDS, outbox claim lease, default 120 */
+
+    long request_deadline_s; /* CRCR_REQUEST_DEADLINE_SECONDS, total per HTTP request, default 15 */
 } crcr_config;
 
 /* Looks a key up; returns NULL when unset. Lets tests load a config without touching environ. */

@@ -41,6 +41,7 @@
 #include "jwt.h"
 #include "limits.h" /* also the system <limits.h>: LONG_MAX */
 #include "log.h"
+#include "metrics.h"
 
 #ifndef CRCR_VERSION
 #define CRCR_VERSION "dev"
@@ -566,6 +567,7 @@ static crcr_err http_to(gh_client *gh, const char *base, bool loopback, const ch
     }
     long status = 0;
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+    metrics_github_request(base ? NULL : path, status);
     /* Drop the references to our stack and header list before the handle goes back. */
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, NULL);
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, NULL);

@@ -1,44 +1,100 @@
 /*
- * http_server.c - routing, body caps and shutdown over libmicrohttpd; see http_server.h.
+ * http_server.c - routing, body caps, the total request deadline and per-route latency metrics
+ * over libmicrohttpd; see http_server.h.
  *
  * Request life cycle in MHD's access handler:
  *   1st call   (no state yet): pick the route, answer 404/405 at once, answer 413 at once when
  *              Content-Length is over the route's cap (no body byte is read), else allocate state.
  *   Nth call   (body data): append to a capped buffer; past the cap answer 413 and stop reading.
  *   last call  (no more data): run the handler and queue its response.
- * MHD's completion callback frees the state. A request that keeps sending after its deadline is
- * cut off by returning MHD_NO, which makes MHD close the connection.
+ * MHD's completion callback records the latency and frees the state.
+ *
+ * Slow clients. MHD's idle timeout (CRCR_IDLE_TIMEOUT_S) only closes a connection that sends
+ * nothing; a client trickling one byte a second keeps it open forever, and the access handler
+ * never runs while the header block is incomplete. So every connection is tracked
+ * (MHD_OPTION_NOTIFY_CONNECTION): its fd and the start of its current request window (the accept,
+ * then the end of the previous request on a kept-alive connection). A reaper thread shuts down
+ * (shutdown(2), SHUT_RDWR) every connection whose window is older than the request deadline;
+ * MHD then sees the socket end and closes the connection itself. Together with the connection
+ * limit this bounds what slow-header and slow-body clients can hold, whatever they send.
+ *
+ * The fd-reuse race: the reaper must never shut down a socket number that MHD has closed and the
+ * kernel has handed to a new connection. The tracking list is guarded by one mutex that the
+ * reaper holds while it calls shutdown() and that the CLOSED notification takes to unlink the
+ * entry. libmicrohttpd 0.9.75 calls the CLOSED notification before it closes the socket (checked
+ * in its source, MHD_cleanup_connections and the new-connection error path, and by a test program
+ * that found the fd still open, same inode, in all 400 CLOSED notifications, also for sockets shut
+ * down from outside). So while an entry is on the list its fd is still the same socket. As a
+ * second guard the reaper compares the fd's device and inode with those seen at accept.
+ *
+ * No per-IP limit: behind a load balancer or proxy every client has the proxy's address, so a
+ * per-IP cap would throttle GitHub itself. The total cap plus the deadline are the defence.
  */
 #include "http_server.h"
 
 #include <arpa/inet.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "json.h"
 #include "limits.h"
 #include "log.h"
+#include "metrics.h"
 
 /* MHD's per-connection memory (request line, headers and the body chunk being read). It is
  * well above CRCR_MAX_HEADER_BYTES so that an oversized header block still reaches the handler,
  * which answers crcr's JSON 431; only header blocks past about half of this (~128 KiB) are refused
  * by libmicrohttpd itself, with its own short HTML 431 body. MHD maps the pool lazily. */
 #define HTTP_CONNECTION_MEMORY (256u * 1024u)
+/* How often the reaper looks for requests past their deadline. */
+#define HTTP_REAPER_TICK_MS 250
+/* At most one log line about reaped connections per this many ms (an attack must not flood the
+ * log); the count is in crcr_http_requests_reaped_total either way. */
+#define HTTP_REAPER_LOG_MS 10000
+/* File descriptors kept free for everything but client connections (store, GitHub client pool,
+ * epoll, log) when the process limit is raised to fit max_connections. */
+#define HTTP_FD_RESERVE 256u
+/* Largest response a handler may build. */
+#define HTTP_MAX_RESPONSE (64u * 1024u * 1024u)
+
+/* One accepted connection, owned by the tracking list from the STARTED notification until the
+ * CLOSED one. */
+typedef struct conn_track {
+    int fd;
+    dev_t dev;
+    ino_t ino;
+    _Atomic int64_t since_ms; /* start of the current request window */
+    bool reaped;              /* shut down once already */
+    struct conn_track *prev, *next;
+} conn_track;
 
 struct http_server {
     struct MHD_Daemon *d;
     const http_route *routes;
     size_t n_routes;
+    int *route_metric; /* metrics handle per route */
+    int unmatched_metric;
     unsigned deadline_s;
     int port;
     atomic_uint inflight;
+
+    pthread_mutex_t conns_lock; /* guards the list and every entry's fd use */
+    conn_track *conns;
+    pthread_t reaper;
+    bool reaper_running;
+    pthread_mutex_t stop_lock;
+    pthread_cond_t stop_cond;
+    bool stopping; /* under stop_lock */
 };
 
 /* Per-request state, owned by MHD's connection slot until the completion callback frees it. */
@@ -46,16 +102,22 @@ typedef struct req_state {
     const http_route *route;
     buf_t body;
     int64_t started_ms;
-    int status;     /* answer queued early (404/405/413/431), 0 otherwise */
-    bool too_large; /* the body passed the cap: discard the rest, then answer 413 */
+    int64_t started_us; /* for the latency histogram */
+    int status;         /* answer queued early (404/405/413/431), 0 otherwise */
+    bool too_large;     /* the body passed the cap: discard the rest, then answer 413 */
     bool counted;
 } req_state;
 
-static int64_t now_ms(void)
+static int64_t now_us(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static int64_t now_ms(void)
+{
+    return now_us() / 1000;
 }
 
 static const char *status_text(int status)
@@ -213,7 +275,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         st = calloc(1, sizeof(*st));
         if (!st)
             return MHD_NO;
-        st->started_ms = now_ms();
+        st->started_us = now_us();
+        st->started_ms = st->started_us / 1000;
         *con_cls = st;
         atomic_fetch_add(&srv->inflight, 1);
         st->counted = true;
@@ -276,13 +339,20 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         .started_ms = st->started_ms,
     };
     http_response resp = {.status = 200, .content_type = "application/json"};
-    buf_init(&resp.body, 64u * 1024u * 1024u);
+    buf_init(&resp.body, HTTP_MAX_RESPONSE);
     st->route->fn(st->route->ctx, &req, &resp);
     st->status = resp.status;
     enum MHD_Result ret = send_response(conn, &resp);
     buf_free(&resp.body);
     LOG_DEBUG("http.request", "method", method, "path", url, NULL);
     return ret;
+}
+
+static conn_track *track_of(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
 }
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
@@ -292,11 +362,151 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     req_state *st = *con_cls;
     if (!st)
         return;
+    int64_t now = now_us();
+    if (st->status) {
+        int h = st->route ? srv->route_metric[st->route - srv->routes] : srv->unmatched_metric;
+        metrics_http_observe(h, st->status, (double)(now - st->started_us) / 1e6);
+    }
+    /* The next request on this connection gets a fresh window. */
+    conn_track *ct = track_of(conn);
+    if (ct)
+        atomic_store(&ct->since_ms, now / 1000);
     if (st->counted)
         atomic_fetch_sub(&srv->inflight, 1);
     buf_free(&st->body);
     free(st);
     *con_cls = NULL;
+}
+
+/* STARTED: allocates the connection's tracking entry and links it; CLOSED: unlinks and frees it.
+ * MHD calls CLOSED before it closes the socket, so the fd stays valid while the entry is linked.
+ */
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe)
+{
+    http_server *srv = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        *socket_context = NULL;
+        metrics_http_connections(1);
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        conn_track *ct = ci ? calloc(1, sizeof(*ct)) : NULL;
+        struct stat sb;
+        if (!ct || fstat(ci->connect_fd, &sb) != 0) {
+            free(ct); /* untracked: only the idle timeout applies to it */
+            return;
+        }
+        ct->fd = ci->connect_fd;
+        ct->dev = sb.st_dev;
+        ct->ino = sb.st_ino;
+        atomic_init(&ct->since_ms, now_ms());
+        pthread_mutex_lock(&srv->conns_lock);
+        ct->next = srv->conns;
+        if (srv->conns)
+            srv->conns->prev = ct;
+        srv->conns = ct;
+        pthread_mutex_unlock(&srv->conns_lock);
+        *socket_context = ct;
+        return;
+    }
+    metrics_http_connections(-1);
+    conn_track *ct = *socket_context;
+    if (!ct)
+        return;
+    pthread_mutex_lock(&srv->conns_lock);
+    if (ct->prev)
+        ct->prev->next = ct->next;
+    else
+        srv->conns = ct->next;
+    if (ct->next)
+        ct->next->prev = ct->prev;
+    pthread_mutex_unlock(&srv->conns_lock);
+    free(ct);
+    *socket_context = NULL;
+}
+
+/* Shuts down every connection whose request window passed the deadline; returns how many. */
+static unsigned reap(http_server *srv, int64_t now)
+{
+    unsigned n = 0;
+    int64_t limit = (int64_t)srv->deadline_s * 1000;
+    pthread_mutex_lock(&srv->conns_lock);
+    for (conn_track *ct = srv->conns; ct; ct = ct->next) {
+        if (ct->reaped || now - atomic_load(&ct->since_ms) <= limit)
+            continue;
+        struct stat sb;
+        ct->reaped = true;
+        if (fstat(ct->fd, &sb) != 0 || sb.st_dev != ct->dev || sb.st_ino != ct->ino)
+            continue; /* not the socket we saw at accept: leave it alone */
+        if (shutdown(ct->fd, SHUT_RDWR) == 0)
+            n++;
+    }
+    pthread_mutex_unlock(&srv->conns_lock);
+    return n;
+}
+
+static void *reaper_main(void *arg)
+{
+    http_server *srv = arg;
+    uint64_t unlogged = 0;
+    int64_t last_log = 0;
+    pthread_mutex_lock(&srv->stop_lock);
+    while (!srv->stopping) {
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_nsec += (long)HTTP_REAPER_TICK_MS * 1000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&srv->stop_cond, &srv->stop_lock, &until);
+        if (srv->stopping)
+            break;
+        pthread_mutex_unlock(&srv->stop_lock);
+        int64_t now = now_ms();
+        unsigned n = reap(srv, now);
+        if (n) {
+            metrics_http_reaped(n);
+            unlogged += n;
+        }
+        if (unlogged && now - last_log >= HTTP_REAPER_LOG_MS) {
+            char count[24], secs[24];
+            snprintf(count, sizeof(count), "%llu", (unsigned long long)unlogged);
+            snprintf(secs, sizeof(secs), "%u", srv->deadline_s);
+            LOG_WARN("http.deadline_reaped", "connections", count, "deadline_s", secs, NULL);
+            unlogged = 0;
+            last_log = now;
+        }
+        pthread_mutex_lock(&srv->stop_lock);
+    }
+    pthread_mutex_unlock(&srv->stop_lock);
+    return NULL;
+}
+
+/* Raises the soft open-file limit so that `want` connections fit next to the relay's own fds,
+ * and returns how many connections the limit allows. */
+static unsigned fit_fd_limit(unsigned want)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return want;
+    rlim_t need = (rlim_t)want + HTTP_FD_RESERVE;
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
+        rlim_t old = rl.rlim_cur;
+        rl.rlim_cur = (rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= need) ? need : rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            rl.rlim_cur = old;
+    }
+    if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= need)
+        return want;
+    unsigned fit = rl.rlim_cur > HTTP_FD_RESERVE * 2 ? (unsigned)(rl.rlim_cur - HTTP_FD_RESERVE)
+                                                     : (unsigned)(rl.rlim_cur / 2);
+    char have[24], asked[24], got[24];
+    snprintf(have, sizeof(have), "%llu", (unsigned long long)rl.rlim_cur);
+    snprintf(asked, sizeof(asked), "%u", want);
+    snprintf(got, sizeof(got), "%u", fit);
+    LOG_WARN("http.fd_limit", "nofile", have, "max_connections", asked, "using", got, NULL);
+    return fit;
 }
 
 static void mhd_log(void *cls, const char *fmt, va_list ap)
@@ -309,18 +519,60 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
     LOG_DEBUG("http.mhd", "msg", msg, NULL);
 }
 
+/* Frees a server that never started MHD or whose daemon is stopped. */
+static void server_free(http_server *srv)
+{
+    conn_track *ct = srv->conns;
+    while (ct) {
+        conn_track *next = ct->next;
+        free(ct);
+        ct = next;
+    }
+    pthread_mutex_destroy(&srv->conns_lock);
+    pthread_mutex_destroy(&srv->stop_lock);
+    pthread_cond_destroy(&srv->stop_cond);
+    free(srv->route_metric);
+    free(srv);
+}
+
+static void reaper_stop(http_server *srv)
+{
+    if (!srv->reaper_running)
+        return;
+    pthread_mutex_lock(&srv->stop_lock);
+    srv->stopping = true;
+    pthread_cond_signal(&srv->stop_cond);
+    pthread_mutex_unlock(&srv->stop_lock);
+    pthread_join(srv->reaper, NULL);
+    srv->reaper_running = false;
+}
+
 http_server *http_server_start(const http_server_opts *opts, const http_route *routes,
                                size_t n_routes, char *err, size_t errsz)
 {
     http_server *srv = calloc(1, sizeof(*srv));
-    if (!srv) {
+    int *metric = calloc(n_routes ? n_routes : 1, sizeof(*metric));
+    if (!srv || !metric) {
+        free(srv);
+        free(metric);
         snprintf(err, errsz, "out of memory");
         return NULL;
     }
     srv->routes = routes;
     srv->n_routes = n_routes;
+    srv->route_metric = metric;
     srv->deadline_s = opts->request_deadline_s ? opts->request_deadline_s : CRCR_REQUEST_DEADLINE_S;
     atomic_init(&srv->inflight, 0);
+    pthread_mutex_init(&srv->conns_lock, NULL);
+    pthread_mutex_init(&srv->stop_lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&srv->stop_cond, &ca);
+    pthread_condattr_destroy(&ca);
+    for (size_t i = 0; i < n_routes; i++)
+        srv->route_metric[i] = metrics_http_route(routes[i].method, routes[i].path);
+    srv->unmatched_metric = metrics_http_route("*", "unmatched");
 
     struct sockaddr_storage ss;
     memset(&ss, 0, sizeof(ss));
@@ -338,28 +590,38 @@ http_server *http_server_start(const http_server_opts *opts, const http_route *r
         flags |= MHD_USE_IPv6;
     } else {
         snprintf(err, errsz, "CRCR_LISTEN: '%s' is not a numeric IP address", host);
-        free(srv);
+        server_free(srv);
         return NULL;
     }
 
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     unsigned threads = opts->threads ? opts->threads : (cpus > 0 ? (unsigned)cpus : 1);
-    srv->d =
-        MHD_start_daemon(flags, (uint16_t)opts->port, NULL, NULL, on_request, srv,
-                         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss, MHD_OPTION_THREAD_POOL_SIZE,
-                         threads, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-                         (size_t)HTTP_CONNECTION_MEMORY, MHD_OPTION_CONNECTION_LIMIT,
-                         opts->max_connections ? opts->max_connections : CRCR_MAX_CONNECTIONS,
-                         MHD_OPTION_CONNECTION_TIMEOUT,
-                         opts->idle_timeout_s ? opts->idle_timeout_s : CRCR_IDLE_TIMEOUT_S,
-                         MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv, MHD_OPTION_EXTERNAL_LOGGER,
-                         mhd_log, NULL, MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u,
-                         MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u, MHD_OPTION_END);
+    unsigned max_conn =
+        fit_fd_limit(opts->max_connections ? opts->max_connections : CRCR_MAX_CONNECTIONS);
+    if (max_conn < threads)
+        max_conn = threads;
+    srv->d = MHD_start_daemon(
+        flags, (uint16_t)opts->port, NULL, NULL, on_request, srv, MHD_OPTION_SOCK_ADDR,
+        (struct sockaddr *)&ss, MHD_OPTION_THREAD_POOL_SIZE, threads,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_CONNECTION_MEMORY,
+        MHD_OPTION_CONNECTION_LIMIT, max_conn, MHD_OPTION_CONNECTION_TIMEOUT,
+        opts->idle_timeout_s ? opts->idle_timeout_s : CRCR_IDLE_TIMEOUT_S,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv, MHD_OPTION_NOTIFY_CONNECTION, on_connection,
+        srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u,
+        MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u, MHD_OPTION_END);
     if (!srv->d) {
         snprintf(err, errsz, "cannot listen on %s:%d", host, opts->port);
-        free(srv);
+        server_free(srv);
         return NULL;
     }
+    int rc = pthread_create(&srv->reaper, NULL, reaper_main, srv);
+    if (rc != 0) {
+        MHD_stop_daemon(srv->d);
+        snprintf(err, errsz, "cannot start the request reaper: %s", strerror(rc));
+        server_free(srv);
+        return NULL;
+    }
+    srv->reaper_running = true;
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(srv->d, MHD_DAEMON_INFO_BIND_PORT);
     srv->port = info ? info->port : opts->port;
     return srv;
@@ -387,6 +649,7 @@ void http_server_stop(http_server *srv, int grace_ms)
         struct timespec ts = {0, 10 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
-    MHD_stop_daemon(srv->d);
-    free(srv);
+    reaper_stop(srv);
+    MHD_stop_daemon(srv->d); /* CLOSED notifications unlink every remaining entry */
+    server_free(srv);
 }

@@ -26,8 +26,11 @@
 
 /* JSON documents (webhook bodies, callback bodies, GitHub answers). */
 #define CRCR_JSON_MAX_DEPTH 64u
-/* Values (scalars + containers) in one document. A 25 MiB body of `[0,0,...]` would have 13 M. */
-#define CRCR_JSON_MAX_VALUES 2000000u
+/* Values (scalars + containers) in one document. A 25 MiB body of `[0,0,...]` would have 13 M.
+ * jansson needs up to ~250 bytes per value (an empty object: struct plus hashtable), so this cap
+ * bounds a parse to ~125 MB (measured: 500k `{}` peak RSS 125 MB; at 2 M it was 462 MB). A push
+ * with GitHub's maximum of 2048 commits has ~40k values plus one per changed file listed. */
+#define CRCR_JSON_MAX_VALUES 500000u
 
 /* Identifiers. */
 #define CRCR_DELIVERY_ID_MAX 128u /* X-GitHub-Delivery is a 36-character GUID */

@@ -8,6 +8,8 @@
 #include "app.h"
 #include "cli_deliveries.h"
 #include "config.h"
+#include "health.h"
+#include "help.h"
 #include "report.h"
 #include "webhook_send.h"
 
@@ -19,7 +21,9 @@ static const char USAGE[] =
     "  allowlist check FILE                  validate an allowlist and print its levels\n"
     "  webhook send FILE [--event E] [--url U] [--secret S] [--delivery ID]\n"
     "                                        sign a payload and POST it like GitHub does\n"
-    "  deliveries list|show ID|redeliver ID  inspect and re-queue deliveries in the store\n"
+    "  deliveries list|show ID|redeliver ID  inspect and re-queue deliveries (store, or --url "
+    "admin API)\n"
+    "  health [--window 7d] [--format text|md|json]  level health of the allowlisted repos\n"
     "  report --status S [--conclusion C] ... downstream side: post a callback from GitHub "
     "Actions\n"
     "  config [--config FILE]                print the effective configuration (secrets hidden)\n"
@@ -68,6 +72,8 @@ int main(int argc, char **argv)
         return webhook_send_main(argc - 2, argv + 2);
     if (strcmp(cmd, "deliveries") == 0 && argc >= 3)
         return cli_deliveries_main(argc - 2, argv + 2);
+    if (strcmp(cmd, "health") == 0)
+        return health_main(argc - 1, argv + 1);
     if (strcmp(cmd, "report") == 0)
         return report_main(argc - 2, argv + 2);
     if (strcmp(cmd, "config") == 0)
@@ -76,6 +82,8 @@ int main(int argc, char **argv)
         printf("crcr %s\n", CRCR_VERSION);
         return 0;
     }
+    if (strcmp(cmd, "help") == 0 && argc >= 3)
+        return help_page(argv[2], stdout, stderr);
     if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
         fputs(USAGE, stdout);
         return 0;

@@ -1,10 +1,603 @@
-/* ops.c - metrics and admin endpoints (issue 7); no routes yet. */
+/*
+ * ops.c - GET /metrics and the admin API (/api/v1/admin/deliveries...); see ops.h.
+ *
+ * /metrics writes the registry's own families (metrics.c: webhooks, outbox attempts, GitHub
+ * requests, HTTP latency) and then gauges read from the app at scrape time: outbox rows by state
+ * and the age of the oldest due row (store), outbox retries and rate-limit pauses (outbox
+ * counters), GitHub token and installation cache hits (gh_get_stats), callbacks by result, and
+ * the allowlist's age and state. No label carries a repository or delivery id, so the number of
+ * series does not grow with traffic.
+ *
+ * The admin token is compared as SHA-256 digests with CRYPTO_memcmp: equal-length inputs to a
+ * constant-time compare, so neither the token's bytes nor its length leak through timing.
+ */
 #include "ops.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+
+#include "app.h"
+#include "clock.h"
+#include "limits.h"
+#include "log.h"
+#include "metrics.h"
+
+#define OPS_DELIVERIES_PATH "/api/v1/admin/deliveries"
+/* A scrape is a few hundred lines; this leaves room for many routes. */
+#define OPS_METRICS_MAX (4u * 1024u * 1024u)
+/* A redeliver request carries no body; a client that sends one anyway gets it ignored. */
+#define OPS_ADMIN_MAX_BODY 1024u
+
+/* ---- delivery documents ---- */
+
+bool ops_delivery_id_valid(const char *id)
+{
+    size_t n = id ? strlen(id) : 0;
+    if (n == 0 || n >= CRCR_DELIVERY_ID_MAX)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = id[i];
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '-' || c == '_' || c == '.' || c == ':';
+        if (!ok)
+            return false;
+    }
+    return true;
+}
+
+bool ops_state_valid(const char *state)
+{
+    static const char *const states[] = {"queued", "running", "sent", "dry_run", "dead"};
+    for (size_t i = 0; state && i < sizeof(states) / sizeof(states[0]); i++) {
+        if (strcmp(state, states[i]) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* A string or null; never NULL on success (NULL only when allocation fails). */
+static jv *str_or_null(const char *s)
+{
+    return s ? jv_new_str(s) : jv_new_null();
+}
+
+static jv *time_or_null(int64_t ms)
+{
+    if (!ms)
+        return jv_new_null();
+    char ts[32];
+    clock_iso8601(ms, ts, sizeof(ts));
+    return jv_new_str(ts);
+}
+
+/* Returns a new object describing one delivery row, or NULL when out of memory. */
+static jv *delivery_json(const store_delivery_row *r)
+{
+    jv *o = jv_new_obj();
+    if (!o)
+        return NULL;
+    crcr_err e = jv_set(o, "delivery_id", str_or_null(r->delivery_id));
+    if (!e)
+        e = jv_set(o, "event", str_or_null(r->event));
+    if (!e)
+        e = jv_set(o, "action", str_or_null(r->action));
+    if (!e)
+        e = jv_set(o, "upstream_repo", str_or_null(r->upstream_repo));
+    if (!e)
+        e = jv_set(o, "pr_number", jv_new_int(r->pr_number));
+    if (!e)
+        e = jv_set(o, "head_sha", str_or_null(r->head_sha));
+    if (!e)
+        e = jv_set(o, "ref", str_or_null(r->ref));
+    if (!e)
+        e = jv_set(o, "received_at", time_or_null(r->received_at));
+    if (!e)
+        e = jv_set(o, "payload_bytes", jv_new_int((int64_t)r->payload_bytes));
+    if (!e)
+        e = jv_set(o, "status", jv_new_str(r->status ? r->status : ""));
+    if (e) {
+        jv_free(o);
+        return NULL;
+    }
+    return o;
+}
+
+/* Returns a new object describing one outbox row (with its request body), or NULL. */
+static jv *job_json(const store_job_row *j)
+{
+    jv *o = jv_new_obj();
+    if (!o)
+        return NULL;
+    crcr_err e = jv_set(o, "id", jv_new_int(j->id));
+    if (!e)
+        e = jv_set(o, "kind", str_or_null(j->kind));
+    if (!e)
+        e = jv_set(o, "target", str_or_null(j->target));
+    if (!e)
+        e = jv_set(o, "state", str_or_null(j->state));
+    if (!e)
+        e = jv_set(o, "attempts", jv_new_int(j->attempts));
+    if (!e)
+        e = jv_set(o, "last_status", j->last_status ? jv_new_int(j->last_status) : jv_new_null());
+    if (!e)
+        e = jv_set(o, "last_error", str_or_null(j->last_error));
+    if (!e)
+        e = jv_set(o, "note", str_or_null(j->note));
+    if (!e)
+        e = jv_set(o, "next_attempt_at", time_or_null(j->next_attempt_at));
+    if (!e)
+        e = jv_set(o, "done_at", time_or_null(j->done_at));
+    if (!e) {
+        /* A body that is not valid UTF-8 cannot be a JSON string: show null rather than fail. */
+        jv *body = j->body && j->body_len ? jv_new_strn(j->body, j->body_len) : NULL;
+        e = jv_set(o, "body", body ? body : jv_new_null());
+    }
+    if (e) {
+        jv_free(o);
+        return NULL;
+    }
+    return o;
+}
+
+typedef struct doc_ctx {
+    jv *delivery; /* owned until moved into the document */
+    jv *outbox;
+    bool nomem;
+} doc_ctx;
+
+static void doc_delivery(void *ctx, const store_delivery_row *r, const char *payload, size_t n)
+{
+    doc_ctx *d = ctx;
+    jv_free(d->delivery);
+    d->delivery = delivery_json(r);
+    if (!d->delivery)
+        d->nomem = true;
+}
+
+static void doc_job(void *ctx, const store_job_row *j)
+{
+    doc_ctx *d = ctx;
+    jv *o = job_json(j);
+    if (!o || jv_push(d->outbox, o) != CRCR_OK)
+        d->nomem = true;
+}
+
+crcr_err ops_delivery_doc(store *st, const char *id, jv **out)
+{
+    *out = NULL;
+    doc_ctx d = {.outbox = jv_new_arr()};
+    if (!d.outbox)
+        return CRCR_E_NOMEM;
+    crcr_err e = store_get_delivery(st, id, doc_delivery, doc_job, &d);
+    if (!e && (d.nomem || !d.delivery))
+        e = CRCR_E_NOMEM;
+    jv *doc = e ? NULL : jv_new_obj();
+    if (!e && !doc)
+        e = CRCR_E_NOMEM;
+    if (!e) {
+        e = jv_set(doc, "delivery", d.delivery);
+        d.delivery = NULL; /* stolen, also on failure */
+        if (!e)
+            e = jv_set(doc, "outbox", d.outbox);
+        d.outbox = NULL;
+    }
+    jv_free(d.delivery);
+    jv_free(d.outbox);
+    if (e) {
+        jv_free(doc);
+        return e;
+    }
+    *out = doc;
+    return CRCR_OK;
+}
+
+typedef struct list_ctx {
+    jv *arr;
+    bool nomem;
+} list_ctx;
+
+static int list_row(void *ctx, const store_delivery_row *r)
+{
+    list_ctx *l = ctx;
+    jv *o = delivery_json(r);
+    if (!o || jv_push(l->arr, o) != CRCR_OK) {
+        l->nomem = true;
+        return 1;
+    }
+    return 0;
+}
+
+crcr_err ops_delivery_list(store *st, const store_filter *f, jv **out)
+{
+    *out = NULL;
+    list_ctx l = {.arr = jv_new_arr()};
+    if (!l.arr)
+        return CRCR_E_NOMEM;
+    crcr_err e = store_list_deliveries(st, f, list_row, &l);
+    if (!e && l.nomem)
+        e = CRCR_E_NOMEM;
+    if (e) {
+        jv_free(l.arr);
+        return e;
+    }
+    *out = l.arr;
+    return CRCR_OK;
+}
+
+/* ---- /metrics ---- */
+
+static crcr_err gauge(buf_t *b, const char *name, const char *type, const char *help, double value)
+{
+    crcr_err e = metrics_family(b, name, type, help);
+    if (!e)
+        e = metrics_sample(b, name, NULL, value);
+    return e;
+}
+
+static crcr_err app_metrics(crcr_app *app, buf_t *b)
+{
+    int64_t now = clock_now_ms();
+    crcr_err e = metrics_family(b, "crcr_build_info", "gauge", "The running version (always 1).");
+    if (!e) {
+        const char *l[] = {"version", CRCR_VERSION, NULL};
+        e = metrics_sample(b, "crcr_build_info", l, 1);
+    }
+    if (!e)
+        e = gauge(b, "crcr_start_time_seconds", "gauge", "Unix time the relay started.",
+                  (double)app->started_at / 1000.0);
+    if (!e)
+        e = gauge(b, "crcr_dry_run", "gauge", "1 when outbound calls are recorded, not sent.",
+                  app->cfg.dry_run ? 1 : 0);
+    int64_t last = atomic_load(&app->last_webhook_at);
+    if (!e)
+        e = gauge(b, "crcr_last_webhook_timestamp_seconds", "gauge",
+                  "Unix time of the last webhook request (0 before the first).",
+                  (double)last / 1000.0);
+    if (!e && app->http)
+        e = gauge(b, "crcr_http_inflight_requests", "gauge", "Requests being handled now.",
+                  http_server_inflight(app->http));
+
+    /* Outbox, from the store. */
+    store_outbox_stats os;
+    memset(&os, 0, sizeof(os));
+    bool store_ok = store_outbox_stats_get(app->st, &os) == CRCR_OK;
+    if (!e)
+        e = gauge(b, "crcr_store_up", "gauge", "1 when the store answered this scrape.",
+                  store_ok ? 1 : 0);
+    if (!e && store_ok) {
+        e = metrics_family(b, "crcr_outbox_rows", "gauge",
+                           "Outbox rows by state (queued is the depth; dead needs an operator).");
+        const struct {
+            const char *state;
+            int64_t n;
+        } rows[] = {{"queued", os.queued},
+                    {"running", os.running},
+                    {"sent", os.sent},
+                    {"dry_run", os.dry_run},
+                    {"dead", os.dead}};
+        for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]) && !e; i++) {
+            const char *l[] = {"state", rows[i].state, NULL};
+            e = metrics_sample(b, "crcr_outbox_rows", l, (double)rows[i].n);
+        }
+        double age = os.oldest_due > 0 && os.oldest_due < now ? (double)(now - os.oldest_due) : 0;
+        if (!e)
+            e = gauge(b, "crcr_outbox_oldest_due_age_seconds", "gauge",
+                      "How long the oldest queued row has been due (0 when none is late).",
+                      age / 1000.0);
+    }
+
+    /* Outbox workers' own counters. */
+    outbox_counters oc;
+    memset(&oc, 0, sizeof(oc));
+    if (app->ob)
+        outbox_get_counters(app->ob, &oc);
+    if (!e)
+        e = gauge(b, "crcr_outbox_retries_total", "counter",
+                  "Outbox attempts that failed transiently and were rescheduled.",
+                  (double)oc.retried);
+    if (!e)
+        e = gauge(b, "crcr_outbox_dead_total", "counter",
+                  "Outbox rows given up (permanent error or attempts exhausted).", (double)oc.dead);
+    if (!e)
+        e = gauge(b, "crcr_outbox_rate_limit_pauses_total", "counter",
+                  "Installation pauses after a GitHub rate-limit answer.",
+                  (double)oc.rate_limit_pauses);
+
+    /* GitHub client caches. */
+    gh_stats gs;
+    memset(&gs, 0, sizeof(gs));
+    if (app->gh)
+        gh_get_stats(app->gh, &gs);
+    if (!e)
+        e = gauge(b, "crcr_github_api_calls_total", "counter", "HTTP requests sent to GitHub.",
+                  (double)gs.api_calls);
+    if (!e)
+        e = metrics_family(b, "crcr_github_cache_lookups_total", "counter",
+                           "Installation token and installation id lookups by cache outcome.");
+    const struct {
+        const char *cache, *result;
+        uint64_t n;
+    } caches[] = {{"token", "hit", gs.token_hits},
+                  {"token", "miss", gs.token_misses},
+                  {"installation", "hit", gs.install_hits},
+                  {"installation", "miss", gs.install_misses}};
+    for (size_t i = 0; i < sizeof(caches) / sizeof(caches[0]) && !e; i++) {
+        const char *l[] = {"cache", caches[i].cache, "result", caches[i].result, NULL};
+        e = metrics_sample(b, "crcr_github_cache_lookups_total", l, (double)caches[i].n);
+    }
+
+    /* Callbacks. */
+    if (!e)
+        e = metrics_family(b, "crcr_callbacks_total", "counter",
+                           "Downstream callbacks by outcome.");
+    const struct {
+        const char *result;
+        uint64_t n;
+    } cbs[] = {{"accepted", atomic_load(&app->callbacks_accepted)},
+               {"duplicate", atomic_load(&app->callbacks_duplicate)},
+               {"rejected", atomic_load(&app->callbacks_rejected)}};
+    for (size_t i = 0; i < sizeof(cbs) / sizeof(cbs[0]) && !e; i++) {
+        const char *l[] = {"result", cbs[i].result, NULL};
+        e = metrics_sample(b, "crcr_callbacks_total", l, (double)cbs[i].n);
+    }
+
+    /* Allowlist. */
+    allowlist_status as;
+    memset(&as, 0, sizeof(as));
+    if (app->allow)
+        allowlist_source_status(app->allow, &as);
+    double as_age = as.loaded && as.loaded_at > 0 && as.loaded_at < now
+                        ? (double)(now - as.loaded_at) / 1000.0
+                        : 0;
+    if (!e)
+        e = gauge(b, "crcr_allowlist_loaded", "gauge", "1 when an allowlist is in force.",
+                  as.loaded ? 1 : 0);
+    if (!e)
+        e = gauge(b, "crcr_allowlist_age_seconds", "gauge",
+                  "Seconds since the allowlist in force was loaded or confirmed unchanged.",
+                  as_age);
+    if (!e)
+        e = gauge(b, "crcr_allowlist_repos", "gauge", "Repositories in the allowlist in force.",
+                  (double)as.repos);
+    if (!e)
+        e = gauge(b, "crcr_allowlist_refresh_failing", "gauge",
+                  "1 when the last allowlist load failed (the previous one stays in force).",
+                  as.last_error[0] ? 1 : 0);
+    return e;
+}
+
+static void metrics_handle(void *ctx, const http_request *req, http_response *resp)
+{
+    crcr_app *app = ctx;
+    buf_t b;
+    buf_init(&b, OPS_METRICS_MAX);
+    crcr_err e = metrics_render(&b);
+    if (!e)
+        e = app_metrics(app, &b);
+    if (e) {
+        buf_free(&b);
+        http_resp_detail(resp, 500, "metrics unavailable");
+        return;
+    }
+    resp->status = 200;
+    buf_reset(&resp->body);
+    if (buf_append(&resp->body, b.data, b.len) != CRCR_OK) {
+        http_resp_detail(resp, 500, "metrics unavailable");
+    } else {
+        resp->content_type = METRICS_CONTENT_TYPE;
+    }
+    buf_free(&b);
+}
+
+/* ---- admin API ---- */
+
+static bool sha256(const char *s, size_t n, unsigned char out[32])
+{
+    unsigned int len = 0;
+    return EVP_Digest(s, n, out, &len, EVP_sha256(), NULL) == 1 && len == 32;
+}
+
+/* Checks `Authorization: Bearer <CRCR_ADMIN_TOKEN>`; answers 401 and returns false otherwise. */
+static bool admin_auth(crcr_app *app, const http_request *req, http_response *resp)
+{
+    const char *h = http_req_header(req, "Authorization");
+    bool ok = false;
+    if (h && strncasecmp(h, "Bearer ", 7) == 0 && app->cfg.admin_token) {
+        const char *tok = h + 7;
+        while (*tok == ' ')
+            tok++;
+        unsigned char given[32], want[32];
+        ok = sha256(tok, strlen(tok), given) &&
+             sha256(app->cfg.admin_token, strlen(app->cfg.admin_token), want) &&
+             CRYPTO_memcmp(given, want, sizeof(want)) == 0;
+        OPENSSL_cleanse(given, sizeof(given));
+        OPENSSL_cleanse(want, sizeof(want));
+    }
+    if (!ok) {
+        LOG_WARN("admin.unauthorized", "method", req->method, "path", req->path, NULL);
+        http_resp_detail(resp, 401, "Unauthorized");
+        http_resp_header(resp, "WWW-Authenticate", "Bearer realm=\"crcr-admin\"");
+    }
+    return ok;
+}
+
+/* Serialises `doc` as the answer with `status`; 500 when it does not fit. */
+static void answer_json(http_response *resp, int status, const jv *doc)
+{
+    buf_reset(&resp->body);
+    if (jv_dump(doc, &resp->body) != CRCR_OK) {
+        http_resp_detail(resp, 500, "answer too large");
+        return;
+    }
+    resp->status = status;
+    resp->content_type = "application/json";
+}
+
+static void store_error(http_response *resp, crcr_err e)
+{
+    if (e == CRCR_E_NOT_FOUND)
+        http_resp_detail(resp, 404, "delivery not found");
+    else
+        http_resp_detail(resp, 503, "store unavailable");
+}
+
+static void admin_list(void *ctx, const http_request *req, http_response *resp)
+{
+    crcr_app *app = ctx;
+    if (!admin_auth(app, req, resp))
+        return;
+    store_filter f = {0};
+    const char *status = http_req_query(req, "status");
+    const char *repo = http_req_query(req, "repo");
+    const char *limit = http_req_query(req, "limit");
+    const char *pr = http_req_query(req, "pr");
+    if (status && *status) {
+        if (!ops_state_valid(status)) {
+            http_resp_detail(resp, 400, "status: expected queued, running, sent, dry_run or dead");
+            return;
+        }
+        f.state = status;
+    }
+    if (repo && *repo) {
+        if (strlen(repo) >= CRCR_REPO_NAME_MAX || !strchr(repo, '/')) {
+            http_resp_detail(resp, 400, "repo: expected owner/name");
+            return;
+        }
+        f.repo = repo;
+    }
+    if (limit && *limit) {
+        char *end = NULL;
+        long v = strtol(limit, &end, 10);
+        if (*end || v <= 0 || v > OPS_LIST_MAX) {
+            http_resp_detail(resp, 400, "limit: expected 1 to 10000");
+            return;
+        }
+        f.limit = (int)v;
+    }
+    if (pr && *pr) {
+        char *end = NULL;
+        long long v = strtoll(pr, &end, 10);
+        if (*end || v <= 0) {
+            http_resp_detail(resp, 400, "pr: expected a positive pull request number");
+            return;
+        }
+        f.pr_number = v;
+    }
+    jv *arr = NULL;
+    crcr_err e = ops_delivery_list(app->st, &f, &arr);
+    if (e) {
+        store_error(resp, e);
+        return;
+    }
+    jv *doc = jv_new_obj();
+    if (!doc || jv_set(doc, "deliveries", arr) != CRCR_OK) {
+        jv_free(doc);
+        http_resp_detail(resp, 500, "out of memory");
+        return;
+    }
+    answer_json(resp, 200, doc);
+    jv_free(doc);
+}
+
+/* The id part of /api/v1/admin/deliveries/<id>[/<action>] copied into `id`; *action points at
+ * what follows the id ("" when nothing). False when the path has no valid id. */
+static bool split_path(const char *path, char id[CRCR_DELIVERY_ID_MAX], const char **action)
+{
+    const char *p = path + strlen(OPS_DELIVERIES_PATH "/");
+    size_t n = strcspn(p, "/");
+    if (n == 0 || n >= CRCR_DELIVERY_ID_MAX)
+        return false;
+    memcpy(id, p, n);
+    id[n] = '\0';
+    *action = p[n] == '/' ? p + n + 1 : "";
+    return ops_delivery_id_valid(id);
+}
+
+static void admin_show(void *ctx, const http_request *req, http_response *resp)
+{
+    crcr_app *app = ctx;
+    if (!admin_auth(app, req, resp))
+        return;
+    char id[CRCR_DELIVERY_ID_MAX];
+    const char *action = NULL;
+    if (!split_path(req->path, id, &action) || *action) {
+        bool is_post_only = action && strcmp(action, "redeliver") == 0;
+        http_resp_detail(resp, is_post_only ? 405 : 404,
+                         is_post_only ? "Method not allowed" : "Not found");
+        return;
+    }
+    jv *doc = NULL;
+    crcr_err e = ops_delivery_doc(app->st, id, &doc);
+    if (e) {
+        store_error(resp, e);
+        return;
+    }
+    answer_json(resp, 200, doc);
+    jv_free(doc);
+}
+
+static void admin_redeliver(void *ctx, const http_request *req, http_response *resp)
+{
+    crcr_app *app = ctx;
+    if (!admin_auth(app, req, resp))
+        return;
+    char id[CRCR_DELIVERY_ID_MAX];
+    const char *action = NULL;
+    if (!split_path(req->path, id, &action) || strcmp(action, "redeliver") != 0) {
+        bool is_get_only = action && !*action;
+        http_resp_detail(resp, is_get_only ? 405 : 404,
+                         is_get_only ? "Method not allowed" : "Not found");
+        return;
+    }
+    const char *repo = http_req_query(req, "repo");
+    if (repo && !*repo)
+        repo = NULL;
+    if (repo && (strlen(repo) >= CRCR_REPO_NAME_MAX || !strchr(repo, '/'))) {
+        http_resp_detail(resp, 400, "repo: expected owner/name");
+        return;
+    }
+    int n = 0;
+    crcr_err e = store_redeliver(app->st, id, repo, clock_now_ms(), &n);
+    if (e) {
+        store_error(resp, e);
+        return;
+    }
+    char count[16];
+    snprintf(count, sizeof(count), "%d", n);
+    LOG_INFO("admin.redeliver", "delivery", id, "repo", repo, "requeued", count, NULL);
+    if (n > 0 && app->ob)
+        outbox_notify(app->ob);
+    buf_t b;
+    buf_init(&b, 512);
+    buf_puts(&b, "{\"ok\":true,\"delivery_id\":");
+    jv_quote(&b, id, strlen(id));
+    buf_puts(&b, ",\"repo\":");
+    if (repo)
+        jv_quote(&b, repo, strlen(repo));
+    else
+        buf_puts(&b, "null");
+    buf_printf(&b, ",\"requeued\":%d}", n);
+    http_resp_json(resp, 200, buf_cstr(&b));
+    buf_free(&b);
+}
 
 size_t ops_routes(struct crcr_app *app, http_route *out, size_t max)
 {
-    (void)app;
-    (void)out;
-    (void)max;
-    return 0;
+    const http_route all[] = {
+        {"GET", "/metrics", false, 0, metrics_handle, app},
+        {"GET", OPS_DELIVERIES_PATH, false, 0, admin_list, app},
+        {"GET", OPS_DELIVERIES_PATH "/", true, 0, admin_show, app},
+        {"POST", OPS_DELIVERIES_PATH "/", true, OPS_ADMIN_MAX_BODY, admin_redeliver, app},
+    };
+    bool admin = app->cfg.admin_token && *app->cfg.admin_token;
+    size_t want = admin ? sizeof(all) / sizeof(all[0]) : 1;
+    size_t n = 0;
+    for (; n < want && n < max; n++)
+        out[n] = all[n];
+    return n;
 }

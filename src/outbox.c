@@ -25,6 +25,8 @@
 #include "json.h"
 #include "limits.h"
 #include "log.h"
+#include "metrics.h"
+#include "store_impl.h"
 
 #define OUTBOX_MAX_WORKERS 256
 #define OUTBOX_POLL_MS 1000
@@ -43,6 +45,8 @@ struct outbox {
     allowlist_source *allow;
     pthread_t threads[OUTBOX_MAX_WORKERS];
     size_t n_threads;
+    pthread_t waker; /* relays the store's cross-process wake-ups (PostgreSQL NOTIFY) */
+    bool has_waker;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool stopping;
@@ -67,7 +71,9 @@ outbox_verdict outbox_classify(long status, long retry_after_s, long rl_remainin
 {
     if (status >= 200 && status < 300)
         return OUTBOX_DONE;
-    if (status == 0 || status >= 500 || status == 408)
+    /* 401: GitHub refused a credential the client already renewed once (clock skew, a key or
+     * secret being rotated): transient from the row's point of view. */
+    if (status == 0 || status >= 500 || status == 408 || status == 401)
         return OUTBOX_RETRY;
     if (status == 429)
         return OUTBOX_RATE_LIMIT;
@@ -104,6 +110,13 @@ static double next_random(uint64_t *s)
     return (double)(x >> 11) / (double)(1ULL << 53);
 }
 
+static void pause_key(int64_t installation, char *key, size_t keysz)
+{
+    snprintf(key, keysz, "pause:installation:%lld", (long long)installation);
+}
+
+/* When the installation's pause ends (0: not paused). Pauses live in memory and, so that they
+ * survive a restart and reach the other instances sharing the store, in the store's kv. */
 static int64_t pause_until(outbox *ob, int64_t installation, int64_t now)
 {
     int64_t until = 0;
@@ -113,6 +126,19 @@ static int64_t pause_until(outbox *ob, int64_t installation, int64_t now)
             until = ob->pauses[i].until_ms;
     }
     pthread_mutex_unlock(&ob->mu);
+    if (until)
+        return until;
+    char key[64];
+    pause_key(installation, key, sizeof(key));
+    buf_t v;
+    buf_init(&v, 32);
+    if (store_kv_get(ob->st, key, &v, now) == CRCR_OK) {
+        char *end = NULL;
+        long long t = strtoll(buf_cstr(&v), &end, 10);
+        if (end && *end == '\0' && t > now)
+            until = (int64_t)t;
+    }
+    buf_free(&v);
     return until;
 }
 
@@ -137,6 +163,10 @@ static void pause_set(outbox *ob, int64_t installation, int64_t until, int64_t n
         ob->pauses[ob->n_pauses++] = (pause_entry){installation, until};
     pthread_mutex_unlock(&ob->mu);
     atomic_fetch_add(&ob->pauses_count, 1);
+    char key[64], val[24];
+    pause_key(installation, key, sizeof(key));
+    snprintf(val, sizeof(val), "%lld", (long long)until);
+    store_kv_put(ob->st, key, val, strlen(val), until);
 }
 
 /* The "message" of a GitHub error body (scrubbed, bounded), or the status line. */
@@ -464,11 +494,13 @@ static void process(outbox *ob, store_job *job, uint64_t *rng)
                          dry && is_dispatch ? buf_cstr(&out.body) : NULL,
                          dry && is_dispatch ? out.body.len : 0, now);
         atomic_fetch_add(dry ? &ob->dry_run : &ob->sent, 1);
+        metrics_outbox_result(job->kind, dry ? "dry_run" : "sent");
         LOG_INFO(dry ? "outbox.dry_run" : "outbox.sent", "delivery", job->delivery_id, "repo",
                  job->target, "kind", job->kind, "attempt", attempt_s, "trimmed", note, NULL);
     } else if (o.verdict == OUTBOX_PERMANENT) {
         store_job_finish(ob->st, job->id, "dead", o.status, o.error, note, NULL, 0, now);
         atomic_fetch_add(&ob->dead, 1);
+        metrics_outbox_result(job->kind, "dead");
         LOG_WARN("outbox.dead", "delivery", job->delivery_id, "repo", job->target, "kind",
                  job->kind, "reason", o.error, NULL);
     } else if (o.status == -1) {
@@ -479,6 +511,7 @@ static void process(outbox *ob, store_job *job, uint64_t *rng)
         snprintf(reason, sizeof(reason), "gave up after %d attempts: %s", attempt, o.error);
         store_job_finish(ob->st, job->id, "dead", o.status, reason, note, NULL, 0, now);
         atomic_fetch_add(&ob->dead, 1);
+        metrics_outbox_result(job->kind, "dead");
         LOG_WARN("outbox.dead", "delivery", job->delivery_id, "repo", job->target, "kind",
                  job->kind, "reason", reason, NULL);
     } else {
@@ -506,6 +539,7 @@ static void process(outbox *ob, store_job *job, uint64_t *rng)
         }
         store_job_retry(ob->st, job->id, now + delay, true, o.status, o.error);
         atomic_fetch_add(&ob->retried, 1);
+        metrics_outbox_result(job->kind, "retry");
         char delay_s[24];
         snprintf(delay_s, sizeof(delay_s), "%lld", (long long)delay);
         LOG_INFO("outbox.retry", "delivery", job->delivery_id, "repo", job->target, "attempt",
@@ -556,6 +590,26 @@ static void *worker(void *arg)
     return NULL;
 }
 
+/* Turns new rows written by other processes into a notify; ends at once for a store without
+ * cross-process wake-ups (SQLite). */
+static void *waker(void *arg)
+{
+    outbox *ob = arg;
+    for (;;) {
+        pthread_mutex_lock(&ob->mu);
+        bool stop = ob->stopping;
+        pthread_mutex_unlock(&ob->mu);
+        if (stop)
+            break;
+        crcr_err e = store_wait_for_work(ob->st, OUTBOX_POLL_MS / 2);
+        if (e == CRCR_E_INVALID)
+            break;
+        if (e == CRCR_OK)
+            outbox_notify(ob);
+    }
+    return NULL;
+}
+
 outbox *outbox_start(const crcr_config *cfg, store *st, gh_client *gh, allowlist_source *allow,
                      char *err, size_t errsz)
 {
@@ -581,6 +635,7 @@ outbox *outbox_start(const crcr_config *cfg, store *st, gh_client *gh, allowlist
         }
         ob->n_threads++;
     }
+    ob->has_waker = pthread_create(&ob->waker, NULL, waker, ob) == 0;
     return ob;
 }
 
@@ -604,6 +659,8 @@ void outbox_stop(outbox *ob)
     pthread_mutex_unlock(&ob->mu);
     for (size_t i = 0; i < ob->n_threads; i++)
         pthread_join(ob->threads[i], NULL);
+    if (ob->has_waker)
+        pthread_join(ob->waker, NULL);
     pthread_cond_destroy(&ob->cv);
     pthread_mutex_destroy(&ob->mu);
     free(ob);

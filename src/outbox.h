@@ -12,11 +12,14 @@
  *   rerun_suite  list the suite's check runs, queue one full `rerun` per downstream run (L3+)
  *   hud_forward  POST {HUD_API_URL}/crcr/results with x-hud-internal-bot (HUD_MAX_RETRIES)
  * One retry policy for every kind of row:
- *   - network errors, 5xx: exponential backoff from CRCR_RETRY_BASE_MS, doubling, capped at
- *     CRCR_RETRY_MAX_MS, with jitter (half fixed, half random), never earlier than Retry-After;
+ *   - network errors, 5xx, 408 and 401 (a credential refused even after the client renewed its
+ *     token: clock skew or a rotation in progress): exponential backoff from CRCR_RETRY_BASE_MS,
+ *     doubling, capped at CRCR_RETRY_MAX_MS, with jitter (half fixed, half random), never earlier
+ *     than Retry-After;
  *   - 429, and 403 that is a primary or secondary rate limit: the whole installation pauses until
  *     Retry-After, or x-ratelimit-reset when x-ratelimit-remaining is 0, or 60 s otherwise; rows of
- *     a paused installation wait without spending an attempt;
+ *     a paused installation wait without spending an attempt; pauses are kept in the store's kv
+ *     too, so a restart or another instance sharing the store honours them;
  *   - 404 (App not installed), 422 and other 4xx: permanent, the row is dead with the reason;
  *   - after CRCR_MAX_ATTEMPTS attempts the row is dead ("gave up").
  */

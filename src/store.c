@@ -12,10 +12,8 @@ crcr_err store_open(const char *uri, store **out, char *err, size_t errsz)
     *out = NULL;
     if (strncmp(uri, "sqlite:", 7) == 0)
         return store_sqlite_open(uri + 7, out, err, errsz);
-    if (strncmp(uri, "postgresql://", 13) == 0 || strncmp(uri, "postgres://", 11) == 0) {
-        snprintf(err, errsz, "CRCR_STORE: the PostgreSQL store is not available in this build");
-        return CRCR_E_CONFIG;
-    }
+    if (strncmp(uri, "postgresql://", 13) == 0 || strncmp(uri, "postgres://", 11) == 0)
+        return store_pg_open(uri, out, err, errsz);
     snprintf(err, errsz, "CRCR_STORE: unknown scheme (expected sqlite:PATH or postgresql://...)");
     return CRCR_E_CONFIG;
 }
@@ -176,4 +174,11 @@ crcr_err store_callback_rejected(store *st, const char *repo, int64_t now, int s
 crcr_err store_callback_rejections(store *st, const char *repo, int64_t since, int64_t *n)
 {
     return st->ops->callback_rejections(st, repo, since, n);
+}
+
+crcr_err store_wait_for_work(store *st, int64_t timeout_ms)
+{
+    if (!st->ops->wait_for_work)
+        return CRCR_E_INVALID;
+    return st->ops->wait_for_work(st, timeout_ms);
 }

@@ -51,6 +51,10 @@ typedef struct store_ops {
                           void (*fn)(void *ctx, const store_run_row *row), void *ctx);
     crcr_err (*callback_rejected)(store *st, const char *repo, int64_t now, int status);
     crcr_err (*callback_rejections)(store *st, const char *repo, int64_t since, int64_t *n);
+    /* Optional (NULL when the backend has no cross-process wake-up, e.g. SQLite): waits up to
+     * timeout_ms for new outbox rows written by any process. CRCR_OK when woken, CRCR_E_NOT_FOUND
+     * on timeout, CRCR_E_STORE when the database is away (after waiting out the timeout). */
+    crcr_err (*wait_for_work)(store *st, int64_t timeout_ms);
 } store_ops;
 
 struct store {
@@ -60,5 +64,11 @@ struct store {
 /* Backend constructors: `location` is the URI without its scheme prefix for SQLite
  * ("sqlite:PATH" -> "PATH") and the whole URI for PostgreSQL. */
 crcr_err store_sqlite_open(const char *path, store **out, char *err, size_t errsz);
+crcr_err store_pg_open(const char *uri, store **out, char *err, size_t errsz);
+
+/* Waits for new outbox rows through the backend's wait_for_work (see above); CRCR_E_INVALID at
+ * once when the backend has none (an in-process notify is all a single-process store needs).
+ * Used by the outbox's wake-up thread. */
+crcr_err store_wait_for_work(store *st, int64_t timeout_ms);
 
 #endif

@@ -13,6 +13,7 @@
 #include "json.h"
 #include "limits.h"
 #include "log.h"
+#include "metrics.h"
 #include "sig.h"
 #include "store.h"
 
@@ -46,6 +47,7 @@ static bool delivery_id_valid(const char *id)
 static void ignored(crcr_app *app, http_response *resp, const char *reason)
 {
     atomic_fetch_add(&app->webhooks_ignored, 1);
+    metrics_webhook_result("ignored");
     if (reason) {
         buf_t b;
         buf_init(&b, 512);
@@ -63,6 +65,7 @@ static void reject(crcr_app *app, http_response *resp, int status, const char *d
                    const char *delivery)
 {
     atomic_fetch_add(&app->webhooks_rejected, 1);
+    metrics_webhook_result(status >= 500 ? "error" : "rejected");
     char code[8];
     snprintf(code, sizeof(code), "%d", status);
     LOG_INFO("webhook.rejected", "delivery", delivery, "status", code, "detail", detail, NULL);
@@ -127,12 +130,14 @@ static void accept_dispatch(crcr_app *app, const http_request *req, http_respons
     crcr_err e = store_ingest(app->st, &d, jobs, n);
     if (e == CRCR_E_DUPLICATE) {
         atomic_fetch_add(&app->webhooks_duplicate, 1);
+        metrics_webhook_result("duplicate");
         LOG_INFO("webhook.duplicate", "delivery", delivery, "event", event, NULL);
         http_resp_json(resp, 200, "{\"ok\":true,\"duplicate\":true}");
     } else if (e) {
         reject(app, resp, 503, "store unavailable, please redeliver", delivery);
     } else {
         atomic_fetch_add(&app->webhooks_accepted, 1);
+        metrics_webhook_result("accepted");
         buf_t b;
         buf_init(&b, 64u * 1024u + n * (CRCR_REPO_NAME_MAX + 4));
         buf_puts(&b, "{\"ok\":true,\"delivery_id\":");
@@ -224,11 +229,13 @@ static void persist_and_answer(crcr_app *app, const http_request *req, http_resp
     crcr_err e = store_ingest(app->st, &d, jobs, n);
     if (e == CRCR_E_DUPLICATE) {
         atomic_fetch_add(&app->webhooks_duplicate, 1);
+        metrics_webhook_result("duplicate");
         http_resp_json(resp, 200, "{\"ok\":true,\"duplicate\":true}");
     } else if (e) {
         reject(app, resp, 503, "store unavailable, please redeliver", delivery);
     } else {
         atomic_fetch_add(&app->webhooks_accepted, 1);
+        metrics_webhook_result("accepted");
         http_resp_json(resp, 200, ok_json);
         if (n)
             outbox_notify(app->ob);
@@ -396,6 +403,7 @@ void webhook_handle(void *ctx, const http_request *req, http_response *resp)
     const char *event = http_req_header(req, "X-GitHub-Event");
     const char *delivery = http_req_header(req, "X-GitHub-Delivery");
     atomic_store(&app->last_webhook_at, clock_now_ms());
+    metrics_webhook_begin(event);
 
     if (!event || strlen(event) >= CRCR_EVENT_NAME_MAX || !event_supported(event)) {
         ignored(app, resp, NULL);
@@ -421,6 +429,7 @@ void webhook_handle(void *ctx, const http_request *req, http_response *resp)
 
     if (strcmp(event, "ping") == 0) {
         LOG_INFO("webhook.ping", "delivery", delivery, NULL);
+        metrics_webhook_result("accepted");
         http_resp_json(resp, 200, "{\"ok\":true,\"pong\":true}");
         return;
     }

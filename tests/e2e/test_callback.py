@@ -13,11 +13,20 @@ token whose "repository" claim is that repo.
 
 This file holds the shared harness (Stack, CallbackMixin) and covers:
   - upstream reference §3.5 (callback lambda) 1-6, §3.6 1-11 and 23-31 (handler, nightly),
-    §3.7 (state machine) as black-box behaviour, §3.13 EC-05, STATE-04, DYNAMO-06, SEC-10/11/12;
-  - the same in_progress and completed sent 3 times each: 200s, one state change, one check run
-    and one HUD forward per transition;
-  - the HUD forward format and its failure modes (crcr forwards asynchronously through the
-    outbox, so a HUD error never fails the callback - a deliberate divergence from upstream).
+    §3.7 (state machine) as black-box behaviour, §3.13 EC-03, EC-05, EC-06, STATE-04, DYNAMO-06,
+    SEC-10/11/12/15/17;
+  - the same in_progress and completed sent 3 times each (and 8 at once): 200s, one state change,
+    one check run and one HUD forward per transition;
+  - the HUD forward format and its failure modes. crcr forwards asynchronously through the
+    outbox, so a HUD error never fails the callback (upstream passes HUD 4xx/5xx on to the
+    downstream, which then cannot retry because the state was already committed): the tests
+    assert the 200 and the outbox row's fate (4xx dead at once, 5xx retried HUD_MAX_RETRIES
+    times) instead of upstream's propagation.
+Mapping notes: upstream §3.5 7 (an unexpected exception -> 500) has no deterministic black-box
+trigger (holding SQLite's write lock from outside gives a 503 or a reaped connection depending on
+thread scheduling); upstream §3.6 10 (completed without a stored in_progress "proceeds") is a mock
+artefact - the real state write refuses it (§3.7 8) - so it is tested as STATE-04; §3.6 12-22 are
+in test_callback_checks.py.
 Authentication and callback tokens: test_callback_auth.py. Check runs, labels and re-runs:
 test_callback_checks.py. Sweeper: test_callback_sweeper.py.
 
@@ -165,12 +174,13 @@ class Stack:
 class CallbackMixin:
     """Helpers over self.s (a started Stack). Mixed into unittest.TestCase subclasses."""
 
-    STACK_ENV = None  # per-class environment for the shared stack
+    STACK_ENV = None  # per-class relay environment of the shared stack
+    STACK_KW = {}  # other Stack() arguments of the shared stack
 
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
-        cls.s = Stack(env=cls.STACK_ENV).start()
+        cls.s = Stack(env=cls.STACK_ENV, **cls.STACK_KW).start()
         cls.addClassCleanup(cls.s.close)
 
     def tearDown(self):
@@ -418,7 +428,7 @@ class LambdaCasesTest(CallbackMixin, unittest.TestCase):
         # was already committed). crcr forwards through the outbox after answering, so the
         # callback is 200 and the forward is retried until the HUD is back.
         pr = self.open_pr(repos=[L2])
-        self.s.hud.fail(503, count=2)
+        self.s.hud.fail(503, count=2, match=pr.delivery)
         t0 = time.monotonic()
         self.assertOk(self.cb(L2, pr, "in_progress"), "in_progress")
         self.assertLess(time.monotonic() - t0, 2.0, "the answer waited for the HUD")
@@ -497,7 +507,7 @@ class HandlerCasesTest(CallbackMixin, unittest.TestCase):
         # Upstream propagates a HUD 422 to the downstream. crcr answers before forwarding: the
         # callback is 200, the forward row is dead with the HUD's status and never retried.
         pr = self.open_pr(repos=[L2])
-        self.s.hud.fail(422, count=1)
+        self.s.hud.fail(422, count=1, match=pr.delivery)
         self.assertOk(self.cb(L2, pr, "in_progress"), "in_progress")
         row = wait_until(lambda: [r for r in self.outbox(pr.delivery, "hud_forward")
                                   if r["state"] == "dead"])
@@ -510,6 +520,33 @@ class HandlerCasesTest(CallbackMixin, unittest.TestCase):
         self.assertEqual([x.status for x in hits], [422], "a 4xx was retried")
         # The state was committed regardless: the completed transition is accepted.
         self.assertOk(self.cb(L2, pr, "completed"), "completed")
+
+    def test_hud_5xx_is_retried_hud_max_retries_times_then_given_up(self):
+        # Upstream retries HUD_MAX_RETRIES times with sleeps inside the request and then answers
+        # 500. crcr retries from the outbox (HUD_MAX_RETRIES=3 here: 4 attempts) and the
+        # callback answer does not depend on it.
+        pr = self.open_pr(repos=[L2])
+        self.s.hud.fail(502, match=pr.delivery)
+        self.assertOk(self.cb(L2, pr, "in_progress"), "in_progress")
+        row = wait_until(lambda: [r for r in self.outbox(pr.delivery, "hud_forward")
+                                  if r["state"] == "dead"], 15.0)
+        self.assertTrue(row, "never gave up: %s" % self.outbox(pr.delivery, "hud_forward"))
+        self.assertEqual((row[0]["attempts"], row[0]["last_status"]), (4, 502))
+        self.assertIn("gave up after 4 attempts", row[0]["last_error"])
+        self.s.hud.clear_faults()
+        time.sleep(0.5)
+        hits = [x for x in self.s.hud.requests() if pr.delivery.encode() in x.body]
+        self.assertEqual([x.status for x in hits], [502] * 4)
+        self.assertOk(self.cb(L2, pr, "completed"), "completed")
+        self.wait_hud(pr.delivery, 1)
+
+    def test_without_hud_api_url_nothing_is_forwarded(self):
+        self.own_stack(hud=False)
+        pr = self.open_pr(repos=[L2, L4])
+        self.progress(L2, pr)
+        self.progress(L4, pr)
+        self.assertEqual(self.outbox(pr.delivery, "hud_forward"), [])
+        self.assertEqual(len(self.outbox(pr.delivery, "check_run")), 2)
 
     def test_3_6_6_and_7_missing_required_fields_are_400(self):
         pr = self.open_pr(repos=[L2])
@@ -876,6 +913,19 @@ class NightlyTest(CallbackMixin, unittest.TestCase):
         wait_until(lambda: len(self.nightly_hud(sha)) >= 4)
         self.settle()
         self.assertEqual(len(self.nightly_hud(sha)), 4)
+
+    def test_nightly_dedup_key_includes_the_workflow_name(self):
+        # Issue 4: nightly/periodic callbacks are "deduplicated by (repo, delivery_id, workflow
+        # name, job name, run_id, run_attempt)". Two workflows reporting the same run id and job
+        # name are two results (the HUD keys rows by workflow name too).
+        sha = new_sha()
+        a = self.nightly(sha, run_id=777, name="Nightly A", job_name="build")
+        b = self.nightly(sha, run_id=777, name="Nightly B", job_name="build")
+        self.assertOk(self.post_callback(L2, a), "completed")
+        self.assertOk(self.post_callback(L2, b), "completed")
+        wait_until(lambda: len(self.nightly_hud(sha)) >= 2)
+        self.assertEqual(sorted(x["untrusted"]["callback_payload"]["workflow"]["name"]
+                                for x in self.nightly_hud(sha)), ["Nightly A", "Nightly B"])
 
     def test_3_6_29_nightly_rate_limited_is_429(self):
         self.own_stack(env={"RATE_LIMIT_PER_MIN": "2"})

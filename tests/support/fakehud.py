@@ -9,10 +9,11 @@ torchci endpoint (pages/api/crcr/results.ts):
     other path                                404
     x-hud-internal-bot != bot_key (when set)  401 {"error":"Unauthorized"}
     body not JSON                             400 {"error":"Invalid JSON"}
-    otherwise                                 200 {"ok":true,"status":<workflow.status>,"dynamoKey":...}
+    otherwise                                 200 {"ok":true,"status":<status>,"dynamoKey":...}
 
-unless a scripted answer applies: `fail(status, count=None, body=None)` makes the next `count`
-POSTs (all, when None) answer `status`. Every request is recorded (`requests()`); `results()`
+unless a scripted answer applies: `fail(status, count=None, body=None, match=None)` makes the next
+`count` POSTs (all, when None; only those whose body contains `match`, when given) answer
+`status`. Every request is recorded (`requests()`); `results()`
 returns the accepted (2xx) bodies parsed.
 
     hud = FakeHUD(bot_key="hud-bot-key").start()
@@ -111,10 +112,14 @@ class FakeHUD:
 
     # -------------------------------------------------------------- scripting
 
-    def fail(self, status, count=None, body=None):
-        """The next `count` POSTs to /crcr/results (every one when None) answer `status`."""
+    def fail(self, status, count=None, body=None, match=None):
+        """The next `count` POSTs to /crcr/results (every one when None) answer `status` with
+        `body` (a JSON object). With `match` (str or bytes) only POSTs whose body contains it
+        count, e.g. one delivery id."""
+        if isinstance(match, str):
+            match = match.encode("utf-8")
         with self._cond:
-            self._faults.append([status, count, body])
+            self._faults.append([status, count, body, match])
 
     def clear_faults(self):
         with self._cond:
@@ -165,6 +170,8 @@ class FakeHUD:
             return 405, {"error": "Method not allowed"}
         with self._cond:
             for f in self._faults:
+                if f[3] is not None and f[3] not in rec.body:
+                    continue
                 if f[1] is None or f[1] > 0:
                     if f[1] is not None:
                         f[1] -= 1

@@ -133,6 +133,11 @@ class OIDCIssuer:
         with self._lock:
             self._keys.pop(kid, None)
 
+    def private_key(self, kid=None):
+        """The signing key of `kid` (default: the first one)."""
+        with self._lock:
+            return self._keys[self._default_kid if kid is None else kid]
+
     def kids(self):
         with self._lock:
             return list(self._keys)

@@ -16,6 +16,9 @@ static void success_and_transient_answers(void **state)
     assert_int_equal(outbox_classify(500, -1, -1, ""), OUTBOX_RETRY);
     assert_int_equal(outbox_classify(502, -1, -1, ""), OUTBOX_RETRY);
     assert_int_equal(outbox_classify(503, 10, -1, ""), OUTBOX_RETRY);
+    /* A refused credential is retried (the client already renewed the token once). */
+    assert_int_equal(outbox_classify(401, -1, -1, "{\"message\":\"Bad credentials\"}"),
+                     OUTBOX_RETRY);
 }
 
 static void rate_limits_pause_the_installation(void **state)

@@ -1,0 +1,145 @@
+/*
+ * html.h - output helpers of the HUD and of `crcr health`: HTML escaping and links, the page
+ * shell, inline SVG charts, time and duration text, and a small streaming JSON writer for the API.
+ *
+ * Security rules (§8): every string that did not come from this program's own source is written
+ * through h_text() (HTML-escaped: & < > " ' become entities), also inside attributes; a link is
+ * written only for an https:// URL without spaces or control characters (anything else is shown
+ * as text); CSS classes derived from stored data go through a fixed mapping, never the raw value.
+ * Pages carry HTML_CSP, so no inline script or style can run even if a bug let markup through.
+ *
+ * Writers are sticky: after the first error (buffer cap, memory) every further call does
+ * nothing and the error stays in `err`, so a page is built without checking each append.
+ */
+#ifndef CRCR_HTML_H
+#define CRCR_HTML_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "buf.h"
+#include "err.h"
+#include "http_server.h"
+
+/* Sent with every HTML page. */
+#define HTML_CSP                                                                                   \
+    "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'"
+/* Longest URL rendered as a link (longer ones are shown as text). */
+#define HTML_URL_MAX 2048u
+
+/* ---- HTML ---- */
+
+typedef struct hout {
+    buf_t *b;
+    crcr_err err;
+} hout;
+
+void hout_init(hout *o, buf_t *b);
+/* Trusted markup from this program (never data). */
+void h_raw(hout *o, const char *markup);
+void h_rawf(hout *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Text or attribute value, escaped; NULL writes nothing. */
+void h_text(hout *o, const char *s);
+void h_textn(hout *o, const char *s, size_t n);
+/* Percent-encodes `s` for a URL path segment or query value (unreserved characters kept), the
+ * result being safe inside an attribute as well. */
+void h_url_part(hout *o, const char *s);
+/* `<a href=url class=cls>text</a>` when html_url_ok(url), else the escaped text (or the URL as
+ * text when `text` is NULL). `cls` is trusted (may be NULL). External links get
+ * rel="noopener noreferrer nofollow". */
+void h_link(hout *o, const char *url, const char *text, const char *cls);
+
+/* True for "https://" followed by at least one character, at most HTML_URL_MAX bytes, with no
+ * whitespace, control characters or backslash. */
+bool html_url_ok(const char *url);
+
+/* Appends escaped `s` to a plain buffer (for callers without an hout). */
+crcr_err html_escape(buf_t *b, const char *s);
+
+/* The chip class of a run: "chip-success", "chip-failure", "chip-cancelled", "chip-timed_out",
+ * "chip-running" (not completed) or "chip-other". Never derived from the raw text. */
+const char *html_chip_class(const char *state, const char *conclusion);
+/* The class of an outbox state: "state-queued", "state-retrying" (queued after a failed
+ * attempt), "state-running", "state-sent", "state-dry_run", "state-dead" or "state-other". */
+const char *html_outbox_class(const char *state, int attempts);
+/* The words shown for an outbox state ("retrying" for a queued row with attempts). */
+const char *html_outbox_label(const char *state, int attempts);
+
+/* "-" for ms < 0; "0s", "45s", "3m 20s", "1h 02m", "2d 03h". */
+void html_duration(int64_t ms, char *out, size_t n);
+/* "2026-11-30 01:02 UTC"; "-" for 0. */
+void html_time(int64_t ms, char *out, size_t n);
+/* "just now", "5 min ago", "3 h ago", "2 d ago", or "in 4 min" for the future; "never" for 0. */
+void html_ago(int64_t then_ms, int64_t now_ms, char *out, size_t n);
+
+/* Starts a page: doctype, head (title, stylesheet, blank icon), the navigation bar with
+ * `active` ("repos", "deliveries" or NULL) marked. `title` is escaped. */
+void h_page_begin(hout *o, const char *title, const char *active);
+/* Ends a page with a footer stating the generation time and how long rendering took. */
+void h_page_end(hout *o, int64_t now_ms, int64_t render_ms);
+/* Sets the HTML content type and the security headers (CSP, nosniff, no framing, referrer). */
+void html_response_headers(http_response *resp);
+
+/* The stylesheet served at /crcr/static/style.css. */
+extern const char HTML_STYLESHEET[];
+
+/* ---- SVG charts ---- */
+
+typedef struct html_chart {
+    const char *title;      /* caption and aria-label (escaped) */
+    const char *unit;       /* "%" or "s" (trusted) */
+    const double *values;   /* n values */
+    const bool *has;        /* n flags: false = no data in that bucket */
+    const int64_t *starts;  /* n bucket starts, ms (for labels) */
+    size_t n;
+    double ymax;            /* 0: from the data */
+    const char *css_class;  /* trusted */
+} html_chart;
+
+/* Inline <svg> line chart with a 0 baseline, a top gridline labelled with ymax, first and last
+ * bucket dates, and a <title> tooltip per point. Writes a "no data" note when nothing is set. */
+void h_chart(hout *o, const html_chart *c);
+
+/* ---- JSON writer (strings go through jv_quote) ---- */
+
+#define JW_MAX_DEPTH 16
+
+typedef struct jw {
+    buf_t *b;
+    crcr_err err;
+    int depth;
+    bool need_comma[JW_MAX_DEPTH + 1];
+    bool after_key;
+} jw;
+
+void jw_init(jw *w, buf_t *b);
+void jw_obj(jw *w);
+void jw_obj_end(jw *w);
+void jw_arr(jw *w);
+void jw_arr_end(jw *w);
+void jw_key(jw *w, const char *k);
+/* Writes the separator for a value the caller appends to w->b itself (a nested writer's
+ * output); check w->err afterwards and store the appending call's error in it. */
+void jw_value_begin(jw *w);
+void jw_str(jw *w, const char *s); /* NULL writes null */
+void jw_strn(jw *w, const char *s, size_t n);
+void jw_int(jw *w, int64_t v);
+void jw_bool(jw *w, bool v);
+void jw_null(jw *w);
+/* A number with `decimals` digits after the point; null when v < 0 (the "unknown" marker). */
+void jw_num(jw *w, double v, int decimals);
+/* ISO-8601 time, null for 0. */
+void jw_time(jw *w, int64_t ms);
+/* Seconds with millisecond precision, null for ms < 0. */
+void jw_secs(jw *w, int64_t ms);
+
+/* key + value shorthands */
+void jw_kstr(jw *w, const char *k, const char *s);
+void jw_kint(jw *w, const char *k, int64_t v);
+void jw_kbool(jw *w, const char *k, bool v);
+void jw_knum(jw *w, const char *k, double v, int decimals);
+void jw_ktime(jw *w, const char *k, int64_t ms);
+void jw_ksecs(jw *w, const char *k, int64_t ms);
+
+#endif

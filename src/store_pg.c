@@ -1,0 +1,1867 @@
+/*
+ * store_pg.c - the PostgreSQL store (libpq), shared by several relay instances.
+ *
+ * Same semantics as store_sqlite.c, operation for operation; what differs is how several
+ * processes stay correct on one database:
+ *  - outbox rows are claimed with `FOR UPDATE SKIP LOCKED` and a lease, so instances never take
+ *    the same row and a crashed instance's rows come back when their lease expires (store_recover
+ *    is therefore a no-op here);
+ *  - a callback transition and a rate-limit hit take a transaction-scoped advisory lock on their
+ *    key, so concurrent identical callbacks on different instances apply exactly once;
+ *  - named leases (periodic work) are one atomic INSERT ... ON CONFLICT ... WHERE;
+ *  - writes that add outbox rows send NOTIFY crcr_outbox at commit, and store_wait_for_work
+ *    waits on a dedicated LISTEN connection, so idle workers of every instance wake at once.
+ *
+ * Connections: a pool of CRCR_STORE_POOL (default 8) connections, opened lazily. Each operation
+ * borrows one for its duration. A connection found broken is dropped and the operation retried
+ * once on a fresh one (when nothing of it is visible to the caller yet), so the store recovers
+ * by itself when the database comes back; while it is away operations return CRCR_E_STORE.
+ *
+ * Bytes (payloads, bodies, kv values) travel as BYTEA in binary parameters and binary results;
+ * every result is requested in binary, so integers are decoded from network byte order. Text
+ * parameters are made valid UTF-8 first (free text from peers must never make a write fail).
+ * Repository names compare case-insensitively through lower() and expression indexes.
+ */
+#include <endian.h>
+#include <libpq-fe.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "clock.h"
+#include "limits.h"
+#include "log.h"
+#include "store_impl.h"
+
+#define PG_POOL_DEFAULT 8
+#define PG_POOL_MAX 256
+/* How long an operation waits for a free pooled connection before failing. */
+#define PG_ACQUIRE_TIMEOUT_MS 10000
+/* Parameters of one statement (the runs upsert has 24). */
+#define PG_PARAMS_MAX 32
+/* A claimed row's body or payload; the same cap as the SQLite store. */
+#define PG_JOB_BYTES_MAX (CRCR_MAX_BODY_DEFAULT * 4u)
+/* Side-effect jobs one transition may add. */
+#define PG_RUN_EFFECTS_MAX 8
+/* The listener reconnects at most this often while the database is away. */
+#define PG_LISTEN_RETRY_MS 1000
+/* Longest PostgreSQL error text put into a log line. */
+#define PG_ERRTEXT_MAX 300
+/* Advisory lock key serialising schema creation/migration across starting instances. */
+#define PG_MIGRATION_LOCK 7165426221306201601LL
+#define PG_CHANNEL "crcr_outbox"
+
+typedef struct pg_store {
+    struct store base;
+    char *uri; /* owned */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    size_t n;         /* pool size */
+    PGconn **conns;   /* owned, NULL until first used or after a failure */
+    bool *busy;       /* slot lent out */
+    atomic_bool down; /* the last connection attempt failed (logged once per outage) */
+    pthread_mutex_t lmu;
+    PGconn *listener; /* LISTEN connection of store_wait_for_work, guarded by lmu */
+    int64_t listen_retry_at;
+} pg_store;
+
+static pg_store *PS(store *st)
+{
+    return (pg_store *)st;
+}
+
+/* ---- connections ---- */
+
+static void quiet_notices(void *arg, const char *message)
+{
+    (void)arg;
+    (void)message; /* "relation already exists, skipping" and the like */
+}
+
+/* Copies a libpq message onto one line, bounded, for a log field. */
+static void one_line(const char *msg, char *out, size_t outsz)
+{
+    size_t o = 0;
+    for (const char *p = msg ? msg : ""; *p && o + 1 < outsz; p++)
+        out[o++] = (*p == '\n' || *p == '\r' || *p == '\t') ? ' ' : *p;
+    while (o > 0 && out[o - 1] == ' ')
+        o--;
+    out[o] = '\0';
+}
+
+/*
+ * Opens a connection for `uri`. Defaults that the URI may override come before it (connect and
+ * keepalive timeouts); client_encoding comes after it (the store speaks UTF-8). Returns a
+ * connection the caller owns (PQfinish), or NULL with the reason in `why`.
+ */
+static PGconn *pg_connect(const char *uri, char *why, size_t whysz)
+{
+    const char *const kw[] = {"connect_timeout",
+                              "keepalives",
+                              "keepalives_idle",
+                              "keepalives_interval",
+                              "keepalives_count",
+                              "application_name",
+                              "dbname",
+                              "client_encoding",
+                              NULL};
+    const char *const val[] = {"5", "1", "30", "10", "3", "crcr", uri, "UTF8", NULL};
+    PGconn *c = PQconnectdbParams(kw, val, 1);
+    if (!c) {
+        snprintf(why, whysz, "out of memory");
+        return NULL;
+    }
+    if (PQstatus(c) != CONNECTION_OK) {
+        one_line(PQerrorMessage(c), why, whysz);
+        PQfinish(c);
+        return NULL;
+    }
+    PQsetNoticeProcessor(c, quiet_notices, NULL);
+    return c;
+}
+
+/* Notes a connection attempt's outcome; logs the start and the end of an outage once each. */
+static void note_connect(pg_store *s, bool ok, const char *why)
+{
+    if (ok) {
+        if (atomic_exchange(&s->down, false))
+            LOG_INFO("store.pg.available", NULL, NULL);
+    } else if (!atomic_exchange(&s->down, true)) {
+        LOG_ERROR("store.pg.unavailable", "error", why, NULL);
+    }
+}
+
+/* One borrowed connection and what an operation did with it. */
+typedef struct pgx {
+    pg_store *s;
+    PGconn *c;
+    size_t slot;
+    const char *op;
+    bool called_back; /* a caller-visible callback ran: the operation must not be repeated */
+} pgx;
+
+/* Borrows a pooled connection, connecting the slot when it has none. CRCR_E_STORE when none is
+ * free within PG_ACQUIRE_TIMEOUT_MS or the database cannot be reached. */
+static crcr_err acquire(pg_store *s, pgx *x)
+{
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += PG_ACQUIRE_TIMEOUT_MS / 1000;
+    pthread_mutex_lock(&s->mu);
+    size_t pick = s->n;
+    for (;;) {
+        /* A free slot with an open connection, else any free slot. */
+        for (size_t i = 0; i < s->n; i++) {
+            if (s->busy[i])
+                continue;
+            if (s->conns[i]) {
+                pick = i;
+                break;
+            }
+            if (pick == s->n)
+                pick = i;
+        }
+        if (pick < s->n)
+            break;
+        if (pthread_cond_timedwait(&s->cv, &s->mu, &dl) != 0) {
+            pthread_mutex_unlock(&s->mu);
+            LOG_ERROR("store.pg.pool_exhausted", "op", x->op, NULL);
+            return CRCR_E_STORE;
+        }
+    }
+    s->busy[pick] = true;
+    PGconn *c = s->conns[pick];
+    s->conns[pick] = NULL;
+    pthread_mutex_unlock(&s->mu);
+
+    if (c && PQstatus(c) != CONNECTION_OK) {
+        PQfinish(c);
+        c = NULL;
+    }
+    if (!c) {
+        char why[PG_ERRTEXT_MAX];
+        c = pg_connect(s->uri, why, sizeof(why));
+        note_connect(s, c != NULL, why);
+        if (!c) {
+            pthread_mutex_lock(&s->mu);
+            s->busy[pick] = false;
+            pthread_cond_signal(&s->cv);
+            pthread_mutex_unlock(&s->mu);
+            return CRCR_E_STORE;
+        }
+    }
+    x->c = c;
+    x->slot = pick;
+    return CRCR_OK;
+}
+
+/* Returns the connection to the pool; one that is broken or left inside a transaction is closed
+ * instead (the slot reconnects on its next use). */
+static void release(pg_store *s, pgx *x)
+{
+    PGconn *c = x->c;
+    if (c && (PQstatus(c) != CONNECTION_OK || PQtransactionStatus(c) != PQTRANS_IDLE)) {
+        PQfinish(c);
+        c = NULL;
+    }
+    pthread_mutex_lock(&s->mu);
+    s->conns[x->slot] = c;
+    s->busy[x->slot] = false;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    x->c = NULL;
+}
+
+typedef crcr_err (*pg_op)(pgx *x, void *arg);
+
+/*
+ * Runs `fn` on a borrowed connection. When it fails because the connection broke (the server
+ * restarted, the network dropped it) and nothing of it reached the caller, it runs once more on
+ * a fresh connection: a stale pooled connection must not turn into an error.
+ */
+static crcr_err with_conn(pg_store *s, const char *op, pg_op fn, void *arg)
+{
+    for (int attempt = 0;; attempt++) {
+        pgx x = {.s = s, .op = op};
+        crcr_err err = acquire(s, &x);
+        if (err)
+            return err;
+        err = fn(&x, arg);
+        bool lost = PQstatus(x.c) != CONNECTION_OK;
+        release(s, &x);
+        if (err != CRCR_E_STORE || !lost || attempt > 0 || x.called_back)
+            return err;
+        LOG_WARN("store.pg.reconnect", "op", op, NULL);
+    }
+}
+
+/* ---- statements ---- */
+
+/* Parameters of one statement. Text values are sent as text, bytes as binary BYTEA. */
+typedef struct pgp {
+    int n;
+    const char *v[PG_PARAMS_MAX];
+    int len[PG_PARAMS_MAX];
+    int fmt[PG_PARAMS_MAX];
+    char num[PG_PARAMS_MAX][24];
+    char *owned[PG_PARAMS_MAX]; /* UTF-8-repaired copies, freed by pgp_free */
+} pgp;
+
+static void pgp_free(pgp *p)
+{
+    for (int i = 0; i < p->n; i++)
+        free(p->owned[i]);
+}
+
+/* Length of the valid UTF-8 sequence at s (0 when invalid): no overlongs, no surrogates, at
+ * most U+10FFFF, as PostgreSQL requires. */
+static size_t utf8_seq(const unsigned char *s)
+{
+    unsigned char c = s[0];
+    if (c < 0x80)
+        return 1;
+    size_t n;
+    unsigned lo = 0x80, hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF)
+        n = 2;
+    else if (c >= 0xE0 && c <= 0xEF) {
+        n = 3;
+        if (c == 0xE0)
+            lo = 0xA0;
+        else if (c == 0xED)
+            hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        n = 4;
+        if (c == 0xF0)
+            lo = 0x90;
+        else if (c == 0xF4)
+            hi = 0x8F;
+    } else
+        return 0;
+    if (s[1] < lo || s[1] > hi)
+        return 0;
+    for (size_t i = 2; i < n; i++)
+        if (s[i] < 0x80 || s[i] > 0xBF)
+            return 0;
+    return n;
+}
+
+/* NULL when `s` is valid UTF-8; otherwise a heap copy (caller frees) with each invalid byte
+ * replaced by '?'. */
+static char *utf8_repair(const char *s)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t i = 0;
+    while (u[i]) {
+        size_t k = utf8_seq(u + i);
+        if (!k)
+            break;
+        i += k;
+    }
+    if (!u[i])
+        return NULL;
+    size_t len = strlen(s);
+    char *out = malloc(len + 1);
+    if (!out)
+        return NULL;
+    size_t o = 0;
+    for (i = 0; i < len;) {
+        size_t k = utf8_seq(u + i);
+        if (k) {
+            memcpy(out + o, s + i, k);
+            o += k;
+            i += k;
+        } else {
+            out[o++] = '?';
+            i++;
+        }
+    }
+    out[o] = '\0';
+    return out;
+}
+
+static void p_text(pgp *p, const char *v)
+{
+    int i = p->n++;
+    p->owned[i] = v ? utf8_repair(v) : NULL;
+    p->v[i] = p->owned[i] ? p->owned[i] : v;
+    p->len[i] = 0;
+    p->fmt[i] = 0;
+}
+
+static void p_i64(pgp *p, int64_t v)
+{
+    int i = p->n++;
+    p->owned[i] = NULL;
+    snprintf(p->num[i], sizeof(p->num[i]), "%lld", (long long)v);
+    p->v[i] = p->num[i];
+    p->len[i] = 0;
+    p->fmt[i] = 0;
+}
+
+/* An integer, or SQL NULL when it equals `null_value`. */
+static void p_i64_or_null(pgp *p, int64_t v, int64_t null_value)
+{
+    if (v == null_value)
+        p_text(p, NULL);
+    else
+        p_i64(p, v);
+}
+
+/* Bytes as BYTEA; NULL data is SQL NULL. */
+static void p_bytes(pgp *p, const void *data, size_t len)
+{
+    int i = p->n++;
+    p->owned[i] = NULL;
+    p->v[i] = data;
+    p->len[i] = (int)len;
+    p->fmt[i] = 1;
+}
+
+static void log_result_error(pgx *x, const PGresult *r)
+{
+    char msg[PG_ERRTEXT_MAX];
+    const char *primary = r ? PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY) : NULL;
+    /* The primary message only: DETAIL may quote row values. */
+    one_line(primary ? primary : PQerrorMessage(x->c), msg, sizeof(msg));
+    const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+    LOG_ERROR("store.pg.error", "op", x->op, "sqlstate", state ? state : "", "error", msg, NULL);
+}
+
+/* Runs one statement with binary results. Returns the result (caller PQclear()s) when it
+ * succeeded, NULL (logged) otherwise. Frees nothing of `p`. */
+static PGresult *q(pgx *x, const char *sql, const pgp *p)
+{
+    PGresult *r = PQexecParams(x->c, sql, p ? p->n : 0, NULL, p ? p->v : NULL, p ? p->len : NULL,
+                               p ? p->fmt : NULL, 1);
+    ExecStatusType t = PQresultStatus(r);
+    if (t == PGRES_COMMAND_OK || t == PGRES_TUPLES_OK)
+        return r;
+    log_result_error(x, r);
+    PQclear(r);
+    return NULL;
+}
+
+/* Runs a statement whose result is not needed; *rows receives the affected row count. */
+static crcr_err qexec(pgx *x, const char *sql, pgp *p, int64_t *rows)
+{
+    PGresult *r = q(x, sql, p);
+    if (p)
+        pgp_free(p);
+    if (!r)
+        return CRCR_E_STORE;
+    if (rows) {
+        const char *t = PQcmdTuples(r);
+        *rows = t && *t ? strtoll(t, NULL, 10) : PQntuples(r);
+    }
+    PQclear(r);
+    return CRCR_OK;
+}
+
+/* Runs a parameterless command (BEGIN, COMMIT, NOTIFY ...). */
+static crcr_err cmd(pgx *x, const char *sql)
+{
+    PGresult *r = PQexec(x->c, sql);
+    ExecStatusType t = PQresultStatus(r);
+    crcr_err err = CRCR_OK;
+    if (t != PGRES_COMMAND_OK && t != PGRES_TUPLES_OK) {
+        log_result_error(x, r);
+        err = CRCR_E_STORE;
+    }
+    PQclear(r);
+    return err;
+}
+
+/* Ends the transaction: COMMIT when err is CRCR_OK and !discard, ROLLBACK otherwise. */
+static crcr_err finish_tx(pgx *x, crcr_err err, bool discard)
+{
+    if (err || discard) {
+        if (PQstatus(x->c) == CONNECTION_OK)
+            cmd(x, "ROLLBACK");
+        return err;
+    }
+    return cmd(x, "COMMIT");
+}
+
+/* ---- result columns (binary format) ---- */
+
+static const char *r_text(const PGresult *r, int row, int col)
+{
+    return PQgetisnull(r, row, col) ? NULL : PQgetvalue(r, row, col);
+}
+
+/* An integer column (int2/int4/int8), or `dflt` when NULL. */
+static int64_t r_i64(const PGresult *r, int row, int col, int64_t dflt)
+{
+    if (PQgetisnull(r, row, col))
+        return dflt;
+    const unsigned char *p = (const unsigned char *)PQgetvalue(r, row, col);
+    switch (PQgetlength(r, row, col)) {
+    case 8: {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        return (int64_t)be64toh(v);
+    }
+    case 4: {
+        uint32_t v;
+        memcpy(&v, p, 4);
+        return (int32_t)be32toh(v);
+    }
+    case 2: {
+        uint16_t v;
+        memcpy(&v, p, 2);
+        return (int16_t)be16toh(v);
+    }
+    default:
+        return dflt;
+    }
+}
+
+static size_t r_len(const PGresult *r, int row, int col)
+{
+    return PQgetisnull(r, row, col) ? 0 : (size_t)PQgetlength(r, row, col);
+}
+
+/* A heap copy of a text column (caller frees); NULL for SQL NULL or when out of memory. */
+static char *r_dup(const PGresult *r, int row, int col)
+{
+    const char *t = r_text(r, row, col);
+    return t ? strdup(t) : NULL;
+}
+
+/* ---- schema ---- */
+
+/* Migrations, one per schema version: MIGRATIONS[v] brings version v to v + 1. */
+static const char *const MIGRATIONS[CRCR_SCHEMA_VERSION] = {
+    /* 0 -> 1: the initial schema (same tables as SQLite; `seq` orders rows like SQLite's rowid). */
+    "CREATE TABLE IF NOT EXISTS deliveries("
+    " seq bigserial, delivery_id text PRIMARY KEY, event text NOT NULL, action text,"
+    " upstream_repo text, pr_number bigint NOT NULL DEFAULT 0, head_sha text, ref text,"
+    " received_at bigint NOT NULL, payload bytea NOT NULL, payload_bytes bigint NOT NULL,"
+    " status text NOT NULL);"
+    "CREATE INDEX IF NOT EXISTS deliveries_received ON deliveries(received_at);"
+    "CREATE TABLE IF NOT EXISTS outbox("
+    " id bigserial PRIMARY KEY, kind text NOT NULL, delivery_id text, target text NOT NULL,"
+    " body bytea, state text NOT NULL, attempts integer NOT NULL DEFAULT 0,"
+    " next_attempt_at bigint NOT NULL, lease_until bigint, last_status integer,"
+    " last_error text, note text, created_at bigint NOT NULL, done_at bigint);"
+    "CREATE UNIQUE INDEX IF NOT EXISTS outbox_dispatch_once ON outbox(kind, delivery_id, target)"
+    " WHERE kind='dispatch';"
+    "CREATE INDEX IF NOT EXISTS outbox_due ON outbox(state, next_attempt_at);"
+    "CREATE INDEX IF NOT EXISTS outbox_delivery ON outbox(delivery_id);"
+    "CREATE TABLE IF NOT EXISTS kv(key text PRIMARY KEY, value bytea, expires_at bigint NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS runs("
+    " seq bigserial, delivery_id text NOT NULL, repo text NOT NULL, run_id bigint NOT NULL,"
+    " run_attempt bigint NOT NULL, job_name text NOT NULL, event_type text, state text NOT NULL,"
+    " level integer, pr_number bigint NOT NULL DEFAULT 0, head_sha text, workflow_name text,"
+    " conclusion text, details_url text, artifact_url text, dispatched_at bigint,"
+    " started_at bigint, completed_at bigint, queue_ms bigint, exec_ms bigint,"
+    " test_passed bigint, test_failed bigint, test_skipped bigint, payload bytea,"
+    " updated_at bigint NOT NULL);"
+    "CREATE UNIQUE INDEX IF NOT EXISTS runs_key ON runs(delivery_id, lower(repo), run_id,"
+    " run_attempt, job_name);"
+    "CREATE INDEX IF NOT EXISTS runs_sha ON runs(head_sha, lower(repo));"
+    "CREATE INDEX IF NOT EXISTS runs_state ON runs(state, started_at);"
+    "CREATE INDEX IF NOT EXISTS runs_repo ON runs(lower(repo), updated_at);"
+    "CREATE INDEX IF NOT EXISTS runs_updated ON runs(updated_at);"
+    "CREATE TABLE IF NOT EXISTS labels_wanted(head_sha text NOT NULL, repo text NOT NULL,"
+    " created_at bigint NOT NULL);"
+    "CREATE UNIQUE INDEX IF NOT EXISTS labels_wanted_key ON labels_wanted(head_sha, lower(repo));"
+    "CREATE TABLE IF NOT EXISTS rate_hits(repo text NOT NULL, at bigint NOT NULL);"
+    "CREATE INDEX IF NOT EXISTS rate_hits_repo ON rate_hits(lower(repo), at);"
+    "CREATE TABLE IF NOT EXISTS callback_rejections(repo text NOT NULL, at bigint NOT NULL,"
+    " status integer NOT NULL);"
+    "CREATE INDEX IF NOT EXISTS callback_rejections_repo ON callback_rejections(lower(repo), at);",
+};
+
+/* Creates or migrates the schema under an advisory lock (instances may start together). */
+static crcr_err migrate(pgx *x, char *err, size_t errsz)
+{
+    crcr_err e = cmd(x, "BEGIN");
+    if (e) {
+        snprintf(err, errsz, "CRCR_STORE: cannot start the schema transaction");
+        return e;
+    }
+    pgp p = {0};
+    p_i64(&p, PG_MIGRATION_LOCK);
+    e = qexec(x, "SELECT 1 FROM (SELECT pg_advisory_xact_lock($1::bigint)) l", &p, NULL);
+    if (!e)
+        e = cmd(x, "CREATE TABLE IF NOT EXISTS schema_version(version integer NOT NULL)");
+    int64_t v = -1;
+    if (!e) {
+        PGresult *r = q(x, "SELECT COALESCE(max(version), 0)::bigint FROM schema_version", NULL);
+        if (r) {
+            v = r_i64(r, 0, 0, -1);
+            PQclear(r);
+        } else {
+            e = CRCR_E_STORE;
+        }
+    }
+    if (!e && v > CRCR_SCHEMA_VERSION) {
+        finish_tx(x, CRCR_E_CONFIG, true);
+        snprintf(err, errsz,
+                 "CRCR_STORE: schema version %lld is newer than this crcr understands (%d); "
+                 "upgrade crcr",
+                 (long long)v, CRCR_SCHEMA_VERSION);
+        return CRCR_E_CONFIG;
+    }
+    for (int64_t i = v; !e && i >= 0 && i < CRCR_SCHEMA_VERSION; i++)
+        e = cmd(x, MIGRATIONS[i]);
+    if (!e && v < CRCR_SCHEMA_VERSION) {
+        e = cmd(x, "DELETE FROM schema_version");
+        pgp pv = {0};
+        p_i64(&pv, CRCR_SCHEMA_VERSION);
+        if (!e)
+            e = qexec(x, "INSERT INTO schema_version(version) VALUES ($1::integer)", &pv, NULL);
+    }
+    e = finish_tx(x, e, false);
+    if (e) {
+        char msg[PG_ERRTEXT_MAX];
+        one_line(PQerrorMessage(x->c), msg, sizeof(msg));
+        snprintf(err, errsz, "CRCR_STORE: cannot create the PostgreSQL schema: %s", msg);
+    } else if (v < CRCR_SCHEMA_VERSION) {
+        char from[24], to[24];
+        snprintf(from, sizeof(from), "%lld", (long long)v);
+        snprintf(to, sizeof(to), "%d", CRCR_SCHEMA_VERSION);
+        LOG_INFO("store.schema_migrated", "backend", "postgresql", "from", from, "to", to, NULL);
+    }
+    return e;
+}
+
+/* ---- operations ---- */
+
+static crcr_err op_ping(pgx *x, void *arg)
+{
+    (void)arg;
+    return cmd(x, "SELECT 1");
+}
+
+static crcr_err pg_ping(store *st)
+{
+    return with_conn(PS(st), "ping", op_ping, NULL);
+}
+
+static crcr_err pg_recover(store *st)
+{
+    (void)st; /* several instances share the outbox: rows left running come back by lease */
+    return CRCR_OK;
+}
+
+static const char INSERT_JOB[] =
+    "INSERT INTO outbox(kind, delivery_id, target, body, state, attempts, next_attempt_at, "
+    "created_at) VALUES ($1, $2, $3, $4::bytea, 'queued', 0, $5, $6) ON CONFLICT DO NOTHING";
+
+/* Inserts jobs of `delivery_id` inside the caller's transaction; an existing dispatch row of
+ * the same target is kept (not an error). Signals waiting workers at commit. */
+static crcr_err insert_jobs(pgx *x, const char *delivery_id, const store_new_job *jobs, size_t n,
+                            int64_t now)
+{
+    for (size_t i = 0; i < n; i++) {
+        pgp p = {0};
+        p_text(&p, jobs[i].kind);
+        p_text(&p, delivery_id);
+        p_text(&p, jobs[i].target);
+        p_bytes(&p, jobs[i].body, jobs[i].body ? jobs[i].body_len : 0);
+        p_i64(&p, jobs[i].due_at ? jobs[i].due_at : now);
+        p_i64(&p, now);
+        crcr_err e = qexec(x, INSERT_JOB, &p, NULL);
+        if (e)
+            return e;
+    }
+    return n ? cmd(x, "NOTIFY " PG_CHANNEL) : CRCR_OK;
+}
+
+typedef struct ingest_args {
+    const store_delivery *d;
+    const store_new_job *jobs;
+    size_t n;
+} ingest_args;
+
+static crcr_err op_ingest(pgx *x, void *arg)
+{
+    ingest_args *a = arg;
+    const store_delivery *d = a->d;
+    crcr_err e = cmd(x, "BEGIN");
+    if (e)
+        return e;
+    pgp p = {0};
+    p_text(&p, d->delivery_id);
+    p_text(&p, d->event);
+    p_text(&p, d->action);
+    p_text(&p, d->upstream_repo);
+    p_i64(&p, d->pr_number);
+    p_text(&p, d->head_sha);
+    p_text(&p, d->ref);
+    p_i64(&p, d->received_at);
+    p_bytes(&p, d->payload ? d->payload : "", d->payload_len);
+    p_i64(&p, (int64_t)d->payload_len);
+    p_text(&p, d->status ? d->status : "queued");
+    int64_t rows = 0;
+    e = qexec(x,
+              "INSERT INTO deliveries(delivery_id, event, action, upstream_repo, pr_number, "
+              "head_sha, ref, received_at, payload, payload_bytes, status) VALUES ($1, $2, $3, $4, "
+              "$5, $6, $7, $8, $9::bytea, $10, $11) ON CONFLICT (delivery_id) DO NOTHING",
+              &p, &rows);
+    if (!e && rows == 0)
+        e = CRCR_E_DUPLICATE;
+    if (!e)
+        e = insert_jobs(x, d->delivery_id, a->jobs, a->n, d->received_at);
+    return finish_tx(x, e, false);
+}
+
+static crcr_err pg_ingest(store *st, const store_delivery *d, const store_new_job *jobs, size_t n)
+{
+    ingest_args a = {d, jobs, n};
+    return with_conn(PS(st), "ingest", op_ingest, &a);
+}
+
+typedef struct claim_args {
+    int64_t now, lease_ms;
+    store_job *out;
+} claim_args;
+
+static crcr_err op_claim(pgx *x, void *arg)
+{
+    claim_args *a = arg;
+    pgp p = {0};
+    p_i64(&p, a->now + a->lease_ms);
+    p_i64(&p, a->now);
+    PGresult *r = q(x,
+                    "WITH c AS (UPDATE outbox SET state='running', lease_until=$1 WHERE id = "
+                    "(SELECT id FROM outbox WHERE (state='queued' AND next_attempt_at<=$2) OR "
+                    "(state='running' AND lease_until<$2) ORDER BY next_attempt_at, id LIMIT 1 "
+                    "FOR UPDATE SKIP LOCKED) RETURNING id, kind, delivery_id, target, attempts, "
+                    "body) SELECT c.id, c.kind, c.delivery_id, c.target, c.attempts, c.body, "
+                    "d.event, d.payload, d.pr_number, d.head_sha FROM c LEFT JOIN deliveries d "
+                    "ON d.delivery_id = c.delivery_id",
+                    &p);
+    pgp_free(&p);
+    if (!r)
+        return CRCR_E_STORE;
+    if (PQntuples(r) == 0) {
+        PQclear(r);
+        return CRCR_E_NOT_FOUND;
+    }
+    store_job *out = a->out;
+    crcr_err e = CRCR_OK;
+    out->id = r_i64(r, 0, 0, 0);
+    out->kind = r_dup(r, 0, 1);
+    out->delivery_id = r_dup(r, 0, 2);
+    out->target = r_dup(r, 0, 3);
+    out->attempts = (int)r_i64(r, 0, 4, 0);
+    if (r_len(r, 0, 5))
+        e = buf_append(&out->body, PQgetvalue(r, 0, 5), r_len(r, 0, 5));
+    out->event = r_dup(r, 0, 6);
+    if (!e && r_len(r, 0, 7))
+        e = buf_append(&out->payload, PQgetvalue(r, 0, 7), r_len(r, 0, 7));
+    out->pr_number = r_i64(r, 0, 8, 0);
+    out->head_sha = r_dup(r, 0, 9);
+    if (!e && (!out->kind || !out->target))
+        e = CRCR_E_NOMEM;
+    PQclear(r);
+    /* The row is leased now: a retry must not claim a second one on the caller's behalf. */
+    x->called_back = true;
+    return e;
+}
+
+static crcr_err pg_claim(store *st, int64_t now, int64_t lease_ms, store_job *out)
+{
+    memset(out, 0, sizeof(*out));
+    buf_init(&out->body, PG_JOB_BYTES_MAX);
+    buf_init(&out->payload, PG_JOB_BYTES_MAX);
+    claim_args a = {now, lease_ms, out};
+    crcr_err e = with_conn(PS(st), "claim", op_claim, &a);
+    if (e)
+        store_job_free(out);
+    return e;
+}
+
+static crcr_err op_next_due(pgx *x, void *arg)
+{
+    int64_t *due = arg;
+    PGresult *r = q(x, "SELECT min(next_attempt_at) FROM outbox WHERE state='queued'", NULL);
+    if (!r)
+        return CRCR_E_STORE;
+    crcr_err e = CRCR_E_NOT_FOUND;
+    if (PQntuples(r) == 1 && !PQgetisnull(r, 0, 0)) {
+        *due = r_i64(r, 0, 0, 0);
+        e = CRCR_OK;
+    }
+    PQclear(r);
+    return e;
+}
+
+static crcr_err pg_next_due(store *st, int64_t *due)
+{
+    return with_conn(PS(st), "next_due", op_next_due, due);
+}
+
+typedef struct finish_args {
+    int64_t id;
+    const char *state;
+    long http_status;
+    const char *error, *note, *body;
+    size_t body_len;
+    int64_t now;
+} finish_args;
+
+static crcr_err op_job_finish(pgx *x, void *arg)
+{
+    finish_args *a = arg;
+    pgp p = {0};
+    p_text(&p, a->state);
+    p_i64_or_null(&p, a->http_status > 0 ? a->http_status : 0, 0);
+    p_text(&p, a->error && *a->error ? a->error : NULL);
+    p_text(&p, a->note && *a->note ? a->note : NULL);
+    p_bytes(&p, a->body, a->body ? a->body_len : 0);
+    p_i64(&p, a->now);
+    p_i64(&p, a->id);
+    return qexec(x,
+                 "UPDATE outbox SET state=$1, attempts=attempts+1, last_status=$2::integer, "
+                 "last_error=$3, note=$4, body=COALESCE($5::bytea, body), done_at=$6, "
+                 "lease_until=NULL WHERE id=$7",
+                 &p, NULL);
+}
+
+static crcr_err pg_job_finish(store *st, int64_t id, const char *state, long http_status,
+                              const char *error, const char *note, const char *body,
+                              size_t body_len, int64_t now)
+{
+    finish_args a = {id, state, http_status, error, note, body, body_len, now};
+    return with_conn(PS(st), "finish", op_job_finish, &a);
+}
+
+typedef struct retry_args {
+    int64_t id, next_at;
+    bool count_attempt;
+    long http_status;
+    const char *error;
+} retry_args;
+
+static crcr_err op_job_retry(pgx *x, void *arg)
+{
+    retry_args *a = arg;
+    pgp p = {0};
+    p_i64(&p, a->count_attempt ? 1 : 0);
+    p_i64(&p, a->next_at);
+    p_i64_or_null(&p, a->http_status > 0 ? a->http_status : 0, 0);
+    p_text(&p, a->error && *a->error ? a->error : NULL);
+    p_i64(&p, a->id);
+    return qexec(x,
+                 "UPDATE outbox SET state='queued', attempts=attempts+$1::integer, "
+                 "next_attempt_at=$2, last_status=$3::integer, last_error=$4, lease_until=NULL "
+                 "WHERE id=$5",
+                 &p, NULL);
+}
+
+static crcr_err pg_job_retry(store *st, int64_t id, int64_t next_at, bool count_attempt,
+                             long http_status, const char *error)
+{
+    retry_args a = {id, next_at, count_attempt, http_status, error};
+    return with_conn(PS(st), "retry", op_job_retry, &a);
+}
+
+typedef struct redeliver_args {
+    const char *delivery_id, *repo;
+    int64_t now;
+    int *n;
+} redeliver_args;
+
+static crcr_err op_redeliver(pgx *x, void *arg)
+{
+    redeliver_args *a = arg;
+    *a->n = 0;
+    crcr_err e = cmd(x, "BEGIN");
+    if (e)
+        return e;
+    pgp p = {0};
+    p_text(&p, a->delivery_id);
+    int64_t found = 0;
+    /* FOR SHARE: retention must not delete the delivery under the re-queued rows. */
+    e = qexec(x, "SELECT 1 FROM deliveries WHERE delivery_id=$1 FOR SHARE", &p, &found);
+    if (!e && found == 0)
+        e = CRCR_E_NOT_FOUND;
+    int64_t rows = 0;
+    if (!e) {
+        pgp u = {0};
+        p_i64(&u, a->now);
+        p_text(&u, a->delivery_id);
+        p_text(&u, a->repo);
+        e = qexec(x,
+                  "UPDATE outbox SET state='queued', attempts=0, next_attempt_at=$1, "
+                  "done_at=NULL, lease_until=NULL, last_error=NULL, last_status=NULL, note=NULL "
+                  "WHERE kind='dispatch' AND delivery_id=$2 AND state<>'running' AND "
+                  "($3::text IS NULL OR lower(target)=lower($3::text))",
+                  &u, &rows);
+    }
+    if (!e && rows == 0 && a->repo) {
+        /* A repo that had no row for this delivery (added to the allowlist since): create one. */
+        pgp ins = {0};
+        p_text(&ins, a->delivery_id);
+        p_text(&ins, a->repo);
+        p_i64(&ins, a->now);
+        e = qexec(x,
+                  "INSERT INTO outbox(kind, delivery_id, target, state, attempts, "
+                  "next_attempt_at, created_at) VALUES ('dispatch', $1, $2, 'queued', 0, $3, $3) "
+                  "ON CONFLICT DO NOTHING",
+                  &ins, &rows);
+    }
+    if (!e && rows > 0)
+        e = cmd(x, "NOTIFY " PG_CHANNEL);
+    e = finish_tx(x, e, false);
+    if (!e)
+        *a->n = (int)rows;
+    return e;
+}
+
+static crcr_err pg_redeliver(store *st, const char *delivery_id, const char *repo, int64_t now,
+                             int *n)
+{
+    redeliver_args a = {delivery_id, repo, now, n};
+    return with_conn(PS(st), "redeliver", op_redeliver, &a);
+}
+
+#define DELIVERY_COLUMNS                                                                           \
+    "d.delivery_id, d.event, d.action, d.upstream_repo, d.pr_number, d.head_sha, d.ref, "          \
+    "d.received_at, d.payload_bytes, d.status"
+
+static void fill_delivery_row(const PGresult *r, int i, store_delivery_row *row)
+{
+    row->delivery_id = r_text(r, i, 0);
+    row->event = r_text(r, i, 1);
+    row->action = r_text(r, i, 2);
+    row->upstream_repo = r_text(r, i, 3);
+    row->pr_number = r_i64(r, i, 4, 0);
+    row->head_sha = r_text(r, i, 5);
+    row->ref = r_text(r, i, 6);
+    row->received_at = r_i64(r, i, 7, 0);
+    row->payload_bytes = (size_t)r_i64(r, i, 8, 0);
+    row->status = r_text(r, i, 9);
+}
+
+typedef struct list_args {
+    const store_filter *f;
+    int (*fn)(void *ctx, const store_delivery_row *row);
+    void *ctx;
+} list_args;
+
+static crcr_err op_list_deliveries(pgx *x, void *arg)
+{
+    list_args *a = arg;
+    pgp p = {0};
+    p_text(&p, a->f ? a->f->state : NULL);
+    p_text(&p, a->f ? a->f->repo : NULL);
+    p_i64(&p, a->f && a->f->limit > 0 ? a->f->limit : 50);
+    PGresult *r = q(x,
+                    "SELECT " DELIVERY_COLUMNS " FROM deliveries d WHERE ($1::text IS NULL OR "
+                    "EXISTS (SELECT 1 FROM outbox o WHERE o.delivery_id=d.delivery_id AND "
+                    "o.state=$1::text)) AND ($2::text IS NULL OR EXISTS (SELECT 1 FROM outbox o "
+                    "WHERE o.delivery_id=d.delivery_id AND lower(o.target)=lower($2::text))) "
+                    "ORDER BY d.received_at DESC, d.seq DESC LIMIT $3",
+                    &p);
+    pgp_free(&p);
+    if (!r)
+        return CRCR_E_STORE;
+    x->called_back = PQntuples(r) > 0;
+    for (int i = 0; i < PQntuples(r); i++) {
+        store_delivery_row row;
+        fill_delivery_row(r, i, &row);
+        if (a->fn(a->ctx, &row))
+            break;
+    }
+    PQclear(r);
+    return CRCR_OK;
+}
+
+static crcr_err pg_list_deliveries(store *st, const store_filter *f,
+                                   int (*fn)(void *ctx, const store_delivery_row *row), void *ctx)
+{
+    list_args a = {f, fn, ctx};
+    return with_conn(PS(st), "list", op_list_deliveries, &a);
+}
+
+typedef struct get_args {
+    const char *delivery_id;
+    void (*dfn)(void *ctx, const store_delivery_row *row, const char *payload, size_t len);
+    void (*jfn)(void *ctx, const store_job_row *row);
+    void *ctx;
+} get_args;
+
+static crcr_err op_get_delivery(pgx *x, void *arg)
+{
+    get_args *a = arg;
+    pgp p = {0};
+    p_text(&p, a->delivery_id);
+    PGresult *d = q(x,
+                    "SELECT " DELIVERY_COLUMNS ", d.payload FROM deliveries d WHERE "
+                    "d.delivery_id=$1",
+                    &p);
+    if (!d) {
+        pgp_free(&p);
+        return CRCR_E_STORE;
+    }
+    if (PQntuples(d) == 0) {
+        pgp_free(&p);
+        PQclear(d);
+        return CRCR_E_NOT_FOUND;
+    }
+    PGresult *j = NULL;
+    if (a->jfn) {
+        /* Both reads first: a failure must not follow a callback. */
+        j = q(x,
+              "SELECT id, kind, delivery_id, target, state, last_error, note, attempts, "
+              "last_status, next_attempt_at, created_at, done_at, body FROM outbox WHERE "
+              "delivery_id=$1 ORDER BY id",
+              &p);
+        if (!j) {
+            pgp_free(&p);
+            PQclear(d);
+            return CRCR_E_STORE;
+        }
+    }
+    pgp_free(&p);
+    x->called_back = true;
+    if (a->dfn) {
+        store_delivery_row row;
+        fill_delivery_row(d, 0, &row);
+        a->dfn(a->ctx, &row, PQgetvalue(d, 0, 10), r_len(d, 0, 10));
+    }
+    for (int i = 0; j && i < PQntuples(j); i++) {
+        store_job_row row;
+        row.id = r_i64(j, i, 0, 0);
+        row.kind = r_text(j, i, 1);
+        row.delivery_id = r_text(j, i, 2);
+        row.target = r_text(j, i, 3);
+        row.state = r_text(j, i, 4);
+        row.last_error = r_text(j, i, 5);
+        row.note = r_text(j, i, 6);
+        row.attempts = (int)r_i64(j, i, 7, 0);
+        row.last_status = (long)r_i64(j, i, 8, 0);
+        row.next_attempt_at = r_i64(j, i, 9, 0);
+        row.created_at = r_i64(j, i, 10, 0);
+        row.done_at = r_i64(j, i, 11, 0);
+        row.body = r_text(j, i, 12);
+        row.body_len = r_len(j, i, 12);
+        a->jfn(a->ctx, &row);
+    }
+    PQclear(j);
+    PQclear(d);
+    return CRCR_OK;
+}
+
+static crcr_err pg_get_delivery(store *st, const char *delivery_id,
+                                void (*dfn)(void *ctx, const store_delivery_row *row,
+                                            const char *payload, size_t payload_len),
+                                void (*jfn)(void *ctx, const store_job_row *row), void *ctx)
+{
+    get_args a = {delivery_id, dfn, jfn, ctx};
+    return with_conn(PS(st), "get", op_get_delivery, &a);
+}
+
+static crcr_err op_outbox_stats(pgx *x, void *arg)
+{
+    store_outbox_stats *out = arg;
+    PGresult *r =
+        q(x, "SELECT state, count(*), min(next_attempt_at) FROM outbox GROUP BY state", NULL);
+    if (!r)
+        return CRCR_E_STORE;
+    for (int i = 0; i < PQntuples(r); i++) {
+        const char *state = r_text(r, i, 0);
+        int64_t c = r_i64(r, i, 1, 0);
+        if (!state)
+            continue;
+        if (strcmp(state, "queued") == 0) {
+            out->queued = c;
+            out->oldest_due = r_i64(r, i, 2, 0);
+        } else if (strcmp(state, "running") == 0)
+            out->running = c;
+        else if (strcmp(state, "sent") == 0)
+            out->sent = c;
+        else if (strcmp(state, "dry_run") == 0)
+            out->dry_run = c;
+        else if (strcmp(state, "dead") == 0)
+            out->dead = c;
+    }
+    PQclear(r);
+    return CRCR_OK;
+}
+
+static crcr_err pg_outbox_stats(store *st, store_outbox_stats *out)
+{
+    memset(out, 0, sizeof(*out));
+    return with_conn(PS(st), "stats", op_outbox_stats, out);
+}
+
+typedef struct kv_args {
+    const char *key;
+    buf_t *value;
+    const char *in;
+    size_t len;
+    int64_t t;
+} kv_args;
+
+static crcr_err op_kv_get(pgx *x, void *arg)
+{
+    kv_args *a = arg;
+    pgp p = {0};
+    p_text(&p, a->key);
+    p_i64(&p, a->t);
+    PGresult *r = q(x, "SELECT value FROM kv WHERE key=$1 AND (expires_at=0 OR expires_at>$2)", &p);
+    pgp_free(&p);
+    if (!r)
+        return CRCR_E_STORE;
+    crcr_err e = CRCR_E_NOT_FOUND;
+    if (PQntuples(r) == 1)
+        e = buf_append(a->value, r_len(r, 0, 0) ? PQgetvalue(r, 0, 0) : "", r_len(r, 0, 0));
+    PQclear(r);
+    return e;
+}
+
+static crcr_err pg_kv_get(store *st, const char *key, buf_t *value, int64_t now)
+{
+    kv_args a = {.key = key, .value = value, .t = now};
+    return with_conn(PS(st), "kv_get", op_kv_get, &a);
+}
+
+static crcr_err op_kv_put(pgx *x, void *arg)
+{
+    kv_args *a = arg;
+    pgp p = {0};
+    p_text(&p, a->key);
+    p_bytes(&p, a->in, a->in ? a->len : 0);
+    p_i64(&p, a->t);
+    return qexec(x,
+                 "INSERT INTO kv(key, value, expires_at) VALUES ($1, $2::bytea, $3) ON CONFLICT "
+                 "(key) DO UPDATE SET value=excluded.value, expires_at=excluded.expires_at",
+                 &p, NULL);
+}
+
+static crcr_err pg_kv_put(store *st, const char *key, const char *value, size_t len,
+                          int64_t expires_at)
+{
+    kv_args a = {.key = key, .in = value, .len = len, .t = expires_at};
+    return with_conn(PS(st), "kv_put", op_kv_put, &a);
+}
+
+typedef struct retention_args {
+    int64_t before;
+    int *n;
+} retention_args;
+
+static crcr_err op_retention(pgx *x, void *arg)
+{
+    retention_args *a = arg;
+    *a->n = 0;
+    static const char *const steps[] = {
+        /* Deliveries old enough and with nothing left to send go, with their outbox rows. */
+        "WITH old AS (SELECT delivery_id FROM deliveries d WHERE received_at < $1 AND NOT "
+        "EXISTS (SELECT 1 FROM outbox o WHERE o.delivery_id=d.delivery_id AND o.state IN "
+        "('queued','running')) FOR UPDATE), gone AS (DELETE FROM outbox WHERE delivery_id IN "
+        "(SELECT delivery_id FROM old)) DELETE FROM deliveries WHERE delivery_id IN (SELECT "
+        "delivery_id FROM old)",
+        "DELETE FROM kv WHERE expires_at<>0 AND expires_at < $1",
+        "DELETE FROM runs WHERE updated_at < $1 AND state<>'in_progress'",
+        "DELETE FROM labels_wanted WHERE created_at < $1",
+        "DELETE FROM callback_rejections WHERE at < $1",
+    };
+    crcr_err e = cmd(x, "BEGIN");
+    int64_t deleted = 0;
+    for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]) && !e; i++) {
+        pgp p = {0};
+        p_i64(&p, a->before);
+        int64_t rows = 0;
+        e = qexec(x, steps[i], &p, &rows);
+        if (i == 0)
+            deleted = rows;
+    }
+    e = finish_tx(x, e, false);
+    if (!e)
+        *a->n = (int)deleted;
+    return e;
+}
+
+static crcr_err pg_retention(store *st, int64_t before, int *n)
+{
+    retention_args a = {before, n};
+    return with_conn(PS(st), "retention", op_retention, &a);
+}
+
+/* ---- runs ---- */
+
+#define RUN_COLUMNS                                                                                \
+    "delivery_id, repo, job_name, event_type, state, head_sha, workflow_name, conclusion, "        \
+    "details_url, artifact_url, run_id, run_attempt, pr_number, level, dispatched_at, "            \
+    "started_at, completed_at, queue_ms, exec_ms, test_passed, test_failed, test_skipped, "        \
+    "payload"
+
+static void fill_run_row(const PGresult *r, int i, store_run_row *row)
+{
+    row->delivery_id = r_text(r, i, 0);
+    row->repo = r_text(r, i, 1);
+    row->job_name = r_text(r, i, 2);
+    row->event_type = r_text(r, i, 3);
+    row->state = r_text(r, i, 4);
+    row->head_sha = r_text(r, i, 5);
+    row->workflow_name = r_text(r, i, 6);
+    row->conclusion = r_text(r, i, 7);
+    row->details_url = r_text(r, i, 8);
+    row->artifact_url = r_text(r, i, 9);
+    row->run_id = r_i64(r, i, 10, 0);
+    row->run_attempt = r_i64(r, i, 11, 0);
+    row->pr_number = r_i64(r, i, 12, 0);
+    row->level = (int)r_i64(r, i, 13, 0);
+    row->dispatched_at = r_i64(r, i, 14, 0);
+    row->started_at = r_i64(r, i, 15, 0);
+    row->completed_at = r_i64(r, i, 16, 0);
+    row->queue_ms = r_i64(r, i, 17, -1);
+    row->exec_ms = r_i64(r, i, 18, -1);
+    row->test_passed = r_i64(r, i, 19, -1);
+    row->test_failed = r_i64(r, i, 20, -1);
+    row->test_skipped = r_i64(r, i, 21, -1);
+    row->payload = r_text(r, i, 22);
+    row->payload_len = r_len(r, i, 22);
+}
+
+/* Runs a runs query and calls `fn` for each row (after the query succeeded). */
+static crcr_err run_rows(pgx *x, const char *sql, pgp *p,
+                         void (*fn)(void *ctx, const store_run_row *row), void *ctx)
+{
+    PGresult *r = q(x, sql, p);
+    pgp_free(p);
+    if (!r)
+        return CRCR_E_STORE;
+    x->called_back = PQntuples(r) > 0;
+    for (int i = 0; i < PQntuples(r); i++) {
+        store_run_row row;
+        fill_run_row(r, i, &row);
+        fn(ctx, &row);
+    }
+    PQclear(r);
+    return CRCR_OK;
+}
+
+typedef struct apply_args {
+    const store_run_update *u;
+    store_effects_fn effects;
+    void *ctx;
+    store_run_result *res;
+    char *reason;
+    size_t reasonsz;
+} apply_args;
+
+static const char RUN_UPSERT[] =
+    "INSERT INTO runs(delivery_id, repo, run_id, run_attempt, job_name, event_type, state, "
+    "level, pr_number, head_sha, workflow_name, conclusion, details_url, artifact_url, "
+    "dispatched_at, started_at, completed_at, queue_ms, exec_ms, test_passed, test_failed, "
+    "test_skipped, payload, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8::integer, $9, $10, "
+    "$11, $12, $13, $14, $15::bigint, $16::bigint, $17::bigint, $18::bigint, $19::bigint, "
+    "$20::bigint, $21::bigint, $22::bigint, $23::bytea, $24) ON CONFLICT (delivery_id, "
+    "lower(repo), run_id, run_attempt, job_name) DO UPDATE SET state=excluded.state, "
+    "level=excluded.level, conclusion=excluded.conclusion, completed_at=excluded.completed_at, "
+    "exec_ms=excluded.exec_ms, test_passed=excluded.test_passed, "
+    "test_failed=excluded.test_failed, test_skipped=excluded.test_skipped, "
+    "artifact_url=COALESCE(excluded.artifact_url, runs.artifact_url), "
+    "details_url=COALESCE(excluded.details_url, runs.details_url), "
+    "payload=excluded.payload, updated_at=excluded.updated_at";
+
+/* Checks the transition against the key's current state (read under the key's lock) and fills
+ * res. CRCR_OK with res->duplicate for an exact repeat. */
+static crcr_err check_transition(pgx *x, const apply_args *a, const char *job, bool completed)
+{
+    const store_run_update *u = a->u;
+    store_run_result *res = a->res;
+    pgp p = {0};
+    p_text(&p, u->key.delivery_id);
+    p_text(&p, u->key.repo);
+    p_i64(&p, u->key.run_id);
+    p_i64(&p, u->key.run_attempt);
+    p_text(&p, job);
+    PGresult *r = q(x,
+                    "SELECT state, conclusion, started_at FROM runs WHERE delivery_id=$1 AND "
+                    "lower(repo)=lower($2) AND run_id=$3 AND run_attempt=$4 AND job_name=$5",
+                    &p);
+    pgp_free(&p);
+    if (!r)
+        return CRCR_E_STORE;
+    char state[16] = "";
+    char prev[64] = "";
+    bool have_conclusion = false;
+    if (PQntuples(r) > 0) {
+        snprintf(state, sizeof(state), "%s", r_text(r, 0, 0) ? r_text(r, 0, 0) : "");
+        if (r_text(r, 0, 1)) {
+            snprintf(prev, sizeof(prev), "%s", r_text(r, 0, 1));
+            have_conclusion = true;
+        }
+        res->started_at = r_i64(r, 0, 2, 0);
+    }
+    PQclear(r);
+
+    if (!completed) {
+        if (strcmp(state, "in_progress") == 0) {
+            res->duplicate = true;
+            return CRCR_OK;
+        }
+        if (state[0]) {
+            snprintf(a->reason, a->reasonsz, "in_progress after %s", state);
+            return CRCR_E_STATE;
+        }
+        res->started_at = u->now;
+        if (res->dispatched_at)
+            res->queue_ms = u->now > res->dispatched_at ? u->now - res->dispatched_at : 0;
+        return CRCR_OK;
+    }
+    if (strcmp(state, "completed") == 0) {
+        bool same = (!u->conclusion && !have_conclusion) ||
+                    (u->conclusion && have_conclusion && strcmp(u->conclusion, prev) == 0);
+        if (same) {
+            res->duplicate = true;
+            return CRCR_OK;
+        }
+        snprintf(a->reason, a->reasonsz, "already completed with conclusion %s",
+                 have_conclusion ? prev : "null");
+        return CRCR_E_STATE;
+    }
+    if (!u->single_shot && strcmp(state, "in_progress") != 0) {
+        snprintf(a->reason, a->reasonsz, "completed without prior in_progress");
+        return CRCR_E_STATE;
+    }
+    if (res->started_at)
+        res->exec_ms = u->now > res->started_at ? u->now - res->started_at : 0;
+    return CRCR_OK;
+}
+
+static crcr_err op_run_apply(pgx *x, void *arg)
+{
+    apply_args *a = arg;
+    const store_run_update *u = a->u;
+    store_run_result *res = a->res;
+    memset(res, 0, sizeof(*res));
+    res->queue_ms = -1;
+    res->exec_ms = -1;
+    bool completed = strcmp(u->status, "completed") == 0;
+    const char *job = u->key.job_name ? u->key.job_name : "";
+
+    crcr_err e = cmd(x, "BEGIN");
+    if (e)
+        return e;
+    /* Every transition of this key waits here for the one before it to commit. */
+    pgp l = {0};
+    p_text(&l, u->key.delivery_id);
+    p_text(&l, u->key.repo);
+    p_i64(&l, u->key.run_id);
+    p_i64(&l, u->key.run_attempt);
+    p_text(&l, job);
+    e = qexec(x,
+              "SELECT 1 FROM (SELECT pg_advisory_xact_lock(hashtextextended('crcr.run:' || "
+              "$1::text || chr(31) || lower($2::text) || chr(31) || $3::text || chr(31) || "
+              "$4::text || chr(31) || $5::text, 0))) l",
+              &l, NULL);
+    if (!e && !u->single_shot) {
+        /* The dispatch record: this delivery was sent (or queued) to this repo. */
+        pgp p = {0};
+        p_text(&p, u->key.delivery_id);
+        p_text(&p, u->key.repo);
+        PGresult *r = q(x,
+                        "SELECT COALESCE(done_at, created_at) FROM outbox WHERE kind='dispatch' "
+                        "AND delivery_id=$1 AND lower(target)=lower($2) LIMIT 1",
+                        &p);
+        pgp_free(&p);
+        if (!r)
+            e = CRCR_E_STORE;
+        else if (PQntuples(r) == 0)
+            e = CRCR_E_NOT_FOUND;
+        else
+            res->dispatched_at = r_i64(r, 0, 0, 0);
+        PQclear(r);
+    }
+    if (!e)
+        e = check_transition(x, a, job, completed);
+    if (e || res->duplicate)
+        return finish_tx(x, e, true);
+
+    pgp p = {0};
+    p_text(&p, u->key.delivery_id);
+    p_text(&p, u->key.repo);
+    p_i64(&p, u->key.run_id);
+    p_i64(&p, u->key.run_attempt);
+    p_text(&p, job);
+    p_text(&p, u->event_type);
+    p_text(&p, u->status);
+    p_i64(&p, u->level);
+    p_i64(&p, u->pr_number);
+    p_text(&p, u->head_sha);
+    p_text(&p, u->workflow_name);
+    p_text(&p, completed ? u->conclusion : NULL);
+    p_text(&p, u->details_url);
+    p_text(&p, u->artifact_url);
+    p_i64_or_null(&p, res->dispatched_at, 0);
+    p_i64_or_null(&p, res->started_at, 0);
+    p_i64_or_null(&p, completed ? u->now : 0, 0);
+    p_i64_or_null(&p, res->queue_ms, -1);
+    p_i64_or_null(&p, res->exec_ms, -1);
+    p_i64_or_null(&p, u->test_passed, -1);
+    p_i64_or_null(&p, u->test_failed, -1);
+    p_i64_or_null(&p, u->test_skipped, -1);
+    p_bytes(&p, u->payload, u->payload ? u->payload_len : 0);
+    p_i64(&p, u->now);
+    e = qexec(x, RUN_UPSERT, &p, NULL);
+    if (!e && a->effects) {
+        store_new_job jobs[PG_RUN_EFFECTS_MAX];
+        size_t n = 0;
+        x->called_back = true; /* the callback may append to its buffers: never twice */
+        e = a->effects(a->ctx, res, jobs, PG_RUN_EFFECTS_MAX, &n);
+        if (!e)
+            e = insert_jobs(x, u->key.delivery_id, jobs, n > PG_RUN_EFFECTS_MAX ? 0 : n, u->now);
+    }
+    return finish_tx(x, e, false);
+}
+
+static crcr_err pg_run_apply(store *st, const store_run_update *u, store_effects_fn effects,
+                             void *ctx, store_run_result *res, char *reason, size_t reasonsz)
+{
+    apply_args a = {u, effects, ctx, res, reason, reasonsz};
+    return with_conn(PS(st), "run_apply", op_run_apply, &a);
+}
+
+typedef struct runs_args {
+    const char *a, *b;
+    int64_t i, j;
+    const store_run_filter *f;
+    void (*fn)(void *ctx, const store_run_row *row);
+    void *ctx;
+} runs_args;
+
+static crcr_err op_runs_for_sha(pgx *x, void *arg)
+{
+    runs_args *a = arg;
+    pgp p = {0};
+    p_text(&p, a->a);
+    p_text(&p, a->b);
+    /* The latest row per (workflow, job): last update, then insertion order. */
+    return run_rows(x,
+                    "SELECT " RUN_COLUMNS " FROM runs r WHERE head_sha=$1 AND "
+                    "lower(repo)=lower($2) AND NOT EXISTS (SELECT 1 FROM runs o WHERE "
+                    "o.head_sha=r.head_sha AND lower(o.repo)=lower(r.repo) AND o.workflow_name "
+                    "IS NOT DISTINCT FROM r.workflow_name AND o.job_name=r.job_name AND "
+                    "(o.updated_at>r.updated_at OR (o.updated_at=r.updated_at AND o.seq>r.seq))) "
+                    "ORDER BY workflow_name COLLATE \"C\" NULLS FIRST, job_name COLLATE \"C\"",
+                    &p, a->fn, a->ctx);
+}
+
+static crcr_err pg_runs_for_sha(store *st, const char *head_sha, const char *repo,
+                                void (*fn)(void *ctx, const store_run_row *row), void *ctx)
+{
+    runs_args a = {.a = head_sha, .b = repo, .fn = fn, .ctx = ctx};
+    return with_conn(PS(st), "runs_for_sha", op_runs_for_sha, &a);
+}
+
+static crcr_err op_zombies(pgx *x, void *arg)
+{
+    runs_args *a = arg;
+    pgp p = {0};
+    p_i64(&p, a->i);
+    p_i64(&p, a->j);
+    return run_rows(x,
+                    "SELECT " RUN_COLUMNS " FROM runs WHERE state='in_progress' AND started_at < "
+                    "$1 ORDER BY started_at, seq LIMIT $2",
+                    &p, a->fn, a->ctx);
+}
+
+static crcr_err pg_zombies(store *st, int64_t started_before, int limit,
+                           void (*fn)(void *ctx, const store_run_row *row), void *ctx)
+{
+    runs_args a = {.i = started_before, .j = limit > 0 ? limit : 100, .fn = fn, .ctx = ctx};
+    return with_conn(PS(st), "zombies", op_zombies, &a);
+}
+
+typedef struct simple_args {
+    const char *sql;
+    const char *a, *b;
+    int64_t i;
+    int64_t rows;
+} simple_args;
+
+/* A statement over ($1 text, $2 text, $3 bigint); rows receives the affected/returned rows. */
+static crcr_err op_simple(pgx *x, void *arg)
+{
+    simple_args *a = arg;
+    pgp p = {0};
+    p_text(&p, a->a);
+    p_text(&p, a->b);
+    p_i64(&p, a->i);
+    return qexec(x, a->sql, &p, &a->rows);
+}
+
+static crcr_err pg_wanted_set(store *st, const char *head_sha, const char *repo, int64_t now)
+{
+    simple_args a = {.sql = "INSERT INTO labels_wanted(head_sha, repo, created_at) VALUES ($1, "
+                            "$2, $3) ON CONFLICT (head_sha, lower(repo)) DO UPDATE SET "
+                            "created_at=excluded.created_at",
+                     .a = head_sha,
+                     .b = repo,
+                     .i = now};
+    return with_conn(PS(st), "wanted_set", op_simple, &a);
+}
+
+static crcr_err pg_wanted_get(store *st, const char *head_sha, const char *repo, int64_t since)
+{
+    simple_args a = {.sql = "SELECT 1 FROM labels_wanted WHERE head_sha=$1 AND "
+                            "lower(repo)=lower($2) AND created_at >= $3",
+                     .a = head_sha,
+                     .b = repo,
+                     .i = since};
+    crcr_err e = with_conn(PS(st), "wanted_get", op_simple, &a);
+    if (e)
+        return e;
+    return a.rows > 0 ? CRCR_OK : CRCR_E_NOT_FOUND;
+}
+
+typedef struct rate_args {
+    const char *repo;
+    int64_t now, window_ms;
+    long limit;
+    bool *allowed;
+    int64_t *retry_after_ms;
+} rate_args;
+
+static crcr_err op_rate_hit(pgx *x, void *arg)
+{
+    rate_args *a = arg;
+    *a->allowed = false;
+    *a->retry_after_ms = 0;
+    crcr_err e = cmd(x, "BEGIN");
+    if (e)
+        return e;
+    /* Instances count hits of one repo one at a time. */
+    pgp l = {0};
+    p_text(&l, a->repo);
+    e = qexec(x,
+              "SELECT 1 FROM (SELECT pg_advisory_xact_lock(hashtextextended('crcr.rate:' || "
+              "lower($1::text), 0))) l",
+              &l, NULL);
+    if (!e) {
+        pgp p = {0};
+        p_text(&p, a->repo);
+        p_i64(&p, a->now - a->window_ms);
+        e = qexec(x, "DELETE FROM rate_hits WHERE lower(repo)=lower($1) AND at <= $2", &p, NULL);
+    }
+    int64_t count = 0, oldest = a->now;
+    if (!e) {
+        pgp p = {0};
+        p_text(&p, a->repo);
+        PGresult *r =
+            q(x, "SELECT count(*), min(at) FROM rate_hits WHERE lower(repo)=lower($1)", &p);
+        pgp_free(&p);
+        if (!r) {
+            e = CRCR_E_STORE;
+        } else {
+            count = r_i64(r, 0, 0, 0);
+            oldest = r_i64(r, 0, 1, a->now);
+            PQclear(r);
+        }
+    }
+    bool allow = !e && count < a->limit;
+    if (allow) {
+        pgp p = {0};
+        p_text(&p, a->repo);
+        p_i64(&p, a->now);
+        e = qexec(x, "INSERT INTO rate_hits(repo, at) VALUES ($1, $2)", &p, NULL);
+    }
+    e = finish_tx(x, e, false);
+    if (!e && allow) {
+        *a->allowed = true;
+    } else if (!e) {
+        *a->retry_after_ms = oldest + a->window_ms - a->now;
+        if (*a->retry_after_ms < 1)
+            *a->retry_after_ms = 1;
+    }
+    return e;
+}
+
+static crcr_err pg_rate_hit(store *st, const char *repo, int64_t now, int64_t window_ms, long limit,
+                            bool *allowed, int64_t *retry_after_ms)
+{
+    rate_args a = {repo, now, window_ms, limit, allowed, retry_after_ms};
+    return with_conn(PS(st), "rate", op_rate_hit, &a);
+}
+
+typedef struct enqueue_args {
+    const char *delivery_id;
+    const store_new_job *jobs;
+    size_t n;
+} enqueue_args;
+
+static crcr_err op_enqueue(pgx *x, void *arg)
+{
+    enqueue_args *a = arg;
+    crcr_err e = cmd(x, "BEGIN");
+    if (e)
+        return e;
+    int64_t now = a->n ? a->jobs[0].due_at : 0;
+    e = insert_jobs(x, a->delivery_id, a->jobs, a->n, now);
+    return finish_tx(x, e, false);
+}
+
+static crcr_err pg_enqueue(store *st, const char *delivery_id, const store_new_job *jobs, size_t n)
+{
+    enqueue_args a = {delivery_id, jobs, n};
+    return with_conn(PS(st), "enqueue", op_enqueue, &a);
+}
+
+typedef struct lease_args {
+    const char *name, *owner;
+    int64_t now, ttl_ms;
+    bool *held;
+} lease_args;
+
+static crcr_err op_lease(pgx *x, void *arg)
+{
+    lease_args *a = arg;
+    char key[128];
+    snprintf(key, sizeof(key), "lease:%s", a->name);
+    pgp p = {0};
+    p_text(&p, key);
+    p_bytes(&p, a->owner, strlen(a->owner));
+    p_i64(&p, a->now + a->ttl_ms);
+    p_i64(&p, a->now);
+    int64_t rows = 0;
+    /* One statement: taken when free, expired, or already ours; otherwise nothing changes. */
+    crcr_err e = qexec(x,
+                       "INSERT INTO kv(key, value, expires_at) VALUES ($1, $2::bytea, $3) ON "
+                       "CONFLICT (key) DO UPDATE SET value=excluded.value, "
+                       "expires_at=excluded.expires_at WHERE kv.value=excluded.value OR "
+                       "kv.expires_at < $4",
+                       &p, &rows);
+    *a->held = !e && rows > 0;
+    return e;
+}
+
+static crcr_err pg_lease(store *st, const char *name, const char *owner, int64_t now,
+                         int64_t ttl_ms, bool *held)
+{
+    *held = false;
+    lease_args a = {name, owner, now, ttl_ms, held};
+    return with_conn(PS(st), "lease", op_lease, &a);
+}
+
+static crcr_err op_list_runs(pgx *x, void *arg)
+{
+    runs_args *a = arg;
+    const store_run_filter *f = a->f;
+    pgp p = {0};
+    p_text(&p, f ? f->repo : NULL);
+    p_i64(&p, f ? f->pr_number : 0);
+    p_text(&p, f ? f->head_sha : NULL);
+    p_i64(&p, f ? f->kind : 0);
+    p_i64(&p, f ? f->since : 0);
+    int limit = f && f->limit > 0 ? f->limit : 1000;
+    p_i64(&p, limit > 100000 ? 100000 : limit);
+    p_i64(&p, f && f->offset > 0 ? f->offset : 0);
+    return run_rows(
+        x,
+        "SELECT " RUN_COLUMNS " FROM runs WHERE ($1::text IS NULL OR lower(repo)=lower($1::text)) "
+        "AND ($2::bigint=0 OR pr_number=$2::bigint) AND ($3::text IS NULL OR head_sha=$3::text) "
+        "AND ($4::integer=0 OR ($4::integer=1 AND COALESCE(event_type,'') NOT IN "
+        "('nightly','periodic')) OR ($4::integer=2 AND event_type IN ('nightly','periodic'))) AND "
+        "updated_at >= $5 ORDER BY updated_at DESC, seq DESC LIMIT $6 OFFSET $7",
+        &p, a->fn, a->ctx);
+}
+
+static crcr_err pg_list_runs(store *st, const store_run_filter *f,
+                             void (*fn)(void *ctx, const store_run_row *row), void *ctx)
+{
+    runs_args a = {.f = f, .fn = fn, .ctx = ctx};
+    return with_conn(PS(st), "list_runs", op_list_runs, &a);
+}
+
+static crcr_err pg_callback_rejected(store *st, const char *repo, int64_t now, int status)
+{
+    simple_args a = {.sql = "INSERT INTO callback_rejections(repo, at, status) VALUES ($1, $3, "
+                            "$2::integer)",
+                     .a = repo,
+                     .i = now};
+    char num[16];
+    snprintf(num, sizeof(num), "%d", status);
+    a.b = num;
+    return with_conn(PS(st), "rejected", op_simple, &a);
+}
+
+typedef struct count_args {
+    const char *repo;
+    int64_t since;
+    int64_t *n;
+} count_args;
+
+static crcr_err op_callback_rejections(pgx *x, void *arg)
+{
+    count_args *a = arg;
+    pgp p = {0};
+    p_text(&p, a->repo);
+    p_i64(&p, a->since);
+    PGresult *r = q(x,
+                    "SELECT count(*) FROM callback_rejections WHERE lower(repo)=lower($1) AND "
+                    "at>=$2",
+                    &p);
+    pgp_free(&p);
+    if (!r)
+        return CRCR_E_STORE;
+    *a->n = r_i64(r, 0, 0, 0);
+    PQclear(r);
+    return CRCR_OK;
+}
+
+static crcr_err pg_callback_rejections(store *st, const char *repo, int64_t since, int64_t *n)
+{
+    *n = 0;
+    count_args a = {repo, since, n};
+    return with_conn(PS(st), "rejections", op_callback_rejections, &a);
+}
+
+/* ---- waking workers ---- */
+
+/* Takes every pending notification; true when there was at least one. */
+static bool drain_notifies(PGconn *c)
+{
+    bool any = false;
+    PGnotify *n;
+    while ((n = PQnotifies(c)) != NULL) {
+        any = true;
+        PQfreemem(n);
+    }
+    return any;
+}
+
+static void sleep_ms(int64_t ms)
+{
+    if (ms <= 0)
+        return;
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/*
+ * Waits up to timeout_ms for a NOTIFY on crcr_outbox from any instance. CRCR_OK: new outbox rows
+ * may be due (also right after the listener (re)connected, since notifications may have been
+ * missed). CRCR_E_NOT_FOUND: the time passed. CRCR_E_STORE: the database is away (after waiting
+ * out the timeout, so that callers can loop without spinning).
+ */
+static crcr_err pg_wait_for_work(store *st, int64_t timeout_ms)
+{
+    pg_store *s = PS(st);
+    pthread_mutex_lock(&s->lmu);
+    if (s->listener && PQstatus(s->listener) != CONNECTION_OK) {
+        PQfinish(s->listener);
+        s->listener = NULL;
+    }
+    if (!s->listener) {
+        int64_t now = clock_mono_ms();
+        if (now >= s->listen_retry_at) {
+            char why[PG_ERRTEXT_MAX] = "";
+            PGconn *c = pg_connect(s->uri, why, sizeof(why));
+            if (c) {
+                PGresult *r = PQexec(c, "LISTEN " PG_CHANNEL);
+                if (PQresultStatus(r) != PGRES_COMMAND_OK) {
+                    one_line(PQerrorMessage(c), why, sizeof(why));
+                    PQfinish(c);
+                    c = NULL;
+                }
+                PQclear(r);
+            }
+            s->listener = c;
+            if (!c) {
+                s->listen_retry_at = now + PG_LISTEN_RETRY_MS;
+                LOG_DEBUG("store.pg.listen_failed", "error", why, NULL);
+            }
+        }
+        if (s->listener) {
+            pthread_mutex_unlock(&s->lmu);
+            return CRCR_OK;
+        }
+        pthread_mutex_unlock(&s->lmu);
+        sleep_ms(timeout_ms);
+        return CRCR_E_STORE;
+    }
+    crcr_err e = CRCR_E_NOT_FOUND;
+    if (drain_notifies(s->listener)) {
+        e = CRCR_OK;
+    } else {
+        struct pollfd pfd = {.fd = PQsocket(s->listener), .events = POLLIN};
+        int rc = poll(&pfd, 1, timeout_ms > 0 ? (int)timeout_ms : 0);
+        if (rc > 0) {
+            if (!PQconsumeInput(s->listener)) {
+                PQfinish(s->listener);
+                s->listener = NULL;
+                e = CRCR_E_STORE;
+            } else if (drain_notifies(s->listener)) {
+                e = CRCR_OK;
+            }
+        }
+    }
+    pthread_mutex_unlock(&s->lmu);
+    return e;
+}
+
+/* ---- open / close ---- */
+
+static void pg_close(store *st)
+{
+    pg_store *s = PS(st);
+    if (!s)
+        return;
+    for (size_t i = 0; i < s->n; i++)
+        PQfinish(s->conns ? s->conns[i] : NULL);
+    PQfinish(s->listener);
+    free(s->conns);
+    free(s->busy);
+    if (s->uri) {
+        memset(s->uri, 0, strlen(s->uri)); /* may hold a password */
+        free(s->uri);
+    }
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->lmu);
+    free(s);
+}
+
+static const store_ops PG_OPS = {
+    .close = pg_close,
+    .recover = pg_recover,
+    .ping = pg_ping,
+    .ingest = pg_ingest,
+    .claim = pg_claim,
+    .next_due = pg_next_due,
+    .job_finish = pg_job_finish,
+    .job_retry = pg_job_retry,
+    .redeliver = pg_redeliver,
+    .list_deliveries = pg_list_deliveries,
+    .get_delivery = pg_get_delivery,
+    .outbox_stats = pg_outbox_stats,
+    .kv_get = pg_kv_get,
+    .kv_put = pg_kv_put,
+    .retention = pg_retention,
+    .run_apply = pg_run_apply,
+    .runs_for_sha = pg_runs_for_sha,
+    .zombies = pg_zombies,
+    .wanted_set = pg_wanted_set,
+    .wanted_get = pg_wanted_get,
+    .rate_hit = pg_rate_hit,
+    .enqueue = pg_enqueue,
+    .lease = pg_lease,
+    .list_runs = pg_list_runs,
+    .callback_rejected = pg_callback_rejected,
+    .callback_rejections = pg_callback_rejections,
+    .wait_for_work = pg_wait_for_work,
+};
+
+/* The pool size from CRCR_STORE_POOL (1..PG_POOL_MAX), PG_POOL_DEFAULT when unset. */
+static crcr_err pool_size(size_t *n, char *err, size_t errsz)
+{
+    const char *v = getenv("CRCR_STORE_POOL");
+    *n = PG_POOL_DEFAULT;
+    if (!v || !*v)
+        return CRCR_OK;
+    char *end = NULL;
+    long long k = strtoll(v, &end, 10);
+    if (*v < '0' || *v > '9' || !end || *end || k < 1 || k > PG_POOL_MAX) {
+        snprintf(err, errsz, "CRCR_STORE_POOL: expected an integer from 1 to %d", PG_POOL_MAX);
+        return CRCR_E_CONFIG;
+    }
+    *n = (size_t)k;
+    return CRCR_OK;
+}
+
+crcr_err store_pg_open(const char *uri, store **out, char *err, size_t errsz)
+{
+    *out = NULL;
+    char *perr = NULL;
+    PQconninfoOption *opts = PQconninfoParse(uri, &perr);
+    if (!opts) {
+        char msg[PG_ERRTEXT_MAX];
+        one_line(perr ? perr : "out of memory", msg, sizeof(msg));
+        snprintf(err, errsz, "CRCR_STORE: not a valid PostgreSQL URI: %s", msg);
+        PQfreemem(perr);
+        return CRCR_E_CONFIG;
+    }
+    PQconninfoFree(opts);
+    size_t n;
+    crcr_err e = pool_size(&n, err, errsz);
+    if (e)
+        return e;
+
+    pg_store *s = calloc(1, sizeof(*s));
+    if (!s)
+        return CRCR_E_NOMEM;
+    s->base.ops = &PG_OPS;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    pthread_mutex_init(&s->lmu, NULL);
+    s->n = n;
+    s->uri = strdup(uri);
+    s->conns = calloc(n, sizeof(*s->conns));
+    s->busy = calloc(n, sizeof(*s->busy));
+    if (!s->uri || !s->conns || !s->busy) {
+        pg_close(&s->base);
+        return CRCR_E_NOMEM;
+    }
+    char why[PG_ERRTEXT_MAX];
+    PGconn *c = pg_connect(uri, why, sizeof(why));
+    if (!c) {
+        snprintf(err, errsz, "CRCR_STORE: cannot connect to PostgreSQL: %s", why);
+        pg_close(&s->base);
+        return CRCR_E_STORE;
+    }
+    pgx x = {.s = s, .c = c, .slot = 0, .op = "migrate"};
+    e = migrate(&x, err, errsz);
+    if (e) {
+        PQfinish(c);
+        pg_close(&s->base);
+        return e;
+    }
+    s->conns[0] = c;
+    *out = &s->base;
+    return CRCR_OK;
+}

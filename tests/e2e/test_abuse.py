@@ -1,0 +1,515 @@
+"""End-to-end abuse resistance of the real relay (`crcr serve`, dry-run, on 127.0.0.1), issue 7
+item 4. Each attack has its own test:
+
+- oversize Content-Length (413 before any body byte), chunked body over the cap (413), 64 KiB of
+  headers (431);
+- 500 slow-header plus 500 slow-body connections, each trickling one byte every 0.5 s (so MHD's
+  idle timeout never fires) and reconnecting when cut, while two clients keep posting signed
+  webhooks: at least 95 % of the webhooks are answered within 1 s, and every slow connection is
+  closed by the total request deadline (CRCR_REQUEST_DEADLINE_SECONDS), not later;
+- the deadline alone: one trickling connection is cut at the deadline; a kept-alive connection
+  whose requests each finish in time is not;
+- deeply nested and very wide JSON with a valid signature: 400, and the relay's peak RSS
+  (VmHWM) stays under 200 MB, also for the most expensive document under the value cap;
+- a YAML alias bomb as the allowlist: refused at start (exit 2 naming the problem) and on a
+  SIGHUP reload (the previous allowlist stays in force);
+- invalid UTF-8 in a signed body: 400, nothing stored.
+
+Figures (share answered within 1 s, p50/p99 latency, connection lifetimes, peak RSS) are
+printed to stderr for the record. Needs CRCR_BIN; see tests/support/README.md.
+"""
+
+import http.client
+import json
+import os
+import resource
+import selectors
+import signal
+import socket
+import sys
+import threading
+import time
+import unittest
+
+import relay as R
+
+SIG_HEADERS = {
+    "X-GitHub-Event": "pull_request",
+    "X-GitHub-Delivery": "00000000-0000-4000-8000-000000000000",
+    "X-Hub-Signature-256": "sha256=" + "0" * 64,
+    "Content-Type": "application/json",
+}
+RSS_LIMIT_MB = 200
+# Values under the JSON value cap (limits.h CRCR_JSON_MAX_VALUES) in the costliest shape found:
+# empty objects (jansson allocates an object and its hashtable for each).
+NEAR_CAP_VALUES = 499_990
+
+
+def note(msg):
+    """Figures for the record (shown with `ctest -V` / `unittest -v`)."""
+    sys.stderr.write("    [figures] %s\n" % msg)
+    sys.stderr.flush()
+
+
+def raw_head(method, path, port, headers):
+    lines = ["%s %s HTTP/1.1" % (method, path), "Host: 127.0.0.1:%d" % port]
+    lines += ["%s: %s" % kv for kv in headers.items()]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+def vm_hwm_mb(pid):
+    """Peak resident set size of `pid` in MiB (VmHWM)."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0
+    raise AssertionError("no VmHWM for pid %d" % pid)
+
+
+def raise_fd_limit(want):
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < want:
+        new = want if hard == resource.RLIM_INFINITY else min(want, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def percentile(values, p):
+    s = sorted(values)
+    if not s:
+        return float("nan")
+    k = max(0, min(len(s) - 1, int(round(p / 100.0 * len(s) + 0.5)) - 1))
+    return s[k]
+
+
+class RelayMixin:
+    def start_relay(self, env=None, allowlist=R.DEFAULT_ALLOWLIST):
+        relay = R.Relay(env=env, allowlist=allowlist)
+        self.addCleanup(relay.close)
+        relay.start()
+        return relay
+
+    def assertAlive(self, relay):
+        self.assertTrue(relay.running(), "relay died; log:\n" + relay.log_tail())
+        self.assertEqual(relay.get("/healthz").status, 200)
+
+    def assertJsonStatus(self, resp, status):
+        self.assertEqual(resp.status, status, resp.body[:300])
+        self.assertTrue(resp.headers.get("content-type", "").startswith("application/json"))
+        self.assertIn("detail", json.loads(resp.body))
+
+
+# ------------------------------------------------------------------------------ size limits
+
+
+class SizeLimitTest(RelayMixin, unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.relay = R.Relay(env={"CRCR_MAX_BODY": "1048576"})
+        cls.addClassCleanup(cls.relay.close)
+        cls.relay.start()
+
+    def tearDown(self):
+        self.assertAlive(self.relay)
+
+    def test_oversize_content_length_is_413_without_reading_the_body(self):
+        head = raw_head("POST", "/github/webhook", self.relay.port,
+                        dict(SIG_HEADERS, **{"Content-Length": "1048577"}))
+        t0 = time.monotonic()
+        raw = R.raw_request(self.relay.port, head, read_timeout=2.0)
+        took = time.monotonic() - t0
+        self.assertTrue(raw, "no answer without the body: the relay waited for it")
+        self.assertJsonStatus(R.parse_response(raw), 413)
+        self.assertLess(took, 1.0)
+
+    def test_chunked_body_over_the_cap_is_413(self):
+        raw, sent = R.stream_chunked(self.relay.port, "/github/webhook", SIG_HEADERS,
+                                     total=4 * 1048576, read_timeout=5.0)
+        self.assertTrue(raw, "no answer to a 4 MiB chunked body (sent %d bytes)" % sent)
+        self.assertJsonStatus(R.parse_response(raw), 413)
+
+    def test_64_kib_header_is_431(self):
+        headers = dict(SIG_HEADERS, **{"X-Padding": "p" * 65536, "Content-Length": "2"})
+        raw = R.raw_request(self.relay.port,
+                            raw_head("POST", "/github/webhook", self.relay.port, headers) + b"{}",
+                            read_timeout=3.0)
+        self.assertTrue(raw, "no answer to a 64 KiB header")
+        self.assertEqual(R.parse_response(raw).status, 431)
+
+
+# ------------------------------------------------------------------------------ slow clients
+
+
+class SlowAttack(threading.Thread):
+    """Holds `n_header` slow-header and `n_body` slow-body connections, sending one byte on each
+    every `interval` s, and reconnects every connection the server closes (as slowhttptest
+    does), until stop(). Records how long each connection lived until the server closed it."""
+
+    def __init__(self, port, n_header, n_body, interval=0.5):
+        super().__init__(daemon=True)
+        self.port = port
+        self.n_header = n_header
+        self.n_body = n_body
+        self.interval = interval
+        self.sel = selectors.DefaultSelector()
+        self.conns = {}  # socket -> [kind, connected_at]
+        self.lifetimes = []  # seconds, connections closed by the server
+        self.max_open = 0
+        self.connect_failures = 0
+        self._halt = threading.Event()
+        self.lock = threading.Lock()
+
+    def _open(self, kind, i):
+        try:
+            s = socket.create_connection(("127.0.0.1", self.port), timeout=2.0)
+        except OSError:
+            self.connect_failures += 1
+            return
+        if kind == "header":
+            first = ("POST /github/webhook HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                     "X-GitHub-Event: pull_request\r\nX-Slow-%d: " % i).encode()
+        else:
+            first = raw_head("POST", "/github/webhook", self.port,
+                             dict(SIG_HEADERS, **{"Content-Length": "1000000",
+                                                  "X-GitHub-Delivery": "slow-%d" % i}))
+        try:
+            s.sendall(first)
+        except OSError:
+            s.close()
+            self.connect_failures += 1
+            return
+        s.setblocking(False)
+        self.conns[s] = [kind, time.monotonic(), i]
+        self.sel.register(s, selectors.EVENT_READ)
+
+    def _closed(self, s, now):
+        kind, t0, i = self.conns.pop(s)
+        self.sel.unregister(s)
+        s.close()
+        with self.lock:
+            self.lifetimes.append(now - t0)
+        if not self._halt.is_set():
+            self._open(kind, i)
+
+    def open_count(self):
+        return len(self.conns)
+
+    def run(self):
+        for i in range(self.n_header):
+            self._open("header", i)
+        for i in range(self.n_body):
+            self._open("body", i)
+        next_tick = time.monotonic()
+        while not self._halt.is_set():
+            self.max_open = max(self.max_open, len(self.conns))
+            for key, _ in self.sel.select(timeout=0.05):
+                s = key.fileobj
+                try:
+                    data = s.recv(4096)
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    data = b""
+                # EOF, a reset, or an answer (the server gave up on the request): closed.
+                self._closed(s, time.monotonic())
+            now = time.monotonic()
+            if now >= next_tick:
+                next_tick = now + self.interval
+                for s in list(self.conns):
+                    byte = b"a" if self.conns[s][0] == "header" else b"x"
+                    try:
+                        s.send(byte)
+                    except BlockingIOError:
+                        pass
+                    except OSError:
+                        self._closed(s, now)
+        for s in list(self.conns):
+            self.sel.unregister(s)
+            s.close()
+        self.conns.clear()
+
+    def stop(self):
+        self._halt.set()
+        self.join(10)
+
+
+class LegitClient(threading.Thread):
+    """Posts signed webhooks, one at a time on fresh connections, until stopped."""
+
+    def __init__(self, relay, payload, results):
+        super().__init__(daemon=True)
+        self.relay, self.payload, self.results = relay, payload, results
+        self._halt = threading.Event()
+
+    def run(self):
+        while not self._halt.is_set():
+            t0 = time.monotonic()
+            try:
+                r = self.relay.webhook("pull_request", self.payload, timeout=5.0)
+                status = r.status
+            except (OSError, http.client.HTTPException) as e:
+                status = "error: %s" % type(e).__name__
+            self.results.append((time.monotonic() - t0, status))
+            time.sleep(0.02)
+
+    def stop(self):
+        self._halt.set()
+        self.join(10)
+
+
+def scrape(relay, name):
+    """The value of an unlabelled sample on /metrics."""
+    for line in relay.get("/metrics").body.decode().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError("%s not on /metrics" % name)
+
+
+class SlowConnectionTest(RelayMixin, unittest.TestCase):
+    DEADLINE = 4
+    SLOW_HEADER = 500
+    SLOW_BODY = 500
+    ATTACK_S = 12.0
+
+    def test_webhooks_answered_within_1s_while_1000_slow_connections_are_held(self):
+        have = raise_fd_limit(4096)
+        self.assertGreaterEqual(have, 1500, "need ~1200 fds for this test (ulimit -n)")
+        relay = self.start_relay(env={"CRCR_REQUEST_DEADLINE_SECONDS": str(self.DEADLINE),
+                                      "CRCR_LOG": "info"})
+        payload = R.load_example("pull_request.opened")
+        attack = SlowAttack(relay.port, self.SLOW_HEADER, self.SLOW_BODY)
+        attack.start()
+        self.addCleanup(attack.stop)
+        deadline = time.monotonic() + 10
+        while attack.open_count() < 0.95 * (self.SLOW_HEADER + self.SLOW_BODY):
+            self.assertLess(time.monotonic(), deadline, "could not open the slow connections")
+            time.sleep(0.05)
+        held_by_server = scrape(relay, "crcr_http_connections")
+
+        results = []
+        clients = [LegitClient(relay, payload, results) for _ in range(2)]
+        for c in clients:
+            c.start()
+        time.sleep(self.ATTACK_S)
+        held_late = attack.open_count()
+        for c in clients:
+            c.stop()
+        attack.stop()
+
+        n = len(results)
+        fast = sum(1 for dt, st in results if st == 202 and dt <= 1.0)
+        failed = [st for _, st in results if st != 202]
+        lat = [dt for dt, _ in results]
+        share = fast / n if n else 0
+        lives = sorted(attack.lifetimes)
+        note("slow connections: %d opened at start, server held %d, attacker max %d, %d still "
+             "open after %.0f s" % (self.SLOW_HEADER + self.SLOW_BODY, held_by_server,
+                                    attack.max_open, held_late, self.ATTACK_S))
+        note("legit webhooks: %d sent, %.1f %% answered 202 within 1 s, p50 %.1f ms, p99 %.1f ms, "
+             "max %.1f ms, failures %d" % (n, 100 * share, 1000 * percentile(lat, 50),
+                                           1000 * percentile(lat, 99), 1000 * max(lat),
+                                           len(failed)))
+        if lives:
+            note("slow connection lifetimes until cut: min %.2f s, median %.2f s, max %.2f s "
+                 "(deadline %d s, %d cut)" % (lives[0], percentile(lives, 50), lives[-1],
+                                              self.DEADLINE, len(lives)))
+        reaped = scrape(relay, "crcr_http_requests_reaped_total")
+        note("crcr_http_requests_reaped_total %d" % reaped)
+
+        self.assertGreaterEqual(held_by_server, 0.9 * (self.SLOW_HEADER + self.SLOW_BODY),
+                                "the relay did not actually hold the slow connections")
+        self.assertGreater(n, 50, "too few legit webhooks got through to judge")
+        self.assertGreaterEqual(share, 0.95, "only %.1f %% of %d webhooks answered 202 within "
+                                "1 s; failures: %s" % (100 * share, n, failed[:5]))
+        # Each slow connection was cut by the total deadline, although it was never idle.
+        self.assertGreaterEqual(len(lives), self.SLOW_HEADER + self.SLOW_BODY)
+        self.assertGreaterEqual(lives[0], self.DEADLINE - 0.5, "cut before the deadline")
+        self.assertLessEqual(lives[-1], self.DEADLINE + 2.0, "a slow connection outlived the "
+                             "deadline by more than the reaper's tick")
+        self.assertGreaterEqual(reaped, self.SLOW_HEADER + self.SLOW_BODY)
+        self.assertAlive(relay)
+
+
+class RequestDeadlineTest(RelayMixin, unittest.TestCase):
+    DEADLINE = 3
+
+    def test_trickling_header_is_cut_at_the_deadline_although_never_idle(self):
+        relay = self.start_relay(env={"CRCR_REQUEST_DEADLINE_SECONDS": str(self.DEADLINE)})
+        s = socket.create_connection(("127.0.0.1", relay.port), timeout=10)
+        self.addCleanup(s.close)
+        t0 = time.monotonic()
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        s.settimeout(0.4)
+        closed_at = None
+        while time.monotonic() - t0 < self.DEADLINE + 5:
+            try:
+                s.send(b"a")  # every 0.4 s: well inside the 10 s idle timeout
+                if s.recv(1024) == b"":
+                    closed_at = time.monotonic() - t0
+                    break
+            except socket.timeout:
+                continue
+            except OSError:
+                closed_at = time.monotonic() - t0
+                break
+        note("trickling connection closed after %s s (deadline %d s)"
+             % ("%.2f" % closed_at if closed_at else "never", self.DEADLINE))
+        self.assertIsNotNone(closed_at, "a trickling connection outlived the deadline by 5 s")
+        self.assertGreaterEqual(closed_at, self.DEADLINE - 0.3)
+        self.assertLessEqual(closed_at, self.DEADLINE + 1.0)
+        self.assertAlive(relay)
+
+    def test_kept_alive_connection_gets_a_fresh_window_per_request(self):
+        relay = self.start_relay(env={"CRCR_REQUEST_DEADLINE_SECONDS": str(self.DEADLINE)})
+        conn = http.client.HTTPConnection("127.0.0.1", relay.port, timeout=5)
+        self.addCleanup(conn.close)
+        t0 = time.monotonic()
+        for _ in range(4):  # 4 requests 1.5 s apart: 6 s on one connection, each in time
+            conn.request("GET", "/healthz")
+            r = conn.getresponse()
+            r.read()
+            self.assertEqual(r.status, 200)
+            time.sleep(1.5)
+        sock = conn.sock
+        self.assertIsNotNone(sock, "the connection was closed between requests")
+        self.assertGreater(time.monotonic() - t0, 2 * self.DEADLINE)
+
+
+# ------------------------------------------------------------------------------ JSON bombs
+
+
+class JsonBombTest(RelayMixin, unittest.TestCase):
+    """Valid signatures on hostile JSON: 400 and bounded memory. One relay per test, so that
+    VmHWM (the process's peak RSS) measures that document alone."""
+
+    def post_bomb(self, body, timeout=30.0):
+        relay = self.start_relay(env={"CRCR_LOG": "info"})
+        base = vm_hwm_mb(relay.proc.pid)
+        t0 = time.monotonic()
+        r = relay.webhook("pull_request", body, timeout=timeout)
+        took = time.monotonic() - t0
+        peak = vm_hwm_mb(relay.proc.pid)
+        self.assertAlive(relay)
+        rc, out, err = relay.cli(["deliveries", "list", "--format", "json"])
+        self.assertEqual((rc, json.loads(out)), (0, []), "a bomb was stored: " + out[:300])
+        return r, took, base, peak
+
+    def test_deeply_nested_json_is_400(self):
+        for depth in (65, 100_000):
+            with self.subTest(depth=depth):
+                body = b'{"a":' * depth + b"1" + b"}" * depth
+                r, took, base, peak = self.post_bomb(body)
+                note("nested depth %d: %d in %.3f s, peak RSS %.0f MB" % (depth, r.status, took,
+                                                                         peak))
+                self.assertJsonStatus(r, 400)
+
+    def test_nesting_within_the_limit_is_accepted(self):
+        doc = R.load_example_obj("pull_request.opened")
+        inner = 1
+        for _ in range(60):
+            inner = [inner]
+        doc["deep"] = inner
+        relay = self.start_relay()
+        r = relay.webhook("pull_request", R.compact(doc))
+        self.assertEqual(r.status, 202, r.body)
+
+    def test_25_mib_wide_array_is_400_with_bounded_memory(self):
+        n = (25 * 1024 * 1024 - 2) // 2  # "[0,0,...,0]" just under the 25 MiB body cap
+        body = b"[" + b"0," * (n - 1) + b"0]"
+        r, took, base, peak = self.post_bomb(body)
+        note("wide array, %d values, %.1f MiB: %d in %.2f s, peak RSS %.0f MB (idle %.0f MB)"
+             % (n, len(body) / 1048576, r.status, took, peak, base))
+        self.assertJsonStatus(r, 400)
+        self.assertLess(peak, RSS_LIMIT_MB)
+
+    def test_costliest_document_under_the_value_cap_is_400_with_bounded_memory(self):
+        body = b"[" + b",".join([b"{}"] * NEAR_CAP_VALUES) + b"]"
+        r, took, base, peak = self.post_bomb(body)
+        note("%d empty objects (%.1f MiB), fully parsed: %d in %.2f s, peak RSS %.0f MB"
+             % (NEAR_CAP_VALUES, len(body) / 1048576, r.status, took, peak))
+        self.assertJsonStatus(r, 400)  # parsed, but not an object
+        self.assertLess(peak, RSS_LIMIT_MB)
+
+    def test_wide_object_over_the_value_cap_is_refused_before_parsing(self):
+        pairs = 300_000  # 600,001 values
+        body = b"{" + b",".join(b'"k%d":0' % i for i in range(pairs)) + b"}"
+        r, took, base, peak = self.post_bomb(body)
+        note("object with %d keys: %d in %.3f s, peak RSS %.0f MB" % (pairs, r.status, took, peak))
+        self.assertJsonStatus(r, 400)
+        self.assertLess(took, 2.0)
+        self.assertLess(peak, RSS_LIMIT_MB)
+
+
+# ------------------------------------------------------------------------------ YAML bomb
+
+
+class AllowlistBombTest(RelayMixin, unittest.TestCase):
+    def bomb(self):
+        with open(os.path.join(str(R.DATA_DIR), "allowlist", "billion_laughs.yml"),
+                  encoding="utf-8") as f:
+            return f.read()
+
+    def test_alias_bomb_at_start_exits_2_naming_the_problem(self):
+        relay = R.Relay(allowlist=self.bomb())
+        self.addCleanup(relay.close)
+        t0 = time.monotonic()
+        with self.assertRaises(R.RelayError):
+            relay.start()
+        self.assertEqual(relay.proc.wait(5), 2)
+        self.assertLess(time.monotonic() - t0, 5.0)
+        log = relay.log_text()
+        self.assertIn("ALLOWLIST_FILE", log)
+        self.assertIn("alias", log.lower())
+
+    def test_alias_bomb_on_sighup_keeps_the_previous_allowlist(self):
+        relay = self.start_relay()
+        before = relay.webhook("pull_request", R.load_example("pull_request.opened"))
+        self.assertEqual(before.status, 202, before.body)
+        relay.write_allowlist(self.bomb())
+        relay.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 5
+        ready = None
+        while time.monotonic() < deadline:
+            ready = relay.get("/readyz")
+            if json.loads(ready.body).get("allowlist_error"):
+                break
+            time.sleep(0.1)
+        body = json.loads(ready.body)
+        self.assertIn("alias", (body.get("allowlist_error") or "").lower(), body)
+        self.assertEqual(ready.status, 200, "the previous allowlist must stay in force")
+        after = relay.webhook("pull_request", R.load_example("pull_request.synchronize"))
+        self.assertEqual(after.status, 202, after.body)
+        self.assertEqual(sorted(after.json()["queued"]), sorted(before.json()["queued"]))
+        self.assertAlive(relay)
+
+
+# ------------------------------------------------------------------------------ bad UTF-8
+
+
+class BadUtf8Test(RelayMixin, unittest.TestCase):
+    CASES = {
+        "invalid byte 0xff": b"\xff",
+        "overlong '/'": b"\xc0\xaf",
+        "encoded surrogate": b"\xed\xa0\x80",
+        "truncated sequence": b"\xe2\x82",
+        "beyond U+10FFFF": b"\xf4\x90\x80\x80",
+        "lone surrogate escape": b"\\ud800",
+    }
+
+    def test_signed_body_with_invalid_utf8_is_400_and_not_stored(self):
+        relay = self.start_relay()
+        good = R.load_example("pull_request.opened")
+        marker = b'"title":"'
+        self.assertIn(marker, good)
+        for name, bad in self.CASES.items():
+            with self.subTest(case=name):
+                body = good.replace(marker, marker + bad, 1)
+                r = relay.webhook("pull_request", body)
+                self.assertJsonStatus(r, 400)
+        rc, out, err = relay.cli(["deliveries", "list", "--format", "json"])
+        self.assertEqual((rc, json.loads(out)), (0, []))
+        self.assertAlive(relay)
+
+
+if __name__ == "__main__":
+    unittest.main()

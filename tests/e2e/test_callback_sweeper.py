@@ -1,0 +1,193 @@
+"""End-to-end zombie sweeper: runs left in_progress become completed/timed_out.
+
+The relay runs with ZOMBIE_TIMEOUT_SECONDS=2 and CRCR_SWEEP_SECONDS=1, so a run whose
+in_progress callback is older than 2 s is timed out at the next sweep (within about 3 s). Covered:
+upstream reference §3.9 (cleanup handler) 1, 2, 4-7, 9, 10 and §3.13 STATE-05 (in_progress only ->
+shown as running until the sweeper times it out), black-box through the fake HUD, the fake GitHub
+and the state machine's answers; labelled L3 zombies (label on the PR, or sha marked by a labeled
+event) get a timed_out check run; two instances sharing one store time each zombie out once.
+Not reproducible black-box: §3.9 3 (an in_progress timestamp in the future) and 8 (the state
+write raising).
+
+Divergence from upstream, on purpose: upstream keeps a zombie in its tracker when the HUD forward
+fails and retries the whole timeout at the next sweep; crcr commits the timeout once and retries
+the HUD forward from the outbox (test_3_9_7).
+Harness: test_callback.py. Needs CRCR_BIN; see tests/support/README.md.
+"""
+
+import time
+import unittest
+
+import relay as R
+from test_callback import (ALLOWLIST, ISO_Z, L2, L3, L3B, L4, UPSTREAM, CallbackMixin,
+                           new_run_id, wait_until)
+from test_callback_checks import labeled_event
+
+ZOMBIE_S = 2
+SWEEP_TIMEOUT = 10.0  # generous: timeout 2 s + one sweep period 1 s + outbox
+
+
+class SweeperTest(CallbackMixin, unittest.TestCase):
+    STACK_ENV = {"ZOMBIE_TIMEOUT_SECONDS": str(ZOMBIE_S), "CRCR_SWEEP_SECONDS": "1"}
+
+    def timed_out(self, delivery, repo=None, n=1):
+        """Waits for `n` timed_out HUD forwards of `delivery`; returns them."""
+        def got():
+            x = [b for b in self.hud_for(delivery, repo)
+                 if b["untrusted"]["callback_payload"]["workflow"].get("conclusion") ==
+                 "timed_out"]
+            return x if len(x) >= n else None
+        out = wait_until(got, SWEEP_TIMEOUT)
+        self.assertTrue(out, "no timed_out forward for %s%s" % (delivery, self.diag()))
+        return out
+
+    def test_3_9_1_and_state_05_in_progress_only_times_out_with_the_stored_payload(self):
+        pr = self.open_pr(repos=[L2])
+        run = new_run_id()
+        body = self.body(pr.cp(L2), "in_progress", run_id=run, job_name="my-job",
+                         check_run_id="cr-456")
+        t0 = time.time()
+        self.assertOk(self.post_callback(L2, body), "in_progress")
+        (fwd,) = self.timed_out(pr.delivery)
+        waited = time.time() - t0
+        self.assertEqual(fwd["trusted"]["verified_repo"], L2)
+        self.assertEqual(fwd["trusted"]["downstream_repo_level"], "L2")
+        self.assertIsNone(fwd["trusted"]["ci_metrics"]["queue_time"])
+        self.assertGreaterEqual(fwd["trusted"]["ci_metrics"]["execution_time"], ZOMBIE_S)
+        self.assertLessEqual(fwd["trusted"]["ci_metrics"]["execution_time"], waited + 1)
+        cp = fwd["untrusted"]["callback_payload"]
+        wf = cp.pop("workflow")
+        self.assertEqual((wf.pop("status"), wf.pop("conclusion")), ("completed", "timed_out"))
+        self.assertRegex(wf.pop("completed_at"), ISO_Z)
+        want_wf = dict(body["workflow"])
+        for k in ("status", "conclusion", "completed_at"):
+            want_wf.pop(k)
+        self.assertEqual(wf, want_wf)  # name CI, job my-job, check_run_id cr-456, ids as strings
+        self.assertEqual(wf["run_id"], str(run))
+        self.assertEqual(wf["run_attempt"], "1")
+        body.pop("workflow")
+        self.assertEqual(cp, body)  # delivery_id, event_type, PR number, repository preserved
+        self.assertEqual(cp["payload"]["repository"]["full_name"], UPSTREAM)
+        # STATE-05: the run is now completed; the late completed and a repeated in_progress are
+        # invalid transitions (the downstream learns its run was timed out).
+        r = self.cb(L2, pr, "completed", run_id=run, job_name="my-job")
+        self.assertDetail(r, 400, contains="invalid state transition")
+        self.assertIn("timed_out", r.json()["detail"])
+        self.assertDetail(self.cb(L2, pr, "in_progress", run_id=run, job_name="my-job"), 400,
+                          contains="invalid state transition")
+        self.settle()
+        self.assertEqual(len(self.hud_for(pr.delivery)), 2, "timed out more than once")
+
+    def test_3_9_2_push_run_without_pull_request_times_out(self):
+        pr = self.push(repos=[L2])
+        self.assertOk(self.cb(L2, pr, "in_progress", job_name="push-job"), "in_progress")
+        (fwd,) = self.timed_out(pr.delivery)
+        self.assertIsNotNone(fwd["trusted"]["ci_metrics"]["execution_time"])
+        self.assertEqual(fwd["untrusted"]["callback_payload"]["event_type"], "push")
+
+    def test_3_9_4_finished_runs_are_never_swept(self):
+        pr = self.open_pr(repos=[L4])
+        self.progress(L4, pr, job_name="quick")
+        time.sleep(ZOMBIE_S + 1.5)
+        self.settle()
+        fwd = self.hud_for(pr.delivery)
+        self.assertEqual([b["untrusted"]["callback_payload"]["workflow"]["conclusion"]
+                          for b in fwd], [None, "success"])
+        self.assertEqual([c["conclusion"] for c in self.checks_for(pr.sha, L4)],
+                         [None, "success"])
+
+    def test_3_9_5_6_each_zombie_job_is_timed_out_once(self):
+        pr = self.open_pr(repos=[L2])
+        run = new_run_id()
+        jobs = ["z-a", "z-b", "z-c"]
+        for job in jobs:
+            self.assertOk(self.cb(L2, pr, "in_progress", run_id=run, job_name=job),
+                          "in_progress")
+        fwd = self.timed_out(pr.delivery, n=3)
+        time.sleep(1.5)  # one more sweep: nothing is timed out twice
+        self.settle()
+        fwd = [b for b in self.hud_for(pr.delivery)
+               if b["untrusted"]["callback_payload"]["workflow"]["conclusion"] == "timed_out"]
+        self.assertEqual(sorted(b["untrusted"]["callback_payload"]["workflow"]["job_name"]
+                                for b in fwd), jobs)
+        for job in jobs:
+            self.assertDetail(self.cb(L2, pr, "completed", run_id=run, job_name=job), 400)
+
+    def test_3_9_7_hud_failure_is_retried_from_the_outbox(self):
+        pr = self.open_pr(repos=[L2])
+        self.assertOk(self.cb(L2, pr, "in_progress", job_name="hud-down"), "in_progress")
+        self.wait_hud(pr.delivery, 1)
+        self.s.hud.fail(500, count=2, match=pr.delivery)
+        self.timed_out(pr.delivery)
+        rows = [r for r in self.outbox(pr.delivery, "hud_forward") if r["attempts"] > 1]
+        self.assertEqual([(r["state"], r["attempts"]) for r in rows], [("sent", 3)])
+
+    def test_3_9_9_l4_zombie_gets_a_timed_out_check_run(self):
+        pr = self.open_pr(repos=[L4])
+        run = new_run_id()
+        self.assertOk(self.cb(L4, pr, "in_progress", run_id=run, job_name="l4-zombie"),
+                      "in_progress")
+        checks = self.wait_checks(pr.sha, 2, L4, timeout=SWEEP_TIMEOUT)
+        self.assertEqual([(c["status"], c["conclusion"]) for c in checks],
+                         [("in_progress", None), ("completed", "timed_out")])
+        c = checks[1]
+        self.assertEqual((c["name"], c["head_sha"], c["external_id"], c["output"]["title"],
+                          c["details_url"]),
+                         ("crcr/%s/CI/l4-zombie" % L4, pr.sha, "%d:%d" % (run, pr.number),
+                          "Timed_out", "https://github.com/%s/actions/runs/%d" % (L4, run)))
+
+    def test_3_9_10_l2_and_unlabelled_l3_zombies_get_no_check_run(self):
+        pr = self.open_pr(repos=[L2, L3])
+        self.assertOk(self.cb(L2, pr, "in_progress", job_name="l2-zombie"), "in_progress")
+        self.assertOk(self.cb(L3, pr, "in_progress", job_name="l3-zombie"), "in_progress")
+        self.timed_out(pr.delivery, L2)
+        self.timed_out(pr.delivery, L3)
+        self.settle()
+        self.assertEqual(self.checks_for(pr.sha), [])
+
+    def test_l3_zombie_of_a_pr_carrying_the_label_gets_a_timed_out_check_run(self):
+        # Upstream §2.6.7 finalises the check run when needs_check_run(repo, labels of the
+        # stored payload) OR the wanted mark holds. Here the label is on the PR (no labeled
+        # event, so no mark): the in_progress got its check run, the timeout must too, or the
+        # PR shows the job running forever.
+        pr = self.open_pr(labels=["ciflow/crcr/dev"], repos=[L3B])
+        self.assertOk(self.cb(L3B, pr, "in_progress", job_name="l3-zombie"), "in_progress")
+        self.timed_out(pr.delivery)
+        checks = self.wait_checks(pr.sha, 2, L3B, timeout=3.0)
+        self.assertEqual([(c["status"], c["conclusion"]) for c in checks],
+                         [("in_progress", None), ("completed", "timed_out")])
+
+    def test_l3_zombie_of_a_sha_marked_by_a_label_event_gets_a_timed_out_check_run(self):
+        pr = self.open_pr(repos=[L3])
+        self.assertEqual(self.webhook("pull_request", labeled_event(pr, "ciflow/crcr/dev")).status,
+                         200)
+        self.assertOk(self.cb(L3, pr, "in_progress", job_name="l3-marked"), "in_progress")
+        checks = self.wait_checks(pr.sha, 2, L3, timeout=SWEEP_TIMEOUT)
+        self.assertEqual([(c["status"], c["conclusion"]) for c in checks],
+                         [("in_progress", None), ("completed", "timed_out")])
+
+    def test_two_instances_on_one_store_time_each_zombie_out_once(self):
+        # Issue 4 item 4: one sweeper leader among instances sharing a store (store lease).
+        env = dict(self.s.relay.extra_env, CRCR_STORE="sqlite:" + self.s.relay.db_path)
+        second = R.Relay(env=env, allowlist=ALLOWLIST)
+        self.addCleanup(second.close)
+        second.start()
+        pr = self.open_pr(repos=[L4])
+        jobs = ["pair-%d" % i for i in range(5)]
+        for job in jobs:
+            self.assertOk(self.cb(L4, pr, "in_progress", job_name=job), "in_progress")
+        self.timed_out(pr.delivery, n=5)
+        time.sleep(1.5)  # both instances swept at least once more
+        self.settle()
+        timed_out = [c["name"] for c in self.checks_for(pr.sha, L4)
+                     if c["conclusion"] == "timed_out"]
+        self.assertEqual(sorted(timed_out), ["crcr/%s/CI/%s" % (L4, j) for j in jobs])
+        self.assertEqual(len(self.hud_for(pr.delivery)), 10)
+        lines = [line for text in (self.s.relay.log_text(), second.log_text())
+                 for line in text.splitlines()
+                 if "event=sweeper.timed_out" in line and pr.delivery in line]
+        self.assertEqual(len(lines), 5, "\n".join(lines))
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,464 @@
+/*
+ * test_callback.c - callback body validation (callback_parse, callback.h step 6): the upstream
+ * relay's required fields and messages ("callback body missing required field: ..."), crcr's
+ * stricter numeric run ids (a 400 where upstream crashes into a 500), the run_attempt default,
+ * the named limits, and where the head sha and labels are read from.
+ *
+ * Bodies are built from the callback action's real shape (upstream reference §2.8 and the unit
+ * fixtures of §3: delivery del-123, PR 42, head sha abc123, run 99999), changing one field per
+ * case.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "callback.h"
+#include "json.h"
+#include "limits.h"
+
+/* What the crcr callback action posts for a pull_request job that has started. */
+static const char pr_body[] =
+    "{\"event_type\":\"pull_request\",\"delivery_id\":\"del-123\","
+    "\"payload\":{\"action\":\"opened\",\"number\":42,"
+    "\"pull_request\":{\"number\":42,\"head\":{\"sha\":\"abc123\",\"ref\":\"feature\"},"
+    "\"labels\":[{\"name\":\"ciflow/crcr/device1\"},{\"name\":\"other\"}]},"
+    "\"repository\":{\"full_name\":\"pytorch/pytorch\"}},"
+    "\"workflow\":{\"schema_version\":\"1\",\"status\":\"in_progress\",\"conclusion\":null,"
+    "\"name\":\"CI\",\"url\":\"https://github.com/org/repo/actions/runs/99999\","
+    "\"run_id\":\"99999\",\"run_attempt\":\"1\",\"job_name\":\"build\",\"check_run_id\":\"456\","
+    "\"started_at\":\"2026-08-30T10:00:00Z\",\"completed_at\":null},"
+    "\"callback_token\":\"v1.tok\"}";
+
+/* The nightly self-report of upstream reference §3 (nightly cases 23-30). */
+static const char nightly_body[] =
+    "{\"event_type\":\"nightly\",\"delivery_id\":\"abc123def456\",\"payload\":{},"
+    "\"workflow\":{\"status\":\"completed\",\"conclusion\":\"success\","
+    "\"name\":\"CRCR Nightly CI\",\"url\":\"https://github.com/org/repo/actions/runs/12345\","
+    "\"run_id\":\"12345\",\"run_attempt\":\"1\",\"job_name\":\"nightly-build\","
+    "\"check_run_id\":\"67890\"}}";
+
+typedef struct fixture {
+    jv *body;
+    cb_fields f;
+    char detail[256];
+} fixture;
+
+static jv *parse(const char *json)
+{
+    char err[160];
+    jv *doc = jv_parse(json, strlen(json), err, sizeof(err));
+    if (!doc)
+        fail_msg("test JSON does not parse: %s", err);
+    return doc;
+}
+
+static int setup(void **state)
+{
+    fixture *fx = calloc(1, sizeof(*fx));
+    if (!fx)
+        return -1;
+    fx->body = parse(pr_body);
+    *state = fx;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture *fx = *state;
+    jv_free(fx->body);
+    free(fx);
+    return 0;
+}
+
+static jv *wf(fixture *fx)
+{
+    return jv_get(fx->body, "workflow");
+}
+
+/* Sets or (val == NULL) deletes obj[key]; jv_set steals `val`. */
+static void put(jv *obj, const char *key, jv *val)
+{
+    assert_true(jv_is_obj(obj));
+    if (val)
+        assert_int_equal(jv_set(obj, key, val), CRCR_OK);
+    else
+        assert_int_equal(jv_del(obj, key), CRCR_OK);
+}
+
+static bool run(fixture *fx)
+{
+    memset(fx->detail, 0, sizeof(fx->detail));
+    return callback_parse(fx->body, &fx->f, fx->detail, sizeof(fx->detail));
+}
+
+/* Asserts that the body is refused with exactly `want`. */
+static void assert_refused(fixture *fx, const char *want)
+{
+    if (run(fx))
+        fail_msg("accepted; expected \"%s\"", want);
+    assert_string_equal(fx->detail, want);
+}
+
+/* A string of `n` copies of `c` (caller frees). */
+static char *repeat(char c, size_t n)
+{
+    char *s = malloc(n + 1);
+    assert_non_null(s);
+    memset(s, c, n);
+    s[n] = '\0';
+    return s;
+}
+
+/* ---- the accepted shapes ----------------------------------------------------------------- */
+
+static void test_pull_request_body_fields_are_read(void **state)
+{
+    fixture *fx = *state;
+    assert_true(run(fx));
+    cb_fields *f = &fx->f;
+    assert_string_equal(f->event_type, "pull_request");
+    assert_string_equal(f->delivery_id, "del-123");
+    assert_string_equal(f->status, "in_progress");
+    assert_null(f->conclusion);
+    assert_string_equal(f->workflow_name, "CI");
+    assert_string_equal(f->job_name, "build");
+    assert_int_equal(f->run_id, 99999);
+    assert_int_equal(f->run_attempt, 1);
+    assert_int_equal(f->pr_number, 42);
+    assert_string_equal(f->head_sha, "abc123");
+    assert_string_equal(f->token, "v1.tok");
+    assert_null(f->artifact_url);
+    /* No test_results: the counters read "unknown". */
+    assert_int_equal(f->passed, -1);
+    assert_int_equal(f->failed, -1);
+    assert_int_equal(f->skipped, -1);
+}
+
+static void test_run_id_accepted_as_integer_and_as_numeric_string(void **state)
+{
+    fixture *fx = *state;
+    put(wf(fx), "run_id", jv_new_int(12345678901LL)); /* run ids pass 2^32 */
+    assert_true(run(fx));
+    assert_int_equal(fx->f.run_id, 12345678901LL);
+
+    put(wf(fx), "run_id", jv_new_str("12345678901"));
+    assert_true(run(fx));
+    assert_int_equal(fx->f.run_id, 12345678901LL);
+
+    put(wf(fx), "run_id", jv_new_str("999999999999999999")); /* 18 digits: the largest form */
+    assert_true(run(fx));
+    assert_int_equal(fx->f.run_id, 999999999999999999LL);
+}
+
+static void test_non_numeric_run_id_is_a_400_not_a_crash(void **state)
+{
+    fixture *fx = *state;
+    /* Upstream raises ValueError here and answers 500; crcr answers 400. */
+    static const char *const bad[] = {
+        "abc", "12a", "", " 1", "1.0", "-5", "0", "+5", "1e3", "0x10", "1234567890123456789"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        put(wf(fx), "run_id", jv_new_str(bad[i]));
+        assert_refused(fx, "workflow.run_id must be a positive integer");
+    }
+    put(wf(fx), "run_id", jv_new_int(-1));
+    assert_refused(fx, "workflow.run_id must be a positive integer");
+    put(wf(fx), "run_id", jv_new_real(1.5));
+    assert_refused(fx, "workflow.run_id must be a positive integer");
+    put(wf(fx), "run_id", jv_new_bool(true));
+    assert_refused(fx, "workflow.run_id must be a positive integer");
+}
+
+static void test_run_attempt_defaults_to_one(void **state)
+{
+    fixture *fx = *state;
+    put(wf(fx), "run_attempt", NULL);
+    assert_true(run(fx));
+    assert_int_equal(fx->f.run_attempt, 1);
+
+    put(wf(fx), "run_attempt", jv_new_null());
+    assert_true(run(fx));
+    assert_int_equal(fx->f.run_attempt, 1);
+
+    put(wf(fx), "run_attempt", jv_new_str("3")); /* a re-run */
+    assert_true(run(fx));
+    assert_int_equal(fx->f.run_attempt, 3);
+
+    put(wf(fx), "run_attempt", jv_new_int(4));
+    assert_true(run(fx));
+    assert_int_equal(fx->f.run_attempt, 4);
+}
+
+static void test_bad_run_attempt_is_refused(void **state)
+{
+    fixture *fx = *state;
+    static const char *const bad[] = {"x", "0", "", "-1"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        put(wf(fx), "run_attempt", jv_new_str(bad[i]));
+        assert_refused(fx, "workflow.run_attempt must be a positive integer");
+    }
+    put(wf(fx), "run_attempt", jv_new_int(0));
+    assert_refused(fx, "workflow.run_attempt must be a positive integer");
+}
+
+static void test_completed_keeps_conclusion_and_test_results(void **state)
+{
+    fixture *fx = *state;
+    put(wf(fx), "status", jv_new_str("completed"));
+    put(wf(fx), "conclusion", jv_new_str("failure"));
+    put(wf(fx), "artifact_url", jv_new_str("https://example.com/logs.zip"));
+    jv *tr = jv_new_obj();
+    put(tr, "passed", jv_new_int(10));
+    put(tr, "failed", jv_new_str("2")); /* the action may send numbers as strings */
+    put(tr, "skipped", jv_new_int(0));
+    put(wf(fx), "test_results", tr);
+    assert_true(run(fx));
+    assert_string_equal(fx->f.status, "completed");
+    assert_string_equal(fx->f.conclusion, "failure");
+    assert_string_equal(fx->f.artifact_url, "https://example.com/logs.zip");
+    assert_int_equal(fx->f.passed, 10);
+    assert_int_equal(fx->f.failed, 2);
+    assert_int_equal(fx->f.skipped, 0);
+}
+
+static void test_in_progress_drops_a_conclusion(void **state)
+{
+    fixture *fx = *state;
+    put(wf(fx), "conclusion", jv_new_str("success"));
+    assert_true(run(fx));
+    assert_null(fx->f.conclusion);
+}
+
+static void test_nightly_body_is_accepted(void **state)
+{
+    fixture *fx = *state;
+    jv_free(fx->body);
+    fx->body = parse(nightly_body);
+    assert_true(run(fx));
+    assert_string_equal(fx->f.event_type, "nightly");
+    assert_string_equal(fx->f.delivery_id, "abc123def456");
+    assert_string_equal(fx->f.status, "completed");
+    assert_string_equal(fx->f.conclusion, "success");
+    assert_string_equal(fx->f.workflow_name, "CRCR Nightly CI");
+    assert_string_equal(fx->f.job_name, "nightly-build");
+    assert_int_equal(fx->f.run_id, 12345);
+    assert_int_equal(fx->f.run_attempt, 1);
+    /* payload {}: no PR, no sha, no labels, no token. */
+    assert_int_equal(fx->f.pr_number, 0);
+    assert_null(fx->f.head_sha);
+    assert_null(fx->f.labels);
+    assert_null(fx->f.token);
+}
+
+/* ---- required fields, with the upstream message --------------------------------------- */
+
+static void test_missing_required_fields_name_the_field(void **state)
+{
+    fixture *fx = *state;
+    static const struct {
+        const char *parent, *key, *detail;
+    } cases[] = {
+        {NULL, "delivery_id", "callback body missing required field: 'delivery_id'"},
+        {NULL, "workflow", "callback body missing required field: 'workflow'"},
+        {"workflow", "status", "callback body missing required field: 'workflow.status'"},
+        {"workflow", "run_id", "callback body missing required field: 'workflow.run_id'"},
+        {"workflow", "name", "callback body missing required field: 'workflow.name'"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        jv_free(fx->body);
+        fx->body = parse(pr_body);
+        put(cases[i].parent ? wf(fx) : fx->body, cases[i].key, NULL);
+        assert_refused(fx, cases[i].detail);
+    }
+}
+
+static void test_null_or_wrong_type_required_fields_count_as_missing(void **state)
+{
+    fixture *fx = *state;
+    put(fx->body, "delivery_id", jv_new_str(""));
+    assert_refused(fx, "callback body missing required field: 'delivery_id'");
+    put(fx->body, "delivery_id", jv_new_int(5));
+    assert_refused(fx, "callback body missing required field: 'delivery_id'");
+    put(fx->body, "delivery_id", jv_new_str("del-123"));
+
+    put(wf(fx), "run_id", jv_new_null());
+    assert_refused(fx, "callback body missing required field: 'workflow.run_id'");
+    put(wf(fx), "run_id", jv_new_str("99999"));
+
+    put(wf(fx), "status", jv_new_int(1));
+    assert_refused(fx, "callback body missing required field: 'workflow.status'");
+    put(wf(fx), "status", jv_new_str("in_progress"));
+
+    put(fx->body, "workflow", jv_new_str("CI"));
+    assert_refused(fx, "callback body missing required field: 'workflow'");
+}
+
+static void test_unknown_status_is_refused_with_upstream_message(void **state)
+{
+    fixture *fx = *state;
+    put(wf(fx), "status", jv_new_str("queued"));
+    assert_refused(fx, "unknown callback status: 'queued'");
+    put(wf(fx), "status", jv_new_str("Completed"));
+    assert_refused(fx, "unknown callback status: 'Completed'");
+}
+
+static void test_long_unknown_status_is_cut_in_the_message(void **state)
+{
+    fixture *fx = *state;
+    char *status = repeat('s', 5000);
+    put(wf(fx), "status", jv_new_str(status));
+    assert_false(run(fx));
+    assert_true(strncmp(fx->detail, "unknown callback status: 'sss", 29) == 0);
+    assert_true(strlen(fx->detail) < 100);
+    free(status);
+}
+
+/* ---- limits ------------------------------------------------------------------------------ */
+
+static void test_job_name_longer_than_limit_is_refused(void **state)
+{
+    fixture *fx = *state;
+    char *name = repeat('j', CRCR_JOB_NAME_MAX);
+    put(wf(fx), "job_name", jv_new_str(name));
+    assert_true(run(fx)); /* exactly the limit */
+    assert_int_equal(strlen(fx->f.job_name), CRCR_JOB_NAME_MAX);
+    free(name);
+
+    name = repeat('j', CRCR_JOB_NAME_MAX + 1);
+    put(wf(fx), "job_name", jv_new_str(name));
+    char want[80];
+    snprintf(want, sizeof(want), "workflow.job_name longer than %u bytes", CRCR_JOB_NAME_MAX);
+    assert_refused(fx, want);
+    free(name);
+}
+
+static void test_job_name_is_optional_but_must_be_a_string(void **state)
+{
+    fixture *fx = *state;
+    put(wf(fx), "job_name", NULL);
+    assert_true(run(fx));
+    assert_null(fx->f.job_name);
+    put(wf(fx), "job_name", jv_new_null());
+    assert_true(run(fx));
+    assert_null(fx->f.job_name);
+    put(wf(fx), "job_name", jv_new_int(7));
+    assert_refused(fx, "workflow.job_name must be a string");
+}
+
+static void test_delivery_id_longer_than_limit_is_refused(void **state)
+{
+    fixture *fx = *state;
+    char *id = repeat('d', CRCR_DELIVERY_ID_MAX - 1);
+    put(fx->body, "delivery_id", jv_new_str(id));
+    assert_true(run(fx));
+    free(id);
+    id = repeat('d', CRCR_DELIVERY_ID_MAX);
+    put(fx->body, "delivery_id", jv_new_str(id));
+    assert_refused(fx, "delivery_id too long");
+    free(id);
+}
+
+static void test_detail_is_cut_safely_in_a_small_buffer(void **state)
+{
+    fixture *fx = *state;
+    put(fx->body, "delivery_id", NULL);
+    char small[12];
+    memset(small, 'x', sizeof(small));
+    assert_false(callback_parse(fx->body, &fx->f, small, sizeof(small)));
+    assert_string_equal(small, "callback bo");
+}
+
+/* ---- head sha, PR number and labels ------------------------------------------------------ */
+
+static void test_head_sha_from_pull_request_head(void **state)
+{
+    fixture *fx = *state;
+    /* A push-shaped "after" next to a PR must not win over pull_request.head.sha. */
+    put(jv_get(fx->body, "payload"), "after", jv_new_str("ffff"));
+    assert_true(run(fx));
+    assert_string_equal(fx->f.head_sha, "abc123");
+    assert_int_equal(fx->f.pr_number, 42);
+}
+
+static void test_head_sha_from_push_after(void **state)
+{
+    fixture *fx = *state;
+    jv *payload = jv_new_obj();
+    put(payload, "ref", jv_new_str("refs/heads/main"));
+    put(payload, "after", jv_new_str("0123456789abcdef0123456789abcdef01234567"));
+    put(fx->body, "payload", payload);
+    assert_true(run(fx));
+    assert_string_equal(fx->f.head_sha, "0123456789abcdef0123456789abcdef01234567");
+    assert_int_equal(fx->f.pr_number, 0);
+    assert_null(fx->f.labels);
+}
+
+static void test_overlong_head_sha_is_dropped(void **state)
+{
+    fixture *fx = *state;
+    char *sha = repeat('a', CRCR_SHA_MAX);
+    put(jv_path(fx->body, "payload.pull_request.head"), "sha", jv_new_str(sha));
+    assert_true(run(fx));
+    assert_null(fx->f.head_sha);
+    free(sha);
+    sha = repeat('a', CRCR_SHA_MAX - 1); /* a SHA-256 commit id fits */
+    put(jv_path(fx->body, "payload.pull_request.head"), "sha", jv_new_str(sha));
+    assert_true(run(fx));
+    assert_string_equal(fx->f.head_sha, sha);
+    free(sha);
+}
+
+static void test_labels_point_into_the_body(void **state)
+{
+    fixture *fx = *state;
+    assert_true(run(fx));
+    assert_ptr_equal(fx->f.labels, jv_path(fx->body, "payload.pull_request.labels"));
+    assert_int_equal(jv_arr_len(fx->f.labels), 2);
+    assert_string_equal(jv_path_str(jv_arr_at(fx->f.labels, 0), "name"), "ciflow/crcr/device1");
+    /* Strings are borrowed too: no copies to free. */
+    assert_ptr_equal(fx->f.delivery_id, jv_path_str(fx->body, "delivery_id"));
+    assert_ptr_equal(fx->f.job_name, jv_path_str(fx->body, "workflow.job_name"));
+}
+
+static void test_pr_number_accepted_as_string(void **state)
+{
+    fixture *fx = *state;
+    put(jv_path(fx->body, "payload.pull_request"), "number", jv_new_str("77"));
+    assert_true(run(fx));
+    assert_int_equal(fx->f.pr_number, 77);
+}
+
+#define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        T(test_pull_request_body_fields_are_read),
+        T(test_run_id_accepted_as_integer_and_as_numeric_string),
+        T(test_non_numeric_run_id_is_a_400_not_a_crash),
+        T(test_run_attempt_defaults_to_one),
+        T(test_bad_run_attempt_is_refused),
+        T(test_completed_keeps_conclusion_and_test_results),
+        T(test_in_progress_drops_a_conclusion),
+        T(test_nightly_body_is_accepted),
+        T(test_missing_required_fields_name_the_field),
+        T(test_null_or_wrong_type_required_fields_count_as_missing),
+        T(test_unknown_status_is_refused_with_upstream_message),
+        T(test_long_unknown_status_is_cut_in_the_message),
+        T(test_job_name_longer_than_limit_is_refused),
+        T(test_job_name_is_optional_but_must_be_a_string),
+        T(test_delivery_id_longer_than_limit_is_refused),
+        T(test_detail_is_cut_safely_in_a_small_buffer),
+        T(test_head_sha_from_pull_request_head),
+        T(test_head_sha_from_push_after),
+        T(test_overlong_head_sha_is_dropped),
+        T(test_labels_point_into_the_body),
+        T(test_pr_number_accepted_as_string),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,1420 @@
+/*
+ * One conformance suite for every store backend: the same tests run against SQLite always and
+ * against PostgreSQL when CRCR_TEST_PG_URI is set (e.g. from scripts/pg-test-cluster.sh start).
+ *
+ * PostgreSQL runs happen in a private schema (crcr_conf_<pid>, selected with search_path in the
+ * URI) that is dropped and re-created before each test, so a shared test database is never
+ * touched outside it. Times are explicit arguments, so nothing sleeps except the wake-up test.
+ * Worker threads never assert (cmocka is not thread-safe); they record, the test thread checks.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <libpq-fe.h>
+#include <pthread.h>
+#include <sqlite3.h>
+
+#include "clock.h"
+#include "log.h"
+#include "store.h"
+#include "store_impl.h"
+
+#define THREADS 8
+
+/* ---- backends ---- */
+
+static bool g_pg;           /* the group being run */
+static char g_uri[2048];    /* what store_open gets */
+static char g_sqlite[256];  /* SQLite file of the current test */
+static char g_schema[64];   /* PostgreSQL schema of this process */
+static char g_app_name[64]; /* application_name of the store's PostgreSQL connections */
+
+static void quiet(void *arg, const char *msg)
+{
+    (void)arg;
+    (void)msg; /* "drop cascades to ..." */
+}
+
+/* Runs SQL on the backend outside the store (test set-up and inspection only). Returns the
+ * first column of the first row as an integer, or -1 when there is no row. */
+static int64_t raw(const char *sql)
+{
+    int64_t v = -1;
+    if (g_pg) {
+        PGconn *c = PQconnectdb(g_uri);
+        if (PQstatus(c) != CONNECTION_OK)
+            fail_msg("raw connect: %s", PQerrorMessage(c));
+        PQsetNoticeProcessor(c, quiet, NULL);
+        PGresult *r = PQexec(c, sql);
+        ExecStatusType t = PQresultStatus(r);
+        if (t != PGRES_COMMAND_OK && t != PGRES_TUPLES_OK)
+            fail_msg("raw '%s': %s", sql, PQresultErrorMessage(r));
+        if (t == PGRES_TUPLES_OK && PQntuples(r) > 0 && !PQgetisnull(r, 0, 0))
+            v = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+        PQclear(r);
+        PQfinish(c);
+        return v;
+    }
+    sqlite3 *db = NULL;
+    if (sqlite3_open(g_sqlite, &db) != SQLITE_OK)
+        fail_msg("raw open: %s", sqlite3_errmsg(db));
+    sqlite3_busy_timeout(db, 5000);
+    sqlite3_stmt *q = NULL;
+    if (sqlite3_prepare_v2(db, sql, -1, &q, NULL) != SQLITE_OK)
+        fail_msg("raw '%s': %s", sql, sqlite3_errmsg(db));
+    int rc = sqlite3_step(q);
+    if (rc == SQLITE_ROW && sqlite3_column_type(q, 0) != SQLITE_NULL)
+        v = sqlite3_column_int64(q, 0);
+    else if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        fail_msg("raw '%s': %s", sql, sqlite3_errmsg(db));
+    sqlite3_finalize(q);
+    sqlite3_close(db);
+    return v;
+}
+
+static store *open_store(void)
+{
+    store *st = NULL;
+    char err[512] = "";
+    crcr_err e = store_open(g_uri, &st, err, sizeof(err));
+    if (e != CRCR_OK)
+        fail_msg("store_open(%s): %s (%s)", g_pg ? "postgresql" : "sqlite", crcr_strerror(e), err);
+    return st;
+}
+
+static int setup(void **state)
+{
+    if (g_pg) {
+        char sql[256];
+        snprintf(sql, sizeof(sql), "DROP SCHEMA IF EXISTS %s CASCADE; CREATE SCHEMA %s", g_schema,
+                 g_schema);
+        raw(sql);
+    } else {
+        const char *suffix[] = {"", "-wal", "-shm"};
+        for (int i = 0; i < 3; i++) {
+            char p[300];
+            snprintf(p, sizeof(p), "%s%s", g_sqlite, suffix[i]);
+            unlink(p);
+        }
+    }
+    *state = open_store();
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    store_close(*state);
+    return 0;
+}
+
+static int group_sqlite(void **state)
+{
+    g_pg = false;
+    snprintf(g_sqlite, sizeof(g_sqlite), "/tmp/crcr-conformance-%ld.db", (long)getpid());
+    snprintf(g_uri, sizeof(g_uri), "sqlite:%s", g_sqlite);
+    return 0;
+}
+
+static int group_sqlite_done(void **state)
+{
+    const char *suffix[] = {"", "-wal", "-shm"};
+    for (int i = 0; i < 3; i++) {
+        char p[300];
+        snprintf(p, sizeof(p), "%s%s", g_sqlite, suffix[i]);
+        unlink(p);
+    }
+    return 0;
+}
+
+static int group_pg(void **state)
+{
+    const char *base = getenv("CRCR_TEST_PG_URI");
+    g_pg = true;
+    snprintf(g_schema, sizeof(g_schema), "crcr_conf_%ld", (long)getpid());
+    snprintf(g_app_name, sizeof(g_app_name), "crcr_conf_%ld", (long)getpid());
+    /* The URI's own options win over crcr's defaults: a private schema and a name to find the
+     * store's connections by. */
+    snprintf(g_uri, sizeof(g_uri), "%s%soptions=-csearch_path%%3D%s&application_name=%s", base,
+             strchr(base, '?') ? "&" : "?", g_schema, g_app_name);
+    return 0;
+}
+
+static int group_pg_done(void **state)
+{
+    char sql[128];
+    snprintf(sql, sizeof(sql), "DROP SCHEMA IF EXISTS %s CASCADE", g_schema);
+    raw(sql);
+    return 0;
+}
+
+/* ---- helpers ---- */
+
+static crcr_err ingest_full(store *st, const char *id, int64_t at, const char *const *targets,
+                            size_t n, const char *payload, size_t payload_len)
+{
+    store_new_job jobs[16];
+    for (size_t i = 0; i < n; i++)
+        jobs[i] = (store_new_job){.kind = "dispatch", .target = targets[i], .due_at = at};
+    store_delivery d = {.delivery_id = id,
+                        .event = "pull_request",
+                        .action = "opened",
+                        .upstream_repo = "pytorch/pytorch",
+                        .pr_number = 42,
+                        .head_sha = "sha42",
+                        .ref = "refs/heads/x",
+                        .received_at = at,
+                        .payload = payload,
+                        .payload_len = payload_len,
+                        .status = "queued"};
+    return store_ingest(st, &d, jobs, n);
+}
+
+static crcr_err ingest(store *st, const char *id, int64_t at, const char *const *targets, size_t n)
+{
+    return ingest_full(st, id, at, targets, n, "{\"x\":1}", 7);
+}
+
+typedef struct jrow {
+    int64_t id, next_attempt_at, created_at, done_at;
+    char kind[32], target[160], state[16], error[300], note[128], body[512];
+    size_t body_len;
+    int attempts;
+    long last_status;
+} jrow;
+
+typedef struct dview {
+    bool found;
+    char delivery_id[128], event[32], action[32], upstream_repo[160], head_sha[64], ref[64],
+        status[16];
+    int64_t pr_number, received_at;
+    size_t payload_bytes;
+    char payload[1024];
+    size_t payload_len;
+    jrow jobs[64];
+    size_t n;
+} dview;
+
+static void copy_str(char *dst, size_t cap, const char *s)
+{
+    snprintf(dst, cap, "%s", s ? s : "(null)");
+}
+
+static void on_delivery(void *ctx, const store_delivery_row *r, const char *payload, size_t len)
+{
+    dview *v = ctx;
+    v->found = true;
+    copy_str(v->delivery_id, sizeof(v->delivery_id), r->delivery_id);
+    copy_str(v->event, sizeof(v->event), r->event);
+    copy_str(v->action, sizeof(v->action), r->action);
+    copy_str(v->upstream_repo, sizeof(v->upstream_repo), r->upstream_repo);
+    copy_str(v->head_sha, sizeof(v->head_sha), r->head_sha);
+    copy_str(v->ref, sizeof(v->ref), r->ref);
+    copy_str(v->status, sizeof(v->status), r->status);
+    v->pr_number = r->pr_number;
+    v->received_at = r->received_at;
+    v->payload_bytes = r->payload_bytes;
+    v->payload_len = len < sizeof(v->payload) ? len : sizeof(v->payload);
+    memcpy(v->payload, payload, v->payload_len);
+}
+
+static void on_job(void *ctx, const store_job_row *r)
+{
+    dview *v = ctx;
+    if (v->n >= 64)
+        return;
+    jrow *j = &v->jobs[v->n++];
+    j->id = r->id;
+    copy_str(j->kind, sizeof(j->kind), r->kind);
+    copy_str(j->target, sizeof(j->target), r->target);
+    copy_str(j->state, sizeof(j->state), r->state);
+    copy_str(j->error, sizeof(j->error), r->last_error);
+    copy_str(j->note, sizeof(j->note), r->note);
+    j->attempts = r->attempts;
+    j->last_status = r->last_status;
+    j->next_attempt_at = r->next_attempt_at;
+    j->created_at = r->created_at;
+    j->done_at = r->done_at;
+    j->body_len = r->body_len < sizeof(j->body) ? r->body_len : sizeof(j->body);
+    if (r->body_len)
+        memcpy(j->body, r->body, j->body_len);
+}
+
+/* Reads a delivery and its rows; asserts that it exists. */
+static dview *view(store *st, const char *id)
+{
+    dview *v = calloc(1, sizeof(*v));
+    assert_int_equal(store_get_delivery(st, id, on_delivery, on_job, v), CRCR_OK);
+    assert_true(v->found);
+    return v;
+}
+
+static size_t count_kind(const dview *v, const char *kind)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < v->n; i++)
+        n += strcmp(v->jobs[i].kind, kind) == 0;
+    return n;
+}
+
+typedef struct rrow {
+    char delivery_id[64], repo[160], job_name[64], state[16], conclusion[32], workflow[64],
+        event_type[32], details_url[128], artifact_url[128];
+    int64_t run_id, run_attempt, pr_number, dispatched_at, started_at, completed_at, queue_ms,
+        exec_ms, test_passed, test_failed, test_skipped;
+    int level;
+    size_t payload_len;
+} rrow;
+
+typedef struct rlist {
+    rrow r[64];
+    size_t n;
+} rlist;
+
+static void on_run(void *ctx, const store_run_row *r)
+{
+    rlist *l = ctx;
+    if (l->n >= 64)
+        return;
+    rrow *o = &l->r[l->n++];
+    copy_str(o->delivery_id, sizeof(o->delivery_id), r->delivery_id);
+    copy_str(o->repo, sizeof(o->repo), r->repo);
+    copy_str(o->job_name, sizeof(o->job_name), r->job_name);
+    copy_str(o->state, sizeof(o->state), r->state);
+    copy_str(o->conclusion, sizeof(o->conclusion), r->conclusion);
+    copy_str(o->workflow, sizeof(o->workflow), r->workflow_name);
+    copy_str(o->event_type, sizeof(o->event_type), r->event_type);
+    copy_str(o->details_url, sizeof(o->details_url), r->details_url);
+    copy_str(o->artifact_url, sizeof(o->artifact_url), r->artifact_url);
+    o->run_id = r->run_id;
+    o->run_attempt = r->run_attempt;
+    o->pr_number = r->pr_number;
+    o->level = r->level;
+    o->dispatched_at = r->dispatched_at;
+    o->started_at = r->started_at;
+    o->completed_at = r->completed_at;
+    o->queue_ms = r->queue_ms;
+    o->exec_ms = r->exec_ms;
+    o->test_passed = r->test_passed;
+    o->test_failed = r->test_failed;
+    o->test_skipped = r->test_skipped;
+    o->payload_len = r->payload_len;
+}
+
+static store_run_update upd(const char *delivery, const char *repo, int64_t run_id,
+                            const char *status, const char *conclusion, int64_t now)
+{
+    return (store_run_update){
+        .key = {.delivery_id = delivery,
+                .repo = repo,
+                .run_id = run_id,
+                .run_attempt = 1,
+                .job_name = "build"},
+        .status = status,
+        .conclusion = conclusion,
+        .event_type = "pull_request",
+        .level = 3,
+        .pr_number = 42,
+        .head_sha = "sha42",
+        .workflow_name = "ci",
+        .details_url = "https://example.test/run",
+        .test_passed = -1,
+        .test_failed = -1,
+        .test_skipped = -1,
+        .payload = "{\"status\":1}",
+        .payload_len = 12,
+        .now = now,
+    };
+}
+
+/* Effects: one check_run job; counts its calls. */
+typedef struct effects_ctx {
+    int calls;
+    store_run_result seen;
+} effects_ctx;
+
+static crcr_err one_check_run(void *vctx, const store_run_result *res, store_new_job *jobs,
+                              size_t max, size_t *n)
+{
+    effects_ctx *c = vctx;
+    c->calls++;
+    c->seen = *res;
+    *n = 0;
+    if (max < 1)
+        return CRCR_OK;
+    jobs[0] = (store_new_job){
+        .kind = "check_run", .target = "pytorch/pytorch", .body = "{\"c\":1}", .body_len = 7};
+    *n = 1;
+    return CRCR_OK;
+}
+
+static crcr_err apply(store *st, const store_run_update *u, effects_ctx *c, store_run_result *res,
+                      char *reason, size_t reasonsz)
+{
+    return store_run_apply(st, u, c ? one_check_run : NULL, c, res, reason, reasonsz);
+}
+
+/* ---- schema ---- */
+
+static void open_records_the_schema_version_and_reopens(void **state)
+{
+    store *st = *state;
+    assert_int_equal(raw("SELECT max(version) FROM schema_version"), CRCR_SCHEMA_VERSION);
+    assert_int_equal(raw("SELECT count(*) FROM schema_version"), 1);
+    store_close(st);
+    *state = open_store(); /* an existing, current schema opens as it is */
+    assert_int_equal(raw("SELECT count(*) FROM schema_version"), 1);
+}
+
+static void open_refuses_a_schema_newer_than_the_binary(void **state)
+{
+    store_close(*state);
+    *state = NULL;
+    raw("UPDATE schema_version SET version = 999");
+    store *st = NULL;
+    char err[512] = "";
+    assert_int_equal(store_open(g_uri, &st, err, sizeof(err)), CRCR_E_CONFIG);
+    assert_null(st);
+    assert_non_null(strstr(err, "newer"));
+    assert_non_null(strstr(err, "999"));
+    raw("UPDATE schema_version SET version = 1");
+    *state = open_store();
+}
+
+/* ---- deliveries and outbox ---- */
+
+static void ingest_keeps_payload_bytes_exactly_and_refuses_a_known_delivery(void **state)
+{
+    store *st = *state;
+    /* A NUL, invalid UTF-8 and every byte value: payloads are bytes, not text. */
+    static const char tail[] = "\xff\xfe{\"a\":\"\xc3\x28\"}\0tail";
+    char payload[256 + sizeof(tail) - 1];
+    for (int i = 0; i < 256; i++)
+        payload[i] = (char)i;
+    memcpy(payload + 256, tail, sizeof(tail) - 1);
+    const char *targets[] = {"a/one", "b/two"};
+    assert_int_equal(ingest_full(st, "d1", 1000, targets, 2, payload, sizeof(payload)), CRCR_OK);
+    dview *v = view(st, "d1");
+    assert_int_equal(v->payload_len, sizeof(payload));
+    assert_memory_equal(v->payload, payload, sizeof(payload));
+    assert_int_equal(v->payload_bytes, sizeof(payload));
+    assert_string_equal(v->event, "pull_request");
+    assert_string_equal(v->action, "opened");
+    assert_string_equal(v->upstream_repo, "pytorch/pytorch");
+    assert_string_equal(v->head_sha, "sha42");
+    assert_string_equal(v->ref, "refs/heads/x");
+    assert_string_equal(v->status, "queued");
+    assert_int_equal(v->pr_number, 42);
+    assert_int_equal(v->received_at, 1000);
+    assert_int_equal(v->n, 2);
+    assert_true(v->jobs[0].id < v->jobs[1].id);
+    assert_string_equal(v->jobs[0].target, "a/one");
+    assert_string_equal(v->jobs[1].target, "b/two");
+    assert_string_equal(v->jobs[0].state, "queued");
+    assert_int_equal(v->jobs[0].attempts, 0);
+    assert_int_equal(v->jobs[0].done_at, 0);
+    free(v);
+
+    const char *others[] = {"c/three"};
+    assert_int_equal(ingest(st, "d1", 2000, others, 1), CRCR_E_DUPLICATE);
+    v = view(st, "d1");
+    assert_int_equal(v->n, 2); /* nothing of the duplicate was written */
+    assert_int_equal(v->received_at, 1000);
+    free(v);
+    assert_int_equal(store_get_delivery(st, "nope", on_delivery, on_job, NULL), CRCR_E_NOT_FOUND);
+}
+
+static void ingest_without_jobs_records_an_ignored_delivery(void **state)
+{
+    store *st = *state;
+    store_delivery d = {.delivery_id = "ign",
+                        .event = "issues",
+                        .received_at = 5,
+                        .payload = "{}",
+                        .payload_len = 2,
+                        .status = "ignored"};
+    assert_int_equal(store_ingest(st, &d, NULL, 0), CRCR_OK);
+    dview *v = view(st, "ign");
+    assert_string_equal(v->status, "ignored");
+    assert_string_equal(v->action, "(null)");
+    assert_int_equal(v->pr_number, 0);
+    assert_int_equal(v->n, 0);
+    free(v);
+}
+
+static void claim_hands_out_due_rows_in_due_order_with_their_delivery(void **state)
+{
+    store *st = *state;
+    const char *t1[] = {"a/one"};
+    const char *t2[] = {"b/two"};
+    assert_int_equal(ingest(st, "late", 2000, t1, 1), CRCR_OK);
+    assert_int_equal(ingest(st, "early", 1000, t2, 1), CRCR_OK);
+    store_job j;
+    assert_int_equal(store_claim(st, 999, 60000, &j), CRCR_E_NOT_FOUND);
+    int64_t due = 0;
+    assert_int_equal(store_next_due(st, &due), CRCR_OK);
+    assert_int_equal(due, 1000);
+
+    assert_int_equal(store_claim(st, 5000, 60000, &j), CRCR_OK);
+    assert_string_equal(j.kind, "dispatch");
+    assert_string_equal(j.delivery_id, "early");
+    assert_string_equal(j.target, "b/two");
+    assert_string_equal(j.event, "pull_request");
+    assert_int_equal(j.attempts, 0);
+    assert_int_equal(j.payload.len, 7);
+    assert_memory_equal(j.payload.data, "{\"x\":1}", 7);
+    assert_int_equal(j.body.len, 0);
+    assert_int_equal(j.pr_number, 42);
+    assert_string_equal(j.head_sha, "sha42");
+    store_job_free(&j);
+
+    assert_int_equal(store_claim(st, 5000, 60000, &j), CRCR_OK);
+    assert_string_equal(j.delivery_id, "late");
+    store_job_free(&j);
+    assert_int_equal(store_claim(st, 5000, 60000, &j), CRCR_E_NOT_FOUND);
+    assert_int_equal(store_next_due(st, &due), CRCR_E_NOT_FOUND);
+}
+
+static void claim_takes_back_a_row_whose_lease_expired(void **state)
+{
+    store *st = *state;
+    const char *t[] = {"a/one"};
+    assert_int_equal(ingest(st, "d", 1000, t, 1), CRCR_OK);
+    store_job j, again;
+    assert_int_equal(store_claim(st, 1000, 100, &j), CRCR_OK);
+    assert_int_equal(store_claim(st, 1050, 100, &again), CRCR_E_NOT_FOUND);
+    assert_int_equal(store_claim(st, 1100, 100, &again), CRCR_E_NOT_FOUND); /* lease until 1100 */
+    assert_int_equal(store_claim(st, 1101, 100, &again), CRCR_OK);
+    assert_int_equal(again.id, j.id);
+    store_job_free(&j);
+    store_job_free(&again);
+}
+
+static void claim_of_a_job_row_carries_its_own_body(void **state)
+{
+    store *st = *state;
+    const char *t[] = {"a/one"};
+    assert_int_equal(ingest(st, "d", 1000, t, 1), CRCR_OK);
+    store_job j;
+    assert_int_equal(store_claim(st, 1000, 100, &j), CRCR_OK);
+    assert_int_equal(store_job_finish(st, j.id, "sent", 204, NULL, NULL, NULL, 0, 1001), CRCR_OK);
+    store_job_free(&j);
+    const char body[] = "{\"b\":\"\x01\x00\xff\"}";
+    store_new_job cr = {
+        .kind = "check_run", .target = "pytorch/pytorch", .body = body, .body_len = sizeof(body)};
+    cr.due_at = 3000;
+    assert_int_equal(store_enqueue(st, "d", &cr, 1), CRCR_OK);
+    assert_int_equal(store_claim(st, 2999, 100, &j), CRCR_E_NOT_FOUND);
+    assert_int_equal(store_claim(st, 3000, 100, &j), CRCR_OK);
+    assert_string_equal(j.kind, "check_run");
+    assert_int_equal(j.body.len, sizeof(body));
+    assert_memory_equal(j.body.data, body, sizeof(body));
+    assert_int_equal(j.payload.len, 7); /* the delivery's payload comes along */
+    store_job_free(&j);
+}
+
+static void finish_and_retry_record_outcomes_and_attempts(void **state)
+{
+    store *st = *state;
+    const char *t[] = {"a/one", "b/two", "c/three"};
+    assert_int_equal(ingest(st, "d", 1000, t, 3), CRCR_OK);
+    store_job a, b, c;
+    assert_int_equal(store_claim(st, 1000, 1000, &a), CRCR_OK);
+    assert_int_equal(store_claim(st, 1000, 1000, &b), CRCR_OK);
+    assert_int_equal(store_claim(st, 1000, 1000, &c), CRCR_OK);
+    assert_int_equal(
+        store_job_finish(st, a.id, "dry_run", 0, NULL, "trimmed: body", "{\"req\":1}", 9, 1100),
+        CRCR_OK);
+    /* Free text from a peer may be any bytes; the outcome must still be recorded. */
+    assert_int_equal(
+        store_job_finish(st, b.id, "dead", 422, "bad \xff\xfe bytes", NULL, NULL, 0, 1200),
+        CRCR_OK);
+    assert_int_equal(store_job_retry(st, c.id, 5000, true, 502, "HTTP 502"), CRCR_OK);
+
+    store_outbox_stats s;
+    assert_int_equal(store_outbox_stats_get(st, &s), CRCR_OK);
+    assert_int_equal(s.queued, 1);
+    assert_int_equal(s.running, 0);
+    assert_int_equal(s.dry_run, 1);
+    assert_int_equal(s.dead, 1);
+    assert_int_equal(s.sent, 0);
+    assert_int_equal(s.oldest_due, 5000);
+
+    store_job again;
+    assert_int_equal(store_claim(st, 4999, 1000, &again), CRCR_E_NOT_FOUND);
+    assert_int_equal(store_claim(st, 5000, 1000, &again), CRCR_OK);
+    assert_int_equal(again.id, c.id);
+    assert_int_equal(again.attempts, 1);
+    /* A pause that is not the row's fault does not count. */
+    assert_int_equal(store_job_retry(st, again.id, 6000, false, 0, "paused"), CRCR_OK);
+    store_job_free(&again);
+    assert_int_equal(store_claim(st, 6000, 1000, &again), CRCR_OK);
+    assert_int_equal(again.attempts, 1);
+    assert_int_equal(store_job_finish(st, again.id, "sent", 204, NULL, NULL, NULL, 0, 6001),
+                     CRCR_OK);
+    store_job_free(&again);
+
+    dview *v = view(st, "d");
+    assert_int_equal(v->n, 3);
+    assert_string_equal(v->jobs[0].state, "dry_run");
+    assert_int_equal(v->jobs[0].body_len, 9);
+    assert_memory_equal(v->jobs[0].body, "{\"req\":1}", 9);
+    assert_string_equal(v->jobs[0].note, "trimmed: body");
+    assert_int_equal(v->jobs[0].attempts, 1);
+    assert_int_equal(v->jobs[0].done_at, 1100);
+    assert_int_equal(v->jobs[0].last_status, 0);
+    assert_string_equal(v->jobs[1].state, "dead");
+    assert_int_equal(v->jobs[1].last_status, 422);
+    assert_non_null(strstr(v->jobs[1].error, "bad "));
+    assert_non_null(strstr(v->jobs[1].error, " bytes"));
+    assert_string_equal(v->jobs[2].state, "sent");
+    assert_int_equal(v->jobs[2].attempts, 2);
+    assert_int_equal(v->jobs[2].done_at, 6001);
+    free(v);
+    store_job_free(&a);
+    store_job_free(&b);
+    store_job_free(&c);
+}
+
+static void redeliver_requeues_dispatch_rows_and_adds_a_missing_repo(void **state)
+{
+    store *st = *state;
+    const char *t[] = {"Org/One", "org/two"};
+    int n = -1;
+    assert_int_equal(store_redeliver(st, "nope", NULL, 1, &n), CRCR_E_NOT_FOUND);
+    assert_int_equal(ingest(st, "d", 1000, t, 2), CRCR_OK);
+    store_job a, b;
+    assert_int_equal(store_claim(st, 1000, 1000, &a), CRCR_OK);
+    assert_int_equal(store_claim(st, 1000, 1000, &b), CRCR_OK);
+    assert_int_equal(store_job_finish(st, a.id, "dead", 404, "not installed", NULL, NULL, 0, 1001),
+                     CRCR_OK);
+    /* b stays running: a row in flight is not touched. */
+    assert_int_equal(store_redeliver(st, "d", NULL, 9000, &n), CRCR_OK);
+    assert_int_equal(n, 1);
+    dview *v = view(st, "d");
+    assert_string_equal(v->jobs[0].state, "queued");
+    assert_int_equal(v->jobs[0].attempts, 0);
+    assert_int_equal(v->jobs[0].next_attempt_at, 9000);
+    assert_int_equal(v->jobs[0].done_at, 0);
+    assert_string_equal(v->jobs[0].error, "(null)");
+    assert_string_equal(v->jobs[1].state, "running");
+    free(v);
+
+    assert_int_equal(store_job_finish(st, b.id, "sent", 204, NULL, NULL, NULL, 0, 1002), CRCR_OK);
+    assert_int_equal(store_redeliver(st, "d", "ORG/TWO", 9100, &n), CRCR_OK); /* any case */
+    assert_int_equal(n, 1);
+    assert_int_equal(store_redeliver(st, "d", "new/repo", 9200, &n), CRCR_OK);
+    assert_int_equal(n, 1);
+    v = view(st, "d");
+    assert_int_equal(v->n, 3);
+    assert_string_equal(v->jobs[1].state, "queued");
+    assert_int_equal(v->jobs[1].next_attempt_at, 9100);
+    assert_string_equal(v->jobs[2].target, "new/repo");
+    assert_string_equal(v->jobs[2].kind, "dispatch");
+    assert_string_equal(v->jobs[2].state, "queued");
+    free(v);
+    store_job_free(&a);
+    store_job_free(&b);
+}
+
+typedef struct dlist {
+    char ids[16][32];
+    size_t n;
+    size_t stop_after;
+} dlist;
+
+static int on_listed(void *ctx, const store_delivery_row *r)
+{
+    dlist *l = ctx;
+    if (l->n < 16)
+        copy_str(l->ids[l->n++], sizeof(l->ids[0]), r->delivery_id);
+    return l->stop_after && l->n >= l->stop_after;
+}
+
+static void list_deliveries_filters_by_state_and_repo_newest_first(void **state)
+{
+    store *st = *state;
+    const char *ta[] = {"a/one"};
+    const char *tb[] = {"b/Two", "a/one"};
+    assert_int_equal(ingest(st, "d1", 1000, ta, 1), CRCR_OK);
+    assert_int_equal(ingest(st, "d2", 2000, tb, 2), CRCR_OK);
+    assert_int_equal(ingest(st, "d3", 3000, ta, 1), CRCR_OK);
+    store_job j;
+    assert_int_equal(store_claim(st, 1000, 1000, &j), CRCR_OK);
+    assert_string_equal(j.delivery_id, "d1");
+    assert_int_equal(store_job_finish(st, j.id, "dead", 422, "x", NULL, NULL, 0, 1001), CRCR_OK);
+    store_job_free(&j);
+
+    dlist l = {0};
+    assert_int_equal(store_list_deliveries(st, NULL, on_listed, &l), CRCR_OK);
+    assert_int_equal(l.n, 3);
+    assert_string_equal(l.ids[0], "d3");
+    assert_string_equal(l.ids[2], "d1");
+
+    memset(&l, 0, sizeof(l));
+    store_filter f = {.state = "dead"};
+    assert_int_equal(store_list_deliveries(st, &f, on_listed, &l), CRCR_OK);
+    assert_int_equal(l.n, 1);
+    assert_string_equal(l.ids[0], "d1");
+
+    memset(&l, 0, sizeof(l));
+    f = (store_filter){.repo = "B/TWO"};
+    assert_int_equal(store_list_deliveries(st, &f, on_listed, &l), CRCR_OK);
+    assert_int_equal(l.n, 1);
+    assert_string_equal(l.ids[0], "d2");
+
+    memset(&l, 0, sizeof(l));
+    f = (store_filter){.limit = 2};
+    assert_int_equal(store_list_deliveries(st, &f, on_listed, &l), CRCR_OK);
+    assert_int_equal(l.n, 2);
+
+    memset(&l, 0, sizeof(l));
+    l.stop_after = 1;
+    assert_int_equal(store_list_deliveries(st, NULL, on_listed, &l), CRCR_OK);
+    assert_int_equal(l.n, 1);
+}
+
+static void enqueue_adds_rows_but_never_a_second_dispatch_of_a_target(void **state)
+{
+    store *st = *state;
+    const char *t[] = {"a/one"};
+    assert_int_equal(ingest(st, "d", 1000, t, 1), CRCR_OK);
+    store_new_job jobs[] = {
+        {.kind = "dispatch", .target = "a/one", .due_at = 2000},
+        {.kind = "rerun", .target = "a/one", .body = "{\"run\":7}", .body_len = 9, .due_at = 2000},
+        {.kind = "rerun", .target = "a/one", .body = "{\"run\":8}", .body_len = 9, .due_at = 2000},
+    };
+    assert_int_equal(store_enqueue(st, "d", jobs, 3), CRCR_OK);
+    dview *v = view(st, "d");
+    assert_int_equal(count_kind(v, "dispatch"), 1);
+    assert_int_equal(count_kind(v, "rerun"), 2);
+    assert_int_equal(v->jobs[1].created_at, 2000);
+    free(v);
+}
+
+static void kv_values_are_bytes_with_expiry(void **state)
+{
+    store *st = *state;
+    buf_t b;
+    buf_init(&b, 1024);
+    assert_int_equal(store_kv_get(st, "k", &b, 0), CRCR_E_NOT_FOUND);
+    assert_int_equal(store_kv_put(st, "k", "a\0b\xff", 4, 0), CRCR_OK);
+    assert_int_equal(store_kv_get(st, "k", &b, 99999999), CRCR_OK); /* 0: never expires */
+    assert_int_equal(b.len, 4);
+    assert_memory_equal(b.data, "a\0b\xff", 4);
+    buf_reset(&b);
+    assert_int_equal(store_kv_put(st, "k", "new", 3, 5000), CRCR_OK);
+    assert_int_equal(store_kv_get(st, "k", &b, 4999), CRCR_OK);
+    assert_int_equal(b.len, 3);
+    assert_memory_equal(b.data, "new", 3);
+    buf_reset(&b);
+    assert_int_equal(store_kv_get(st, "k", &b, 5000), CRCR_E_NOT_FOUND);
+    buf_free(&b);
+}
+
+static void lease_has_one_holder_until_it_expires(void **state)
+{
+    store *st = *state;
+    bool held = false;
+    assert_int_equal(store_lease(st, "sweeper", "host-a:1", 1000, 500, &held), CRCR_OK);
+    assert_true(held);
+    assert_int_equal(store_lease(st, "sweeper", "host-b:2", 1200, 500, &held), CRCR_OK);
+    assert_false(held);
+    assert_int_equal(store_lease(st, "sweeper", "host-a:1", 1400, 500, &held), CRCR_OK);
+    assert_true(held); /* renewed until 1900 */
+    assert_int_equal(store_lease(st, "sweeper", "host-b:2", 1800, 500, &held), CRCR_OK);
+    assert_false(held);
+    assert_int_equal(store_lease(st, "other", "host-b:2", 1800, 500, &held), CRCR_OK);
+    assert_true(held); /* leases are per name */
+    assert_int_equal(store_lease(st, "sweeper", "host-b:2", 1901, 500, &held), CRCR_OK);
+    assert_true(held);
+    assert_int_equal(store_lease(st, "sweeper", "host-a:1", 1902, 500, &held), CRCR_OK);
+    assert_false(held);
+}
+
+typedef struct lease_race {
+    store *st;
+    pthread_barrier_t *go;
+    char owner[16];
+    bool held;
+    crcr_err err;
+} lease_race;
+
+static void *take_lease(void *arg)
+{
+    lease_race *r = arg;
+    pthread_barrier_wait(r->go);
+    r->err = store_lease(r->st, "race", r->owner, 1000, 60000, &r->held);
+    return NULL;
+}
+
+static void lease_taken_by_concurrent_instances_has_exactly_one_holder(void **state)
+{
+    store *st = *state;
+    pthread_barrier_t go;
+    pthread_barrier_init(&go, NULL, THREADS);
+    pthread_t th[THREADS];
+    lease_race r[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        r[i] = (lease_race){.st = st, .go = &go};
+        snprintf(r[i].owner, sizeof(r[i].owner), "owner-%d", i);
+        pthread_create(&th[i], NULL, take_lease, &r[i]);
+    }
+    int holders = 0;
+    for (int i = 0; i < THREADS; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(r[i].err, CRCR_OK);
+        holders += r[i].held;
+    }
+    pthread_barrier_destroy(&go);
+    assert_int_equal(holders, 1);
+}
+
+static void rate_hit_counts_a_sliding_window_per_repo(void **state)
+{
+    store *st = *state;
+    bool ok = false;
+    int64_t retry = 0;
+    assert_int_equal(store_rate_hit(st, "o/r", 1000, 1000, 3, &ok, &retry), CRCR_OK);
+    assert_true(ok);
+    assert_int_equal(store_rate_hit(st, "O/R", 1200, 1000, 3, &ok, &retry), CRCR_OK);
+    assert_true(ok);
+    assert_int_equal(store_rate_hit(st, "o/r", 1400, 1000, 3, &ok, &retry), CRCR_OK);
+    assert_true(ok);
+    assert_int_equal(store_rate_hit(st, "o/R", 1500, 1000, 3, &ok, &retry), CRCR_OK);
+    assert_false(ok);
+    assert_int_equal(retry, 500); /* the hit at 1000 leaves the window at 2000 */
+    assert_int_equal(store_rate_hit(st, "other/repo", 1500, 1000, 3, &ok, &retry), CRCR_OK);
+    assert_true(ok);
+    assert_int_equal(store_rate_hit(st, "o/r", 1999, 1000, 3, &ok, &retry), CRCR_OK);
+    assert_false(ok); /* refused hits are not counted ... */
+    assert_int_equal(retry, 1);
+    assert_int_equal(store_rate_hit(st, "o/r", 2000, 1000, 3, &ok, &retry), CRCR_OK);
+    assert_true(ok); /* ... so the window frees up exactly when the oldest hit leaves */
+    assert_int_equal(store_rate_hit(st, "o/r", 2001, 1000, 3, &ok, &retry), CRCR_OK);
+    assert_false(ok);
+    assert_int_equal(retry, 199);
+}
+
+typedef struct rate_race {
+    store *st;
+    pthread_barrier_t *go;
+    int allowed;
+    crcr_err err;
+} rate_race;
+
+static void *hit_rate(void *arg)
+{
+    rate_race *r = arg;
+    pthread_barrier_wait(r->go);
+    for (int i = 0; i < 10; i++) {
+        bool ok = false;
+        int64_t retry = 0;
+        crcr_err e = store_rate_hit(r->st, "busy/repo", 1000 + i, 60000, 25, &ok, &retry);
+        if (e)
+            r->err = e;
+        r->allowed += ok;
+    }
+    return NULL;
+}
+
+static void rate_hit_under_concurrency_never_exceeds_the_limit(void **state)
+{
+    store *st = *state;
+    pthread_barrier_t go;
+    pthread_barrier_init(&go, NULL, THREADS);
+    pthread_t th[THREADS];
+    rate_race r[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        r[i] = (rate_race){.st = st, .go = &go};
+        pthread_create(&th[i], NULL, hit_rate, &r[i]);
+    }
+    int allowed = 0;
+    for (int i = 0; i < THREADS; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(r[i].err, CRCR_OK);
+        allowed += r[i].allowed;
+    }
+    pthread_barrier_destroy(&go);
+    assert_int_equal(allowed, 25);
+}
+
+static void retention_deletes_old_finished_data_and_keeps_pending_work(void **state)
+{
+    store *st = *state;
+    const char *t[] = {"a/one"};
+    assert_int_equal(ingest(st, "old-done", 1000, t, 1), CRCR_OK);
+    assert_int_equal(ingest(st, "old-pending", 1001, t, 1), CRCR_OK);
+    assert_int_equal(ingest(st, "new", 9000, t, 1), CRCR_OK);
+    store_job j;
+    assert_int_equal(store_claim(st, 1000, 100, &j), CRCR_OK);
+    assert_string_equal(j.delivery_id, "old-done");
+    assert_int_equal(store_job_finish(st, j.id, "sent", 204, NULL, NULL, NULL, 0, 1002), CRCR_OK);
+    store_job_free(&j);
+    assert_int_equal(store_kv_put(st, "cache:old", "x", 1, 1500), CRCR_OK);
+    assert_int_equal(store_kv_put(st, "cache:forever", "x", 1, 0), CRCR_OK);
+    assert_int_equal(store_wanted_set(st, "sha-old", "a/one", 1000), CRCR_OK);
+    assert_int_equal(store_callback_rejected(st, "a/one", 1000, 403), CRCR_OK);
+    /* runs: a completed old one goes, an in-progress old one stays (the sweeper ends it). */
+    store_run_update u = upd("old-done", "a/one", 1, "completed", "success", 1100);
+    u.single_shot = true;
+    store_run_result res;
+    char why[128];
+    assert_int_equal(apply(st, &u, NULL, &res, why, sizeof(why)), CRCR_OK);
+    u = upd("old-done", "a/one", 2, "in_progress", NULL, 1100);
+    assert_int_equal(apply(st, &u, NULL, &res, why, sizeof(why)), CRCR_OK);
+
+    int n = -1;
+    assert_int_equal(store_retention(st, 5000, &n), CRCR_OK);
+    assert_int_equal(n, 1);
+    assert_int_equal(store_get_delivery(st, "old-done", NULL, NULL, NULL), CRCR_E_NOT_FOUND);
+    assert_int_equal(store_get_delivery(st, "old-pending", NULL, NULL, NULL), CRCR_OK);
+    assert_int_equal(store_get_delivery(st, "new", NULL, NULL, NULL), CRCR_OK);
+    assert_int_equal(raw("SELECT count(*) FROM outbox WHERE delivery_id='old-done'"), 0);
+    buf_t b;
+    buf_init(&b, 64);
+    assert_int_equal(store_kv_get(st, "cache:old", &b, 0), CRCR_E_NOT_FOUND);
+    assert_int_equal(store_kv_get(st, "cache:forever", &b, 0), CRCR_OK);
+    buf_free(&b);
+    assert_int_equal(store_wanted_get(st, "sha-old", "a/one", 0), CRCR_E_NOT_FOUND);
+    int64_t rej = -1;
+    assert_int_equal(store_callback_rejections(st, "a/one", 0, &rej), CRCR_OK);
+    assert_int_equal(rej, 0);
+    rlist l = {0};
+    store_run_filter f = {0};
+    assert_int_equal(store_list_runs(st, &f, on_run, &l), CRCR_OK);
+    assert_int_equal(l.n, 1);
+    assert_string_equal(l.r[0].state, "in_progress");
+    assert_int_equal(store_retention(st, 5000, &n), CRCR_OK);
+    assert_int_equal(n, 0);
+}
+
+/* ---- runs ---- */
+
+static void run_apply_follows_the_state_machine_and_measures_times(void **state)
+{
+    store *st = *state;
+    const char *t[] = {"Down/Stream"};
+    store_run_result res;
+    char why[128] = "";
+    effects_ctx fx = {0};
+    store_run_update u = upd("d", "down/stream", 7, "in_progress", NULL, 5000);
+    assert_int_equal(apply(st, &u, &fx, &res, why, sizeof(why)), CRCR_E_NOT_FOUND);
+    assert_int_equal(fx.calls, 0);
+    assert_int_equal(ingest(st, "d", 1000, t, 1), CRCR_OK);
+
+    u = upd("d", "down/stream", 7, "completed", "success", 5000);
+    assert_int_equal(apply(st, &u, &fx, &res, why, sizeof(why)), CRCR_E_STATE);
+    assert_string_equal(why, "completed without prior in_progress");
+
+    u = upd("d", "DOWN/stream", 7, "in_progress", NULL, 5000);
+    assert_int_equal(apply(st, &u, &fx, &res, why, sizeof(why)), CRCR_OK);
+    assert_false(res.duplicate);
+    assert_int_equal(res.dispatched_at, 1000);
+    assert_int_equal(res.started_at, 5000);
+    assert_int_equal(res.queue_ms, 4000);
+    assert_int_equal(res.exec_ms, -1);
+    assert_int_equal(fx.calls, 1);
+    assert_int_equal(fx.seen.queue_ms, 4000);
+
+    u.now = 5100; /* the same transition again: duplicate, nothing written, no jobs */
+    assert_int_equal(apply(st, &u, &fx, &res, why, sizeof(why)), CRCR_OK);
+    assert_true(res.duplicate);
+    assert_int_equal(fx.calls, 1);
+
+    u = upd("d", "down/stream", 7, "completed", "failure", 9000);
+    u.test_passed = 10;
+    u.test_failed = 2;
+    u.test_skipped = 0;
+    u.artifact_url = "https://example.test/a";
+    u.details_url = NULL; /* keeps the one from in_progress */
+    assert_int_equal(apply(st, &u, &fx, &res, why, sizeof(why)), CRCR_OK);
+    assert_false(res.duplicate);
+    assert_int_equal(res.started_at, 5000);
+    assert_int_equal(res.exec_ms, 4000);
+    assert_int_equal(u.now, 9000);
+
+    u.now = 9500;
+    assert_int_equal(apply(st, &u, &fx, &res, why, sizeof(why)), CRCR_OK);
+    assert_true(res.duplicate);
+    u.conclusion = "success";
+    assert_int_equal(apply(st, &u, &fx, &res, why, sizeof(why)), CRCR_E_STATE);
+    assert_string_equal(why, "already completed with conclusion failure");
+    u = upd("d", "down/stream", 7, "in_progress", NULL, 9600);
+    assert_int_equal(apply(st, &u, &fx, &res, why, sizeof(why)), CRCR_E_STATE);
+    assert_string_equal(why, "in_progress after completed");
+
+    /* Exactly two transitions applied: two check_run jobs, no more. */
+    dview *v = view(st, "d");
+    assert_int_equal(count_kind(v, "check_run"), 2);
+    free(v);
+
+    rlist l = {0};
+    assert_int_equal(store_runs_for_sha(st, "sha42", "down/STREAM", on_run, &l), CRCR_OK);
+    assert_int_equal(l.n, 1);
+    rrow *r = &l.r[0];
+    assert_string_equal(r->repo, "DOWN/stream"); /* as first reported */
+    assert_string_equal(r->state, "completed");
+    assert_string_equal(r->conclusion, "failure");
+    assert_int_equal(r->run_id, 7);
+    assert_int_equal(r->run_attempt, 1);
+    assert_string_equal(r->job_name, "build");
+    assert_int_equal(r->dispatched_at, 1000);
+    assert_int_equal(r->started_at, 5000);
+    assert_int_equal(r->completed_at, 9000);
+    assert_int_equal(r->queue_ms, 4000);
+    assert_int_equal(r->exec_ms, 4000);
+    assert_int_equal(r->test_passed, 10);
+    assert_int_equal(r->test_failed, 2);
+    assert_int_equal(r->test_skipped, 0);
+    assert_int_equal(r->level, 3);
+    assert_int_equal(r->pr_number, 42);
+    assert_string_equal(r->details_url, "https://example.test/run");
+    assert_string_equal(r->artifact_url, "https://example.test/a");
+    assert_int_equal(r->payload_len, 12);
+}
+
+static void run_apply_single_shot_needs_no_dispatch_and_completes_once(void **state)
+{
+    store *st = *state;
+    store_run_result res;
+    char why[128];
+    store_run_update u = upd("nightly-2024", "a/nightly", 1, "completed", NULL, 100);
+    u.single_shot = true;
+    u.event_type = "nightly";
+    assert_int_equal(apply(st, &u, NULL, &res, why, sizeof(why)), CRCR_OK);
+    assert_false(res.duplicate);
+    assert_int_equal(res.dispatched_at, 0);
+    assert_int_equal(res.exec_ms, -1);
+    assert_int_equal(apply(st, &u, NULL, &res, why, sizeof(why)), CRCR_OK);
+    assert_true(res.duplicate); /* null conclusion twice is the same transition */
+    rlist l = {0};
+    store_run_filter f = {.kind = 2};
+    assert_int_equal(store_list_runs(st, &f, on_run, &l), CRCR_OK);
+    assert_int_equal(l.n, 1);
+    assert_string_equal(l.r[0].conclusion, "(null)");
+    assert_int_equal(l.r[0].dispatched_at, 0);
+    assert_int_equal(l.r[0].queue_ms, -1);
+}
+
+typedef struct apply_race {
+    store *st;
+    pthread_barrier_t *go;
+    store_run_update u;
+    effects_ctx fx;
+    store_run_result res;
+    crcr_err err;
+} apply_race;
+
+static void *race_apply(void *arg)
+{
+    apply_race *r = arg;
+    char why[128];
+    pthread_barrier_wait(r->go);
+    r->err = store_run_apply(r->st, &r->u, one_check_run, &r->fx, &r->res, why, sizeof(why));
+    return NULL;
+}
+
+/* Runs THREADS concurrent run_apply calls; counts winners, duplicates and refusals. */
+static void race(store *st, apply_race *r, int *won, int *dup, int *refused)
+{
+    pthread_barrier_t go;
+    pthread_barrier_init(&go, NULL, THREADS);
+    pthread_t th[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        r[i].st = st;
+        r[i].go = &go;
+        pthread_create(&th[i], NULL, race_apply, &r[i]);
+    }
+    *won = *dup = *refused = 0;
+    for (int i = 0; i < THREADS; i++) {
+        pthread_join(th[i], NULL);
+        if (r[i].err == CRCR_OK && !r[i].res.duplicate)
+            (*won)++;
+        else if (r[i].err == CRCR_OK)
+            (*dup)++;
+        else if (r[i].err == CRCR_E_STATE)
+            (*refused)++;
+        else
+            fail_msg("run_apply in thread %d: %s", i, crcr_strerror(r[i].err));
+    }
+    pthread_barrier_destroy(&go);
+}
+
+static void run_apply_from_concurrent_callers_applies_exactly_once(void **state)
+{
+    store *st = *state;
+    const char *t[] = {"a/one"};
+    assert_int_equal(ingest(st, "d", 1000, t, 1), CRCR_OK);
+    apply_race r[THREADS];
+    memset(r, 0, sizeof(r));
+    for (int i = 0; i < THREADS; i++)
+        r[i].u = upd("d", i % 2 ? "A/One" : "a/one", 99, "in_progress", NULL, 2000 + i);
+    int won, dup, refused;
+    race(st, r, &won, &dup, &refused);
+    assert_int_equal(won, 1);
+    assert_int_equal(dup, THREADS - 1);
+    assert_int_equal(refused, 0);
+
+    /* Completed with a different conclusion each: one wins, the others are refused. */
+    static const char *const conclusions[THREADS] = {"success", "failure",   "cancelled", "skipped",
+                                                     "neutral", "timed_out", "stale",     "action"};
+    memset(r, 0, sizeof(r));
+    for (int i = 0; i < THREADS; i++)
+        r[i].u = upd("d", "a/one", 99, "completed", conclusions[i], 3000 + i);
+    race(st, r, &won, &dup, &refused);
+    assert_int_equal(won, 1);
+    assert_int_equal(dup, 0);
+    assert_int_equal(refused, THREADS - 1);
+
+    /* One side effect per applied transition, whatever the number of callers. */
+    dview *v = view(st, "d");
+    assert_int_equal(count_kind(v, "check_run"), 2);
+    free(v);
+    assert_int_equal(raw("SELECT count(*) FROM runs"), 1);
+}
+
+static void runs_for_sha_gives_the_latest_row_per_workflow_and_job(void **state)
+{
+    store *st = *state;
+    const char *t[] = {"a/one", "b/two"};
+    assert_int_equal(ingest(st, "d", 1000, t, 2), CRCR_OK);
+    store_run_result res;
+    char why[128];
+    store_run_update u = upd("d", "a/one", 1, "in_progress", NULL, 2000);
+    assert_int_equal(apply(st, &u, NULL, &res, why, sizeof(why)), CRCR_OK);
+    u = upd("d", "a/one", 1, "completed", "failure", 3000);
+    assert_int_equal(apply(st, &u, NULL, &res, why, sizeof(why)), CRCR_OK);
+    u = upd("d", "a/one", 1, "in_progress", NULL, 4000); /* re-run: attempt 2 */
+    u.key.run_attempt = 2;
+    assert_int_equal(apply(st, &u, NULL, &res, why, sizeof(why)), CRCR_OK);
+    u = upd("d", "a/one", 1, "in_progress", NULL, 4000);
+    u.key.job_name = "test";
+    assert_int_equal(apply(st, &u, NULL, &res, why, sizeof(why)), CRCR_OK);
+    u = upd("d", "b/two", 5, "in_progress", NULL, 4000); /* another repo */
+    assert_int_equal(apply(st, &u, NULL, &res, why, sizeof(why)), CRCR_OK);
+
+    rlist l = {0};
+    assert_int_equal(store_runs_for_sha(st, "sha42", "A/ONE", on_run, &l), CRCR_OK);
+    assert_int_equal(l.n, 2);
+    assert_string_equal(l.r[0].job_name, "build");
+    assert_int_equal(l.r[0].run_attempt, 2);
+    assert_string_equal(l.r[0].state, "in_progress");
+    assert_string_equal(l.r[1].job_name, "test");
+    memset(&l, 0, sizeof(l));
+    assert_int_equal(store_runs_for_sha(st, "other", "a/one", on_run, &l), CRCR_OK);
+    assert_int_equal(l.n, 0);
+}
+
+static void zombies_are_in_progress_runs_started_before_the_cutoff(void **state)
+{
+    store *st = *state;
+    const char *t[] = {"a/one"};
+    assert_int_equal(ingest(st, "d", 1000, t, 1), CRCR_OK);
+    store_run_result res;
+    char why[128];
+    for (int i = 0; i < 4; i++) {
+        store_run_update u = upd("d", "a/one", 10 + i, "in_progress", NULL, 2000 + i * 1000);
+        assert_int_equal(apply(st, &u, NULL, &res, why, sizeof(why)), CRCR_OK);
+    }
+    store_run_update u = upd("d", "a/one", 10, "completed", "success", 9000);
+    assert_int_equal(apply(st, &u, NULL, &res, why, sizeof(why)), CRCR_OK);
+    rlist l = {0};
+    assert_int_equal(store_zombies(st, 4500, 10, on_run, &l), CRCR_OK);
+    assert_int_equal(l.n, 2); /* runs 11 (3000) and 12 (4000); 10 is completed, 13 too young */
+    assert_int_equal(l.r[0].run_id, 11);
+    assert_int_equal(l.r[1].run_id, 12);
+    memset(&l, 0, sizeof(l));
+    assert_int_equal(store_zombies(st, 99999, 1, on_run, &l), CRCR_OK);
+    assert_int_equal(l.n, 1);
+    assert_int_equal(l.r[0].run_id, 11);
+}
+
+static void list_runs_filters_orders_and_pages(void **state)
+{
+    store *st = *state;
+    const char *t[] = {"a/one", "b/two"};
+    assert_int_equal(ingest(st, "d", 1000, t, 2), CRCR_OK);
+    store_run_result res;
+    char why[128];
+    store_run_update u = upd("d", "a/one", 1, "in_progress", NULL, 2000);
+    assert_int_equal(apply(st, &u, NULL, &res, why, sizeof(why)), CRCR_OK);
+    u = upd("d", "b/two", 2, "in_progress", NULL, 3000);
+    u.pr_number = 7;
+    u.head_sha = "other";
+    assert_int_equal(apply(st, &u, NULL, &res, why, sizeof(why)), CRCR_OK);
+    u = upd("n1", "a/one", 3, "completed", "success", 4000);
+    u.single_shot = true;
+    u.event_type = "periodic";
+    u.pr_number = 0;
+    assert_int_equal(apply(st, &u, NULL, &res, why, sizeof(why)), CRCR_OK);
+
+    rlist l = {0};
+    assert_int_equal(store_list_runs(st, NULL, on_run, &l), CRCR_OK);
+    assert_int_equal(l.n, 3);
+    assert_int_equal(l.r[0].run_id, 3); /* newest update first */
+    assert_int_equal(l.r[2].run_id, 1);
+
+    struct {
+        store_run_filter f;
+        size_t n;
+        int64_t first;
+    } cases[] = {
+        {{.repo = "A/ONE"}, 2, 3},     {{.pr_number = 7}, 1, 2},
+        {{.head_sha = "other"}, 1, 2}, {{.kind = 1}, 2, 2},
+        {{.kind = 2}, 1, 3},           {{.since = 3000}, 2, 3},
+        {{.limit = 1}, 1, 3},          {{.limit = 1, .offset = 1}, 1, 2},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        memset(&l, 0, sizeof(l));
+        assert_int_equal(store_list_runs(st, &cases[i].f, on_run, &l), CRCR_OK);
+        if (l.n != cases[i].n || (l.n && l.r[0].run_id != cases[i].first))
+            fail_msg("case %zu: %zu rows, first run %lld", i, l.n,
+                     l.n ? (long long)l.r[0].run_id : -1LL);
+    }
+}
+
+static void wanted_marks_are_per_sha_and_repo_since_a_time(void **state)
+{
+    store *st = *state;
+    assert_int_equal(store_wanted_get(st, "s1", "a/one", 0), CRCR_E_NOT_FOUND);
+    assert_int_equal(store_wanted_set(st, "s1", "a/one", 1000), CRCR_OK);
+    assert_int_equal(store_wanted_get(st, "s1", "A/One", 1000), CRCR_OK);
+    assert_int_equal(store_wanted_get(st, "s1", "a/one", 1001), CRCR_E_NOT_FOUND);
+    assert_int_equal(store_wanted_get(st, "s2", "a/one", 0), CRCR_E_NOT_FOUND);
+    assert_int_equal(store_wanted_set(st, "s1", "A/ONE", 2000), CRCR_OK); /* refreshes */
+    assert_int_equal(store_wanted_get(st, "s1", "a/one", 1500), CRCR_OK);
+    assert_int_equal(raw("SELECT count(*) FROM labels_wanted"), 1);
+}
+
+static void callback_rejections_are_counted_per_repo_since_a_time(void **state)
+{
+    store *st = *state;
+    assert_int_equal(store_callback_rejected(st, "a/one", 1000, 403), CRCR_OK);
+    assert_int_equal(store_callback_rejected(st, "A/ONE", 2000, 429), CRCR_OK);
+    assert_int_equal(store_callback_rejected(st, "b/two", 2000, 403), CRCR_OK);
+    int64_t n = -1;
+    assert_int_equal(store_callback_rejections(st, "a/One", 0, &n), CRCR_OK);
+    assert_int_equal(n, 2);
+    assert_int_equal(store_callback_rejections(st, "a/one", 1500, &n), CRCR_OK);
+    assert_int_equal(n, 1);
+    assert_int_equal(store_callback_rejections(st, "c/three", 0, &n), CRCR_OK);
+    assert_int_equal(n, 0);
+}
+
+/* ---- concurrency, recovery, wake-ups ---- */
+
+typedef struct claimer {
+    store *st;
+    pthread_barrier_t *go;
+    int64_t ids[256];
+    size_t n;
+    crcr_err err;
+} claimer;
+
+static void *claim_all(void *arg)
+{
+    claimer *c = arg;
+    pthread_barrier_wait(c->go);
+    for (;;) {
+        store_job j;
+        crcr_err e = store_claim(c->st, 10000, 60000, &j);
+        if (e == CRCR_E_NOT_FOUND)
+            break;
+        if (e) {
+            c->err = e;
+            break;
+        }
+        if (c->n < 256)
+            c->ids[c->n++] = j.id;
+        store_job_finish(c->st, j.id, "sent", 204, NULL, NULL, NULL, 0, 10001);
+        store_job_free(&j);
+    }
+    return NULL;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static void claim_by_concurrent_workers_hands_out_each_row_once(void **state)
+{
+    store *st = *state;
+    enum { DELIVERIES = 40, TARGETS = 5 };
+    const char *t[TARGETS] = {"r/0", "r/1", "r/2", "r/3", "r/4"};
+    for (int i = 0; i < DELIVERIES; i++) {
+        char id[16];
+        snprintf(id, sizeof(id), "d%d", i);
+        assert_int_equal(ingest(st, id, 1000 + i, t, TARGETS), CRCR_OK);
+    }
+    pthread_barrier_t go;
+    pthread_barrier_init(&go, NULL, THREADS);
+    pthread_t th[THREADS];
+    claimer *c = calloc(THREADS, sizeof(*c));
+    for (int i = 0; i < THREADS; i++) {
+        c[i].st = st;
+        c[i].go = &go;
+        pthread_create(&th[i], NULL, claim_all, &c[i]);
+    }
+    int64_t all[DELIVERIES * TARGETS + 8 * 256];
+    size_t n = 0;
+    for (int i = 0; i < THREADS; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(c[i].err, CRCR_OK);
+        for (size_t k = 0; k < c[i].n; k++)
+            all[n++] = c[i].ids[k];
+    }
+    pthread_barrier_destroy(&go);
+    free(c);
+    assert_int_equal(n, DELIVERIES * TARGETS);
+    qsort(all, n, sizeof(all[0]), cmp_i64);
+    for (size_t i = 1; i < n; i++)
+        if (all[i] == all[i - 1])
+            fail_msg("row %lld claimed twice", (long long)all[i]);
+    store_outbox_stats s;
+    assert_int_equal(store_outbox_stats_get(st, &s), CRCR_OK);
+    assert_int_equal(s.sent, DELIVERIES * TARGETS);
+    assert_int_equal(s.queued + s.running, 0);
+}
+
+static void recover_requeues_running_rows_only_for_a_single_process_store(void **state)
+{
+    store *st = *state;
+    const char *t[] = {"a/one"};
+    assert_int_equal(ingest(st, "d", 1000, t, 1), CRCR_OK);
+    store_job j;
+    assert_int_equal(store_claim(st, 1000, 60000, &j), CRCR_OK);
+    store_job_free(&j);
+    assert_int_equal(store_recover(st), CRCR_OK);
+    crcr_err e = store_claim(st, 2000, 60000, &j);
+    if (g_pg) {
+        /* Shared store: another instance may be working on the row; its lease decides. */
+        assert_int_equal(e, CRCR_E_NOT_FOUND);
+        assert_int_equal(store_claim(st, 61001, 60000, &j), CRCR_OK);
+    } else {
+        assert_int_equal(e, CRCR_OK);
+    }
+    store_job_free(&j);
+}
+
+static void wait_for_work_wakes_on_rows_written_by_another_instance(void **state)
+{
+    store *st = *state;
+    if (!g_pg) {
+        /* One process per SQLite file: the in-process notify is the wake-up. */
+        assert_int_equal(store_wait_for_work(st, 10), CRCR_E_INVALID);
+        return;
+    }
+    store *other = open_store();
+    /* The first call (re)connects the listener and reports possible missed work. */
+    int64_t t0 = clock_mono_ms();
+    while (store_wait_for_work(st, 50) != CRCR_E_NOT_FOUND)
+        assert_true(clock_mono_ms() - t0 < 5000);
+    const char *t[] = {"a/one"};
+    assert_int_equal(ingest(other, "from-other", 1000, t, 1), CRCR_OK);
+    t0 = clock_mono_ms();
+    assert_int_equal(store_wait_for_work(st, 5000), CRCR_OK);
+    assert_true(clock_mono_ms() - t0 < 2000);
+    /* Nothing new: the wait times out. */
+    assert_int_equal(store_wait_for_work(st, 100), CRCR_E_NOT_FOUND);
+    /* Redeliver and enqueue wake too. */
+    int n = 0;
+    assert_int_equal(store_redeliver(other, "from-other", "b/two", 2000, &n), CRCR_OK);
+    assert_int_equal(store_wait_for_work(st, 5000), CRCR_OK);
+    store_close(other);
+}
+
+static void a_dropped_connection_is_replaced_without_an_error(void **state)
+{
+    store *st = *state;
+    if (!g_pg) {
+        assert_int_equal(store_ping(st), CRCR_OK); /* an embedded file has no connection */
+        return;
+    }
+    const char *t[] = {"a/one"};
+    assert_int_equal(ingest(st, "before", 1000, t, 1), CRCR_OK);
+    char sql[256];
+    snprintf(sql, sizeof(sql),
+             "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE "
+             "application_name='%s' AND pid <> pg_backend_pid()",
+             g_app_name);
+    assert_true(raw(sql) >= 1);
+    /* Every pooled connection is dead now; each next use reconnects and retries once. */
+    assert_int_equal(store_ping(st), CRCR_OK);
+    assert_int_equal(ingest(st, "after", 1000, t, 1), CRCR_OK);
+    store_outbox_stats s;
+    assert_int_equal(store_outbox_stats_get(st, &s), CRCR_OK);
+    assert_int_equal(s.queued, 2);
+}
+
+static void a_bad_uri_is_a_configuration_error(void **state)
+{
+    store *st = NULL;
+    char err[256] = "";
+    assert_int_equal(store_open("postgresql://[::1", &st, err, sizeof(err)), CRCR_E_CONFIG);
+    assert_null(st);
+    assert_non_null(strstr(err, "CRCR_STORE"));
+    assert_int_equal(store_open("mysql://x", &st, err, sizeof(err)), CRCR_E_CONFIG);
+    /* A database that is not there: a store error (the relay exits and is restarted). */
+    assert_int_equal(
+        store_open("postgresql://nobody@127.0.0.1:1/x?connect_timeout=2", &st, err, sizeof(err)),
+        CRCR_E_STORE);
+    assert_null(st);
+    assert_non_null(strstr(err, "cannot connect"));
+}
+
+#define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
+
+int main(void)
+{
+    log_set_level(CRCR_LOG_WARN);
+    const struct CMUnitTest tests[] = {
+        T(open_records_the_schema_version_and_reopens),
+        T(open_refuses_a_schema_newer_than_the_binary),
+        T(ingest_keeps_payload_bytes_exactly_and_refuses_a_known_delivery),
+        T(ingest_without_jobs_records_an_ignored_delivery),
+        T(claim_hands_out_due_rows_in_due_order_with_their_delivery),
+        T(claim_takes_back_a_row_whose_lease_expired),
+        T(claim_of_a_job_row_carries_its_own_body),
+        T(finish_and_retry_record_outcomes_and_attempts),
+        T(redeliver_requeues_dispatch_rows_and_adds_a_missing_repo),
+        T(list_deliveries_filters_by_state_and_repo_newest_first),
+        T(enqueue_adds_rows_but_never_a_second_dispatch_of_a_target),
+        T(kv_values_are_bytes_with_expiry),
+        T(lease_has_one_holder_until_it_expires),
+        T(lease_taken_by_concurrent_instances_has_exactly_one_holder),
+        T(rate_hit_counts_a_sliding_window_per_repo),
+        T(rate_hit_under_concurrency_never_exceeds_the_limit),
+        T(retention_deletes_old_finished_data_and_keeps_pending_work),
+        T(run_apply_follows_the_state_machine_and_measures_times),
+        T(run_apply_single_shot_needs_no_dispatch_and_completes_once),
+        T(run_apply_from_concurrent_callers_applies_exactly_once),
+        T(runs_for_sha_gives_the_latest_row_per_workflow_and_job),
+        T(zombies_are_in_progress_runs_started_before_the_cutoff),
+        T(list_runs_filters_orders_and_pages),
+        T(wanted_marks_are_per_sha_and_repo_since_a_time),
+        T(callback_rejections_are_counted_per_repo_since_a_time),
+        T(claim_by_concurrent_workers_hands_out_each_row_once),
+        T(recover_requeues_running_rows_only_for_a_single_process_store),
+        T(wait_for_work_wakes_on_rows_written_by_another_instance),
+        T(a_dropped_connection_is_replaced_without_an_error),
+        cmocka_unit_test(a_bad_uri_is_a_configuration_error),
+    };
+    int failed = cmocka_run_group_tests_name("store conformance: sqlite", tests, group_sqlite,
+                                             group_sqlite_done);
+    const char *pg = getenv("CRCR_TEST_PG_URI");
+    if (pg && *pg)
+        failed += cmocka_run_group_tests_name("store conformance: postgresql", tests, group_pg,
+                                              group_pg_done);
+    else
+        printf("[  SKIPPED ] store conformance: postgresql (CRCR_TEST_PG_URI is not set)\n");
+    return failed;
+}

@@ -1,0 +1,467 @@
+/*
+ * test_webhook.c - webhook routing (webhook_classify, webhook.h steps 5-6): which verified,
+ * parsed webhook leads to a dispatch, a label back-fill, a check-run re-run or a suite re-run,
+ * and which ones are answered {"ignored":true}.
+ *
+ * Fixtures (tests/data/webhooks/, found through CRCR_TEST_DATA): real payloads from
+ * @octokit/webhooks-examples whose repository.full_name reads pytorch/pytorch. Each test changes
+ * only the fields its route depends on, so the rest of the body stays as GitHub sends it.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "buf.h"
+#include "json.h"
+#include "limits.h"
+#include "webhook.h"
+
+#define UPSTREAM "pytorch/pytorch"
+
+/* ---- helpers ---------------------------------------------------------------------------- */
+
+/* Parses tests/data/webhooks/<name> (new reference, caller frees). Fails the test if missing. */
+static jv *load(const char *name)
+{
+    const char *dir = getenv("CRCR_TEST_DATA");
+    if (!dir)
+        fail_msg("CRCR_TEST_DATA is not set (ctest sets it to <repo>/tests/data)");
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/webhooks/%s", dir, name);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        fail_msg("cannot open %s", path);
+    buf_t b;
+    buf_init(&b, 1024u * 1024u);
+    char chunk[4096];
+    size_t n;
+    while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
+        assert_int_equal(buf_append(&b, chunk, n), CRCR_OK);
+    fclose(f);
+    char err[160];
+    jv *doc = jv_parse(b.data, b.len, err, sizeof(err));
+    if (!doc)
+        fail_msg("%s: %s", path, err);
+    buf_free(&b);
+    return doc;
+}
+
+/* Parses a JSON literal written in the test (new reference). */
+static jv *parse(const char *json)
+{
+    char err[160];
+    jv *doc = jv_parse(json, strlen(json), err, sizeof(err));
+    if (!doc)
+        fail_msg("test JSON does not parse: %s", err);
+    return doc;
+}
+
+/* Sets obj[key] (obj found at `path` of `doc`, "" for the root) to a string. */
+static void set_str(jv *doc, const char *path, const char *key, const char *value)
+{
+    jv *obj = *path ? jv_path(doc, path) : doc;
+    assert_true(jv_is_obj(obj));
+    assert_int_equal(jv_set(obj, key, jv_new_str(value)), CRCR_OK);
+}
+
+static void set_int(jv *doc, const char *path, const char *key, int64_t value)
+{
+    jv *obj = *path ? jv_path(doc, path) : doc;
+    assert_true(jv_is_obj(obj));
+    assert_int_equal(jv_set(obj, key, jv_new_int(value)), CRCR_OK);
+}
+
+static webhook_route classify(const char *event, const jv *doc, const char *upstream)
+{
+    webhook_route r;
+    memset(&r, 0x5a, sizeof(r)); /* the function must set every field itself */
+    webhook_classify(event, doc, upstream, &r);
+    return r;
+}
+
+/* A labeled pull_request from upstream carrying `label` (new reference). */
+static jv *labeled(const char *label)
+{
+    jv *doc = load("pull_request.labeled.json");
+    set_str(doc, "label", "name", label);
+    return doc;
+}
+
+/* A check_run rerequested from upstream on check `name` with `external_id` (new reference). */
+static jv *check_run_rerequested(const char *name, const char *external_id)
+{
+    jv *doc = load("check_run.rerequested.json");
+    set_str(doc, "check_run", "name", name);
+    set_str(doc, "check_run", "external_id", external_id);
+    return doc;
+}
+
+/* ---- dispatch ---------------------------------------------------------------------------- */
+
+static void test_push_from_upstream_dispatches(void **state)
+{
+    (void)state;
+    jv *doc = load("push.json");
+    webhook_route r = classify("push", doc, UPSTREAM);
+    assert_int_equal(r.kind, WEBHOOK_DISPATCH);
+    assert_null(r.action); /* push bodies carry no action */
+    assert_null(r.reason);
+    jv_free(doc);
+
+    doc = load("push.deleted.json"); /* a branch deletion is still forwarded, like upstream */
+    r = classify("push", doc, UPSTREAM);
+    assert_int_equal(r.kind, WEBHOOK_DISPATCH);
+    jv_free(doc);
+}
+
+static void test_pull_request_lifecycle_actions_dispatch(void **state)
+{
+    (void)state;
+    static const char *const files[] = {"pull_request.opened.json", "pull_request.reopened.json",
+                                        "pull_request.synchronize.json",
+                                        "pull_request.closed.json"};
+    static const char *const actions[] = {"opened", "reopened", "synchronize", "closed"};
+    for (size_t i = 0; i < 4; i++) {
+        jv *doc = load(files[i]);
+        webhook_route r = classify("pull_request", doc, UPSTREAM);
+        assert_int_equal(r.kind, WEBHOOK_DISPATCH);
+        assert_string_equal(r.action, actions[i]);
+        assert_ptr_equal(r.action, jv_path_str(doc, "action")); /* borrowed from the body */
+        assert_null(r.device);
+        jv_free(doc);
+    }
+}
+
+static void test_upstream_repo_matches_ignoring_case(void **state)
+{
+    (void)state;
+    jv *doc = load("pull_request.opened.json");
+    set_str(doc, "repository", "full_name", "PyTorch/PyTorch");
+    assert_int_equal(classify("pull_request", doc, UPSTREAM).kind, WEBHOOK_DISPATCH);
+    assert_int_equal(classify("pull_request", doc, "PYTORCH/pytorch").kind, WEBHOOK_DISPATCH);
+    jv_free(doc);
+}
+
+/* ---- ignored ----------------------------------------------------------------------------- */
+
+static void test_event_from_foreign_repo_is_ignored(void **state)
+{
+    (void)state;
+    /* The App is installed downstream too: their events must never fan out. */
+    static const char *const foreign[] = {"someone/pytorch", "pytorch/pytorch-fork",
+                                          "pytorch/pytorc", "pytorch/pytorch ", ""};
+    for (size_t i = 0; i < sizeof(foreign) / sizeof(foreign[0]); i++) {
+        jv *doc = load("pull_request.opened.json");
+        set_str(doc, "repository", "full_name", foreign[i]);
+        webhook_route r = classify("pull_request", doc, UPSTREAM);
+        assert_int_equal(r.kind, WEBHOOK_IGNORE);
+        assert_null(r.reason);
+        jv_free(doc);
+
+        doc = load("push.json");
+        set_str(doc, "repository", "full_name", foreign[i]);
+        assert_int_equal(classify("push", doc, UPSTREAM).kind, WEBHOOK_IGNORE);
+        jv_free(doc);
+    }
+}
+
+static void test_missing_or_non_string_repository_is_ignored(void **state)
+{
+    (void)state;
+    jv *doc = parse("{\"action\":\"opened\",\"pull_request\":{\"number\":1}}");
+    assert_int_equal(classify("pull_request", doc, UPSTREAM).kind, WEBHOOK_IGNORE);
+    jv_free(doc);
+    doc = parse("{\"action\":\"opened\",\"repository\":{\"full_name\":42}}");
+    assert_int_equal(classify("pull_request", doc, UPSTREAM).kind, WEBHOOK_IGNORE);
+    jv_free(doc);
+    doc = parse("{\"action\":\"opened\",\"repository\":\"pytorch/pytorch\"}");
+    assert_int_equal(classify("pull_request", doc, UPSTREAM).kind, WEBHOOK_IGNORE);
+    jv_free(doc);
+    doc = parse("[\"pytorch/pytorch\"]"); /* not an object at all */
+    webhook_route r = classify("push", doc, UPSTREAM);
+    assert_int_equal(r.kind, WEBHOOK_IGNORE);
+    assert_null(r.action);
+    jv_free(doc);
+}
+
+static void test_other_pull_request_actions_are_ignored(void **state)
+{
+    (void)state;
+    jv *doc = load("pull_request.assigned.json");
+    webhook_route r = classify("pull_request", doc, UPSTREAM);
+    assert_int_equal(r.kind, WEBHOOK_IGNORE);
+    assert_string_equal(r.action, "assigned");
+    assert_null(r.reason);
+    jv_free(doc);
+
+    static const char *const others[] = {"edited", "unlabeled", "ready_for_review",
+                                         "Opened", "opened ",   ""};
+    for (size_t i = 0; i < sizeof(others) / sizeof(others[0]); i++) {
+        doc = load("pull_request.opened.json");
+        set_str(doc, "", "action", others[i]);
+        assert_int_equal(classify("pull_request", doc, UPSTREAM).kind, WEBHOOK_IGNORE);
+        jv_free(doc);
+    }
+    doc = parse("{\"repository\":{\"full_name\":\"pytorch/pytorch\"}}"); /* no action */
+    assert_int_equal(classify("pull_request", doc, UPSTREAM).kind, WEBHOOK_IGNORE);
+    jv_free(doc);
+}
+
+static void test_events_the_router_does_not_handle_are_ignored(void **state)
+{
+    (void)state;
+    jv *doc = load("issues.opened.json");
+    assert_int_equal(classify("issues", doc, UPSTREAM).kind, WEBHOOK_IGNORE);
+    jv_free(doc);
+    /* check_run / check_suite actions other than rerequested. */
+    doc = check_run_rerequested("crcr/org/repo/CI/build", "123:45");
+    set_str(doc, "", "action", "completed");
+    assert_int_equal(classify("check_run", doc, UPSTREAM).kind, WEBHOOK_IGNORE);
+    jv_free(doc);
+    doc = load("check_suite.rerequested.json");
+    set_str(doc, "", "action", "requested");
+    assert_int_equal(classify("check_suite", doc, UPSTREAM).kind, WEBHOOK_IGNORE);
+    jv_free(doc);
+}
+
+/* ---- labels ------------------------------------------------------------------------------ */
+
+static void test_ciflow_crcr_label_routes_to_device(void **state)
+{
+    (void)state;
+    jv *doc = labeled("ciflow/crcr/npu");
+    webhook_route r = classify("pull_request", doc, UPSTREAM);
+    assert_int_equal(r.kind, WEBHOOK_LABEL);
+    assert_string_equal(r.device, "npu");
+    assert_string_equal(r.action, "labeled");
+    /* The device borrows from the body's label. */
+    assert_ptr_equal(r.device, jv_path_str(doc, "label.name") + strlen("ciflow/crcr/"));
+    assert_int_equal(r.run_id, 0);
+    assert_int_equal(r.suite_id, 0);
+    jv_free(doc);
+}
+
+static void test_labeled_with_other_label_is_ignored(void **state)
+{
+    (void)state;
+    jv *doc = load("pull_request.labeled.json"); /* the real example: label "bug" */
+    assert_string_equal(jv_path_str(doc, "label.name"), "bug");
+    assert_int_equal(classify("pull_request", doc, UPSTREAM).kind, WEBHOOK_IGNORE);
+    jv_free(doc);
+
+    static const char *const others[] = {"ciflow/trunk", "ciflow/crcr", "ciflow/oot/npu",
+                                         "CIFLOW/CRCR/npu", "xciflow/crcr/npu"};
+    for (size_t i = 0; i < sizeof(others) / sizeof(others[0]); i++) {
+        doc = labeled(others[i]);
+        webhook_route r = classify("pull_request", doc, UPSTREAM);
+        assert_int_equal(r.kind, WEBHOOK_IGNORE);
+        assert_null(r.device);
+        jv_free(doc);
+    }
+}
+
+static void test_ciflow_crcr_label_with_empty_device_is_ignored(void **state)
+{
+    (void)state;
+    jv *doc = labeled("ciflow/crcr/");
+    webhook_route r = classify("pull_request", doc, UPSTREAM);
+    assert_int_equal(r.kind, WEBHOOK_IGNORE);
+    assert_null(r.device);
+    jv_free(doc);
+}
+
+static void test_label_at_the_label_limit_is_ignored(void **state)
+{
+    (void)state;
+    char label[CRCR_LABEL_MAX + 1];
+    memset(label, 'd', sizeof(label));
+    memcpy(label, "ciflow/crcr/", 12);
+    label[CRCR_LABEL_MAX - 1] = '\0'; /* longest accepted: CRCR_LABEL_MAX - 1 bytes */
+    jv *doc = labeled(label);
+    assert_int_equal(classify("pull_request", doc, UPSTREAM).kind, WEBHOOK_LABEL);
+    jv_free(doc);
+
+    label[CRCR_LABEL_MAX - 1] = 'd';
+    label[CRCR_LABEL_MAX] = '\0';
+    doc = labeled(label);
+    assert_int_equal(classify("pull_request", doc, UPSTREAM).kind, WEBHOOK_IGNORE);
+    jv_free(doc);
+}
+
+static void test_label_event_without_label_object_is_ignored(void **state)
+{
+    (void)state;
+    jv *doc = parse("{\"action\":\"labeled\",\"repository\":{\"full_name\":\"pytorch/pytorch\"},"
+                    "\"label\":{\"name\":null}}");
+    assert_int_equal(classify("pull_request", doc, UPSTREAM).kind, WEBHOOK_IGNORE);
+    jv_free(doc);
+}
+
+/* ---- check_run rerequested --------------------------------------------------------------- */
+
+static void test_rerequested_crcr_check_run_reruns_the_downstream_run(void **state)
+{
+    (void)state;
+    jv *doc = check_run_rerequested("crcr/org/l3repo/CI/build", "123:45");
+    webhook_route r = classify("check_run", doc, UPSTREAM);
+    assert_int_equal(r.kind, WEBHOOK_RERUN_RUN);
+    assert_string_equal(r.repo, "org/l3repo");
+    assert_int_equal(r.run_id, 123);
+    assert_string_equal(r.action, "rerequested");
+    assert_null(r.reason);
+    jv_free(doc);
+
+    /* Without a PR the external_id is the bare run id; without a job the name has 3 parts. */
+    doc = check_run_rerequested("crcr/org/repo/Nightly", "9876543210123");
+    r = classify("check_run", doc, UPSTREAM);
+    assert_int_equal(r.kind, WEBHOOK_RERUN_RUN);
+    assert_string_equal(r.repo, "org/repo");
+    assert_int_equal(r.run_id, 9876543210123LL);
+    jv_free(doc);
+}
+
+static void test_rerequested_non_crcr_check_run_is_ignored(void **state)
+{
+    (void)state;
+    jv *doc = load("check_run.rerequested.json"); /* the real example: "randscape", id "" */
+    webhook_route r = classify("check_run", doc, UPSTREAM);
+    assert_int_equal(r.kind, WEBHOOK_IGNORE);
+    assert_string_equal(r.reason, "not a crcr check run");
+    jv_free(doc);
+
+    static const char *const names[] = {"build (ubuntu)", "crcr/org/repo",  "crcr//repo/CI",
+                                        "crcr/org//CI",   "crcr/org/repo/", "CRCR/org/repo/CI",
+                                        "oot/org/repo/CI"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        doc = check_run_rerequested(names[i], "123:45");
+        r = classify("check_run", doc, UPSTREAM);
+        assert_int_equal(r.kind, WEBHOOK_IGNORE);
+        assert_string_equal(r.reason, "not a crcr check run");
+        jv_free(doc);
+    }
+}
+
+static void test_rerequested_check_run_without_usable_external_id_is_ignored(void **state)
+{
+    (void)state;
+    static const char *const ids[] = {"", "0", "0:45", "-5", "abc", "12a", " 12", ":45", "+7"};
+    for (size_t i = 0; i < sizeof(ids) / sizeof(ids[0]); i++) {
+        jv *doc = check_run_rerequested("crcr/org/repo/CI/build", ids[i]);
+        webhook_route r = classify("check_run", doc, UPSTREAM);
+        if (r.kind != WEBHOOK_IGNORE)
+            fail_msg("external_id '%s' was accepted (run_id %lld)", ids[i], (long long)r.run_id);
+        assert_string_equal(r.reason, "not a crcr check run");
+        jv_free(doc);
+    }
+    jv *doc = load("check_run.rerequested.json");
+    set_str(doc, "check_run", "name", "crcr/org/repo/CI/build");
+    set_int(doc, "check_run", "external_id", 123); /* a number, not the string GitHub sends */
+    assert_int_equal(classify("check_run", doc, UPSTREAM).kind, WEBHOOK_IGNORE);
+    jv_free(doc);
+}
+
+static void test_check_run_repo_that_does_not_fit_is_ignored(void **state)
+{
+    (void)state;
+    char name[CRCR_REPO_NAME_MAX + 32];
+    memset(name, 'r', sizeof(name));
+    memcpy(name, "crcr/o/", 7);
+    /* "o/" + repo of CRCR_REPO_NAME_MAX - 2 bytes: one more than the field can hold. */
+    size_t end = 7 + CRCR_REPO_NAME_MAX - 2;
+    memcpy(name + end, "/CI", 4);
+    jv *doc = check_run_rerequested(name, "5");
+    assert_int_equal(classify("check_run", doc, UPSTREAM).kind, WEBHOOK_IGNORE);
+    jv_free(doc);
+
+    memcpy(name + end - 1, "/CI", 4); /* one byte shorter: fits */
+    doc = check_run_rerequested(name, "5");
+    webhook_route r = classify("check_run", doc, UPSTREAM);
+    assert_int_equal(r.kind, WEBHOOK_RERUN_RUN);
+    assert_int_equal(strlen(r.repo), CRCR_REPO_NAME_MAX - 1);
+    jv_free(doc);
+}
+
+static void test_check_run_from_foreign_repo_is_ignored(void **state)
+{
+    (void)state;
+    jv *doc = check_run_rerequested("crcr/org/repo/CI/build", "123:45");
+    set_str(doc, "repository", "full_name", "org/repo");
+    webhook_route r = classify("check_run", doc, UPSTREAM);
+    assert_int_equal(r.kind, WEBHOOK_IGNORE);
+    assert_int_equal(r.run_id, 0);
+    jv_free(doc);
+}
+
+/* ---- check_suite rerequested ------------------------------------------------------------- */
+
+static void test_rerequested_check_suite_reruns_the_suite(void **state)
+{
+    (void)state;
+    jv *doc = load("check_suite.rerequested.json");
+    webhook_route r = classify("check_suite", doc, UPSTREAM);
+    assert_int_equal(r.kind, WEBHOOK_RERUN_SUITE);
+    assert_int_equal(r.suite_id, 118578147);
+    assert_null(r.reason);
+    jv_free(doc);
+
+    doc = load("check_suite.rerequested.json");
+    set_int(doc, "check_suite", "id", 5000000000LL); /* ids pass 2^32 */
+    assert_int_equal(classify("check_suite", doc, UPSTREAM).suite_id, 5000000000LL);
+    jv_free(doc);
+}
+
+static void test_check_suite_without_id_is_ignored(void **state)
+{
+    (void)state;
+    jv *doc =
+        parse("{\"action\":\"rerequested\",\"repository\":{\"full_name\":\"pytorch/pytorch\"},"
+              "\"check_suite\":{\"head_sha\":\"abc\"}}");
+    webhook_route r = classify("check_suite", doc, UPSTREAM);
+    assert_int_equal(r.kind, WEBHOOK_IGNORE);
+    assert_string_equal(r.reason, "missing check_suite id");
+    jv_free(doc);
+
+    doc = load("check_suite.rerequested.json");
+    set_str(doc, "check_suite", "id", "118578147"); /* a string is not an id */
+    assert_int_equal(classify("check_suite", doc, UPSTREAM).kind, WEBHOOK_IGNORE);
+    jv_free(doc);
+
+    doc = load("check_suite.rerequested.json");
+    set_int(doc, "check_suite", "id", 0);
+    r = classify("check_suite", doc, UPSTREAM);
+    assert_int_equal(r.kind, WEBHOOK_IGNORE);
+    assert_string_equal(r.reason, "missing check_suite id");
+    jv_free(doc);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_push_from_upstream_dispatches),
+        cmocka_unit_test(test_pull_request_lifecycle_actions_dispatch),
+        cmocka_unit_test(test_upstream_repo_matches_ignoring_case),
+        cmocka_unit_test(test_event_from_foreign_repo_is_ignored),
+        cmocka_unit_test(test_missing_or_non_string_repository_is_ignored),
+        cmocka_unit_test(test_other_pull_request_actions_are_ignored),
+        cmocka_unit_test(test_events_the_router_does_not_handle_are_ignored),
+        cmocka_unit_test(test_ciflow_crcr_label_routes_to_device),
+        cmocka_unit_test(test_labeled_with_other_label_is_ignored),
+        cmocka_unit_test(test_ciflow_crcr_label_with_empty_device_is_ignored),
+        cmocka_unit_test(test_label_at_the_label_limit_is_ignored),
+        cmocka_unit_test(test_label_event_without_label_object_is_ignored),
+        cmocka_unit_test(test_rerequested_crcr_check_run_reruns_the_downstream_run),
+        cmocka_unit_test(test_rerequested_non_crcr_check_run_is_ignored),
+        cmocka_unit_test(test_rerequested_check_run_without_usable_external_id_is_ignored),
+        cmocka_unit_test(test_check_run_repo_that_does_not_fit_is_ignored),
+        cmocka_unit_test(test_check_run_from_foreign_repo_is_ignored),
+        cmocka_unit_test(test_rerequested_check_suite_reruns_the_suite),
+        cmocka_unit_test(test_check_suite_without_id_is_ignored),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
