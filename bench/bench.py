@@ -310,20 +310,36 @@ class Bench:
             f.write(data)
         return path
 
-    def wrk(self, what, url, script, conns, duration, env, timeout_s=10, extra=()):
+    def wrk(self, what, url, script, conns, duration, env, timeout_s=10, stop_when=None):
+        """Runs wrk for `duration` s and parses its summary. With `stop_when` (a callable polled
+        every 0.5 s) wrk is interrupted (SIGINT: it still prints its summary) once it returns
+        true: wrk's own -d sleeps the full duration even after every thread has stopped."""
         argv = ["wrk", "-t1", "-c%d" % conns, "-d%ds" % duration, "--latency",
-                "--timeout", "%ds" % timeout_s, "-s", script] + list(extra) + [url]
+                "--timeout", "%ds" % timeout_s, "-s", script, url]
         self.record(what, argv, {k: v for k, v in env.items() if k != "CB_TOKEN"})
         full_env = dict(os.environ)
         full_env.update({k: str(v) for k, v in env.items()})
-        p = subprocess.run(argv, capture_output=True, text=True, env=full_env,
-                           timeout=duration + timeout_s + 60)
+        p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=full_env)
+        deadline = time.monotonic() + duration + timeout_s + 60
+        try:
+            if stop_when is not None:
+                while p.poll() is None and time.monotonic() < deadline:
+                    time.sleep(0.5)
+                    if stop_when():
+                        p.send_signal(signal.SIGINT)
+                        break
+            out, err = p.communicate(timeout=max(1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, err = p.communicate()
+            raise RuntimeError("wrk did not finish (%s)" % what)
         name = re.sub(r"[^A-Za-z0-9]+", "_", what).strip("_")
-        self.write_file("wrk_%s.txt" % name, p.stdout + p.stderr)
-        if p.returncode != 0:
-            raise RuntimeError("wrk failed (%s): %s" % (what, p.stderr[-2000:]))
-        r = parse_wrk(p.stdout)
-        r["raw"] = p.stdout
+        self.write_file("wrk_%s.txt" % name, out + err)
+        if p.returncode not in (0, -signal.SIGINT):
+            raise RuntimeError("wrk failed (%s): %s" % (what, err[-2000:]))
+        r = parse_wrk(out)
+        r["raw"] = out
         return r
 
     def relay(self, env=None, allowlist=INGEST_ALLOWLIST, tmpfs=False, binary=None, args=None,
@@ -580,8 +596,8 @@ class Bench:
         gh = F.FakeGitHub(app_id=APP_ID, public_key=pub, latency_ms=FANOUT_LATENCY_MS).start()
         runs = []
         try:
-            # (workers, store on tmpfs): the default; more workers than repos; no fsync cost.
-            for workers, tmpfs in ((32, False), (128, False), (32, True)):
+            # (workers, store on tmpfs): the default; more workers than repos; without fsync cost.
+            for workers, tmpfs in ((32, False), (128, False), (32, True), (128, True)):
                 env = {"GITHUB_APP_ID": str(APP_ID), "GITHUB_APP_PRIVATE_KEY_FILE": R.APP_KEY,
                        "GITHUB_API_URL": gh.url, "MAX_DISPATCH_WORKERS": str(workers)}
                 rl = self.relay(env=env, allowlist=allowlist, tmpfs=tmpfs)
@@ -592,6 +608,8 @@ class Bench:
                                 [self.crcr, "serve"],
                                 dict(env, GITHUB_API_URL="<fake GitHub, latency_ms=50>",
                                      ALLOWLIST_FILE="<100 repos, 100 owners>",
+                                     CRCR_STORE="sqlite:%s/crcr.db" % (
+                                         "/dev/shm/<tmp>" if tmpfs else "<tmp>"),
                                      CRCR_LOG="warn"))
                     kinds = ["cold", "warm", "warm", "warm"] if (workers, tmpfs) == (32, False) \
                         else ["cold", "warm"]
@@ -695,15 +713,19 @@ class Bench:
         st, _ = self.send_webhook(rl.port, body, delivery)
         if st != 202:
             raise RuntimeError("callback setup webhook answered %d" % st)
-        self.wait_outbox_drained(rl, 30)
-        rc, out, err = rl.cli(["deliveries", "show", delivery, "--format", "json"])
-        if rc != 0:
-            raise RuntimeError("crcr deliveries show failed: %s" % err)
-        shown = json.loads(out)
         cp = None
-        for row in shown.get("outbox", []):
-            if row.get("kind") == "dispatch" and row.get("target", "").lower() == CALLBACK_REPO:
-                cp = json.loads(row["body"])["client_payload"]
+        deadline = time.monotonic() + 60
+        while cp is None and time.monotonic() < deadline:
+            # The dispatch body appears once the (dry-run) outbox worker has built it.
+            rc, out, err = rl.cli(["deliveries", "show", delivery, "--format", "json"])
+            if rc != 0:
+                raise RuntimeError("crcr deliveries show failed: %s" % err)
+            for row in json.loads(out).get("outbox", []):
+                if row.get("kind") == "dispatch" and row.get("body") and \
+                        row.get("target", "").lower() == CALLBACK_REPO:
+                    cp = json.loads(row["body"])["client_payload"]
+            if cp is None:
+                time.sleep(0.2)
         if cp is None:
             raise RuntimeError("no dispatch body for %s in deliveries show" % CALLBACK_REPO)
         sentinel = 987654321987
@@ -786,10 +808,12 @@ class Bench:
                     self.notes.append("memory: stopped after %d webhooks (time budget %d s)"
                                       % (sent, a.memory_budget))
                     break
+                goal = (k + 1) * chunk
                 env = {"BENCH_BODY": path, "BENCH_SIG": sign(body), "BENCH_EVENT": "push",
                        "BENCH_PREFIX": "mem%d-%s" % (k, self.run_id), "BENCH_MAX": str(chunk)}
-                w = self.wrk("memory chunk %d" % k if k < 1 else "memory chunk", rl.url +
-                             "/github/webhook", script, 64, int(max(5, remaining)), env)
+                w = self.wrk("memory chunk", rl.url + "/github/webhook", script, 64,
+                             int(max(5, remaining)), env,
+                             stop_when=self._count_reached(rl, goal))
                 sent = self.db_scalar(rl, "SELECT count(*) FROM deliveries")
                 stt = proc_status(pid)
                 points.append((sent, stt["VmRSS"], stt["VmHWM"]))
@@ -804,6 +828,19 @@ class Bench:
                        db_bytes=os.path.getsize(rl.db_path))
         finally:
             self.close_relay(rl)
+
+    def _count_reached(self, rl, goal):
+        """A stop_when for wrk: the store holds `goal` deliveries, or their count has not moved
+        for 3 s (the wrk thread stopped itself, some answers were not 202)."""
+        state = {"n": -1, "since": time.monotonic()}
+
+        def check():
+            n = self.db_scalar(rl, "SELECT count(*) FROM deliveries")
+            if n != state["n"]:
+                state["n"], state["since"] = n, time.monotonic()
+            return n >= goal or time.monotonic() - state["since"] > 3.0
+
+        return check
 
     # ----------------------------------------------------------------------------- 5. profile
 
@@ -885,7 +922,8 @@ class Bench:
         for ir, _, _, obj in self_rows:
             by_obj[obj or "?"] = by_obj.get(obj or "?", 0) + ir
         return {"total_ir": total, "ir_per_webhook": (total or 0) / max(1, n),
-                "self_top": self_rows[:25], "incl_top": incl_rows[:40],
+                "self_top": self_rows[:25],
+                "incl_top": [r for r in incl_rows if r[3].startswith("crcr")][:25],
                 "by_object": sorted(by_obj.items(), key=lambda kv: -kv[1])}
 
     # ----------------------------------------------------------------------------- report

@@ -16,8 +16,9 @@
  *     non-empty device shorter than the label limit; device points into that label;
  *   - RERUN_RUN only for check_run "rerequested" on a check named "crcr/<owner>/<repo>/...": the
  *     repo has exactly one '/', both halves non-empty, NUL-terminated in its field, and run_id > 0
- *     is the leading number of check_run.external_id;
+ *     is the leading number of check_run.external_id (which must fit an int64);
  *   - RERUN_SUITE only for check_suite "rerequested" with check_suite.id the positive suite_id;
+ *   - completeness: a body the contract routes (by the rules above) is routed that way;
  *   - fields that belong to other kinds stay zero (an IGNORE may keep what it read before it
  *     refused); an IGNORE reason, if any, is non-empty, and other kinds have none.
  * Seeds: fuzz/corpus/webhook/ (real-shaped bodies with the event byte in front).
@@ -49,19 +50,37 @@ static int is(const char *s, const char *lit)
     return s && strcmp(s, lit) == 0;
 }
 
-/* The leading decimal number of an external_id ("{run_id}:{pr}" or "{run_id}"), when it has at
- * most 18 digits (so it fits an int64 without overflow checks); -1 otherwise. */
+/* The leading decimal number of an external_id ("{run_id}:{pr}" or "{run_id}"), -1 when there
+ * is none and -2 when it does not fit an int64 (such an id names no run). */
 static int64_t leading_number(const char *s)
 {
     int64_t v = 0;
     size_t n = 0;
-    while (s && s[n] >= '0' && s[n] <= '9') {
-        if (n == 18)
-            return -1;
-        v = v * 10 + (s[n] - '0');
-        n++;
+    for (; s && s[n] >= '0' && s[n] <= '9'; n++) {
+        int d = s[n] - '0';
+        if (v > (INT64_MAX - d) / 10)
+            return -2;
+        v = v * 10 + d;
     }
     return n ? v : -1;
+}
+
+/* Whether a check named `name` with `ext` is one crcr created (checks.h):
+ * "crcr/<owner>/<repo>/<rest>" with non-empty parts and a repo that fits the route, and
+ * "<run_id>[:<anything>]" with a run id in 1..INT64_MAX. */
+static int crcr_check(const char *name, const char *ext)
+{
+    if (!name || strncmp(name, "crcr/", 5) != 0)
+        return 0;
+    const char *owner = name + 5, *s1 = strchr(owner, '/');
+    if (!s1 || s1 == owner)
+        return 0;
+    const char *s2 = strchr(s1 + 1, '/');
+    if (!s2 || s2 == s1 + 1 || s2[1] == '\0' || (size_t)(s2 - owner) >= CRCR_REPO_NAME_MAX)
+        return 0;
+    int64_t run = leading_number(ext);
+    size_t digits = strspn(ext, "0123456789");
+    return run > 0 && (ext[digits] == '\0' || ext[digits] == ':');
 }
 
 static void check_route(const char *event, const jv *doc, const char *upstream,
@@ -97,6 +116,19 @@ static void check_route(const char *event, const jv *doc, const char *upstream,
     if (is(event, "issues"))
         CHECK(r->kind == WEBHOOK_IGNORE);
 
+    /* Completeness: what the contract routes is routed. */
+    const char *label = jv_path_str(doc, "label.name");
+    if (upstream_match && is(event, "pull_request") && is(action, "labeled") && label &&
+        strncmp(label, "ciflow/crcr/", 12) == 0 && label[12] && strlen(label) < CRCR_LABEL_MAX)
+        CHECK(r->kind == WEBHOOK_LABEL);
+    if (upstream_match && is(event, "check_run") && is(action, "rerequested") &&
+        crcr_check(jv_path_str(doc, "check_run.name"), jv_path_str(doc, "check_run.external_id")))
+        CHECK(r->kind == WEBHOOK_RERUN_RUN);
+    int64_t suite = 0;
+    if (upstream_match && is(event, "check_suite") && is(action, "rerequested") &&
+        jv_int(jv_path(doc, "check_suite.id"), &suite) && suite > 0)
+        CHECK(r->kind == WEBHOOK_RERUN_SUITE);
+
     switch (r->kind) {
     case WEBHOOK_LABEL: {
         const char *label = jv_path_str(doc, "label.name");
@@ -119,9 +151,7 @@ static void check_route(const char *event, const jv *doc, const char *upstream,
         CHECK(r->run_id > 0);
         const char *ext = jv_path_str(doc, "check_run.external_id");
         CHECK(ext && ext[0] >= '0' && ext[0] <= '9');
-        int64_t lead = leading_number(ext);
-        if (lead >= 0)
-            CHECK(r->run_id == lead);
+        CHECK(r->run_id == leading_number(ext));
         break;
     }
     case WEBHOOK_RERUN_SUITE: {

@@ -183,6 +183,7 @@ typedef struct effects_ctx {
     bool check_run;
     const char *raw_body;
     size_t raw_len;
+    const store_run_key *key;
     callback_bodies bodies;
 } effects_ctx;
 
@@ -214,7 +215,23 @@ crcr_err callback_hud_body(buf_t *out, const char *repo, crcr_level level, int64
     return err;
 }
 
-crcr_err callback_effects(const crcr_app *app, const checks_run *check, const char *repo,
+void callback_bodies_init(callback_bodies *b, size_t callback_len)
+{
+    buf_init(&b->check, 64 * 1024);
+    buf_init(&b->check_key, 4 * CRCR_JOB_NAME_MAX + 256);
+    buf_init(&b->hud, callback_len + 8192);
+    buf_init(&b->hud_key, 4 * CRCR_JOB_NAME_MAX + 256);
+}
+
+void callback_bodies_free(callback_bodies *b)
+{
+    buf_free(&b->check);
+    buf_free(&b->check_key);
+    buf_free(&b->hud);
+    buf_free(&b->hud_key);
+}
+
+crcr_err callback_effects(const crcr_app *app, const checks_run *check, const store_run_key *key,
                           crcr_level level, int64_t queue_ms, int64_t exec_ms,
                           const char *callback_json, size_t callback_len, callback_bodies *bodies,
                           store_new_job *jobs, size_t max, size_t *n)
@@ -223,21 +240,30 @@ crcr_err callback_effects(const crcr_app *app, const checks_run *check, const ch
     int64_t now = clock_now_ms();
     if (check && *n < max) {
         crcr_err err = checks_body(check, &bodies->check);
+        if (!err)
+            err = checks_seq_key(check, &bodies->check_key);
         if (err)
             return err;
         jobs[(*n)++] = (store_new_job){.kind = "check_run",
                                        .target = app->cfg.upstream_repo,
+                                       .seq_key = bodies->check_key.data,
                                        .body = bodies->check.data,
                                        .body_len = bodies->check.len,
                                        .due_at = now};
     }
     if (app->cfg.hud_api_url && *n < max) {
-        crcr_err err = callback_hud_body(&bodies->hud, repo, level, queue_ms, exec_ms,
+        crcr_err err = callback_hud_body(&bodies->hud, key->repo, level, queue_ms, exec_ms,
                                          callback_json, callback_len);
+        if (!err)
+            err = buf_printf(&bodies->hud_key, "hud:%s:%s:%lld:%lld:%s:%s", key->repo,
+                             key->delivery_id, (long long)key->run_id, (long long)key->run_attempt,
+                             key->workflow_name ? key->workflow_name : "",
+                             key->job_name ? key->job_name : "");
         if (err)
             return err;
         jobs[(*n)++] = (store_new_job){.kind = "hud_forward",
                                        .target = "hud",
+                                       .seq_key = bodies->hud_key.data,
                                        .body = bodies->hud.data,
                                        .body_len = bodies->hud.len,
                                        .due_at = now};
@@ -259,7 +285,7 @@ static crcr_err build_effects(void *vctx, const store_run_result *res, store_new
         .run_id = c->f->run_id,
         .pr_number = c->f->pr_number,
     };
-    return callback_effects(c->app, c->check_run ? &r : NULL, c->repo, c->level, res->queue_ms,
+    return callback_effects(c->app, c->check_run ? &r : NULL, c->key, c->level, res->queue_ms,
                             res->exec_ms, c->raw_body, c->raw_len, &c->bodies, jobs, max, n);
 }
 
@@ -375,13 +401,13 @@ void callback_handle(void *ctx, const http_request *req, http_response *resp)
         .raw_body = req->body,
         .raw_len = req->body_len,
     };
-    buf_init(&ec.bodies.check, 64 * 1024);
-    buf_init(&ec.bodies.hud, req->body_len + 4096);
+    callback_bodies_init(&ec.bodies, req->body_len);
     store_run_update u = {
         .key = {.delivery_id = f.delivery_id,
                 .repo = repo,
                 .run_id = f.run_id,
                 .run_attempt = f.run_attempt,
+                .workflow_name = f.workflow_name,
                 .job_name = f.job_name ? f.job_name : ""},
         .status = f.status,
         .conclusion = f.conclusion,
@@ -403,6 +429,7 @@ void callback_handle(void *ctx, const http_request *req, http_response *resp)
     snprintf(details, sizeof(details), "https://github.com/%s/actions/runs/%lld", repo,
              (long long)f.run_id);
     u.details_url = details;
+    ec.key = &u.key;
     store_run_result res;
     char why[128] = "";
     crcr_err e = store_run_apply(app->st, &u, build_effects, &ec, &res, why, sizeof(why));
@@ -430,8 +457,7 @@ void callback_handle(void *ctx, const http_request *req, http_response *resp)
         if (!res.duplicate)
             outbox_notify(app->ob);
     }
-    buf_free(&ec.bodies.check);
-    buf_free(&ec.bodies.hud);
+    callback_bodies_free(&ec.bodies);
     allowlist_free(al);
     jv_free(body);
 }

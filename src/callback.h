@@ -56,17 +56,23 @@ struct crcr_app;
 
 /* Memory of the request bodies of a transition's side effects (owned by the caller). */
 typedef struct callback_bodies {
-    buf_t check;
-    buf_t hud;
+    buf_t check;     /* check-run request body */
+    buf_t check_key; /* its outbox ordering key */
+    buf_t hud;       /* HUD forward body */
+    buf_t hud_key;   /* its ordering key: one run's forwards go out in order */
 } callback_bodies;
+
+/* Prepares the holders (sized for a callback body of `callback_len` bytes) / frees them. */
+void callback_bodies_init(callback_bodies *b, size_t callback_len);
+void callback_bodies_free(callback_bodies *b);
 
 /* The side effects of a run transition, shared by callbacks and the sweeper: a check run on the
  * upstream PR (when `check` is not NULL) and a HUD forward (when HUD_API_URL is set). Fills
  * jobs[0..*n) whose bodies live in `bodies`. */
-crcr_err callback_effects(const struct crcr_app *app, const checks_run *check, const char *repo,
-                          crcr_level level, int64_t queue_ms, int64_t exec_ms,
-                          const char *callback_json, size_t callback_len, callback_bodies *bodies,
-                          store_new_job *jobs, size_t max, size_t *n);
+crcr_err callback_effects(const struct crcr_app *app, const checks_run *check,
+                          const store_run_key *key, crcr_level level, int64_t queue_ms,
+                          int64_t exec_ms, const char *callback_json, size_t callback_len,
+                          callback_bodies *bodies, store_new_job *jobs, size_t max, size_t *n);
 
 /* Route handler; ctx is the crcr_app. */
 void callback_handle(void *ctx, const http_request *req, http_response *resp);

@@ -16,6 +16,14 @@ crcr_err checks_name(const checks_run *r, buf_t *out)
     return err;
 }
 
+crcr_err checks_seq_key(const checks_run *r, buf_t *out)
+{
+    crcr_err err = buf_printf(out, "check:%s:", r->head_sha ? r->head_sha : "");
+    if (!err)
+        err = checks_name(r, out);
+    return err;
+}
+
 /* "success" -> "Success", "timed_out" -> "Timed_out" (first letter upper, rest lower). */
 static void title_case(const char *in, char *out, size_t outsz)
 {

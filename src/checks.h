@@ -32,6 +32,11 @@ typedef struct checks_run {
 /* Appends the check run's name. */
 crcr_err checks_name(const checks_run *r, buf_t *out);
 
+/* Appends the outbox ordering key of this check run: "check:{head_sha}:{name}". GitHub shows the
+ * newest run of a name on a commit, so runs of one name must reach it in the order they were
+ * decided (an in_progress retried after its completed would otherwise win). */
+crcr_err checks_seq_key(const checks_run *r, buf_t *out);
+
 /* Appends the POST /repos/{upstream}/check-runs request body. */
 crcr_err checks_body(const checks_run *r, buf_t *out);
 

@@ -148,8 +148,8 @@ crcr_err health_compute(const health_run *runs, size_t n, int64_t rejected, heal
             queue[nq++] = r->queue_ms;
         if (completed && r->exec_ms >= 0)
             exec[ne++] = r->exec_ms;
-        int64_t start = r->dispatched_at ? r->dispatched_at
-                                         : (r->started_at ? r->started_at : r->completed_at);
+        int64_t start =
+            r->dispatched_at ? r->dispatched_at : (r->started_at ? r->started_at : r->completed_at);
         spans[ns++] = (head_span){r->group, start, completed ? r->completed_at : 0, completed};
     }
     out->rate_runs = out->completed - out->cancelled;
@@ -287,8 +287,7 @@ void health_classify(const health_stats *s, crcr_level level, const health_thres
     int thr = t->success_pct[level];
     if (s->rate_runs < t->min_runs) {
         v->status = HEALTH_AT_RISK;
-        snprintf(v->reason, sizeof(v->reason),
-                 "too few runs to judge: %lld counted, %lld needed",
+        snprintf(v->reason, sizeof(v->reason), "too few runs to judge: %lld counted, %lld needed",
                  (long long)s->rate_runs, (long long)t->min_runs);
         return;
     }
@@ -303,8 +302,8 @@ void health_classify(const health_stats *s, crcr_level level, const health_thres
                 return;
             }
             if (!time_ok(s, t)) {
-                snprintf(v->reason, sizeof(v->reason),
-                         "slowest PR head took %s, over the %s limit", worst, limit);
+                snprintf(v->reason, sizeof(v->reason), "slowest PR head took %s, over the %s limit",
+                         worst, limit);
                 return;
             }
         }
@@ -316,8 +315,7 @@ void health_classify(const health_stats *s, crcr_level level, const health_thres
                  rate, (double)margin_permille(t, level) / 10.0, crcr_level_name(level), thr);
         return;
     }
-    if (s->heads > 0 &&
-        s->total_max_ms * 100 > t->pr_total_max_ms * (int64_t)t->time_at_risk_pct) {
+    if (s->heads > 0 && s->total_max_ms * 100 > t->pr_total_max_ms * (int64_t)t->time_at_risk_pct) {
         v->status = HEALTH_AT_RISK;
         snprintf(v->reason, sizeof(v->reason), "slowest PR head took %s, close to the %s limit",
                  worst, limit);
@@ -422,7 +420,7 @@ static void collect_repo(void *ctx, const store_run_row *r)
     memset(e, 0, sizeof(*e));
     snprintf(e->repo, sizeof(e->repo), "%s", r->repo);
     e->level = r->level >= CRCR_LEVEL_L1 && r->level <= CRCR_LEVEL_L4 ? (crcr_level)r->level
-                                                                       : CRCR_LEVEL_NONE;
+                                                                      : CRCR_LEVEL_NONE;
 }
 
 static int cmp_entry(const void *a, const void *b)
@@ -436,10 +434,8 @@ static int cmp_entry(const void *a, const void *b)
 static crcr_err fill_entry(store *st, health_entry *e, int64_t since, const health_thresholds *t)
 {
     run_vec rv = {0};
-    store_run_filter f = {.repo = e->repo,
-                          .since = since,
-                          .limit = HEALTH_MAX_RUNS_PER_REPO,
-                          .no_payload = true};
+    store_run_filter f = {
+        .repo = e->repo, .since = since, .limit = HEALTH_MAX_RUNS_PER_REPO, .no_payload = true};
     crcr_err err = store_list_runs(st, &f, collect_run, &rv);
     if (!err && rv.oom)
         err = CRCR_E_NOMEM;
@@ -634,8 +630,8 @@ crcr_err health_report_text(const health_report *r, buf_t *out)
         html_duration(s->total_max_ms, tmax, sizeof(tmax));
         snprintf(queue, sizeof(queue), "%s/%s", q50, q90);
         snprintf(total, sizeof(total), "%s/%s", t90, tmax);
-        err = buf_printf(out, "%-40s %-5s %6lld %8s %9lld %9lld %15s %17s %8s  %-12s %s\n",
-                         e->repo, crcr_level_name(e->level), (long long)s->runs, rate,
+        err = buf_printf(out, "%-40s %-5s %6lld %8s %9lld %9lld %15s %17s %8s  %-12s %s\n", e->repo,
+                         crcr_level_name(e->level), (long long)s->runs, rate,
                          (long long)s->cancelled, (long long)s->timed_out, queue, total, rej,
                          health_status_name(e->verdict.status),
                          crcr_level_name(e->verdict.recommended));
@@ -679,8 +675,8 @@ crcr_err health_report_md(const health_report *r, buf_t *out)
                          "| `%s` | %s | %lld | %s | %lld | %lld (%s) | %s / %s | %s / %s | %s | "
                          "**%s** | %s |\n",
                          e->repo, crcr_level_name(e->level), (long long)s->runs, rate,
-                         (long long)s->cancelled, (long long)s->timed_out, tor, q50, q90, t90,
-                         tmax, rej, health_status_name(e->verdict.status),
+                         (long long)s->cancelled, (long long)s->timed_out, tor, q50, q90, t90, tmax,
+                         rej, health_status_name(e->verdict.status),
                          crcr_level_name(e->verdict.recommended));
     }
     if (!err)

@@ -95,24 +95,24 @@ typedef struct health_stats {
                                      cancelled or timed_out */
     int64_t cancelled, timed_out; /* reported apart */
     int64_t running;
-    int64_t nightly;                /* nightly/periodic runs (not in the rates) */
-    int64_t rate_runs;              /* the success rate's denominator: completed - cancelled */
-    double success_pct;             /* -1 when rate_runs is 0 */
-    double timeout_pct;             /* -1 when nothing completed */
+    int64_t nightly;                    /* nightly/periodic runs (not in the rates) */
+    int64_t rate_runs;                  /* the success rate's denominator: completed - cancelled */
+    double success_pct;                 /* -1 when rate_runs is 0 */
+    double timeout_pct;                 /* -1 when nothing completed */
     int64_t queue_p50_ms, queue_p90_ms; /* -1 when unknown */
     int64_t exec_p50_ms, exec_p90_ms;
-    int64_t heads;                  /* PR heads whose runs all completed */
+    int64_t heads; /* PR heads whose runs all completed */
     int64_t total_p90_ms, total_max_ms;
     int64_t callbacks_accepted, callbacks_rejected;
-    double reject_pct;              /* -1 when there were no callbacks */
-    int64_t last_run_at;            /* ms of the latest dispatch/start/completion, 0 when none */
+    double reject_pct;   /* -1 when there were no callbacks */
+    int64_t last_run_at; /* ms of the latest dispatch/start/completion, 0 when none */
 } health_stats;
 
 /* Computes the stats of `n` runs plus `rejected` refused callbacks. CRCR_E_NOMEM only. */
 crcr_err health_compute(const health_run *runs, size_t n, int64_t rejected, health_stats *out);
 
 typedef struct health_thresholds {
-    int success_pct[5];     /* by level; index 2..4 used */
+    int success_pct[5]; /* by level; index 2..4 used */
     int64_t pr_total_max_ms;
     int margin_pct;
     int time_at_risk_pct;

@@ -200,7 +200,9 @@ void html_duration(int64_t ms, char *out, size_t n)
         return;
     }
     long long s = (long long)(ms / 1000);
-    if (s < 60)
+    if (ms < 1000)
+        snprintf(out, n, "%lldms", (long long)ms);
+    else if (s < 60)
         snprintf(out, n, "%llds", s);
     else if (s < 3600)
         snprintf(out, n, "%lldm %02llds", s / 60, s % 60);
@@ -302,9 +304,10 @@ const char HTML_STYLESHEET[] =
     "font-size:.85rem}\n"
     "h1{font-size:1.5rem;margin:.2rem 0 1rem;word-break:break-word}\n"
     "h2{font-size:1.2rem;margin:1.6rem 0 .6rem}h3{font-size:1rem;margin:1.2rem 0 .4rem}\n"
+    "h2 small{font-size:.85rem;font-weight:400;color:var(--muted)}\n"
     ".muted{color:var(--muted)}.mono,code{font-family:ui-monospace,SFMono-Regular,Menlo,"
     "monospace;font-size:.9em}\n"
-    ".cards{display:grid;grid-template-columns:repeat(auto-fit,minmax(180px,1fr));gap:.75rem;"
+    ".cards{display:grid;grid-template-columns:repeat(auto-fill,minmax(150px,1fr));gap:.6rem;"
     "margin:.5rem 0 1rem}\n"
     ".card{background:var(--panel);border:1px solid var(--line);border-radius:8px;"
     "padding:.6rem .8rem}\n"
@@ -317,7 +320,12 @@ const char HTML_STYLESHEET[] =
     "th,td{padding:.4rem .6rem;border-bottom:1px solid var(--line);text-align:left;"
     "vertical-align:top}\n"
     "th{background:var(--panel);font-weight:600;white-space:nowrap}\n"
-    "td.num,th.num{text-align:right;white-space:nowrap}\n"
+    "td.num,th.num{text-align:right;white-space:nowrap}td.nowrap,td.repo{white-space:nowrap}\n"
+    "table.repos{table-layout:fixed}table.repos th:first-child{width:30%}\n"
+    "ul.targets{list-style:none;margin:0;padding:0;display:flex;flex-wrap:wrap;gap:.25rem}\n"
+    "ul.targets li{border-radius:4px;padding:.05rem .4rem;font-size:.8rem}\n"
+    "ul.targets li .state{padding:0 .2rem;background:transparent}\n"
+    ".badge.level{color:#fff;background:#24292f}\n"
     "tr:last-child td{border-bottom:0}\n"
     "table.matrix th.job{white-space:normal;min-width:7rem;max-width:12rem;font-size:.8rem;"
     "word-break:break-word}\n"
@@ -367,16 +375,18 @@ const char HTML_STYLESHEET[] =
     "margin:.5rem 0}\n"
     ".err{color:var(--bad)}\n"
     "@media (max-width:640px){body{font-size:14px}main{padding:.6rem}"
-    "th,td{padding:.3rem .4rem}.hide-sm{display:none}h1{font-size:1.25rem}}\n";
+    "th,td{padding:.3rem .4rem}.hide-sm{display:none}h1{font-size:1.25rem}"
+    "table.repos{table-layout:auto}table.repos th:first-child{width:auto}"
+    "td.repo{white-space:normal;word-break:break-word}}\n";
 
 /* ---- SVG charts ---- */
 
-#define CHART_W 320
-#define CHART_H 140
-#define CHART_L 40 /* left margin for the y labels */
-#define CHART_R 8
-#define CHART_T 10
-#define CHART_B 22 /* bottom margin for the x labels */
+#define CHART_W 560
+#define CHART_H 170
+#define CHART_L 56 /* left margin for the y labels */
+#define CHART_R 10
+#define CHART_T 12
+#define CHART_B 24 /* bottom margin for the x labels */
 
 static void chart_value_text(double v, const char *unit, char *out, size_t n)
 {
@@ -422,7 +432,7 @@ void h_chart(hout *o, const html_chart *c)
            y0 + 4);
     char d0[48], d1[48];
     html_time(c->starts[0], d0, sizeof(d0));
-    html_time(c->starts[c->n - 1], d1, sizeof(d1));
+    html_time(c->end ? c->end : c->starts[c->n - 1], d1, sizeof(d1));
     h_rawf(o, "<text class=\"axis\" x=\"%d\" y=\"%d\">", x0, CHART_H - 6);
     h_textn(o, d0, strlen(d0) >= 10 ? 10 : strlen(d0));
     h_rawf(o, "</text><text class=\"axis\" x=\"%d\" y=\"%d\" text-anchor=\"end\">", x1,

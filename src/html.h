@@ -23,8 +23,7 @@
 #include "http_server.h"
 
 /* Sent with every HTML page. */
-#define HTML_CSP                                                                                   \
-    "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'"
+#define HTML_CSP "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'"
 /* Longest URL rendered as a link (longer ones are shown as text). */
 #define HTML_URL_MAX 2048u
 
@@ -66,7 +65,7 @@ const char *html_outbox_class(const char *state, int attempts);
 /* The words shown for an outbox state ("retrying" for a queued row with attempts). */
 const char *html_outbox_label(const char *state, int attempts);
 
-/* "-" for ms < 0; "0s", "45s", "3m 20s", "1h 02m", "2d 03h". */
+/* "-" for ms < 0; "350ms", "45s", "3m 20s", "1h 02m", "2d 03h". */
 void html_duration(int64_t ms, char *out, size_t n);
 /* "2026-11-30 01:02 UTC"; "-" for 0. */
 void html_time(int64_t ms, char *out, size_t n);
@@ -87,14 +86,15 @@ extern const char HTML_STYLESHEET[];
 /* ---- SVG charts ---- */
 
 typedef struct html_chart {
-    const char *title;      /* caption and aria-label (escaped) */
-    const char *unit;       /* "%" or "s" (trusted) */
-    const double *values;   /* n values */
-    const bool *has;        /* n flags: false = no data in that bucket */
-    const int64_t *starts;  /* n bucket starts, ms (for labels) */
+    const char *title;     /* caption and aria-label (escaped) */
+    const char *unit;      /* "%" or "s" (trusted) */
+    const double *values;  /* n values */
+    const bool *has;       /* n flags: false = no data in that bucket */
+    const int64_t *starts; /* n bucket starts, ms (for labels) */
+    int64_t end;           /* end of the last bucket, ms (the right-hand label); 0: its start */
     size_t n;
-    double ymax;            /* 0: from the data */
-    const char *css_class;  /* trusted */
+    double ymax;           /* 0: from the data */
+    const char *css_class; /* trusted */
 } html_chart;
 
 /* Inline <svg> line chart with a 0 baseline, a top gridline labelled with ymax, first and last

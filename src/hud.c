@@ -216,9 +216,9 @@ typedef struct hud_req {
     crcr_app *app;
     const http_request *req;
     http_response *resp;
-    bool api;       /* JSON answer (else HTML) */
-    int64_t t0;     /* monotonic ms at the start */
-    int64_t now;    /* wall ms */
+    bool api;    /* JSON answer (else HTML) */
+    int64_t t0;  /* monotonic ms at the start */
+    int64_t now; /* wall ms */
     arena a;
     buf_t out;
 } hud_req;
@@ -513,8 +513,8 @@ static void h_job_label(hout *o, const hrun *r)
 static void h_chip(hout *o, const hrun *r, int attempts)
 {
     const char *cls = html_chip_class(r->state, r->conclusion);
-    const char *text = strcmp(cls, "chip-running") == 0 ? "running"
-                                                         : (r->conclusion ? r->conclusion : "done");
+    const char *text =
+        strcmp(cls, "chip-running") == 0 ? "running" : (r->conclusion ? r->conclusion : "done");
     char when[48], exec[32], title[160];
     html_time(run_time(r), when, sizeof(when));
     html_duration(r->exec_ms, exec, sizeof(exec));
@@ -583,7 +583,7 @@ static void h_health_badge(hout *o, const health_entry *e)
     h_text(o, e->verdict.reason);
     h_raw(o, "\">");
     h_raw(o, e->verdict.status == HEALTH_AT_RISK        ? "at risk"
-             : e->verdict.status == HEALTH_BELOW_LEVEL ? "below level"
+             : e->verdict.status == HEALTH_BELOW_LEVEL  ? "below level"
              : e->verdict.status == HEALTH_NOT_MEASURED ? "not measured"
                                                         : "healthy");
     h_raw(o, "</span>");
@@ -824,7 +824,8 @@ static void h_state(hout *o, const hjob *j)
            html_outbox_label(j->state, j->attempts));
 }
 
-/* One line per dispatch target: repo, state, and why (dead) or when (retrying). */
+/* Every dispatch target as a small pill coloured by its state; targets that are not simply sent
+ * say their state and why (dead) or when (retrying). */
 static void h_dispatch_targets(hout *o, const hdelivery *d, int64_t now)
 {
     bool any = false;
@@ -834,27 +835,32 @@ static void h_dispatch_targets(hout *o, const hdelivery *d, int64_t now)
         if (!j->kind || strcmp(j->kind, "dispatch") != 0)
             continue;
         any = true;
-        h_rawf(o, "<li data-target=\"");
+        const char *cls = html_outbox_class(j->state, j->attempts);
+        const char *label = html_outbox_label(j->state, j->attempts);
+        h_rawf(o, "<li class=\"%s\" data-state=\"%s\" data-target=\"", cls, label);
         h_text(o, j->target);
+        h_raw(o, "\" title=\"");
+        h_raw(o, label);
+        if (j->note) {
+            h_raw(o, "; trimmed: ");
+            h_text(o, j->note);
+        }
         h_raw(o, "\">");
         h_text(o, j->target);
-        h_raw(o, " ");
-        h_state(o, j);
-        if (strcmp(html_outbox_class(j->state, j->attempts), "state-retrying") == 0) {
-            h_raw(o, " <span class=\"muted\">next ");
-            h_ago(o, j->next_attempt_at, now);
-            h_raw(o, "</span>");
+        if (strcmp(cls, "state-sent") != 0) {
+            h_rawf(o, " <span class=\"state %s\">%s</span>", cls, label);
+            if (strcmp(cls, "state-retrying") == 0) {
+                h_raw(o, " next ");
+                h_ago(o, j->next_attempt_at, now);
+            }
+            if (strcmp(cls, "state-dead") == 0 && j->last_error) {
+                h_raw(o, " <span class=\"err\">");
+                h_text(o, j->last_error);
+                h_raw(o, "</span>");
+            }
         }
-        if (j->state && strcmp(j->state, "dead") == 0 && j->last_error) {
-            h_raw(o, " <span class=\"err\">");
-            h_text(o, j->last_error);
-            h_raw(o, "</span>");
-        }
-        if (j->note) {
-            h_raw(o, " <span class=\"muted\">trimmed: ");
-            h_text(o, j->note);
-            h_raw(o, "</span>");
-        }
+        if (j->note)
+            h_raw(o, " <span class=\"muted\">trimmed</span>");
         h_raw(o, "</li>");
     }
     if (!any)
@@ -963,8 +969,9 @@ static void h_relay(hout *o, const relay_health *h, int64_t now)
     }
     h_raw(o, "</div>");
     h_card(o, "relay-dead", "Dead rows");
-    h_rawf(o, "<div class=\"v%s\"><a href=\"/crcr/deliveries?state=dead\">%lld</a></div>"
-              "<div class=\"s\">gave up or refused; redeliverable</div></div>",
+    h_rawf(o,
+           "<div class=\"v%s\"><a href=\"/crcr/deliveries?state=dead\">%lld</a></div>"
+           "<div class=\"s\">gave up or refused; redeliverable</div></div>",
            h->ob.dead > 0 ? " err" : "", (long long)h->ob.dead);
     h_card(o, "relay-webhook", "Last webhook");
     h_raw(o, "<div class=\"v\">");
@@ -1013,8 +1020,7 @@ static const char *level_note(crcr_level l)
     }
 }
 
-static crcr_err build_report(hud_req *r, const char *only_repo, int64_t window,
-                             health_report *rep)
+static crcr_err build_report(hud_req *r, const char *only_repo, int64_t window, health_report *rep)
 {
     allowlist *al = allowlist_source_get(r->app->allow);
     health_thresholds t;
@@ -1080,8 +1086,9 @@ static void overview(hud_req *r)
         size_t count = 0;
         for (size_t i = 0; i < rep.n; i++)
             count += (int)rep.entries[i].level == lvl;
-        h_rawf(&o, "<section class=\"level\" id=\"level-L%d\"><h2>L%d <span class=\"muted\">"
-                   "%s</span> <span class=\"count\">(%zu repo%s)</span></h2>",
+        h_rawf(&o,
+               "<section class=\"level\" id=\"level-L%d\"><h2>L%d <small>%s</small> "
+               "<small class=\"count\">(%zu repo%s)</small></h2>",
                lvl, lvl, level_note((crcr_level)lvl), count, count == 1 ? "" : "s");
         if (!count) {
             h_raw(&o, "<p class=\"muted\">No repos at this level.</p></section>");
@@ -1090,7 +1097,8 @@ static void overview(hud_req *r)
         h_raw(&o, "<div class=\"scroll\"><table class=\"repos\"><thead><tr><th>Repo</th>"
                   "<th class=\"num\">Runs</th><th class=\"num\">Success</th>"
                   "<th class=\"num\">Timed out</th><th class=\"num hide-sm\">Queue p50</th>"
-                  "<th class=\"num hide-sm\">Exec p50</th><th>Last run</th><th>Health</th>"
+                  "<th class=\"num hide-sm\">Exec p50</th><th class=\"hide-sm\">Last run</th>"
+                  "<th>Health</th>"
                   "</tr></thead><tbody>");
         for (size_t i = 0; i < rep.n; i++) {
             const health_entry *en = &rep.entries[i];
@@ -1099,7 +1107,8 @@ static void overview(hud_req *r)
             const health_stats *s = &en->stats;
             h_raw(&o, "<tr data-repo=\"");
             h_text(&o, en->repo);
-            h_rawf(&o, "\" data-health=\"%s\"><td>", health_status_name(en->verdict.status));
+            h_rawf(&o, "\" data-health=\"%s\"><td class=\"repo\">",
+                   health_status_name(en->verdict.status));
             h_repo_link(&o, en->repo);
             if (en->device[0]) {
                 h_raw(&o, " <span class=\"muted\">");
@@ -1115,7 +1124,7 @@ static void overview(hud_req *r)
             h_dur(&o, s->queue_p50_ms);
             h_raw(&o, "</td><td class=\"num hide-sm\">");
             h_dur(&o, s->exec_p50_ms);
-            h_raw(&o, "</td><td>");
+            h_raw(&o, "</td><td class=\"hide-sm last-run\">");
             h_ago(&o, s->last_run_at, r->now);
             h_raw(&o, "</td><td>");
             h_health_badge(&o, en);
@@ -1270,8 +1279,8 @@ static crcr_err repo_model_build(hud_req *r, repo_model *m, int *status)
     const allowlist_entry *ae = al ? allowlist_find(al, m->repo) : NULL;
     health_thresholds t;
     health_thresholds_default(&t);
-    crcr_err e = health_report_build(r->app->st, ae ? al : NULL, m->repo, r->now, m->window, &t,
-                                     &m->rep);
+    crcr_err e =
+        health_report_build(r->app->st, ae ? al : NULL, m->repo, r->now, m->window, &t, &m->rep);
     if (ae)
         snprintf(m->repo, sizeof(m->repo), "%s", ae->repo); /* as the allowlist writes it */
     allowlist_free(al);
@@ -1592,6 +1601,7 @@ static void repo_html(hud_req *r, repo_model *m)
                      .starts = m->tr.start,
                      .n = HUD_TREND_BUCKETS,
                      .ymax = 100,
+                     .end = r->now,
                      .css_class = "rate"};
     html_chart c2 = {.title = "Median execution time",
                      .unit = "s",
@@ -1599,6 +1609,7 @@ static void repo_html(hud_req *r, repo_model *m)
                      .has = has_dur,
                      .starts = m->tr.start,
                      .n = HUD_TREND_BUCKETS,
+                     .end = r->now,
                      .css_class = "dur"};
     h_raw(&o, "<div class=\"charts\">");
     h_chart(&o, &c1);
@@ -1755,8 +1766,8 @@ static crcr_err pr_model_build(hud_req *r, pr_model *m)
         e = CRCR_E_NOMEM;
     if (!e)
         e = load_jobs(r->app->st, &r->a, m->dl.v, m->dl.n);
-    store_run_filter rf = {.pr_number = m->pr, .kind = 1, .limit = HUD_PR_MAX_RUNS,
-                           .no_payload = true};
+    store_run_filter rf = {
+        .pr_number = m->pr, .kind = 1, .limit = HUD_PR_MAX_RUNS, .no_payload = true};
     if (!e)
         e = store_list_runs(r->app->st, &rf, collect_hrun, &m->runs);
     if (!e && (m->runs.oom || r->a.oom))
@@ -1849,8 +1860,9 @@ static void pr_html(hud_req *r, pr_model *m)
     h_page_begin(&o, title, "repos");
     h_rawf(&o, "<h1>PR #%lld</h1><p class=\"muted\">", (long long)m->pr);
     h_upstream_pr_link(&o, r->app->cfg.upstream_repo, m->pr, "Open on GitHub");
-    h_rawf(&o, " &middot; <a href=\"/api/v1/pr/%lld\">JSON</a> &middot; %zu head sha%s, %zu "
-               "deliveries, %zu downstream runs</p>",
+    h_rawf(&o,
+           " &middot; <a href=\"/api/v1/pr/%lld\">JSON</a> &middot; %zu head sha%s, %zu "
+           "deliveries, %zu downstream runs</p>",
            (long long)m->pr, m->n_shas, m->n_shas == 1 ? "" : "s", m->dl.n, m->runs.n);
     if (!m->n_shas)
         h_raw(&o, "<p class=\"muted\">Nothing recorded for this PR.</p>");
@@ -1902,9 +1914,10 @@ static void pr_html(hud_req *r, pr_model *m)
             nr++;
             h_raw(&o, "<tr data-repo=\"");
             h_text(&o, run->repo);
-            h_raw(&o, "\"><td>");
+            h_raw(&o, "\"><td class=\"repo\">");
             h_repo_link(&o, run->repo);
-            h_rawf(&o, "</td><td>%s</td><td class=\"job\">", crcr_level_name((crcr_level)run->level));
+            h_rawf(&o, "</td><td>%s</td><td class=\"job\">",
+                   crcr_level_name((crcr_level)run->level));
             h_job_label(&o, run);
             if (run->run_attempt > 1)
                 h_rawf(&o, " <span class=\"muted\">attempt %lld</span>",
@@ -1920,8 +1933,11 @@ static void pr_html(hud_req *r, pr_model *m)
             h_raw(&o, "</td><td>");
             h_link(&o, run->details_url, "run", NULL);
             if (run->artifact_url) {
+                /* linked when https, shown as text otherwise */
                 h_raw(&o, " &middot; ");
-                h_link(&o, run->artifact_url, NULL, "artifact");
+                h_link(&o, run->artifact_url,
+                       html_url_ok(run->artifact_url) ? "artifacts" : run->artifact_url,
+                       "artifact");
             }
             h_raw(&o, "</td></tr>");
         }
@@ -2147,13 +2163,13 @@ static void deliveries_list(hud_req *r)
               "<select name=\"state\"><option value=\"\">any</option>");
     for (size_t i = 0; i < sizeof(OUTBOX_STATES) / sizeof(*OUTBOX_STATES); i++)
         h_rawf(&o, "<option value=\"%s\"%s>%s</option>", OUTBOX_STATES[i],
-               state && strcmp(state, OUTBOX_STATES[i]) == 0 ? " selected" : "",
-               OUTBOX_STATES[i]);
+               state && strcmp(state, OUTBOX_STATES[i]) == 0 ? " selected" : "", OUTBOX_STATES[i]);
     h_raw(&o, "</select></label><label>Repo<input name=\"repo\" placeholder=\"owner/repo\" "
               "value=\"");
     h_text(&o, repo);
-    h_rawf(&o, "\"></label><label>Limit<input name=\"limit\" type=\"number\" min=\"1\" "
-               "max=\"%d\" value=\"%ld\"></label><button type=\"submit\">Filter</button></form>",
+    h_rawf(&o,
+           "\"></label><label>Limit<input name=\"limit\" type=\"number\" min=\"1\" "
+           "max=\"%d\" value=\"%ld\"></label><button type=\"submit\">Filter</button></form>",
            HUD_DELIVERIES_MAX, limit);
     h_raw(&o, "<div class=\"scroll\"><table class=\"deliveries\"><thead><tr><th>Received</th>"
               "<th>Delivery</th><th>Event</th><th>PR / ref</th><th>Targets</th></tr></thead>"
@@ -2282,7 +2298,7 @@ static void delivery_page(hud_req *r, const char *id)
             h_rawf(&o, "%ld", j->last_status);
         else
             h_raw(&o, "-");
-        h_raw(&o, "</td><td>");
+        h_raw(&o, "</td><td class=\"nowrap\">");
         if (j->state && strcmp(j->state, "queued") == 0) {
             h_raw(&o, "next ");
             h_ago(&o, j->next_attempt_at, r->now);
@@ -2305,6 +2321,15 @@ static void delivery_page(hud_req *r, const char *id)
             h_text(&o, j->note);
             h_raw(&o, "</span>");
         }
+        if (j->check_status) {
+            h_raw(&o, "<span class=\"check-status\">");
+            h_text(&o, j->check_status);
+            if (j->check_conclusion) {
+                h_raw(&o, " / ");
+                h_text(&o, j->check_conclusion);
+            }
+            h_raw(&o, "</span>");
+        }
         h_raw(&o, "</td></tr>");
     }
     if (!d.n_jobs)
@@ -2318,8 +2343,7 @@ static void delivery_page(hud_req *r, const char *id)
 /* ------------------------------------------------------------------------------------------ */
 /* Routing */
 
-static void hud_begin(hud_req *r, void *ctx, const http_request *req, http_response *resp,
-                      bool api)
+static void hud_begin(hud_req *r, void *ctx, const http_request *req, http_response *resp, bool api)
 {
     memset(r, 0, sizeof(*r));
     r->app = ctx;

@@ -52,9 +52,12 @@ typedef struct store_delivery {
 
 /* An outbox row to create. */
 typedef struct store_new_job {
-    const char *kind;   /* "dispatch", "check_run", "rerun", "rerun_suite", "hud_forward", ... */
-    const char *target; /* owner/repo (or another key for the kind) */
-    const char *body;   /* request body for kinds that carry one; NULL for dispatch */
+    const char *kind;    /* "dispatch", "check_run", "rerun", "rerun_suite", "hud_forward", ... */
+    const char *target;  /* owner/repo (or another key for the kind) */
+    const char *seq_key; /* rows with the same key are carried out in creation order: a row is
+                            not claimed while an earlier one with its key is unfinished; NULL:
+                            no ordering */
+    const char *body;    /* request body for kinds that carry one; NULL for dispatch */
     size_t body_len;
     int64_t due_at;
 } store_new_job;
@@ -160,7 +163,8 @@ typedef struct store_run_key {
     const char *repo; /* the OIDC-verified repository; compared case-insensitively */
     int64_t run_id;
     int64_t run_attempt;
-    const char *job_name; /* "" when the callback named no job */
+    const char *workflow_name; /* "" when absent */
+    const char *job_name;      /* "" when the callback named no job */
 } store_run_key;
 
 typedef struct store_run_update {

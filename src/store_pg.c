@@ -475,8 +475,9 @@ static char *r_dup(const PGresult *r, int row, int col)
 
 /* ---- schema ---- */
 
-/* Migrations, one per schema version: MIGRATIONS[v] brings version v to v + 1. */
-static const char *const MIGRATIONS[CRCR_SCHEMA_VERSION] = {
+/* Migrations, one per schema version: MIGRATIONS[v] brings version v to v + 1. A new
+ * CRCR_SCHEMA_VERSION without its PostgreSQL migration does not compile (see below). */
+static const char *const MIGRATIONS[] = {
     /* 0 -> 1: the initial schema (same tables as SQLite; `seq` orders rows like SQLite's rowid). */
     "CREATE TABLE IF NOT EXISTS deliveries("
     " seq bigserial, delivery_id text PRIMARY KEY, event text NOT NULL, action text,"
@@ -488,22 +489,24 @@ static const char *const MIGRATIONS[CRCR_SCHEMA_VERSION] = {
     " id bigserial PRIMARY KEY, kind text NOT NULL, delivery_id text, target text NOT NULL,"
     " body bytea, state text NOT NULL, attempts integer NOT NULL DEFAULT 0,"
     " next_attempt_at bigint NOT NULL, lease_until bigint, last_status integer,"
-    " last_error text, note text, created_at bigint NOT NULL, done_at bigint);"
+    " last_error text, note text, created_at bigint NOT NULL, done_at bigint, seq_key text);"
     "CREATE UNIQUE INDEX IF NOT EXISTS outbox_dispatch_once ON outbox(kind, delivery_id, target)"
     " WHERE kind='dispatch';"
     "CREATE INDEX IF NOT EXISTS outbox_due ON outbox(state, next_attempt_at);"
     "CREATE INDEX IF NOT EXISTS outbox_delivery ON outbox(delivery_id);"
+    "CREATE INDEX IF NOT EXISTS outbox_seq ON outbox(seq_key, id) WHERE seq_key IS NOT NULL;"
     "CREATE TABLE IF NOT EXISTS kv(key text PRIMARY KEY, value bytea, expires_at bigint NOT NULL);"
     "CREATE TABLE IF NOT EXISTS runs("
     " seq bigserial, delivery_id text NOT NULL, repo text NOT NULL, run_id bigint NOT NULL,"
     " run_attempt bigint NOT NULL, job_name text NOT NULL, event_type text, state text NOT NULL,"
-    " level integer, pr_number bigint NOT NULL DEFAULT 0, head_sha text, workflow_name text,"
+    " level integer, pr_number bigint NOT NULL DEFAULT 0, head_sha text,"
+    " workflow_name text NOT NULL DEFAULT '',"
     " conclusion text, details_url text, artifact_url text, dispatched_at bigint,"
     " started_at bigint, completed_at bigint, queue_ms bigint, exec_ms bigint,"
     " test_passed bigint, test_failed bigint, test_skipped bigint, payload bytea,"
     " updated_at bigint NOT NULL);"
     "CREATE UNIQUE INDEX IF NOT EXISTS runs_key ON runs(delivery_id, lower(repo), run_id,"
-    " run_attempt, job_name);"
+    " run_attempt, workflow_name, job_name);"
     "CREATE INDEX IF NOT EXISTS runs_sha ON runs(head_sha, lower(repo));"
     "CREATE INDEX IF NOT EXISTS runs_state ON runs(state, started_at);"
     "CREATE INDEX IF NOT EXISTS runs_repo ON runs(lower(repo), updated_at);"
@@ -517,6 +520,8 @@ static const char *const MIGRATIONS[CRCR_SCHEMA_VERSION] = {
     " status integer NOT NULL);"
     "CREATE INDEX IF NOT EXISTS callback_rejections_repo ON callback_rejections(lower(repo), at);",
 };
+_Static_assert(sizeof(MIGRATIONS) / sizeof(MIGRATIONS[0]) == CRCR_SCHEMA_VERSION,
+               "one PostgreSQL migration per schema version");
 
 /* Creates or migrates the schema under an advisory lock (instances may start together). */
 static crcr_err migrate(pgx *x, char *err, size_t errsz)
@@ -593,7 +598,8 @@ static crcr_err pg_recover(store *st)
 
 static const char INSERT_JOB[] =
     "INSERT INTO outbox(kind, delivery_id, target, body, state, attempts, next_attempt_at, "
-    "created_at) VALUES ($1, $2, $3, $4::bytea, 'queued', 0, $5, $6) ON CONFLICT DO NOTHING";
+    "created_at, seq_key) VALUES ($1, $2, $3, $4::bytea, 'queued', 0, $5, $6, $7) ON CONFLICT DO "
+    "NOTHING";
 
 /* Inserts jobs of `delivery_id` inside the caller's transaction; an existing dispatch row of
  * the same target is kept (not an error). Signals waiting workers at commit. */
@@ -608,6 +614,7 @@ static crcr_err insert_jobs(pgx *x, const char *delivery_id, const store_new_job
         p_bytes(&p, jobs[i].body, jobs[i].body ? jobs[i].body_len : 0);
         p_i64(&p, jobs[i].due_at ? jobs[i].due_at : now);
         p_i64(&p, now);
+        p_text(&p, jobs[i].seq_key);
         crcr_err e = qexec(x, INSERT_JOB, &p, NULL);
         if (e)
             return e;

@@ -35,10 +35,12 @@ static const char *const SQL[S_COUNT] = {
         "INSERT INTO deliveries(delivery_id, event, action, upstream_repo, pr_number, head_sha, "
         "ref, received_at, payload, payload_bytes, status) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
     [S_INS_JOB] = "INSERT INTO outbox(kind, delivery_id, target, body, state, attempts, "
-                  "next_attempt_at, created_at) VALUES (?,?,?,?,'queued',0,?,?)",
+                  "next_attempt_at, created_at, seq_key) VALUES (?,?,?,?,'queued',0,?,?,?)",
     [S_CLAIM] = "UPDATE outbox SET state='running', lease_until=?1 WHERE id = (SELECT id FROM "
-                "outbox WHERE (state='queued' AND next_attempt_at<=?2) OR (state='running' AND "
-                "lease_until<?2) ORDER BY next_attempt_at, id LIMIT 1) "
+                "outbox o WHERE ((state='queued' AND next_attempt_at<=?2) OR (state='running' AND "
+                "lease_until<?2)) AND (o.seq_key IS NULL OR NOT EXISTS (SELECT 1 FROM outbox p "
+                "WHERE p.seq_key=o.seq_key AND p.id<o.id AND p.state IN ('queued','running'))) "
+                "ORDER BY next_attempt_at, id LIMIT 1) "
                 "RETURNING id, kind, delivery_id, target, attempts, body",
     [S_GET_DELIVERY_PAYLOAD] =
         "SELECT event, payload, pr_number, head_sha FROM deliveries WHERE delivery_id=?",
@@ -63,21 +65,23 @@ static const char SCHEMA[] =
     " id INTEGER PRIMARY KEY, kind TEXT NOT NULL, delivery_id TEXT, target TEXT NOT NULL,"
     " body BLOB, state TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0,"
     " next_attempt_at INTEGER NOT NULL, lease_until INTEGER, last_status INTEGER,"
-    " last_error TEXT, note TEXT, created_at INTEGER NOT NULL, done_at INTEGER);"
+    " last_error TEXT, note TEXT, created_at INTEGER NOT NULL, done_at INTEGER, seq_key TEXT);"
     "CREATE UNIQUE INDEX IF NOT EXISTS outbox_dispatch_once ON outbox(kind, delivery_id, target)"
     " WHERE kind='dispatch';"
     "CREATE INDEX IF NOT EXISTS outbox_due ON outbox(state, next_attempt_at);"
     "CREATE INDEX IF NOT EXISTS outbox_delivery ON outbox(delivery_id);"
+    "CREATE INDEX IF NOT EXISTS outbox_seq ON outbox(seq_key, id) WHERE seq_key IS NOT NULL;"
     "CREATE TABLE IF NOT EXISTS kv(key TEXT PRIMARY KEY, value BLOB, expires_at INTEGER NOT NULL);"
     "CREATE TABLE IF NOT EXISTS runs("
     " delivery_id TEXT NOT NULL, repo TEXT NOT NULL COLLATE NOCASE, run_id INTEGER NOT NULL,"
     " run_attempt INTEGER NOT NULL, job_name TEXT NOT NULL, event_type TEXT, state TEXT NOT NULL,"
-    " level INTEGER, pr_number INTEGER NOT NULL DEFAULT 0, head_sha TEXT, workflow_name TEXT,"
+    " level INTEGER, pr_number INTEGER NOT NULL DEFAULT 0, head_sha TEXT,"
+    " workflow_name TEXT NOT NULL DEFAULT '',"
     " conclusion TEXT, details_url TEXT, artifact_url TEXT, dispatched_at INTEGER,"
     " started_at INTEGER, completed_at INTEGER, queue_ms INTEGER, exec_ms INTEGER,"
     " test_passed INTEGER, test_failed INTEGER, test_skipped INTEGER, payload BLOB,"
     " updated_at INTEGER NOT NULL,"
-    " PRIMARY KEY(delivery_id, repo, run_id, run_attempt, job_name));"
+    " PRIMARY KEY(delivery_id, repo, run_id, run_attempt, workflow_name, job_name));"
     "CREATE INDEX IF NOT EXISTS runs_sha ON runs(head_sha, repo);"
     "CREATE INDEX IF NOT EXISTS runs_state ON runs(state, started_at);"
     "CREATE INDEX IF NOT EXISTS runs_repo ON runs(repo, updated_at);"
@@ -221,6 +225,7 @@ static crcr_err sq_ingest(store *st, const store_delivery *d, const store_new_jo
             sqlite3_bind_null(q, 4);
         sqlite3_bind_int64(q, 5, jobs[i].due_at);
         sqlite3_bind_int64(q, 6, d->received_at);
+        bind_text(q, 7, jobs[i].seq_key);
         if (sqlite3_step(q) != SQLITE_DONE) {
             err = fail(s, "ingest.job");
             goto out;
@@ -761,6 +766,7 @@ static crcr_err insert_jobs(sqlite_store *s, const char *delivery_id, const stor
             sqlite3_bind_null(q, 4);
         sqlite3_bind_int64(q, 5, jobs[i].due_at ? jobs[i].due_at : now);
         sqlite3_bind_int64(q, 6, now);
+        bind_text(q, 7, jobs[i].seq_key);
         int rc = sqlite3_step(q);
         sqlite3_reset(q);
         if (rc == SQLITE_CONSTRAINT)
@@ -784,6 +790,7 @@ static crcr_err sq_run_apply(store *st, const store_run_update *u, store_effects
     res->exec_ms = -1;
     bool completed = strcmp(u->status, "completed") == 0;
     const char *job = u->key.job_name ? u->key.job_name : "";
+    const char *wfname = u->key.workflow_name ? u->key.workflow_name : "";
 
     pthread_mutex_lock(&s->mu);
     if (exec(s, "BEGIN IMMEDIATE") != CRCR_OK) {
@@ -814,7 +821,7 @@ static crcr_err sq_run_apply(store *st, const store_run_update *u, store_effects
     if (sqlite3_prepare_v2(s->db,
                            "SELECT state, conclusion, started_at, dispatched_at FROM runs WHERE "
                            "delivery_id=?1 AND repo=?2 AND run_id=?3 AND run_attempt=?4 AND "
-                           "job_name=?5",
+                           "job_name=?5 AND workflow_name=?6",
                            -1, &q, NULL) != SQLITE_OK) {
         err = fail(s, "run_apply");
         goto out;
@@ -824,6 +831,7 @@ static crcr_err sq_run_apply(store *st, const store_run_update *u, store_effects
     sqlite3_bind_int64(q, 3, u->key.run_id);
     sqlite3_bind_int64(q, 4, u->key.run_attempt);
     bind_text(q, 5, job);
+    bind_text(q, 6, wfname);
     char state[16] = "";
     char prev_conclusion[64] = "";
     bool have_conclusion = false;
@@ -880,7 +888,8 @@ static crcr_err sq_run_apply(store *st, const store_run_update *u, store_effects
         "dispatched_at, started_at, completed_at, queue_ms, exec_ms, test_passed, test_failed, "
         "test_skipped, payload, updated_at) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,"
         "?14,?15,?16,?17,?18,?19,?20,?21,?22,?23,?24) ON CONFLICT(delivery_id, repo, run_id, "
-        "run_attempt, job_name) DO UPDATE SET state=excluded.state, level=excluded.level, "
+        "run_attempt, workflow_name, job_name) DO UPDATE SET state=excluded.state, "
+        "level=excluded.level, "
         "conclusion=excluded.conclusion, completed_at=excluded.completed_at, "
         "exec_ms=excluded.exec_ms, test_passed=excluded.test_passed, "
         "test_failed=excluded.test_failed, test_skipped=excluded.test_skipped, "
@@ -901,7 +910,7 @@ static crcr_err sq_run_apply(store *st, const store_run_update *u, store_effects
     sqlite3_bind_int(q, 8, u->level);
     sqlite3_bind_int64(q, 9, u->pr_number);
     bind_text(q, 10, u->head_sha);
-    bind_text(q, 11, u->workflow_name);
+    bind_text(q, 11, wfname);
     bind_text(q, 12, completed ? u->conclusion : NULL);
     bind_text(q, 13, u->details_url);
     bind_text(q, 14, u->artifact_url);
@@ -1186,8 +1195,8 @@ static crcr_err sq_list_runs(store *st, const store_run_filter *f,
         n += (size_t)snprintf(sql + n, sizeof(sql) - n,
                               " AND COALESCE(event_type,'') NOT IN ('nightly','periodic')");
     else if (f->kind == 2)
-        n += (size_t)snprintf(sql + n, sizeof(sql) - n,
-                              " AND event_type IN ('nightly','periodic')");
+        n +=
+            (size_t)snprintf(sql + n, sizeof(sql) - n, " AND event_type IN ('nightly','periodic')");
     snprintf(sql + n, sizeof(sql) - n, " ORDER BY updated_at DESC, rowid DESC LIMIT ?6 OFFSET ?7");
 
     sqlite_store *s = SS(st);

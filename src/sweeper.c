@@ -72,6 +72,7 @@ typedef struct sweep_effects {
     zombie *z;
     crcr_level level;
     bool check_run;
+    const store_run_key *key;
     callback_bodies bodies;
     buf_t timed_out_payload;
 } sweep_effects;
@@ -115,9 +116,9 @@ static crcr_err sweep_effects_fn(void *vctx, const store_run_result *res, store_
         .pr_number = c->z->pr_number,
     };
     /* As upstream's sweeper: no queue time, execution time up to now. */
-    return callback_effects(c->app, c->check_run ? &r : NULL, c->z->repo, c->level, -1,
-                            res->exec_ms, c->timed_out_payload.data, c->timed_out_payload.len,
-                            &c->bodies, jobs, max, n);
+    return callback_effects(c->app, c->check_run ? &r : NULL, c->key, c->level, -1, res->exec_ms,
+                            c->timed_out_payload.data, c->timed_out_payload.len, &c->bodies, jobs,
+                            max, n);
 }
 
 /* Whether a timed-out zombie gets a check run: it was L3+ when it started, is L3+ now, has a
@@ -130,6 +131,21 @@ static bool zombie_wants_check_run(crcr_app *app, const allowlist *al, const zom
     if (cur < CRCR_LEVEL_L3)
         return false;
     if (cur == CRCR_LEVEL_L4)
+        return true;
+    /* The PR carried the device's label when the job started (the echoed payload), or a labeled
+     * event marked the sha. */
+    jv *doc = z->payload ? jv_parse(z->payload, z->payload_len, NULL, 0) : NULL;
+    const jv *labels = jv_path(jv_get(doc, "payload"), "pull_request.labels");
+    const char *names[CRCR_LABELS_MAX];
+    size_t n = 0;
+    for (size_t i = 0; i < jv_arr_len(labels) && n < CRCR_LABELS_MAX; i++) {
+        const char *name = jv_path_str(jv_arr_at(labels, i), "name");
+        if (name)
+            names[n++] = name;
+    }
+    bool labelled = allowlist_needs_check_run(al, z->repo, names, n);
+    jv_free(doc);
+    if (labelled)
         return true;
     return store_wanted_get(app->st, z->head_sha, z->repo, now - app->cfg.status_ttl_s * 1000) ==
            CRCR_OK;
@@ -153,8 +169,7 @@ void sweeper_run(crcr_app *app, const char *owner, int64_t now, sweeper_result *
         if (c.level == CRCR_LEVEL_NONE)
             c.level = (crcr_level)z->level;
         c.check_run = zombie_wants_check_run(app, al, z, now);
-        buf_init(&c.bodies.check, 64 * 1024);
-        buf_init(&c.bodies.hud, z->payload_len + 8192);
+        callback_bodies_init(&c.bodies, z->payload_len + 4096);
         buf_init(&c.timed_out_payload, z->payload_len + 4096);
         timed_out_payload(z, now, &c.timed_out_payload);
         store_run_update u = {
@@ -162,6 +177,7 @@ void sweeper_run(crcr_app *app, const char *owner, int64_t now, sweeper_result *
                     .repo = z->repo,
                     .run_id = z->run_id,
                     .run_attempt = z->run_attempt,
+                    .workflow_name = z->workflow_name,
                     .job_name = z->job_name},
             .status = "completed",
             .conclusion = "timed_out",
@@ -178,6 +194,7 @@ void sweeper_run(crcr_app *app, const char *owner, int64_t now, sweeper_result *
             .now = now,
             .single_shot = true, /* the dispatch record may be gone; the run row is proof */
         };
+        c.key = &u.key;
         store_run_result rr;
         char why[128] = "";
         crcr_err e = store_run_apply(app->st, &u, sweep_effects_fn, &c, &rr, why, sizeof(why));
@@ -192,8 +209,7 @@ void sweeper_run(crcr_app *app, const char *owner, int64_t now, sweeper_result *
             LOG_WARN("sweeper.error", "delivery", z->delivery_id, "repo", z->repo, "run", run_s,
                      "error", crcr_strerror(e), NULL);
         }
-        buf_free(&c.bodies.check);
-        buf_free(&c.bodies.hud);
+        callback_bodies_free(&c.bodies);
         buf_free(&c.timed_out_payload);
         free(z->payload);
     }

@@ -250,6 +250,7 @@ typedef struct backfill_ctx {
     const char *head_sha;
     store_new_job jobs[LABEL_BACKFILL_MAX];
     buf_t bodies[LABEL_BACKFILL_MAX];
+    buf_t keys[LABEL_BACKFILL_MAX]; /* ordering keys, shared with the callbacks' check runs */
     size_t n;
     buf_t names; /* JSON array items of "repo/job" */
 } backfill_ctx;
@@ -271,13 +272,17 @@ static void backfill_row(void *vctx, const store_run_row *row)
         .pr_number = c->pr_number,
     };
     buf_t *b = &c->bodies[c->n];
+    buf_t *k = &c->keys[c->n];
     buf_init(b, 64 * 1024);
-    if (checks_body(&r, b) != CRCR_OK) {
+    buf_init(k, 4 * CRCR_JOB_NAME_MAX + 256);
+    if (checks_body(&r, b) != CRCR_OK || checks_seq_key(&r, k) != CRCR_OK) {
         buf_free(b);
+        buf_free(k);
         return;
     }
     c->jobs[c->n] = (store_new_job){.kind = "check_run",
                                     .target = c->app->cfg.upstream_repo,
+                                    .seq_key = k->data,
                                     .body = b->data,
                                     .body_len = b->len,
                                     .due_at = clock_now_ms()};
@@ -338,8 +343,10 @@ static void handle_label(crcr_app *app, const http_request *req, http_response *
         persist_and_answer(app, req, resp, event, delivery, doc, c->jobs, c->n, buf_cstr(&ok));
         buf_free(&ok);
     }
-    for (size_t i = 0; i < c->n; i++)
+    for (size_t i = 0; i < c->n; i++) {
         buf_free(&c->bodies[i]);
+        buf_free(&c->keys[i]);
+    }
     buf_free(&c->names);
     free(c);
     allowlist_free(al);

@@ -21,6 +21,7 @@ printed to stderr for the record. Needs CRCR_BIN; see tests/support/README.md.
 
 import http.client
 import json
+import multiprocessing
 import os
 import resource
 import selectors
@@ -40,6 +41,10 @@ SIG_HEADERS = {
     "Content-Type": "application/json",
 }
 RSS_LIMIT_MB = 200
+# AddressSanitizer pads every allocation with redzones and keeps freed memory in quarantine;
+# jansson's many small allocations about double in a sanitizer build. The 200 MB bound is the
+# release build's; a sanitizer build is held to twice that, which still catches unbounded growth.
+ASAN_RSS_FACTOR = 2
 # Values under the JSON value cap (limits.h CRCR_JSON_MAX_VALUES) in the costliest shape found:
 # empty objects (jansson allocates an object and its hashtable for each).
 NEAR_CAP_VALUES = 499_990
@@ -64,6 +69,12 @@ def vm_hwm_mb(pid):
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) / 1024.0
     raise AssertionError("no VmHWM for pid %d" % pid)
+
+
+def sanitized(pid):
+    """True when the process runs with AddressSanitizer (libasan mapped)."""
+    with open("/proc/%d/maps" % pid) as f:
+        return "libasan" in f.read()
 
 
 def raise_fd_limit(want):
@@ -140,24 +151,87 @@ class SizeLimitTest(RelayMixin, unittest.TestCase):
 # ------------------------------------------------------------------------------ slow clients
 
 
-class SlowAttack(threading.Thread):
+class SlowAttack:
     """Holds `n_header` slow-header and `n_body` slow-body connections, sending one byte on each
     every `interval` s, and reconnects every connection the server closes (as slowhttptest
-    does), until stop(). Records how long each connection lived until the server closed it."""
+    does), until stop(). Records how long each connection lived until the server closed it.
+
+    It runs in a child process, so that the attacker's loop over a thousand sockets never holds
+    the GIL that the legitimate clients (threads of this process) need to time their requests."""
 
     def __init__(self, port, n_header, n_body, interval=0.5):
-        super().__init__(daemon=True)
-        self.port = port
-        self.n_header = n_header
-        self.n_body = n_body
-        self.interval = interval
-        self.sel = selectors.DefaultSelector()
-        self.conns = {}  # socket -> [kind, connected_at]
-        self.lifetimes = []  # seconds, connections closed by the server
-        self.max_open = 0
+        self.port, self.n_header, self.n_body, self.interval = port, n_header, n_body, interval
+        self._open_now = multiprocessing.Value("i", 0)
+        self._max_open = multiprocessing.Value("i", 0)
+        self._halt = multiprocessing.Event()
+        self._recv, self._send = multiprocessing.Pipe(duplex=False)
+        self.proc = multiprocessing.Process(target=self._main, daemon=True)
+        self.lifetimes = []
         self.connect_failures = 0
-        self._halt = threading.Event()
-        self.lock = threading.Lock()
+        self._stopped = False
+
+    def start(self):
+        self.proc.start()
+
+    def open_count(self):
+        return self._open_now.value
+
+    @property
+    def max_open(self):
+        return self._max_open.value
+
+    def stop(self):
+        """Stops the attack and collects its figures (idempotent)."""
+        if self.proc.pid is None or self._stopped:
+            return
+        self._stopped = True
+        self._halt.set()
+        if self._recv.poll(15):
+            self.lifetimes, self.connect_failures = self._recv.recv()
+        self.proc.join(5)
+        if self.proc.is_alive():
+            self.proc.kill()
+
+    # -- in the child
+
+    def _main(self):
+        raise_fd_limit(4096)
+        self.sel = selectors.DefaultSelector()
+        self.conns = {}  # socket -> [kind, connected_at, index]
+        for i in range(self.n_header):
+            self._open("header", i)
+        for i in range(self.n_body):
+            self._open("body", i)
+        next_tick = time.monotonic()
+        while not self._halt.is_set():
+            n = len(self.conns)
+            self._open_now.value = n
+            if n > self._max_open.value:
+                self._max_open.value = n
+            for key, _ in self.sel.select(timeout=0.05):
+                s = key.fileobj
+                try:
+                    s.recv(4096)
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    pass
+                # EOF, a reset, or an answer (the server gave up on the request): closed.
+                self._closed(s, time.monotonic())
+            now = time.monotonic()
+            if now >= next_tick:
+                next_tick = now + self.interval
+                for s in list(self.conns):
+                    byte = b"a" if self.conns[s][0] == "header" else b"x"
+                    try:
+                        s.send(byte)
+                    except BlockingIOError:
+                        pass
+                    except OSError:
+                        self._closed(s, now)
+        for s in list(self.conns):
+            s.close()
+        self._send.send((self.lifetimes, self.connect_failures))
 
     def _open(self, kind, i):
         try:
@@ -186,51 +260,9 @@ class SlowAttack(threading.Thread):
         kind, t0, i = self.conns.pop(s)
         self.sel.unregister(s)
         s.close()
-        with self.lock:
-            self.lifetimes.append(now - t0)
+        self.lifetimes.append(now - t0)
         if not self._halt.is_set():
             self._open(kind, i)
-
-    def open_count(self):
-        return len(self.conns)
-
-    def run(self):
-        for i in range(self.n_header):
-            self._open("header", i)
-        for i in range(self.n_body):
-            self._open("body", i)
-        next_tick = time.monotonic()
-        while not self._halt.is_set():
-            self.max_open = max(self.max_open, len(self.conns))
-            for key, _ in self.sel.select(timeout=0.05):
-                s = key.fileobj
-                try:
-                    data = s.recv(4096)
-                except BlockingIOError:
-                    continue
-                except OSError:
-                    data = b""
-                # EOF, a reset, or an answer (the server gave up on the request): closed.
-                self._closed(s, time.monotonic())
-            now = time.monotonic()
-            if now >= next_tick:
-                next_tick = now + self.interval
-                for s in list(self.conns):
-                    byte = b"a" if self.conns[s][0] == "header" else b"x"
-                    try:
-                        s.send(byte)
-                    except BlockingIOError:
-                        pass
-                    except OSError:
-                        self._closed(s, now)
-        for s in list(self.conns):
-            self.sel.unregister(s)
-            s.close()
-        self.conns.clear()
-
-    def stop(self):
-        self._halt.set()
-        self.join(10)
 
 
 class LegitClient(threading.Thread):
@@ -384,6 +416,9 @@ class JsonBombTest(RelayMixin, unittest.TestCase):
 
     def post_bomb(self, body, timeout=30.0):
         relay = self.start_relay(env={"CRCR_LOG": "info"})
+        asan = sanitized(relay.proc.pid)
+        self.rss_limit = RSS_LIMIT_MB * (ASAN_RSS_FACTOR if asan else 1)
+        self.asan_note = " [ASan build: limit %d MB]" % self.rss_limit if asan else ""
         base = vm_hwm_mb(relay.proc.pid)
         t0 = time.monotonic()
         r = relay.webhook("pull_request", body, timeout=timeout)
@@ -417,18 +452,18 @@ class JsonBombTest(RelayMixin, unittest.TestCase):
         n = (25 * 1024 * 1024 - 2) // 2  # "[0,0,...,0]" just under the 25 MiB body cap
         body = b"[" + b"0," * (n - 1) + b"0]"
         r, took, base, peak = self.post_bomb(body)
-        note("wide array, %d values, %.1f MiB: %d in %.2f s, peak RSS %.0f MB (idle %.0f MB)"
-             % (n, len(body) / 1048576, r.status, took, peak, base))
+        note("wide array, %d values, %.1f MiB: %d in %.2f s, peak RSS %.0f MB (idle %.0f MB)%s"
+             % (n, len(body) / 1048576, r.status, took, peak, base, self.asan_note))
         self.assertJsonStatus(r, 400)
-        self.assertLess(peak, RSS_LIMIT_MB)
+        self.assertLess(peak, self.rss_limit)
 
     def test_costliest_document_under_the_value_cap_is_400_with_bounded_memory(self):
         body = b"[" + b",".join([b"{}"] * NEAR_CAP_VALUES) + b"]"
         r, took, base, peak = self.post_bomb(body)
-        note("%d empty objects (%.1f MiB), fully parsed: %d in %.2f s, peak RSS %.0f MB"
-             % (NEAR_CAP_VALUES, len(body) / 1048576, r.status, took, peak))
+        note("%d empty objects (%.1f MiB), fully parsed: %d in %.2f s, peak RSS %.0f MB%s"
+             % (NEAR_CAP_VALUES, len(body) / 1048576, r.status, took, peak, self.asan_note))
         self.assertJsonStatus(r, 400)  # parsed, but not an object
-        self.assertLess(peak, RSS_LIMIT_MB)
+        self.assertLess(peak, self.rss_limit)
 
     def test_wide_object_over_the_value_cap_is_refused_before_parsing(self):
         pairs = 300_000  # 600,001 values
@@ -436,8 +471,9 @@ class JsonBombTest(RelayMixin, unittest.TestCase):
         r, took, base, peak = self.post_bomb(body)
         note("object with %d keys: %d in %.3f s, peak RSS %.0f MB" % (pairs, r.status, took, peak))
         self.assertJsonStatus(r, 400)
-        self.assertLess(took, 2.0)
-        self.assertLess(peak, RSS_LIMIT_MB)
+        self.assertLess(took, 5.0)
+        # A full parse of 600k values would add ~60 MB; the prescan adds only the body copies.
+        self.assertLess(peak - base, 40)
 
 
 # ------------------------------------------------------------------------------ YAML bomb

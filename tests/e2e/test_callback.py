@@ -39,6 +39,8 @@ import copy
 import json
 import re
 import secrets
+import signal
+import threading
 import time
 import unittest
 import uuid
@@ -346,6 +348,18 @@ class CallbackMixin:
                         % (len(self.hud_for(delivery, repo)), n, delivery, self.diag()))
         return got
 
+    def hud_status(self, delivery, status, repo=None, timeout=10.0):
+        """The one HUD forward of `delivery` whose workflow.status is `status`, waiting for it.
+        (Forwards are independent outbox rows: their arrival order is not the callback order.)"""
+        def got():
+            x = [b for b in self.hud_for(delivery, repo)
+                 if b["untrusted"]["callback_payload"]["workflow"].get("status") == status]
+            return x or None
+        found = wait_until(got, timeout)
+        self.assertTrue(found, "no %s forward for %s%s" % (status, delivery, self.diag()))
+        self.assertEqual(len(found), 1, "several %s forwards for %s" % (status, delivery))
+        return found[0]
+
     def checks_for(self, sha, repo=None):
         """Check runs the fake GitHub created on pytorch/pytorch for `sha` (and downstream
         `repo`), oldest first."""
@@ -417,11 +431,11 @@ class LambdaCasesTest(CallbackMixin, unittest.TestCase):
         r = self.post_callback(L2, raw)
         self.assertEqual(r.status, 200)
         self.assertEqual(r.body, b'{"ok":true,"status":"completed"}')
-        fwd = self.wait_hud(pr.delivery, 2)
-        self.assertEqual(fwd[1]["untrusted"]["callback_payload"], body)
+        fwd = self.hud_status(pr.delivery, "completed")
+        self.assertEqual(fwd["untrusted"]["callback_payload"], body)
         req = [x for x in self.s.hud.requests() if raw in x.body]
         self.assertEqual(len(req), 1, "the callback bytes are not embedded verbatim")
-        self.assertEqual(fwd[1]["trusted"]["verified_repo"], L2)
+        self.assertEqual(fwd["trusted"]["verified_repo"], L2)
 
     def test_3_5_6_hud_outage_no_longer_fails_the_callback(self):
         # Upstream passes a HUD 503 through to the downstream (which then cannot retry: the state
@@ -498,7 +512,7 @@ class HandlerCasesTest(CallbackMixin, unittest.TestCase):
         time.sleep(1.2)
         self.assertOk(self.cb(L2, pr, "completed"), "completed")
         elapsed = time.monotonic() - t0
-        m = self.wait_hud(pr.delivery, 2)[1]["trusted"]["ci_metrics"]
+        m = self.hud_status(pr.delivery, "completed")["trusted"]["ci_metrics"]
         self.assertIsNone(m["queue_time"])
         self.assertGreaterEqual(m["execution_time"], 1.1)
         self.assertLessEqual(m["execution_time"], elapsed + 0.5)
@@ -539,6 +553,25 @@ class HandlerCasesTest(CallbackMixin, unittest.TestCase):
         self.assertEqual([x.status for x in hits], [502] * 4)
         self.assertOk(self.cb(L2, pr, "completed"), "completed")
         self.wait_hud(pr.delivery, 1)
+
+    def test_a_retried_in_progress_forward_never_lands_after_the_completed_one(self):
+        # The HUD writes each forward over the same row (dynamoKey; UpdateItem SET status=...):
+        # the last forward to arrive is what it shows. Upstream forwards inside the callback, so
+        # the order is the callback order. Here the in_progress forward fails once (a slow 502)
+        # while the completed one goes through: the retried in_progress must not be delivered
+        # after it, or the HUD shows the finished job as running forever.
+        self.own_stack()
+        pr = self.open_pr(repos=[L2])
+        self.s.hud.fail(502, count=1, match=pr.delivery, delay_ms=400)
+        self.assertOk(self.cb(L2, pr, "in_progress", job_name="ordered"), "in_progress")
+        self.assertOk(self.cb(L2, pr, "completed", job_name="ordered"), "completed")
+        self.wait_hud(pr.delivery, 2)
+        self.settle()
+        arrived = [b["untrusted"]["callback_payload"]["workflow"]["status"]
+                   for b in self.hud_for(pr.delivery)]
+        self.assertEqual(arrived[-1], "completed",
+                         "HUD forwards arrived in the order %s: the HUD row ends in_progress"
+                         % arrived)
 
     def test_without_hud_api_url_nothing_is_forwarded(self):
         self.own_stack(hud=False)
@@ -616,6 +649,7 @@ class HandlerCasesTest(CallbackMixin, unittest.TestCase):
         self.assertLess(time.monotonic() - t_limit, 55, "test too slow to check the window")
 
     def test_3_6_9_no_dispatch_record_for_this_repo_is_400(self):
+        self.own_stack()  # this test changes the allowlist
         pr = self.open_pr(repos=[L2])
         no_record = "callback rejected: no matching dispatch record"
         b = self.body(pr.cp(L2), "in_progress")
@@ -625,16 +659,13 @@ class HandlerCasesTest(CallbackMixin, unittest.TestCase):
         # A repo that is allowlisted now but was not when the delivery was dispatched.
         self.s.relay.write_allowlist(ALLOWLIST.replace("  - org2/repo2\n",
                                                        "  - org2/repo2\n  - org9/late\n"))
-        self.s.relay.send_signal(__import__("signal").SIGHUP)
-        time.sleep(0.5)
-        try:
-            b = self.body(pr.cp(L2), "in_progress")
-            b.pop("callback_token")
-            self.assertDetail(self.post_callback("org9/late", b), 400, no_record)
-        finally:
-            self.s.relay.write_allowlist(ALLOWLIST)
-            self.s.relay.send_signal(__import__("signal").SIGHUP)
-            time.sleep(0.3)
+        self.s.relay.send_signal(signal.SIGHUP)
+        b = self.body(pr.cp(L2), "in_progress")
+        b.pop("callback_token")
+        r = wait_until(lambda: (lambda x: x if x.status != 200 else None)(
+            self.post_callback("org9/late", b)), 5.0)
+        self.assertTrue(r, "the allowlist reload never made org9/late L2")
+        self.assertDetail(r, 400, no_record)
 
     def test_3_6_11_job_name_is_part_of_the_key(self):
         pr = self.open_pr(repos=[L2])
@@ -710,14 +741,13 @@ class StateMachineTest(CallbackMixin, unittest.TestCase):
         checks = self.wait_checks(pr.sha, 2, L4)
         self.settle()
         checks = self.checks_for(pr.sha, L4)
-        self.assertEqual([(c["status"], c["conclusion"]) for c in checks],
-                         [("in_progress", None), ("completed", "success")])
+        self.assertEqual(sorted((c["status"], str(c["conclusion"])) for c in checks),
+                         [("completed", "success"), ("in_progress", "None")])
         fwd = self.hud_for(pr.delivery)
-        self.assertEqual([b["untrusted"]["callback_payload"]["workflow"]["status"] for b in fwd],
-                         ["in_progress", "completed"])
+        self.assertEqual(sorted(b["untrusted"]["callback_payload"]["workflow"]["status"]
+                                for b in fwd), ["completed", "in_progress"])
 
     def test_concurrent_identical_callbacks_apply_once(self):
-        import threading
         pr = self.open_pr(repos=[L4])
         results = []
         body = self.body(pr.cp(L4), "in_progress", job_name="race")
@@ -763,7 +793,8 @@ class StateMachineTest(CallbackMixin, unittest.TestCase):
         self.assertOk(self.cb(L2, pr, "in_progress", job_name="dynamo06"), "in_progress")
         time.sleep(1.5)  # crcr-test sleeps 8 s; 1.5 s shows the same
         self.assertOk(self.cb(L2, pr, "completed", job_name="dynamo06"), "completed")
-        ip, done = self.wait_hud(pr.delivery, 2)
+        ip = self.hud_status(pr.delivery, "in_progress")
+        done = self.hud_status(pr.delivery, "completed")
         self.assertIsNotNone(ip["trusted"]["ci_metrics"]["queue_time"])
         self.assertGreaterEqual(done["trusted"]["ci_metrics"]["execution_time"], 1.4)
         self.assertRegex(ip["untrusted"]["callback_payload"]["workflow"]["started_at"], ISO_Z)
@@ -775,7 +806,7 @@ class StateMachineTest(CallbackMixin, unittest.TestCase):
         self.assertOk(self.cb(L2, pr, "in_progress", job_name="ec06"), "in_progress")
         self.assertOk(self.cb(L2, pr, "completed", job_name="ec06", conclusion="failure"),
                       "completed")
-        wf = self.wait_hud(pr.delivery, 2)[1]["untrusted"]["callback_payload"]["workflow"]
+        wf = self.hud_status(pr.delivery, "completed")["untrusted"]["callback_payload"]["workflow"]
         self.assertEqual(wf["conclusion"], "failure")
         self.assertNotIn("test_results", wf)
 
@@ -792,7 +823,7 @@ class HostileInputTest(CallbackMixin, unittest.TestCase):
         self.assertOk(self.cb(L4, pr, "in_progress", job_name="sec10"), "in_progress")
         self.assertOk(self.cb(L4, pr, "completed", job_name="sec10", artifact_url=url),
                       "completed")
-        wf = self.wait_hud(pr.delivery, 2)[1]["untrusted"]["callback_payload"]["workflow"]
+        wf = self.hud_status(pr.delivery, "completed")["untrusted"]["callback_payload"]["workflow"]
         self.assertEqual(wf["artifact_url"], url)
 
     def test_sec_12_job_name_with_sql_is_stored_verbatim(self):
@@ -816,7 +847,7 @@ class HostileInputTest(CallbackMixin, unittest.TestCase):
         self.assertOk(self.cb(L2, pr, "in_progress", job_name="sec15"), "in_progress")
         self.assertOk(self.cb(L2, pr, "completed", job_name="sec15", test_results=results,
                               artifact_url=url), "completed")
-        wf = self.wait_hud(pr.delivery, 2)[1]["untrusted"]["callback_payload"]["workflow"]
+        wf = self.hud_status(pr.delivery, "completed")["untrusted"]["callback_payload"]["workflow"]
         self.assertEqual(wf["test_results"], results)
         self.assertEqual(wf["artifact_url"], url)
 

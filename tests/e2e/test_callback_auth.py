@@ -378,7 +378,7 @@ class CallbackTokenRequiredTest(CallbackMixin, unittest.TestCase):
     STACK_ENV = {"CRCR_CALLBACK_TOKEN": "required"}
 
     def test_missing_token_is_403_when_required(self):
-        pr = self.open_pr(repos=[L3])
+        pr = self.open_pr(repos=[L3, L2])
         b = self.body(pr.cp(L3), "in_progress")
         del b["callback_token"]
         self.assertDetail(self.post_callback(L3, b), 403, "callback_token required")

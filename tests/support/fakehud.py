@@ -11,9 +11,9 @@ torchci endpoint (pages/api/crcr/results.ts):
     body not JSON                             400 {"error":"Invalid JSON"}
     otherwise                                 200 {"ok":true,"status":<status>,"dynamoKey":...}
 
-unless a scripted answer applies: `fail(status, count=None, body=None, match=None)` makes the next
-`count` POSTs (all, when None; only those whose body contains `match`, when given) answer
-`status`. Every request is recorded (`requests()`); `results()`
+unless a scripted answer applies: `fail(status, count=None, body=None, match=None, delay_ms=0)`
+makes the next `count` POSTs (all, when None; only those whose body contains `match`, when given)
+answer `status` (after `delay_ms`). Every request is recorded (`requests()`); `results()`
 returns the accepted (2xx) bodies parsed.
 
     hud = FakeHUD(bot_key="hud-bot-key").start()
@@ -112,14 +112,14 @@ class FakeHUD:
 
     # -------------------------------------------------------------- scripting
 
-    def fail(self, status, count=None, body=None, match=None):
+    def fail(self, status, count=None, body=None, match=None, delay_ms=0):
         """The next `count` POSTs to /crcr/results (every one when None) answer `status` with
-        `body` (a JSON object). With `match` (str or bytes) only POSTs whose body contains it
-        count, e.g. one delivery id."""
+        `body` (a JSON object), after `delay_ms`. With `match` (str or bytes) only POSTs whose
+        body contains it count, e.g. one delivery id."""
         if isinstance(match, str):
             match = match.encode("utf-8")
         with self._cond:
-            self._faults.append([status, count, body, match])
+            self._faults.append([status, count, body, match, delay_ms])
 
     def clear_faults(self):
         with self._cond:
@@ -156,7 +156,9 @@ class FakeHUD:
     # -------------------------------------------------------------- the endpoint
 
     def _handle(self, rec):
-        status, answer = self._decide(rec)
+        status, answer, delay_ms = self._decide(rec)
+        if delay_ms:
+            time.sleep(delay_ms / 1000.0)
         with self._cond:
             rec.status = status
             self._records.append(rec)
@@ -165,9 +167,9 @@ class FakeHUD:
 
     def _decide(self, rec):
         if rec.path != RESULTS_PATH:
-            return 404, {"error": "Not found"}
+            return 404, {"error": "Not found"}, 0
         if rec.method != "POST":
-            return 405, {"error": "Method not allowed"}
+            return 405, {"error": "Method not allowed"}, 0
         with self._cond:
             for f in self._faults:
                 if f[3] is not None and f[3] not in rec.body:
@@ -175,17 +177,18 @@ class FakeHUD:
                 if f[1] is None or f[1] > 0:
                     if f[1] is not None:
                         f[1] -= 1
-                    return f[0], f[2] if f[2] is not None else {"error": "scripted %d" % f[0]}
+                    return (f[0], f[2] if f[2] is not None else {"error": "scripted %d" % f[0]},
+                            f[4])
         if self.bot_key is not None and rec.headers.get("x-hud-internal-bot") != self.bot_key:
-            return 401, {"error": "Unauthorized"}
+            return 401, {"error": "Unauthorized"}, 0
         try:
             doc = json.loads(rec.body)
         except ValueError:
-            return 400, {"error": "Invalid JSON"}
+            return 400, {"error": "Invalid JSON"}, 0
         cp = ((doc.get("untrusted") or {}).get("callback_payload") or {}) \
             if isinstance(doc, dict) else {}
         wf = cp.get("workflow") or {} if isinstance(cp, dict) else {}
         repo = (doc.get("trusted") or {}).get("verified_repo") if isinstance(doc, dict) else None
         key = "%s/%s/%s/%s/%s" % (repo, cp.get("delivery_id"), wf.get("name"),
                                   wf.get("job_name"), wf.get("check_run_id"))
-        return 200, {"ok": True, "status": wf.get("status"), "dynamoKey": key}
+        return 200, {"ok": True, "status": wf.get("status"), "dynamoKey": key}, 0
