@@ -207,8 +207,24 @@ class PerfStat:
             self.proc = subprocess.Popen(
                 ["perf", "stat", "-x", ",", "-o", self.out_path, "-e", ",".join(self.EVENTS),
                  "-p", str(self.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            time.sleep(0.3)  # let it attach
+            self._wait_attached()
         return self
+
+    def _wait_attached(self, limit_s=5.0):
+        """Waits until perf holds its counters open (one perf_event fd per event and thread):
+        on a loaded machine attaching takes long enough to miss the first requests."""
+        want = len(self.EVENTS) * max(1, proc_threads(self.pid))
+        deadline = time.monotonic() + limit_s
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            try:
+                fds = os.listdir("/proc/%d/fd" % self.proc.pid)
+                n = sum(1 for fd in fds if "perf_event" in os.readlink(
+                    "/proc/%d/fd/%s" % (self.proc.pid, fd)))
+            except OSError:
+                n = 0
+            if n >= want:
+                return
+            time.sleep(0.02)
 
     def __exit__(self, *exc):
         if not self.proc:
@@ -278,6 +294,10 @@ class Bench:
         self.results = {}
         self.notes = []
         self.t_start = time.monotonic()
+        try:
+            self.t0_wall = float(os.environ.get("BENCH_T0") or time.time())
+        except ValueError:
+            self.t0_wall = time.time()
         self.run_id = stamp.replace("-", "")
         self.perf_ok = self._perf_tracepoints_ok()
 
@@ -708,19 +728,24 @@ class Bench:
         finally:
             issuer.stop()
 
-    def _callbacks_run(self, rl, issuer, body, name, duration):
+    def _callback_templates(self, rl, body, name):
+        """Sends a webhook, takes the dispatch's client_payload for CALLBACK_REPO from
+        `crcr deliveries show ID --format json` and writes the in_progress and completed bodies
+        with @@RUN@@ where the run id goes. Returns (delivery, {"ip": path, "done": path})."""
         delivery = "cb-%s-%s" % (self.run_id, name)
         st, _ = self.send_webhook(rl.port, body, delivery)
         if st != 202:
             raise RuntimeError("callback setup webhook answered %d" % st)
         cp = None
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120
         while cp is None and time.monotonic() < deadline:
-            # The dispatch body appears once the (dry-run) outbox worker has built it.
-            rc, out, err = rl.cli(["deliveries", "show", delivery, "--format", "json"])
-            if rc != 0:
-                raise RuntimeError("crcr deliveries show failed: %s" % err)
-            for row in json.loads(out).get("outbox", []):
+            # The dispatch body appears once the (dry-run) outbox worker has built it. The CLI
+            # is the crcr binary itself even when the relay runs under valgrind.
+            p = subprocess.run([self.crcr, "deliveries", "show", delivery, "--format", "json"],
+                               env=rl.child_env(), capture_output=True, text=True, timeout=60)
+            if p.returncode != 0:
+                raise RuntimeError("crcr deliveries show failed: %s" % p.stderr)
+            for row in json.loads(p.stdout).get("outbox", []):
                 if row.get("kind") == "dispatch" and row.get("body") and \
                         row.get("target", "").lower() == CALLBACK_REPO:
                     cp = json.loads(row["body"])["client_payload"]
@@ -745,21 +770,36 @@ class Bench:
             assert text.count(str(sentinel)) == 1
             paths[tag] = self.write_file("callback_%s_%s.tmpl.json" % (name, tag),
                                          text.replace(str(sentinel), "@@RUN@@").encode("utf-8"))
+        return delivery, paths
+
+    @staticmethod
+    def post_callbacks(port, paths, token, run_ids, timeout=30):
+        """Sends in_progress then completed for each run id, one at a time; raises on non-200."""
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+        try:
+            bodies = {}
+            for tag in ("ip", "done"):
+                with open(paths[tag], "rb") as f:
+                    bodies[tag] = f.read()
+            for run in run_ids:
+                for tag in ("ip", "done"):
+                    conn.request("POST", "/github/callback",
+                                 body=bodies[tag].replace(b"@@RUN@@", str(run).encode()),
+                                 headers={"Authorization": "Bearer " + token,
+                                          "Content-Type": "application/json"})
+                    r = conn.getresponse()
+                    data = r.read()
+                    if r.status != 200:
+                        raise RuntimeError("callback %s of run %d answered %d: %s"
+                                           % (tag, run, r.status, data[:300]))
+        finally:
+            conn.close()
+
+    def _callbacks_run(self, rl, issuer, body, name, duration):
+        delivery, paths = self._callback_templates(rl, body, name)
         token = issuer.mint(CALLBACK_REPO, lifetime_s=1200)
         # One pair by hand first: both must answer 200, or the wrk numbers mean nothing.
-        conn = http.client.HTTPConnection("127.0.0.1", rl.port, timeout=30)
-        for tag in ("ip", "done"):
-            with open(paths[tag], "rb") as f:
-                b = f.read().replace(b"@@RUN@@", b"1")
-            conn.request("POST", "/github/callback", body=b,
-                         headers={"Authorization": "Bearer " + token,
-                                  "Content-Type": "application/json"})
-            r = conn.getresponse()
-            data = r.read()
-            if r.status != 200:
-                raise RuntimeError("setup callback %s answered %d: %s" % (tag, r.status,
-                                                                          data[:300]))
-        conn.close()
+        self.post_callbacks(rl.port, paths, token, [1])
         env = {"CB_TOKEN": token, "CB_IP": paths["ip"], "CB_DONE": paths["done"],
                "CB_BASE": "1000000", "CB_BLOCK": str(CB_BLOCK)}
         pid = rl.proc.pid
@@ -797,28 +837,33 @@ class Bench:
             rl.start()
             pid = rl.proc.pid
             time.sleep(1.0)
-            points.append((0, proc_status(pid)["VmRSS"], proc_status(pid)["VmHWM"]))
+            idle = proc_status(pid)
+            points.append((0, idle["VmRSS"], idle["VmHWM"], idle["VmRSS"]))
             script = os.path.join(HERE, "webhook.lua")
             sent = 0
             t0 = time.monotonic()
             chunk = a.memory_total // a.memory_chunks
+            budget = self.memory_budget()
+            res["budget_s"] = budget
             for k in range(a.memory_chunks):
-                remaining = a.memory_budget - (time.monotonic() - t0)
+                remaining = budget - (time.monotonic() - t0)
                 if remaining < 5:
-                    self.notes.append("memory: stopped after %d webhooks (time budget %d s)"
-                                      % (sent, a.memory_budget))
+                    self.notes.append("memory: stopped after %d webhooks (time budget %.0f s)"
+                                      % (sent, budget))
                     break
                 goal = (k + 1) * chunk
                 env = {"BENCH_BODY": path, "BENCH_SIG": sign(body), "BENCH_EVENT": "push",
                        "BENCH_PREFIX": "mem%d-%s" % (k, self.run_id), "BENCH_MAX": str(chunk)}
-                w = self.wrk("memory chunk", rl.url + "/github/webhook", script, 64,
-                             int(max(5, remaining)), env,
-                             stop_when=self._count_reached(rl, goal))
+                with RssSampler(pid, 0.2) as smp:
+                    w = self.wrk("memory chunk", rl.url + "/github/webhook", script, 64,
+                                 int(max(5, remaining)), env,
+                                 stop_when=self._count_reached(rl, goal))
                 sent = self.db_scalar(rl, "SELECT count(*) FROM deliveries")
                 stt = proc_status(pid)
-                points.append((sent, stt["VmRSS"], stt["VmHWM"]))
-                log("memory: %7d webhooks stored, VmRSS %d KiB, VmHWM %d KiB (%s req/s)"
-                    % (sent, stt["VmRSS"], stt["VmHWM"], fmt_num(w["rps"])))
+                points.append((sent, stt["VmRSS"], stt["VmHWM"], smp.peak_kib))
+                log("memory: %7d webhooks stored, VmRSS %d KiB (chunk peak %d KiB), VmHWM %d "
+                    "KiB (%s req/s)" % (sent, stt["VmRSS"], smp.peak_kib, stt["VmHWM"],
+                                        fmt_num(w["rps"])))
             drained = self.wait_outbox_drained(rl, 60)
             time.sleep(1.0)
             stt = proc_status(pid)
@@ -828,6 +873,17 @@ class Bench:
                        db_bytes=os.path.getsize(rl.db_path))
         finally:
             self.close_relay(rl)
+
+    def memory_budget(self):
+        """Seconds of load the memory section may use: --memory-budget, cut so that the whole
+        bench (from BENCH_T0, the start of run.sh, including the build) stays under --total
+        with time kept for the sections after it."""
+        elapsed = time.time() - self.t0_wall
+        later = 0
+        if "profile" in self.sections[self.sections.index("memory") + 1:]:
+            later = self.args.profile_reserve
+        return max(10.0, min(float(self.args.memory_budget),
+                             self.args.total - elapsed - later - 15))
 
     def _count_reached(self, rl, goal):
         """A stop_when for wrk: the store holds `goal` deliveries, or their count has not moved
@@ -878,6 +934,34 @@ class Bench:
             self.close_relay(rl)
         res["n"] = n
         res.update(self._annotate(out, n))
+        if self.args.profile_callbacks:
+            self.results["profile_callbacks"] = self._profile_callbacks(body)
+
+    def _profile_callbacks(self, body):
+        """callgrind over profile_callbacks in_progress/completed pairs sent one at a time."""
+        res = {"tool": "callgrind"}
+        pairs = self.args.profile_callbacks
+        issuer = OidcIssuer(os.path.join(DATA, "keys", "oidc.pem")).start()
+        out = os.path.join(self.out_dir, "callgrind.callbacks.out")
+        args = ["--tool=callgrind", "--callgrind-out-file=" + out, self.crcr, "serve"]
+        env = {"CRCR_OIDC_ISSUERS": issuer.url, "RATE_LIMIT_PER_MIN": "2000000000"}
+        rl = self.relay(env=env, binary=shutil.which("valgrind"), args=args, start_timeout=60)
+        self.record("profile of callbacks (callgrind)", ["valgrind"] + args,
+                    dict(env, CRCR_OIDC_ISSUERS="<bench OIDC issuer on 127.0.0.1>",
+                         CRCR_LOG="warn"))
+        try:
+            rl.start()
+            _, paths = self._callback_templates(rl, body, "profile")
+            token = issuer.mint(CALLBACK_REPO, lifetime_s=1200)
+            self.post_callbacks(rl.port, paths, token, range(1000000, 1000000 + pairs),
+                                timeout=60)
+            rl.stop(signal.SIGTERM, timeout=120)
+        finally:
+            self.close_relay(rl)
+            issuer.stop()
+        res["n"] = 2 * pairs
+        res.update(self._annotate(out, 2 * pairs, "callbacks_"))
+        return res
 
     def _perf_hw_ok(self):
         try:
@@ -887,12 +971,13 @@ class Bench:
         except (OSError, subprocess.TimeoutExpired):
             return False
 
-    def _annotate(self, out, n):
+    def _annotate(self, out, n, prefix=""):
         def run(inclusive):
             p = subprocess.run(["callgrind_annotate", "--inclusive=%s" % inclusive,
                                 "--threshold=100", out], capture_output=True, text=True,
                                timeout=120)
-            self.write_file("callgrind_%s.txt" % ("incl" if inclusive == "yes" else "self"),
+            self.write_file("callgrind_%s%s.txt" % (prefix, "incl" if inclusive == "yes" else
+                                                   "self"),
                             p.stdout)
             return p.stdout
 
@@ -982,22 +1067,27 @@ class Bench:
                                                                  fmt_ms(cb["p99"])), "-", "-",
                          "p99 <= 20 ms", "met" if (cb["p99"] or 1e9) <= 20 else "MISSED"))
         mem = self.results.get("memory")
-        if mem and mem.get("points"):
+        if mem and len(mem.get("points", [])) > 2:
             pts = mem["points"]
-            idle = pts[0][1]
-            last = pts[-1]
-            mid = pts[len(pts) // 2]
-            rows.append(("RSS idle", "%.1f MiB" % (idle / 1024), "-", "-", "-", "-"))
-            rows.append(("RSS after %s webhooks (mid-run: %s)" % (fmt_num(last[0]),
-                                                                 fmt_num(mid[0])),
-                         "%.1f MiB (mid %.1f MiB)" % (last[1] / 1024, mid[1] / 1024), "-",
-                         "%+.1f MiB 2nd half" % ((last[1] - mid[1]) / 1024),
-                         "no growth beyond caches",
-                         "met" if last[1] - mid[1] <= 2048 else "CHECK"))
+            chunks = pts[1:]
+            half = len(chunks) // 2
+            first = max(p[3] for p in chunks[:half])
+            second = max(p[3] for p in chunks[half:])
+            rows.append(("RSS idle", "%.1f MiB" % (pts[0][1] / 1024), "-", "-", "-", "-"))
+            rows.append(("RSS after %s webhooks (after drain)" % fmt_num(pts[-1][0]),
+                         "%.1f MiB" % (mem["after_drain"][0] / 1024), "-", "-", "-", "-"))
+            rows.append(("RSS peak, 1st vs 2nd half of the %s webhooks" % fmt_num(pts[-1][0]),
+                         "%.1f / %.1f MiB" % (first / 1024, second / 1024), "-",
+                         "%+.1f MiB" % ((second - first) / 1024), "no growth beyond caches",
+                         "met" if second - first <= 2048 else "CHECK"))
         prof = self.results.get("profile")
         if prof and prof.get("total_ir"):
             rows.append(("instructions per webhook (callgrind, incl. outbox)",
                          fmt_num(prof["ir_per_webhook"]), "-", "-", "-", "-"))
+        pc = self.results.get("profile_callbacks")
+        if pc and pc.get("total_ir"):
+            rows.append(("instructions per callback (callgrind)",
+                         fmt_num(pc["ir_per_webhook"]), "-", "-", "-", "-"))
         return rows
 
     def print_table(self, rows):
@@ -1127,11 +1217,13 @@ class Bench:
             L.append("### Memory detail (push webhook of %d bytes, store on tmpfs, 64 connections,"
                      " dry-run, 1 target)" % mem["body_bytes"])
             L.append("")
-            L.append("| webhooks stored | VmRSS | VmHWM |")
-            L.append("|---|---|---|")
-            for sent, rss, hwm in mem["points"]:
-                L.append("| %s | %.1f MiB | %.1f MiB |" % (fmt_num(sent), rss / 1024, hwm / 1024))
-            L.append("| after outbox drain (%s) | %.1f MiB | %.1f MiB |"
+            L.append("| webhooks stored | VmRSS at the end of the chunk | VmRSS peak in the chunk |"
+                     " VmHWM |")
+            L.append("|---|---|---|---|")
+            for sent, rss, hwm, peak in mem["points"]:
+                L.append("| %s | %.1f MiB | %.1f MiB | %.1f MiB |" % (
+                    fmt_num(sent), rss / 1024, peak / 1024, hwm / 1024))
+            L.append("| after outbox drain (%s) | %.1f MiB | - | %.1f MiB |"
                      % ("drained" if mem["drained"][0] else "%d rows left" % mem["drained"][1],
                         mem["after_drain"][0] / 1024, mem["after_drain"][1] / 1024))
             L.append("")
@@ -1163,17 +1255,30 @@ class Bench:
             for ir, pct, fn, obj in prof["self_top"][:20]:
                 L.append("| %s | %.2f%% | `%s` | %s |" % (fmt_num(ir), pct, fn, obj))
             L.append("")
-            L.append("Inclusive cost of crcr's own entry points:")
+            L.append("Inclusive cost of crcr's own functions:")
             L.append("")
-            L.append("| inclusive | share | function |")
+            L.append("| inclusive | per webhook | share | function |")
+            L.append("|---|---|---|---|")
+            for ir, pct, fn, obj in prof["incl_top"][:20]:
+                L.append("| %s | %s | %.2f%% | `%s` |" % (fmt_num(ir), fmt_num(ir / prof["n"]),
+                                                        pct, fn))
+            L.append("")
+        pc = self.results.get("profile_callbacks")
+        if pc and pc.get("total_ir"):
+            L.append("### Profile of callbacks (callgrind, %d callbacks of ~31 KB sent one at a "
+                     "time: in_progress and completed of %d runs, one L2 repo)"
+                     % (pc["n"], pc["n"] // 2))
+            L.append("")
+            L.append("Total %s instructions, %s per callback (incl. start-up and the set-up "
+                     "webhook). By object: %s."
+                     % (fmt_num(pc["total_ir"]), fmt_num(pc["ir_per_webhook"]),
+                        ", ".join("%s %.1f%%" % (obj, 100.0 * ir / pc["total_ir"])
+                                  for obj, ir in pc["by_object"][:6])))
+            L.append("")
+            L.append("| inclusive per callback | share | function |")
             L.append("|---|---|---|")
-            seen = 0
-            for ir, pct, fn, obj in prof["incl_top"]:
-                if obj == "crcr" or obj.startswith("crcr"):
-                    L.append("| %s | %.2f%% | `%s` |" % (fmt_num(ir), pct, fn))
-                    seen += 1
-                if seen >= 18:
-                    break
+            for ir, pct, fn, obj in pc["incl_top"][:16]:
+                L.append("| %s | %.2f%% | `%s` |" % (fmt_num(ir / pc["n"]), pct, fn))
             L.append("")
         if self.notes:
             L.append("Notes: " + "; ".join(self.notes))
@@ -1185,11 +1290,13 @@ class Bench:
         L.append(("bench/run.sh " + " ".join(shlex.quote(x) for x in self.argv_shown)).strip())
         seen = set()
         for what, cmd in self.commands:
-            key = (what.split(" c")[0] if what.startswith("ingest") else what, cmd)
-            if cmd in seen:
+            # The memory chunks differ only in prefix and remaining time: show the first.
+            key = what if what == "memory chunk" else cmd
+            if key in seen:
                 continue
-            seen.add(cmd)
-            L.append("# " + what)
+            seen.add(key)
+            L.append("# " + what + (" (1 of %d; BENCH_PREFIX and -d vary)" % self.args.memory_chunks
+                                    if what == "memory chunk" else ""))
             L.append(cmd)
         L.append("```")
         L.append("")
@@ -1259,8 +1366,14 @@ def main():
     ap.add_argument("--memory-total", type=int, default=100000)
     ap.add_argument("--memory-chunks", type=int, default=10)
     ap.add_argument("--memory-budget", type=int, default=240,
-                    help="max seconds of load in the memory section")
-    ap.add_argument("--profile-n", type=int, default=200, help="webhooks under callgrind")
+                    help="max seconds of load in the memory section (cut further by --total)")
+    ap.add_argument("--total", type=int, default=570,
+                    help="seconds the whole bench.sh run should stay under (memory adapts)")
+    ap.add_argument("--profile-reserve", type=int, default=150,
+                    help="seconds kept for the profile section when it follows memory")
+    ap.add_argument("--profile-n", type=int, default=150, help="webhooks under callgrind")
+    ap.add_argument("--profile-callbacks", type=int, default=60,
+                    help="callback pairs under callgrind (0: skip)")
     ap.add_argument("--no-append", action="store_true", help="do not append to RESULTS.md")
     args = ap.parse_args()
     sections = [s for s in args.only.split(",") if s]

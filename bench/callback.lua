@@ -17,7 +17,10 @@
 --   CB_BASE    first run id (a run id is CB_BASE + k; use a fresh base per run)
 --   CB_BLOCK   block size B
 -- Prints the count of non-200 answers and the first three of them at the end.
-local counter = 0
+-- wrk calls request() once before the run to check the request it builds (script_verify_request)
+-- and never sends that one: the counter starts at -1 so that this call takes a spare in_progress
+-- (run CB_BASE - 1) instead of the first run's, whose completed would otherwise arrive alone.
+local counter = -1
 local threads = {}
 bad = 0 -- non-200 answers of this thread (global: read back in done())
 bad_sample = "" -- the first few of them, status and body
@@ -49,7 +52,9 @@ function request()
   local b = math.floor(i / (2 * block))
   local pos = i % (2 * block)
   local body
-  if pos < block then
+  if i < 0 then
+    body = ip_head .. tostring(base - 1) .. ip_tail
+  elseif pos < block then
     body = ip_head .. tostring(base + b * block + pos) .. ip_tail
   else
     body = done_head .. tostring(base + b * block + pos - block) .. done_tail

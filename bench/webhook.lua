@@ -9,6 +9,7 @@
 --                 the wrk -d duration still bounds it by time)
 -- Delivery ids are "<prefix>-<thread>-<counter>": unique across threads and requests, so crcr
 -- never answers a duplicate and every request takes the durable path.
+-- (wrk also calls request() once before the run without sending it: one id is skipped.)
 local counter = 0
 local answers = 0
 local body, sig, event, prefix, max_answers

@@ -70,7 +70,7 @@ static int64_t leading_number(const char *s)
  * "<run_id>[:<anything>]" with a run id in 1..INT64_MAX. */
 static int crcr_check(const char *name, const char *ext)
 {
-    if (!name || strncmp(name, "crcr/", 5) != 0)
+    if (!name || !ext || strncmp(name, "crcr/", 5) != 0)
         return 0;
     const char *owner = name + 5, *s1 = strchr(owner, '/');
     if (!s1 || s1 == owner)
@@ -131,7 +131,6 @@ static void check_route(const char *event, const jv *doc, const char *upstream,
 
     switch (r->kind) {
     case WEBHOOK_LABEL: {
-        const char *label = jv_path_str(doc, "label.name");
         CHECK(is(event, "pull_request") && is(action, "labeled"));
         CHECK(label && strncmp(label, "ciflow/crcr/", 12) == 0);
         CHECK(r->device == label + 12);

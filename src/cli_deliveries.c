@@ -13,6 +13,7 @@
 #include "cli_deliveries.h"
 
 #include <curl/curl.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,12 +87,13 @@ static int parse_opts(int argc, char **argv, cli_opts *o)
         else if (strcmp(a, "--token") == 0)
             dst = &o->token;
         else if (strcmp(a, "--limit") == 0 || strcmp(a, "--pr") == 0) {
+            bool is_limit = strcmp(a, "--limit") == 0;
             long long v = 0;
             if (i + 1 >= argc ||
-                parse_number(argv[i + 1], a[2] == 'l' ? OPS_LIST_MAX : INT64_MAX, &v) != 0)
+                parse_number(argv[i + 1], is_limit ? OPS_LIST_MAX : INT64_MAX, &v) != 0)
                 return -1;
             i++;
-            if (a[2] == 'l')
+            if (is_limit)
                 o->limit = (int)v;
             else
                 o->pr = v;
@@ -350,7 +352,8 @@ static int remote_main(const char *sub, const cli_opts *o, const char *token)
         fprintf(stderr, "crcr: --url needs the admin token: --token T or CRCR_ADMIN_TOKEN\n");
         return 2;
     }
-    remote_req rq = {strcmp(sub, "redeliver") == 0 ? "POST" : "GET", o->url, token, o, sub};
+    const char *method = strcmp(sub, "redeliver") == 0 ? "POST" : "GET";
+    remote_req rq = {method, o->url, token, o, sub};
     buf_t answer;
     buf_init(&answer, CLI_MAX_ANSWER);
     long status = remote_call(&rq, &answer);

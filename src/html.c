@@ -305,6 +305,7 @@ const char HTML_STYLESHEET[] =
     "h1{font-size:1.5rem;margin:.2rem 0 1rem;word-break:break-word}\n"
     "h2{font-size:1.2rem;margin:1.6rem 0 .6rem}h3{font-size:1rem;margin:1.2rem 0 .4rem}\n"
     "h2 small{font-size:.85rem;font-weight:400;color:var(--muted)}\n"
+    "h1,h2,h3{overflow-wrap:anywhere}\n"
     ".muted{color:var(--muted)}.mono,code{font-family:ui-monospace,SFMono-Regular,Menlo,"
     "monospace;font-size:.9em}\n"
     ".cards{display:grid;grid-template-columns:repeat(auto-fill,minmax(150px,1fr));gap:.6rem;"
@@ -377,7 +378,7 @@ const char HTML_STYLESHEET[] =
     "@media (max-width:640px){body{font-size:14px}main{padding:.6rem}"
     "th,td{padding:.3rem .4rem}.hide-sm{display:none}h1{font-size:1.25rem}"
     "table.repos{table-layout:auto}table.repos th:first-child{width:auto}"
-    "td.repo{white-space:normal;word-break:break-word}}\n";
+    "table.repos td.repo{white-space:normal;word-break:break-word}}\n";
 
 /* ---- SVG charts ---- */
 

@@ -2022,14 +2022,26 @@ static void pr_blocking(hud_req *r, int64_t pr)
         const char *repo = allowlist_at(al, i)->repo;
         if (allowlist_at(al, i)->level != CRCR_LEVEL_L4)
             continue;
+        /* This PR's runs of the sha, newest first: the first of each (workflow, job) is the
+         * latest result (as store_runs_for_sha picks it), the rest are older attempts. */
         run_list rl = {.a = &r->a};
-        e = store_runs_for_sha(r->app->st, sha, repo, collect_hrun, &rl);
+        store_run_filter f = {.repo = repo,
+                              .pr_number = pr,
+                              .head_sha = sha,
+                              .kind = 1,
+                              .limit = HUD_PR_MAX_RUNS,
+                              .no_payload = true};
+        e = store_list_runs(r->app->st, &f, collect_hrun, &rl);
         if (!e && (rl.oom || r->a.oom))
             e = CRCR_E_NOMEM;
         bool open = false;
         for (size_t k = 0; k < rl.n && !e; k++) {
             const hrun *run = &rl.v[k];
-            if (run->pr_number != pr)
+            bool older = false;
+            for (size_t p = 0; p < k && !older; p++)
+                older = strcmp(rl.v[p].workflow, run->workflow) == 0 &&
+                        strcmp(rl.v[p].job, run->job) == 0;
+            if (older)
                 continue;
             bool running = !run->state || strcmp(run->state, "completed") != 0;
             bool failed = run->conclusion && strcmp(run->conclusion, "failure") == 0;

@@ -19,7 +19,9 @@
 #define CRCR_MAX_CONNECTIONS 2048u
 /* Seconds a connection may stay idle before MHD closes it. */
 #define CRCR_IDLE_TIMEOUT_S 10u
-/* Seconds one request may take from its first byte to its last (total deadline). */
+/* Seconds one request may take, counted from the connection's accept (or the previous answer on
+ * a kept-alive connection) to its answer: the total deadline that stops slow clients. Default of
+ * CRCR_REQUEST_DEADLINE_SECONDS. */
 #define CRCR_REQUEST_DEADLINE_S 15u
 /* Longest URL path + query the router looks at. */
 #define CRCR_MAX_PATH 2048u

@@ -405,10 +405,13 @@ static bool sha256(const char *s, size_t n, unsigned char out[32])
 /* Checks `Authorization: Bearer <CRCR_ADMIN_TOKEN>`; answers 401 and returns false otherwise. */
 static bool admin_auth(crcr_app *app, const http_request *req, http_response *resp)
 {
+    static const char scheme[] = "Bearer ";
     const char *h = http_req_header(req, "Authorization");
     bool ok = false;
-    if (h && strncasecmp(h, "Bearer ", 7) == 0 && app->cfg.admin_token) {
-        const char *tok = h + 7;
+    /* Only the scheme name is compared here; the credential goes through the digests below. */
+    bool is_scheme = h && strncasecmp(h, scheme, sizeof(scheme) - 1) == 0;
+    if (is_scheme && app->cfg.admin_token) {
+        const char *tok = h + sizeof(scheme) - 1;
         while (*tok == ' ')
             tok++;
         unsigned char given[32], want[32];

@@ -19,7 +19,8 @@
  *
  * Bytes (payloads, bodies, kv values) travel as BYTEA in binary parameters and binary results;
  * every result is requested in binary, so integers are decoded from network byte order. Text
- * parameters are made valid UTF-8 first (free text from peers must never make a write fail).
+ * parameters are made valid UTF-8 first (free text from peers must never make a write fail); the
+ * check is a few lines written here because libpq exposes no encoding validator.
  * Repository names compare case-insensitively through lower() and expression indexes.
  */
 #include <endian.h>
@@ -40,7 +41,7 @@
 #define PG_POOL_DEFAULT 8
 #define PG_POOL_MAX 256
 /* How long an operation waits for a free pooled connection before failing. */
-#define PG_ACQUIRE_TIMEOUT_MS 10000
+#define PG_ACQUIRE_TIMEOUT_MS 5000
 /* Parameters of one statement (the runs upsert has 24). */
 #define PG_PARAMS_MAX 32
 /* A claimed row's body or payload; the same cap as the SQLite store. */
@@ -144,8 +145,9 @@ typedef struct pgx {
     bool called_back; /* a caller-visible callback ran: the operation must not be repeated */
 } pgx;
 
-/* Borrows a pooled connection, connecting the slot when it has none. CRCR_E_STORE when none is
- * free within PG_ACQUIRE_TIMEOUT_MS or the database cannot be reached. */
+/* Borrows a pooled connection into x->c (lent to the caller until release(); the pool keeps
+ * ownership), connecting the slot when it has none. CRCR_E_STORE when no slot frees up within
+ * PG_ACQUIRE_TIMEOUT_MS or the database cannot be reached. */
 static crcr_err acquire(pg_store *s, pgx *x)
 {
     struct timespec dl;
@@ -251,6 +253,7 @@ typedef struct pgp {
     char *owned[PG_PARAMS_MAX]; /* UTF-8-repaired copies, freed by pgp_free */
 } pgp;
 
+/* Frees the repaired copies p_text() made; the pgp itself lives on the caller's stack. */
 static void pgp_free(pgp *p)
 {
     for (int i = 0; i < p->n; i++)
@@ -511,6 +514,8 @@ static const char *const MIGRATIONS[] = {
     "CREATE INDEX IF NOT EXISTS runs_state ON runs(state, started_at);"
     "CREATE INDEX IF NOT EXISTS runs_repo ON runs(lower(repo), updated_at);"
     "CREATE INDEX IF NOT EXISTS runs_updated ON runs(updated_at);"
+    "CREATE INDEX IF NOT EXISTS runs_pr ON runs(pr_number);"
+    "CREATE INDEX IF NOT EXISTS deliveries_pr ON deliveries(pr_number);"
     "CREATE TABLE IF NOT EXISTS labels_wanted(head_sha text NOT NULL, repo text NOT NULL,"
     " created_at bigint NOT NULL);"
     "CREATE UNIQUE INDEX IF NOT EXISTS labels_wanted_key ON labels_wanted(head_sha, lower(repo));"
@@ -679,8 +684,10 @@ static crcr_err op_claim(pgx *x, void *arg)
     p_i64(&p, a->now);
     PGresult *r = q(x,
                     "WITH c AS (UPDATE outbox SET state='running', lease_until=$1 WHERE id = "
-                    "(SELECT id FROM outbox WHERE (state='queued' AND next_attempt_at<=$2) OR "
-                    "(state='running' AND lease_until<$2) ORDER BY next_attempt_at, id LIMIT 1 "
+                    "(SELECT id FROM outbox o WHERE ((state='queued' AND next_attempt_at<=$2) OR "
+                    "(state='running' AND lease_until<$2)) AND (o.seq_key IS NULL OR NOT EXISTS "
+                    "(SELECT 1 FROM outbox p WHERE p.seq_key=o.seq_key AND p.id<o.id AND "
+                    "p.state IN ('queued','running'))) ORDER BY next_attempt_at, id LIMIT 1 "
                     "FOR UPDATE SKIP LOCKED) RETURNING id, kind, delivery_id, target, attempts, "
                     "body) SELECT c.id, c.kind, c.delivery_id, c.target, c.attempts, c.body, "
                     "d.event, d.payload, d.pr_number, d.head_sha FROM c LEFT JOIN deliveries d "
@@ -903,11 +910,13 @@ static crcr_err op_list_deliveries(pgx *x, void *arg)
     p_text(&p, a->f ? a->f->state : NULL);
     p_text(&p, a->f ? a->f->repo : NULL);
     p_i64(&p, a->f && a->f->limit > 0 ? a->f->limit : 50);
+    p_i64(&p, a->f ? a->f->pr_number : 0);
     PGresult *r = q(x,
                     "SELECT " DELIVERY_COLUMNS " FROM deliveries d WHERE ($1::text IS NULL OR "
                     "EXISTS (SELECT 1 FROM outbox o WHERE o.delivery_id=d.delivery_id AND "
                     "o.state=$1::text)) AND ($2::text IS NULL OR EXISTS (SELECT 1 FROM outbox o "
                     "WHERE o.delivery_id=d.delivery_id AND lower(o.target)=lower($2::text))) "
+                    "AND ($4::bigint=0 OR d.pr_number=$4::bigint) "
                     "ORDER BY d.received_at DESC, d.seq DESC LIMIT $3",
                     &p);
     pgp_free(&p);
@@ -1139,11 +1148,11 @@ static crcr_err pg_retention(store *st, int64_t before, int *n)
 
 /* ---- runs ---- */
 
-#define RUN_COLUMNS                                                                                \
+#define RUN_COLUMNS_NO_PAYLOAD                                                                     \
     "delivery_id, repo, job_name, event_type, state, head_sha, workflow_name, conclusion, "        \
     "details_url, artifact_url, run_id, run_attempt, pr_number, level, dispatched_at, "            \
-    "started_at, completed_at, queue_ms, exec_ms, test_passed, test_failed, test_skipped, "        \
-    "payload"
+    "started_at, completed_at, queue_ms, exec_ms, test_passed, test_failed, test_skipped"
+#define RUN_COLUMNS RUN_COLUMNS_NO_PAYLOAD ", payload"
 
 static void fill_run_row(const PGresult *r, int i, store_run_row *row)
 {
@@ -1207,7 +1216,8 @@ static const char RUN_UPSERT[] =
     "test_skipped, payload, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8::integer, $9, $10, "
     "$11, $12, $13, $14, $15::bigint, $16::bigint, $17::bigint, $18::bigint, $19::bigint, "
     "$20::bigint, $21::bigint, $22::bigint, $23::bytea, $24) ON CONFLICT (delivery_id, "
-    "lower(repo), run_id, run_attempt, job_name) DO UPDATE SET state=excluded.state, "
+    "lower(repo), run_id, run_attempt, workflow_name, job_name) DO UPDATE SET "
+    "state=excluded.state, "
     "level=excluded.level, conclusion=excluded.conclusion, completed_at=excluded.completed_at, "
     "exec_ms=excluded.exec_ms, test_passed=excluded.test_passed, "
     "test_failed=excluded.test_failed, test_skipped=excluded.test_skipped, "
@@ -1217,7 +1227,8 @@ static const char RUN_UPSERT[] =
 
 /* Checks the transition against the key's current state (read under the key's lock) and fills
  * res. CRCR_OK with res->duplicate for an exact repeat. */
-static crcr_err check_transition(pgx *x, const apply_args *a, const char *job, bool completed)
+static crcr_err check_transition(pgx *x, const apply_args *a, const char *wf, const char *job,
+                                 bool completed)
 {
     const store_run_update *u = a->u;
     store_run_result *res = a->res;
@@ -1227,9 +1238,11 @@ static crcr_err check_transition(pgx *x, const apply_args *a, const char *job, b
     p_i64(&p, u->key.run_id);
     p_i64(&p, u->key.run_attempt);
     p_text(&p, job);
+    p_text(&p, wf);
     PGresult *r = q(x,
                     "SELECT state, conclusion, started_at FROM runs WHERE delivery_id=$1 AND "
-                    "lower(repo)=lower($2) AND run_id=$3 AND run_attempt=$4 AND job_name=$5",
+                    "lower(repo)=lower($2) AND run_id=$3 AND run_attempt=$4 AND job_name=$5 AND "
+                    "workflow_name=$6",
                     &p);
     pgp_free(&p);
     if (!r)
@@ -1291,6 +1304,7 @@ static crcr_err op_run_apply(pgx *x, void *arg)
     res->exec_ms = -1;
     bool completed = strcmp(u->status, "completed") == 0;
     const char *job = u->key.job_name ? u->key.job_name : "";
+    const char *wf = u->key.workflow_name ? u->key.workflow_name : "";
 
     crcr_err e = cmd(x, "BEGIN");
     if (e)
@@ -1302,10 +1316,11 @@ static crcr_err op_run_apply(pgx *x, void *arg)
     p_i64(&l, u->key.run_id);
     p_i64(&l, u->key.run_attempt);
     p_text(&l, job);
+    p_text(&l, wf);
     e = qexec(x,
               "SELECT 1 FROM (SELECT pg_advisory_xact_lock(hashtextextended('crcr.run:' || "
               "$1::text || chr(31) || lower($2::text) || chr(31) || $3::text || chr(31) || "
-              "$4::text || chr(31) || $5::text, 0))) l",
+              "$4::text || chr(31) || $6::text || chr(31) || $5::text, 0))) l",
               &l, NULL);
     if (!e && !u->single_shot) {
         /* The dispatch record: this delivery was sent (or queued) to this repo. */
@@ -1326,7 +1341,7 @@ static crcr_err op_run_apply(pgx *x, void *arg)
         PQclear(r);
     }
     if (!e)
-        e = check_transition(x, a, job, completed);
+        e = check_transition(x, a, wf, job, completed);
     if (e || res->duplicate)
         return finish_tx(x, e, true);
 
@@ -1341,7 +1356,7 @@ static crcr_err op_run_apply(pgx *x, void *arg)
     p_i64(&p, u->level);
     p_i64(&p, u->pr_number);
     p_text(&p, u->head_sha);
-    p_text(&p, u->workflow_name);
+    p_text(&p, wf); /* the key's: the row's identity */
     p_text(&p, completed ? u->conclusion : NULL);
     p_text(&p, u->details_url);
     p_text(&p, u->artifact_url);
@@ -1595,6 +1610,15 @@ static crcr_err pg_lease(store *st, const char *name, const char *owner, int64_t
     return with_conn(PS(st), "lease", op_lease, &a);
 }
 
+/* Planned with the actual parameter values, so that unset filters fold away and the matching
+ * index is used. */
+#define RUNS_LIST_FROM                                                                             \
+    " FROM runs WHERE ($1::text IS NULL OR lower(repo)=lower($1::text)) "                          \
+    "AND ($2::bigint=0 OR pr_number=$2::bigint) AND ($3::text IS NULL OR head_sha=$3::text) "      \
+    "AND ($4::integer=0 OR ($4::integer=1 AND COALESCE(event_type,'') NOT IN "                     \
+    "('nightly','periodic')) OR ($4::integer=2 AND event_type IN ('nightly','periodic'))) AND "    \
+    "updated_at >= $5 ORDER BY updated_at DESC, seq DESC LIMIT $6 OFFSET $7"
+
 static crcr_err op_list_runs(pgx *x, void *arg)
 {
     runs_args *a = arg;
@@ -1608,14 +1632,12 @@ static crcr_err op_list_runs(pgx *x, void *arg)
     int limit = f && f->limit > 0 ? f->limit : 1000;
     p_i64(&p, limit > 100000 ? 100000 : limit);
     p_i64(&p, f && f->offset > 0 ? f->offset : 0);
-    return run_rows(
-        x,
-        "SELECT " RUN_COLUMNS " FROM runs WHERE ($1::text IS NULL OR lower(repo)=lower($1::text)) "
-        "AND ($2::bigint=0 OR pr_number=$2::bigint) AND ($3::text IS NULL OR head_sha=$3::text) "
-        "AND ($4::integer=0 OR ($4::integer=1 AND COALESCE(event_type,'') NOT IN "
-        "('nightly','periodic')) OR ($4::integer=2 AND event_type IN ('nightly','periodic'))) AND "
-        "updated_at >= $5 ORDER BY updated_at DESC, seq DESC LIMIT $6 OFFSET $7",
-        &p, a->fn, a->ctx);
+    /* Listings may leave the payloads out. */
+    return run_rows(x,
+                    f && f->no_payload ? "SELECT " RUN_COLUMNS_NO_PAYLOAD
+                                         ", NULL::bytea" RUNS_LIST_FROM
+                                       : "SELECT " RUN_COLUMNS RUNS_LIST_FROM,
+                    &p, a->fn, a->ctx);
 }
 
 static crcr_err pg_list_runs(store *st, const store_run_filter *f,
@@ -1754,6 +1776,7 @@ static crcr_err pg_wait_for_work(store *st, int64_t timeout_ms)
 
 /* ---- open / close ---- */
 
+/* Closes every connection and frees the store; NULL is fine. */
 static void pg_close(store *st)
 {
     pg_store *s = PS(st);
@@ -1821,6 +1844,9 @@ static crcr_err pool_size(size_t *n, char *err, size_t errsz)
     return CRCR_OK;
 }
 
+/* Opens the store for `uri` (copied; the caller keeps its string). On success *out is owned by
+ * the caller and released with store_close(). The first connection creates or migrates the
+ * schema; the others are opened as operations need them. */
 crcr_err store_pg_open(const char *uri, store **out, char *err, size_t errsz)
 {
     *out = NULL;

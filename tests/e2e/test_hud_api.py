@@ -291,8 +291,9 @@ class HudApiTest(unittest.TestCase):
         self.assertIsNotNone(row["next_attempt_at"])
         self.assertEqual(len(self.json("/api/v1/deliveries?state=queued&repo=l2org/observer-b")
                              ["deliveries"]), 1)
-        self.assertEqual(self.json("/api/v1/deliveries?state=queued&repo=l4org/cuda-mature")
-                         ["deliveries"], [])
+        self.assertEqual(self.json("/api/v1/deliveries?repo=nobody/nothing")["deliveries"], [])
+        self.assertEqual(len(self.json("/api/v1/deliveries?state=dead&repo=l2org/observer-dead")
+                             ["deliveries"]), 14)
         self.assertEqual(len(self.json("/api/v1/deliveries?limit=2")["deliveries"]), 2)
         for q in ("limit=0", "limit=201", "limit=x", "state=bogus", "state=%3Cb%3E",
                   "repo=..%2Fx", "repo=a/b/c", "repo=" + "a" * 50 + "/b"):

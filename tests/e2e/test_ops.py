@@ -25,7 +25,7 @@ Needs CRCR_BIN; see tests/support/README.md. Harness: test_dispatch.py (GitHubRe
 import json
 import math
 import re
-import time
+import signal
 import unittest
 from collections import Counter
 
@@ -230,6 +230,17 @@ def sample(fams, name, **labels):
     return None
 
 
+def check_clean_exit(test, relay):
+    """SIGTERM ends the relay with 0 and (in a sanitizer build) without any report."""
+    if not relay.running():
+        return
+    rc = relay.stop()
+    reports = [l for l in relay.log_text().splitlines()
+               if "Sanitizer" in l or "runtime error:" in l]
+    test.assertEqual(reports, [], "sanitizer report from the relay:\n" + relay.log_tail(60))
+    test.assertEqual(rc, 0, "relay exit status after SIGTERM; log:\n" + relay.log_tail(30))
+
+
 def scrape(relay):
     r = relay.get("/metrics")
     if r.status != 200:
@@ -386,6 +397,7 @@ class ReadyzTest(unittest.TestCase):
         relay = R.Relay(env={"ALLOWLIST_FILE": None, "ALLOWLIST_URL": self.ALLOWLIST_URL,
                              "GITHUB_API_URL": gh.url})
         self.addCleanup(relay.close)
+        self.addCleanup(check_clean_exit, self, relay)
         relay.start()
         r = relay.get("/readyz")
         self.assertEqual(r.status, 503, r.body)
@@ -398,7 +410,7 @@ class ReadyzTest(unittest.TestCase):
         self.assertEqual(relay.webhook("push", R.load_example("push")).status, 503)
 
         gh.set_file("pytorch/pytorch", ".github/allowlist.yml", "main", R.DEFAULT_ALLOWLIST)
-        relay.send_signal(__import__("signal").SIGHUP)
+        relay.send_signal(signal.SIGHUP)
         self.assertTrue(wait_until(lambda: relay.get("/readyz").status == 200, 10),
                         relay.log_tail())
         self.assertEqual(relay.get("/readyz").json()["allowlist"], True)
@@ -415,6 +427,7 @@ class AdminOffTest(unittest.TestCase):
     def test_admin_api_is_absent_without_a_token(self):
         relay = R.Relay()
         self.addCleanup(relay.close)
+        self.addCleanup(check_clean_exit, self, relay)
         relay.start()
         delivery = relay.webhook("push", R.load_example("push")).delivery
         for method, path in (("GET", "/api/v1/admin/deliveries"),

@@ -323,8 +323,11 @@ static void ingest(store *st, const char *id, int64_t pr, const char *sha, const
 static void run(store *st, const char *id, const char *repo, int64_t run_id, const char *status,
                 const char *conclusion, int64_t pr, const char *sha, int64_t now)
 {
-    store_run_update u = {.key = {.delivery_id = id, .repo = repo, .run_id = run_id,
-                                  .run_attempt = 1, .job_name = "build"},
+    store_run_update u = {.key = {.delivery_id = id,
+                                  .repo = repo,
+                                  .run_id = run_id,
+                                  .run_attempt = 1,
+                                  .job_name = "build"},
                           .status = status,
                           .conclusion = conclusion,
                           .event_type = "pull_request",
@@ -428,13 +431,11 @@ static void report_reads_runs_per_repo_in_level_order(void **state)
     health_report_free(&rep);
 
     /* one repo only, and without an allowlist: levels from the runs */
-    assert_int_equal(health_report_build(st, al, "Four/L4", now, HEALTH_WINDOW_DEFAULT_MS, &t,
-                                         &rep),
-                     CRCR_OK);
+    assert_int_equal(
+        health_report_build(st, al, "Four/L4", now, HEALTH_WINDOW_DEFAULT_MS, &t, &rep), CRCR_OK);
     assert_int_equal(rep.n, 1);
     health_report_free(&rep);
-    assert_int_equal(
-        health_report_build(st, NULL, NULL, now, 40LL * 86400000, &t, &rep), CRCR_OK);
+    assert_int_equal(health_report_build(st, NULL, NULL, now, 40LL * 86400000, &t, &rep), CRCR_OK);
     assert_true(rep.from_runs);
     assert_int_equal(rep.n, 2);
     assert_string_equal(rep.entries[0].repo, "four/l4");

@@ -203,7 +203,7 @@ static void page_shell_links_the_stylesheet_and_no_script(void **state)
     assert_null(strstr(s, "<script"));
     assert_null(strstr(s, "style=\""));
     buf_free(&t.b);
-    assert_null(strstr(HTML_STYLESHEET, "url("));  /* no external assets */
+    assert_null(strstr(HTML_STYLESHEET, "url(")); /* no external assets */
     assert_null(strstr(HTML_STYLESHEET, "@import"));
 }
 

@@ -895,6 +895,67 @@ static void retention_deletes_old_finished_data_and_keeps_pending_work(void **st
     assert_int_equal(n, 0);
 }
 
+static void claim_keeps_rows_of_one_seq_key_in_creation_order(void **state)
+{
+    store *st = *state;
+    const char *t[] = {"a/one"};
+    assert_int_equal(ingest(st, "d", 1000, t, 1), CRCR_OK);
+    store_job j;
+    assert_int_equal(store_claim(st, 1000, 100000, &j), CRCR_OK); /* the dispatch row */
+    int64_t dispatch = j.id;
+    store_job_free(&j);
+    store_new_job jobs[] = {
+        {.kind = "hud_forward", .target = "hud", .seq_key = "run-7", .due_at = 2000},
+        {.kind = "hud_forward", .target = "hud", .seq_key = "run-7", .due_at = 2000},
+        {.kind = "check_run", .target = "pytorch/pytorch", .due_at = 2000},
+    };
+    assert_int_equal(store_enqueue(st, "d", jobs, 3), CRCR_OK);
+    store_job first, other;
+    assert_int_equal(store_claim(st, 2000, 100000, &first), CRCR_OK);
+    assert_int_equal(first.id, dispatch + 1);
+    assert_int_equal(store_claim(st, 2000, 100000, &other), CRCR_OK);
+    assert_string_equal(other.kind, "check_run"); /* the second of run-7 waits for the first */
+    store_job_free(&other);
+    assert_int_equal(store_claim(st, 2000, 100000, &other), CRCR_E_NOT_FOUND);
+    /* Still waiting while the first is queued for a retry ... */
+    assert_int_equal(store_job_retry(st, first.id, 5000, true, 502, "HTTP 502"), CRCR_OK);
+    assert_int_equal(store_claim(st, 3000, 100000, &other), CRCR_E_NOT_FOUND);
+    store_job_free(&first);
+    assert_int_equal(store_claim(st, 5000, 100000, &first), CRCR_OK);
+    assert_int_equal(first.id, dispatch + 1);
+    /* ... and free to go once it is finished, dead or not. */
+    assert_int_equal(store_job_finish(st, first.id, "dead", 422, "x", NULL, NULL, 0, 5001),
+                     CRCR_OK);
+    assert_int_equal(store_claim(st, 5001, 100000, &other), CRCR_OK);
+    assert_int_equal(other.id, dispatch + 2);
+    store_job_free(&first);
+    store_job_free(&other);
+}
+
+static void list_deliveries_filters_by_pull_request(void **state)
+{
+    store *st = *state;
+    const char *t[] = {"a/one"};
+    assert_int_equal(ingest(st, "pr42", 1000, t, 1), CRCR_OK);
+    store_delivery d = {.delivery_id = "pr7",
+                        .event = "pull_request",
+                        .pr_number = 7,
+                        .received_at = 2000,
+                        .payload = "{}",
+                        .payload_len = 2,
+                        .status = "queued"};
+    assert_int_equal(store_ingest(st, &d, NULL, 0), CRCR_OK);
+    dlist l = {0};
+    store_filter f = {.pr_number = 7};
+    assert_int_equal(store_list_deliveries(st, &f, on_listed, &l), CRCR_OK);
+    assert_int_equal(l.n, 1);
+    assert_string_equal(l.ids[0], "pr7");
+    memset(&l, 0, sizeof(l));
+    f.pr_number = 0;
+    assert_int_equal(store_list_deliveries(st, &f, on_listed, &l), CRCR_OK);
+    assert_int_equal(l.n, 2);
+}
+
 /* ---- runs ---- */
 
 static void run_apply_follows_the_state_machine_and_measures_times(void **state)
@@ -1078,6 +1139,42 @@ static void run_apply_from_concurrent_callers_applies_exactly_once(void **state)
     assert_int_equal(count_kind(v, "check_run"), 2);
     free(v);
     assert_int_equal(raw("SELECT count(*) FROM runs"), 1);
+}
+
+static void run_keys_include_the_workflow_name(void **state)
+{
+    store *st = *state;
+    const char *t[] = {"a/one"};
+    assert_int_equal(ingest(st, "d", 1000, t, 1), CRCR_OK);
+    store_run_result res;
+    char why[128];
+    store_run_update u = upd("d", "a/one", 5, "in_progress", NULL, 2000);
+    u.key.workflow_name = "linux";
+    assert_int_equal(apply(st, &u, NULL, &res, why, sizeof(why)), CRCR_OK);
+    assert_false(res.duplicate);
+    u.key.workflow_name = "windows"; /* same run id and job, another workflow: another run */
+    assert_int_equal(apply(st, &u, NULL, &res, why, sizeof(why)), CRCR_OK);
+    assert_false(res.duplicate);
+    u.key.workflow_name = "linux";
+    assert_int_equal(apply(st, &u, NULL, &res, why, sizeof(why)), CRCR_OK);
+    assert_true(res.duplicate);
+    u = upd("d", "a/one", 5, "completed", "success", 3000);
+    u.key.workflow_name = "windows";
+    assert_int_equal(apply(st, &u, NULL, &res, why, sizeof(why)), CRCR_OK);
+    assert_false(res.duplicate);
+    rlist l = {0};
+    store_run_filter f = {.no_payload = true};
+    assert_int_equal(store_list_runs(st, &f, on_run, &l), CRCR_OK);
+    assert_int_equal(l.n, 2);
+    assert_string_equal(l.r[0].workflow, "windows");
+    assert_string_equal(l.r[0].state, "completed");
+    assert_string_equal(l.r[1].workflow, "linux");
+    assert_string_equal(l.r[1].state, "in_progress");
+    assert_int_equal(l.r[0].payload_len, 0); /* no_payload */
+    memset(&l, 0, sizeof(l));
+    f.no_payload = false;
+    assert_int_equal(store_list_runs(st, &f, on_run, &l), CRCR_OK);
+    assert_int_equal(l.r[0].payload_len, 12);
 }
 
 static void runs_for_sha_gives_the_latest_row_per_workflow_and_job(void **state)
@@ -1388,6 +1485,8 @@ int main(void)
         T(redeliver_requeues_dispatch_rows_and_adds_a_missing_repo),
         T(list_deliveries_filters_by_state_and_repo_newest_first),
         T(enqueue_adds_rows_but_never_a_second_dispatch_of_a_target),
+        T(claim_keeps_rows_of_one_seq_key_in_creation_order),
+        T(list_deliveries_filters_by_pull_request),
         T(kv_values_are_bytes_with_expiry),
         T(lease_has_one_holder_until_it_expires),
         T(lease_taken_by_concurrent_instances_has_exactly_one_holder),
@@ -1397,6 +1496,7 @@ int main(void)
         T(run_apply_follows_the_state_machine_and_measures_times),
         T(run_apply_single_shot_needs_no_dispatch_and_completes_once),
         T(run_apply_from_concurrent_callers_applies_exactly_once),
+        T(run_keys_include_the_workflow_name),
         T(runs_for_sha_gives_the_latest_row_per_workflow_and_job),
         T(zombies_are_in_progress_runs_started_before_the_cutoff),
         T(list_runs_filters_orders_and_pages),
