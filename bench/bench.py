@@ -1188,8 +1188,8 @@ class Bench:
                             fmt_ms(r["t100_ms"]),
                             r["calls"], r["calls_per_dispatch"],
                             ", ".join("%s %d" % kv for kv in sorted(r["by_kind"].items())),
-                            fmt_num(r.get("fdatasync")), fmt_ms(r["fake_p50_ms"]), fmt_ms(r["fake_max_ms"]),
-                            r["fake_peak_inflight"]))
+                            fmt_num(r.get("fdatasync")), fmt_ms(r["fake_p50_ms"]),
+                            fmt_ms(r["fake_max_ms"]), r["fake_peak_inflight"]))
             L.append("")
         cb = self.results.get("callbacks")
         if cb:

@@ -146,6 +146,11 @@ static void quote(char *out, size_t outsz, const char *s, size_t n)
     for (size_t i = 0; i < n; i++) {
         unsigned char ch = (unsigned char)s[i];
         if (i >= ALLOWLIST_QUOTE_MAX || o + 8 >= outsz) {
+            /* Never cut a UTF-8 character in half (bytes >= 0x80 were copied one to one). */
+            while (i > 0 && o > 0 && ((unsigned char)s[i] & 0xC0) == 0x80) {
+                i--;
+                o--;
+            }
             if (o + 4 <= outsz) {
                 memcpy(out + o, "...", 3);
                 o += 3;

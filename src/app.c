@@ -132,7 +132,8 @@ int app_serve_main(int argc, char **argv)
 
     curl_global_init(CURL_GLOBAL_DEFAULT);
     int rc = 1;
-    crcr_err e = store_open(app->cfg.store_uri, &app->st, err, sizeof(err));
+    crcr_err e =
+        store_open_pool(app->cfg.store_uri, app->cfg.store_pool, &app->st, err, sizeof(err));
     if (e) {
         fprintf(stderr, "crcr: %s\n", err);
         rc = e == CRCR_E_CONFIG ? 2 : 1;

@@ -117,8 +117,16 @@ bool callback_parse(const jv *body, cb_fields *f, char *detail, size_t dsz)
         }
     }
     if (strcmp(f->status, "in_progress") != 0 && strcmp(f->status, "completed") != 0) {
+        /* At most 39 bytes of the status, cut on a UTF-8 character boundary. */
         char shown[40];
-        snprintf(shown, sizeof(shown), "%s", f->status);
+        size_t n = strlen(f->status);
+        if (n >= sizeof(shown)) {
+            n = sizeof(shown) - 1;
+            while (n > 0 && ((unsigned char)f->status[n] & 0xC0) == 0x80)
+                n--;
+        }
+        memcpy(shown, f->status, n);
+        shown[n] = '\0';
         snprintf(detail, dsz, "unknown callback status: '%s'", shown);
         return false;
     }

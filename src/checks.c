@@ -2,6 +2,7 @@
 #include "checks.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -117,8 +118,9 @@ int64_t checks_parse_external_id(const char *external_id)
     if (!external_id || !isdigit((unsigned char)external_id[0]))
         return 0;
     char *end = NULL;
+    errno = 0;
     long long v = strtoll(external_id, &end, 10);
-    if ((*end != '\0' && *end != ':') || v <= 0)
+    if (errno == ERANGE || (*end != '\0' && *end != ':') || v <= 0)
         return 0;
     return (int64_t)v;
 }

@@ -186,7 +186,7 @@ static int local_main(const char *sub, const cli_opts *o, const crcr_config *cfg
 {
     store *st = NULL;
     char err[512] = "";
-    crcr_err e = store_open(cfg->store_uri, &st, err, sizeof(err));
+    crcr_err e = store_open_pool(cfg->store_uri, cfg->store_pool, &st, err, sizeof(err));
     if (e) {
         fprintf(stderr, "crcr: %s\n", err);
         return e == CRCR_E_CONFIG ? 2 : 1;

@@ -78,6 +78,7 @@ typedef enum {
     K_CRCR_RETRY_MAX_MS,
     K_CRCR_LEASE_SECONDS,
     K_CRCR_REQUEST_DEADLINE_SECONDS,
+    K_CRCR_STORE_POOL,
     K_COUNT
 } key_id;
 
@@ -178,6 +179,9 @@ static const key_def k_keys[K_COUNT] = {
                                          "Seconds one HTTP request may take, from the accept (or "
                                          "the previous answer on a kept-alive connection) to its "
                                          "answer; slower connections are closed."},
+    [K_CRCR_STORE_POOL] = {"CRCR_STORE_POOL", "8", false, 1, 256,
+                           "PostgreSQL connections per instance (a postgresql:// store); the "
+                           "server needs instances x (pool + 1)."},
 };
 
 /* The raw text of every variable while loading. */
@@ -1020,6 +1024,9 @@ static crcr_err fill(raw_values *raw, crcr_config *cfg, char *err, size_t errsz)
     if ((e = take_int(raw, K_CRCR_REQUEST_DEADLINE_SECONDS, &n, err, errsz)))
         return e;
     cfg->request_deadline_s = (long)n;
+    if ((e = take_int(raw, K_CRCR_STORE_POOL, &n, err, errsz)))
+        return e;
+    cfg->store_pool = (long)n;
     return CRCR_OK;
 }
 
@@ -1255,6 +1262,9 @@ crcr_err config_describe(const crcr_config *cfg, buf_t *out)
             break;
         case K_CRCR_REQUEST_DEADLINE_SECONDS:
             num = cfg->request_deadline_s;
+            break;
+        case K_CRCR_STORE_POOL:
+            num = cfg->store_pool;
             break;
         case K_COUNT:
             break;

@@ -60,6 +60,7 @@ typedef struct crcr_config {
     long lease_s;      /* CRCR_LEASE_SECONDS, outbox claim lease, default 120 */
 
     long request_deadline_s; /* CRCR_REQUEST_DEADLINE_SECONDS, total per HTTP request, default 15 */
+    long store_pool;         /* CRCR_STORE_POOL, PostgreSQL connections per instance, default 8 */
 } crcr_config;
 
 /* Looks a key up; returns NULL when unset. Lets tests load a config without touching environ. */

@@ -54,6 +54,31 @@ uint64_t health_group_key(int64_t pr_number, const char *head_sha)
     return h;
 }
 
+health_run health_run_of(const char *state, const char *conclusion, const char *event_type,
+                         int64_t pr_number, const char *head_sha, int64_t dispatched_at,
+                         int64_t started_at, int64_t completed_at, int64_t queue_ms,
+                         int64_t exec_ms)
+{
+    bool nightly =
+        event_type && (strcmp(event_type, "nightly") == 0 || strcmp(event_type, "periodic") == 0);
+    return (health_run){
+        .outcome = health_outcome_of(state, conclusion),
+        .nightly = nightly,
+        .group = health_group_key(pr_number, head_sha),
+        .dispatched_at = dispatched_at,
+        .started_at = started_at,
+        .completed_at = completed_at,
+        .queue_ms = queue_ms,
+        .exec_ms = exec_ms,
+    };
+}
+
+int64_t health_run_updated(const health_run *r)
+{
+    int64_t t = r->completed_at > r->started_at ? r->completed_at : r->started_at;
+    return t > r->dispatched_at ? t : r->dispatched_at;
+}
+
 static int cmp_i64(const void *a, const void *b)
 {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
@@ -377,18 +402,9 @@ static void collect_run(void *ctx, const store_run_row *r)
         rv->v = p;
         rv->cap = ncap;
     }
-    bool nightly = r->event_type && (strcmp(r->event_type, "nightly") == 0 ||
-                                     strcmp(r->event_type, "periodic") == 0);
-    rv->v[rv->n++] = (health_run){
-        .outcome = health_outcome_of(r->state, r->conclusion),
-        .nightly = nightly,
-        .group = health_group_key(r->pr_number, r->head_sha),
-        .dispatched_at = r->dispatched_at,
-        .started_at = r->started_at,
-        .completed_at = r->completed_at,
-        .queue_ms = r->queue_ms,
-        .exec_ms = r->exec_ms,
-    };
+    rv->v[rv->n++] =
+        health_run_of(r->state, r->conclusion, r->event_type, r->pr_number, r->head_sha,
+                      r->dispatched_at, r->started_at, r->completed_at, r->queue_ms, r->exec_ms);
 }
 
 /* Repos seen in runs (no allowlist): name and the level of the newest run. */
@@ -443,10 +459,17 @@ static crcr_err fill_entry(store *st, health_entry *e, int64_t since, const heal
     if (!err)
         err = store_callback_rejections(st, e->repo, since, &rejected);
     if (!err)
-        err = health_compute(rv.v, rv.n, rejected, &e->stats);
+        err = health_entry_compute(e, rv.v, rv.n, rejected, t);
+    free(rv.v);
+    return err;
+}
+
+crcr_err health_entry_compute(health_entry *e, const health_run *runs, size_t n, int64_t rejected,
+                              const health_thresholds *t)
+{
+    crcr_err err = health_compute(runs, n, rejected, &e->stats);
     if (!err)
         health_classify(&e->stats, e->level, t, &e->verdict);
-    free(rv.v);
     return err;
 }
 
@@ -765,7 +788,7 @@ int health_main(int argc, char **argv)
     }
     log_set_level(CRCR_LOG_WARN);
     store *st = NULL;
-    crcr_err e = store_open(cfg.store_uri, &st, err, sizeof(err));
+    crcr_err e = store_open_pool(cfg.store_uri, cfg.store_pool, &st, err, sizeof(err));
     if (e) {
         fprintf(stderr, "crcr: %s\n", err);
         config_free(&cfg);

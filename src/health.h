@@ -88,6 +88,15 @@ typedef struct health_run {
 /* A stable key for (PR number, head sha): FNV-1a 64. */
 uint64_t health_group_key(int64_t pr_number, const char *head_sha);
 
+/* The health view of a stored run (all strings may be NULL). */
+health_run health_run_of(const char *state, const char *conclusion, const char *event_type,
+                         int64_t pr_number, const char *head_sha, int64_t dispatched_at,
+                         int64_t started_at, int64_t completed_at, int64_t queue_ms,
+                         int64_t exec_ms);
+
+/* When a run was last updated, as the store's window filter sees it: its latest transition. */
+int64_t health_run_updated(const health_run *r);
+
 typedef struct health_stats {
     int64_t runs;                 /* PR/push runs in the window */
     int64_t completed;            /* of them, completed */
@@ -173,6 +182,11 @@ typedef struct health_report {
 crcr_err health_report_build(store *st, const allowlist *al, const char *only_repo, int64_t now,
                              int64_t window_ms, const health_thresholds *t, health_report *out);
 void health_report_free(health_report *r);
+
+/* Fills e->stats and e->verdict from `n` runs of the window and `rejected` refused callbacks,
+ * e->level being set; what health_report_build does per repo once it has read the runs. */
+crcr_err health_entry_compute(health_entry *e, const health_run *runs, size_t n, int64_t rejected,
+                              const health_thresholds *t);
 
 /* Appends the report as text (aligned columns), as a markdown table for an allowlist PR, or as
  * JSON (the /api/v1/health document). */

@@ -39,8 +39,9 @@
 /* PR (or nightly) rows per page of the repo matrix, and the last page that may be asked for. */
 #define HUD_PAGE_ROWS 25
 #define HUD_PAGE_MAX 1000
-/* Runs read for one repo page (newest first); older ones are not shown. */
-#define HUD_REPO_MAX_RUNS 20000
+/* Runs read for one repo page (newest first; retention bounds them). The same cap as the level
+ * health report's, so the page's numbers are the report's. */
+#define HUD_REPO_MAX_RUNS HEALTH_MAX_RUNS_PER_REPO
 /* Job columns on one page of the matrix; more are counted, not shown. */
 #define HUD_JOBS_MAX 120
 /* Runs and deliveries read for one PR page. */
@@ -129,7 +130,7 @@ static void arena_free(arena *a)
 static void *vec_push(void **v, size_t *n, size_t *cap, size_t elsz)
 {
     if (*n == *cap) {
-        size_t ncap = *cap ? *cap * 2 : 32;
+        size_t ncap = *cap ? *cap * 2 : 256;
         void *p = realloc(*v, ncap * elsz);
         if (!p)
             return NULL;
@@ -1164,7 +1165,9 @@ typedef struct repo_model {
     long page, pages;
     int64_t window;
     health_report rep; /* one entry */
-    run_list runs;
+    run_list all;      /* every run of the repo, newest first */
+    const hrun **runs; /* those of the tab, newest first */
+    size_t n_runs;
     mrow *rows;
     size_t n_rows, cap_rows;
     size_t *run_row; /* row index of each run */
@@ -1179,7 +1182,8 @@ typedef struct repo_model {
 static void repo_model_free(repo_model *m)
 {
     health_report_free(&m->rep);
-    free(m->runs.v);
+    free(m->all.v);
+    free((void *)m->runs);
     free(m->rows);
     free(m->run_row);
     free(m->jobs);
@@ -1222,14 +1226,15 @@ static int cmp_i64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static crcr_err trend_build(trend *tr, const run_list *runs, int64_t since, int64_t window)
+static crcr_err trend_build(trend *tr, const hrun *const *runs, size_t n_runs, int64_t since,
+                            int64_t window)
 {
     memset(tr, 0, sizeof(*tr));
     int64_t width = window / HUD_TREND_BUCKETS;
     if (width <= 0)
         width = 1;
-    int64_t *execs = malloc((runs->n ? runs->n : 1) * sizeof(*execs));
-    size_t *bucket_of = malloc((runs->n ? runs->n : 1) * sizeof(*bucket_of));
+    int64_t *execs = malloc((n_runs ? n_runs : 1) * sizeof(*execs));
+    size_t *bucket_of = malloc((n_runs ? n_runs : 1) * sizeof(*bucket_of));
     if (!execs || !bucket_of) {
         free(execs);
         free(bucket_of);
@@ -1239,8 +1244,8 @@ static crcr_err trend_build(trend *tr, const run_list *runs, int64_t since, int6
         tr->start[b] = since + width * b;
         tr->exec_p50[b] = -1;
     }
-    for (size_t i = 0; i < runs->n; i++) {
-        const hrun *r = &runs->v[i];
+    for (size_t i = 0; i < n_runs; i++) {
+        const hrun *r = runs[i];
         bucket_of[i] = (size_t)-1;
         if (r->completed_at < since || r->completed_at <= 0)
             continue;
@@ -1257,9 +1262,9 @@ static crcr_err trend_build(trend *tr, const run_list *runs, int64_t since, int6
     }
     for (int b = 0; b < HUD_TREND_BUCKETS; b++) {
         size_t n = 0;
-        for (size_t i = 0; i < runs->n; i++)
-            if (bucket_of[i] == (size_t)b && runs->v[i].exec_ms >= 0)
-                execs[n++] = runs->v[i].exec_ms;
+        for (size_t i = 0; i < n_runs; i++)
+            if (bucket_of[i] == (size_t)b && runs[i]->exec_ms >= 0)
+                execs[n++] = runs[i]->exec_ms;
         if (n) {
             qsort(execs, n, sizeof(*execs), cmp_i64);
             tr->exec_p50[b] = execs[(n - 1) / 2];
@@ -1271,53 +1276,83 @@ static crcr_err trend_build(trend *tr, const run_list *runs, int64_t since, int6
 }
 
 /* Fills the model; 404/400 are returned as negative statuses in *status. */
+static bool run_is_nightly(const hrun *r)
+{
+    return r->event_type &&
+           (strcmp(r->event_type, "nightly") == 0 || strcmp(r->event_type, "periodic") == 0);
+}
+
+/* Fills the model; *status 404 when the repo is neither allowlisted nor has runs. One read of
+ * the repo's runs serves both the matrix and its health numbers (computed as
+ * health_report_build would: runs updated within the window, refused callbacks since then). */
 static crcr_err repo_model_build(hud_req *r, repo_model *m, int *status)
 {
     *status = 0;
-    m->runs.a = &r->a;
+    health_entry *en = calloc(1, sizeof(*en));
+    if (!en)
+        return CRCR_E_NOMEM;
+    m->rep.entries = en;
+    m->rep.n = 1;
+    m->rep.generated_at = r->now;
+    m->rep.window_ms = m->window;
+    m->rep.since = r->now - m->window;
+    health_thresholds_default(&m->rep.t);
     allowlist *al = allowlist_source_get(r->app->allow);
     const allowlist_entry *ae = al ? allowlist_find(al, m->repo) : NULL;
-    health_thresholds t;
-    health_thresholds_default(&t);
-    crcr_err e =
-        health_report_build(r->app->st, ae ? al : NULL, m->repo, r->now, m->window, &t, &m->rep);
-    if (ae)
+    if (ae) {
         snprintf(m->repo, sizeof(m->repo), "%s", ae->repo); /* as the allowlist writes it */
+        en->level = ae->level;
+        snprintf(en->device, sizeof(en->device), "%s", ae->device ? ae->device : "");
+    }
+    snprintf(en->repo, sizeof(en->repo), "%s", m->repo);
     allowlist_free(al);
-    if (e)
-        return e;
-    store_run_filter f = {.repo = m->repo,
-                          .kind = m->nightly ? 2 : 1,
-                          .limit = HUD_REPO_MAX_RUNS,
-                          .no_payload = true};
-    e = store_list_runs(r->app->st, &f, collect_hrun, &m->runs);
-    if (e)
-        return e;
-    if (m->runs.oom || r->a.oom)
-        return CRCR_E_NOMEM;
-    if (!ae && m->rep.n == 0 && m->runs.n == 0) {
+
+    run_list *all = &m->all;
+    all->a = &r->a;
+    store_run_filter f = {.repo = m->repo, .limit = HUD_REPO_MAX_RUNS, .no_payload = true};
+    crcr_err e = store_list_runs(r->app->st, &f, collect_hrun, all);
+    if (!e && (all->oom || r->a.oom))
+        e = CRCR_E_NOMEM;
+    if (!e && !ae && all->n == 0)
         *status = 404;
-        return CRCR_OK;
+    if (e || *status)
+        return e;
+    if (!ae && all->v[0].level >= CRCR_LEVEL_L1 && all->v[0].level <= CRCR_LEVEL_L4)
+        en->level = (crcr_level)all->v[0].level; /* delisted: the level it last reported at */
+
+    /* Health over the window, and the matrix's runs of the tab, from the same rows. */
+    health_run *hr = malloc((all->n ? all->n : 1) * sizeof(*hr));
+    m->runs = malloc((all->n ? all->n : 1) * sizeof(*m->runs));
+    if (!hr || !m->runs) {
+        free(hr);
+        return CRCR_E_NOMEM;
     }
-    if (m->rep.n == 0) {
-        /* Not allowlisted any more and no run in the window: an empty entry. */
-        health_entry *en = calloc(1, sizeof(*en));
-        if (!en)
-            return CRCR_E_NOMEM;
-        snprintf(en->repo, sizeof(en->repo), "%s", m->repo);
-        health_compute(NULL, 0, 0, &en->stats);
-        health_classify(&en->stats, CRCR_LEVEL_NONE, &t, &en->verdict);
-        m->rep.entries = en;
-        m->rep.n = 1;
+    size_t nh = 0;
+    for (size_t i = 0; i < all->n; i++) {
+        const hrun *run = &all->v[i];
+        health_run h = health_run_of(run->state, run->conclusion, run->event_type, run->pr_number,
+                                     run->head_sha, run->dispatched_at, run->started_at,
+                                     run->completed_at, run->queue_ms, run->exec_ms);
+        if (health_run_updated(&h) >= m->rep.since)
+            hr[nh++] = h;
+        if (run_is_nightly(run) == m->nightly)
+            m->runs[m->n_runs++] = run;
     }
+    int64_t rejected = 0;
+    e = store_callback_rejections(r->app->st, m->repo, m->rep.since, &rejected);
+    if (!e)
+        e = health_entry_compute(en, hr, nh, rejected, &m->rep.t);
+    free(hr);
+    if (e)
+        return e;
 
     /* Rows in order of their newest run (runs come newest first). */
     smap rows = {0};
-    m->run_row = malloc((m->runs.n ? m->runs.n : 1) * sizeof(*m->run_row));
+    m->run_row = malloc((m->n_runs ? m->n_runs : 1) * sizeof(*m->run_row));
     if (!m->run_row)
         return CRCR_E_NOMEM;
-    for (size_t i = 0; i < m->runs.n; i++) {
-        const hrun *run = &m->runs.v[i];
+    for (size_t i = 0; i < m->n_runs; i++) {
+        const hrun *run = m->runs[i];
         const char *k = row_key(&r->a, run, m->nightly);
         if (!k) {
             smap_free(&rows);
@@ -1356,11 +1391,11 @@ static crcr_err repo_model_build(hud_req *r, repo_model *m, int *status)
 
     /* Job columns of this page's rows. */
     smap jobs = {0};
-    for (size_t i = 0; i < m->runs.n; i++) {
+    for (size_t i = 0; i < m->n_runs; i++) {
         size_t row = m->run_row[i];
         if (row < m->first_row || row >= m->first_row + m->page_rows)
             continue;
-        const char *k = job_key(&r->a, &m->runs.v[i]);
+        const char *k = job_key(&r->a, m->runs[i]);
         if (!k) {
             smap_free(&jobs);
             return CRCR_E_NOMEM;
@@ -1377,7 +1412,7 @@ static crcr_err repo_model_build(hud_req *r, repo_model *m, int *status)
                 return CRCR_E_NOMEM;
             }
             j->key = k;
-            j->sample = &m->runs.v[i];
+            j->sample = m->runs[i];
         }
     }
     smap_free(&jobs);
@@ -1400,11 +1435,11 @@ static crcr_err repo_model_build(hud_req *r, repo_model *m, int *status)
         smap_free(&cols);
         return CRCR_E_NOMEM;
     }
-    for (size_t i = 0; i < m->runs.n && ncells; i++) {
+    for (size_t i = 0; i < m->n_runs && ncells; i++) {
         size_t row = m->run_row[i];
         if (row < m->first_row || row >= m->first_row + m->page_rows)
             continue;
-        const char *k = job_key(&r->a, &m->runs.v[i]);
+        const char *k = job_key(&r->a, m->runs[i]);
         if (!k) {
             smap_free(&cols);
             return CRCR_E_NOMEM;
@@ -1414,11 +1449,11 @@ static crcr_err repo_model_build(hud_req *r, repo_model *m, int *status)
             continue; /* hidden column (or the probe just added it: never looked at again) */
         size_t c = (row - m->first_row) * m->n_jobs + col;
         if (!m->cells[c])
-            m->cells[c] = &m->runs.v[i]; /* newest first */
+            m->cells[c] = m->runs[i]; /* newest first */
         m->attempts[c]++;
     }
     smap_free(&cols);
-    return trend_build(&m->tr, &m->runs, r->now - m->window, m->window);
+    return trend_build(&m->tr, m->runs, m->n_runs, r->now - m->window, m->window);
 }
 
 static void repo_json(hud_req *r, repo_model *m)

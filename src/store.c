@@ -9,11 +9,16 @@
 
 crcr_err store_open(const char *uri, store **out, char *err, size_t errsz)
 {
+    return store_open_pool(uri, 0, out, err, errsz);
+}
+
+crcr_err store_open_pool(const char *uri, long pool, store **out, char *err, size_t errsz)
+{
     *out = NULL;
     if (strncmp(uri, "sqlite:", 7) == 0)
         return store_sqlite_open(uri + 7, out, err, errsz);
     if (strncmp(uri, "postgresql://", 13) == 0 || strncmp(uri, "postgres://", 11) == 0)
-        return store_pg_open(uri, out, err, errsz);
+        return store_pg_open(uri, pool, out, err, errsz);
     snprintf(err, errsz, "CRCR_STORE: unknown scheme (expected sqlite:PATH or postgresql://...)");
     return CRCR_E_CONFIG;
 }

@@ -27,6 +27,8 @@ typedef struct store store;
 /* Opens (creating and migrating the schema). Returns CRCR_E_CONFIG for an unknown scheme or a
  * schema newer than this binary, CRCR_E_STORE when the database cannot be opened. */
 crcr_err store_open(const char *uri, store **out, char *err, size_t errsz);
+/* The same with a connection pool size for shared stores (CRCR_STORE_POOL; 0: the default). */
+crcr_err store_open_pool(const char *uri, long pool, store **out, char *err, size_t errsz);
 /* Closes; NULL is fine. */
 void store_close(store *st);
 /* Called once by `crcr serve` at start: rows a crashed predecessor left `running` become due now

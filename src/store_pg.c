@@ -1827,27 +1827,24 @@ static const store_ops PG_OPS = {
     .wait_for_work = pg_wait_for_work,
 };
 
-/* The pool size from CRCR_STORE_POOL (1..PG_POOL_MAX), PG_POOL_DEFAULT when unset. */
-static crcr_err pool_size(size_t *n, char *err, size_t errsz)
+/* The pool size (CRCR_STORE_POOL, validated by config.c): 1..PG_POOL_MAX, 0 for the default. */
+static crcr_err pool_size(long pool, size_t *n, char *err, size_t errsz)
 {
-    const char *v = getenv("CRCR_STORE_POOL");
     *n = PG_POOL_DEFAULT;
-    if (!v || !*v)
+    if (pool == 0)
         return CRCR_OK;
-    char *end = NULL;
-    long long k = strtoll(v, &end, 10);
-    if (*v < '0' || *v > '9' || !end || *end || k < 1 || k > PG_POOL_MAX) {
+    if (pool < 1 || pool > PG_POOL_MAX) {
         snprintf(err, errsz, "CRCR_STORE_POOL: expected an integer from 1 to %d", PG_POOL_MAX);
         return CRCR_E_CONFIG;
     }
-    *n = (size_t)k;
+    *n = (size_t)pool;
     return CRCR_OK;
 }
 
 /* Opens the store for `uri` (copied; the caller keeps its string). On success *out is owned by
  * the caller and released with store_close(). The first connection creates or migrates the
  * schema; the others are opened as operations need them. */
-crcr_err store_pg_open(const char *uri, store **out, char *err, size_t errsz)
+crcr_err store_pg_open(const char *uri, long pool, store **out, char *err, size_t errsz)
 {
     *out = NULL;
     char *perr = NULL;
@@ -1861,7 +1858,7 @@ crcr_err store_pg_open(const char *uri, store **out, char *err, size_t errsz)
     }
     PQconninfoFree(opts);
     size_t n;
-    crcr_err e = pool_size(&n, err, errsz);
+    crcr_err e = pool_size(pool, &n, err, errsz);
     if (e)
         return e;
 

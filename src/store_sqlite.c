@@ -1193,14 +1193,18 @@ static crcr_err sq_list_runs(store *st, const store_run_filter *f,
     static const store_run_filter none = {0};
     if (!f)
         f = &none;
-    /* A sha or PR narrows more than a repo does: runs_sha / runs_pr then serve better. */
+    /* A sha or PR narrows more than a repo does: runs_sha / runs_pr then serve, named because
+     * the planner otherwise walks runs_repo to save the final sort. */
     bool hud_index = f->no_payload && f->repo && !f->head_sha && !f->pr_number;
+    const char *index = hud_index      ? " INDEXED BY runs_hud"
+                        : f->head_sha  ? " INDEXED BY runs_sha"
+                        : f->pr_number ? " INDEXED BY runs_pr"
+                                       : "";
     char sql[1024];
     size_t n = 0;
     n += (size_t)snprintf(sql + n, sizeof(sql) - n,
                           "SELECT " RUN_COLUMNS_NO_PAYLOAD ", %s FROM runs%s WHERE 1=1",
-                          f->no_payload ? "NULL" : "payload",
-                          hud_index ? " INDEXED BY runs_hud" : "");
+                          f->no_payload ? "NULL" : "payload", index);
     if (f->since > 0)
         n += (size_t)snprintf(sql + n, sizeof(sql) - n, " AND updated_at >= ?5");
     if (f->repo)

@@ -278,11 +278,14 @@ class SlowAttack:
 
 
 class LegitClient(threading.Thread):
-    """Posts signed webhooks, one at a time on fresh connections, until stopped."""
+    """Posts signed webhooks, one at a time on fresh connections, `pause` s apart, until
+    stopped. Paced, so that the relay's latency is measured under the attack rather than under
+    saturation by the test's own traffic (two clients make ~15 webhooks/s, several times
+    pytorch/pytorch's peak rate)."""
 
-    def __init__(self, relay, payload, results):
+    def __init__(self, relay, payload, results, pause=0.1):
         super().__init__(daemon=True)
-        self.relay, self.payload, self.results = relay, payload, results
+        self.relay, self.payload, self.results, self.pause = relay, payload, results, pause
         self._halt = threading.Event()
 
     def run(self):
@@ -294,7 +297,7 @@ class LegitClient(threading.Thread):
             except (OSError, http.client.HTTPException) as e:
                 status = "error: %s" % type(e).__name__
             self.results.append((time.monotonic() - t0, status))
-            time.sleep(0.02)
+            self._halt.wait(self.pause)
 
     def stop(self):
         self._halt.set()
@@ -368,8 +371,10 @@ class SlowConnectionTest(RelayMixin, unittest.TestCase):
         # Each slow connection was cut by the total deadline, although it was never idle.
         self.assertGreaterEqual(len(lives), self.SLOW_HEADER + self.SLOW_BODY)
         self.assertGreaterEqual(lives[0], self.DEADLINE - 0.5, "cut before the deadline")
-        self.assertLessEqual(lives[-1], self.DEADLINE + 2.0, "a slow connection outlived the "
-                             "deadline by more than the reaper's tick")
+        # Measured at the attacker, so this includes its own lag in noticing the close (its loop
+        # walks a thousand sockets); the reaper itself ticks every 0.25 s.
+        self.assertLessEqual(lives[-1], self.DEADLINE + 3.0, "a slow connection outlived the "
+                             "deadline by more than the reaper's tick and the attacker's lag")
         self.assertGreaterEqual(reaped, self.SLOW_HEADER + self.SLOW_BODY)
         self.assertAlive(relay)
 

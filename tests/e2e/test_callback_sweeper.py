@@ -168,7 +168,7 @@ class SweeperTest(CallbackMixin, unittest.TestCase):
 
     def test_two_instances_on_one_store_time_each_zombie_out_once(self):
         # Issue 4 item 4: one sweeper leader among instances sharing a store (store lease).
-        env = dict(self.s.relay.extra_env, CRCR_STORE="sqlite:" + self.s.relay.db_path)
+        env = dict(self.s.relay.extra_env, CRCR_STORE=self.s.relay.store_uri)
         second = R.Relay(env=env, allowlist=ALLOWLIST)
         self.addCleanup(second.close)
         second.start()

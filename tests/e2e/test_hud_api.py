@@ -148,6 +148,13 @@ class HudApiTest(unittest.TestCase):
         # the same answer without /runs, and the repo is matched case-insensitively
         self.assertEqual(self.json("/api/v1/repos/L4ORG/Cuda-Mature")["rows_total"], 12)
 
+    def test_repo_pages_report_the_same_health_as_the_overview(self):
+        overview = self.repos()
+        for repo in HF.ALL_REPOS:
+            for tab in ("pr", "nightly"):
+                doc = self.json("/api/v1/repos/%s/runs?tab=%s" % (repo, tab))
+                self.assertEqual(doc["health"], overview[repo], (repo, tab))
+
     def test_running_and_timed_out_cells(self):
         doc = self.json("/api/v1/repos/l4org/rocm-mature/runs")
         first = doc["rows"][0]

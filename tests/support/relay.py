@@ -278,8 +278,31 @@ class RelayError(AssertionError):
     """The relay did not start or stop as expected (the message carries the log tail)."""
 
 
+def _psql(uri, sql):
+    """Runs one SQL statement with Debian's psql (PostgreSQL store runs of the e2e suites)."""
+    import glob
+    import shutil as _sh
+    exe = _sh.which("psql") or next(iter(sorted(glob.glob("/usr/lib/postgresql/*/bin/psql"),
+                                                 reverse=True)), None)
+    if not exe:
+        raise RelayError("psql not found: CRCR_E2E_PG_URI needs the PostgreSQL client")
+    p = subprocess.run([exe, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", uri, "-c", sql],
+                       capture_output=True, text=True, timeout=60)
+    if p.returncode != 0:
+        raise RelayError("psql %r: %s" % (sql, p.stderr.strip()))
+
+
+def _with_database(uri, name):
+    import urllib.parse
+    parts = urllib.parse.urlsplit(uri)
+    return urllib.parse.urlunsplit(parts._replace(path="/" + name))
+
+
 class Relay:
-    """A crcr process in a private temp dir. Use start()/close() or a `with` block."""
+    """A crcr process in a private temp dir. Use start()/close() or a `with` block.
+
+    With CRCR_E2E_PG_URI set (a PostgreSQL URI), every Relay gets a fresh database on that server
+    as its store instead of a SQLite file: CI runs the end-to-end suites on both stores."""
 
     def __init__(self, env=None, args=("serve",), allowlist=DEFAULT_ALLOWLIST,
                  secret=DEFAULT_SECRET, start_timeout=10.0, binary=None):
@@ -292,6 +315,13 @@ class Relay:
         self.db_path = os.path.join(self.tmp, "crcr.db")
         self.allowlist_path = os.path.join(self.tmp, "allowlist.yml")
         self.log_path = os.path.join(self.tmp, "relay.log")
+        self.store_uri = "sqlite:" + self.db_path
+        self.pg_base = os.environ.get("CRCR_E2E_PG_URI") or None
+        self.pg_db = None
+        if self.pg_base and "CRCR_STORE" not in self.extra_env:
+            self.pg_db = "crcr_e2e_%s" % uuid.uuid4().hex[:12]
+            _psql(self.pg_base, "CREATE DATABASE %s" % self.pg_db)
+            self.store_uri = _with_database(self.pg_base, self.pg_db)
         self.port = None
         self.proc = None
         if allowlist is not None:
@@ -304,7 +334,7 @@ class Relay:
         env = {k: v for k, v in os.environ.items()
                if k in _KEEP_ENV or k.startswith(_KEEP_PREFIXES)}
         env.update({
-            "CRCR_STORE": "sqlite:" + self.db_path,
+            "CRCR_STORE": self.store_uri,
             "ALLOWLIST_FILE": self.allowlist_path,
             "GITHUB_APP_SECRET": self.secret,
             "CRCR_LOG": "debug",
@@ -423,6 +453,12 @@ class Relay:
             if self.running():
                 self.kill()
             shutil.rmtree(self.tmp, ignore_errors=True)
+            if self.pg_db:
+                try:
+                    _psql(self.pg_base, "DROP DATABASE IF EXISTS %s WITH (FORCE)" % self.pg_db)
+                except (RelayError, OSError, subprocess.SubprocessError):
+                    pass
+                self.pg_db = None
 
     def __enter__(self):
         if not self.running():

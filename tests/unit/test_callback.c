@@ -435,9 +435,34 @@ static void test_pr_number_accepted_as_string(void **state)
 
 #define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
 
+/* Fuzzer finding: the unknown-status detail must not cut a UTF-8 character in half. */
+static void test_unknown_status_detail_stays_valid_utf8(void **state)
+{
+    (void)state;
+    buf_t body;
+    buf_init(&body, 4096);
+    buf_puts(&body, "{\"delivery_id\":\"d\",\"workflow\":{\"status\":\"");
+    for (int i = 0; i < 22; i++)
+        buf_puts(&body, "\xc3\xa9");
+    buf_puts(&body, "\",\"run_id\":1,\"name\":\"CI\"}}");
+    jv *doc = jv_parse(body.data, body.len, NULL, 0);
+    assert_non_null(doc);
+    cb_fields f;
+    char detail[512];
+    assert_false(callback_parse(doc, &f, detail, sizeof(detail)));
+    assert_non_null(strstr(detail, "unknown callback status"));
+    /* The detail must be valid UTF-8: jansson refuses invalid strings. */
+    jv *s = jv_new_str(detail);
+    assert_non_null(s);
+    jv_free(s);
+    jv_free(doc);
+    buf_free(&body);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_unknown_status_detail_stays_valid_utf8),
         T(test_pull_request_body_fields_are_read),
         T(test_run_id_accepted_as_integer_and_as_numeric_string),
         T(test_non_numeric_run_id_is_a_400_not_a_crash),

@@ -440,9 +440,23 @@ static void test_check_suite_without_id_is_ignored(void **state)
     jv_free(doc);
 }
 
+/* Fuzzer finding: an external_id beyond int64 used to saturate to INT64_MAX and be re-run. */
+static void test_external_id_overflowing_int64_is_ignored(void **state)
+{
+    (void)state;
+    jv *doc = parse("{\"action\":\"rerequested\",\"repository\":{\"full_name\":"
+                    "\"pytorch/pytorch\"},\"check_run\":{\"name\":\"crcr/o/r/CI\","
+                    "\"external_id\":\"99999999999999999999:1\"}}");
+    webhook_route r;
+    webhook_classify("check_run", doc, "pytorch/pytorch", &r);
+    assert_int_equal(r.kind, WEBHOOK_IGNORE);
+    jv_free(doc);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_external_id_overflowing_int64_is_ignored),
         cmocka_unit_test(test_push_from_upstream_dispatches),
         cmocka_unit_test(test_pull_request_lifecycle_actions_dispatch),
         cmocka_unit_test(test_upstream_repo_matches_ignoring_case),
