@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds with -Wall -Wextra -Werror and runs the whole test suite:
-# unit tests, and end-to-end tests against the real binary, a fake GitHub on loopback, a
-# throwaway PostgreSQL cluster (the store tests run on SQLite and PostgreSQL) and headless
-# Chromium (HUD pages). Same variables as scripts/build.sh.
+#  - unit tests (the store conformance suite on SQLite and on PostgreSQL),
+#  - end-to-end tests against the real binary, a fake GitHub, a test OIDC issuer and a fake HUD on
+#    loopback, headless Chromium for the HUD pages, and two relays on one PostgreSQL,
+#  - the end-to-end suites once more with PostgreSQL as every relay's store.
+# A throwaway PostgreSQL cluster on 127.0.0.1 is started for the run and removed afterwards.
+# Variables: those of scripts/build.sh, and CRCR_E2E_ON_PG=0 to skip the second e2e pass.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh --test
@@ -15,6 +18,14 @@ trap cleanup EXIT
 CRCR_TEST_PG_URI="$(scripts/pg-test-cluster.sh start "$pgdir")"
 export CRCR_TEST_PG_URI
 echo "PostgreSQL for the tests: $CRCR_TEST_PG_URI"
-
 mkdir -p "$dir/test-output"
-ctest --test-dir "$dir" --output-on-failure -j2
+
+status=0
+if [ "${CRCR_E2E_ON_PG:-1}" = "1" ]; then
+  echo "== end-to-end suites with PostgreSQL as the relays' store"
+  CRCR_E2E_PG_URI="$CRCR_TEST_PG_URI" ctest --test-dir "$dir" --output-on-failure -j2 \
+    -R '^e2e\.' -E 'e2e\.test_(fakegh|multi_instance|report)$' || status=1
+fi
+echo "== the whole suite (SQLite stores; PostgreSQL conformance and multi-instance)"
+ctest --test-dir "$dir" --output-on-failure -j2 || status=1
+exit "$status"
