@@ -364,25 +364,30 @@ class Bench:
 
     def relay(self, env=None, allowlist=INGEST_ALLOWLIST, tmpfs=False, binary=None, args=None,
               start_timeout=15.0):
-        base = {"CRCR_LOG": "warn"}
+        """A Relay (tests/support/relay.py) whose SQLite store is a file of the bench's own, in
+        the temp dir (the disk the fsync probe measures) or on tmpfs: always SQLite, whatever
+        store the test support would pick."""
+        d = tempfile.mkdtemp(prefix="crcr-bench-", dir="/dev/shm" if tmpfs else None)
+        base = {"CRCR_LOG": "warn", "CRCR_STORE": "sqlite:" + os.path.join(d, "crcr.db")}
         base.update(env or {})
-        rl = R.Relay(env=base, allowlist=allowlist, secret=SECRET, binary=binary or self.crcr,
-                     args=args or ("serve",), start_timeout=start_timeout)
-        if tmpfs:
-            d = tempfile.mkdtemp(prefix="crcr-bench-", dir="/dev/shm")
-            rl.db_path = os.path.join(d, "crcr.db")
-            rl._bench_shm = d
+        try:
+            rl = R.Relay(env=base, allowlist=allowlist, secret=SECRET,
+                         binary=binary or self.crcr, args=args or ("serve",),
+                         start_timeout=start_timeout)
+        except BaseException:
+            shutil.rmtree(d, ignore_errors=True)
+            raise
+        rl.bench_db = os.path.join(d, "crcr.db")
+        rl.bench_dir = d
         return rl
 
     @staticmethod
     def close_relay(rl):
         rl.close()
-        d = getattr(rl, "_bench_shm", None)
-        if d:
-            shutil.rmtree(d, ignore_errors=True)
+        shutil.rmtree(rl.bench_dir, ignore_errors=True)
 
     def db(self, rl):
-        con = sqlite3.connect(rl.db_path, timeout=30)
+        con = sqlite3.connect(rl.bench_db, timeout=30)
         return con
 
     def db_scalar(self, rl, sql, params=()):
@@ -867,10 +872,21 @@ class Bench:
             drained = self.wait_outbox_drained(rl, 60)
             time.sleep(1.0)
             stt = proc_status(pid)
+            # What the peaks scale with: open connections (short runs at 16/64/128).
+            per_conn = []
+            for conns in (16, 64, 128):
+                env = {"BENCH_BODY": path, "BENCH_SIG": sign(body), "BENCH_EVENT": "push",
+                       "BENCH_PREFIX": "memc%d-%s" % (conns, self.run_id)}
+                with RssSampler(pid, 0.1) as smp:
+                    self.wrk("memory connections c%d" % conns, rl.url + "/github/webhook",
+                             script, conns, 3, env)
+                per_conn.append((conns, smp.peak_kib))
+                log("memory: %d connections: peak VmRSS %d KiB" % (conns, smp.peak_kib))
+            res["per_conn"] = per_conn
             res.update(points=points, after_drain=(stt["VmRSS"], stt["VmHWM"]),
                        drained=drained, seconds=time.monotonic() - t0,
                        body_bytes=len(body), stored=sent,
-                       db_bytes=os.path.getsize(rl.db_path))
+                       db_bytes=os.path.getsize(rl.bench_db))
         finally:
             self.close_relay(rl)
 
@@ -1076,6 +1092,11 @@ class Bench:
             rows.append(("RSS idle", "%.1f MiB" % (pts[0][1] / 1024), "-", "-", "-", "-"))
             rows.append(("RSS after %s webhooks (after drain)" % fmt_num(pts[-1][0]),
                          "%.1f MiB" % (mem["after_drain"][0] / 1024), "-", "-", "-", "-"))
+            pc = mem.get("per_conn") or []
+            if len(pc) >= 2:
+                slope = (pc[-1][1] - pc[0][1]) / float(pc[-1][0] - pc[0][0])
+                rows.append(("RSS per open connection (16 -> 128 connections)",
+                             "%.0f KiB" % slope, "-", "-", "-", "-"))
             rows.append(("RSS peak, 1st vs 2nd half of the %s webhooks" % fmt_num(pts[-1][0]),
                          "%.1f / %.1f MiB" % (first / 1024, second / 1024), "-",
                          "%+.1f MiB" % ((second - first) / 1024), "no growth beyond caches",
@@ -1227,6 +1248,13 @@ class Bench:
                      % ("drained" if mem["drained"][0] else "%d rows left" % mem["drained"][1],
                         mem["after_drain"][0] / 1024, mem["after_drain"][1] / 1024))
             L.append("")
+            pc = mem.get("per_conn") or []
+            if len(pc) >= 2:
+                slope = (pc[-1][1] - pc[0][1]) / float(pc[-1][0] - pc[0][0])
+                L.append("Peak VmRSS by open connections (3 s of the same load each): %s; about "
+                         "%.0f KiB per connection."
+                         % (", ".join("%d: %.1f MiB" % (c, k / 1024) for c, k in pc), slope))
+                L.append("")
             L.append("Database after the run: %.0f MiB; %.0f s for the section."
                      % (mem["db_bytes"] / 1048576, mem["seconds"]))
             L.append("")
@@ -1291,7 +1319,8 @@ class Bench:
         seen = set()
         for what, cmd in self.commands:
             # The memory chunks differ only in prefix and remaining time: show the first.
-            key = what if what == "memory chunk" else cmd
+            key = what if what in ("memory chunk", "memory connections c64",
+                                   "memory connections c128") else cmd
             if key in seen:
                 continue
             seen.add(key)
@@ -1362,13 +1391,13 @@ def main():
                     help="seconds per diagnostic load run")
     ap.add_argument("--no-diag", action="store_true", help="skip the diagnostic runs")
     ap.add_argument("--drain", type=int, default=20,
-                    help="max seconds to wait for the outbox between ingest runs")
+                    help="max seconds to wait for the outbox to drain (sequential count run)")
     ap.add_argument("--memory-total", type=int, default=100000)
     ap.add_argument("--memory-chunks", type=int, default=10)
     ap.add_argument("--memory-budget", type=int, default=240,
                     help="max seconds of load in the memory section (cut further by --total)")
     ap.add_argument("--total", type=int, default=570,
-                    help="seconds the whole bench.sh run should stay under (memory adapts)")
+                    help="seconds the whole bench/run.sh run should stay under (memory adapts)")
     ap.add_argument("--profile-reserve", type=int, default=150,
                     help="seconds kept for the profile section when it follows memory")
     ap.add_argument("--profile-n", type=int, default=150, help="webhooks under callgrind")

@@ -462,8 +462,8 @@ void callback_handle(void *ctx, const http_request *req, http_response *resp)
                  f.delivery_id, "repo", repo, "run", run_s, "job", f.job_name, "status", f.status,
                  "conclusion", f.conclusion, "check_run", ec.check_run ? "queued" : NULL, NULL);
         answer_status(resp, f.status, res.duplicate);
-        if (!res.duplicate)
-            outbox_notify(app->ob);
+        if (!res.duplicate) /* as many workers as jobs were queued, none when none were */
+            outbox_wake(app->ob, (size_t)ec.check_run + (app->cfg.hud_api_url ? 1u : 0u));
     }
     callback_bodies_free(&ec.bodies);
     allowlist_free(al);

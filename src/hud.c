@@ -56,6 +56,12 @@
 #define HUD_OUT_MAX (32u * 1024u * 1024u)
 #define HUD_ARENA_MAX (128u * 1024u * 1024u)
 #define HUD_ARENA_BLOCK (64u * 1024u)
+/* Path and query inputs: GitHub's owner (39) and repository name (100) lengths, PR numbers of
+ * up to 10 digits, integer query values of up to 12 characters. */
+#define HUD_OWNER_MAX 39u
+#define HUD_NAME_MAX 100u
+#define HUD_PR_DIGITS_MAX 10u
+#define HUD_INT_PARAM_MAX 12u
 /* Longest error text and check-run body looked at. */
 #define HUD_ERROR_MAX 1024u
 #define HUD_CHECK_BODY_MAX (64u * 1024u)
@@ -281,7 +287,7 @@ static int query_int(const http_request *req, const char *name, long min, long m
         *out = dflt;
         return 0;
     }
-    if (strlen(v) > 12)
+    if (strlen(v) > HUD_INT_PARAM_MAX)
         return -1;
     for (const char *p = v; *p; p++)
         if (*p < '0' || *p > '9')
@@ -318,7 +324,7 @@ static bool parse_repo(const char *s, size_t n, char *out, size_t outsz)
     if (!slash || n >= outsz)
         return false;
     size_t on = (size_t)(slash - s), rn = n - on - 1;
-    if (!repo_segment_ok(s, on, 39) || !repo_segment_ok(slash + 1, rn, 100))
+    if (!repo_segment_ok(s, on, HUD_OWNER_MAX) || !repo_segment_ok(slash + 1, rn, HUD_NAME_MAX))
         return false;
     memcpy(out, s, n);
     out[n] = '\0';
@@ -328,7 +334,7 @@ static bool parse_repo(const char *s, size_t n, char *out, size_t outsz)
 /* A PR number: 1 to 10 digits, positive. */
 static bool parse_pr(const char *s, size_t n, int64_t *out)
 {
-    if (n == 0 || n > 10)
+    if (n == 0 || n > HUD_PR_DIGITS_MAX)
         return false;
     int64_t v = 0;
     for (size_t i = 0; i < n; i++) {

@@ -57,8 +57,10 @@ int64_t outbox_backoff_ms(long base_ms, long max_ms, int attempts, double rnd);
 outbox *outbox_start(const crcr_config *cfg, store *st, gh_client *gh, allowlist_source *allow,
                      char *err, size_t errsz);
 
-/* Wakes idle workers (new rows were written). */
+/* Wakes idle workers (new rows were written; how many is unknown). */
 void outbox_notify(outbox *ob);
+/* Wakes up to `n` idle workers for `n` new rows. */
+void outbox_wake(outbox *ob, size_t n);
 
 /* Stops: workers finish the row they hold, then exit. Unfinished rows stay queued. NULL ok. */
 void outbox_stop(outbox *ob);

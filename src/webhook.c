@@ -155,7 +155,7 @@ static void accept_dispatch(crcr_app *app, const http_request *req, http_respons
         snprintf(count, sizeof(count), "%zu", n);
         LOG_INFO("webhook.accepted", "delivery", delivery, "event", event, "action", d.action,
                  "targets", count, NULL);
-        outbox_notify(app->ob);
+        outbox_wake(app->ob, n);
     }
     free(repos);
     free(jobs);
@@ -237,8 +237,7 @@ static void persist_and_answer(crcr_app *app, const http_request *req, http_resp
         atomic_fetch_add(&app->webhooks_accepted, 1);
         metrics_webhook_result("accepted");
         http_resp_json(resp, 200, ok_json);
-        if (n)
-            outbox_notify(app->ob);
+        outbox_wake(app->ob, n);
     }
 }
 
