@@ -409,7 +409,7 @@ typedef struct hrun {
 } hrun;
 
 typedef struct run_list {
-    hrun *v;
+    hrun **v; /* pointers into the arena; the array itself is the caller's (free(v)) */
     size_t n, cap;
     arena *a;
     bool oom;
@@ -420,12 +420,14 @@ static void collect_hrun(void *ctx, const store_run_row *r)
     run_list *l = ctx;
     if (l->oom)
         return;
-    hrun *h = vec_push((void **)&l->v, &l->n, &l->cap, sizeof(*l->v));
-    if (!h) {
+    arena *a = l->a;
+    hrun *h = arena_alloc(a, sizeof(*h));
+    hrun **slot = h ? vec_push((void **)&l->v, &l->n, &l->cap, sizeof(*l->v)) : NULL;
+    if (!slot) {
         l->oom = true;
         return;
     }
-    arena *a = l->a;
+    *slot = h;
     h->delivery_id = arena_dup(a, r->delivery_id);
     h->repo = arena_dup(a, r->repo);
     h->workflow = arena_dup(a, r->workflow_name ? r->workflow_name : "");
@@ -1323,8 +1325,8 @@ static crcr_err repo_model_build(hud_req *r, repo_model *m, int *status)
         *status = 404;
     if (e || *status)
         return e;
-    if (!ae && all->v[0].level >= CRCR_LEVEL_L1 && all->v[0].level <= CRCR_LEVEL_L4)
-        en->level = (crcr_level)all->v[0].level; /* delisted: the level it last reported at */
+    if (!ae && all->v[0]->level >= CRCR_LEVEL_L1 && all->v[0]->level <= CRCR_LEVEL_L4)
+        en->level = (crcr_level)all->v[0]->level; /* delisted: the level it last reported at */
 
     /* Health over the window, and the matrix's runs of the tab, from the same rows. */
     health_run *hr = malloc((all->n ? all->n : 1) * sizeof(*hr));
@@ -1335,7 +1337,7 @@ static crcr_err repo_model_build(hud_req *r, repo_model *m, int *status)
     }
     size_t nh = 0;
     for (size_t i = 0; i < all->n; i++) {
-        const hrun *run = &all->v[i];
+        const hrun *run = all->v[i];
         health_run h = health_run_of(run->state, run->conclusion, run->event_type, run->pr_number,
                                      run->head_sha, run->dispatched_at, run->started_at,
                                      run->completed_at, run->queue_ms, run->exec_ms);
@@ -1778,7 +1780,7 @@ typedef struct pr_model {
 
 static int cmp_run_for_pr(const void *a, const void *b)
 {
-    const hrun *x = a, *y = b;
+    const hrun *x = *(const hrun *const *)a, *y = *(const hrun *const *)b;
     int c = strcasecmp(x->repo ? x->repo : "", y->repo ? y->repo : "");
     if (c)
         return c;
@@ -1817,7 +1819,7 @@ static crcr_err pr_model_build(hud_req *r, pr_model *m)
         return e;
     /* Head shas, newest first: from the deliveries, then any only runs know. */
     for (size_t i = 0; i < m->dl.n + m->runs.n; i++) {
-        const char *sha = i < m->dl.n ? m->dl.v[i].head_sha : m->runs.v[i - m->dl.n].head_sha;
+        const char *sha = i < m->dl.n ? m->dl.v[i].head_sha : m->runs.v[i - m->dl.n]->head_sha;
         bool seen = false;
         for (size_t k = 0; k < m->n_shas && !seen; k++)
             seen = same_sha(m->shas[k], sha);
@@ -1872,8 +1874,8 @@ static void pr_json(hud_req *r, pr_model *m)
         jw_key(&w, "runs");
         jw_arr(&w);
         for (size_t i = 0; i < m->runs.n; i++)
-            if (same_sha(m->runs.v[i].head_sha, sha))
-                jw_run(&w, &m->runs.v[i], true);
+            if (same_sha(m->runs.v[i]->head_sha, sha))
+                jw_run(&w, m->runs.v[i], true);
         jw_arr_end(&w);
         jw_key(&w, "check_runs");
         jw_arr(&w);
@@ -1949,7 +1951,7 @@ static void pr_html(hud_req *r, pr_model *m)
                   "<th class=\"num hide-sm\">Tests p/f/s</th><th>Links</th></tr></thead><tbody>");
         size_t nr = 0;
         for (size_t i = 0; i < m->runs.n; i++) {
-            const hrun *run = &m->runs.v[i];
+            const hrun *run = m->runs.v[i];
             if (!same_sha(run->head_sha, sha))
                 continue;
             nr++;
@@ -2077,11 +2079,11 @@ static void pr_blocking(hud_req *r, int64_t pr)
             e = CRCR_E_NOMEM;
         bool open = false;
         for (size_t k = 0; k < rl.n && !e; k++) {
-            const hrun *run = &rl.v[k];
+            const hrun *run = rl.v[k];
             bool older = false;
             for (size_t p = 0; p < k && !older; p++)
-                older = strcmp(rl.v[p].workflow, run->workflow) == 0 &&
-                        strcmp(rl.v[p].job, run->job) == 0;
+                older = strcmp(rl.v[p]->workflow, run->workflow) == 0 &&
+                        strcmp(rl.v[p]->job, run->job) == 0;
             if (older)
                 continue;
             bool running = !run->state || strcmp(run->state, "completed") != 0;
