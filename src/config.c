@@ -79,6 +79,10 @@ typedef enum {
     K_CRCR_LEASE_SECONDS,
     K_CRCR_REQUEST_DEADLINE_SECONDS,
     K_CRCR_STORE_POOL,
+    K_CRCR_HEALTH_L2_SUCCESS_PCT,
+    K_CRCR_HEALTH_L3_SUCCESS_PCT,
+    K_CRCR_HEALTH_L4_SUCCESS_PCT,
+    K_CRCR_HEALTH_PR_HOURS,
     K_COUNT
 } key_id;
 
@@ -182,6 +186,18 @@ static const key_def k_keys[K_COUNT] = {
     [K_CRCR_STORE_POOL] = {"CRCR_STORE_POOL", "8", false, 1, 256,
                            "PostgreSQL connections per instance (a postgresql:// store); the "
                            "server needs instances x (pool + 1)."},
+    [K_CRCR_HEALTH_L2_SUCCESS_PCT] = {"CRCR_HEALTH_L2_SUCCESS_PCT", "70", false, 0, 100,
+                                      "Level health: L2 needs a weekly success rate above this "
+                                      "percentage."},
+    [K_CRCR_HEALTH_L3_SUCCESS_PCT] = {"CRCR_HEALTH_L3_SUCCESS_PCT", "90", false, 0, 100,
+                                      "Level health: L3 needs a success rate above this "
+                                      "percentage."},
+    [K_CRCR_HEALTH_L4_SUCCESS_PCT] = {"CRCR_HEALTH_L4_SUCCESS_PCT", "95", false, 0, 100,
+                                      "Level health: L4 needs a success rate above this "
+                                      "percentage."},
+    [K_CRCR_HEALTH_PR_HOURS] = {"CRCR_HEALTH_PR_HOURS", "3", false, 1, 168,
+                                "Level health: L2 and above need every PR's runs done within this "
+                                "many hours."},
 };
 
 /* The raw text of every variable while loading. */
@@ -1027,6 +1043,16 @@ static crcr_err fill(raw_values *raw, crcr_config *cfg, char *err, size_t errsz)
     if ((e = take_int(raw, K_CRCR_STORE_POOL, &n, err, errsz)))
         return e;
     cfg->store_pool = (long)n;
+    static const key_id health_keys[] = {K_CRCR_HEALTH_L2_SUCCESS_PCT, K_CRCR_HEALTH_L3_SUCCESS_PCT,
+                                         K_CRCR_HEALTH_L4_SUCCESS_PCT};
+    for (int lv = 2; lv <= 4; lv++) {
+        if ((e = take_int(raw, health_keys[lv - 2], &n, err, errsz)))
+            return e;
+        cfg->health_success_pct[lv] = (long)n;
+    }
+    if ((e = take_int(raw, K_CRCR_HEALTH_PR_HOURS, &n, err, errsz)))
+        return e;
+    cfg->health_pr_hours = (long)n;
     return CRCR_OK;
 }
 
@@ -1265,6 +1291,18 @@ crcr_err config_describe(const crcr_config *cfg, buf_t *out)
             break;
         case K_CRCR_STORE_POOL:
             num = cfg->store_pool;
+            break;
+        case K_CRCR_HEALTH_L2_SUCCESS_PCT:
+            num = cfg->health_success_pct[2];
+            break;
+        case K_CRCR_HEALTH_L3_SUCCESS_PCT:
+            num = cfg->health_success_pct[3];
+            break;
+        case K_CRCR_HEALTH_L4_SUCCESS_PCT:
+            num = cfg->health_success_pct[4];
+            break;
+        case K_CRCR_HEALTH_PR_HOURS:
+            num = cfg->health_pr_hours;
             break;
         case K_COUNT:
             break;

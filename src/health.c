@@ -238,6 +238,14 @@ void health_thresholds_default(health_thresholds *t)
     t->min_runs = HEALTH_MIN_RUNS;
 }
 
+void health_thresholds_from_config(health_thresholds *t, const crcr_config *cfg)
+{
+    health_thresholds_default(t);
+    for (int lv = CRCR_LEVEL_L2; lv <= CRCR_LEVEL_L4; lv++)
+        t->success_pct[lv] = (int)cfg->health_success_pct[lv];
+    t->pr_total_max_ms = (int64_t)cfg->health_pr_hours * 3600 * 1000;
+}
+
 const char *health_status_name(health_status s)
 {
     switch (s) {
@@ -803,7 +811,7 @@ int health_main(int argc, char **argv)
     allowlist_source *src = NULL;
     allowlist *al = load_allowlist(&cfg, &gh, &src);
     health_thresholds t;
-    health_thresholds_default(&t);
+    health_thresholds_from_config(&t, &cfg);
     health_report rep;
     int rc = 1;
     e = health_report_build(st, al, repo, clock_now_ms(), window, &t, &rep);

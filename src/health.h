@@ -16,8 +16,8 @@
  * Percentiles are nearest-rank.
  *
  * Level requirements are cumulative (a level needs every lower level's too). Defaults, from the
- * RFC's first numbers (upstream reference §1.5); the thresholds are named constants here, not
- * configuration variables yet:
+ * RFC's first numbers (upstream reference §1.5), named constants here and configurable with
+ * CRCR_HEALTH_L{2,3,4}_SUCCESS_PCT and CRCR_HEALTH_PR_HOURS (health_thresholds_from_config):
  *   L2  success > 70 %, every PR head's runs done within 3 h
  *   L3  success > 90 %
  *   L4  success > 95 %
@@ -129,6 +129,10 @@ typedef struct health_thresholds {
 } health_thresholds;
 
 void health_thresholds_default(health_thresholds *t);
+
+struct crcr_config;
+/* The defaults with the configured success rates and PR time limit (CRCR_HEALTH_*). */
+void health_thresholds_from_config(health_thresholds *t, const struct crcr_config *cfg);
 
 typedef enum {
     HEALTH_NOT_MEASURED = 0,

@@ -1033,7 +1033,7 @@ static crcr_err build_report(hud_req *r, const char *only_repo, int64_t window, 
 {
     allowlist *al = allowlist_source_get(r->app->allow);
     health_thresholds t;
-    health_thresholds_default(&t);
+    health_thresholds_from_config(&t, &r->app->cfg);
     crcr_err e = health_report_build(r->app->st, al, only_repo, r->now, window, &t, rep);
     allowlist_free(al);
     return e;
