@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "allowlist.h"
+#include "config.h"
 #include "health.h"
 #include "store.h"
 
@@ -466,6 +467,38 @@ static void report_reads_runs_per_repo_in_level_order(void **state)
     store_close(st);
 }
 
+/* CRCR_HEALTH_* replace the defaults: with L3 at 80 % an 85 % repo is fine, and the PR time
+ * limit follows CRCR_HEALTH_PR_HOURS. */
+static void configured_thresholds_replace_the_defaults(void **state)
+{
+    crcr_config cfg;
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.health_success_pct[2] = 60;
+    cfg.health_success_pct[3] = 80;
+    cfg.health_success_pct[4] = 99;
+    cfg.health_pr_hours = 5;
+    health_thresholds t;
+    health_thresholds_from_config(&t, &cfg);
+    assert_int_equal(t.success_pct[CRCR_LEVEL_L2], 60);
+    assert_int_equal(t.success_pct[CRCR_LEVEL_L3], 80);
+    assert_int_equal(t.success_pct[CRCR_LEVEL_L4], 99);
+    assert_true(t.pr_total_max_ms == 5LL * 3600 * 1000);
+
+    history *h = calloc(1, sizeof(*h));
+    add(h, HEALTH_SUCCESS, 85);
+    add(h, HEALTH_FAILURE, 15);
+    health_stats s;
+    assert_int_equal(health_compute(h->runs, h->n, 0, &s), CRCR_OK);
+    health_verdict v;
+    health_classify(&s, CRCR_LEVEL_L3, &t, &v);
+    assert_int_not_equal(v.status, HEALTH_BELOW_LEVEL);
+    health_thresholds d;
+    health_thresholds_default(&d);
+    health_classify(&s, CRCR_LEVEL_L3, &d, &v);
+    assert_int_equal(v.status, HEALTH_BELOW_LEVEL);
+    free(h);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -475,6 +508,7 @@ int main(void)
         cmocka_unit_test(l2_just_above_70_percent_is_at_risk),
         cmocka_unit_test(l2_margin_ends_at_75_percent),
         cmocka_unit_test(l3_at_90_percent_is_below_and_recommends_l2),
+        cmocka_unit_test(configured_thresholds_replace_the_defaults),
         cmocka_unit_test(l4_margin_is_half_the_room_left_so_97_5_is_the_edge),
         cmocka_unit_test(a_failing_l4_repo_can_fall_to_l1),
         cmocka_unit_test(fewer_than_ten_counted_runs_is_at_risk_whatever_the_rate),
