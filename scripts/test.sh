@@ -23,12 +23,10 @@ mkdir -p "$dir/test-output"
 status=0
 if [ "${CRCR_E2E_ON_PG:-1}" = "1" ]; then
   echo "== end-to-end suites with PostgreSQL as the relays' store"
-  # Left out: suites that touch no store (fakegh, report), multi_instance (PostgreSQL only, run
-  # below), and the crash/fault timing suites, whose 3 s leases and 250 ms windows are tuned to
-  # SQLite; test_multi_instance covers crashes and faults on PostgreSQL with its own timing.
+  # Left out: suites that touch no store (fakegh, report) and multi_instance (PostgreSQL only,
+  # run below).
   CRCR_E2E_PG_URI="$CRCR_TEST_PG_URI" ctest --test-dir "$dir" --output-on-failure -j2 \
-    -R '^e2e\.' -E 'e2e\.test_(fakegh|multi_instance|report|dispatch_crash|dispatch_faults)$' ||
-    status=1
+    -R '^e2e\.' -E 'e2e\.test_(fakegh|multi_instance|report)$' || status=1
 fi
 echo "== the whole suite (SQLite stores; PostgreSQL conformance and multi-instance)"
 ctest --test-dir "$dir" --output-on-failure -j2 || status=1

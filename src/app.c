@@ -26,6 +26,8 @@
 #define APP_TICK_MS 200
 #define APP_MAX_ROUTES 64
 #define APP_SHUTDOWN_GRACE_MS 10000
+/* The largest pool CRCR_STORE_POOL accepts (store_pg.c has the same cap). */
+#define APP_STORE_POOL_MAX 256
 
 static volatile sig_atomic_t g_stop;
 static volatile sig_atomic_t g_reload;
@@ -68,6 +70,19 @@ static void ready_handle(void *ctx, const http_request *req, http_response *resp
 static void usage(void)
 {
     fputs("usage: crcr serve [--config FILE]\n", stderr);
+}
+
+/* Connections of a shared store's pool. CRCR_STORE_POOL 0: one per thread that can use the store
+ * at the same time - every outbox worker, every HTTP thread (one per CPU, as http_server.c sizes
+ * its pool), the main loop and one spare - so no worker queues for a connection while its lease
+ * runs (the listening connection is separate). */
+static long store_pool_size(const crcr_config *cfg)
+{
+    if (cfg->store_pool > 0)
+        return cfg->store_pool;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    long n = cfg->max_dispatch_workers + (cpus > 0 ? cpus : 1) + 2;
+    return n > APP_STORE_POOL_MAX ? APP_STORE_POOL_MAX : n;
 }
 
 /* Frees whatever part of the app was built; safe on a partly started app. */
@@ -133,7 +148,7 @@ int app_serve_main(int argc, char **argv)
     curl_global_init(CURL_GLOBAL_DEFAULT);
     int rc = 1;
     crcr_err e =
-        store_open_pool(app->cfg.store_uri, app->cfg.store_pool, &app->st, err, sizeof(err));
+        store_open_pool(app->cfg.store_uri, store_pool_size(&app->cfg), &app->st, err, sizeof(err));
     if (e) {
         fprintf(stderr, "crcr: %s\n", err);
         rc = e == CRCR_E_CONFIG ? 2 : 1;

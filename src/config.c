@@ -183,8 +183,10 @@ static const key_def k_keys[K_COUNT] = {
                                          "Seconds one HTTP request may take, from the accept (or "
                                          "the previous answer on a kept-alive connection) to its "
                                          "answer; slower connections are closed."},
-    [K_CRCR_STORE_POOL] = {"CRCR_STORE_POOL", "8", false, 1, 256,
-                           "PostgreSQL connections per instance (a postgresql:// store); the "
+    [K_CRCR_STORE_POOL] = {"CRCR_STORE_POOL", "0", false, 0, 256,
+                           "PostgreSQL connections per instance (a postgresql:// store). 0: "
+                           "MAX_DISPATCH_WORKERS + one per CPU + 2 (capped at 256), so that no "
+                           "outbox worker waits for a connection while its lease runs. The "
                            "server needs instances x (pool + 1)."},
     [K_CRCR_HEALTH_L2_SUCCESS_PCT] = {"CRCR_HEALTH_L2_SUCCESS_PCT", "70", false, 0, 100,
                                       "Level health: L2 needs a weekly success rate above this "

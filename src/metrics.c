@@ -40,8 +40,8 @@ static const char *const k_ob_kinds[] = {"dispatch",    "check_run",   "rerun",
                                          "rerun_suite", "hud_forward", "other"};
 #define OB_KIND_N 6
 #define OB_KIND_OTHER 5
-static const char *const k_ob_results[] = {"sent", "dry_run", "retry", "dead"};
-#define OB_RES_N 4
+static const char *const k_ob_results[] = {"sent", "dry_run", "retry", "dead", "lease_lost"};
+#define OB_RES_N 5
 
 enum {
     GH_EP_INSTALLATION,

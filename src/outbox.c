@@ -115,9 +115,8 @@ static void pause_key(int64_t installation, char *key, size_t keysz)
     snprintf(key, keysz, "pause:installation:%lld", (long long)installation);
 }
 
-/* When the installation's pause ends (0: not paused). Pauses live in memory and, so that they
- * survive a restart and reach the other instances sharing the store, in the store's kv. */
-static int64_t pause_until(outbox *ob, int64_t installation, int64_t now)
+/* When this process's pause of the installation ends (0: not paused). */
+static int64_t pause_until_local(outbox *ob, int64_t installation, int64_t now)
 {
     int64_t until = 0;
     pthread_mutex_lock(&ob->mu);
@@ -126,6 +125,14 @@ static int64_t pause_until(outbox *ob, int64_t installation, int64_t now)
             until = ob->pauses[i].until_ms;
     }
     pthread_mutex_unlock(&ob->mu);
+    return until;
+}
+
+/* When the installation's pause ends (0: not paused). Pauses live in memory and, so that they
+ * survive a restart and reach the other instances sharing the store, in the store's kv. */
+static int64_t pause_until(outbox *ob, int64_t installation, int64_t now)
+{
+    int64_t until = pause_until_local(ob, installation, now);
     if (until)
         return until;
     char key[64];
@@ -214,12 +221,33 @@ static void outcome_from(outcome *o, const char *what, const gh_resp *r)
         error_text(r->status, what, r, o->error, sizeof(o->error));
 }
 
-/* Sends one GitHub request as the installation covering `repo`, honouring a pause of that
+/*
+ * Called right before a request goes out for `job`: renews the row's lease once a third of it
+ * has passed since it was taken or last renewed. false (o->verdict OUTBOX_LEASE_LOST) when the
+ * row belongs to another worker now, or when the store cannot renew a lease that is nearly over.
+ */
+static bool lease_still_ours(outbox *ob, store_job *job, outcome *o)
+{
+    int64_t lease_ms = (int64_t)ob->cfg->lease_s * 1000;
+    int64_t now = clock_now_ms();
+    if (now < job->lease_until - lease_ms * 2 / 3)
+        return true;
+    crcr_err e = store_job_renew(ob->st, job, now, lease_ms);
+    if (e == CRCR_OK || (e != CRCR_E_STATE && clock_now_ms() < job->lease_until - lease_ms / 4))
+        return true;
+    o->verdict = OUTBOX_LEASE_LOST;
+    snprintf(o->error, sizeof(o->error), "%s",
+             e == CRCR_E_STATE ? "lease lost to another worker" : "cannot renew the lease");
+    return false;
+}
+
+/* Sends one GitHub request as the installation covering `job->target`, honouring a pause of that
  * installation. Fills *o; when `keep` is not NULL the answer stays there (caller frees). */
-static void send_as_installation(outbox *ob, const char *repo, const char *method, const char *path,
+static void send_as_installation(outbox *ob, store_job *job, const char *method, const char *path,
                                  const char *body, size_t body_len, const char *what, outcome *o,
                                  int64_t now, gh_resp *keep)
 {
+    const char *repo = job->target;
     gh_resp r;
     gh_resp_init(&r);
     crcr_err e = gh_installation_id(ob->gh, repo, &o->installation, &r);
@@ -234,6 +262,13 @@ static void send_as_installation(outbox *ob, const char *repo, const char *metho
         return;
     }
     int64_t paused = pause_until(ob, o->installation, now);
+    if (!paused && !lease_still_ours(ob, job, o)) {
+        gh_resp_free(&r);
+        return;
+    }
+    /* The checks above can wait on the store; a pause this process set meanwhile still counts. */
+    if (!paused)
+        paused = pause_until_local(ob, o->installation, now = clock_now_ms());
     if (paused > now) {
         o->verdict = OUTBOX_RATE_LIMIT;
         o->rl_reset = -1;
@@ -260,8 +295,7 @@ static void send_as_installation(outbox *ob, const char *repo, const char *metho
 }
 
 /* Carries out a dispatch row; `out` receives the request body (kept for dry-run). */
-static void run_dispatch(outbox *ob, const store_job *job, outcome *o, dispatch_output *out,
-                         int64_t now)
+static void run_dispatch(outbox *ob, store_job *job, outcome *o, dispatch_output *out, int64_t now)
 {
     char err[256] = "";
     char token[CBTOKEN_SIZE];
@@ -289,12 +323,12 @@ static void run_dispatch(outbox *ob, const store_job *job, outcome *o, dispatch_
     }
     char path[CRCR_REPO_NAME_MAX + 32];
     snprintf(path, sizeof(path), "/repos/%s/dispatches", job->target);
-    send_as_installation(ob, job->target, "POST", path, buf_cstr(&out->body), out->body.len,
-                         "dispatch", o, now, NULL);
+    send_as_installation(ob, job, "POST", path, buf_cstr(&out->body), out->body.len, "dispatch", o,
+                         now, NULL);
 }
 
 /* A check run on the upstream PR: the row's body is the request body. */
-static void run_check_run(outbox *ob, const store_job *job, outcome *o, int64_t now)
+static void run_check_run(outbox *ob, store_job *job, outcome *o, int64_t now)
 {
     if (!ob->gh) {
         o->verdict = OUTBOX_DONE;
@@ -302,13 +336,13 @@ static void run_check_run(outbox *ob, const store_job *job, outcome *o, int64_t 
     }
     char path[CRCR_REPO_NAME_MAX + 32];
     snprintf(path, sizeof(path), "/repos/%s/check-runs", job->target);
-    send_as_installation(ob, job->target, "POST", path, buf_cstr(&job->body), job->body.len,
-                         "check run", o, now, NULL);
+    send_as_installation(ob, job, "POST", path, buf_cstr(&job->body), job->body.len, "check run", o,
+                         now, NULL);
 }
 
 /* Re-runs a downstream workflow run: body {"run_id":N,"failed_only":bool}. GitHub's 403 "already
  * running" means the run is going anyway: success. */
-static void run_rerun(outbox *ob, const store_job *job, outcome *o, char *note, size_t notesz,
+static void run_rerun(outbox *ob, store_job *job, outcome *o, char *note, size_t notesz,
                       int64_t now)
 {
     jv *b = jv_parse(job->body.data ? job->body.data : "", job->body.len, NULL, 0);
@@ -330,7 +364,7 @@ static void run_rerun(outbox *ob, const store_job *job, outcome *o, char *note, 
              failed_only ? "rerun-failed-jobs" : "rerun");
     gh_resp r;
     gh_resp_init(&r);
-    send_as_installation(ob, job->target, "POST", path, NULL, 0, "re-run", o, now, &r);
+    send_as_installation(ob, job, "POST", path, NULL, 0, "re-run", o, now, &r);
     if (o->verdict != OUTBOX_DONE && r.status == 403 &&
         contains_nocase(buf_cstr(&r.body), "already running")) {
         o->verdict = OUTBOX_DONE;
@@ -345,7 +379,7 @@ static void run_rerun(outbox *ob, const store_job *job, outcome *o, char *note, 
 
 /* "Re-run all checks": lists the suite's check runs (paginated), and queues one full re-run per
  * distinct (downstream repo, run id) of crcr check runs whose repo is L3 or above. */
-static void run_rerun_suite(outbox *ob, const store_job *job, outcome *o, char *note, size_t notesz,
+static void run_rerun_suite(outbox *ob, store_job *job, outcome *o, char *note, size_t notesz,
                             int64_t now)
 {
     jv *b = jv_parse(job->body.data ? job->body.data : "", job->body.len, NULL, 0);
@@ -374,8 +408,7 @@ static void run_rerun_suite(outbox *ob, const store_job *job, outcome *o, char *
                  job->target, (long long)suite, page);
         gh_resp r;
         gh_resp_init(&r);
-        send_as_installation(ob, job->target, "GET", path, NULL, 0, "check suite listing", o, now,
-                             &r);
+        send_as_installation(ob, job, "GET", path, NULL, 0, "check suite listing", o, now, &r);
         if (o->verdict != OUTBOX_DONE) {
             gh_resp_free(&r);
             allowlist_free(al);
@@ -429,12 +462,14 @@ static void run_rerun_suite(outbox *ob, const store_job *job, outcome *o, char *
 }
 
 /* Forwards a result to the external HUD in the upstream wire format. */
-static void run_hud_forward(outbox *ob, const store_job *job, outcome *o)
+static void run_hud_forward(outbox *ob, store_job *job, outcome *o)
 {
     if (!ob->gh || !ob->cfg->hud_api_url) {
         o->verdict = OUTBOX_DONE;
         return;
     }
+    if (!lease_still_ours(ob, job, o))
+        return;
     char url[2100];
     snprintf(url, sizeof(url), "%s/crcr/results", ob->cfg->hud_api_url);
     char key_hdr[600];
@@ -485,31 +520,34 @@ static void process(outbox *ob, store_job *job, uint64_t *rng)
     int attempt = job->attempts + 1;
     char attempt_s[16];
     snprintf(attempt_s, sizeof(attempt_s), "%d", attempt);
+    crcr_err fe = CRCR_OK; /* CRCR_E_STATE: the lease was lost while the request was out */
 
-    if (o.verdict == OUTBOX_DONE) {
+    if (o.verdict == OUTBOX_LEASE_LOST) {
+        fe = CRCR_E_STATE; /* nothing was sent: the row's holder carries it out */
+    } else if (o.verdict == OUTBOX_DONE) {
         bool dry = ob->gh == NULL;
         /* Dry-run keeps the exact request a dispatch would have sent (other kinds already
          * store their request body). */
-        store_job_finish(ob->st, job->id, dry ? "dry_run" : "sent", o.status, NULL, note,
-                         dry && is_dispatch ? buf_cstr(&out.body) : NULL,
-                         dry && is_dispatch ? out.body.len : 0, now);
+        fe = store_job_finish(ob->st, job, dry ? "dry_run" : "sent", o.status, NULL, note,
+                              dry && is_dispatch ? buf_cstr(&out.body) : NULL,
+                              dry && is_dispatch ? out.body.len : 0, now);
         atomic_fetch_add(dry ? &ob->dry_run : &ob->sent, 1);
         metrics_outbox_result(job->kind, dry ? "dry_run" : "sent");
         LOG_INFO(dry ? "outbox.dry_run" : "outbox.sent", "delivery", job->delivery_id, "repo",
                  job->target, "kind", job->kind, "attempt", attempt_s, "trimmed", note, NULL);
     } else if (o.verdict == OUTBOX_PERMANENT) {
-        store_job_finish(ob->st, job->id, "dead", o.status, o.error, note, NULL, 0, now);
+        fe = store_job_finish(ob->st, job, "dead", o.status, o.error, note, NULL, 0, now);
         atomic_fetch_add(&ob->dead, 1);
         metrics_outbox_result(job->kind, "dead");
         LOG_WARN("outbox.dead", "delivery", job->delivery_id, "repo", job->target, "kind",
                  job->kind, "reason", o.error, NULL);
     } else if (o.status == -1) {
         /* Installation already paused: wait for it without spending an attempt. */
-        store_job_retry(ob->st, job->id, now + (int64_t)o.retry_after_s * 1000, false, 0, o.error);
+        fe = store_job_retry(ob->st, job, now + (int64_t)o.retry_after_s * 1000, false, 0, o.error);
     } else if (attempt >= max_attempts) {
         char reason[512];
         snprintf(reason, sizeof(reason), "gave up after %d attempts: %s", attempt, o.error);
-        store_job_finish(ob->st, job->id, "dead", o.status, reason, note, NULL, 0, now);
+        fe = store_job_finish(ob->st, job, "dead", o.status, reason, note, NULL, 0, now);
         atomic_fetch_add(&ob->dead, 1);
         metrics_outbox_result(job->kind, "dead");
         LOG_WARN("outbox.dead", "delivery", job->delivery_id, "repo", job->target, "kind",
@@ -537,13 +575,19 @@ static void process(outbox *ob, store_job *job, uint64_t *rng)
         } else if (o.retry_after_s >= 0 && o.retry_after_s * 1000 > delay) {
             delay = (int64_t)o.retry_after_s * 1000;
         }
-        store_job_retry(ob->st, job->id, now + delay, true, o.status, o.error);
+        fe = store_job_retry(ob->st, job, now + delay, true, o.status, o.error);
         atomic_fetch_add(&ob->retried, 1);
         metrics_outbox_result(job->kind, "retry");
         char delay_s[24];
         snprintf(delay_s, sizeof(delay_s), "%lld", (long long)delay);
         LOG_INFO("outbox.retry", "delivery", job->delivery_id, "repo", job->target, "attempt",
                  attempt_s, "delay_ms", delay_s, "reason", o.error, NULL);
+    }
+    if (fe == CRCR_E_STATE) {
+        metrics_outbox_result(job->kind, "lease_lost");
+        LOG_WARN("outbox.lease_lost", "delivery", job->delivery_id, "repo", job->target, "kind",
+                 job->kind, "attempt", attempt_s, "sent",
+                 o.verdict == OUTBOX_LEASE_LOST ? "no" : "yes", NULL);
     }
     dispatch_output_free(&out);
 }

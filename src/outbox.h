@@ -22,6 +22,10 @@
  *     too, so a restart or another instance sharing the store honours them;
  *   - 404 (App not installed), 422 and other 4xx: permanent, the row is dead with the reason;
  *   - after CRCR_MAX_ATTEMPTS attempts the row is dead ("gave up").
+ * Leases: a claim leases the row for CRCR_LEASE_SECONDS. Right before each request a worker
+ * renews the lease once a third of it has gone by (slow token mints, waits for a store
+ * connection), and sends nothing when the row has meanwhile been claimed by another worker; the
+ * store fences the outcome too (store.h), so a late worker never overwrites the new holder's.
  */
 #ifndef CRCR_OUTBOX_H
 #define CRCR_OUTBOX_H
@@ -41,7 +45,8 @@ typedef enum {
     OUTBOX_DONE,       /* success */
     OUTBOX_RETRY,      /* transient: back off */
     OUTBOX_RATE_LIMIT, /* pause the installation */
-    OUTBOX_PERMANENT   /* dead now */
+    OUTBOX_PERMANENT,  /* dead now */
+    OUTBOX_LEASE_LOST  /* another worker holds the row now: leave it alone */
 } outbox_verdict;
 
 /* Classifies an HTTP answer (status 0 = no answer) with its rate-limit headers and body. */

@@ -68,17 +68,30 @@ crcr_err store_next_due(store *st, int64_t *due)
     return st->ops->next_due(st, due);
 }
 
-crcr_err store_job_finish(store *st, int64_t id, const char *state, long http_status,
+crcr_err store_job_finish(store *st, const store_job *job, const char *state, long http_status,
                           const char *error, const char *note, const char *body, size_t body_len,
                           int64_t now)
 {
-    return st->ops->job_finish(st, id, state, http_status, error, note, body, body_len, now);
+    return st->ops->job_finish(st, job->id, job->lease_until, state, http_status, error, note, body,
+                               body_len, now);
 }
 
-crcr_err store_job_retry(store *st, int64_t id, int64_t next_at, bool count_attempt,
+crcr_err store_job_retry(store *st, const store_job *job, int64_t next_at, bool count_attempt,
                          long http_status, const char *error)
 {
-    return st->ops->job_retry(st, id, next_at, count_attempt, http_status, error);
+    return st->ops->job_retry(st, job->id, job->lease_until, next_at, count_attempt, http_status,
+                              error);
+}
+
+crcr_err store_job_renew(store *st, store_job *job, int64_t now, int64_t lease_ms)
+{
+    int64_t until = now + lease_ms;
+    if (until <= job->lease_until)
+        return CRCR_OK; /* a lease never shrinks */
+    crcr_err e = st->ops->job_renew(st, job->id, job->lease_until, until);
+    if (!e)
+        job->lease_until = until;
+    return e;
 }
 
 crcr_err store_redeliver(store *st, const char *delivery_id, const char *repo, int64_t now, int *n)

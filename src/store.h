@@ -74,12 +74,13 @@ typedef struct store_job {
     char *kind;
     char *delivery_id; /* NULL when the row has none */
     char *target;
-    int attempts;      /* attempts made before this one */
-    buf_t body;        /* the row's own body ("" when none) */
-    char *event;       /* the delivery's event (rows with a delivery) */
-    buf_t payload;     /* the delivery's payload (rows with a delivery) */
-    int64_t pr_number; /* the delivery's PR number, 0 when none */
-    char *head_sha;    /* the delivery's head sha (push: after), NULL when none */
+    int attempts;        /* attempts made before this one */
+    buf_t body;          /* the row's own body ("" when none) */
+    char *event;         /* the delivery's event (rows with a delivery) */
+    buf_t payload;       /* the delivery's payload (rows with a delivery) */
+    int64_t pr_number;   /* the delivery's PR number, 0 when none */
+    char *head_sha;      /* the delivery's head sha (push: after), NULL when none */
+    int64_t lease_until; /* the lease this claim holds: the fence of finish/retry/renew */
 } store_job;
 
 void store_job_free(store_job *job);
@@ -91,17 +92,28 @@ crcr_err store_claim(store *st, int64_t now, int64_t lease_ms, store_job *out);
 /* The earliest next_attempt_at among queued rows; CRCR_E_NOT_FOUND when there is none. */
 crcr_err store_next_due(store *st, int64_t *due);
 
+/*
+ * Leases are fences. finish, retry and renew change the row only while it is still `running`
+ * under the lease `job` was claimed with (job->lease_until); otherwise they change nothing and
+ * return CRCR_E_STATE: the lease ran out and another worker (of this or another instance) has
+ * claimed the row, or an operator re-queued it. A worker that lost its lease must not act on
+ * the row any more; whoever holds it now records the outcome.
+ */
+
 /* Finishes a claimed row: `state` is "sent", "dry_run" or "dead". `body` (may be NULL) replaces
  * the stored body (dry-run keeps the exact request it would have sent). `note` describes
  * trimming. Counts this attempt. */
-crcr_err store_job_finish(store *st, int64_t id, const char *state, long http_status,
+crcr_err store_job_finish(store *st, const store_job *job, const char *state, long http_status,
                           const char *error, const char *note, const char *body, size_t body_len,
                           int64_t now);
 
 /* Puts a claimed row back in the queue for `next_at`. `count_attempt` false for a pause that is
  * not the row's fault (its installation is rate limited). */
-crcr_err store_job_retry(store *st, int64_t id, int64_t next_at, bool count_attempt,
+crcr_err store_job_retry(store *st, const store_job *job, int64_t next_at, bool count_attempt,
                          long http_status, const char *error);
+
+/* Extends the lease of a claimed row to now + lease_ms (job->lease_until is updated). */
+crcr_err store_job_renew(store *st, store_job *job, int64_t now, int64_t lease_ms);
 
 /* Re-queues `delivery_id`'s dispatch rows (only `repo`'s when not NULL), whatever their state,
  * due now, with attempts reset. *n receives how many rows. CRCR_E_NOT_FOUND for an unknown id. */

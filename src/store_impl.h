@@ -16,11 +16,13 @@ typedef struct store_ops {
     crcr_err (*ingest)(store *st, const store_delivery *d, const store_new_job *jobs, size_t n);
     crcr_err (*claim)(store *st, int64_t now, int64_t lease_ms, store_job *out);
     crcr_err (*next_due)(store *st, int64_t *due);
-    crcr_err (*job_finish)(store *st, int64_t id, const char *state, long http_status,
-                           const char *error, const char *note, const char *body, size_t body_len,
-                           int64_t now);
-    crcr_err (*job_retry)(store *st, int64_t id, int64_t next_at, bool count_attempt,
+    /* finish/retry/renew: `lease` is the claim's lease_until, the fence (store.h). */
+    crcr_err (*job_finish)(store *st, int64_t id, int64_t lease, const char *state,
+                           long http_status, const char *error, const char *note, const char *body,
+                           size_t body_len, int64_t now);
+    crcr_err (*job_retry)(store *st, int64_t id, int64_t lease, int64_t next_at, bool count_attempt,
                           long http_status, const char *error);
+    crcr_err (*job_renew)(store *st, int64_t id, int64_t lease, int64_t new_lease);
     crcr_err (*redeliver)(store *st, const char *delivery_id, const char *repo, int64_t now,
                           int *n);
     crcr_err (*list_deliveries)(store *st, const store_filter *f,

@@ -12,10 +12,10 @@
  *  - writes that add outbox rows send NOTIFY crcr_outbox at commit, and store_wait_for_work
  *    waits on a dedicated LISTEN connection, so idle workers of every instance wake at once.
  *
- * Connections: a pool of CRCR_STORE_POOL (default 8) connections, opened lazily. Each operation
- * borrows one for its duration. A connection found broken is dropped and the operation retried
- * once on a fresh one (when nothing of it is visible to the caller yet), so the store recovers
- * by itself when the database comes back; while it is away operations return CRCR_E_STORE.
+ * Connections: a pool of CRCR_STORE_POOL connections (sized by app.c), opened lazily. Each
+ * operation borrows one for its duration. A connection found broken is dropped and the operation
+ * retried once on a fresh one (when nothing of it is visible to the caller yet), so the store
+ * recovers by itself when the database comes back; while it is away operations return CRCR_E_STORE.
  *
  * Bytes (payloads, bodies, kv values) travel as BYTEA in binary parameters and binary results;
  * every result is requested in binary, so integers are decoded from network byte order. Text
@@ -707,6 +707,7 @@ static crcr_err op_claim(pgx *x, void *arg)
     out->delivery_id = r_dup(r, 0, 2);
     out->target = r_dup(r, 0, 3);
     out->attempts = (int)r_i64(r, 0, 4, 0);
+    out->lease_until = a->now + a->lease_ms;
     if (r_len(r, 0, 5))
         e = buf_append(&out->body, PQgetvalue(r, 0, 5), r_len(r, 0, 5));
     out->event = r_dup(r, 0, 6);
@@ -755,7 +756,7 @@ static crcr_err pg_next_due(store *st, int64_t *due)
 }
 
 typedef struct finish_args {
-    int64_t id;
+    int64_t id, lease;
     const char *state;
     long http_status;
     const char *error, *note, *body;
@@ -774,23 +775,26 @@ static crcr_err op_job_finish(pgx *x, void *arg)
     p_bytes(&p, a->body, a->body ? a->body_len : 0);
     p_i64(&p, a->now);
     p_i64(&p, a->id);
-    return qexec(x,
-                 "UPDATE outbox SET state=$1, attempts=attempts+1, last_status=$2::integer, "
-                 "last_error=$3, note=$4, body=COALESCE($5::bytea, body), done_at=$6, "
-                 "lease_until=NULL WHERE id=$7",
-                 &p, NULL);
+    p_i64(&p, a->lease);
+    int64_t rows = 0;
+    crcr_err e = qexec(x,
+                       "UPDATE outbox SET state=$1, attempts=attempts+1, last_status=$2::integer, "
+                       "last_error=$3, note=$4, body=COALESCE($5::bytea, body), done_at=$6, "
+                       "lease_until=NULL WHERE id=$7 AND state='running' AND lease_until=$8",
+                       &p, &rows);
+    return !e && rows == 0 ? CRCR_E_STATE : e; /* 0 rows: the lease was lost (store.h) */
 }
 
-static crcr_err pg_job_finish(store *st, int64_t id, const char *state, long http_status,
-                              const char *error, const char *note, const char *body,
-                              size_t body_len, int64_t now)
+static crcr_err pg_job_finish(store *st, int64_t id, int64_t lease, const char *state,
+                              long http_status, const char *error, const char *note,
+                              const char *body, size_t body_len, int64_t now)
 {
-    finish_args a = {id, state, http_status, error, note, body, body_len, now};
+    finish_args a = {id, lease, state, http_status, error, note, body, body_len, now};
     return with_conn(PS(st), "finish", op_job_finish, &a);
 }
 
 typedef struct retry_args {
-    int64_t id, next_at;
+    int64_t id, lease, next_at;
     bool count_attempt;
     long http_status;
     const char *error;
@@ -805,18 +809,46 @@ static crcr_err op_job_retry(pgx *x, void *arg)
     p_i64_or_null(&p, a->http_status > 0 ? a->http_status : 0, 0);
     p_text(&p, a->error && *a->error ? a->error : NULL);
     p_i64(&p, a->id);
-    return qexec(x,
-                 "UPDATE outbox SET state='queued', attempts=attempts+$1::integer, "
-                 "next_attempt_at=$2, last_status=$3::integer, last_error=$4, lease_until=NULL "
-                 "WHERE id=$5",
-                 &p, NULL);
+    p_i64(&p, a->lease);
+    int64_t rows = 0;
+    crcr_err e = qexec(x,
+                       "UPDATE outbox SET state='queued', attempts=attempts+$1::integer, "
+                       "next_attempt_at=$2, last_status=$3::integer, last_error=$4, "
+                       "lease_until=NULL WHERE id=$5 AND state='running' AND lease_until=$6",
+                       &p, &rows);
+    return !e && rows == 0 ? CRCR_E_STATE : e;
 }
 
-static crcr_err pg_job_retry(store *st, int64_t id, int64_t next_at, bool count_attempt,
-                             long http_status, const char *error)
+static crcr_err pg_job_retry(store *st, int64_t id, int64_t lease, int64_t next_at,
+                             bool count_attempt, long http_status, const char *error)
 {
-    retry_args a = {id, next_at, count_attempt, http_status, error};
+    retry_args a = {id, lease, next_at, count_attempt, http_status, error};
     return with_conn(PS(st), "retry", op_job_retry, &a);
+}
+
+typedef struct renew_args {
+    int64_t id, lease, new_lease;
+} renew_args;
+
+static crcr_err op_job_renew(pgx *x, void *arg)
+{
+    renew_args *a = arg;
+    pgp p = {0};
+    p_i64(&p, a->new_lease);
+    p_i64(&p, a->id);
+    p_i64(&p, a->lease);
+    int64_t rows = 0;
+    crcr_err e = qexec(x,
+                       "UPDATE outbox SET lease_until=$1 WHERE id=$2 AND state='running' AND "
+                       "lease_until=$3",
+                       &p, &rows);
+    return !e && rows == 0 ? CRCR_E_STATE : e;
+}
+
+static crcr_err pg_job_renew(store *st, int64_t id, int64_t lease, int64_t new_lease)
+{
+    renew_args a = {id, lease, new_lease};
+    return with_conn(PS(st), "renew", op_job_renew, &a);
 }
 
 typedef struct redeliver_args {
@@ -1806,6 +1838,7 @@ static const store_ops PG_OPS = {
     .next_due = pg_next_due,
     .job_finish = pg_job_finish,
     .job_retry = pg_job_retry,
+    .job_renew = pg_job_renew,
     .redeliver = pg_redeliver,
     .list_deliveries = pg_list_deliveries,
     .get_delivery = pg_get_delivery,
@@ -1827,7 +1860,8 @@ static const store_ops PG_OPS = {
     .wait_for_work = pg_wait_for_work,
 };
 
-/* The pool size (CRCR_STORE_POOL, validated by config.c): 1..PG_POOL_MAX, 0 for the default. */
+/* The pool size (CRCR_STORE_POOL, validated by config.c; `crcr serve` turns 0 into its own
+ * default): 1..PG_POOL_MAX, 0 for PG_POOL_DEFAULT (the command-line tools). */
 static crcr_err pool_size(long pool, size_t *n, char *err, size_t errsz)
 {
     *n = PG_POOL_DEFAULT;

@@ -30,6 +30,7 @@ enum {
     S_NEXT_DUE,
     S_FINISH,
     S_RETRY,
+    S_RENEW,
     S_KV_GET,
     S_KV_PUT,
     S_COUNT
@@ -51,9 +52,14 @@ static const char *const SQL[S_COUNT] = {
         "SELECT event, payload, pr_number, head_sha FROM deliveries WHERE delivery_id=?",
     [S_NEXT_DUE] = "SELECT min(next_attempt_at) FROM outbox WHERE state='queued'",
     [S_FINISH] = "UPDATE outbox SET state=?1, attempts=attempts+1, last_status=?2, last_error=?3, "
-                 "note=?4, body=COALESCE(?5, body), done_at=?6, lease_until=NULL WHERE id=?7",
+                 "note=?4, body=COALESCE(?5, body), done_at=?6, lease_until=NULL WHERE id=?7 AND "
+                 "state='running' AND "
+                 "lease_until=?8",
     [S_RETRY] = "UPDATE outbox SET state='queued', attempts=attempts+?1, next_attempt_at=?2, "
-                "last_status=?3, last_error=?4, lease_until=NULL WHERE id=?5",
+                "last_status=?3, last_error=?4, lease_until=NULL WHERE id=?5 AND "
+                "state='running' AND lease_until=?6",
+    [S_RENEW] = "UPDATE outbox SET lease_until=?1 WHERE id=?2 AND state='running' AND "
+                "lease_until=?3",
     [S_KV_GET] = "SELECT value FROM kv WHERE key=? AND (expires_at=0 OR expires_at>?)",
     [S_KV_PUT] = "INSERT INTO kv(key, value, expires_at) VALUES (?,?,?) ON CONFLICT(key) DO "
                  "UPDATE SET value=excluded.value, expires_at=excluded.expires_at",
@@ -319,6 +325,7 @@ static crcr_err sq_claim(store *st, int64_t now, int64_t lease_ms, store_job *ou
     out->delivery_id = col_dup(q, 2);
     out->target = col_dup(q, 3);
     out->attempts = sqlite3_column_int(q, 4);
+    out->lease_until = now + lease_ms;
     err = copy_blob(q, 5, &out->body, CRCR_MAX_BODY_DEFAULT * 4u);
     /* Step to completion so the UPDATE ... RETURNING is finished before the next statement. */
     while (sqlite3_step(q) == SQLITE_ROW) {
@@ -365,9 +372,9 @@ static crcr_err sq_next_due(store *st, int64_t *due)
     return err;
 }
 
-static crcr_err sq_job_finish(store *st, int64_t id, const char *state, long http_status,
-                              const char *error, const char *note, const char *body,
-                              size_t body_len, int64_t now)
+static crcr_err sq_job_finish(store *st, int64_t id, int64_t lease, const char *state,
+                              long http_status, const char *error, const char *note,
+                              const char *body, size_t body_len, int64_t now)
 {
     sqlite_store *s = SS(st);
     crcr_err err = CRCR_OK;
@@ -390,15 +397,18 @@ static crcr_err sq_job_finish(store *st, int64_t id, const char *state, long htt
         sqlite3_bind_null(q, 5);
     sqlite3_bind_int64(q, 6, now);
     sqlite3_bind_int64(q, 7, id);
+    sqlite3_bind_int64(q, 8, lease);
     if (sqlite3_step(q) != SQLITE_DONE)
         err = fail(s, "finish");
+    else if (sqlite3_changes(s->db) == 0)
+        err = CRCR_E_STATE; /* the lease was lost: see store.h */
     sqlite3_reset(q);
     pthread_mutex_unlock(&s->mu);
     return err;
 }
 
-static crcr_err sq_job_retry(store *st, int64_t id, int64_t next_at, bool count_attempt,
-                             long http_status, const char *error)
+static crcr_err sq_job_retry(store *st, int64_t id, int64_t lease, int64_t next_at,
+                             bool count_attempt, long http_status, const char *error)
 {
     sqlite_store *s = SS(st);
     crcr_err err = CRCR_OK;
@@ -416,8 +426,33 @@ static crcr_err sq_job_retry(store *st, int64_t id, int64_t next_at, bool count_
         sqlite3_bind_null(q, 3);
     bind_text(q, 4, error && *error ? error : NULL);
     sqlite3_bind_int64(q, 5, id);
+    sqlite3_bind_int64(q, 6, lease);
     if (sqlite3_step(q) != SQLITE_DONE)
         err = fail(s, "retry");
+    else if (sqlite3_changes(s->db) == 0)
+        err = CRCR_E_STATE;
+    sqlite3_reset(q);
+    pthread_mutex_unlock(&s->mu);
+    return err;
+}
+
+static crcr_err sq_job_renew(store *st, int64_t id, int64_t lease, int64_t new_lease)
+{
+    sqlite_store *s = SS(st);
+    crcr_err err = CRCR_OK;
+    pthread_mutex_lock(&s->mu);
+    sqlite3_stmt *q = stmt(s, S_RENEW);
+    if (!q) {
+        pthread_mutex_unlock(&s->mu);
+        return CRCR_E_STORE;
+    }
+    sqlite3_bind_int64(q, 1, new_lease);
+    sqlite3_bind_int64(q, 2, id);
+    sqlite3_bind_int64(q, 3, lease);
+    if (sqlite3_step(q) != SQLITE_DONE)
+        err = fail(s, "renew");
+    else if (sqlite3_changes(s->db) == 0)
+        err = CRCR_E_STATE;
     sqlite3_reset(q);
     pthread_mutex_unlock(&s->mu);
     return err;
@@ -1347,6 +1382,7 @@ static const store_ops SQLITE_OPS = {
     .next_due = sq_next_due,
     .job_finish = sq_job_finish,
     .job_retry = sq_job_retry,
+    .job_renew = sq_job_renew,
     .redeliver = sq_redeliver,
     .list_deliveries = sq_list_deliveries,
     .get_delivery = sq_get_delivery,

@@ -1,5 +1,6 @@
 """Crash safety of the durable dispatch: the real relay (App mode) is SIGKILLed mid fan-out and
-restarted on the same SQLite store, against the fake GitHub.
+restarted on the same store (SQLite, or PostgreSQL when CRCR_E2E_PG_URI is set), against the fake
+GitHub. A second test checks that a worker whose lease ran out sends nothing.
 
 50 webhooks x 20 repos (1,000 dispatch rows); the fake delays every dispatch by 200 ms, so with
 16 workers the fan-out takes seconds and the kill lands in the middle of it. Afterwards every
@@ -85,6 +86,30 @@ class CrashTest(GitHubRelayMixin, unittest.TestCase):
             states = Counter(r["state"] for r in self.rows(d).values())
             self.assertEqual(states, Counter({"sent": len(REPOS)}), d)
         self.assertTrue(self.relay.running())
+
+
+class LeaseTest(GitHubRelayMixin, unittest.TestCase):
+    def test_a_worker_whose_lease_ran_out_sends_nothing(self):
+        """A worker stuck for longer than its lease (here: the installation lookup takes 2.5 s
+        with a 1 s lease) must not send once another worker has taken the row over; the row is
+        dispatched once, by the new holder, and the late worker records nothing."""
+        self.start_pair(allowlist=allowlist_yaml(l1=["solo/repo"]),
+                        env={"MAX_DISPATCH_WORKERS": "4", "CRCR_LEASE_SECONDS": "1"})
+        slow = self.gh.fault_delay(r"^/repos/solo/repo/installation$", delay_ms=2500,
+                                   method="GET", count=1)
+        d = self.post_ok("push", R.load_example("push")).delivery
+        self.wait_pairs({(d, "solo/repo")}, timeout=20)
+        # Let the stuck worker come back from its lookup and find its lease gone.
+        self.assertTrue(wait_until(lambda: "outbox.lease_lost" in self.relay.log_text(), 10),
+                        "the stuck worker never noticed its lost lease" + self.diag())
+        self.quiesce(1.0)
+        self.assertEqual(slow.hits, 1)
+        self.assertEqual(pair_counts(self.gh), {(d, "solo/repo"): 1},
+                         "the row was dispatched by both workers" + self.diag())
+        row = self.rows(d)["solo/repo"]
+        self.assertEqual((row["state"], row["attempts"], row["last_status"]), ("sent", 1, 204))
+        lost = [ln for ln in self.relay.log_text().splitlines() if "outbox.lease_lost" in ln]
+        self.assertTrue(all("sent=no" in ln for ln in lost), lost)
 
 
 if __name__ == "__main__":

@@ -115,13 +115,13 @@ static void retry_reschedules_and_counts_attempts(void **state)
     ingest(f->st, "d1", repos, 1, 1000);
     store_job j;
     store_claim(f->st, 1000, 5000, &j);
-    assert_int_equal(store_job_retry(f->st, j.id, 9000, true, 502, "HTTP 502"), CRCR_OK);
+    assert_int_equal(store_job_retry(f->st, &j, 9000, true, 502, "HTTP 502"), CRCR_OK);
     store_job_free(&j);
     assert_int_equal(store_claim(f->st, 8999, 5000, &j), CRCR_E_NOT_FOUND);
     assert_int_equal(store_claim(f->st, 9000, 5000, &j), CRCR_OK);
     assert_int_equal(j.attempts, 1);
     /* A pause does not spend an attempt. */
-    store_job_retry(f->st, j.id, 9500, false, 0, "paused");
+    store_job_retry(f->st, &j, 9500, false, 0, "paused");
     store_job_free(&j);
     assert_int_equal(store_claim(f->st, 9500, 5000, &j), CRCR_OK);
     assert_int_equal(j.attempts, 1);
@@ -154,8 +154,8 @@ static void finish_and_redeliver_dead_row(void **state)
     ingest(f->st, "d1", repos, 1, 1000);
     store_job j;
     store_claim(f->st, 1000, 5000, &j);
-    assert_int_equal(
-        store_job_finish(f->st, j.id, "dead", 404, "not installed", NULL, NULL, 0, 1100), CRCR_OK);
+    assert_int_equal(store_job_finish(f->st, &j, "dead", 404, "not installed", NULL, NULL, 0, 1100),
+                     CRCR_OK);
     store_job_free(&j);
     collected c = {0};
     assert_int_equal(store_get_delivery(f->st, "d1", NULL, collect_job, &c), CRCR_OK);
@@ -182,7 +182,7 @@ static void dry_run_body_is_kept(void **state)
     ingest(f->st, "d1", repos, 1, 1000);
     store_job j;
     store_claim(f->st, 1000, 5000, &j);
-    store_job_finish(f->st, j.id, "dry_run", 0, NULL, NULL, "{\"event_type\":\"x\"}", 18, 1001);
+    store_job_finish(f->st, &j, "dry_run", 0, NULL, NULL, "{\"event_type\":\"x\"}", 18, 1001);
     store_job_free(&j);
     collected c = {0};
     store_get_delivery(f->st, "d1", NULL, collect_job, &c);
@@ -252,7 +252,7 @@ static void retention_keeps_unfinished_deliveries(void **state)
     store_job j;
     store_claim(f->st, 1000, 5000, &j); /* old-done (lowest id) */
     assert_string_equal(j.delivery_id, "old-done");
-    store_job_finish(f->st, j.id, "sent", 204, NULL, NULL, NULL, 0, 1100);
+    store_job_finish(f->st, &j, "sent", 204, NULL, NULL, NULL, 0, 1100);
     store_job_free(&j);
     int n = 0;
     assert_int_equal(store_retention(f->st, 10000, &n), CRCR_OK);
@@ -274,7 +274,7 @@ static void *claimer(void *arg)
     store_job j;
     while (store_claim(c->st, 10000, 60000, &j) == CRCR_OK) {
         c->ids[c->claimed++] = j.id;
-        store_job_finish(c->st, j.id, "sent", 204, NULL, NULL, NULL, 0, 10001);
+        store_job_finish(c->st, &j, "sent", 204, NULL, NULL, NULL, 0, 10001);
         store_job_free(&j);
     }
     return NULL;

@@ -496,6 +496,41 @@ static void claim_takes_back_a_row_whose_lease_expired(void **state)
     store_job_free(&again);
 }
 
+/* A worker whose lease ran out must not change the row any more: neither its late "sent" nor
+ * its late retry (which would send the row a third time) may overwrite the new holder's work. */
+static void a_lost_lease_fences_finish_retry_and_renew(void **state)
+{
+    store *st = *state;
+    const char *t[] = {"a/one"};
+    assert_int_equal(ingest(st, "d", 1000, t, 1), CRCR_OK);
+    store_job old, cur;
+    assert_int_equal(store_claim(st, 1000, 100, &old), CRCR_OK);
+    assert_int_equal(old.lease_until, 1100);
+    /* Renewing while the lease holds extends it: no other claim before the new end. */
+    assert_int_equal(store_job_renew(st, &old, 1090, 100), CRCR_OK);
+    assert_int_equal(old.lease_until, 1190);
+    assert_int_equal(store_claim(st, 1150, 100, &cur), CRCR_E_NOT_FOUND);
+    assert_int_equal(store_claim(st, 1191, 100, &cur), CRCR_OK);
+    assert_int_equal(cur.id, old.id);
+    assert_int_equal(cur.lease_until, 1291);
+    /* The old holder is fenced off... */
+    assert_int_equal(store_job_retry(st, &old, 5000, true, 502, "HTTP 502"), CRCR_E_STATE);
+    assert_int_equal(store_job_finish(st, &old, "sent", 204, NULL, NULL, NULL, 0, 1200),
+                     CRCR_E_STATE);
+    assert_int_equal(store_job_renew(st, &old, 1200, 100), CRCR_E_STATE);
+    /* ...the new holder is not, and after its finish nobody can move the row again. */
+    assert_int_equal(store_job_finish(st, &cur, "sent", 204, NULL, NULL, NULL, 0, 1210), CRCR_OK);
+    assert_int_equal(store_job_retry(st, &cur, 5000, true, 502, "late"), CRCR_E_STATE);
+    assert_int_equal(store_job_retry(st, &old, 5000, true, 502, "late"), CRCR_E_STATE);
+    store_outbox_stats s;
+    assert_int_equal(store_outbox_stats_get(st, &s), CRCR_OK);
+    assert_int_equal(s.sent, 1);
+    assert_int_equal(s.queued + s.running, 0);
+    store_job_free(&cur);
+    assert_int_equal(store_claim(st, 99999, 100, &cur), CRCR_E_NOT_FOUND);
+    store_job_free(&old);
+}
+
 static void claim_of_a_job_row_carries_its_own_body(void **state)
 {
     store *st = *state;
@@ -503,7 +538,7 @@ static void claim_of_a_job_row_carries_its_own_body(void **state)
     assert_int_equal(ingest(st, "d", 1000, t, 1), CRCR_OK);
     store_job j;
     assert_int_equal(store_claim(st, 1000, 100, &j), CRCR_OK);
-    assert_int_equal(store_job_finish(st, j.id, "sent", 204, NULL, NULL, NULL, 0, 1001), CRCR_OK);
+    assert_int_equal(store_job_finish(st, &j, "sent", 204, NULL, NULL, NULL, 0, 1001), CRCR_OK);
     store_job_free(&j);
     const char body[] = "{\"b\":\"\x01\x00\xff\"}";
     store_new_job cr = {
@@ -529,13 +564,12 @@ static void finish_and_retry_record_outcomes_and_attempts(void **state)
     assert_int_equal(store_claim(st, 1000, 1000, &b), CRCR_OK);
     assert_int_equal(store_claim(st, 1000, 1000, &c), CRCR_OK);
     assert_int_equal(
-        store_job_finish(st, a.id, "dry_run", 0, NULL, "trimmed: body", "{\"req\":1}", 9, 1100),
+        store_job_finish(st, &a, "dry_run", 0, NULL, "trimmed: body", "{\"req\":1}", 9, 1100),
         CRCR_OK);
     /* Free text from a peer may be any bytes; the outcome must still be recorded. */
     assert_int_equal(
-        store_job_finish(st, b.id, "dead", 422, "bad \xff\xfe bytes", NULL, NULL, 0, 1200),
-        CRCR_OK);
-    assert_int_equal(store_job_retry(st, c.id, 5000, true, 502, "HTTP 502"), CRCR_OK);
+        store_job_finish(st, &b, "dead", 422, "bad \xff\xfe bytes", NULL, NULL, 0, 1200), CRCR_OK);
+    assert_int_equal(store_job_retry(st, &c, 5000, true, 502, "HTTP 502"), CRCR_OK);
 
     store_outbox_stats s;
     assert_int_equal(store_outbox_stats_get(st, &s), CRCR_OK);
@@ -552,12 +586,11 @@ static void finish_and_retry_record_outcomes_and_attempts(void **state)
     assert_int_equal(again.id, c.id);
     assert_int_equal(again.attempts, 1);
     /* A pause that is not the row's fault does not count. */
-    assert_int_equal(store_job_retry(st, again.id, 6000, false, 0, "paused"), CRCR_OK);
+    assert_int_equal(store_job_retry(st, &again, 6000, false, 0, "paused"), CRCR_OK);
     store_job_free(&again);
     assert_int_equal(store_claim(st, 6000, 1000, &again), CRCR_OK);
     assert_int_equal(again.attempts, 1);
-    assert_int_equal(store_job_finish(st, again.id, "sent", 204, NULL, NULL, NULL, 0, 6001),
-                     CRCR_OK);
+    assert_int_equal(store_job_finish(st, &again, "sent", 204, NULL, NULL, NULL, 0, 6001), CRCR_OK);
     store_job_free(&again);
 
     dview *v = view(st, "d");
@@ -592,7 +625,7 @@ static void redeliver_requeues_dispatch_rows_and_adds_a_missing_repo(void **stat
     store_job a, b;
     assert_int_equal(store_claim(st, 1000, 1000, &a), CRCR_OK);
     assert_int_equal(store_claim(st, 1000, 1000, &b), CRCR_OK);
-    assert_int_equal(store_job_finish(st, a.id, "dead", 404, "not installed", NULL, NULL, 0, 1001),
+    assert_int_equal(store_job_finish(st, &a, "dead", 404, "not installed", NULL, NULL, 0, 1001),
                      CRCR_OK);
     /* b stays running: a row in flight is not touched. */
     assert_int_equal(store_redeliver(st, "d", NULL, 9000, &n), CRCR_OK);
@@ -606,7 +639,7 @@ static void redeliver_requeues_dispatch_rows_and_adds_a_missing_repo(void **stat
     assert_string_equal(v->jobs[1].state, "running");
     free(v);
 
-    assert_int_equal(store_job_finish(st, b.id, "sent", 204, NULL, NULL, NULL, 0, 1002), CRCR_OK);
+    assert_int_equal(store_job_finish(st, &b, "sent", 204, NULL, NULL, NULL, 0, 1002), CRCR_OK);
     assert_int_equal(store_redeliver(st, "d", "ORG/TWO", 9100, &n), CRCR_OK); /* any case */
     assert_int_equal(n, 1);
     assert_int_equal(store_redeliver(st, "d", "new/repo", 9200, &n), CRCR_OK);
@@ -648,7 +681,7 @@ static void list_deliveries_filters_by_state_and_repo_newest_first(void **state)
     store_job j;
     assert_int_equal(store_claim(st, 1000, 1000, &j), CRCR_OK);
     assert_string_equal(j.delivery_id, "d1");
-    assert_int_equal(store_job_finish(st, j.id, "dead", 422, "x", NULL, NULL, 0, 1001), CRCR_OK);
+    assert_int_equal(store_job_finish(st, &j, "dead", 422, "x", NULL, NULL, 0, 1001), CRCR_OK);
     store_job_free(&j);
 
     dlist l = {0};
@@ -855,7 +888,7 @@ static void retention_deletes_old_finished_data_and_keeps_pending_work(void **st
     store_job j;
     assert_int_equal(store_claim(st, 1000, 100, &j), CRCR_OK);
     assert_string_equal(j.delivery_id, "old-done");
-    assert_int_equal(store_job_finish(st, j.id, "sent", 204, NULL, NULL, NULL, 0, 1002), CRCR_OK);
+    assert_int_equal(store_job_finish(st, &j, "sent", 204, NULL, NULL, NULL, 0, 1002), CRCR_OK);
     store_job_free(&j);
     assert_int_equal(store_kv_put(st, "cache:old", "x", 1, 1500), CRCR_OK);
     assert_int_equal(store_kv_put(st, "cache:forever", "x", 1, 0), CRCR_OK);
@@ -918,14 +951,13 @@ static void claim_keeps_rows_of_one_seq_key_in_creation_order(void **state)
     store_job_free(&other);
     assert_int_equal(store_claim(st, 2000, 100000, &other), CRCR_E_NOT_FOUND);
     /* Still waiting while the first is queued for a retry ... */
-    assert_int_equal(store_job_retry(st, first.id, 5000, true, 502, "HTTP 502"), CRCR_OK);
+    assert_int_equal(store_job_retry(st, &first, 5000, true, 502, "HTTP 502"), CRCR_OK);
     assert_int_equal(store_claim(st, 3000, 100000, &other), CRCR_E_NOT_FOUND);
     store_job_free(&first);
     assert_int_equal(store_claim(st, 5000, 100000, &first), CRCR_OK);
     assert_int_equal(first.id, dispatch + 1);
     /* ... and free to go once it is finished, dead or not. */
-    assert_int_equal(store_job_finish(st, first.id, "dead", 422, "x", NULL, NULL, 0, 5001),
-                     CRCR_OK);
+    assert_int_equal(store_job_finish(st, &first, "dead", 422, "x", NULL, NULL, 0, 5001), CRCR_OK);
     assert_int_equal(store_claim(st, 5001, 100000, &other), CRCR_OK);
     assert_int_equal(other.id, dispatch + 2);
     store_job_free(&first);
@@ -1330,7 +1362,7 @@ static void *claim_all(void *arg)
         }
         if (c->n < 256)
             c->ids[c->n++] = j.id;
-        store_job_finish(c->st, j.id, "sent", 204, NULL, NULL, NULL, 0, 10001);
+        store_job_finish(c->st, &j, "sent", 204, NULL, NULL, NULL, 0, 10001);
         store_job_free(&j);
     }
     return NULL;
@@ -1480,6 +1512,7 @@ int main(void)
         T(ingest_without_jobs_records_an_ignored_delivery),
         T(claim_hands_out_due_rows_in_due_order_with_their_delivery),
         T(claim_takes_back_a_row_whose_lease_expired),
+        T(a_lost_lease_fences_finish_retry_and_renew),
         T(claim_of_a_job_row_carries_its_own_body),
         T(finish_and_retry_record_outcomes_and_attempts),
         T(redeliver_requeues_dispatch_rows_and_adds_a_missing_repo),
