@@ -369,6 +369,11 @@ class Bench:
         store the test support would pick."""
         d = tempfile.mkdtemp(prefix="crcr-bench-", dir="/dev/shm" if tmpfs else None)
         base = {"CRCR_LOG": "warn", "CRCR_STORE": "sqlite:" + os.path.join(d, "crcr.db")}
+        # BENCH_RELAY_ENV="K=V,K=V": extra settings for every relay of the run (A/B comparisons,
+        # e.g. CRCR_HTTP_THREADS=2); recorded with the run's commands.
+        for kv in filter(None, os.environ.get("BENCH_RELAY_ENV", "").split(",")):
+            k, _, v = kv.partition("=")
+            base[k.strip()] = v
         base.update(env or {})
         try:
             rl = R.Relay(env=base, allowlist=allowlist, secret=SECRET,

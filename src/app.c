@@ -28,6 +28,8 @@
 #define APP_SHUTDOWN_GRACE_MS 10000
 /* The largest pool CRCR_STORE_POOL accepts (store_pg.c has the same cap). */
 #define APP_STORE_POOL_MAX 256
+#define APP_HTTP_THREADS_PER_CPU 4
+#define APP_HTTP_THREADS_MIN 8
 
 static volatile sig_atomic_t g_stop;
 static volatile sig_atomic_t g_reload;
@@ -72,16 +74,26 @@ static void usage(void)
     fputs("usage: crcr serve [--config FILE]\n", stderr);
 }
 
+/* HTTP threads (CRCR_HTTP_THREADS; 0: APP_HTTP_THREADS_PER_CPU per CPU, at least
+ * APP_HTTP_THREADS_MIN). Handlers block while their webhook's group commit runs (store.h), so
+ * threads beyond the CPUs are what lets concurrent webhooks share one commit. */
+static unsigned http_threads(const crcr_config *cfg)
+{
+    if (cfg->http_threads > 0)
+        return (unsigned)cfg->http_threads;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    long n = (cpus > 0 ? cpus : 1) * APP_HTTP_THREADS_PER_CPU;
+    return n < APP_HTTP_THREADS_MIN ? APP_HTTP_THREADS_MIN : (unsigned)n;
+}
+
 /* Connections of a shared store's pool. CRCR_STORE_POOL 0: one per thread that can use the store
- * at the same time - every outbox worker, every HTTP thread (one per CPU, as http_server.c sizes
- * its pool), the main loop and one spare - so no worker queues for a connection while its lease
- * runs (the listening connection is separate). */
+ * at the same time - every outbox worker, every HTTP thread, the main loop and one spare - so no
+ * worker queues for a connection while its lease runs (the listening connection is separate). */
 static long store_pool_size(const crcr_config *cfg)
 {
     if (cfg->store_pool > 0)
         return cfg->store_pool;
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    long n = cfg->max_dispatch_workers + (cpus > 0 ? cpus : 1) + 2;
+    long n = cfg->max_dispatch_workers + (long)http_threads(cfg) + 2;
     return n > APP_STORE_POOL_MAX ? APP_STORE_POOL_MAX : n;
 }
 
@@ -167,6 +179,11 @@ int app_serve_main(int argc, char **argv)
         rc = 2;
         goto out;
     }
+    /* This instance in the leases of periodic work (allowlist refresh, sweeper). */
+    char owner[128], host[64] = "host";
+    gethostname(host, sizeof(host) - 1);
+    snprintf(owner, sizeof(owner), "%s:%ld", host, (long)getpid());
+    allowlist_source_set_store(app->allow, app->st, owner);
     if (allowlist_source_load(app->allow, err, sizeof(err)) != CRCR_OK) {
         if (app->cfg.allowlist_file) {
             fprintf(stderr, "crcr: ALLOWLIST_FILE: %s\n", err);
@@ -202,6 +219,7 @@ int app_serve_main(int argc, char **argv)
     http_server_opts hopts = {
         .host = app->cfg.listen_host,
         .port = app->cfg.listen_port,
+        .threads = http_threads(&app->cfg),
         .request_deadline_s = (unsigned)app->cfg.request_deadline_s,
     };
     app->started_at = clock_now_ms();
@@ -217,9 +235,6 @@ int app_serve_main(int argc, char **argv)
 
     /* The first sweep runs right away: zombies left while the relay was down are old already. */
     int64_t next_sweep = clock_mono_ms();
-    char owner[128], host[64] = "host";
-    gethostname(host, sizeof(host) - 1);
-    snprintf(owner, sizeof(owner), "%s:%ld", host, (long)getpid());
     while (!g_stop) {
         struct timespec ts = {0, APP_TICK_MS * 1000000L};
         nanosleep(&ts, NULL);

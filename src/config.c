@@ -79,6 +79,7 @@ typedef enum {
     K_CRCR_LEASE_SECONDS,
     K_CRCR_REQUEST_DEADLINE_SECONDS,
     K_CRCR_STORE_POOL,
+    K_CRCR_HTTP_THREADS,
     K_CRCR_HEALTH_L2_SUCCESS_PCT,
     K_CRCR_HEALTH_L3_SUCCESS_PCT,
     K_CRCR_HEALTH_L4_SUCCESS_PCT,
@@ -188,6 +189,11 @@ static const key_def k_keys[K_COUNT] = {
                            "MAX_DISPATCH_WORKERS + one per CPU + 2 (capped at 256), so that no "
                            "outbox worker waits for a connection while its lease runs. The "
                            "server needs instances x (pool + 1)."},
+    [K_CRCR_HTTP_THREADS] = {"CRCR_HTTP_THREADS", "0", false, 0, 256,
+                             "Threads serving HTTP requests. 0: 4 per CPU, at least 8. A request "
+                             "holds its thread while its webhook is committed; concurrent "
+                             "webhooks share one commit, so more threads than CPUs means fewer "
+                             "commits under load."},
     [K_CRCR_HEALTH_L2_SUCCESS_PCT] = {"CRCR_HEALTH_L2_SUCCESS_PCT", "70", false, 0, 100,
                                       "Level health: L2 needs a weekly success rate above this "
                                       "percentage."},
@@ -1045,6 +1051,9 @@ static crcr_err fill(raw_values *raw, crcr_config *cfg, char *err, size_t errsz)
     if ((e = take_int(raw, K_CRCR_STORE_POOL, &n, err, errsz)))
         return e;
     cfg->store_pool = (long)n;
+    if ((e = take_int(raw, K_CRCR_HTTP_THREADS, &n, err, errsz)))
+        return e;
+    cfg->http_threads = (long)n;
     static const key_id health_keys[] = {K_CRCR_HEALTH_L2_SUCCESS_PCT, K_CRCR_HEALTH_L3_SUCCESS_PCT,
                                          K_CRCR_HEALTH_L4_SUCCESS_PCT};
     for (int lv = 2; lv <= 4; lv++) {
@@ -1293,6 +1302,9 @@ crcr_err config_describe(const crcr_config *cfg, buf_t *out)
             break;
         case K_CRCR_STORE_POOL:
             num = cfg->store_pool;
+            break;
+        case K_CRCR_HTTP_THREADS:
+            num = cfg->http_threads;
             break;
         case K_CRCR_HEALTH_L2_SUCCESS_PCT:
             num = cfg->health_success_pct[2];

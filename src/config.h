@@ -61,6 +61,7 @@ typedef struct crcr_config {
 
     long request_deadline_s; /* CRCR_REQUEST_DEADLINE_SECONDS, total per HTTP request, default 15 */
     long store_pool;         /* CRCR_STORE_POOL, PostgreSQL connections per instance, 0: auto */
+    long http_threads;       /* CRCR_HTTP_THREADS, 0: 4 per CPU, at least 8 */
     long health_success_pct[5]; /* CRCR_HEALTH_L{2,3,4}_SUCCESS_PCT: level-health thresholds */
     long health_pr_hours;       /* CRCR_HEALTH_PR_HOURS: L2's limit on a PR's total time */
 } crcr_config;

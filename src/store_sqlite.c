@@ -113,11 +113,29 @@ static const char SCHEMA[] =
     " at INTEGER NOT NULL, status INTEGER NOT NULL);"
     "CREATE INDEX IF NOT EXISTS callback_rejections_repo ON callback_rejections(repo, at);";
 
+/* Most ingests one group commit writes (see sq_ingest). */
+#define SQ_GROUP_MAX 256
+
+/* An ingest waiting for its group commit; lives on the calling thread's stack. */
+typedef struct ingest_req {
+    const store_delivery *d;
+    const store_new_job *jobs;
+    size_t n;
+    crcr_err result;
+    bool done; /* guarded by gmu */
+    struct ingest_req *next;
+} ingest_req;
+
 typedef struct sqlite_store {
     struct store base;
     sqlite3 *db;
     pthread_mutex_t mu;
     sqlite3_stmt *stmts[S_COUNT];
+    /* Group commit of ingests (sq_ingest): queue and leader flag, guarded by gmu. */
+    pthread_mutex_t gmu;
+    pthread_cond_t gcv;
+    ingest_req *ghead, *gtail;
+    bool gleading;
 } sqlite_store;
 
 static sqlite_store *SS(store *st)
@@ -184,6 +202,8 @@ static void sq_close(store *st)
         sqlite3_finalize(s->stmts[i]);
     sqlite3_close(s->db);
     pthread_mutex_destroy(&s->mu);
+    pthread_mutex_destroy(&s->gmu);
+    pthread_cond_destroy(&s->gcv);
     free(s);
 }
 
@@ -220,15 +240,11 @@ static crcr_err end_durable(sqlite_store *s, crcr_err err, bool rollback_only)
     return err;
 }
 
-static crcr_err sq_ingest(store *st, const store_delivery *d, const store_new_job *jobs, size_t n)
+/* Writes one delivery and its rows inside the caller's transaction (s->mu held). */
+static crcr_err ingest_one(sqlite_store *s, const store_delivery *d, const store_new_job *jobs,
+                           size_t n)
 {
-    sqlite_store *s = SS(st);
     crcr_err err = CRCR_OK;
-    pthread_mutex_lock(&s->mu);
-    if (begin_durable(s) != CRCR_OK) {
-        pthread_mutex_unlock(&s->mu);
-        return CRCR_E_STORE;
-    }
     sqlite3_stmt *q = stmt(s, S_INS_DELIVERY);
     if (!q) {
         err = CRCR_E_STORE;
@@ -278,9 +294,79 @@ static crcr_err sq_ingest(store *st, const store_delivery *d, const store_new_jo
 out:
     if (q)
         sqlite3_reset(q);
-    err = end_durable(s, err, false);
-    pthread_mutex_unlock(&s->mu);
     return err;
+}
+
+/*
+ * Group commit. Every ingest must be durable (synchronous=FULL) before its 202, and the fsync is
+ * most of an ingest's time, so ingests that arrive while a commit is running are written by the
+ * next one together, each inside its own savepoint (a duplicate or a failed insert undoes only
+ * its own rows), under one COMMIT and one fsync. The first waiting caller leads: it takes every
+ * queued request (at most SQ_GROUP_MAX), commits them and wakes their callers; nobody returns
+ * before the commit that holds its rows. A single caller commits alone, as before.
+ */
+static void commit_group(sqlite_store *s, ingest_req *batch)
+{
+    pthread_mutex_lock(&s->mu);
+    crcr_err txerr = begin_durable(s);
+    for (ingest_req *r = batch; r; r = r->next) {
+        if (txerr) {
+            r->result = CRCR_E_STORE;
+            continue;
+        }
+        if (exec(s, "SAVEPOINT ingest") != CRCR_OK) {
+            r->result = CRCR_E_STORE;
+            continue;
+        }
+        r->result = ingest_one(s, r->d, r->jobs, r->n);
+        if (r->result)
+            exec(s, "ROLLBACK TO ingest");
+        exec(s, "RELEASE ingest");
+    }
+    if (!txerr && end_durable(s, CRCR_OK, false) != CRCR_OK) {
+        for (ingest_req *r = batch; r; r = r->next)
+            if (r->result == CRCR_OK || r->result == CRCR_E_DUPLICATE)
+                r->result = CRCR_E_STORE; /* nothing of the batch is stored */
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+static crcr_err sq_ingest(store *st, const store_delivery *d, const store_new_job *jobs, size_t n)
+{
+    sqlite_store *s = SS(st);
+    ingest_req me = {.d = d, .jobs = jobs, .n = n};
+    pthread_mutex_lock(&s->gmu);
+    if (s->gtail)
+        s->gtail->next = &me;
+    else
+        s->ghead = &me;
+    s->gtail = &me;
+    while (!me.done) {
+        if (s->gleading) {
+            pthread_cond_wait(&s->gcv, &s->gmu);
+            continue;
+        }
+        /* Lead: take up to SQ_GROUP_MAX queued requests (this one is among them). */
+        s->gleading = true;
+        ingest_req *batch = s->ghead, *last = batch;
+        for (size_t k = 1; k < SQ_GROUP_MAX && last->next; k++)
+            last = last->next;
+        s->ghead = last->next;
+        if (!s->ghead)
+            s->gtail = NULL;
+        last->next = NULL;
+        pthread_mutex_unlock(&s->gmu);
+        commit_group(s, batch);
+        pthread_mutex_lock(&s->gmu);
+        for (ingest_req *r = batch, *nx; r; r = nx) {
+            nx = r->next; /* r lives on its caller's stack: read before marking it done */
+            r->done = true;
+        }
+        s->gleading = false;
+        pthread_cond_broadcast(&s->gcv);
+    }
+    pthread_mutex_unlock(&s->gmu);
+    return me.result;
 }
 
 static crcr_err copy_blob(sqlite3_stmt *q, int i, buf_t *out, size_t max)
@@ -696,10 +782,13 @@ static crcr_err sq_kv_get(store *st, const char *key, buf_t *value, int64_t now)
     } else {
         bind_text(q, 1, key);
         sqlite3_bind_int64(q, 2, now);
-        if (sqlite3_step(q) == SQLITE_ROW) {
+        int rc = sqlite3_step(q);
+        if (rc == SQLITE_ROW) {
             const void *p = sqlite3_column_blob(q, 0);
             int n = sqlite3_column_bytes(q, 0);
             err = buf_append(value, p ? p : "", (size_t)n);
+        } else if (rc != SQLITE_DONE) {
+            err = fail(s, "kv_get"); /* a failed read is not "no value" */
         }
         sqlite3_reset(q);
     }
@@ -1423,6 +1512,8 @@ crcr_err store_sqlite_open(const char *path, store **out, char *err, size_t errs
         return CRCR_E_NOMEM;
     s->base.ops = &SQLITE_OPS;
     pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_init(&s->gmu, NULL);
+    pthread_cond_init(&s->gcv, NULL);
     if (!*path) {
         snprintf(err, errsz, "CRCR_STORE: empty SQLite path");
         free(s);

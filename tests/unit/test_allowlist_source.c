@@ -3,7 +3,9 @@
  *
  * Blob URL parsing, and the file source end to end: first load, refresh on TTL and on reload(),
  * a broken refresh keeping the last good allowlist, status and log events. Fetching through the
- * contents API is covered by the end-to-end tests against a fake GitHub.
+ * contents API is covered by the end-to-end tests against a fake GitHub; here a small in-process
+ * fake contents API serves the URL source for the several-instances behaviour (lease, shared
+ * copy in a SQLite store, stale copies, start-up with GitHub down).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,7 +13,13 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <arpa/inet.h>
+#include <curl/curl.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <openssl/evp.h>
 #include <pthread.h>
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +28,7 @@
 #include "allowlist_source.h"
 #include "clock.h"
 #include "log.h"
+#include "store.h"
 
 /* ---------------------------------------------------------------------------------------- */
 /* Blob URLs. */
@@ -445,6 +454,524 @@ static void test_new_needs_a_source_and_prefers_the_file(void **state)
     allowlist_source_free(NULL);
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* Several instances: the URL source against a fake contents API (libmicrohttpd on 127.0.0.1),
+ * sources sharing one SQLite store file (each through its own connection, as two processes
+ * would). Times are explicit `now` values near the real clock (start-up uses the real clock). */
+
+#define SH_TTL_S 10
+#define SH_TTL_MS (SH_TTL_S * 1000)
+#define SH_URL "https://github.com/o/r/blob/main/list.yml"
+#define SH_CONTENTS_PATH "/repos/o/r/contents/list.yml"
+
+typedef struct fakegh {
+    struct MHD_Daemon *d;
+    int port;
+    pthread_mutex_t mu;
+    char text[4096];  /* the file served */
+    unsigned version; /* its ETag is "v<version>" */
+    bool down;        /* answer 503 */
+    unsigned n_get;   /* contents requests */
+    unsigned n_304;
+} fakegh;
+
+static enum MHD_Result fake_handler(void *cls, struct MHD_Connection *c, const char *url,
+                                    const char *method, const char *version, const char *upload,
+                                    size_t *upload_size, void **con_cls)
+{
+    (void)version;
+    (void)upload;
+    (void)upload_size;
+    (void)con_cls;
+    fakegh *f = cls;
+    const char *ref = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "ref");
+    const char *inm = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "If-None-Match");
+    unsigned status = 404;
+    char etag[32] = "";
+    char *body = NULL;
+    pthread_mutex_lock(&f->mu);
+    if (strcmp(method, "GET") == 0 && strcmp(url, SH_CONTENTS_PATH) == 0 && ref &&
+        strcmp(ref, "main") == 0) {
+        f->n_get++;
+        snprintf(etag, sizeof(etag), "\"v%u\"", f->version);
+        if (f->down) {
+            status = 503;
+        } else if (inm && strcmp(inm, etag) == 0) {
+            status = 304;
+            f->n_304++;
+        } else {
+            size_t n = strlen(f->text);
+            unsigned char *b64 = malloc(4 * ((n + 2) / 3) + 1);
+            body = malloc(4 * ((n + 2) / 3) + 128);
+            if (b64 && body) {
+                EVP_EncodeBlock(b64, (const unsigned char *)f->text, (int)n);
+                snprintf(body, 4 * ((n + 2) / 3) + 128,
+                         "{\"type\":\"file\",\"encoding\":\"base64\",\"content\":\"%s\"}", b64);
+                status = 200;
+            }
+            free(b64);
+        }
+    }
+    pthread_mutex_unlock(&f->mu);
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(body ? strlen(body) : 0, body ? body : (void *)"",
+                                        body ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
+    if (etag[0] && status != 503)
+        MHD_add_response_header(r, "ETag", etag);
+    enum MHD_Result ret = MHD_queue_response(c, status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static void fake_serve(fakegh *f, const char *text)
+{
+    pthread_mutex_lock(&f->mu);
+    snprintf(f->text, sizeof(f->text), "%s", text);
+    f->version++;
+    pthread_mutex_unlock(&f->mu);
+}
+
+static void fake_down(fakegh *f, bool down)
+{
+    pthread_mutex_lock(&f->mu);
+    f->down = down;
+    pthread_mutex_unlock(&f->mu);
+}
+
+static unsigned fake_gets(fakegh *f)
+{
+    pthread_mutex_lock(&f->mu);
+    unsigned n = f->n_get;
+    pthread_mutex_unlock(&f->mu);
+    return n;
+}
+
+#define SH_MAX 3
+
+typedef struct shared_fx {
+    fakegh f;
+    char api[64];
+    char db[64];
+    crcr_config cfg;
+    gh_client *gh;
+    store *st[SH_MAX];
+    allowlist_source *src[SH_MAX];
+    char log[65536];
+    size_t log_len;
+} shared_fx;
+
+static void shared_log_sink(const char *line, size_t len, void *ctx)
+{
+    shared_fx *x = ctx;
+    if (x->log_len + len < sizeof(x->log)) {
+        memcpy(x->log + x->log_len, line, len);
+        x->log_len += len;
+        x->log[x->log_len] = '\0';
+    }
+}
+
+static int shared_setup(void **state)
+{
+    shared_fx *x = calloc(1, sizeof(*x));
+    assert_non_null(x);
+    pthread_mutex_init(&x->f.mu, NULL);
+    fake_serve(&x->f, GOOD_V1);
+    struct sockaddr_in sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    x->f.d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0, NULL, NULL,
+                              fake_handler, &x->f, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
+                              MHD_OPTION_END);
+    assert_non_null(x->f.d);
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(x->f.d, MHD_DAEMON_INFO_BIND_PORT);
+    assert_non_null(info);
+    x->f.port = info->port;
+    snprintf(x->api, sizeof(x->api), "http://127.0.0.1:%d", x->f.port);
+
+    snprintf(x->db, sizeof(x->db), "/tmp/crcr-allowlist-shared-XXXXXX");
+    int fd = mkstemp(x->db);
+    assert_true(fd >= 0);
+    close(fd);
+    char uri[96];
+    snprintf(uri, sizeof(uri), "sqlite:%s", x->db);
+    char err[256] = "";
+    for (int i = 0; i < SH_MAX; i++)
+        if (store_open(uri, &x->st[i], err, sizeof(err)) != CRCR_OK)
+            fail_msg("store_open: %s", err);
+
+    x->cfg.allowlist_url = SH_URL;
+    x->cfg.allowlist_ttl_s = SH_TTL_S;
+    x->cfg.github_api_url = x->api;
+    x->cfg.dry_run = true;
+    x->gh = gh_client_new(&x->cfg, err, sizeof(err));
+    if (!x->gh)
+        fail_msg("gh_client_new: %s", err);
+    for (int i = 0; i < SH_MAX; i++) {
+        x->src[i] = allowlist_source_new(&x->cfg, x->gh, err, sizeof(err));
+        if (!x->src[i])
+            fail_msg("allowlist_source_new: %s", err);
+        char owner[16];
+        snprintf(owner, sizeof(owner), "instance-%c", 'A' + i);
+        allowlist_source_set_store(x->src[i], x->st[i], owner);
+    }
+    log_set_level(CRCR_LOG_DEBUG);
+    log_set_sink(shared_log_sink, x);
+    *state = x;
+    return 0;
+}
+
+static int shared_teardown(void **state)
+{
+    shared_fx *x = *state;
+    log_set_sink(NULL, NULL);
+    log_set_level(CRCR_LOG_INFO);
+    for (int i = 0; i < SH_MAX; i++) {
+        allowlist_source_free(x->src[i]);
+        store_close(x->st[i]);
+    }
+    gh_client_free(x->gh);
+    MHD_stop_daemon(x->f.d);
+    pthread_mutex_destroy(&x->f.mu);
+    char side[96];
+    unlink(x->db);
+    snprintf(side, sizeof(side), "%s-wal", x->db);
+    unlink(side);
+    snprintf(side, sizeof(side), "%s-shm", x->db);
+    unlink(side);
+    free(x);
+    return 0;
+}
+
+static void load_ok(allowlist_source *src)
+{
+    char err[512] = "";
+    crcr_err rc = allowlist_source_load(src, err, sizeof(err));
+    if (rc != CRCR_OK)
+        fail_msg("allowlist_source_load: %s", err);
+}
+
+static allowlist_status status_of(allowlist_source *src)
+{
+    allowlist_status st;
+    allowlist_source_status(src, &st);
+    return st;
+}
+
+/* Writes a copy by hand (the format is documented in allowlist_source.c). */
+static void put_copy(store *st, const char *url, int64_t fetched_at, const char *text)
+{
+    char v[8192];
+    int n = snprintf(v, sizeof(v),
+                     "crcr-allowlist-copy 1\nurl: %s\netag: \"hand\"\nfetched_at: "
+                     "%lld\n\n%s",
+                     url, (long long)fetched_at, text);
+    assert_true(n > 0 && (size_t)n < sizeof(v));
+    assert_int_equal(store_kv_put(st, "allowlist:copy", v, (size_t)n, 0), CRCR_OK);
+}
+
+/* The copy's fetched_at (0 when there is none). */
+static int64_t copy_fetched_at(store *st)
+{
+    buf_t v;
+    buf_init(&v, 2u * 1024 * 1024);
+    int64_t at = 0;
+    if (store_kv_get(st, "allowlist:copy", &v, clock_now_ms()) == CRCR_OK) {
+        const char *p = strstr(buf_cstr(&v), "\nfetched_at: ");
+        if (p)
+            at = strtoll(p + 13, NULL, 10);
+    }
+    buf_free(&v);
+    return at;
+}
+
+static void test_shared_only_the_lease_holder_calls_github(void **state)
+{
+    shared_fx *x = *state;
+    allowlist_source *a = x->src[0], *b = x->src[1];
+    /* A starts first: no copy yet, it fetches, writes the copy and takes the lease. */
+    load_ok(a);
+    assert_int_equal(fake_gets(&x->f), 1);
+    assert_string_equal(status_of(a).origin, "github");
+    assert_non_null(strstr(x->log, "event=allowlist.loaded"));
+    assert_non_null(strstr(x->log, "from=github"));
+    /* B starts within the TTL: it takes the copy, GitHub sees nothing. */
+    load_ok(b);
+    assert_int_equal(fake_gets(&x->f), 1);
+    allowlist_status sb = status_of(b);
+    assert_true(sb.loaded);
+    assert_int_equal(sb.repos, 2);
+    assert_string_equal(sb.origin, "shared_copy");
+    assert_string_equal(sb.last_error, "");
+    assert_non_null(strstr(x->log, "from=shared_copy"));
+    assert_int_equal(level_now(b, "example-org/two"), CRCR_LEVEL_L2);
+
+    /* Five TTL periods with both ticking every second: one request per period, all by A, each
+     * a 304 that also refreshes the copy's fetched_at. */
+    int64_t t0 = clock_now_ms();
+    for (int s = 1; s <= 5 * SH_TTL_S + 1; s++) {
+        allowlist_source_tick(a, t0 + s * 1000);
+        allowlist_source_tick(b, t0 + s * 1000);
+    }
+    assert_int_equal(fake_gets(&x->f), 1 + 5);
+    pthread_mutex_lock(&x->f.mu);
+    assert_int_equal(x->f.n_304, 5);
+    pthread_mutex_unlock(&x->f.mu);
+    assert_true(copy_fetched_at(x->st[2]) >= t0 + 5 * SH_TTL_MS);
+    /* B read the copy and found it unchanged; its age follows the holder's confirmations. */
+    sb = status_of(b);
+    assert_string_equal(sb.last_error, "");
+    assert_true(sb.loaded_at >= t0 + 4 * SH_TTL_MS);
+
+    /* B alone, however often it ticks while A keeps the lease: no request. */
+    unsigned before = fake_gets(&x->f);
+    for (int s = 0; s < 10; s++)
+        allowlist_source_tick(b, t0 + 5 * SH_TTL_MS + 2000 + s * 1000);
+    assert_int_equal(fake_gets(&x->f), before);
+}
+
+static void test_shared_a_changed_copy_is_swapped_in(void **state)
+{
+    shared_fx *x = *state;
+    allowlist_source *a = x->src[0], *b = x->src[1];
+    load_ok(a);
+    load_ok(b);
+    int64_t t0 = clock_now_ms();
+    fake_serve(&x->f, GOOD_V2);
+    /* The holder's refresh is due one TTL after its start-up load and gets the new file. */
+    allowlist_source_tick(a, t0 + SH_TTL_MS);
+    assert_int_equal(level_now(a, "example-org/four"), CRCR_LEVEL_L4);
+    assert_int_equal(fake_gets(&x->f), 2);
+    /* B looks one slack (TTL/10) after the copy was due: the new list, from the copy. */
+    assert_int_equal(level_now(b, "example-org/four"), CRCR_LEVEL_NONE);
+    allowlist_source_tick(b, t0 + SH_TTL_MS + SH_TTL_MS / 10);
+    assert_int_equal(level_now(b, "example-org/four"), CRCR_LEVEL_L4);
+    assert_int_equal(level_now(b, "example-org/two"), CRCR_LEVEL_NONE);
+    assert_int_equal(fake_gets(&x->f), 2);
+    allowlist_status sb = status_of(b);
+    assert_string_equal(sb.origin, "shared_copy");
+    assert_int_equal(sb.repos, 2);
+    const char *last = strstr(x->log, "from=shared_copy repos=2");
+    assert_non_null(last);
+
+    /* B now holds the copy's ETag: when it takes the lease over, an unchanged file is a 304. */
+    allowlist_source_tick(b, t0 + 10 * SH_TTL_MS);
+    assert_int_equal(fake_gets(&x->f), 3);
+    pthread_mutex_lock(&x->f.mu);
+    assert_int_equal(x->f.n_304, 1);
+    pthread_mutex_unlock(&x->f.mu);
+}
+
+static void test_shared_a_bad_copy_keeps_the_old_list(void **state)
+{
+    shared_fx *x = *state;
+    allowlist_source *a = x->src[0], *b = x->src[1];
+    int64_t t0 = clock_now_ms();
+    /* A holder that never lets go, so that B only ever reads the copy. */
+    bool held = false;
+    assert_int_equal(store_lease(x->st[0], "allowlist", "ghost", t0, 100 * SH_TTL_MS, &held),
+                     CRCR_OK);
+    assert_true(held);
+    load_ok(a);
+    load_ok(b);
+    allowlist_status good = status_of(b);
+
+    /* A copy whose text does not parse: the old list stays, the reason shows. */
+    put_copy(x->st[0], SH_URL, t0, BROKEN);
+    allowlist_source_tick(b, t0 + 2 * SH_TTL_MS);
+    assert_int_equal(level_now(b, "example-org/two"), CRCR_LEVEL_L2);
+    allowlist_status sb = status_of(b);
+    assert_true(sb.loaded);
+    assert_int_equal(sb.repos, 2);
+    assert_int_equal(sb.loaded_at, good.loaded_at);
+    const char *want = "shared copy of list.yml:4:3: L3 must be a device mapping";
+    assert_true(strncmp(sb.last_error, want, strlen(want)) == 0);
+    assert_non_null(strstr(x->log, "event=allowlist.refresh_failed"));
+    assert_int_equal(fake_gets(&x->f), 1);
+
+    /* Something that is not a copy at all: the same. */
+    assert_int_equal(store_kv_put(x->st[0], "allowlist:copy", "garbage\n\nL1: []\n", 16, 0),
+                     CRCR_OK);
+    allowlist_source_tick(b, t0 + 4 * SH_TTL_MS);
+    assert_int_equal(level_now(b, "example-org/two"), CRCR_LEVEL_L2);
+    sb = status_of(b);
+    assert_non_null(strstr(sb.last_error, "shared copy: not a copy this relay can read"));
+    assert_int_equal(fake_gets(&x->f), 1);
+
+    /* A good copy again clears the error. */
+    put_copy(x->st[0], SH_URL, t0 + 5 * SH_TTL_MS, GOOD_V2);
+    allowlist_source_tick(b, t0 + 6 * SH_TTL_MS);
+    assert_int_equal(level_now(b, "example-org/four"), CRCR_LEVEL_L4);
+    assert_string_equal(status_of(b).last_error, "");
+    assert_int_equal(status_of(b).loaded_at, t0 + 5 * SH_TTL_MS);
+
+    /* A copy of another URL is ignored: B fetches for itself (and gets V1 back). */
+    put_copy(x->st[0], "https://github.com/o/r/blob/main/other.yml", t0 + 7 * SH_TTL_MS, GOOD_V2);
+    allowlist_source_tick(b, t0 + 7 * SH_TTL_MS);
+    assert_int_equal(fake_gets(&x->f), 2);
+    assert_int_equal(level_now(b, "example-org/two"), CRCR_LEVEL_L2);
+    assert_string_equal(status_of(b).origin, "github");
+}
+
+static void test_shared_a_stale_copy_makes_an_instance_fetch_itself(void **state)
+{
+    shared_fx *x = *state;
+    allowlist_source *b = x->src[1];
+    int64_t t0 = clock_now_ms();
+    /* Someone holds the lease but has not refreshed the copy for 3 TTLs less a second... */
+    bool held = false;
+    assert_int_equal(store_lease(x->st[0], "allowlist", "ghost", t0, 100 * SH_TTL_MS, &held),
+                     CRCR_OK);
+    assert_true(held);
+    put_copy(x->st[0], SH_URL, t0 - SH_TTL_MS / 2, GOOD_V2);
+    load_ok(b);
+    assert_int_equal(fake_gets(&x->f), 0);
+    assert_int_equal(level_now(b, "example-org/four"), CRCR_LEVEL_L4);
+    allowlist_source_tick(b, t0 + 3 * SH_TTL_MS - SH_TTL_MS / 2 - 1000);
+    assert_int_equal(fake_gets(&x->f), 0);
+    /* ...and a moment later the copy is too old: B fetches itself and shares what it got. */
+    allowlist_source_tick(b, t0 + 3 * SH_TTL_MS);
+    assert_int_equal(fake_gets(&x->f), 1);
+    assert_int_equal(level_now(b, "example-org/two"), CRCR_LEVEL_L2);
+    assert_non_null(strstr(x->log, "event=allowlist.copy_stale"));
+    assert_int_equal(copy_fetched_at(x->st[2]), t0 + 3 * SH_TTL_MS);
+    assert_string_equal(status_of(b).origin, "github");
+}
+
+static void test_shared_the_lease_moves_when_its_holder_stops(void **state)
+{
+    shared_fx *x = *state;
+    allowlist_source *a = x->src[0], *b = x->src[1];
+    load_ok(a);
+    load_ok(b);
+    int64_t t0 = clock_now_ms();
+    allowlist_source_tick(a, t0 + SH_TTL_MS);
+    allowlist_source_tick(b, t0 + SH_TTL_MS + SH_TTL_MS / 10);
+    assert_int_equal(fake_gets(&x->f), 2);
+    /* A is gone. Its lease (2 TTLs from its last refresh) still stands until t0 + 3 TTLs... */
+    for (int s = 2; s <= 2 * SH_TTL_S; s++)
+        allowlist_source_tick(b, t0 + SH_TTL_MS + s * 1000);
+    assert_int_equal(fake_gets(&x->f), 2);
+    /* ...then B takes it and fetches, before the copy is 3 TTLs old. */
+    allowlist_source_tick(b, t0 + 3 * SH_TTL_MS + 1000);
+    assert_int_equal(fake_gets(&x->f), 3);
+    assert_null(strstr(x->log, "allowlist.copy_stale"));
+    bool held = true;
+    assert_int_equal(store_lease(x->st[2], "allowlist", "instance-A", t0 + 3 * SH_TTL_MS + 2000,
+                                 SH_TTL_MS, &held),
+                     CRCR_OK);
+    assert_false(held);
+}
+
+static void test_shared_reload_fetches_at_once_and_the_others_follow(void **state)
+{
+    shared_fx *x = *state;
+    allowlist_source *a = x->src[0], *b = x->src[1], *c = x->src[2];
+    load_ok(a);
+    load_ok(b);
+    load_ok(c);
+    assert_int_equal(fake_gets(&x->f), 1);
+    int64_t t0 = clock_now_ms();
+    fake_serve(&x->f, GOOD_V2);
+    /* SIGHUP on B, which does not hold the lease: it fetches now. */
+    allowlist_source_reload(b);
+    allowlist_source_tick(b, t0 + 1000);
+    assert_int_equal(fake_gets(&x->f), 2);
+    assert_int_equal(level_now(b, "example-org/four"), CRCR_LEVEL_L4);
+    assert_int_equal(copy_fetched_at(x->st[0]), t0 + 1000);
+    /* C follows on its next tick, from the copy. */
+    allowlist_source_tick(c, t0 + SH_TTL_MS + SH_TTL_MS / 10);
+    assert_int_equal(level_now(c, "example-org/four"), CRCR_LEVEL_L4);
+    assert_string_equal(status_of(c).origin, "shared_copy");
+    assert_int_equal(fake_gets(&x->f), 2);
+    (void)a;
+}
+
+static void test_shared_start_with_github_down_uses_a_copy_of_any_age(void **state)
+{
+    shared_fx *x = *state;
+    allowlist_source *b = x->src[1];
+    fake_down(&x->f, true);
+    int64_t fetched = clock_now_ms() - 3600 * 1000;
+    put_copy(x->st[0], SH_URL, fetched, GOOD_V2);
+    char err[512] = "";
+    assert_int_equal(allowlist_source_load(b, err, sizeof(err)), CRCR_OK);
+    assert_int_equal(fake_gets(&x->f), 1); /* the copy is old: it tried GitHub first */
+    assert_int_equal(level_now(b, "example-org/four"), CRCR_LEVEL_L4);
+    allowlist_status sb = status_of(b);
+    assert_true(sb.loaded); /* /readyz: ready, as with any list in force */
+    assert_string_equal(sb.origin, "shared_copy");
+    assert_int_equal(sb.loaded_at, fetched); /* crcr_allowlist_age_seconds shows the hour */
+    assert_non_null(strstr(sb.last_error, "HTTP 503"));
+    assert_non_null(strstr(sb.last_error, "the shared copy fetched 3600 s ago"));
+    assert_non_null(strstr(x->log, "event=allowlist.stale_copy"));
+    assert_non_null(strstr(x->log, "age_s=3600"));
+    /* The failure did not replace the copy. */
+    assert_int_equal(copy_fetched_at(x->st[2]), fetched);
+
+    /* Without any copy, a start with GitHub down fails as before. */
+    allowlist_source *c = x->src[2];
+    assert_int_equal(store_kv_put(x->st[0], "allowlist:copy", "", 0, 1), CRCR_OK); /* expired */
+    assert_int_not_equal(allowlist_source_load(c, err, sizeof(err)), CRCR_OK);
+    assert_non_null(strstr(err, "HTTP 503"));
+    assert_false(status_of(c).loaded);
+}
+
+static void test_shared_start_fetches_when_the_copy_is_older_than_the_ttl(void **state)
+{
+    shared_fx *x = *state;
+    allowlist_source *b = x->src[1];
+    put_copy(x->st[0], SH_URL, clock_now_ms() - SH_TTL_MS - 1000, GOOD_V2);
+    load_ok(b);
+    assert_int_equal(fake_gets(&x->f), 1);
+    assert_int_equal(level_now(b, "example-org/two"), CRCR_LEVEL_L2);
+    assert_string_equal(status_of(b).origin, "github");
+    assert_true(copy_fetched_at(x->st[2]) > clock_now_ms() - 60 * 1000);
+}
+
+static void test_shared_store_failures_mean_fetching_as_alone(void **state)
+{
+    shared_fx *x = *state;
+    allowlist_source *b = x->src[1];
+    load_ok(b);
+    assert_int_equal(fake_gets(&x->f), 1);
+    /* The kv table disappears under the store: every lease and copy call fails. */
+    sqlite3 *db = NULL;
+    assert_int_equal(sqlite3_open(x->db, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, "DROP TABLE kv", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+    fake_serve(&x->f, GOOD_V2);
+    int64_t t0 = clock_now_ms();
+    allowlist_source_tick(b, t0 + SH_TTL_MS);
+    assert_int_equal(fake_gets(&x->f), 2);
+    assert_int_equal(level_now(b, "example-org/four"), CRCR_LEVEL_L4);
+    assert_string_equal(status_of(b).last_error, "");
+}
+
+static void test_a_file_source_ignores_the_store(void **state)
+{
+    fixture *fx = *state;
+    char uri[96], err[256] = "";
+    snprintf(uri, sizeof(uri), "sqlite:%s.db", fx->path);
+    store *st = NULL;
+    assert_int_equal(store_open(uri, &st, err, sizeof(err)), CRCR_OK);
+    allowlist_source_set_store(fx->src, st, "x");
+    assert_int_equal(allowlist_source_load(fx->src, err, sizeof(err)), CRCR_OK);
+    assert_string_equal(status_of(fx->src).origin, "file");
+    buf_t v;
+    buf_init(&v, 1024);
+    assert_int_equal(store_kv_get(st, "allowlist:copy", &v, clock_now_ms()), CRCR_E_NOT_FOUND);
+    buf_free(&v);
+    store_close(st);
+    char side[128];
+    snprintf(side, sizeof(side), "%s.db", fx->path);
+    unlink(side);
+    snprintf(side, sizeof(side), "%s.db-wal", fx->path);
+    unlink(side);
+    snprintf(side, sizeof(side), "%s.db-shm", fx->path);
+    unlink(side);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -467,6 +994,29 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_readers_never_see_a_half_loaded_list_during_reloads,
                                         setup, teardown),
         cmocka_unit_test(test_new_needs_a_source_and_prefers_the_file),
+        cmocka_unit_test_setup_teardown(test_a_file_source_ignores_the_store, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_shared_only_the_lease_holder_calls_github,
+                                        shared_setup, shared_teardown),
+        cmocka_unit_test_setup_teardown(test_shared_a_changed_copy_is_swapped_in, shared_setup,
+                                        shared_teardown),
+        cmocka_unit_test_setup_teardown(test_shared_a_bad_copy_keeps_the_old_list, shared_setup,
+                                        shared_teardown),
+        cmocka_unit_test_setup_teardown(test_shared_a_stale_copy_makes_an_instance_fetch_itself,
+                                        shared_setup, shared_teardown),
+        cmocka_unit_test_setup_teardown(test_shared_the_lease_moves_when_its_holder_stops,
+                                        shared_setup, shared_teardown),
+        cmocka_unit_test_setup_teardown(test_shared_reload_fetches_at_once_and_the_others_follow,
+                                        shared_setup, shared_teardown),
+        cmocka_unit_test_setup_teardown(test_shared_start_with_github_down_uses_a_copy_of_any_age,
+                                        shared_setup, shared_teardown),
+        cmocka_unit_test_setup_teardown(
+            test_shared_start_fetches_when_the_copy_is_older_than_the_ttl, shared_setup,
+            shared_teardown),
+        cmocka_unit_test_setup_teardown(test_shared_store_failures_mean_fetching_as_alone,
+                                        shared_setup, shared_teardown),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    curl_global_cleanup();
+    return rc;
 }

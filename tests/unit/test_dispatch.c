@@ -94,14 +94,13 @@ static char *dump(const jv *v)
 static void assert_same_json(const jv *a, const jv *b, const char *what)
 {
     char *da = dump(a), *db = dump(b);
-    if (strcmp(da, db) != 0) {
+    bool same = strcmp(da, db) == 0;
+    if (!same)
         print_error("%s differs:\n  want %.300s\n  got  %.300s\n", what, da, db);
-        free(da);
-        free(db);
-        fail();
-    }
     free(da);
     free(db);
+    if (!same)
+        fail();
 }
 
 static crcr_err build(const char *payload, size_t len, size_t budget, const char *token,

@@ -809,6 +809,69 @@ static void lease_taken_by_concurrent_instances_has_exactly_one_holder(void **st
     assert_int_equal(holders, 1);
 }
 
+#define INGEST_RACE_IDS 40
+
+typedef struct ingest_race {
+    store *st;
+    pthread_barrier_t *go;
+    int first; /* ingests ids first, first+2, ...: two threads share every id */
+    int ok, dup, other;
+} ingest_race;
+
+static void *race_ingest(void *arg)
+{
+    ingest_race *r = arg;
+    const char *t[] = {"a/one", "b/two"};
+    pthread_barrier_wait(r->go);
+    for (int i = r->first; i < INGEST_RACE_IDS; i += THREADS / 2) {
+        char id[32];
+        snprintf(id, sizeof(id), "race-%d", i);
+        crcr_err e = ingest(r->st, id, 1000 + i, t, 2);
+        r->ok += e == CRCR_OK;
+        r->dup += e == CRCR_E_DUPLICATE;
+        r->other += e != CRCR_OK && e != CRCR_E_DUPLICATE;
+    }
+    return NULL;
+}
+
+/* Concurrent ingests (committed together on SQLite, see sq_ingest) each get their own answer:
+ * every delivery id is posted by two threads at once, exactly one of them stores it with all of
+ * its rows, the other is told it is a duplicate. */
+static void ingest_from_concurrent_callers_stores_each_delivery_once(void **state)
+{
+    store *st = *state;
+    pthread_barrier_t go;
+    pthread_barrier_init(&go, NULL, THREADS);
+    pthread_t th[THREADS];
+    ingest_race r[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        r[i] = (ingest_race){.st = st, .go = &go, .first = i % (THREADS / 2)};
+        pthread_create(&th[i], NULL, race_ingest, &r[i]);
+    }
+    int ok = 0, dup = 0, other = 0;
+    for (int i = 0; i < THREADS; i++) {
+        pthread_join(th[i], NULL);
+        ok += r[i].ok;
+        dup += r[i].dup;
+        other += r[i].other;
+    }
+    pthread_barrier_destroy(&go);
+    assert_int_equal(other, 0);
+    assert_int_equal(ok, INGEST_RACE_IDS);
+    assert_int_equal(dup, INGEST_RACE_IDS);
+    store_outbox_stats s;
+    assert_int_equal(store_outbox_stats_get(st, &s), CRCR_OK);
+    assert_int_equal(s.queued, 2 * INGEST_RACE_IDS);
+    for (int i = 0; i < INGEST_RACE_IDS; i += 7) {
+        char id[32];
+        snprintf(id, sizeof(id), "race-%d", i);
+        dview *v = view(st, id);
+        assert_int_equal(v->n, 2);
+        assert_int_equal(v->received_at, 1000 + i);
+        free(v);
+    }
+}
+
 static void rate_hit_counts_a_sliding_window_per_repo(void **state)
 {
     store *st = *state;
@@ -1523,6 +1586,7 @@ int main(void)
         T(kv_values_are_bytes_with_expiry),
         T(lease_has_one_holder_until_it_expires),
         T(lease_taken_by_concurrent_instances_has_exactly_one_holder),
+        T(ingest_from_concurrent_callers_stores_each_delivery_once),
         T(rate_hit_counts_a_sliding_window_per_repo),
         T(rate_hit_under_concurrency_never_exceeds_the_limit),
         T(retention_deletes_old_finished_data_and_keeps_pending_work),
