@@ -35,6 +35,26 @@ typedef struct json_t jv; /* jansson's type, opaque outside json.c */
  * new reference, or NULL with a short reason in `err` (which may be NULL). */
 jv *jv_parse(const char *text, size_t len, char *err, size_t errsz);
 
+/* Paths one jv_parse_select() call may select, and path segments (object keys) over all of them. */
+#define CRCR_JSON_SELECT_MAX_PATHS 64u
+#define CRCR_JSON_SELECT_MAX_SEGMENTS 256u
+
+/* Validates the whole document exactly as jv_parse() does (same accept/reject answer on every
+ * input, same limits) but builds only the values at the selected `paths`: dot-separated object
+ * keys as jv_path() reads them ("pull_request.head.sha"). Returns a new reference, or NULL with a
+ * short reason in `err` (which may be NULL); also NULL when `paths` is not a valid selection (an
+ * empty or NULL path, more than CRCR_JSON_SELECT_MAX_PATHS paths or _SEGMENTS segments).
+ * When the root is an object, the result is an object holding only the selected paths: for every
+ * selected p, jv_path(result, p) is json-equal to jv_path(jv_parse(text), p), or NULL when that
+ * is NULL. A selected value is complete (a whole subtree for an object or array). A key on the
+ * way to a selected path is present, as an object of the selected descendants only, exactly when
+ * the document has an object there. Nothing else is present.
+ * When the root is not an object, the result is not one either: an empty array for an array root,
+ * the value itself for a scalar root. Memory: the selected values plus the keys of the objects
+ * open at one time (32 bytes each, at most CRCR_JSON_MAX_VALUES); see json.c. */
+jv *jv_parse_select(const char *text, size_t len, const char *const *paths, size_t n_paths,
+                    char *err, size_t errsz);
+
 /* Checks only the structural limits (depth, value count); CRCR_OK or CRCR_E_TOO_LARGE. Strings
  * are skipped correctly, other syntax is left to the parser. */
 crcr_err jv_prescan(const char *text, size_t len, unsigned max_depth, unsigned long max_values);
@@ -52,6 +72,9 @@ jv *jv_get(const jv *obj, const char *key);
 jv *jv_path(const jv *root, const char *path);
 /* The string at `path`, or NULL if absent or not a string. */
 const char *jv_path_str(const jv *root, const char *path);
+
+/* Whether two values are equal as jansson's json_equal() says (NULLs are never equal). */
+bool jv_equal(const jv *a, const jv *b);
 
 bool jv_is_obj(const jv *v);
 bool jv_is_arr(const jv *v);

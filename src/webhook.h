@@ -53,4 +53,10 @@ void webhook_classify(const char *event, const jv *doc, const char *upstream_rep
 /* Route handler; ctx is the crcr_app. */
 void webhook_handle(void *ctx, const http_request *req, http_response *resp);
 
+/* Every path of a webhook body the handlers read (webhook_classify, accept_dispatch, the label
+ * and re-run handlers): webhook_handle parses only these (jv_parse_select); the body itself is
+ * stored and forwarded verbatim. Add a path here before reading it anywhere from `doc`. */
+extern const char *const webhook_json_paths[];
+extern const size_t webhook_json_paths_n;
+
 #endif
