@@ -45,6 +45,7 @@
 #include <string.h>
 
 #include "limits.h"
+#include "utf8.h"
 
 crcr_err jv_prescan(const char *text, size_t len, unsigned max_depth, unsigned long max_values)
 {
@@ -214,39 +215,6 @@ static unsigned utf8_put(uint32_t cp, unsigned char *out)
     out[2] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
     out[3] = (unsigned char)(0x80 | (cp & 0x3F));
     return 4;
-}
-
-/* Length of the well-formed UTF-8 sequence (2 to 4 bytes) starting at s, 0 if it is not one.
- * jansson's rules are Unicode's: no overlong forms, no surrogates, nothing above U+10FFFF. */
-static size_t utf8_seq(const unsigned char *s, size_t avail)
-{
-    unsigned c = s[0];
-    unsigned lo = 0x80, hi = 0xBF; /* allowed range of the second byte */
-    size_t n;
-    if (c >= 0xC2 && c <= 0xDF) {
-        n = 2;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-        n = 3;
-        if (c == 0xE0)
-            lo = 0xA0;
-        else if (c == 0xED)
-            hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        n = 4;
-        if (c == 0xF0)
-            lo = 0x90;
-        else if (c == 0xF4)
-            hi = 0x8F;
-    } else {
-        return 0;
-    }
-    if (avail < n || s[1] < lo || s[1] > hi)
-        return 0;
-    for (size_t k = 2; k < n; k++) {
-        if ((s[k] & 0xC0) != 0x80)
-            return 0;
-    }
-    return n;
 }
 
 /* Scans the string literal whose opening quote is at t[*pos] with jansson's rules: no control

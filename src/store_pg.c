@@ -37,6 +37,7 @@
 #include "limits.h"
 #include "log.h"
 #include "store_impl.h"
+#include "utf8.h"
 
 #define PG_POOL_DEFAULT 8
 #define PG_POOL_MAX 256
@@ -260,60 +261,26 @@ static void pgp_free(pgp *p)
         free(p->owned[i]);
 }
 
-/* Length of the valid UTF-8 sequence at s (0 when invalid): no overlongs, no surrogates, at
- * most U+10FFFF, as PostgreSQL requires. */
-static size_t utf8_seq(const unsigned char *s)
-{
-    unsigned char c = s[0];
-    if (c < 0x80)
-        return 1;
-    size_t n;
-    unsigned lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF)
-        n = 2;
-    else if (c >= 0xE0 && c <= 0xEF) {
-        n = 3;
-        if (c == 0xE0)
-            lo = 0xA0;
-        else if (c == 0xED)
-            hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        n = 4;
-        if (c == 0xF0)
-            lo = 0x90;
-        else if (c == 0xF4)
-            hi = 0x8F;
-    } else
-        return 0;
-    if (s[1] < lo || s[1] > hi)
-        return 0;
-    for (size_t i = 2; i < n; i++)
-        if (s[i] < 0x80 || s[i] > 0xBF)
-            return 0;
-    return n;
-}
-
 /* NULL when `s` is valid UTF-8; otherwise a heap copy (caller frees) with each invalid byte
  * replaced by '?'. */
 static char *utf8_repair(const char *s)
 {
     const unsigned char *u = (const unsigned char *)s;
-    size_t i = 0;
-    while (u[i]) {
-        size_t k = utf8_seq(u + i);
+    size_t len = strlen(s), i = 0;
+    while (i < len) {
+        size_t k = utf8_seq(u + i, len - i);
         if (!k)
             break;
         i += k;
     }
-    if (!u[i])
+    if (i == len)
         return NULL;
-    size_t len = strlen(s);
     char *out = malloc(len + 1);
     if (!out)
         return NULL;
     size_t o = 0;
     for (i = 0; i < len;) {
-        size_t k = utf8_seq(u + i);
+        size_t k = utf8_seq(u + i, len - i);
         if (k) {
             memcpy(out + o, s + i, k);
             o += k;
