@@ -379,6 +379,10 @@ class MetricsTest(GitHubRelayMixin, unittest.TestCase):
         self.gh.fault_429(r"^/repos/org1/repo1/dispatches$", retry_after=1, method="POST")
         r = self.post_ok("push", R.load_example("push"))
         self.wait_pairs({(r.delivery, "org1/repo1")}, timeout=20)
+        # The fake has answered; the relay records the outcome just after (a store round trip).
+        self.assertTrue(wait_until(lambda: sample(scrape(self.relay), "crcr_outbox_jobs_total",
+                                                  kind="dispatch", result="sent") == 1, 10),
+                        "the sent dispatch was never counted")
         fams = scrape(self.relay)
         self.assertEqual(sample(fams, "crcr_outbox_rate_limit_pauses_total"), 1)
         self.assertEqual(sample(fams, "crcr_github_requests_total", endpoint="dispatches",
