@@ -2426,6 +2426,20 @@ static void serve_css(http_response *resp)
     http_resp_header(resp, "X-Content-Type-Options", "nosniff");
 }
 
+/* Whether `rest` ("owner/repo") is an allowlisted repository. "pr", "deliveries" and "static" are
+ * valid GitHub owner names as well as HUD paths: /crcr/pr/7 is the repository pr/7's page when
+ * pr/7 is allowlisted, the page of pull request 7 otherwise. */
+static bool names_listed_repo(const hud_req *r, const char *rest)
+{
+    const char *slash = strchr(rest, '/');
+    if (!slash || strchr(slash + 1, '/'))
+        return false;
+    allowlist *al = allowlist_source_get(r->app->allow);
+    bool listed = allowlist_level(al, rest) != CRCR_LEVEL_NONE;
+    allowlist_free(al);
+    return listed;
+}
+
 /* GET /crcr and everything under /crcr/. */
 static void page_handle(void *ctx, const http_request *req, http_response *resp)
 {
@@ -2439,6 +2453,8 @@ static void page_handle(void *ctx, const http_request *req, http_response *resp)
     const char *rest = strcmp(path, "/crcr") == 0 ? "" : path + strlen("/crcr/");
     if (!*rest)
         overview(&r);
+    else if (names_listed_repo(&r, rest))
+        repo_page(&r, rest);
     else if (strcmp(rest, "deliveries") == 0)
         deliveries_list(&r);
     else if (strncmp(rest, "deliveries/", 11) == 0)

@@ -420,5 +420,29 @@ class HudApiTest(unittest.TestCase):
         self.assertEqual(self.w.relay.get("/api/v2/repos").status, 404)
 
 
+
+class HudOwnerNamesTest(unittest.TestCase):
+    """"pr", "deliveries" and "static" are HUD paths and valid GitHub owner names: an
+    allowlisted repository of such an owner gets its page, other paths keep their meaning."""
+
+    def test_allowlisted_repos_of_owners_named_like_hud_pages_get_their_page(self):
+        relay = R.Relay(allowlist="L2:\n  - pr/7\n  - deliveries/ci\n  - static/site\n")
+        self.addCleanup(relay.close)
+        relay.start()
+
+        def title(path):
+            r = relay.get(path)
+            self.assertEqual(r.status, 200, "%s: %r" % (path, r.body[:200]))
+            body = r.body.decode()
+            return body[body.index("<title>") + 7:body.index("</title>")]
+
+        self.assertIn("pr/7", title("/crcr/pr/7"))
+        self.assertIn("PR #8", title("/crcr/pr/8"))
+        self.assertIn("deliveries/ci", title("/crcr/deliveries/ci"))
+        self.assertIn("Deliveries", title("/crcr/deliveries"))
+        self.assertIn("static/site", title("/crcr/static/site"))
+        self.assertEqual(relay.get("/crcr/static/other").status, 404)
+        self.assertEqual(relay.get("/crcr/static/style.css").status, 200)
+
 if __name__ == "__main__":
     unittest.main()
