@@ -1,4 +1,13 @@
-/* callback.c - POST /github/callback; the order of checks is documented in callback.h. */
+/*
+ * callback.c - POST /github/callback; the order of checks is documented in callback.h.
+ *
+ * The answers follow that order; the work does not quite: the rate-limit hit (step 4) of a
+ * callback that passes steps 5-7 is counted by store_run_apply in the transition's own durable
+ * transaction (on SQLite one group commit for concurrent callbacks), and only a callback refused
+ * at 5-7 pays for a separate hit, before its refusal (a rate-limited callback still gets 429).
+ * The body is parsed with jv_parse_select: fully validated, but only the values read here built
+ * (the body echoes the whole ~30 KB webhook in payload).
+ */
 #include "callback.h"
 
 #include <stdio.h>
@@ -41,6 +50,19 @@ static bool int_like(const jv *v, int64_t *out)
     *out = x;
     return true;
 }
+
+/* Every path callback_parse reads (jv_parse_select builds only these; "workflow" whole). */
+static const char *const CALLBACK_JSON_PATHS[] = {
+    "event_type",
+    "delivery_id",
+    "callback_token",
+    "workflow",
+    "payload.pull_request.number",
+    "payload.pull_request.head.sha",
+    "payload.pull_request.labels",
+    "payload.after",
+    "payload.head_sha",
+};
 
 static void answer_status(http_response *resp, const char *status, bool duplicate)
 {
@@ -158,6 +180,12 @@ bool callback_parse(const jv *body, cb_fields *f, char *detail, size_t dsz)
     f->labels = jv_path(payload, "pull_request.labels");
     f->token = jv_path_str(body, "callback_token");
     return true;
+}
+
+jv *callback_body_parse(const char *text, size_t len)
+{
+    return jv_parse_select(text, len, CALLBACK_JSON_PATHS,
+                           sizeof(CALLBACK_JSON_PATHS) / sizeof(CALLBACK_JSON_PATHS[0]), NULL, 0);
 }
 
 /* Whether this run's result belongs on the upstream PR as a check run (§5.3). */
@@ -306,11 +334,22 @@ static void refuse(crcr_app *app, http_response *resp, const char *repo, int sta
     http_resp_detail(resp, status, detail);
 }
 
+/* Answers 429 with Retry-After for a refused rate-limit hit (step 4). */
+static void rate_limited(crcr_app *app, http_response *resp, const char *repo, int64_t retry_ms)
+{
+    char secs[24], detail[CRCR_REPO_NAME_MAX + 64];
+    snprintf(secs, sizeof(secs), "%lld", (long long)((retry_ms + 999) / 1000));
+    snprintf(detail, sizeof(detail), "rate limit exceeded for %s", repo);
+    LOG_WARN("callback.rate_limited", "repo", repo, "retry_after", secs, NULL);
+    refuse(app, resp, repo, 429, detail);
+    http_resp_header(resp, "Retry-After", secs);
+}
+
 void callback_handle(void *ctx, const http_request *req, http_response *resp)
 {
     crcr_app *app = ctx;
     char detail[512];
-    jv *body = req->body_len ? jv_parse(req->body, req->body_len, NULL, 0) : jv_new_obj();
+    jv *body = req->body_len ? callback_body_parse(req->body, req->body_len) : jv_new_obj();
     if (!body || !jv_is_obj(body)) {
         jv_free(body);
         atomic_fetch_add(&app->callbacks_rejected, 1);
@@ -341,61 +380,56 @@ void callback_handle(void *ctx, const http_request *req, http_response *resp)
         return;
     }
 
-    bool allowed = false;
-    int64_t retry_ms = 0;
-    if (store_rate_hit(app->st, repo, clock_now_ms(), CALLBACK_RATE_WINDOW_MS,
-                       app->cfg.rate_limit_per_min, &allowed, &retry_ms) != CRCR_OK) {
-        allowlist_free(al);
-        jv_free(body);
-        http_resp_detail(resp, 503, "store unavailable, please retry");
-        return;
-    }
-    if (!allowed) {
-        char secs[24];
-        snprintf(secs, sizeof(secs), "%lld", (long long)((retry_ms + 999) / 1000));
-        snprintf(detail, sizeof(detail), "rate limit exceeded for %s", repo);
-        LOG_WARN("callback.rate_limited", "repo", repo, "retry_after", secs, NULL);
-        allowlist_free(al);
-        jv_free(body);
-        refuse(app, resp, repo, 429, detail);
-        http_resp_header(resp, "Retry-After", secs);
-        return;
-    }
-
+    /* Steps 5-7; a refusal is answered after the rate hit (step 4) that precedes it. */
     cb_fields f;
+    int refusal = 0;
+    bool nightly = false, token_mismatch = false;
     if (!callback_parse(body, &f, detail, sizeof(detail))) {
-        allowlist_free(al);
-        jv_free(body);
-        refuse(app, resp, repo, 400, detail);
-        return;
-    }
-    bool nightly = f.event_type &&
-                   (strcmp(f.event_type, "nightly") == 0 || strcmp(f.event_type, "periodic") == 0);
-    if (nightly && strcmp(f.status, "completed") != 0) {
-        snprintf(detail, sizeof(detail),
-                 "nightly/periodic callbacks must have status 'completed', got '%s'", f.status);
-        allowlist_free(al);
-        jv_free(body);
-        refuse(app, resp, repo, 400, detail);
-        return;
-    }
-
-    if (!nightly) {
-        if (f.token) {
+        refusal = 400;
+    } else {
+        nightly = f.event_type &&
+                  (strcmp(f.event_type, "nightly") == 0 || strcmp(f.event_type, "periodic") == 0);
+        if (nightly && strcmp(f.status, "completed") != 0) {
+            snprintf(detail, sizeof(detail),
+                     "nightly/periodic callbacks must have status 'completed', got '%s'", f.status);
+            refusal = 400;
+        } else if (!nightly && f.token) {
             if (!cbtoken_verify(app->cfg.app_secret, app->cfg.app_secret_previous, f.token,
                                 f.delivery_id, repo, f.head_sha, f.pr_number)) {
-                LOG_WARN("callback.token_mismatch", "delivery", f.delivery_id, "repo", repo, NULL);
-                allowlist_free(al);
-                jv_free(body);
-                refuse(app, resp, repo, 403,
-                       "callback_token does not match this repository, delivery, pull request "
-                       "and head sha");
-                return;
+                snprintf(detail, sizeof(detail), "%s",
+                         "callback_token does not match this repository, delivery, pull request "
+                         "and head sha");
+                refusal = 403;
+                token_mismatch = true;
             }
-        } else if (app->cfg.callback_token == CRCR_CB_TOKEN_REQUIRED) {
+        } else if (!nightly && app->cfg.callback_token == CRCR_CB_TOKEN_REQUIRED) {
+            snprintf(detail, sizeof(detail), "callback_token required");
+            refusal = 403;
+        }
+    }
+    /* A limit below 1 refuses every hit: store_run_apply takes 0 as "no hit", so such a limit
+     * (like any refusal above) takes the separate hit. */
+    bool hit_in_apply = refusal == 0 && app->cfg.rate_limit_per_min > 0;
+    if (!hit_in_apply) {
+        bool allowed = false;
+        int64_t retry_ms = 0;
+        if (store_rate_hit(app->st, repo, clock_now_ms(), CALLBACK_RATE_WINDOW_MS,
+                           app->cfg.rate_limit_per_min, &allowed, &retry_ms) != CRCR_OK) {
             allowlist_free(al);
             jv_free(body);
-            refuse(app, resp, repo, 403, "callback_token required");
+            http_resp_detail(resp, 503, "store unavailable, please retry");
+            return;
+        }
+        if (!allowed) {
+            rate_limited(app, resp, repo, retry_ms);
+        } else if (refusal) {
+            if (token_mismatch)
+                LOG_WARN("callback.token_mismatch", "delivery", f.delivery_id, "repo", repo, NULL);
+            refuse(app, resp, repo, refusal, detail);
+        }
+        if (!allowed || refusal) {
+            allowlist_free(al);
+            jv_free(body);
             return;
         }
     }
@@ -432,6 +466,8 @@ void callback_handle(void *ctx, const http_request *req, http_response *resp)
         .payload_len = req->body_len,
         .now = clock_now_ms(),
         .single_shot = nightly,
+        .rate_limit = hit_in_apply ? app->cfg.rate_limit_per_min : 0,
+        .rate_window_ms = CALLBACK_RATE_WINDOW_MS,
     };
     char details[CRCR_REPO_NAME_MAX + 64];
     snprintf(details, sizeof(details), "https://github.com/%s/actions/runs/%lld", repo,
@@ -443,7 +479,9 @@ void callback_handle(void *ctx, const http_request *req, http_response *resp)
     crcr_err e = store_run_apply(app->st, &u, build_effects, &ec, &res, why, sizeof(why));
     char run_s[24];
     snprintf(run_s, sizeof(run_s), "%lld", (long long)f.run_id);
-    if (e == CRCR_E_NOT_FOUND) {
+    if (e == CRCR_OK && res.rate_limited) {
+        rate_limited(app, resp, repo, res.retry_after_ms);
+    } else if (e == CRCR_E_NOT_FOUND) {
         LOG_INFO("callback.no_dispatch", "delivery", f.delivery_id, "repo", repo, NULL);
         refuse(app, resp, repo, 400, "callback rejected: no matching dispatch record");
     } else if (e == CRCR_E_STATE) {

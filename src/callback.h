@@ -46,6 +46,11 @@ typedef struct cb_fields {
  * limits) and fills *f. On failure writes the 400 detail into `detail` and returns false. */
 bool callback_parse(const jv *body, cb_fields *f, char *detail, size_t dsz);
 
+/* Parses a callback body for callback_parse: validated as jv_parse() does, but only the values
+ * callback_parse reads are built. Returns a new reference (caller frees with jv_free()), NULL
+ * when the body is not valid JSON. */
+jv *callback_body_parse(const char *text, size_t len);
+
 /* Appends the upstream HUD wire format {"trusted":{"ci_metrics":{"queue_time":..,
  * "execution_time":..},"verified_repo":..,"downstream_repo_level":..},"untrusted":
  * {"callback_payload":<callback_json verbatim>}}. Metrics in ms, -1 for null. */

@@ -197,14 +197,22 @@ typedef struct store_run_update {
     size_t payload_len;
     int64_t now;
     bool single_shot; /* nightly/periodic: no dispatch record; one completed row per key */
+    /* When rate_limit > 0, a store_rate_hit() for key.repo at `now` over rate_window_ms is
+     * counted first, in the same transaction where the backend can (SQLite); a refused hit
+     * applies nothing (res->rate_limited). A counted hit stays counted whatever the transition's
+     * outcome, as with a separate store_rate_hit(). 0: no hit. */
+    long rate_limit;
+    int64_t rate_window_ms;
 } store_run_update;
 
 typedef struct store_run_result {
-    bool duplicate;        /* the same transition was already applied: nothing changed */
-    int64_t dispatched_at; /* ms, 0 when unknown */
-    int64_t started_at;    /* ms of in_progress, 0 when unknown */
-    int64_t queue_ms;      /* in_progress - dispatched, -1 when unknown */
-    int64_t exec_ms;       /* completed - in_progress, -1 when unknown */
+    bool duplicate;         /* the same transition was already applied: nothing changed */
+    int64_t dispatched_at;  /* ms, 0 when unknown */
+    int64_t started_at;     /* ms of in_progress, 0 when unknown */
+    int64_t queue_ms;       /* in_progress - dispatched, -1 when unknown */
+    int64_t exec_ms;        /* completed - in_progress, -1 when unknown */
+    bool rate_limited;      /* the rate hit was refused: nothing applied (CRCR_OK returned) */
+    int64_t retry_after_ms; /* when rate_limited: as store_rate_hit's */
 } store_run_result;
 
 /* Builds the side-effect jobs of a transition, inside its transaction, once its metrics are
@@ -215,7 +223,8 @@ typedef crcr_err (*store_effects_fn)(void *ctx, const store_run_result *res, sto
 /*
  * Applies one transition atomically: reads the current state, checks the transition, writes the
  * new state and inserts the side-effect jobs from `effects` (may be NULL) in one transaction.
- * Returns CRCR_OK (res->duplicate tells an exact repeat, with no write and no jobs),
+ * Returns CRCR_OK (res->duplicate tells an exact repeat, with no write and no jobs;
+ * res->rate_limited a refused rate hit, see rate_limit),
  * CRCR_E_NOT_FOUND when no dispatch of this delivery to this repo exists (not for single_shot),
  * CRCR_E_STATE for an invalid transition (reason says which), CRCR_E_STORE on failure.
  */

@@ -1381,9 +1381,27 @@ static crcr_err op_run_apply(pgx *x, void *arg)
     return finish_tx(x, e, false);
 }
 
+static crcr_err pg_rate_hit(store *st, const char *repo, int64_t now, int64_t window_ms, long limit,
+                            bool *allowed, int64_t *retry_after_ms);
+
+/* The rate hit (u->rate_limit) is its own transaction before the transition's, as when the
+ * caller makes both calls: it counts whatever the transition's outcome. */
 static crcr_err pg_run_apply(store *st, const store_run_update *u, store_effects_fn effects,
                              void *ctx, store_run_result *res, char *reason, size_t reasonsz)
 {
+    if (u->rate_limit > 0) {
+        bool allowed = false;
+        int64_t retry = 0;
+        crcr_err e = pg_rate_hit(st, u->key.repo, u->now, u->rate_window_ms, u->rate_limit,
+                                 &allowed, &retry);
+        if (e)
+            return e;
+        if (!allowed) {
+            *res = (store_run_result){
+                .queue_ms = -1, .exec_ms = -1, .rate_limited = true, .retry_after_ms = retry};
+            return CRCR_OK;
+        }
+    }
     apply_args a = {u, effects, ctx, res, reason, reasonsz};
     return with_conn(PS(st), "run_apply", op_run_apply, &a);
 }

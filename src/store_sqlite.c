@@ -33,6 +33,15 @@ enum {
     S_RENEW,
     S_KV_GET,
     S_KV_PUT,
+    S_RUN_DISPATCH,
+    S_RUN_STATE,
+    S_RUN_UPSERT,
+    S_RATE_EXPIRE,
+    S_RATE_COUNT,
+    S_RATE_COUNT_INIT,
+    S_RATE_COUNT_SET,
+    S_RATE_OLDEST,
+    S_RATE_INSERT,
     S_COUNT
 };
 
@@ -63,6 +72,34 @@ static const char *const SQL[S_COUNT] = {
     [S_KV_GET] = "SELECT value FROM kv WHERE key=? AND (expires_at=0 OR expires_at>?)",
     [S_KV_PUT] = "INSERT INTO kv(key, value, expires_at) VALUES (?,?,?) ON CONFLICT(key) DO "
                  "UPDATE SET value=excluded.value, expires_at=excluded.expires_at",
+    /* The dispatch record of a callback: this delivery was sent (or queued) to this repo. */
+    [S_RUN_DISPATCH] = "SELECT COALESCE(done_at, created_at) FROM outbox WHERE kind='dispatch' AND "
+                       "delivery_id=?1 AND lower(target)=lower(?2) LIMIT 1",
+    [S_RUN_STATE] = "SELECT state, conclusion, started_at, dispatched_at FROM runs WHERE "
+                    "delivery_id=?1 AND repo=?2 AND run_id=?3 AND run_attempt=?4 AND "
+                    "job_name=?5 AND workflow_name=?6",
+    [S_RUN_UPSERT] =
+        "INSERT INTO runs(delivery_id, repo, run_id, run_attempt, job_name, event_type, state, "
+        "level, pr_number, head_sha, workflow_name, conclusion, details_url, artifact_url, "
+        "dispatched_at, started_at, completed_at, queue_ms, exec_ms, test_passed, test_failed, "
+        "test_skipped, payload, updated_at) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,"
+        "?14,?15,?16,?17,?18,?19,?20,?21,?22,?23,?24) ON CONFLICT(delivery_id, repo, run_id, "
+        "run_attempt, workflow_name, job_name) DO UPDATE SET state=excluded.state, "
+        "level=excluded.level, "
+        "conclusion=excluded.conclusion, completed_at=excluded.completed_at, "
+        "exec_ms=excluded.exec_ms, test_passed=excluded.test_passed, "
+        "test_failed=excluded.test_failed, test_skipped=excluded.test_skipped, "
+        "artifact_url=COALESCE(excluded.artifact_url, runs.artifact_url), "
+        "details_url=COALESCE(excluded.details_url, runs.details_url), "
+        "payload=excluded.payload, updated_at=excluded.updated_at",
+    /* Rate limit (rate_hit_tx): one row per counted hit, and per repo the number of them. */
+    [S_RATE_EXPIRE] = "DELETE FROM rate_hits WHERE repo=?1 AND at <= ?2",
+    [S_RATE_COUNT] = "SELECT n FROM rate_counts WHERE repo=?1",
+    [S_RATE_COUNT_INIT] = "SELECT count(*) FROM rate_hits WHERE repo=?1",
+    [S_RATE_COUNT_SET] = "INSERT INTO rate_counts(repo, n) VALUES (?1, ?2) ON CONFLICT(repo) DO "
+                         "UPDATE SET n=excluded.n",
+    [S_RATE_OLDEST] = "SELECT min(at) FROM rate_hits WHERE repo=?1",
+    [S_RATE_INSERT] = "INSERT INTO rate_hits(repo, at) VALUES (?1, ?2)",
 };
 
 static const char SCHEMA[] =
@@ -109,34 +146,43 @@ static const char SCHEMA[] =
     " NOCASE, created_at INTEGER NOT NULL, PRIMARY KEY(head_sha, repo));"
     "CREATE TABLE IF NOT EXISTS rate_hits(repo TEXT NOT NULL COLLATE NOCASE, at INTEGER NOT NULL);"
     "CREATE INDEX IF NOT EXISTS rate_hits_repo ON rate_hits(repo, at);"
+    /* The number of rate_hits rows of a repo, kept with them, so that a hit costs O(1) however
+     * many hits the window holds. A repo without a row here has it counted at its next hit
+     * (databases written before the table existed). */
+    "CREATE TABLE IF NOT EXISTS rate_counts(repo TEXT PRIMARY KEY COLLATE NOCASE,"
+    " n INTEGER NOT NULL);"
     "CREATE TABLE IF NOT EXISTS callback_rejections(repo TEXT NOT NULL COLLATE NOCASE,"
     " at INTEGER NOT NULL, status INTEGER NOT NULL);"
     "CREATE INDEX IF NOT EXISTS callback_rejections_repo ON callback_rejections(repo, at);";
 
-/* Most ingests one group commit writes (see sq_ingest). */
+/* Most requests (ingests, run transitions) one group commit writes (see group_commit). */
 #define SQ_GROUP_MAX 256
 
-/* An ingest waiting for its group commit; lives on the calling thread's stack. */
-typedef struct ingest_req {
-    const store_delivery *d;
-    const store_new_job *jobs;
-    size_t n;
+typedef struct sqlite_store sqlite_store;
+
+/* A write waiting for its group commit; lives on the calling thread's stack. `apply` writes it
+ * inside the group's transaction with s->mu held, in its own savepoint, which is undone when it
+ * returns an error unless it set `keep` (what it wrote before failing must still commit). */
+typedef struct group_req {
+    crcr_err (*apply)(sqlite_store *s, struct group_req *r);
+    void *arg;
+    bool keep;
     crcr_err result;
     bool done; /* guarded by gmu */
-    struct ingest_req *next;
-} ingest_req;
+    struct group_req *next;
+} group_req;
 
-typedef struct sqlite_store {
+struct sqlite_store {
     struct store base;
     sqlite3 *db;
     pthread_mutex_t mu;
     sqlite3_stmt *stmts[S_COUNT];
-    /* Group commit of ingests (sq_ingest): queue and leader flag, guarded by gmu. */
+    /* Group commit (group_commit): queue and leader flag, guarded by gmu. */
     pthread_mutex_t gmu;
     pthread_cond_t gcv;
-    ingest_req *ghead, *gtail;
+    group_req *ghead, *gtail;
     bool gleading;
-} sqlite_store;
+};
 
 static sqlite_store *SS(store *st)
 {
@@ -298,57 +344,61 @@ out:
 }
 
 /*
- * Group commit. Every ingest must be durable (synchronous=FULL) before its 202, and the fsync is
- * most of an ingest's time, so ingests that arrive while a commit is running are written by the
- * next one together, each inside its own savepoint (a duplicate or a failed insert undoes only
- * its own rows), under one COMMIT and one fsync. The first waiting caller leads: it takes every
- * queued request (at most SQ_GROUP_MAX), commits them and wakes their callers; nobody returns
- * before the commit that holds its rows. A single caller commits alone, as before.
+ * Group commit. Every ingest and every callback transition must be durable (synchronous=FULL)
+ * before its answer (202, 200), and the fsync is most of such a write's time, so the writes that
+ * arrive while a commit is running are written by the next one together, each inside its own
+ * savepoint (a duplicate or a failed insert undoes only its own rows), under one COMMIT and one
+ * fsync. The first waiting caller leads: it takes every queued request (at most SQ_GROUP_MAX),
+ * applies them in arrival order (a later request sees what an earlier one wrote: two callers of
+ * the same transition still make one winner and one duplicate), commits and wakes their callers;
+ * nobody returns before the commit that holds its writes. When the transaction is lost (commit
+ * failure, or an error that made SQLite roll it back), every request of the group fails with
+ * CRCR_E_STORE: nothing of it is stored, whatever its own result was. A single caller commits
+ * alone.
  */
-static void commit_group(sqlite_store *s, ingest_req *batch)
+static void commit_group(sqlite_store *s, group_req *batch)
 {
     pthread_mutex_lock(&s->mu);
     crcr_err txerr = begin_durable(s);
-    for (ingest_req *r = batch; r; r = r->next) {
-        if (txerr) {
-            r->result = CRCR_E_STORE;
-            continue;
+    bool open = !txerr;
+    for (group_req *r = batch; r; r = r->next) {
+        if (txerr || exec(s, "SAVEPOINT grp") != CRCR_OK) {
+            txerr = CRCR_E_STORE;
+            break;
         }
-        if (exec(s, "SAVEPOINT ingest") != CRCR_OK) {
+        r->keep = false;
+        r->result = r->apply(s, r);
+        if (r->result && !r->keep)
+            exec(s, "ROLLBACK TO grp");
+        exec(s, "RELEASE grp");
+        if (sqlite3_get_autocommit(s->db)) /* SQLite ended the transaction on an error */
+            txerr = CRCR_E_STORE;
+    }
+    if (open)
+        txerr = end_durable(s, txerr, false);
+    if (txerr)
+        for (group_req *r = batch; r; r = r->next)
             r->result = CRCR_E_STORE;
-            continue;
-        }
-        r->result = ingest_one(s, r->d, r->jobs, r->n);
-        if (r->result)
-            exec(s, "ROLLBACK TO ingest");
-        exec(s, "RELEASE ingest");
-    }
-    if (!txerr && end_durable(s, CRCR_OK, false) != CRCR_OK) {
-        for (ingest_req *r = batch; r; r = r->next)
-            if (r->result == CRCR_OK || r->result == CRCR_E_DUPLICATE)
-                r->result = CRCR_E_STORE; /* nothing of the batch is stored */
-    }
     pthread_mutex_unlock(&s->mu);
 }
 
-static crcr_err sq_ingest(store *st, const store_delivery *d, const store_new_job *jobs, size_t n)
+/* Queues `me` for the next group commit and returns once it is done; me->result tells. */
+static crcr_err group_commit(sqlite_store *s, group_req *me)
 {
-    sqlite_store *s = SS(st);
-    ingest_req me = {.d = d, .jobs = jobs, .n = n};
     pthread_mutex_lock(&s->gmu);
     if (s->gtail)
-        s->gtail->next = &me;
+        s->gtail->next = me;
     else
-        s->ghead = &me;
-    s->gtail = &me;
-    while (!me.done) {
+        s->ghead = me;
+    s->gtail = me;
+    while (!me->done) {
         if (s->gleading) {
             pthread_cond_wait(&s->gcv, &s->gmu);
             continue;
         }
         /* Lead: take up to SQ_GROUP_MAX queued requests (this one is among them). */
         s->gleading = true;
-        ingest_req *batch = s->ghead, *last = batch;
+        group_req *batch = s->ghead, *last = batch;
         for (size_t k = 1; k < SQ_GROUP_MAX && last->next; k++)
             last = last->next;
         s->ghead = last->next;
@@ -358,7 +408,7 @@ static crcr_err sq_ingest(store *st, const store_delivery *d, const store_new_jo
         pthread_mutex_unlock(&s->gmu);
         commit_group(s, batch);
         pthread_mutex_lock(&s->gmu);
-        for (ingest_req *r = batch, *nx; r; r = nx) {
+        for (group_req *r = batch, *nx; r; r = nx) {
             nx = r->next; /* r lives on its caller's stack: read before marking it done */
             r->done = true;
         }
@@ -366,7 +416,26 @@ static crcr_err sq_ingest(store *st, const store_delivery *d, const store_new_jo
         pthread_cond_broadcast(&s->gcv);
     }
     pthread_mutex_unlock(&s->gmu);
-    return me.result;
+    return me->result;
+}
+
+typedef struct ingest_args {
+    const store_delivery *d;
+    const store_new_job *jobs;
+    size_t n;
+} ingest_args;
+
+static crcr_err ingest_apply(sqlite_store *s, group_req *r)
+{
+    const ingest_args *a = r->arg;
+    return ingest_one(s, a->d, a->jobs, a->n);
+}
+
+static crcr_err sq_ingest(store *st, const store_delivery *d, const store_new_job *jobs, size_t n)
+{
+    ingest_args a = {.d = d, .jobs = jobs, .n = n};
+    group_req me = {.apply = ingest_apply, .arg = &a};
+    return group_commit(SS(st), &me);
 }
 
 static crcr_err copy_blob(sqlite3_stmt *q, int i, buf_t *out, size_t max)
@@ -941,53 +1010,111 @@ static crcr_err insert_jobs(sqlite_store *s, const char *delivery_id, const stor
 
 #define RUN_EFFECTS_MAX 8
 
-static crcr_err sq_run_apply(store *st, const store_run_update *u, store_effects_fn effects,
+/*
+ * One sliding-window rate-limit hit (store_rate_hit's contract) inside the caller's transaction
+ * (s->mu held). Expired hits are deleted and rate_counts keeps how many are left, so a hit costs
+ * a few indexed statements however many hits the window holds (the bench runs with a limit of
+ * 2e9 per minute; count(*) over the window grew with the rate).
+ */
+static crcr_err rate_hit_tx(sqlite_store *s, const char *repo, int64_t now, int64_t window_ms,
+                            long limit, bool *allowed, int64_t *retry_after_ms)
+{
+    *allowed = false;
+    *retry_after_ms = 0;
+    sqlite3_stmt *q = stmt(s, S_RATE_COUNT);
+    if (!q)
+        return CRCR_E_STORE;
+    bind_text(q, 1, repo);
+    int rc = sqlite3_step(q);
+    bool have = rc == SQLITE_ROW;
+    int64_t count = have ? sqlite3_column_int64(q, 0) : 0;
+    sqlite3_reset(q);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        return fail(s, "rate");
+    if (!(q = stmt(s, S_RATE_EXPIRE)))
+        return CRCR_E_STORE;
+    bind_text(q, 1, repo);
+    sqlite3_bind_int64(q, 2, now - window_ms);
+    rc = sqlite3_step(q);
+    sqlite3_reset(q);
+    if (rc != SQLITE_DONE)
+        return fail(s, "rate");
+    int expired = sqlite3_changes(s->db);
+    if (!have) { /* first hit since rate_counts existed: count what the table holds */
+        if (!(q = stmt(s, S_RATE_COUNT_INIT)))
+            return CRCR_E_STORE;
+        bind_text(q, 1, repo);
+        rc = sqlite3_step(q);
+        count = rc == SQLITE_ROW ? sqlite3_column_int64(q, 0) : 0;
+        sqlite3_reset(q);
+        if (rc != SQLITE_ROW)
+            return fail(s, "rate");
+    } else {
+        count = count > expired ? count - expired : 0;
+    }
+    if (count >= limit) {
+        if (!(q = stmt(s, S_RATE_OLDEST)))
+            return CRCR_E_STORE;
+        bind_text(q, 1, repo);
+        int64_t oldest = now;
+        if (sqlite3_step(q) == SQLITE_ROW)
+            oldest = col_i64_or(q, 0, now);
+        sqlite3_reset(q);
+        *retry_after_ms = oldest + window_ms - now;
+        if (*retry_after_ms < 1)
+            *retry_after_ms = 1;
+    } else {
+        if (!(q = stmt(s, S_RATE_INSERT)))
+            return CRCR_E_STORE;
+        bind_text(q, 1, repo);
+        sqlite3_bind_int64(q, 2, now);
+        rc = sqlite3_step(q);
+        sqlite3_reset(q);
+        if (rc != SQLITE_DONE)
+            return fail(s, "rate");
+        count++;
+        *allowed = true;
+    }
+    if (!have || expired || *allowed) {
+        if (!(q = stmt(s, S_RATE_COUNT_SET)))
+            return CRCR_E_STORE;
+        bind_text(q, 1, repo);
+        sqlite3_bind_int64(q, 2, count);
+        rc = sqlite3_step(q);
+        sqlite3_reset(q);
+        if (rc != SQLITE_DONE)
+            return fail(s, "rate");
+    }
+    return CRCR_OK;
+}
+
+/* One transition (store_run_apply's contract without the rate hit) inside the caller's
+ * transaction (s->mu held). Writes nothing unless it returns CRCR_OK with !res->duplicate; on a
+ * failure after a write the caller undoes its savepoint. */
+static crcr_err run_apply_tx(sqlite_store *s, const store_run_update *u, store_effects_fn effects,
                              void *ctx, store_run_result *res, char *reason, size_t reasonsz)
 {
-    sqlite_store *s = SS(st);
-    sqlite3_stmt *q = NULL;
-    crcr_err err = CRCR_OK;
-    memset(res, 0, sizeof(*res));
-    res->queue_ms = -1;
-    res->exec_ms = -1;
     bool completed = strcmp(u->status, "completed") == 0;
     const char *job = u->key.job_name ? u->key.job_name : "";
     const char *wfname = u->key.workflow_name ? u->key.workflow_name : "";
-
-    pthread_mutex_lock(&s->mu);
-    if (begin_durable(s) != CRCR_OK) {
-        pthread_mutex_unlock(&s->mu);
-        return CRCR_E_STORE;
-    }
+    sqlite3_stmt *q;
     if (!u->single_shot) {
-        /* The dispatch record: this delivery was sent (or queued) to this repo. */
-        if (sqlite3_prepare_v2(s->db,
-                               "SELECT COALESCE(done_at, created_at) FROM outbox WHERE "
-                               "kind='dispatch' AND delivery_id=?1 AND lower(target)=lower(?2) "
-                               "LIMIT 1",
-                               -1, &q, NULL) != SQLITE_OK) {
-            err = fail(s, "run_apply");
-            goto out;
-        }
+        if (!(q = stmt(s, S_RUN_DISPATCH)))
+            return CRCR_E_STORE;
         bind_text(q, 1, u->key.delivery_id);
         bind_text(q, 2, u->key.repo);
-        if (sqlite3_step(q) != SQLITE_ROW) {
-            err = CRCR_E_NOT_FOUND;
-            goto out;
-        }
-        res->dispatched_at = sqlite3_column_int64(q, 0);
-        sqlite3_finalize(q);
-        q = NULL;
+        int rc = sqlite3_step(q);
+        if (rc == SQLITE_ROW)
+            res->dispatched_at = sqlite3_column_int64(q, 0);
+        sqlite3_reset(q);
+        if (rc == SQLITE_DONE)
+            return CRCR_E_NOT_FOUND;
+        if (rc != SQLITE_ROW)
+            return fail(s, "run_apply");
     }
     /* The current state of this key. */
-    if (sqlite3_prepare_v2(s->db,
-                           "SELECT state, conclusion, started_at, dispatched_at FROM runs WHERE "
-                           "delivery_id=?1 AND repo=?2 AND run_id=?3 AND run_attempt=?4 AND "
-                           "job_name=?5 AND workflow_name=?6",
-                           -1, &q, NULL) != SQLITE_OK) {
-        err = fail(s, "run_apply");
-        goto out;
-    }
+    if (!(q = stmt(s, S_RUN_STATE)))
+        return CRCR_E_STORE;
     bind_text(q, 1, u->key.delivery_id);
     bind_text(q, 2, u->key.repo);
     sqlite3_bind_int64(q, 3, u->key.run_id);
@@ -997,7 +1124,8 @@ static crcr_err sq_run_apply(store *st, const store_run_update *u, store_effects
     char state[16] = "";
     char prev_conclusion[64] = "";
     bool have_conclusion = false;
-    if (sqlite3_step(q) == SQLITE_ROW) {
+    int rc = sqlite3_step(q);
+    if (rc == SQLITE_ROW) {
         snprintf(state, sizeof(state), "%s", col_text(q, 0) ? col_text(q, 0) : "");
         if (col_text(q, 1)) {
             snprintf(prev_conclusion, sizeof(prev_conclusion), "%s", col_text(q, 1));
@@ -1005,18 +1133,18 @@ static crcr_err sq_run_apply(store *st, const store_run_update *u, store_effects
         }
         res->started_at = col_i64_or(q, 2, 0);
     }
-    sqlite3_finalize(q);
-    q = NULL;
+    sqlite3_reset(q);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+        return fail(s, "run_apply");
 
     if (!completed) {
         if (strcmp(state, "in_progress") == 0) {
             res->duplicate = true;
-            goto out;
+            return CRCR_OK;
         }
         if (state[0]) {
             snprintf(reason, reasonsz, "in_progress after %s", state);
-            err = CRCR_E_STATE;
-            goto out;
+            return CRCR_E_STATE;
         }
         res->started_at = u->now;
         if (res->dispatched_at)
@@ -1028,40 +1156,22 @@ static crcr_err sq_run_apply(store *st, const store_run_update *u, store_effects
                 (u->conclusion && have_conclusion && strcmp(u->conclusion, prev_conclusion) == 0);
             if (same) {
                 res->duplicate = true;
-            } else {
-                snprintf(reason, reasonsz, "already completed with conclusion %s",
-                         have_conclusion ? prev_conclusion : "null");
-                err = CRCR_E_STATE;
+                return CRCR_OK;
             }
-            goto out;
+            snprintf(reason, reasonsz, "already completed with conclusion %s",
+                     have_conclusion ? prev_conclusion : "null");
+            return CRCR_E_STATE;
         }
         if (!u->single_shot && strcmp(state, "in_progress") != 0) {
             snprintf(reason, reasonsz, "completed without prior in_progress");
-            err = CRCR_E_STATE;
-            goto out;
+            return CRCR_E_STATE;
         }
         if (res->started_at)
             res->exec_ms = u->now > res->started_at ? u->now - res->started_at : 0;
     }
 
-    static const char UPSERT[] =
-        "INSERT INTO runs(delivery_id, repo, run_id, run_attempt, job_name, event_type, state, "
-        "level, pr_number, head_sha, workflow_name, conclusion, details_url, artifact_url, "
-        "dispatched_at, started_at, completed_at, queue_ms, exec_ms, test_passed, test_failed, "
-        "test_skipped, payload, updated_at) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,"
-        "?14,?15,?16,?17,?18,?19,?20,?21,?22,?23,?24) ON CONFLICT(delivery_id, repo, run_id, "
-        "run_attempt, workflow_name, job_name) DO UPDATE SET state=excluded.state, "
-        "level=excluded.level, "
-        "conclusion=excluded.conclusion, completed_at=excluded.completed_at, "
-        "exec_ms=excluded.exec_ms, test_passed=excluded.test_passed, "
-        "test_failed=excluded.test_failed, test_skipped=excluded.test_skipped, "
-        "artifact_url=COALESCE(excluded.artifact_url, runs.artifact_url), "
-        "details_url=COALESCE(excluded.details_url, runs.details_url), "
-        "payload=excluded.payload, updated_at=excluded.updated_at";
-    if (sqlite3_prepare_v2(s->db, UPSERT, -1, &q, NULL) != SQLITE_OK) {
-        err = fail(s, "run_apply");
-        goto out;
-    }
+    if (!(q = stmt(s, S_RUN_UPSERT)))
+        return CRCR_E_STORE;
     bind_text(q, 1, u->key.delivery_id);
     bind_text(q, 2, u->key.repo);
     sqlite3_bind_int64(q, 3, u->key.run_id);
@@ -1089,12 +1199,12 @@ static crcr_err sq_run_apply(store *st, const store_run_update *u, store_effects
     else
         sqlite3_bind_null(q, 23);
     sqlite3_bind_int64(q, 24, u->now);
-    if (sqlite3_step(q) != SQLITE_DONE) {
-        err = fail(s, "run_apply");
-        goto out;
-    }
-    sqlite3_finalize(q);
-    q = NULL;
+    rc = sqlite3_step(q);
+    sqlite3_reset(q);
+    sqlite3_clear_bindings(q); /* the payload was bound without a copy */
+    if (rc != SQLITE_DONE)
+        return fail(s, "run_apply");
+    crcr_err err = CRCR_OK;
     if (effects) {
         store_new_job jobs[RUN_EFFECTS_MAX];
         size_t n = 0;
@@ -1102,10 +1212,59 @@ static crcr_err sq_run_apply(store *st, const store_run_update *u, store_effects
         if (!err)
             err = insert_jobs(s, u->key.delivery_id, jobs, n, u->now);
     }
-out:
-    sqlite3_finalize(q);
-    err = end_durable(s, err, res->duplicate);
-    pthread_mutex_unlock(&s->mu);
+    return err;
+}
+
+typedef struct run_apply_args {
+    const store_run_update *u;
+    store_effects_fn effects;
+    void *ctx;
+    store_run_result *res;
+    char *reason;
+    size_t reasonsz;
+} run_apply_args;
+
+/* A callback's request of a group commit: its rate hit (when asked), then its transition. A
+ * counted hit stays counted when the transition is refused or fails, as with a separate
+ * store_rate_hit: the transition runs in a savepoint of its own. */
+static crcr_err run_apply_group(sqlite_store *s, group_req *r)
+{
+    run_apply_args *a = r->arg;
+    const store_run_update *u = a->u;
+    if (u->rate_limit > 0) {
+        bool allowed = false;
+        crcr_err err = rate_hit_tx(s, u->key.repo, u->now, u->rate_window_ms, u->rate_limit,
+                                   &allowed, &a->res->retry_after_ms);
+        if (err || !allowed) {
+            a->res->rate_limited = !err;
+            return err;
+        }
+        if (exec(s, "SAVEPOINT run") != CRCR_OK)
+            return CRCR_E_STORE;
+        r->keep = true;
+    }
+    crcr_err err = run_apply_tx(s, u, a->effects, a->ctx, a->res, a->reason, a->reasonsz);
+    if (r->keep) {
+        if (err)
+            exec(s, "ROLLBACK TO run");
+        exec(s, "RELEASE run");
+    }
+    return err;
+}
+
+/* Concurrent transitions share one durable commit (group_commit). */
+static crcr_err sq_run_apply(store *st, const store_run_update *u, store_effects_fn effects,
+                             void *ctx, store_run_result *res, char *reason, size_t reasonsz)
+{
+    memset(res, 0, sizeof(*res));
+    res->queue_ms = -1;
+    res->exec_ms = -1;
+    run_apply_args a = {u, effects, ctx, res, reason, reasonsz};
+    group_req me = {.apply = run_apply_group, .arg = &a};
+    crcr_err err = group_commit(SS(st), &me);
+    if (err == CRCR_E_STORE) { /* nothing of it is stored */
+        res->duplicate = res->rate_limited = false;
+    }
     return err;
 }
 
@@ -1228,8 +1387,6 @@ static crcr_err sq_rate_hit(store *st, const char *repo, int64_t now, int64_t wi
                             bool *allowed, int64_t *retry_after_ms)
 {
     sqlite_store *s = SS(st);
-    sqlite3_stmt *q = NULL;
-    crcr_err err = CRCR_OK;
     *allowed = false;
     *retry_after_ms = 0;
     pthread_mutex_lock(&s->mu);
@@ -1237,44 +1394,12 @@ static crcr_err sq_rate_hit(store *st, const char *repo, int64_t now, int64_t wi
         pthread_mutex_unlock(&s->mu);
         return CRCR_E_STORE;
     }
-    if (sqlite3_prepare_v2(s->db, "DELETE FROM rate_hits WHERE repo=?1 AND at <= ?2", -1, &q,
-                           NULL) != SQLITE_OK ||
-        (bind_text(q, 1, repo), sqlite3_bind_int64(q, 2, now - window_ms),
-         sqlite3_step(q) != SQLITE_DONE)) {
-        err = fail(s, "rate");
-        goto out;
+    crcr_err err = rate_hit_tx(s, repo, now, window_ms, limit, allowed, retry_after_ms);
+    if (err || exec(s, "COMMIT") != CRCR_OK) {
+        exec(s, "ROLLBACK");
+        *allowed = false;
+        err = CRCR_E_STORE;
     }
-    sqlite3_finalize(q);
-    q = NULL;
-    if (sqlite3_prepare_v2(s->db, "SELECT count(*), min(at) FROM rate_hits WHERE repo=?1", -1, &q,
-                           NULL) != SQLITE_OK) {
-        err = fail(s, "rate");
-        goto out;
-    }
-    bind_text(q, 1, repo);
-    int64_t count = 0, oldest = now;
-    if (sqlite3_step(q) == SQLITE_ROW) {
-        count = sqlite3_column_int64(q, 0);
-        oldest = col_i64_or(q, 1, now);
-    }
-    sqlite3_finalize(q);
-    q = NULL;
-    if (count >= limit) {
-        *retry_after_ms = oldest + window_ms - now;
-        if (*retry_after_ms < 1)
-            *retry_after_ms = 1;
-        goto out;
-    }
-    if (sqlite3_prepare_v2(s->db, "INSERT INTO rate_hits(repo, at) VALUES (?1, ?2)", -1, &q,
-                           NULL) != SQLITE_OK ||
-        (bind_text(q, 1, repo), sqlite3_bind_int64(q, 2, now), sqlite3_step(q) != SQLITE_DONE)) {
-        err = fail(s, "rate");
-        goto out;
-    }
-    *allowed = true;
-out:
-    sqlite3_finalize(q);
-    exec(s, err ? "ROLLBACK" : "COMMIT");
     pthread_mutex_unlock(&s->mu);
     return err;
 }

@@ -1236,6 +1236,175 @@ static void run_apply_from_concurrent_callers_applies_exactly_once(void **state)
     assert_int_equal(raw("SELECT count(*) FROM runs"), 1);
 }
 
+#define APPLY_RUNS 12 /* runs per thread in the tests below */
+
+typedef struct apply_many {
+    store *st;
+    pthread_barrier_t *go;
+    int index;
+    long rate_limit;
+    effects_ctx fx;
+    int won, dup, limited;
+    crcr_err err;
+} apply_many;
+
+/* Each thread reports in_progress, a repeat of it, then completed for its own runs. */
+static void *apply_own_runs(void *arg)
+{
+    apply_many *r = arg;
+    static const char *const steps[3][2] = {
+        {"in_progress", NULL}, {"in_progress", NULL}, {"completed", "success"}};
+    pthread_barrier_wait(r->go);
+    for (int k = 0; k < APPLY_RUNS; k++) {
+        for (int s = 0; s < 3; s++) {
+            store_run_update u = upd("d", "a/one", 1000 * (r->index + 1) + k, steps[s][0],
+                                     steps[s][1], 2000 + k * 3 + s);
+            u.rate_limit = r->rate_limit;
+            u.rate_window_ms = 60000;
+            store_run_result res;
+            char why[128];
+            crcr_err e = store_run_apply(r->st, &u, one_check_run, &r->fx, &res, why, sizeof(why));
+            if (e) {
+                r->err = e;
+                return NULL;
+            }
+            if (res.rate_limited)
+                r->limited++;
+            else if (res.duplicate)
+                r->dup++;
+            else
+                r->won++;
+            if (res.rate_limited && s == 0)
+                break; /* that run never started */
+        }
+    }
+    return NULL;
+}
+
+static void run_many(store *st, apply_many *r, long rate_limit)
+{
+    pthread_barrier_t go;
+    pthread_barrier_init(&go, NULL, THREADS);
+    pthread_t th[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        r[i] = (apply_many){.st = st, .go = &go, .index = i, .rate_limit = rate_limit};
+        pthread_create(&th[i], NULL, apply_own_runs, &r[i]);
+    }
+    for (int i = 0; i < THREADS; i++)
+        pthread_join(th[i], NULL);
+    pthread_barrier_destroy(&go);
+}
+
+/* Concurrent transitions of different runs (SQLite commits them in groups) all apply, each once,
+ * with its own effects and its own result. */
+static void run_apply_of_different_runs_from_concurrent_callers_all_apply(void **state)
+{
+    store *st = *state;
+    const char *t[] = {"a/one"};
+    assert_int_equal(ingest(st, "d", 1000, t, 1), CRCR_OK);
+    apply_many r[THREADS];
+    run_many(st, r, 0);
+    for (int i = 0; i < THREADS; i++) {
+        assert_int_equal(r[i].err, CRCR_OK);
+        assert_int_equal(r[i].won, 2 * APPLY_RUNS);
+        assert_int_equal(r[i].dup, APPLY_RUNS);
+        assert_int_equal(r[i].limited, 0);
+        assert_int_equal(r[i].fx.calls, 2 * APPLY_RUNS); /* never for a duplicate */
+        assert_int_equal(r[i].fx.seen.exec_ms, 2);       /* its own run's times */
+    }
+    assert_int_equal(raw("SELECT count(*) FROM runs WHERE state='completed'"),
+                     THREADS * APPLY_RUNS);
+    assert_int_equal(raw("SELECT count(*) FROM runs"), THREADS * APPLY_RUNS);
+    assert_int_equal(raw("SELECT count(*) FROM outbox WHERE kind='check_run'"),
+                     2 * THREADS * APPLY_RUNS);
+}
+
+/* rate_limit: the hit is store_rate_hit's, counted whatever the transition's outcome; a refused
+ * hit applies nothing and is not counted. */
+static void run_apply_counts_a_rate_hit_first(void **state)
+{
+    store *st = *state;
+    const char *t[] = {"a/one"};
+    assert_int_equal(ingest(st, "d", 1000, t, 1), CRCR_OK);
+    store_run_result res;
+    char why[128] = "";
+    effects_ctx fx = {0};
+    store_run_update u = upd("d", "a/one", 1, "in_progress", NULL, 5000);
+    u.rate_limit = 3;
+    u.rate_window_ms = 1000;
+    assert_int_equal(apply(st, &u, &fx, &res, why, sizeof(why)), CRCR_OK);
+    assert_false(res.rate_limited);
+    assert_false(res.duplicate);
+    u = upd("d", "a/one", 2, "completed", "success", 5100);
+    u.rate_limit = 3;
+    u.rate_window_ms = 1000;
+    assert_int_equal(apply(st, &u, &fx, &res, why, sizeof(why)), CRCR_E_STATE);
+    u = upd("nope", "A/ONE", 3, "in_progress", NULL, 5200);
+    u.rate_limit = 3;
+    u.rate_window_ms = 1000;
+    assert_int_equal(apply(st, &u, &fx, &res, why, sizeof(why)), CRCR_E_NOT_FOUND);
+    /* Three hits counted: the fourth is refused and applies nothing. */
+    u = upd("d", "a/one", 4, "in_progress", NULL, 5300);
+    u.rate_limit = 3;
+    u.rate_window_ms = 1000;
+    assert_int_equal(apply(st, &u, &fx, &res, why, sizeof(why)), CRCR_OK);
+    assert_true(res.rate_limited);
+    assert_false(res.duplicate);
+    assert_int_equal(res.retry_after_ms, 700); /* the hit at 5000 leaves at 6000 */
+    assert_int_equal(fx.calls, 1);
+    assert_int_equal(raw("SELECT count(*) FROM runs"), 1);
+    /* The same counter as store_rate_hit's, which did not count the refused hit. */
+    bool ok = true;
+    int64_t retry = 0;
+    assert_int_equal(store_rate_hit(st, "a/one", 5999, 1000, 3, &ok, &retry), CRCR_OK);
+    assert_false(ok);
+    assert_int_equal(retry, 1);
+    assert_int_equal(store_rate_hit(st, "a/one", 6000, 1000, 3, &ok, &retry), CRCR_OK);
+    assert_true(ok);
+    /* Without a limit there is no hit. */
+    u = upd("d", "a/one", 4, "in_progress", NULL, 6001);
+    assert_int_equal(apply(st, &u, &fx, &res, why, sizeof(why)), CRCR_OK);
+    assert_false(res.rate_limited);
+    assert_int_equal(raw("SELECT count(*) FROM runs"), 2);
+}
+
+/* Concurrent callers of different runs: exactly `limit` hits pass, grouped or not. */
+static void run_apply_rate_hits_under_concurrency_never_exceed_the_limit(void **state)
+{
+    store *st = *state;
+    const char *t[] = {"a/one"};
+    assert_int_equal(ingest(st, "d", 1000, t, 1), CRCR_OK);
+    apply_many r[THREADS];
+    run_many(st, r, 25);
+    int passed = 0;
+    for (int i = 0; i < THREADS; i++) {
+        assert_int_equal(r[i].err, CRCR_OK);
+        passed += r[i].won + r[i].dup;
+    }
+    assert_int_equal(passed, 25);
+    int started = (int)raw("SELECT count(*) FROM runs");
+    assert_true(started > 0 && started <= 25);
+    assert_int_equal(raw("SELECT count(*) FROM rate_hits"), 25);
+}
+
+/* Hits stored before the counter existed (or by an older binary) count. */
+static void rate_hit_counts_hits_already_in_the_table(void **state)
+{
+    store *st = *state;
+    raw("INSERT INTO rate_hits(repo, at) VALUES ('Pre/Existing', 1000), ('pre/existing', 1100), "
+        "('pre/existing', 1200)");
+    bool ok = true;
+    int64_t retry = 0;
+    assert_int_equal(store_rate_hit(st, "pre/existing", 1500, 1000, 3, &ok, &retry), CRCR_OK);
+    assert_false(ok);
+    assert_int_equal(retry, 500);
+    assert_int_equal(store_rate_hit(st, "pre/existing", 2050, 1000, 3, &ok, &retry), CRCR_OK);
+    assert_true(ok); /* 1000 left the window */
+    assert_int_equal(store_rate_hit(st, "pre/existing", 2060, 1000, 3, &ok, &retry), CRCR_OK);
+    assert_false(ok); /* 1100, 1200 and 2050 are in the window */
+    assert_int_equal(retry, 40);
+}
+
 static void run_keys_include_the_workflow_name(void **state)
 {
     store *st = *state;
@@ -1593,6 +1762,10 @@ int main(void)
         T(run_apply_follows_the_state_machine_and_measures_times),
         T(run_apply_single_shot_needs_no_dispatch_and_completes_once),
         T(run_apply_from_concurrent_callers_applies_exactly_once),
+        T(run_apply_of_different_runs_from_concurrent_callers_all_apply),
+        T(run_apply_counts_a_rate_hit_first),
+        T(run_apply_rate_hits_under_concurrency_never_exceed_the_limit),
+        T(rate_hit_counts_hits_already_in_the_table),
         T(run_keys_include_the_workflow_name),
         T(runs_for_sha_gives_the_latest_row_per_workflow_and_job),
         T(zombies_are_in_progress_runs_started_before_the_cutoff),
