@@ -166,7 +166,17 @@ int app_serve_main(int argc, char **argv)
         rc = e == CRCR_E_CONFIG ? 2 : 1;
         goto out;
     }
-    store_recover(app->st);
+    e = store_recover(app->st);
+    if (e) {
+        if (e == CRCR_E_STATE)
+            fprintf(stderr,
+                    "crcr: CRCR_STORE: another `crcr serve` is using this SQLite store (one "
+                    "serving process per SQLite file; several instances need PostgreSQL)\n");
+        else
+            fprintf(stderr, "crcr: CRCR_STORE: cannot take over the store (see the log)\n");
+        rc = 2;
+        goto out;
+    }
     app->gh = gh_client_new(&app->cfg, err, sizeof(err));
     if (!app->gh) {
         fprintf(stderr, "crcr: GITHUB_APP_PRIVATE_KEY: %s\n", err);

@@ -32,7 +32,8 @@ crcr_err store_open_pool(const char *uri, long pool, store **out, char *err, siz
 /* Closes; NULL is fine. */
 void store_close(store *st);
 /* Called once by `crcr serve` at start: rows a crashed predecessor left `running` become due now
- * (SQLite: one serving process per file); shared stores rely on leases instead. */
+ * (SQLite: one serving process per file, enforced by a lock held until store_close; CRCR_E_STATE
+ * when another process serves the file); shared stores rely on leases instead. */
 crcr_err store_recover(store *st);
 /* CRCR_OK when the store answers a trivial query. */
 crcr_err store_ping(store *st);

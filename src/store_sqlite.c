@@ -10,10 +10,17 @@
  * of a row: the row is then sent again (at least once), never lost. Measured on the 2-core VM:
  * one fsync per outbox transition was most of the ingest and fan-out time (bench/RESULTS.md). The
  * store belongs to one process: rows left `running` by a crashed predecessor are re-queued at open
- * instead of waiting for their lease.
+ * instead of waiting for their lease. That is only safe while no other `crcr serve` uses the file,
+ * so sq_recover first takes an exclusive flock(2) on a side file "<db>-serve.lock", held until
+ * close (the kernel drops it when the process dies). The side file, not the database: closing any
+ * descriptor of the database file would drop SQLite's own POSIX locks in this process.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <sqlite3.h>
+#include <sys/file.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -157,6 +164,8 @@ static const char SCHEMA[] =
 
 /* Most requests (ingests, run transitions) one group commit writes (see group_commit). */
 #define SQ_GROUP_MAX 256
+/* Longest path of the serve-lock side file (the database path plus "-serve.lock"). */
+#define CRCR_PATH_LOCK_MAX 4096
 
 typedef struct sqlite_store sqlite_store;
 
@@ -182,6 +191,7 @@ struct sqlite_store {
     pthread_cond_t gcv;
     group_req *ghead, *gtail;
     bool gleading;
+    int serve_lock; /* descriptor holding the serve lock (sq_recover), -1 when not taken */
 };
 
 static sqlite_store *SS(store *st)
@@ -247,6 +257,8 @@ static void sq_close(store *st)
     for (int i = 0; i < S_COUNT; i++)
         sqlite3_finalize(s->stmts[i]);
     sqlite3_close(s->db);
+    if (s->serve_lock >= 0)
+        close(s->serve_lock);
     pthread_mutex_destroy(&s->mu);
     pthread_mutex_destroy(&s->gmu);
     pthread_cond_destroy(&s->gcv);
@@ -1577,9 +1589,40 @@ out:
 
 /* Rows a crashed predecessor left running: the serving process is the only worker on the file,
  * so they are due again at once instead of after their lease. */
+/* Takes the serve lock (see the header comment). CRCR_E_STATE when another process holds it. */
+static crcr_err take_serve_lock(sqlite_store *s)
+{
+    const char *db = sqlite3_db_filename(s->db, "main");
+    if (!db || !*db || s->serve_lock >= 0)
+        return CRCR_OK; /* in-memory or temporary database: nobody else can open it */
+    char path[CRCR_PATH_LOCK_MAX];
+    int n = snprintf(path, sizeof(path), "%s-serve.lock", db);
+    if (n < 0 || (size_t)n >= sizeof(path)) {
+        LOG_ERROR("store.serve_lock", "error", "database path too long", NULL);
+        return CRCR_E_STORE;
+    }
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        LOG_ERROR("store.serve_lock", "path", path, "error", strerror(errno), NULL);
+        return CRCR_E_STORE;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        crcr_err e = errno == EWOULDBLOCK ? CRCR_E_STATE : CRCR_E_STORE;
+        if (e == CRCR_E_STORE)
+            LOG_ERROR("store.serve_lock", "path", path, "error", strerror(errno), NULL);
+        close(fd);
+        return e;
+    }
+    s->serve_lock = fd;
+    return CRCR_OK;
+}
+
 static crcr_err sq_recover(store *st)
 {
     sqlite_store *s = SS(st);
+    crcr_err lk = take_serve_lock(s);
+    if (lk)
+        return lk;
     pthread_mutex_lock(&s->mu);
     crcr_err err =
         exec(s, "UPDATE outbox SET state='queued', lease_until=NULL WHERE state='running'");
@@ -1636,6 +1679,7 @@ crcr_err store_sqlite_open(const char *path, store **out, char *err, size_t errs
     if (!s)
         return CRCR_E_NOMEM;
     s->base.ops = &SQLITE_OPS;
+    s->serve_lock = -1;
     pthread_mutex_init(&s->mu, NULL);
     pthread_mutex_init(&s->gmu, NULL);
     pthread_cond_init(&s->gcv, NULL);

@@ -172,6 +172,24 @@ class ConfiguredBodyLimitTest(JsonErrorMixin, unittest.TestCase):
         self.assertEqual(r.status, 202, r.body)
 
 
+class SqliteSingleServerTest(unittest.TestCase):
+    def test_a_second_serve_on_the_same_sqlite_file_is_refused(self):
+        """Two `crcr serve` on one SQLite file would each re-queue the other's rows in flight at
+        start: the second one stops with exit 2 and says why; the first goes on serving."""
+        relay = R.Relay()
+        self.addCleanup(relay.close)
+        if not relay.store_uri.startswith("sqlite:"):
+            self.skipTest("the relays of this run use PostgreSQL")
+        relay.start()
+        rc, out, err = relay.cli(["serve"], env={"CRCR_LISTEN": "127.0.0.1:0"}, timeout=15)
+        self.assertEqual(rc, 2, out + err)
+        self.assertIn("another `crcr serve` is using this SQLite store", err)
+        self.assertEqual(relay.get("/healthz").status, 200)
+        # The command-line tools still read the store while it is served.
+        rc, out, err = relay.cli(["deliveries", "list"])
+        self.assertEqual(rc, 0, out + err)
+
+
 class ShutdownTest(unittest.TestCase):
     def test_sigterm_exits_0_within_5_s_even_with_an_idle_keep_alive_client(self):
         r = R.Relay()

@@ -37,8 +37,8 @@ static int teardown(void **state)
     fixture *f = *state;
     store_close(f->st);
     char path[160];
-    const char *suffixes[] = {"", "-wal", "-shm"};
-    for (int i = 0; i < 3; i++) {
+    const char *suffixes[] = {"", "-wal", "-shm", "-serve.lock"};
+    for (int i = 0; i < 4; i++) {
         snprintf(path, sizeof(path), "%s/t.db%s", f->dir, suffixes[i]);
         unlink(path);
     }
@@ -309,6 +309,24 @@ static void concurrent_claims_hand_out_each_row_once(void **state)
     assert_int_equal(total, 200);
 }
 
+/* Two `crcr serve` on one SQLite file would re-queue each other's rows in flight: the second
+ * one's store_recover is refused while the first holds the store, and allowed once it closed. */
+static void recover_is_refused_while_another_handle_serves_the_file(void **state)
+{
+    fixture *f = *state;
+    char err[256];
+    store *other = NULL;
+    assert_int_equal(store_open(f->uri, &other, err, sizeof(err)), CRCR_OK);
+    assert_int_equal(store_recover(f->st), CRCR_OK);
+    assert_int_equal(store_recover(other), CRCR_E_STATE);
+    /* Reading and writing through the other handle still work (the command-line tools). */
+    const char *t[] = {"a/one"};
+    assert_int_equal(ingest(other, "d1", t, 1, 1000), CRCR_OK);
+    store_close(f->st);
+    f->st = other;
+    assert_int_equal(store_recover(f->st), CRCR_OK);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -319,6 +337,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(finish_and_redeliver_dead_row, setup, teardown),
         cmocka_unit_test_setup_teardown(dry_run_body_is_kept, setup, teardown),
         cmocka_unit_test_setup_teardown(recover_requeues_running_rows, setup, teardown),
+        cmocka_unit_test_setup_teardown(recover_is_refused_while_another_handle_serves_the_file,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(newer_schema_is_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(unknown_scheme_is_a_config_error, setup, teardown),
         cmocka_unit_test_setup_teardown(kv_expires, setup, teardown),
