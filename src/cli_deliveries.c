@@ -202,7 +202,7 @@ static int local_main(const char *sub, const cli_opts *o, const crcr_config *cfg
         else
             rc = print_list(doc, o);
     } else if (strcmp(sub, "show") == 0) {
-        e = ops_delivery_doc(st, o->id, &doc);
+        e = ops_delivery_doc(st, cfg, o->id, &doc);
         if (e)
             fprintf(stderr, "crcr: delivery %s: %s\n", o->id, crcr_strerror(e));
         else

@@ -26,6 +26,7 @@
 #include "limits.h"
 #include "log.h"
 #include "metrics.h"
+#include "outbox.h"
 
 #define OPS_DELIVERIES_PATH "/api/v1/admin/deliveries"
 /* A scrape is a few hundred lines; this leaves room for many routes. */
@@ -145,10 +146,22 @@ static jv *job_json(const store_job_row *j)
 }
 
 typedef struct doc_ctx {
-    jv *delivery; /* owned until moved into the document */
+    const crcr_config *cfg; /* NULL: dry-run bodies are not rebuilt */
+    jv *delivery;           /* owned until moved into the document */
     jv *outbox;
     bool nomem;
+    /* What a dry-run dispatch's request is rebuilt from (copies, owned, freed by the caller). */
+    char *payload, *event, *delivery_id, *head_sha;
+    size_t payload_len;
+    int64_t pr_number;
 } doc_ctx;
+
+/* Duplicates `s` into *dst (NULL stays NULL); false when out of memory. */
+static bool dup_into(char **dst, const char *s)
+{
+    *dst = s ? strdup(s) : NULL;
+    return !s || *dst;
+}
 
 static void doc_delivery(void *ctx, const store_delivery_row *r, const char *payload, size_t n)
 {
@@ -157,23 +170,69 @@ static void doc_delivery(void *ctx, const store_delivery_row *r, const char *pay
     d->delivery = delivery_json(r);
     if (!d->delivery)
         d->nomem = true;
+    if (!d->cfg || d->payload)
+        return;
+    d->payload = malloc(n + 1);
+    if (!d->payload || !dup_into(&d->event, r->event) ||
+        !dup_into(&d->delivery_id, r->delivery_id) || !dup_into(&d->head_sha, r->head_sha)) {
+        d->nomem = true;
+        return;
+    }
+    if (n)
+        memcpy(d->payload, payload, n);
+    d->payload[n] = '\0';
+    d->payload_len = n;
+    d->pr_number = r->pr_number;
+}
+
+/* A dry-run dispatch row stores no body (outbox.c): its request is rebuilt here, exactly as the
+ * worker built it. NULL when it cannot be (the row then shows "body": null). */
+static jv *dry_run_body(const doc_ctx *d, const store_job_row *j)
+{
+    if (!d->cfg || !d->payload || j->body_len || !j->kind || strcmp(j->kind, "dispatch") != 0 ||
+        !j->state || strcmp(j->state, "dry_run") != 0)
+        return NULL;
+    outbox_dispatch_src src = {
+        .event = d->event,
+        .delivery_id = d->delivery_id,
+        .payload = d->payload,
+        .payload_len = d->payload_len,
+        .target = j->target,
+        .head_sha = d->head_sha,
+        .pr_number = d->pr_number,
+    };
+    dispatch_output out;
+    dispatch_output_init(&out);
+    char err[256];
+    jv *body = NULL;
+    if (outbox_dispatch_body(d->cfg, &src, &out, err, sizeof(err)) == CRCR_OK)
+        body = jv_new_strn(buf_cstr(&out.body), out.body.len);
+    dispatch_output_free(&out);
+    return body;
 }
 
 static void doc_job(void *ctx, const store_job_row *j)
 {
     doc_ctx *d = ctx;
     jv *o = job_json(j);
+    jv *body = o ? dry_run_body(d, j) : NULL;
+    if (body && jv_set(o, "body", body) != CRCR_OK)
+        d->nomem = true;
     if (!o || jv_push(d->outbox, o) != CRCR_OK)
         d->nomem = true;
 }
 
-crcr_err ops_delivery_doc(store *st, const char *id, jv **out)
+crcr_err ops_delivery_doc(store *st, const crcr_config *cfg, const char *id, jv **out)
 {
     *out = NULL;
-    doc_ctx d = {.outbox = jv_new_arr()};
+    doc_ctx d = {.cfg = cfg, .outbox = jv_new_arr()};
     if (!d.outbox)
         return CRCR_E_NOMEM;
     crcr_err e = store_get_delivery(st, id, doc_delivery, doc_job, &d);
+    free(d.payload);
+    free(d.event);
+    free(d.delivery_id);
+    free(d.head_sha);
     if (!e && (d.nomem || !d.delivery))
         e = CRCR_E_NOMEM;
     jv *doc = e ? NULL : jv_new_obj();
@@ -535,7 +594,7 @@ static void admin_show(void *ctx, const http_request *req, http_response *resp)
         return;
     }
     jv *doc = NULL;
-    crcr_err e = ops_delivery_doc(app->st, id, &doc);
+    crcr_err e = ops_delivery_doc(app->st, &app->cfg, id, &doc);
     if (e) {
         store_error(resp, e);
         return;

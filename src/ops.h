@@ -17,6 +17,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "config.h"
 #include "http_server.h"
 #include "json.h"
 #include "store.h"
@@ -30,9 +31,10 @@ struct crcr_app;
 size_t ops_routes(struct crcr_app *app, http_route *out, size_t max);
 
 /* Builds {"delivery":{...},"outbox":[{...,"body":..}]} for delivery `id`; *out receives a new
- * reference (caller frees with jv_free). CRCR_E_NOT_FOUND for an unknown id, CRCR_E_NOMEM or the
- * store's error otherwise (then *out is NULL). */
-crcr_err ops_delivery_doc(store *st, const char *id, jv **out);
+ * reference (caller frees with jv_free). A dry-run dispatch row's body (not stored) is rebuilt
+ * with `cfg`'s secret and budget (cfg NULL: shown as null). CRCR_E_NOT_FOUND for an unknown id,
+ * CRCR_E_NOMEM or the store's error otherwise (then *out is NULL). */
+crcr_err ops_delivery_doc(store *st, const crcr_config *cfg, const char *id, jv **out);
 
 /* Builds the array of deliveries matching `f`, newest first; *out receives a new reference. */
 crcr_err ops_delivery_list(store *st, const store_filter *f, jv **out);
