@@ -230,17 +230,6 @@ def sample(fams, name, **labels):
     return None
 
 
-def check_clean_exit(test, relay):
-    """SIGTERM ends the relay with 0 and (in a sanitizer build) without any report."""
-    if not relay.running():
-        return
-    rc = relay.stop()
-    reports = [l for l in relay.log_text().splitlines()
-               if "Sanitizer" in l or "runtime error:" in l]
-    test.assertEqual(reports, [], "sanitizer report from the relay:\n" + relay.log_tail(60))
-    test.assertEqual(rc, 0, "relay exit status after SIGTERM; log:\n" + relay.log_tail(30))
-
-
 def scrape(relay):
     r = relay.get("/metrics")
     if r.status != 200:
@@ -401,7 +390,7 @@ class ReadyzTest(unittest.TestCase):
         relay = R.Relay(env={"ALLOWLIST_FILE": None, "ALLOWLIST_URL": self.ALLOWLIST_URL,
                              "GITHUB_API_URL": gh.url})
         self.addCleanup(relay.close)
-        self.addCleanup(check_clean_exit, self, relay)
+        self.addCleanup(R.check_clean_exit, self, relay)
         relay.start()
         r = relay.get("/readyz")
         self.assertEqual(r.status, 503, r.body)
@@ -431,7 +420,7 @@ class AdminOffTest(unittest.TestCase):
     def test_admin_api_is_absent_without_a_token(self):
         relay = R.Relay()
         self.addCleanup(relay.close)
-        self.addCleanup(check_clean_exit, self, relay)
+        self.addCleanup(R.check_clean_exit, self, relay)
         relay.start()
         delivery = relay.webhook("push", R.load_example("push")).delivery
         for method, path in (("GET", "/api/v1/admin/deliveries"),

@@ -538,3 +538,15 @@ class Relay:
         p = subprocess.run([self.binary] + list(args), env=self.child_env(env), cwd=self.tmp,
                            input=input, capture_output=True, text=True, timeout=timeout)
         return p.returncode, p.stdout, p.stderr
+
+
+def check_clean_exit(test, relay, timeout=15.0):
+    """SIGTERM ends a live relay with exit 0 and, in a sanitizer build, without any report.
+    Register it with test.addCleanup after the relay's close, so that it runs first."""
+    if not relay.running():
+        return
+    rc = relay.stop(signal.SIGTERM, timeout=timeout)
+    reports = [line for line in relay.log_text().splitlines()
+               if "Sanitizer" in line or "runtime error:" in line]
+    test.assertEqual(reports, [], "sanitizer report from the relay:\n" + relay.log_tail(60))
+    test.assertEqual(rc, 0, "relay exit status after SIGTERM; log:\n" + relay.log_tail(30))
