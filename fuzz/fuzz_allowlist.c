@@ -28,14 +28,7 @@
 #include "allowlist.h"
 #include "buf.h"
 #include "limits.h"
-
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "invariant failed: %s (line %d)\n", #c, __LINE__);                     \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
+#include "fuzz_check.h"
 
 /* Caps of the harness's own buffers (the parser reports at most 50 problems of < 1 KiB each). */
 #define FZ_ERRORS_MAX (256u * 1024u)

@@ -23,14 +23,7 @@
 #include "callback.h"
 #include "json.h"
 #include "limits.h"
-
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "invariant failed: %s (line %d)\n", #c, __LINE__);                     \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
+#include "fuzz_check.h"
 
 /* A detail buffer as large as the handler's (512 bytes in callback.c), and a tiny one. */
 #define FZ_DETAIL_MAX 512u

@@ -19,14 +19,7 @@
 
 #include "dispatch.h"
 #include "json.h"
-
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "invariant failed: %s (line %d)\n", #c, __LINE__);                     \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
+#include "fuzz_check.h"
 
 static const char head[] = "{\"event_type\":\"pull_request\",\"client_payload\":{\"event_type\":"
                            "\"pull_request\",\"delivery_id\":\"d-1\",\"payload\":";

@@ -25,14 +25,7 @@
 
 #include "json.h"
 #include "webhook.h"
-
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "invariant failed: %s (line %d)\n", #c, __LINE__);                     \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
+#include "fuzz_check.h"
 
 /* Generic paths, selected together with webhook_json_paths. */
 static const char *const extra_paths[] = {

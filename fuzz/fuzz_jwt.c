@@ -29,14 +29,7 @@
 #include "jwt.h"
 #include "log.h"
 #include "oidc.h"
-
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "invariant failed: %s (line %d)\n", #c, __LINE__);                     \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
+#include "fuzz_check.h"
 
 /* Issuers on the discard port of the loopback: even a fetch by mistake would go nowhere. */
 #define FZ_ISSUER "http://127.0.0.1:9"

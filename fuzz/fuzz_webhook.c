@@ -33,14 +33,7 @@
 #include "json.h"
 #include "limits.h"
 #include "webhook.h"
-
-#define CHECK(c)                                                                                   \
-    do {                                                                                           \
-        if (!(c)) {                                                                                \
-            fprintf(stderr, "invariant failed: %s (line %d)\n", #c, __LINE__);                     \
-            abort();                                                                               \
-        }                                                                                          \
-    } while (0)
+#include "fuzz_check.h"
 
 static const char *const events[8] = {"pull_request", "push",   "check_run", "check_suite",
                                       "issues",       "issues", "issues",    "issues"};
