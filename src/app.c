@@ -218,19 +218,45 @@ int app_serve_main(int argc, char **argv)
 
     static http_route routes[APP_MAX_ROUTES];
     size_t n_routes = 0;
-    routes[n_routes++] =
-        (http_route){"POST", "/github/webhook", false, app->cfg.max_body, webhook_handle, app};
-    routes[n_routes++] =
-        (http_route){"POST", "/github/callback", false, app->cfg.max_body, callback_handle, app};
-    routes[n_routes++] = (http_route){"GET", "/healthz", false, 0, health_handle, app};
-    routes[n_routes++] = (http_route){"GET", "/readyz", false, 0, ready_handle, app};
+    routes[n_routes++] = (http_route){.method = "POST",
+                                      .path = "/github/webhook",
+                                      .prefix = false,
+                                      .max_body = app->cfg.max_body,
+                                      .fn = webhook_handle,
+                                      .ctx = app,
+                                      .guard = webhook_guard};
+    routes[n_routes++] = (http_route){.method = "POST",
+                                      .path = "/github/callback",
+                                      .prefix = false,
+                                      .max_body = app->cfg.max_callback_body,
+                                      .fn = callback_handle,
+                                      .ctx = app,
+                                      .guard = callback_guard};
+    routes[n_routes++] = (http_route){.method = "GET",
+                                      .path = "/healthz",
+                                      .prefix = false,
+                                      .max_body = 0,
+                                      .fn = health_handle,
+                                      .ctx = app};
+    routes[n_routes++] = (http_route){.method = "GET",
+                                      .path = "/readyz",
+                                      .prefix = false,
+                                      .max_body = 0,
+                                      .fn = ready_handle,
+                                      .ctx = app};
+    /* HUD pages and JSON: rendered off the HTTP threads, a few at a time, and cached briefly. */
+    size_t hud_first = n_routes;
     n_routes += hud_routes(app, routes + n_routes, APP_MAX_ROUTES - n_routes);
+    for (size_t i = hud_first; i < n_routes; i++)
+        routes[i].flags |= HTTP_ROUTE_OFFLOAD | HTTP_ROUTE_CACHE;
     n_routes += ops_routes(app, routes + n_routes, APP_MAX_ROUTES - n_routes);
     http_server_opts hopts = {
         .host = app->cfg.listen_host,
         .port = app->cfg.listen_port,
         .threads = http_threads(&app->cfg),
         .request_deadline_s = (unsigned)app->cfg.request_deadline_s,
+        .offload_threads = (unsigned)app->cfg.hud_concurrency,
+        .cache_ms = (unsigned)app->cfg.hud_cache_ms,
     };
     app->started_at = clock_now_ms();
     app->http = http_server_start(&hopts, routes, n_routes, err, sizeof(err));
@@ -240,8 +266,12 @@ int app_serve_main(int argc, char **argv)
     }
     char listen[96];
     snprintf(listen, sizeof(listen), "%s:%d", app->cfg.listen_host, http_server_port(app->http));
+    buf_t store_shown;
+    buf_init(&store_shown, 8192);
+    config_redact_store(app->cfg.store_uri, &store_shown);
     LOG_INFO("relay.started", "version", CRCR_VERSION, "listen", listen, "store",
-             app->cfg.store_uri, "mode", app->cfg.dry_run ? "dry-run" : "github-app", NULL);
+             buf_cstr(&store_shown), "mode", app->cfg.dry_run ? "dry-run" : "github-app", NULL);
+    buf_free(&store_shown);
 
     /* The first sweep runs right away: zombies left while the relay was down are old already. */
     int64_t next_sweep = clock_mono_ms();

@@ -23,12 +23,15 @@
 #include "limits.h"
 #include "log.h"
 #include "oidc.h"
+#include "outbox.h"
 #include "store.h"
 
 #define CALLBACK_RATE_WINDOW_MS 60000
 #define CALLBACK_CONCLUSION_MAX 64u
 #define CALLBACK_URL_MAX 2048u
 #define CALLBACK_WORKFLOW_NAME_MAX 256u
+/* Largest nightly/periodic report (issue 12): its fields are a few hundred bytes. */
+#define CALLBACK_NIGHTLY_MAX_BODY (64u * 1024u)
 
 /* A JSON integer, or a string of 1..18 digits: the callback action sends ids as strings. */
 static bool int_like(const jv *v, int64_t *out)
@@ -188,26 +191,39 @@ jv *callback_body_parse(const char *text, size_t len)
                            sizeof(CALLBACK_JSON_PATHS) / sizeof(CALLBACK_JSON_PATHS[0]), NULL, 0);
 }
 
-/* Whether this run's result belongs on the upstream PR as a check run (§5.3). */
-static bool wants_check_run(crcr_app *app, const allowlist *al, const char *repo,
-                            const cb_fields *f, crcr_level level)
+/* The labels of a stored webhook (only pull_request.labels is built). */
+static const char *const LABEL_PATHS[] = {"pull_request.labels"};
+
+bool callback_check_wanted(const crcr_app *app, const allowlist *al, const char *repo,
+                           crcr_level level, const char *delivery_id, const char *head_sha)
 {
-    if (level < CRCR_LEVEL_L3 || !f->head_sha || !*f->head_sha)
+    if (level < CRCR_LEVEL_L3 || !head_sha || !*head_sha)
         return false;
     if (level == CRCR_LEVEL_L4)
         return true;
-    const char *labels[CRCR_LABELS_MAX];
-    size_t n = 0;
-    for (size_t i = 0; i < jv_arr_len(f->labels) && n < CRCR_LABELS_MAX; i++) {
-        const char *name = jv_path_str(jv_arr_at(f->labels, i), "name");
-        if (name)
-            labels[n++] = name;
+    /* The PR carried the device's label in the webhook the relay dispatched. */
+    store_dispatch d;
+    buf_init(&d.payload, app->cfg.max_body);
+    bool labelled = false;
+    if (store_dispatch_get(app->st, delivery_id, repo, true, &d) == CRCR_OK && d.payload.len) {
+        jv *doc = jv_parse_select(d.payload.data, d.payload.len, LABEL_PATHS, 1, NULL, 0);
+        const jv *labels = jv_path(doc, "pull_request.labels");
+        const char *names[CRCR_LABELS_MAX];
+        size_t n = 0;
+        for (size_t i = 0; i < jv_arr_len(labels) && n < CRCR_LABELS_MAX; i++) {
+            const char *name = jv_path_str(jv_arr_at(labels, i), "name");
+            if (name)
+                names[n++] = name;
+        }
+        labelled = allowlist_needs_check_run(al, repo, names, n);
+        jv_free(doc);
     }
-    if (allowlist_needs_check_run(al, repo, labels, n))
+    buf_free(&d.payload);
+    if (labelled)
         return true;
-    /* Reopened PRs echo stale labels: the label event's mark decides (upstream fallback). */
+    /* Reopened PRs carry stale labels: the label event's mark decides (upstream fallback). */
     int64_t since = clock_now_ms() - app->cfg.status_ttl_s * 1000;
-    return store_wanted_get(app->st, f->head_sha, repo, since) == CRCR_OK;
+    return store_wanted_get(app->st, head_sha, repo, since) == CRCR_OK;
 }
 
 /* Everything the side-effect builder needs, and the memory of the bodies it builds. */
@@ -345,10 +361,306 @@ static void rate_limited(crcr_app *app, http_response *resp, const char *repo, i
     http_resp_header(resp, "Retry-After", secs);
 }
 
+bool callback_guard(void *ctx, const http_request *req, http_response *resp)
+{
+    crcr_app *app = ctx;
+    if (oidc_token_present(http_req_header(req, "Authorization")))
+        return false;
+    atomic_fetch_add(&app->callbacks_rejected, 1);
+    LOG_INFO("callback.unauthorized", "reason", "Missing authorization token", NULL);
+    http_resp_detail(resp, 401, "Missing authorization token");
+    return true;
+}
+
+/* A callback being answered: what the checks found, for the refusal and the transition. */
+typedef struct cb_request {
+    crcr_app *app;
+    const http_request *req;
+    const char *repo; /* OIDC-verified */
+    crcr_level level;
+    cb_fields f;
+    bool nightly;
+    store_dispatch dispatch; /* PR/push: the relay's record of what it sent to `repo` */
+    int refusal;             /* 0, or the status of the refusal in `detail` */
+    char detail[512];
+    const char *log_event;  /* log line of the refusal, NULL for none */
+    int64_t retry_after_ms; /* refusal 429 (byte budget): when to come back */
+} cb_request;
+
+static bool is_hex40(const char *s)
+{
+    size_t n = 0;
+    for (; s[n]; n++) {
+        char c = s[n];
+        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')))
+            return false;
+    }
+    return n == 40;
+}
+
+/* Nightly/periodic self-reports: no dispatch record to check them against, so they are held to a
+ * named shape and size (issue 12): a commit sha as delivery id, CALLBACK_NIGHTLY_MAX_BODY bytes. */
+static void check_nightly(cb_request *c)
+{
+    if (strcmp(c->f.status, "completed") != 0) {
+        snprintf(c->detail, sizeof(c->detail),
+                 "nightly/periodic callbacks must have status 'completed', got '%s'", c->f.status);
+        c->refusal = 400;
+    } else if (!is_hex40(c->f.delivery_id)) {
+        snprintf(c->detail, sizeof(c->detail),
+                 "nightly/periodic callbacks must name the tested commit: delivery_id must be a "
+                 "40-character hex sha");
+        c->refusal = 400;
+    } else if (c->req->body_len > CALLBACK_NIGHTLY_MAX_BODY) {
+        snprintf(c->detail, sizeof(c->detail),
+                 "nightly/periodic callback body larger than %u bytes", CALLBACK_NIGHTLY_MAX_BODY);
+        c->refusal = 413;
+    }
+}
+
+/* PR/push callbacks (step 7): the delivery must have been dispatched to the calling repository
+ * (400 otherwise, as upstream), and what the body says of the upstream commit must be what the
+ * relay dispatched (403 otherwise, with or without a callback token): check runs and HUD rows
+ * take the head sha and the PR number from the relay's record, never from the body. */
+static void check_dispatched(cb_request *c)
+{
+    crcr_err e = store_dispatch_get(c->app->st, c->f.delivery_id, c->repo, false, &c->dispatch);
+    if (e == CRCR_E_NOT_FOUND) {
+        snprintf(c->detail, sizeof(c->detail), "callback rejected: no matching dispatch record");
+        c->refusal = 400;
+        c->log_event = "callback.no_dispatch";
+        return;
+    }
+    if (e) {
+        c->refusal = 503;
+        snprintf(c->detail, sizeof(c->detail), "store unavailable, please retry");
+        return;
+    }
+    const store_dispatch *d = &c->dispatch;
+    if (c->f.token) {
+        /* The token binds the echoed PR and sha (an absent one too) to this delivery and repo;
+         * the relay minted it over its own record, so a token that verifies against the body's
+         * values means the body says what was dispatched. */
+        if (!cbtoken_verify(c->app->cfg.app_secret, c->app->cfg.app_secret_previous, c->f.token,
+                            c->f.delivery_id, c->repo, c->f.head_sha, c->f.pr_number)) {
+            snprintf(c->detail, sizeof(c->detail), "%s",
+                     "callback_token does not match this repository, delivery, pull request and "
+                     "head sha");
+            c->refusal = 403;
+            c->log_event = "callback.token_mismatch";
+            return;
+        }
+    } else if (c->app->cfg.callback_token == CRCR_CB_TOKEN_REQUIRED) {
+        snprintf(c->detail, sizeof(c->detail), "callback_token required");
+        c->refusal = 403;
+        return;
+    }
+    /* Without a token (upstream's reporter): whatever the body says of the upstream commit must be
+     * what the relay dispatched; what it leaves out comes from the record anyway. Shas compare
+     * exactly: GitHub writes them in lower case, another spelling is not what was sent. */
+    bool sha_differs = c->f.head_sha && strcmp(c->f.head_sha, d->head_sha) != 0;
+    bool pr_differs = c->f.pr_number != 0 && c->f.pr_number != d->pr_number;
+    if (sha_differs || pr_differs) {
+        snprintf(c->detail, sizeof(c->detail),
+                 "callback does not match the dispatched delivery: %s",
+                 sha_differs ? "head sha differs" : "pull request number differs");
+        c->refusal = 403;
+        c->log_event = "callback.forged_target";
+    }
+}
+
+/* Logs a pin that does not hold (the ids pinned at the first callback). */
+static void pin_mismatch_log(void *ctx, const store_identity_row *row)
+{
+    const oidc_identity *id = ctx;
+    LOG_WARN("callback.identity_changed", "repo", row->repo, "pinned_repository_id",
+             row->repository_id, "pinned_owner_id", row->owner_id, "token_repository_id",
+             id->repository_id, "token_owner_id", id->repository_owner_id, NULL);
+}
+
+/* Step 3b (issue 12): the first callback of a repository pins its immutable GitHub ids; a later
+ * token with the same name and other ids (a deleted and re-created repository, a released and
+ * re-claimed organisation name) is refused until an operator resets the pin. */
+static void check_identity(cb_request *c, const oidc_identity *id)
+{
+    store_pin_outcome pin = STORE_PIN_NONE;
+    crcr_err e = store_identity_pin(c->app->st, c->repo, id->repository_id, id->repository_owner_id,
+                                    clock_now_ms(), &pin, pin_mismatch_log, (void *)id);
+    if (e) {
+        c->refusal = 503;
+        snprintf(c->detail, sizeof(c->detail), "store unavailable, please retry");
+    } else if (pin == STORE_PIN_MISMATCH) {
+        snprintf(c->detail, sizeof(c->detail),
+                 "repository identity changed: %s is pinned to other GitHub ids (a re-created "
+                 "repository or a new owner); an operator must run crcr trust reset",
+                 c->repo);
+        c->refusal = 403;
+    }
+}
+
+/* The nightly byte budget (issue 12): what a repository's self-reports store per UTC day. The
+ * stored bytes are the report (a HUD forward holds it once more). */
+static void take_nightly_budget(cb_request *c)
+{
+    crcr_app *app = c->app;
+    if (app->cfg.nightly_daily_bytes <= 0)
+        return;
+    int64_t now = clock_now_ms();
+    int64_t day_ms = 86400000;
+    int64_t day = now / day_ms, next_midnight = (day + 1) * day_ms;
+    char name[CRCR_REPO_NAME_MAX + 48];
+    snprintf(name, sizeof(name), "nightly:%s:%lld", c->repo, (long long)day);
+    for (char *p = name; *p; p++)
+        *p = (char)((*p >= 'A' && *p <= 'Z') ? *p + ('a' - 'A') : *p);
+    int64_t bytes = (int64_t)c->req->body_len * (app->cfg.hud_api_url ? 2 : 1);
+    bool allowed = false;
+    if (store_budget_take(app->st, name, bytes, app->cfg.nightly_daily_bytes,
+                          next_midnight + day_ms, &allowed) != CRCR_OK) {
+        c->refusal = 503;
+        snprintf(c->detail, sizeof(c->detail), "store unavailable, please retry");
+    } else if (!allowed) {
+        snprintf(c->detail, sizeof(c->detail),
+                 "nightly/periodic byte budget of %lld bytes per day exceeded for %s",
+                 (long long)app->cfg.nightly_daily_bytes, c->repo);
+        c->refusal = 429;
+        c->retry_after_ms = next_midnight - now;
+        c->log_event = "callback.nightly_budget";
+    }
+}
+
+/* Answers the refusal in c (c->refusal != 0). */
+static void send_refusal(cb_request *c, http_response *resp)
+{
+    if (c->refusal == 503) {
+        http_resp_detail(resp, 503, c->detail);
+        return;
+    }
+    if (c->log_event)
+        LOG_WARN(c->log_event, "delivery", c->f.delivery_id, "repo", c->repo, "detail", c->detail,
+                 NULL);
+    refuse(c->app, resp, c->repo, c->refusal, c->detail);
+    if (c->refusal == 429) {
+        char secs[24];
+        snprintf(secs, sizeof(secs), "%lld", (long long)((c->retry_after_ms + 999) / 1000));
+        http_resp_header(resp, "Retry-After", secs);
+    }
+}
+
+/* Takes the rate hit (step 4) separately and answers what it or an earlier check refused: a
+ * rate-limited repository gets 429 whatever else is wrong. Returns true when answered. */
+static bool hit_and_refuse(cb_request *c, http_response *resp)
+{
+    crcr_app *app = c->app;
+    bool allowed = false;
+    int64_t retry_ms = 0;
+    if (store_rate_hit(app->st, c->repo, clock_now_ms(), CALLBACK_RATE_WINDOW_MS,
+                       app->cfg.rate_limit_per_min, &allowed, &retry_ms) != CRCR_OK) {
+        http_resp_detail(resp, 503, "store unavailable, please retry");
+        return true;
+    }
+    if (!allowed) {
+        rate_limited(app, resp, c->repo, retry_ms);
+        return true;
+    }
+    if (!c->refusal)
+        return false;
+    send_refusal(c, resp);
+    return true;
+}
+
+/* Steps 9-10: the atomic transition with its side effects, and the answer. */
+static void apply_transition(cb_request *c, http_response *resp, const allowlist *al,
+                             bool hit_in_apply)
+{
+    crcr_app *app = c->app;
+    const cb_fields *f = &c->f;
+    const char *head_sha =
+        c->nightly ? NULL : (c->dispatch.head_sha[0] ? c->dispatch.head_sha : NULL);
+    int64_t pr_number = c->nightly ? 0 : c->dispatch.pr_number;
+    cb_fields eff = *f; /* what the check run and the run row say: the relay's record */
+    eff.head_sha = head_sha;
+    eff.pr_number = pr_number;
+    effects_ctx ec = {
+        .app = app,
+        .repo = c->repo,
+        .level = c->level,
+        .f = &eff,
+        .check_run = !c->nightly &&
+                     callback_check_wanted(app, al, c->repo, c->level, f->delivery_id, head_sha),
+        .raw_body = c->req->body,
+        .raw_len = c->req->body_len,
+    };
+    callback_bodies_init(&ec.bodies, c->req->body_len);
+    store_run_update u = {
+        .key = {.delivery_id = f->delivery_id,
+                .repo = c->repo,
+                .run_id = f->run_id,
+                .run_attempt = f->run_attempt,
+                .workflow_name = f->workflow_name,
+                .job_name = f->job_name ? f->job_name : ""},
+        .status = f->status,
+        .conclusion = f->conclusion,
+        .event_type = c->nightly ? f->event_type : c->dispatch.event,
+        .level = (int)c->level,
+        .pr_number = pr_number,
+        .head_sha = head_sha,
+        .workflow_name = f->workflow_name,
+        .artifact_url = f->artifact_url,
+        .test_passed = f->passed,
+        .test_failed = f->failed,
+        .test_skipped = f->skipped,
+        /* A nightly report keeps only what the HUD shows (the row's columns), not its body. */
+        .payload = c->nightly ? NULL : c->req->body,
+        .payload_len = c->nightly ? 0 : c->req->body_len,
+        .now = clock_now_ms(),
+        .single_shot = c->nightly,
+        .rate_limit = hit_in_apply ? app->cfg.rate_limit_per_min : 0,
+        .rate_window_ms = CALLBACK_RATE_WINDOW_MS,
+    };
+    char details[CRCR_REPO_NAME_MAX + 64];
+    snprintf(details, sizeof(details), "https://github.com/%s/actions/runs/%lld", c->repo,
+             (long long)f->run_id);
+    u.details_url = details;
+    ec.key = &u.key;
+    store_run_result res;
+    char why[128] = "", detail[512];
+    crcr_err e = store_run_apply(app->st, &u, build_effects, &ec, &res, why, sizeof(why));
+    char run_s[24];
+    snprintf(run_s, sizeof(run_s), "%lld", (long long)f->run_id);
+    if (e == CRCR_OK && res.rate_limited) {
+        rate_limited(app, resp, c->repo, res.retry_after_ms);
+    } else if (e == CRCR_E_NOT_FOUND) {
+        LOG_INFO("callback.no_dispatch", "delivery", f->delivery_id, "repo", c->repo, NULL);
+        refuse(app, resp, c->repo, 400, "callback rejected: no matching dispatch record");
+    } else if (e == CRCR_E_STATE) {
+        snprintf(detail, sizeof(detail),
+                 "callback rejected: invalid state transition delivery_id=%s repo=%s status=%s "
+                 "(%s)",
+                 f->delivery_id, c->repo, f->status, why);
+        LOG_INFO("callback.invalid_transition", "delivery", f->delivery_id, "repo", c->repo, "run",
+                 run_s, "status", f->status, "reason", why, NULL);
+        refuse(app, resp, c->repo, 400, detail);
+    } else if (e) {
+        http_resp_detail(resp, 503, "store unavailable, please retry");
+    } else {
+        atomic_fetch_add(res.duplicate ? &app->callbacks_duplicate : &app->callbacks_accepted, 1);
+        LOG_INFO(res.duplicate ? "callback.duplicate" : "callback.accepted", "delivery",
+                 f->delivery_id, "repo", c->repo, "run", run_s, "job", f->job_name, "status",
+                 f->status, "conclusion", f->conclusion, "check_run",
+                 ec.check_run ? "queued" : NULL, NULL);
+        answer_status(resp, f->status, res.duplicate);
+        if (!res.duplicate) /* as many workers as jobs were queued, none when none were */
+            outbox_wake(app->ob, (size_t)ec.check_run + (app->cfg.hud_api_url ? 1u : 0u));
+    }
+    callback_bodies_free(&ec.bodies);
+}
+
 void callback_handle(void *ctx, const http_request *req, http_response *resp)
 {
     crcr_app *app = ctx;
-    char detail[512];
+    /* Upstream's order: the body must be JSON before the token is looked at. The parse is linear
+     * whatever the keys (json.c) and the body at most CRCR_MAX_CALLBACK_BODY; a request without a
+     * token never gets here (callback_guard). */
     jv *body = req->body_len ? callback_body_parse(req->body, req->body_len) : jv_new_obj();
     if (!body || !jv_is_obj(body)) {
         jv_free(body);
@@ -368,142 +680,47 @@ void callback_handle(void *ctx, const http_request *req, http_response *resp)
         http_resp_detail(resp, st, reason[0] ? reason : "Invalid authorization token");
         return;
     }
-    const char *repo = id.repository;
+    cb_request c = {.app = app, .req = req, .repo = id.repository};
 
     allowlist *al = allowlist_source_get(app->allow);
-    crcr_level level = allowlist_level(al, repo);
-    if (level < CRCR_LEVEL_L2) {
-        LOG_INFO("callback.ignored", "repo", repo, "level", crcr_level_name(level), NULL);
+    c.level = allowlist_level(al, c.repo);
+    if (c.level < CRCR_LEVEL_L2) {
+        LOG_INFO("callback.ignored", "repo", c.repo, "level", crcr_level_name(c.level), NULL);
         allowlist_free(al);
         jv_free(body);
         http_resp_json(resp, 200, "{\"ok\":true,\"status\":\"ignored\"}");
         return;
     }
 
-    /* Steps 5-7; a refusal is answered after the rate hit (step 4) that precedes it. */
-    cb_fields f;
-    int refusal = 0;
-    bool nightly = false, token_mismatch = false;
-    if (!callback_parse(body, &f, detail, sizeof(detail))) {
-        refusal = 400;
-    } else {
-        nightly = f.event_type &&
-                  (strcmp(f.event_type, "nightly") == 0 || strcmp(f.event_type, "periodic") == 0);
-        if (nightly && strcmp(f.status, "completed") != 0) {
-            snprintf(detail, sizeof(detail),
-                     "nightly/periodic callbacks must have status 'completed', got '%s'", f.status);
-            refusal = 400;
-        } else if (!nightly && f.token) {
-            if (!cbtoken_verify(app->cfg.app_secret, app->cfg.app_secret_previous, f.token,
-                                f.delivery_id, repo, f.head_sha, f.pr_number)) {
-                snprintf(detail, sizeof(detail), "%s",
-                         "callback_token does not match this repository, delivery, pull request "
-                         "and head sha");
-                refusal = 403;
-                token_mismatch = true;
-            }
-        } else if (!nightly && app->cfg.callback_token == CRCR_CB_TOKEN_REQUIRED) {
-            snprintf(detail, sizeof(detail), "callback_token required");
-            refusal = 403;
-        }
+    /* Steps 3b-8: every refusal is answered after the rate hit (step 4) that precedes it. */
+    check_identity(&c, &id);
+    if (!c.refusal && !callback_parse(body, &c.f, c.detail, sizeof(c.detail)))
+        c.refusal = 400;
+    if (!c.refusal) {
+        c.nightly = c.f.event_type && (strcmp(c.f.event_type, "nightly") == 0 ||
+                                       strcmp(c.f.event_type, "periodic") == 0);
+        if (c.nightly)
+            check_nightly(&c);
+        else
+            check_dispatched(&c);
     }
-    /* A limit below 1 refuses every hit: store_run_apply takes 0 as "no hit", so such a limit
-     * (like any refusal above) takes the separate hit. */
-    bool hit_in_apply = refusal == 0 && app->cfg.rate_limit_per_min > 0;
+    /* The hit of a callback that passes is counted in its transition's transaction (SQLite: one
+     * group commit); a refusal, a nightly report (its byte budget comes after the hit) and a
+     * limit below 1 take a separate hit first. */
+    bool hit_in_apply = !c.refusal && !c.nightly && app->cfg.rate_limit_per_min > 0;
     if (!hit_in_apply) {
-        bool allowed = false;
-        int64_t retry_ms = 0;
-        if (store_rate_hit(app->st, repo, clock_now_ms(), CALLBACK_RATE_WINDOW_MS,
-                           app->cfg.rate_limit_per_min, &allowed, &retry_ms) != CRCR_OK) {
-            allowlist_free(al);
-            jv_free(body);
-            http_resp_detail(resp, 503, "store unavailable, please retry");
-            return;
-        }
-        if (!allowed) {
-            rate_limited(app, resp, repo, retry_ms);
-        } else if (refusal) {
-            if (token_mismatch)
-                LOG_WARN("callback.token_mismatch", "delivery", f.delivery_id, "repo", repo, NULL);
-            refuse(app, resp, repo, refusal, detail);
-        }
-        if (!allowed || refusal) {
-            allowlist_free(al);
-            jv_free(body);
-            return;
+        if (hit_and_refuse(&c, resp))
+            goto out;
+        if (c.nightly) {
+            take_nightly_budget(&c);
+            if (c.refusal) {
+                send_refusal(&c, resp);
+                goto out;
+            }
         }
     }
-
-    effects_ctx ec = {
-        .app = app,
-        .repo = repo,
-        .level = level,
-        .f = &f,
-        .check_run = !nightly && wants_check_run(app, al, repo, &f, level),
-        .raw_body = req->body,
-        .raw_len = req->body_len,
-    };
-    callback_bodies_init(&ec.bodies, req->body_len);
-    store_run_update u = {
-        .key = {.delivery_id = f.delivery_id,
-                .repo = repo,
-                .run_id = f.run_id,
-                .run_attempt = f.run_attempt,
-                .workflow_name = f.workflow_name,
-                .job_name = f.job_name ? f.job_name : ""},
-        .status = f.status,
-        .conclusion = f.conclusion,
-        .event_type = f.event_type,
-        .level = (int)level,
-        .pr_number = f.pr_number,
-        .head_sha = f.head_sha,
-        .workflow_name = f.workflow_name,
-        .artifact_url = f.artifact_url,
-        .test_passed = f.passed,
-        .test_failed = f.failed,
-        .test_skipped = f.skipped,
-        .payload = req->body,
-        .payload_len = req->body_len,
-        .now = clock_now_ms(),
-        .single_shot = nightly,
-        .rate_limit = hit_in_apply ? app->cfg.rate_limit_per_min : 0,
-        .rate_window_ms = CALLBACK_RATE_WINDOW_MS,
-    };
-    char details[CRCR_REPO_NAME_MAX + 64];
-    snprintf(details, sizeof(details), "https://github.com/%s/actions/runs/%lld", repo,
-             (long long)f.run_id);
-    u.details_url = details;
-    ec.key = &u.key;
-    store_run_result res;
-    char why[128] = "";
-    crcr_err e = store_run_apply(app->st, &u, build_effects, &ec, &res, why, sizeof(why));
-    char run_s[24];
-    snprintf(run_s, sizeof(run_s), "%lld", (long long)f.run_id);
-    if (e == CRCR_OK && res.rate_limited) {
-        rate_limited(app, resp, repo, res.retry_after_ms);
-    } else if (e == CRCR_E_NOT_FOUND) {
-        LOG_INFO("callback.no_dispatch", "delivery", f.delivery_id, "repo", repo, NULL);
-        refuse(app, resp, repo, 400, "callback rejected: no matching dispatch record");
-    } else if (e == CRCR_E_STATE) {
-        snprintf(detail, sizeof(detail),
-                 "callback rejected: invalid state transition delivery_id=%s repo=%s status=%s "
-                 "(%s)",
-                 f.delivery_id, repo, f.status, why);
-        LOG_INFO("callback.invalid_transition", "delivery", f.delivery_id, "repo", repo, "run",
-                 run_s, "status", f.status, "reason", why, NULL);
-        refuse(app, resp, repo, 400, detail);
-    } else if (e) {
-        http_resp_detail(resp, 503, "store unavailable, please retry");
-    } else {
-        atomic_fetch_add(res.duplicate ? &app->callbacks_duplicate : &app->callbacks_accepted, 1);
-        LOG_INFO(res.duplicate ? "callback.duplicate" : "callback.accepted", "delivery",
-                 f.delivery_id, "repo", repo, "run", run_s, "job", f.job_name, "status", f.status,
-                 "conclusion", f.conclusion, "check_run", ec.check_run ? "queued" : NULL, NULL);
-        answer_status(resp, f.status, res.duplicate);
-        if (!res.duplicate) /* as many workers as jobs were queued, none when none were */
-            outbox_wake(app->ob, (size_t)ec.check_run + (app->cfg.hud_api_url ? 1u : 0u));
-    }
-    callback_bodies_free(&ec.bodies);
+    apply_transition(&c, resp, al, hit_in_apply);
+out:
     allowlist_free(al);
     jv_free(body);
 }

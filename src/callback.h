@@ -2,17 +2,24 @@
  * callback.h - POST /github/callback: downstream CI reports a job's progress.
  *
  * Order (upstream §2.6.1/§2.6.3 plus crcr's improvements, contract §5.5):
+ *   0. no bearer token in Authorization              -> 401 "Missing authorization token",
+ *      from the headers alone, before the body is read (callback_guard); a body over
+ *      CRCR_MAX_CALLBACK_BODY (1 MiB) -> 413 before it is read
  *   1. body not a JSON object                        -> 400 "Invalid JSON body"
  *   2. OIDC token (RS256, issuer, audience, times)    -> 401 with a reason
  *   3. repo below L2 in the allowlist                 -> 200 {"ok":true,"status":"ignored"}
+ *  3b. repository ids differ from the pin of its first callback -> 403
  *   4. per-repo sliding 60 s window                   -> 429 + Retry-After
- *   5. event_type nightly|periodic: single completed callback, deduplicated
- *   6. required fields, numeric run ids, known status -> 400
- *   7. callback_token vs verified repo + echoed delivery/PR/sha -> 403
- *   8. dispatch record for (delivery, repo)           -> else 400
- *   9. atomic transition DISPATCHED -> IN_PROGRESS -> COMPLETED (exact repeat: 200 duplicate;
- *      invalid: 400), with its check run (L3/L4) and HUD forward queued in the same transaction
- *  10. 200 {"ok":true,"status":...}; the answer never waits for GitHub or the HUD.
+ *   5. required fields, numeric run ids, known status -> 400
+ *   6. event_type nightly|periodic: status completed, delivery_id a 40-hex commit sha (400), body
+ *      at most 64 KiB (413), the repo's daily byte budget (429 + Retry-After); no dispatch record
+ *   7. PR/push: a dispatch of this delivery to this repo -> else 400; the body's head sha or PR
+ *      number differing from the delivery's -> 403; callback_token (when present, or required)
+ *      vs repo + delivery + the delivery's PR and sha -> 403
+ *   8. atomic transition DISPATCHED -> IN_PROGRESS -> COMPLETED (exact repeat: 200 duplicate;
+ *      invalid: 400), with its check run (L3/L4) and HUD forward queued in the same transaction;
+ *      the run's head sha, PR number and the L3 label decision come from the relay's records
+ *   9. 200 {"ok":true,"status":...}; the answer never waits for GitHub or the HUD.
  */
 #ifndef CRCR_CALLBACK_H
 #define CRCR_CALLBACK_H
@@ -79,7 +86,18 @@ crcr_err callback_effects(const struct crcr_app *app, const checks_run *check,
                           int64_t exec_ms, const char *callback_json, size_t callback_len,
                           callback_bodies *bodies, store_new_job *jobs, size_t max, size_t *n);
 
-/* Route handler; ctx is the crcr_app. */
+/* Whether a run of `repo` (at `level` now) on the dispatched delivery `delivery_id`, head sha
+ * `head_sha`, gets a check run on the upstream PR (§5.3): L4 always; L3 when the webhook the
+ * relay dispatched carried the device's ciflow/crcr label, or a labeled event marked the sha.
+ * Never decided from a callback body. Shared by callbacks and the sweeper. */
+bool callback_check_wanted(const struct crcr_app *app, const allowlist *al, const char *repo,
+                           crcr_level level, const char *delivery_id, const char *head_sha);
+
+/* Route guard: a callback without a bearer token is answered 401 "Missing authorization token"
+ * before its body is read. ctx is the crcr_app. */
+bool callback_guard(void *ctx, const http_request *req, http_response *resp);
+
+/* Route handler, behind callback_guard(); ctx is the crcr_app. */
 void callback_handle(void *ctx, const http_request *req, http_response *resp);
 
 #endif

@@ -84,6 +84,10 @@ typedef enum {
     K_CRCR_HEALTH_L3_SUCCESS_PCT,
     K_CRCR_HEALTH_L4_SUCCESS_PCT,
     K_CRCR_HEALTH_PR_HOURS,
+    K_CRCR_MAX_CALLBACK_BODY,
+    K_CRCR_NIGHTLY_DAILY_BYTES,
+    K_CRCR_HUD_CONCURRENCY,
+    K_CRCR_HUD_CACHE_MS,
     K_COUNT
 } key_id;
 
@@ -206,6 +210,23 @@ static const key_def k_keys[K_COUNT] = {
     [K_CRCR_HEALTH_PR_HOURS] = {"CRCR_HEALTH_PR_HOURS", "3", false, 1, 168,
                                 "Level health: L2 and above need every PR's runs done within this "
                                 "many hours."},
+    [K_CRCR_MAX_CALLBACK_BODY] = {"CRCR_MAX_CALLBACK_BODY", "1048576", false, 1024,
+                                  100LL * 1024 * 1024,
+                                  "Largest callback body in bytes (413 beyond; at most "
+                                  "CRCR_MAX_BODY). A callback echoes one webhook, which is far "
+                                  "smaller; nightly/periodic reports are held to 64 KiB."},
+    [K_CRCR_NIGHTLY_DAILY_BYTES] = {"CRCR_NIGHTLY_DAILY_BYTES", "16777216", false, 0,
+                                    CONFIG_INT_MAX,
+                                    "Bytes of nightly/periodic reports one downstream repo may "
+                                    "have stored per UTC day; past it such callbacks get 429 "
+                                    "with Retry-After (the next UTC midnight). 0: no limit."},
+    [K_CRCR_HUD_CONCURRENCY] = {"CRCR_HUD_CONCURRENCY", "2", false, 1, 64,
+                                "HUD pages and /api/v1 answers rendered at once, on threads of "
+                                "their own; up to 8 per slot wait, further ones get 503 with "
+                                "Retry-After. Webhooks and callbacks never wait behind them."},
+    [K_CRCR_HUD_CACHE_MS] = {"CRCR_HUD_CACHE_MS", "2000", false, 0, 600000,
+                             "Milliseconds a rendered HUD page or /api/v1 answer is served "
+                             "again from memory (per path and query, 32 MiB in all). 0: off."},
 };
 
 /* The raw text of every variable while loading. */
@@ -1064,6 +1085,20 @@ static crcr_err fill(raw_values *raw, crcr_config *cfg, char *err, size_t errsz)
     if ((e = take_int(raw, K_CRCR_HEALTH_PR_HOURS, &n, err, errsz)))
         return e;
     cfg->health_pr_hours = (long)n;
+    if ((e = take_int(raw, K_CRCR_MAX_CALLBACK_BODY, &n, err, errsz)))
+        return e;
+    cfg->max_callback_body = (size_t)n;
+    if (cfg->max_callback_body > cfg->max_body) /* the smaller of the two caps applies */
+        cfg->max_callback_body = cfg->max_body;
+    if ((e = take_int(raw, K_CRCR_NIGHTLY_DAILY_BYTES, &n, err, errsz)))
+        return e;
+    cfg->nightly_daily_bytes = (int64_t)n;
+    if ((e = take_int(raw, K_CRCR_HUD_CONCURRENCY, &n, err, errsz)))
+        return e;
+    cfg->hud_concurrency = (long)n;
+    if ((e = take_int(raw, K_CRCR_HUD_CACHE_MS, &n, err, errsz)))
+        return e;
+    cfg->hud_cache_ms = (long)n;
     return CRCR_OK;
 }
 
@@ -1148,32 +1183,38 @@ static crcr_err put_plain(buf_t *out, const char *v)
     return e;
 }
 
-/* Appends the store URI with any password replaced by "***". */
-static crcr_err put_store(buf_t *out, const char *uri)
+crcr_err config_redact_store(const char *uri, buf_t *out)
 {
     if (!uri)
         return CRCR_OK;
     size_t off1 = 0, len1 = 0, off2 = 0, len2 = 0;
     bool p1 = pg_uri_password(uri, &off1, &len1);
     bool p2 = pg_query_password(uri, &off2, &len2);
-    buf_t tmp;
-    buf_init(&tmp, strlen(uri) + 16);
     crcr_err e = CRCR_OK;
     for (size_t i = 0; uri[i] && !e;) {
         if (p1 && i == off1) {
-            e = buf_puts(&tmp, "***");
+            e = buf_puts(out, "***");
             i += len1;
         } else if (p2 && i == off2) {
-            e = buf_puts(&tmp, "***");
+            e = buf_puts(out, "***");
             i += len2;
         } else {
-            e = buf_putc(&tmp, uri[i++]);
+            e = buf_putc(out, uri[i++]);
         }
     }
+    return e;
+}
+
+/* Appends the store URI with any password replaced by "***". */
+static crcr_err put_store(buf_t *out, const char *uri)
+{
+    if (!uri)
+        return CRCR_OK;
+    buf_t tmp;
+    buf_init(&tmp, strlen(uri) + 16);
+    crcr_err e = config_redact_store(uri, &tmp);
     if (!e)
         e = put_plain(out, buf_cstr(&tmp));
-    if (tmp.data)
-        OPENSSL_cleanse(tmp.data, tmp.len);
     buf_free(&tmp);
     return e;
 }
@@ -1317,6 +1358,18 @@ crcr_err config_describe(const crcr_config *cfg, buf_t *out)
             break;
         case K_CRCR_HEALTH_PR_HOURS:
             num = cfg->health_pr_hours;
+            break;
+        case K_CRCR_MAX_CALLBACK_BODY:
+            num = (long long)cfg->max_callback_body;
+            break;
+        case K_CRCR_NIGHTLY_DAILY_BYTES:
+            num = cfg->nightly_daily_bytes;
+            break;
+        case K_CRCR_HUD_CONCURRENCY:
+            num = cfg->hud_concurrency;
+            break;
+        case K_CRCR_HUD_CACHE_MS:
+            num = cfg->hud_cache_ms;
             break;
         case K_COUNT:
             break;

@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "buf.h"
 #include "err.h"
 #include "log.h"
 
@@ -62,8 +63,12 @@ typedef struct crcr_config {
     long request_deadline_s; /* CRCR_REQUEST_DEADLINE_SECONDS, total per HTTP request, default 15 */
     long store_pool;         /* CRCR_STORE_POOL, PostgreSQL connections per instance, 0: auto */
     long http_threads;       /* CRCR_HTTP_THREADS, 0: 4 per CPU, at least 8 */
-    long health_success_pct[5]; /* CRCR_HEALTH_L{2,3,4}_SUCCESS_PCT: level-health thresholds */
-    long health_pr_hours;       /* CRCR_HEALTH_PR_HOURS: L2's limit on a PR's total time */
+    long health_success_pct[5];  /* CRCR_HEALTH_L{2,3,4}_SUCCESS_PCT: level-health thresholds */
+    long health_pr_hours;        /* CRCR_HEALTH_PR_HOURS: L2's limit on a PR's total time */
+    size_t max_callback_body;    /* CRCR_MAX_CALLBACK_BODY bytes, default 1 MiB */
+    int64_t nightly_daily_bytes; /* CRCR_NIGHTLY_DAILY_BYTES per repo and UTC day, 0: none */
+    long hud_concurrency;        /* CRCR_HUD_CONCURRENCY: HUD renders at once, default 2 */
+    long hud_cache_ms;           /* CRCR_HUD_CACHE_MS: life of a cached HUD answer, 0: off */
 } crcr_config;
 
 /* Looks a key up; returns NULL when unset. Lets tests load a config without touching environ. */
@@ -87,6 +92,10 @@ void config_free(crcr_config *cfg);
 
 /* True when `url` is https://, or http:// to a loopback host (127.0.0.0/8, ::1, localhost). */
 bool config_url_allowed(const char *url);
+
+/* Appends a store URI (CRCR_STORE) with every password in it replaced by "***": the only form
+ * of the URI that may be logged or printed. */
+crcr_err config_redact_store(const char *uri, buf_t *out);
 
 /* Writes the documented variables with their effective values, secrets shown as "(set)" or
  * "(unset)", one KEY=VALUE per line (used by `crcr config` and the docs check). */

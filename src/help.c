@@ -254,6 +254,30 @@ static const char PAGE_HEALTH[] =
     "SEE ALSO\n"
     "    docs/operations.md (Level health)\n";
 
+static const char PAGE_TRUST[] =
+    "NAME\n"
+    "    crcr trust - repository identities pinned at their first callback\n"
+    "\n"
+    "SYNOPSIS\n"
+    "    crcr trust list [--config FILE]\n"
+    "    crcr trust reset OWNER/REPO [--config FILE]\n"
+    "\n"
+    "DESCRIPTION\n"
+    "    The first accepted callback of a downstream repository records the immutable GitHub\n"
+    "    ids in its OIDC token (repository_id, repository_owner_id). A later token with the\n"
+    "    same repository name and other ids - the repository was deleted and re-created, or\n"
+    "    the organisation name passed to someone else - is refused with 403 and logged\n"
+    "    (event=callback.identity_changed). list prints every pin; reset forgets one, after\n"
+    "    you have checked who owns the name now: its next callback pins it again.\n"
+    "    Reads the store named by CRCR_STORE; never creates one. The admin API offers the\n"
+    "    same: GET /api/v1/admin/trust, POST /api/v1/admin/trust/OWNER/REPO/reset.\n"
+    "\n"
+    "EXIT STATUS\n"
+    "    0 done, 1 no pin to reset or a store failure, 2 usage error or no store.\n"
+    "\n"
+    "SEE ALSO\n"
+    "    docs/security.md, docs/operations.md\n";
+
 static const char PAGE_CONFIG[] =
     "NAME\n"
     "    crcr config - print the effective configuration\n"
@@ -295,8 +319,8 @@ static const char PAGE_HELP[] = "NAME\n"
                                 "DESCRIPTION\n"
                                 "    Without COMMAND prints the command overview; with one of "
                                 "serve, allowlist,\n"
-                                "    webhook, deliveries, report, health, config, version its "
-                                "page.\n"
+                                "    webhook, deliveries, report, health, trust, config, "
+                                "version its page.\n"
                                 "\n"
                                 "EXIT STATUS\n"
                                 "    0, or 2 for an unknown COMMAND.\n";
@@ -308,6 +332,7 @@ static const struct {
     {"serve", PAGE_SERVE},           {"allowlist", PAGE_ALLOWLIST}, {"webhook", PAGE_WEBHOOK},
     {"deliveries", PAGE_DELIVERIES}, {"report", PAGE_REPORT},       {"health", PAGE_HEALTH},
     {"config", PAGE_CONFIG},         {"version", PAGE_VERSION},     {"help", PAGE_HELP},
+    {"trust", PAGE_TRUST},
 };
 
 int help_page(const char *command, FILE *out, FILE *err)

@@ -4,9 +4,14 @@
  *
  * Request life cycle in MHD's access handler:
  *   1st call   (no state yet): pick the route, answer 404/405 at once, answer 413 at once when
- *              Content-Length is over the route's cap (no body byte is read), else allocate state.
+ *              Content-Length is over the route's cap (no body byte is read), answer from the
+ *              page cache (HTTP_ROUTE_CACHE), or let the route's guard answer from the headers
+ *              (a request without the credentials its route needs: its body is never read).
  *   Nth call   (body data): append to a capped buffer; past the cap answer 413 and stop reading.
- *   last call  (no more data): run the handler and queue its response.
+ *   last call  (no more data): run the handler and queue its response; an HTTP_ROUTE_OFFLOAD
+ *              route instead suspends the connection and hands the request to the offload pool,
+ *              whose thread runs the handler, keeps the answer in the request state and resumes
+ *              the connection; MHD then calls once more and the answer is queued.
  * MHD's completion callback records the latency and frees the state.
  *
  * Slow clients. MHD's idle timeout (CRCR_IDLE_TIMEOUT_S) only closes a connection that sends
@@ -43,6 +48,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -50,6 +56,7 @@
 #include "limits.h"
 #include "log.h"
 #include "metrics.h"
+#include "page_cache.h"
 
 /* MHD's per-connection memory (request line, headers and the body chunk being read). It is
  * well above CRCR_MAX_HEADER_BYTES so that an oversized header block still reaches the handler,
@@ -66,9 +73,30 @@
 #define HTTP_FD_RESERVE 256u
 /* Largest response a handler may build. */
 #define HTTP_MAX_RESPONSE (64u * 1024u * 1024u)
+/* Offload pool defaults (http_server_opts): threads, queued requests per thread, cache bytes. */
+#define HTTP_OFFLOAD_THREADS 2u
+#define HTTP_OFFLOAD_QUEUE_PER_THREAD 8u
+#define HTTP_CACHE_BYTES (32u * 1024u * 1024u)
+/* Nice value of the offload threads (0 is the process's). */
+#define HTTP_OFFLOAD_NICE 10
+/* Retry-After (seconds) of a 503 from a full offload queue. */
+#define HTTP_OFFLOAD_RETRY_S "1"
 
 /* One accepted connection, owned by the tracking list from the STARTED notification until the
  * CLOSED one. */
+struct req_state;
+
+/* The offload pool: a bounded FIFO of suspended requests and the threads that run them. */
+typedef struct offload_pool {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct req_state **queue; /* ring of `cap` */
+    size_t cap, head, n;
+    pthread_t *threads;
+    unsigned n_threads, started;
+    bool stopping;
+} offload_pool;
+
 typedef struct conn_track {
     int fd;
     dev_t dev;
@@ -95,6 +123,9 @@ struct http_server {
     pthread_mutex_t stop_lock;
     pthread_cond_t stop_cond;
     bool stopping; /* under stop_lock */
+
+    offload_pool pool;
+    page_cache *cache; /* NULL when HTTP_ROUTE_CACHE is off */
 };
 
 /* Per-request state, owned by MHD's connection slot until the completion callback frees it. */
@@ -106,6 +137,14 @@ typedef struct req_state {
     int status;         /* answer queued early (404/405/413/431), 0 otherwise */
     bool too_large;     /* the body passed the cap: discard the rest, then answer 413 */
     bool counted;
+    /* Offloaded requests: the request as the pool thread sees it, and its answer. */
+    http_server *srv;
+    struct MHD_Connection *conn;
+    const char *method, *url; /* MHD's, valid while the connection lives */
+    http_response resp;
+    bool offloaded; /* handed to the pool (the connection is suspended) */
+    bool answered;  /* resp holds the pool's answer; queue it at the next call */
+    char cache_key[PAGE_CACHE_KEY_MAX + 1]; /* "" when the answer is not to be cached */
 } req_state;
 
 static int64_t now_us(void)
@@ -264,6 +303,201 @@ static long long content_length(struct MHD_Connection *conn)
     return n;
 }
 
+typedef struct key_builder {
+    buf_t *b;
+} key_builder;
+
+static enum MHD_Result add_query_arg(void *cls, enum MHD_ValueKind kind, const char *key,
+                                     const char *value)
+{
+    buf_t *b = cls;
+    /* Unit separators keep "a=b&c" and "a=b%26c" apart. */
+    buf_putc(b, '\x1f');
+    buf_puts(b, key);
+    buf_putc(b, '\x1e');
+    buf_puts(b, value ? value : "");
+    return MHD_YES;
+}
+
+/* The page-cache key of a request (method, path, query in order) into st->cache_key; "" when
+ * it does not fit. */
+static void make_cache_key(req_state *st, struct MHD_Connection *conn, const char *method,
+                           const char *url)
+{
+    buf_t b;
+    buf_init(&b, PAGE_CACHE_KEY_MAX);
+    buf_puts(&b, method);
+    buf_putc(&b, ' ');
+    buf_puts(&b, url);
+    if (MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, add_query_arg, &b) >= 0 &&
+        b.len < PAGE_CACHE_KEY_MAX && b.data)
+        memcpy(st->cache_key, b.data, b.len + 1);
+    else
+        st->cache_key[0] = '\0';
+    buf_free(&b);
+}
+
+/* Answers from the page cache; MHD_NO with *hit false when there is nothing live. */
+static enum MHD_Result answer_cached(http_server *srv, req_state *st, struct MHD_Connection *conn,
+                                     bool *hit)
+{
+    http_response resp = {0};
+    page_entry meta;
+    buf_init(&resp.body, HTTP_MAX_RESPONSE);
+    *hit = page_cache_get(srv->cache, st->cache_key, now_ms(), &meta, &resp.body) == 1;
+    if (!*hit) {
+        buf_free(&resp.body);
+        return MHD_NO;
+    }
+    resp.status = meta.status;
+    resp.content_type = meta.content_type;
+    for (size_t i = 0; i < meta.n_headers; i++)
+        http_resp_header(&resp, meta.header_name[i], meta.header_value[i]);
+    st->status = resp.status;
+    st->cache_key[0] = '\0';
+    enum MHD_Result ret = send_response(conn, &resp);
+    buf_free(&resp.body);
+    return ret;
+}
+
+/* Keeps a 200 answer of a cacheable route. */
+static void cache_store(http_server *srv, const req_state *st, const http_response *resp)
+{
+    if (!srv->cache || !st->cache_key[0] || resp->status != 200)
+        return;
+    page_entry meta = {.status = resp->status,
+                       .content_type = resp->content_type ? resp->content_type : "application/json",
+                       .n_headers = 0};
+    for (size_t i = 0; i < resp->n_headers && i < PAGE_CACHE_HEADERS; i++) {
+        snprintf(meta.header_name[i], sizeof(meta.header_name[i]), "%s", resp->headers[i].name);
+        snprintf(meta.header_value[i], sizeof(meta.header_value[i]), "%s", resp->headers[i].value);
+        meta.n_headers++;
+    }
+    page_cache_put(srv->cache, st->cache_key, now_ms(), &meta, resp->body.data, resp->body.len);
+}
+
+/* Runs the route's handler for the request in `st` into st->resp (any thread). */
+static void run_handler(req_state *st)
+{
+    http_request req = {
+        .method = st->method,
+        .path = st->url,
+        .body = buf_cstr(&st->body),
+        .body_len = st->body.len,
+        .conn = st->conn,
+        .started_ms = st->started_ms,
+    };
+    st->resp = (http_response){.status = 200, .content_type = "application/json"};
+    buf_init(&st->resp.body, HTTP_MAX_RESPONSE);
+    st->route->fn(st->route->ctx, &req, &st->resp);
+    cache_store(st->srv, st, &st->resp);
+}
+
+/* Queues the answer the handler left in st->resp. */
+static enum MHD_Result answer_from_state(req_state *st, struct MHD_Connection *conn)
+{
+    st->status = st->resp.status;
+    enum MHD_Result ret = send_response(conn, &st->resp);
+    buf_free(&st->resp.body);
+    return ret;
+}
+
+/* Hands a request to the offload pool and suspends its connection. false when the queue is full
+ * or the pool is stopping (the caller answers 503). */
+static bool offload(http_server *srv, req_state *st, struct MHD_Connection *conn)
+{
+    offload_pool *p = &srv->pool;
+    pthread_mutex_lock(&p->mu);
+    if (p->stopping || p->n >= p->cap || !p->started) {
+        pthread_mutex_unlock(&p->mu);
+        return false;
+    }
+    /* Suspend before the request is visible to a pool thread, which resumes it when done. */
+    MHD_suspend_connection(conn);
+    st->offloaded = true;
+    p->queue[(p->head + p->n) % p->cap] = st;
+    p->n++;
+    pthread_cond_signal(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    return true;
+}
+
+static void *offload_main(void *arg)
+{
+    http_server *srv = arg;
+    offload_pool *p = &srv->pool;
+    /* Linux nice values are per thread: the pool yields the CPU to the threads that serve
+     * webhooks and callbacks whenever both want it (a failure leaves the default priority). */
+    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), HTTP_OFFLOAD_NICE);
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        while (!p->n && !p->stopping)
+            pthread_cond_wait(&p->cv, &p->mu);
+        if (!p->n)
+            break; /* stopping and nothing left */
+        req_state *st = p->queue[p->head];
+        p->head = (p->head + 1) % p->cap;
+        p->n--;
+        bool stopping = p->stopping;
+        pthread_mutex_unlock(&p->mu);
+        if (stopping) {
+            st->resp = (http_response){.content_type = "application/json"};
+            buf_init(&st->resp.body, 1024);
+            http_resp_detail(&st->resp, 503, "Shutting down");
+        } else {
+            run_handler(st);
+        }
+        st->answered = true;
+        MHD_resume_connection(st->conn);
+        pthread_mutex_lock(&p->mu);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+static bool pool_start(http_server *srv, unsigned threads, unsigned queue)
+{
+    offload_pool *p = &srv->pool;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    p->cap = queue;
+    p->queue = calloc(queue, sizeof(*p->queue));
+    p->threads = calloc(threads, sizeof(*p->threads));
+    if (!p->queue || !p->threads)
+        return false;
+    p->n_threads = threads;
+    for (unsigned i = 0; i < threads; i++) {
+        if (pthread_create(&p->threads[i], NULL, offload_main, srv) != 0)
+            return false;
+        p->started++;
+    }
+    return true;
+}
+
+/* Lets the pool finish what it runs, answers what waits with 503, and joins its threads. */
+static void pool_stop(http_server *srv)
+{
+    offload_pool *p = &srv->pool;
+    pthread_mutex_lock(&p->mu);
+    p->stopping = true;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    for (unsigned i = 0; i < p->started; i++)
+        pthread_join(p->threads[i], NULL);
+    p->started = 0;
+}
+
+static void pool_free(http_server *srv)
+{
+    offload_pool *p = &srv->pool;
+    free(p->queue);
+    free(p->threads);
+    p->queue = NULL;
+    p->threads = NULL;
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->cv);
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **con_cls)
@@ -301,9 +535,35 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             return send_detail(conn, 413);
         }
         buf_init(&st->body, st->route->max_body);
+        st->srv = srv;
+        st->conn = conn;
+        st->method = method;
+        st->url = url;
+        if (srv->cache && (st->route->flags & HTTP_ROUTE_CACHE)) {
+            make_cache_key(st, conn, method, url);
+            bool hit = false;
+            enum MHD_Result ret = st->cache_key[0] ? answer_cached(srv, st, conn, &hit) : MHD_NO;
+            if (hit)
+                return ret;
+        }
+        if (st->route->guard) {
+            http_request req = {.method = method,
+                                .path = url,
+                                .body = "",
+                                .body_len = 0,
+                                .conn = conn,
+                                .started_ms = st->started_ms};
+            st->resp = (http_response){.status = 200, .content_type = "application/json"};
+            buf_init(&st->resp.body, HTTP_MAX_RESPONSE);
+            if (st->route->guard(st->route->ctx, &req, &st->resp))
+                return answer_from_state(st, conn);
+            buf_free(&st->resp.body);
+        }
         return MHD_YES;
     }
 
+    if (st->answered) /* back from the offload pool */
+        return answer_from_state(st, conn);
     if (st->status) {
         /* An early answer is queued; drop whatever body still arrives. */
         *upload_data_size = 0;
@@ -330,22 +590,24 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return send_detail(conn, 413);
     }
 
-    http_request req = {
-        .method = method,
-        .path = url,
-        .body = buf_cstr(&st->body),
-        .body_len = st->body.len,
-        .conn = conn,
-        .started_ms = st->started_ms,
-    };
-    http_response resp = {.status = 200, .content_type = "application/json"};
-    buf_init(&resp.body, HTTP_MAX_RESPONSE);
-    st->route->fn(st->route->ctx, &req, &resp);
-    st->status = resp.status;
-    enum MHD_Result ret = send_response(conn, &resp);
-    buf_free(&resp.body);
+    if (st->offloaded)
+        return MHD_YES; /* a spurious call while the pool has it */
+    if (st->route->flags & HTTP_ROUTE_OFFLOAD) {
+        if (offload(srv, st, conn))
+            return MHD_YES;
+        http_response resp = {.content_type = "application/json"};
+        buf_init(&resp.body, 1024);
+        http_resp_detail(&resp, 503, "Busy, please retry");
+        http_resp_header(&resp, "Retry-After", HTTP_OFFLOAD_RETRY_S);
+        metrics_http_offload_rejected();
+        st->status = 503;
+        enum MHD_Result ret = send_response(conn, &resp);
+        buf_free(&resp.body);
+        return ret;
+    }
+    run_handler(st);
     LOG_DEBUG("http.request", "method", method, "path", url, NULL);
-    return ret;
+    return answer_from_state(st, conn);
 }
 
 static conn_track *track_of(struct MHD_Connection *conn)
@@ -374,6 +636,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     if (st->counted)
         atomic_fetch_sub(&srv->inflight, 1);
     buf_free(&st->body);
+    buf_free(&st->resp.body);
     free(st);
     *con_cls = NULL;
 }
@@ -528,6 +791,8 @@ static void server_free(http_server *srv)
         free(ct);
         ct = next;
     }
+    pool_free(srv);
+    page_cache_free(srv->cache);
     pthread_mutex_destroy(&srv->conns_lock);
     pthread_mutex_destroy(&srv->stop_lock);
     pthread_cond_destroy(&srv->stop_cond);
@@ -576,8 +841,8 @@ http_server *http_server_start(const http_server_opts *opts, const http_route *r
 
     struct sockaddr_storage ss;
     memset(&ss, 0, sizeof(ss));
-    unsigned int flags =
-        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC | MHD_USE_ERROR_LOG;
+    unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC |
+                         MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
     struct sockaddr_in *sin = (struct sockaddr_in *)&ss;
     struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&ss;
     const char *host = opts->host ? opts->host : "127.0.0.1";
@@ -600,6 +865,24 @@ http_server *http_server_start(const http_server_opts *opts, const http_route *r
         fit_fd_limit(opts->max_connections ? opts->max_connections : CRCR_MAX_CONNECTIONS);
     if (max_conn < threads)
         max_conn = threads;
+    unsigned off_threads = opts->offload_threads ? opts->offload_threads : HTTP_OFFLOAD_THREADS;
+    unsigned off_queue =
+        opts->offload_queue ? opts->offload_queue : off_threads * HTTP_OFFLOAD_QUEUE_PER_THREAD;
+    if (opts->cache_ms) {
+        srv->cache = page_cache_new(opts->cache_ms,
+                                    opts->cache_bytes ? opts->cache_bytes : HTTP_CACHE_BYTES);
+        if (!srv->cache) {
+            snprintf(err, errsz, "out of memory");
+            server_free(srv);
+            return NULL;
+        }
+    }
+    if (!pool_start(srv, off_threads, off_queue)) {
+        pool_stop(srv);
+        snprintf(err, errsz, "cannot start the offload threads");
+        server_free(srv);
+        return NULL;
+    }
     srv->d = MHD_start_daemon(
         flags, (uint16_t)opts->port, NULL, NULL, on_request, srv, MHD_OPTION_SOCK_ADDR,
         (struct sockaddr *)&ss, MHD_OPTION_THREAD_POOL_SIZE, threads,
@@ -610,12 +893,14 @@ http_server *http_server_start(const http_server_opts *opts, const http_route *r
         srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u,
         MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u, MHD_OPTION_END);
     if (!srv->d) {
+        pool_stop(srv);
         snprintf(err, errsz, "cannot listen on %s:%d", host, opts->port);
         server_free(srv);
         return NULL;
     }
     int rc = pthread_create(&srv->reaper, NULL, reaper_main, srv);
     if (rc != 0) {
+        pool_stop(srv);
         MHD_stop_daemon(srv->d);
         snprintf(err, errsz, "cannot start the request reaper: %s", strerror(rc));
         server_free(srv);
@@ -630,6 +915,14 @@ http_server *http_server_start(const http_server_opts *opts, const http_route *r
 int http_server_port(const http_server *srv)
 {
     return srv->port;
+}
+
+bool http_server_cache_counts(const http_server *srv, uint64_t *hits, uint64_t *misses)
+{
+    if (!srv->cache)
+        return false;
+    page_cache_counts(srv->cache, hits, misses);
+    return true;
 }
 
 unsigned http_server_inflight(const http_server *srv)
@@ -650,6 +943,7 @@ void http_server_stop(http_server *srv, int grace_ms)
         nanosleep(&ts, NULL);
     }
     reaper_stop(srv);
+    pool_stop(srv);          /* resumes every suspended connection: MHD must not stop with one */
     MHD_stop_daemon(srv->d); /* CLOSED notifications unlink every remaining entry */
     server_free(srv);
 }

@@ -9,7 +9,17 @@
  * limited by MHD's per-connection memory (431 beyond). Connections are capped, idle connections
  * time out, and a request that has not finished within CRCR_REQUEST_DEADLINE_S is dropped.
  *
- * Handlers run on MHD's pool threads (one per core, epoll) and must not block for long.
+ * Authentication before work: a route may have a guard, called with the request line and headers
+ * only (no body byte read yet); it answers requests that lack the credentials the route needs, so
+ * that they cost a header lookup and their body is never read.
+ *
+ * Threads. Handlers run on MHD's pool threads (CRCR_HTTP_THREADS, epoll); a store commit blocks
+ * such a thread for a few milliseconds. Routes flagged HTTP_ROUTE_OFFLOAD (the HUD: reads that may
+ * take tens of milliseconds) run on a small separate pool instead (opts.offload_threads at once,
+ * a short queue behind them, 503 with Retry-After past it): their connection is suspended while
+ * they run, so a slow page never holds the thread that also serves webhooks and callbacks. Routes
+ * flagged HTTP_ROUTE_CACHE keep their 200 answers for opts.cache_ms per path and query
+ * (page_cache.h) and answer repeats from there, on the MHD thread, without running the handler.
  */
 #ifndef CRCR_HTTP_SERVER_H
 #define CRCR_HTTP_SERVER_H
@@ -46,6 +56,12 @@ typedef struct http_response {
 } http_response;
 
 typedef void (*http_handler)(void *ctx, const http_request *req, http_response *resp);
+/* Called once per request before any body byte is read (req->body is "" and body_len 0). Returns
+ * true when it answered in `resp` (the body is then never read), false to go on. */
+typedef bool (*http_guard)(void *ctx, const http_request *req, http_response *resp);
+
+#define HTTP_ROUTE_OFFLOAD 1u /* the handler runs on the offload pool (see above) */
+#define HTTP_ROUTE_CACHE 2u   /* 200 answers are kept for opts.cache_ms per path + query */
 
 typedef struct http_route {
     const char *method; /* "GET", "POST", ... */
@@ -54,6 +70,8 @@ typedef struct http_route {
     size_t max_body; /* bytes; 0 for routes that take no body */
     http_handler fn;
     void *ctx;
+    http_guard guard; /* NULL: none */
+    unsigned flags;   /* HTTP_ROUTE_* */
 } http_route;
 
 typedef struct http_server_opts {
@@ -63,6 +81,10 @@ typedef struct http_server_opts {
     unsigned max_connections;
     unsigned idle_timeout_s;
     unsigned request_deadline_s;
+    unsigned offload_threads; /* handlers of HTTP_ROUTE_OFFLOAD routes at once; 0: 2 */
+    unsigned offload_queue;   /* such requests waiting for a thread; 0: 8 per thread */
+    unsigned cache_ms;        /* life of a cached answer; 0: HTTP_ROUTE_CACHE is off */
+    size_t cache_bytes;       /* all cached answers together; 0: 32 MiB */
 } http_server_opts;
 
 /* Starts serving `routes` (the array must outlive the server). NULL with a reason in `err`. */
@@ -78,6 +100,9 @@ void http_server_stop(http_server *srv, int grace_ms);
 
 /* Requests in flight now (for shutdown and tests). */
 unsigned http_server_inflight(const http_server *srv);
+
+/* Page-cache hits and misses so far; false when HTTP_ROUTE_CACHE is off (opts.cache_ms 0). */
+bool http_server_cache_counts(const http_server *srv, uint64_t *hits, uint64_t *misses);
 
 /* A request header (case-insensitive), or NULL. */
 const char *http_req_header(const http_request *req, const char *name);

@@ -24,7 +24,8 @@
  *   - Duplicate keys are refused at every level, compared byte for byte after unescaping ("a"
  *     and "\u0061" are the same key). The keys of all open objects form one stack of 32-byte
  *     entries (offset and lengths in the text, hash); an object's keys are contiguous and are
- *     dropped when it closes. One chained hash table indexes the stack; chains are newest first,
+ *     dropped when it closes. One chained hash table indexes the stack (SipHash-1-3 with a
+ *     per-process random key, so no input can crowd one chain); chains are newest first,
  *     so a lookup stops at the first key of an enclosing object and a closing object unlinks its
  *     keys from the chain heads. Keys are compared by hash and unescaped length first, then by
  *     decoding both literals from the text; nothing is copied. The stack holds at most
@@ -45,6 +46,7 @@
 #include <string.h>
 
 #include "limits.h"
+#include "siphash.h"
 #include "utf8.h"
 
 crcr_err jv_prescan(const char *text, size_t len, unsigned max_depth, unsigned long max_values)
@@ -98,12 +100,15 @@ jv *jv_parse(const char *text, size_t len, char *err, size_t errsz)
 
 /* ---- jv_parse_select: one validating pass, only the selected values built -------------------- */
 
-#define SEL_SEG_MAX 255u       /* longest key jv_path() can follow (its key buffer is 256 bytes) */
-#define SEL_NONE (-1)          /* no selection node */
-#define KEY_NONE UINT32_MAX    /* end of a key-set chain */
-#define KEYS_MIN_BUCKETS 64u   /* first allocation of the key set */
-#define FNV_OFFSET 2166136261u /* FNV-1a, 32 bits: keys are short, any spread hash will do */
-#define FNV_PRIME 16777619u
+#define SEL_SEG_MAX 255u     /* longest key jv_path() can follow (its key buffer is 256 bytes) */
+#define SEL_NONE (-1)        /* no selection node */
+#define KEY_NONE UINT32_MAX  /* end of a key-set chain */
+#define KEYS_MIN_BUCKETS 64u /* first allocation of the key set */
+/* Key hashes: SipHash-1-3 under the process key (siphash.h). The keys of an unauthenticated body
+ * are the attacker's choice; with an unkeyed hash they can all be made to share one chain, which
+ * makes the duplicate check quadratic (16,384 FNV-1a-colliding keys cost 721 ms before). */
+#define KEY_HASH_C 1u
+#define KEY_HASH_D 3u
 
 /* The smallest decimal that strtod() rounds to infinity: 2^1024 - 2^970, halfway between
  * DBL_MAX and 2^1024 (a tie goes to 2^1024, the even side). jansson refuses such reals. */
@@ -221,19 +226,21 @@ static unsigned utf8_put(uint32_t cp, unsigned char *out)
  * characters, only its escapes, \u escapes with 4 hex digits, surrogates only as pairs, no
  * \u0000 (refused in keys and values alike), well-formed UTF-8. On success *pos is just past the
  * closing quote, *declen the length after unescaping and, when `hash` is not NULL, *hash the
- * FNV-1a hash of the unescaped bytes. Returns NULL, or the reason with *pos at the fault. */
+ * keyed hash of the unescaped bytes. Returns NULL, or the reason with *pos at the fault. */
 static const char *scan_string(const char *t, size_t len, size_t *pos, size_t *declen,
                                uint32_t *hash)
 {
     size_t i = *pos + 1, n = 0;
-    uint32_t h = FNV_OFFSET;
+    siphash_state h = {0};
+    if (hash)
+        siphash_init(&h, siphash_process_key(), KEY_HASH_C, KEY_HASH_D);
     for (;;) {
         size_t run = i;
         unsigned char c = 0;
         if (hash) {
             while (i < len && (c = (unsigned char)t[i]) >= 0x20 && c != '"' && c != '\\' &&
                    c < 0x80) {
-                h = (h ^ c) * FNV_PRIME;
+                siphash_byte(&h, c);
                 i++;
             }
         } else {
@@ -258,8 +265,8 @@ static const char *scan_string(const char *t, size_t len, size_t *pos, size_t *d
                 *pos = i;
                 return "invalid UTF-8";
             }
-            for (size_t j = 0; hash && j < k; j++)
-                h = (h ^ (unsigned char)t[i + j]) * FNV_PRIME;
+            if (hash)
+                siphash_bytes(&h, t + i, k);
             n += k;
             i += k;
             continue;
@@ -322,15 +329,15 @@ static const char *scan_string(const char *t, size_t len, size_t *pos, size_t *d
             *pos = i;
             return "invalid escape";
         }
-        for (unsigned j = 0; hash && j < olen; j++)
-            h = (h ^ out[j]) * FNV_PRIME;
+        if (hash)
+            siphash_bytes(&h, out, olen);
         n += olen;
         i += 2;
     }
     *pos = i + 1;
     *declen = n;
     if (hash)
-        *hash = h;
+        *hash = (uint32_t)siphash_final(&h);
     return NULL;
 }
 
@@ -434,6 +441,14 @@ static bool keys_reserve(key_set *ks)
     return true;
 }
 
+/* Chain steps taken by keys_add on this thread (jv_select_key_probes). */
+static _Thread_local uint64_t key_probes;
+
+uint64_t jv_select_key_probes(void)
+{
+    return key_probes;
+}
+
 /* Adds a key to the innermost open object, whose keys start at `start`. Returns 0, 1 when the
  * object already has that key (after unescaping, byte for byte, as jansson compares), or -1 when
  * out of memory. */
@@ -445,6 +460,7 @@ static int keys_add(key_set *ks, const char *t, size_t start, size_t off, size_t
         for (uint32_t k = ks->heads[hash & (ks->nbuckets - 1)]; k != KEY_NONE && k >= start;
              k = ks->ents[k].next) {
             const key_ent *e = &ks->ents[k];
+            key_probes++;
             if (e->hash == hash && e->declen == declen &&
                 str_equal(t + e->off, e->rawlen, t + off, rawlen, declen))
                 return 1;

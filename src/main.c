@@ -11,6 +11,7 @@
 #include "health.h"
 #include "help.h"
 #include "report.h"
+#include "trust.h"
 #include "webhook_send.h"
 
 static const char USAGE[] =
@@ -24,6 +25,8 @@ static const char USAGE[] =
     "  deliveries list|show ID|redeliver ID  inspect and re-queue deliveries (store, or --url "
     "admin API)\n"
     "  health [--window 7d] [--format text|md|json]  level health of the allowlisted repos\n"
+    "  trust list|reset OWNER/REPO           repository identities pinned at their first "
+    "callback\n"
     "  report --status S [--conclusion C] ... downstream side: post a callback from GitHub "
     "Actions\n"
     "  config [--config FILE]                print the effective configuration (secrets hidden)\n"
@@ -72,6 +75,8 @@ int main(int argc, char **argv)
         return webhook_send_main(argc - 2, argv + 2);
     if (strcmp(cmd, "deliveries") == 0 && argc >= 3)
         return cli_deliveries_main(argc - 2, argv + 2);
+    if (strcmp(cmd, "trust") == 0)
+        return trust_main(argc - 2, argv + 2);
     if (strcmp(cmd, "health") == 0)
         return health_main(argc - 1, argv + 1);
     if (strcmp(cmd, "report") == 0)

@@ -76,6 +76,7 @@ static struct {
     _Atomic uint64_t github[GH_EP_N][METRICS_STATUS_MAX];
     _Atomic int64_t connections;
     _Atomic uint64_t reaped;
+    _Atomic uint64_t offload_rejected;
     route_series routes[METRICS_MAX_ROUTES];
     _Atomic int n_routes; /* published with release after the entry is filled */
 } g_reg;
@@ -399,6 +400,11 @@ void metrics_http_connections(int delta)
     atomic_fetch_add_explicit(&g_reg.connections, delta, memory_order_relaxed);
 }
 
+void metrics_http_offload_rejected(void)
+{
+    inc(&g_reg.offload_rejected, 1);
+}
+
 void metrics_http_reaped(unsigned n)
 {
     inc(&g_reg.reaped, n);
@@ -474,6 +480,13 @@ crcr_err metrics_render(buf_t *out)
     if (!e)
         e = metrics_sample(out, "crcr_http_requests_reaped_total", NULL,
                            (double)get(&g_reg.reaped));
+    if (!e)
+        e = metrics_family(out, "crcr_http_offload_rejected_total", "counter",
+                           "HUD requests answered 503 because every HUD render slot and its "
+                           "queue were busy (CRCR_HUD_CONCURRENCY).");
+    if (!e)
+        e = metrics_sample(out, "crcr_http_offload_rejected_total", NULL,
+                           (double)get(&g_reg.offload_rejected));
     return e;
 }
 
@@ -491,6 +504,7 @@ void metrics_reset(void)
             atomic_store(&g_reg.github[i][j], 0);
     atomic_store(&g_reg.connections, 0);
     atomic_store(&g_reg.reaped, 0);
+    atomic_store(&g_reg.offload_rejected, 0);
     for (int i = 0; i < METRICS_MAX_ROUTES; i++) {
         route_series *r = &g_reg.routes[i];
         for (int b = 0; b <= METRICS_N_BUCKETS; b++)

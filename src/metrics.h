@@ -88,6 +88,8 @@ void metrics_http_observe(int h, int status, double seconds);
 void metrics_http_connections(int delta);
 /* Connections cut by the request deadline. */
 void metrics_http_reaped(unsigned n);
+/* A request of a slow route refused because the offload pool's queue was full (503). */
+void metrics_http_offload_rejected(void);
 
 /* Appends every registry family in the text format. */
 crcr_err metrics_render(buf_t *out);

@@ -596,6 +596,15 @@ static bool token_span(const char *h, size_t n, const char **tok, size_t *tlen)
     return n > 0;
 }
 
+bool oidc_token_present(const char *authorization)
+{
+    if (!authorization)
+        return false;
+    const char *tok;
+    size_t tlen;
+    return token_span(authorization, strnlen(authorization, OIDC_AUTH_HEADER_MAX + 1), &tok, &tlen);
+}
+
 /* The body of oidc_verify(): returns 0 or an HTTP status with the reason in why[0..whysz). */
 static int verify_token(oidc_verifier *v, const char *authorization, int64_t now_s,
                         oidc_identity *out, char *why, size_t whysz)

@@ -88,6 +88,11 @@ oidc_verifier *oidc_new(const char *const *issuers, size_t n_issuers, const char
  */
 void oidc_free(oidc_verifier *v);
 
+/* Whether an Authorization header value carries a token at all (after blanks and one "Bearer "
+ * prefix); oidc_verify() answers "Missing authorization token" exactly when it does not. A header
+ * check, no parsing: callers use it to refuse a request before reading its body. */
+bool oidc_token_present(const char *authorization);
+
 /**
  * Verifies an Authorization header value ("Bearer <token>", the prefix matched case-insensitively
  * and optional; surrounding spaces ignored) at time `now_s` (seconds since the epoch). May fetch

@@ -27,8 +27,10 @@
 #include "log.h"
 #include "metrics.h"
 #include "outbox.h"
+#include "trust.h"
 
 #define OPS_DELIVERIES_PATH "/api/v1/admin/deliveries"
+#define OPS_TRUST_PATH "/api/v1/admin/trust"
 /* A scrape is a few hundred lines; this leaves room for many routes. */
 #define OPS_METRICS_MAX (4u * 1024u * 1024u)
 /* A redeliver request carries no body; a client that sends one anyway gets it ignored. */
@@ -320,6 +322,14 @@ static crcr_err app_metrics(crcr_app *app, buf_t *b)
     if (!e && app->http)
         e = gauge(b, "crcr_http_inflight_requests", "gauge", "Requests being handled now.",
                   http_server_inflight(app->http));
+    uint64_t hits = 0, misses = 0;
+    if (!e && app->http && http_server_cache_counts(app->http, &hits, &misses)) {
+        e = gauge(b, "crcr_hud_cache_hits_total", "counter",
+                  "HUD answers served from the page cache (CRCR_HUD_CACHE_MS).", (double)hits);
+        if (!e)
+            e = gauge(b, "crcr_hud_cache_misses_total", "counter",
+                      "HUD requests the page cache could not answer (rendered).", (double)misses);
+    }
 
     /* Outbox, from the store. */
     store_outbox_stats os;
@@ -648,13 +658,100 @@ static void admin_redeliver(void *ctx, const http_request *req, http_response *r
     buf_free(&b);
 }
 
+static void admin_trust_list(void *ctx, const http_request *req, http_response *resp)
+{
+    crcr_app *app = ctx;
+    if (!admin_auth(app, req, resp))
+        return;
+    buf_reset(&resp->body);
+    crcr_err e = trust_doc(app->st, &resp->body);
+    if (e) {
+        http_resp_detail(resp, e == CRCR_E_TOO_LARGE ? 500 : 503, "store unavailable");
+        return;
+    }
+    resp->status = 200;
+    resp->content_type = "application/json";
+}
+
+/* POST /api/v1/admin/trust/OWNER/REPO/reset */
+static void admin_trust_reset(void *ctx, const http_request *req, http_response *resp)
+{
+    crcr_app *app = ctx;
+    if (!admin_auth(app, req, resp))
+        return;
+    static const char suffix[] = "/reset";
+    const char *name = req->path + sizeof(OPS_TRUST_PATH); /* past ".../trust/" */
+    size_t n = strlen(name), sl = sizeof(suffix) - 1;
+    if (n <= sl || strcmp(name + n - sl, suffix) != 0 || n - sl >= CRCR_REPO_NAME_MAX) {
+        http_resp_detail(resp, 404, "Not found");
+        return;
+    }
+    char repo[CRCR_REPO_NAME_MAX];
+    memcpy(repo, name, n - sl);
+    repo[n - sl] = '\0';
+    const char *slash = strchr(repo, '/');
+    if (!slash || slash == repo || !slash[1] || strchr(slash + 1, '/')) {
+        http_resp_detail(resp, 400, "expected /api/v1/admin/trust/OWNER/REPO/reset");
+        return;
+    }
+    crcr_err e = store_identity_reset(app->st, repo);
+    if (e == CRCR_E_NOT_FOUND) {
+        http_resp_detail(resp, 404, "no pin for this repository");
+        return;
+    }
+    if (e) {
+        http_resp_detail(resp, 503, "store unavailable");
+        return;
+    }
+    LOG_WARN("admin.trust_reset", "repo", repo, NULL);
+    buf_t b;
+    buf_init(&b, 512);
+    buf_puts(&b, "{\"ok\":true,\"reset\":");
+    jv_quote(&b, repo, strlen(repo));
+    buf_putc(&b, '}');
+    http_resp_json(resp, 200, buf_cstr(&b));
+    buf_free(&b);
+}
+
 size_t ops_routes(struct crcr_app *app, http_route *out, size_t max)
 {
     const http_route all[] = {
-        {"GET", "/metrics", false, 0, metrics_handle, app},
-        {"GET", OPS_DELIVERIES_PATH, false, 0, admin_list, app},
-        {"GET", OPS_DELIVERIES_PATH "/", true, 0, admin_show, app},
-        {"POST", OPS_DELIVERIES_PATH "/", true, OPS_ADMIN_MAX_BODY, admin_redeliver, app},
+        {.method = "GET",
+         .path = "/metrics",
+         .prefix = false,
+         .max_body = 0,
+         .fn = metrics_handle,
+         .ctx = app},
+        {.method = "GET",
+         .path = OPS_DELIVERIES_PATH,
+         .prefix = false,
+         .max_body = 0,
+         .fn = admin_list,
+         .ctx = app},
+        {.method = "GET",
+         .path = OPS_DELIVERIES_PATH "/",
+         .prefix = true,
+         .max_body = 0,
+         .fn = admin_show,
+         .ctx = app},
+        {.method = "POST",
+         .path = OPS_DELIVERIES_PATH "/",
+         .prefix = true,
+         .max_body = OPS_ADMIN_MAX_BODY,
+         .fn = admin_redeliver,
+         .ctx = app},
+        {.method = "GET",
+         .path = OPS_TRUST_PATH,
+         .prefix = false,
+         .max_body = 0,
+         .fn = admin_trust_list,
+         .ctx = app},
+        {.method = "POST",
+         .path = OPS_TRUST_PATH "/",
+         .prefix = true,
+         .max_body = OPS_ADMIN_MAX_BODY,
+         .fn = admin_trust_reset,
+         .ctx = app},
     };
     bool admin = app->cfg.admin_token && *app->cfg.admin_token;
     size_t want = admin ? sizeof(all) / sizeof(all[0]) : 1;

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "store_impl.h"
 
@@ -21,6 +22,24 @@ crcr_err store_open_pool(const char *uri, long pool, store **out, char *err, siz
         return store_pg_open(uri, pool, out, err, errsz);
     snprintf(err, errsz, "CRCR_STORE: unknown scheme (expected sqlite:PATH or postgresql://...)");
     return CRCR_E_CONFIG;
+}
+
+crcr_err store_open_existing(const char *uri, long pool, store **out, char *err, size_t errsz)
+{
+    *out = NULL;
+    if (strncmp(uri, "sqlite:", 7) == 0) {
+        const char *path = uri + 7;
+        struct stat sb;
+        if (*path && strcmp(path, ":memory:") != 0 && stat(path, &sb) != 0) {
+            snprintf(err, errsz,
+                     "no store at %s (CRCR_STORE=%s): nothing is created by this command; name "
+                     "the relay's configuration with --config FILE (the package's is "
+                     "/etc/crcr/crcr.env) or set CRCR_STORE",
+                     path, uri);
+            return CRCR_E_NOT_FOUND;
+        }
+    }
+    return store_open_pool(uri, pool, out, err, errsz);
 }
 
 void store_close(store *st)
@@ -199,4 +218,35 @@ crcr_err store_wait_for_work(store *st, int64_t timeout_ms)
     if (!st->ops->wait_for_work)
         return CRCR_E_INVALID;
     return st->ops->wait_for_work(st, timeout_ms);
+}
+
+crcr_err store_dispatch_get(store *st, const char *delivery_id, const char *repo, bool with_payload,
+                            store_dispatch *out)
+{
+    return st->ops->dispatch_get(st, delivery_id, repo, with_payload, out);
+}
+
+crcr_err store_identity_pin(store *st, const char *repo, const char *repository_id,
+                            const char *owner_id, int64_t now, store_pin_outcome *outcome,
+                            void (*seen)(void *ctx, const store_identity_row *row), void *ctx)
+{
+    return st->ops->identity_pin(st, repo, repository_id ? repository_id : "",
+                                 owner_id ? owner_id : "", now, outcome, seen, ctx);
+}
+
+crcr_err store_identity_list(store *st, void (*fn)(void *ctx, const store_identity_row *row),
+                             void *ctx)
+{
+    return st->ops->identity_list(st, fn, ctx);
+}
+
+crcr_err store_identity_reset(store *st, const char *repo)
+{
+    return st->ops->identity_reset(st, repo);
+}
+
+crcr_err store_budget_take(store *st, const char *name, int64_t amount, int64_t limit,
+                           int64_t expires_at, bool *allowed)
+{
+    return st->ops->budget_take(st, name, amount, limit, expires_at, allowed);
 }

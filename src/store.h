@@ -1,9 +1,9 @@
 /*
  * store.h - durable state behind one interface (§4 of the product contract).
  *
- * Backends: SQLite (`sqlite:PATH`, embedded, WAL, one process) and, later, PostgreSQL
- * (`postgresql://...`). Callers never see SQL. Every function is safe to call from several
- * threads. Times are milliseconds since the Unix epoch.
+ * Backends: SQLite (`sqlite:PATH`, embedded, WAL, one serving process; its files are created
+ * 0600) and PostgreSQL (`postgresql://...`, several instances). Callers never see SQL. Every
+ * function is safe to call from several threads. Times are milliseconds since the Unix epoch.
  *
  * The outbox holds every outbound side effect. A row moves
  *   queued --claim--> running --done--> sent | dry_run | dead
@@ -20,7 +20,10 @@
 #include "buf.h"
 #include "err.h"
 
-#define CRCR_SCHEMA_VERSION 1
+/* Version 1: the first release. Version 2: repo_identity (pins of callback identities) and
+ * budgets (byte budgets such as the nightly one). A store is upgraded in place at open; a newer
+ * store than the binary knows is refused. */
+#define CRCR_SCHEMA_VERSION 2
 
 typedef struct store store;
 
@@ -29,6 +32,9 @@ typedef struct store store;
 crcr_err store_open(const char *uri, store **out, char *err, size_t errsz);
 /* The same with a connection pool size for shared stores (CRCR_STORE_POOL; 0: the default). */
 crcr_err store_open_pool(const char *uri, long pool, store **out, char *err, size_t errsz);
+/* The same for operator commands, which must never create a store: a SQLite file that does not
+ * exist is CRCR_E_NOT_FOUND with a message naming the path and how to point at the right one. */
+crcr_err store_open_existing(const char *uri, long pool, store **out, char *err, size_t errsz);
 /* Closes; NULL is fine. */
 void store_close(store *st);
 /* Called once by `crcr serve` at start: rows a crashed predecessor left `running` become due now
@@ -285,6 +291,59 @@ typedef struct store_run_filter {
 
 crcr_err store_list_runs(store *st, const store_run_filter *f,
                          void (*fn)(void *ctx, const store_run_row *row), void *ctx);
+
+/* ---- Dispatch records as the relay wrote them: what callbacks are checked against ---- */
+
+typedef struct store_dispatch {
+    int64_t dispatched_at; /* ms: when the dispatch was sent (or queued, while it is not yet) */
+    int64_t pr_number;     /* the delivery's PR number, 0 when none */
+    char head_sha[72];     /* the delivery's head sha (push: after), "" when none */
+    char event[64];        /* the delivery's X-GitHub-Event */
+    buf_t payload;         /* the delivery's webhook body when asked for; the caller inits it
+                              (buf_init with its cap) and frees it */
+} store_dispatch;
+
+/* The dispatch of `delivery_id` to `repo` (case-insensitive) with its delivery's fields, and the
+ * delivery's payload into out->payload when `with_payload`. CRCR_E_NOT_FOUND when the relay never
+ * dispatched that delivery to that repository. */
+crcr_err store_dispatch_get(store *st, const char *delivery_id, const char *repo, bool with_payload,
+                            store_dispatch *out);
+
+/* ---- Repository identity pins (issue 12: identity is not just a name) ---- */
+
+#define STORE_ID_MAX 32 /* decimal GitHub ids */
+
+typedef enum {
+    STORE_PIN_MATCH = 0, /* the pin holds these ids (or was just created with them) */
+    STORE_PIN_MISMATCH,  /* the name is pinned to other ids: a re-created repo or a new owner */
+    STORE_PIN_NONE       /* no ids given and no pin: nothing recorded */
+} store_pin_outcome;
+
+typedef struct store_identity_row {
+    const char *repo, *repository_id, *owner_id;
+    int64_t pinned_at, last_seen_at;
+} store_identity_row;
+
+/* Checks `repo`'s pin against the ids of an authenticated callback, pinning them when the name has
+ * no pin yet (the first callback wins). Empty ids: a pinned name is a mismatch (a GitHub token
+ * always carries them), an unpinned one STORE_PIN_NONE. On a mismatch the pinned row is passed to
+ * `seen` (may be NULL) for the log. */
+crcr_err store_identity_pin(store *st, const char *repo, const char *repository_id,
+                            const char *owner_id, int64_t now, store_pin_outcome *outcome,
+                            void (*seen)(void *ctx, const store_identity_row *row), void *ctx);
+/* Every pin, by repo name. */
+crcr_err store_identity_list(store *st, void (*fn)(void *ctx, const store_identity_row *row),
+                             void *ctx);
+/* Forgets `repo`'s pin (the next callback pins again). CRCR_E_NOT_FOUND when there was none. */
+crcr_err store_identity_reset(store *st, const char *repo);
+
+/* ---- Byte budgets ---- */
+
+/* Takes `amount` from the budget `name` (e.g. "nightly:owner/repo:20261201") when what it used so
+ * far plus `amount` stays within `limit`; *allowed tells. A budget is forgotten after
+ * `expires_at` (retention removes it). Atomic across instances. */
+crcr_err store_budget_take(store *st, const char *name, int64_t amount, int64_t limit,
+                           int64_t expires_at, bool *allowed);
 
 /* Callbacks refused after authentication (for the level-health callback error rate). */
 crcr_err store_callback_rejected(store *st, const char *repo, int64_t now, int status);

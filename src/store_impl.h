@@ -53,6 +53,16 @@ typedef struct store_ops {
                           void (*fn)(void *ctx, const store_run_row *row), void *ctx);
     crcr_err (*callback_rejected)(store *st, const char *repo, int64_t now, int status);
     crcr_err (*callback_rejections)(store *st, const char *repo, int64_t since, int64_t *n);
+    crcr_err (*dispatch_get)(store *st, const char *delivery_id, const char *repo,
+                             bool with_payload, store_dispatch *out);
+    crcr_err (*identity_pin)(store *st, const char *repo, const char *repository_id,
+                             const char *owner_id, int64_t now, store_pin_outcome *outcome,
+                             void (*seen)(void *ctx, const store_identity_row *row), void *ctx);
+    crcr_err (*identity_list)(store *st, void (*fn)(void *ctx, const store_identity_row *row),
+                              void *ctx);
+    crcr_err (*identity_reset)(store *st, const char *repo);
+    crcr_err (*budget_take)(store *st, const char *name, int64_t amount, int64_t limit,
+                            int64_t expires_at, bool *allowed);
     /* Optional (NULL when the backend has no cross-process wake-up, e.g. SQLite): waits up to
      * timeout_ms for new outbox rows written by any process. CRCR_OK when woken, CRCR_E_NOT_FOUND
      * on timeout, CRCR_E_STORE when the database is away (after waiting out the timeout). */

@@ -491,6 +491,12 @@ static const char *const MIGRATIONS[] = {
     "CREATE TABLE IF NOT EXISTS callback_rejections(repo text NOT NULL, at bigint NOT NULL,"
     " status integer NOT NULL);"
     "CREATE INDEX IF NOT EXISTS callback_rejections_repo ON callback_rejections(lower(repo), at);",
+    /* 1 -> 2: pinned repository identities and byte budgets. */
+    "CREATE TABLE IF NOT EXISTS repo_identity(repo text NOT NULL, repository_id text NOT NULL,"
+    " owner_id text NOT NULL, pinned_at bigint NOT NULL, last_seen_at bigint NOT NULL);"
+    "CREATE UNIQUE INDEX IF NOT EXISTS repo_identity_key ON repo_identity(lower(repo));"
+    "CREATE TABLE IF NOT EXISTS budgets(name text PRIMARY KEY, used bigint NOT NULL,"
+    " expires_at bigint NOT NULL);",
 };
 _Static_assert(sizeof(MIGRATIONS) / sizeof(MIGRATIONS[0]) == CRCR_SCHEMA_VERSION,
                "one PostgreSQL migration per schema version");
@@ -1122,6 +1128,10 @@ static crcr_err op_retention(pgx *x, void *arg)
         "DELETE FROM runs WHERE updated_at < $1 AND state<>'in_progress'",
         "DELETE FROM labels_wanted WHERE created_at < $1",
         "DELETE FROM callback_rejections WHERE at < $1",
+        "DELETE FROM budgets WHERE expires_at < $1",
+        /* Finished rows of no delivery (nightly HUD forwards) go after the same time. */
+        "DELETE FROM outbox o WHERE o.done_at < $1 AND o.state IN ('sent','dry_run','dead') AND "
+        "NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.delivery_id=o.delivery_id)",
     };
     crcr_err e = cmd(x, "BEGIN");
     int64_t deleted = 0;
@@ -1707,6 +1717,200 @@ static crcr_err pg_callback_rejections(store *st, const char *repo, int64_t sinc
     return with_conn(PS(st), "rejections", op_callback_rejections, &a);
 }
 
+/* ---- dispatch records, identity pins, budgets ---- */
+
+typedef struct dispatch_args {
+    const char *delivery_id, *repo;
+    bool with_payload;
+    store_dispatch *out;
+} dispatch_args;
+
+static crcr_err op_dispatch_get(pgx *x, void *arg)
+{
+    dispatch_args *a = arg;
+    pgp p = {0};
+    p_text(&p, a->delivery_id);
+    p_text(&p, a->repo);
+    p_i64(&p, a->with_payload ? 1 : 0);
+    PGresult *r = q(x,
+                    "SELECT COALESCE(o.done_at, o.created_at), d.pr_number, d.head_sha, d.event, "
+                    "CASE WHEN $3::bigint=1 THEN d.payload END FROM outbox o JOIN deliveries d "
+                    "ON d.delivery_id=o.delivery_id WHERE o.kind='dispatch' AND "
+                    "o.delivery_id=$1 AND lower(o.target)=lower($2) LIMIT 1",
+                    &p);
+    pgp_free(&p);
+    if (!r)
+        return CRCR_E_STORE;
+    crcr_err e = CRCR_OK;
+    if (PQntuples(r) == 0) {
+        e = CRCR_E_NOT_FOUND;
+    } else {
+        store_dispatch *o = a->out;
+        o->dispatched_at = r_i64(r, 0, 0, 0);
+        o->pr_number = r_i64(r, 0, 1, 0);
+        snprintf(o->head_sha, sizeof(o->head_sha), "%s", r_text(r, 0, 2) ? r_text(r, 0, 2) : "");
+        snprintf(o->event, sizeof(o->event), "%s", r_text(r, 0, 3) ? r_text(r, 0, 3) : "");
+        if (a->with_payload && r_len(r, 0, 4))
+            e = buf_append(&o->payload, PQgetvalue(r, 0, 4), r_len(r, 0, 4));
+    }
+    PQclear(r);
+    return e;
+}
+
+static crcr_err pg_dispatch_get(store *st, const char *delivery_id, const char *repo,
+                                bool with_payload, store_dispatch *out)
+{
+    out->dispatched_at = out->pr_number = 0;
+    out->head_sha[0] = out->event[0] = '\0';
+    dispatch_args a = {delivery_id, repo, with_payload, out};
+    return with_conn(PS(st), "dispatch_get", op_dispatch_get, &a);
+}
+
+typedef struct pin_args {
+    const char *repo, *repository_id, *owner_id;
+    int64_t now;
+    store_pin_outcome *outcome;
+    void (*seen)(void *ctx, const store_identity_row *row);
+    void *ctx;
+} pin_args;
+
+static void identity_row(const PGresult *r, int i, store_identity_row *row)
+{
+    row->repo = r_text(r, i, 0);
+    row->repository_id = r_text(r, i, 1);
+    row->owner_id = r_text(r, i, 2);
+    row->pinned_at = r_i64(r, i, 3, 0);
+    row->last_seen_at = r_i64(r, i, 4, 0);
+}
+
+/* The pin, created first when the name has none and ids are given: one statement either way (a
+ * concurrent first callback of the same name on another instance keeps the first pin). */
+static crcr_err op_identity_pin(pgx *x, void *arg)
+{
+    pin_args *a = arg;
+    bool have_ids = *a->repository_id && *a->owner_id;
+    if (have_ids) {
+        pgp p = {0};
+        p_text(&p, a->repo);
+        p_text(&p, a->repository_id);
+        p_text(&p, a->owner_id);
+        p_i64(&p, a->now);
+        crcr_err e = qexec(x,
+                           "INSERT INTO repo_identity(repo, repository_id, owner_id, pinned_at, "
+                           "last_seen_at) VALUES ($1, $2, $3, $4, $4) ON CONFLICT (lower(repo)) "
+                           "DO NOTHING",
+                           &p, NULL);
+        if (e)
+            return e;
+    }
+    pgp p = {0};
+    p_text(&p, a->repo);
+    PGresult *r = q(x,
+                    "SELECT repo, repository_id, owner_id, pinned_at, last_seen_at FROM "
+                    "repo_identity WHERE lower(repo)=lower($1)",
+                    &p);
+    pgp_free(&p);
+    if (!r)
+        return CRCR_E_STORE;
+    if (PQntuples(r) == 0) {
+        *a->outcome = STORE_PIN_NONE;
+    } else {
+        store_identity_row row;
+        identity_row(r, 0, &row);
+        bool same = have_ids && strcmp(row.repository_id, a->repository_id) == 0 &&
+                    strcmp(row.owner_id, a->owner_id) == 0;
+        *a->outcome = same ? STORE_PIN_MATCH : STORE_PIN_MISMATCH;
+        if (!same && a->seen)
+            a->seen(a->ctx, &row);
+    }
+    PQclear(r);
+    return CRCR_OK;
+}
+
+static crcr_err pg_identity_pin(store *st, const char *repo, const char *repository_id,
+                                const char *owner_id, int64_t now, store_pin_outcome *outcome,
+                                void (*seen)(void *ctx, const store_identity_row *row), void *ctx)
+{
+    pin_args a = {repo, repository_id, owner_id, now, outcome, seen, ctx};
+    return with_conn(PS(st), "identity_pin", op_identity_pin, &a);
+}
+
+typedef struct identity_list_args {
+    void (*fn)(void *ctx, const store_identity_row *row);
+    void *ctx;
+} identity_list_args;
+
+static crcr_err op_identity_list(pgx *x, void *arg)
+{
+    identity_list_args *a = arg;
+    PGresult *r = q(x,
+                    "SELECT repo, repository_id, owner_id, pinned_at, last_seen_at FROM "
+                    "repo_identity ORDER BY lower(repo)",
+                    NULL);
+    if (!r)
+        return CRCR_E_STORE;
+    for (int i = 0; i < PQntuples(r); i++) {
+        store_identity_row row;
+        identity_row(r, i, &row);
+        a->fn(a->ctx, &row);
+    }
+    PQclear(r);
+    return CRCR_OK;
+}
+
+static crcr_err pg_identity_list(store *st, void (*fn)(void *ctx, const store_identity_row *row),
+                                 void *ctx)
+{
+    identity_list_args a = {fn, ctx};
+    return with_conn(PS(st), "identity_list", op_identity_list, &a);
+}
+
+static crcr_err pg_identity_reset(store *st, const char *repo)
+{
+    simple_args a = {.sql = "DELETE FROM repo_identity WHERE lower(repo)=lower($1) AND $2::text "
+                            "IS NULL AND $3::bigint=0",
+                     .a = repo};
+    crcr_err e = with_conn(PS(st), "identity_reset", op_simple, &a);
+    if (e)
+        return e;
+    return a.rows > 0 ? CRCR_OK : CRCR_E_NOT_FOUND;
+}
+
+typedef struct budget_args {
+    const char *name;
+    int64_t amount, limit, expires_at;
+    bool *allowed;
+} budget_args;
+
+static crcr_err op_budget_take(pgx *x, void *arg)
+{
+    budget_args *a = arg;
+    pgp p = {0};
+    p_text(&p, a->name);
+    p_i64(&p, a->amount);
+    p_i64(&p, a->expires_at);
+    p_i64(&p, a->limit);
+    int64_t rows = 0;
+    crcr_err e = qexec(x,
+                       "INSERT INTO budgets(name, used, expires_at) VALUES ($1, $2, $3) ON "
+                       "CONFLICT (name) DO UPDATE SET used=budgets.used+excluded.used WHERE "
+                       "budgets.used+excluded.used <= $4",
+                       &p, &rows);
+    if (!e)
+        *a->allowed = rows > 0;
+    return e;
+}
+
+static crcr_err pg_budget_take(store *st, const char *name, int64_t amount, int64_t limit,
+                               int64_t expires_at, bool *allowed)
+{
+    *allowed = false;
+    if (amount > limit)
+        return CRCR_OK;
+    budget_args a = {name, amount, limit, expires_at, allowed};
+    return with_conn(PS(st), "budget_take", op_budget_take, &a);
+}
+
 /* ---- waking workers ---- */
 
 /* Takes every pending notification; true when there was at least one. */
@@ -1842,6 +2046,11 @@ static const store_ops PG_OPS = {
     .list_runs = pg_list_runs,
     .callback_rejected = pg_callback_rejected,
     .callback_rejections = pg_callback_rejections,
+    .dispatch_get = pg_dispatch_get,
+    .identity_pin = pg_identity_pin,
+    .identity_list = pg_identity_list,
+    .identity_reset = pg_identity_reset,
+    .budget_take = pg_budget_take,
     .wait_for_work = pg_wait_for_work,
 };
 

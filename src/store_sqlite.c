@@ -14,12 +14,20 @@
  * so sq_recover first takes an exclusive flock(2) on a side file "<db>-serve.lock", held until
  * close (the kernel drops it when the process dies). The side file, not the database: closing any
  * descriptor of the database file would drop SQLite's own POSIX locks in this process.
+ *
+ * Readers. Listings for the HUD, the admin API and reports (deliveries, runs, outbox counts,
+ * rejections) run on SQ_READERS connections of their own: WAL lets them read a snapshot while
+ * the writer commits, so a page that reads 100,000 runs never holds the lock webhooks and
+ * callbacks wait for. Files: the database is created 0600 before SQLite opens it, and SQLite
+ * gives its -wal and -shm files the database's mode; a store left wider by an older version is
+ * narrowed to 0600 at open (payloads and callback tokens live in it).
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <sqlite3.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -160,8 +168,16 @@ static const char SCHEMA[] =
     " n INTEGER NOT NULL);"
     "CREATE TABLE IF NOT EXISTS callback_rejections(repo TEXT NOT NULL COLLATE NOCASE,"
     " at INTEGER NOT NULL, status INTEGER NOT NULL);"
-    "CREATE INDEX IF NOT EXISTS callback_rejections_repo ON callback_rejections(repo, at);";
+    "CREATE INDEX IF NOT EXISTS callback_rejections_repo ON callback_rejections(repo, at);"
+    /* Version 2. */
+    "CREATE TABLE IF NOT EXISTS repo_identity(repo TEXT PRIMARY KEY COLLATE NOCASE,"
+    " repository_id TEXT NOT NULL, owner_id TEXT NOT NULL, pinned_at INTEGER NOT NULL,"
+    " last_seen_at INTEGER NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS budgets(name TEXT PRIMARY KEY, used INTEGER NOT NULL,"
+    " expires_at INTEGER NOT NULL);";
 
+/* Read-only connections for listings (see the header comment). */
+#define SQ_READERS 2
 /* Most requests (ingests, run transitions) one group commit writes (see group_commit). */
 #define SQ_GROUP_MAX 256
 /* Longest path of the serve-lock side file (the database path plus "-serve.lock"). */
@@ -192,6 +208,10 @@ struct sqlite_store {
     group_req *ghead, *gtail;
     bool gleading;
     int serve_lock; /* descriptor holding the serve lock (sq_recover), -1 when not taken */
+    /* Listing connections, each with its lock; rdb[i] NULL when there are none (in-memory
+     * databases), and listings then use db under mu. */
+    sqlite3 *rdb[SQ_READERS];
+    pthread_mutex_t rmu[SQ_READERS];
 };
 
 static sqlite_store *SS(store *st)
@@ -228,6 +248,37 @@ static crcr_err fail(sqlite_store *s, const char *what)
     return CRCR_E_STORE;
 }
 
+static crcr_err fail_db(sqlite3 *db, const char *what)
+{
+    LOG_ERROR("store.error", "op", what, "error", sqlite3_errmsg(db), NULL);
+    return CRCR_E_STORE;
+}
+
+/* A connection for a listing, locked: a free reader, else the first reader (waiting for it),
+ * else the writer's connection when there are no readers. Release with reader_done(). */
+static sqlite3 *reader(sqlite_store *s, int *slot)
+{
+    if (!s->rdb[0]) {
+        pthread_mutex_lock(&s->mu);
+        *slot = -1;
+        return s->db;
+    }
+    for (int i = 0; i < SQ_READERS; i++) {
+        if (s->rdb[i] && pthread_mutex_trylock(&s->rmu[i]) == 0) {
+            *slot = i;
+            return s->rdb[i];
+        }
+    }
+    pthread_mutex_lock(&s->rmu[0]);
+    *slot = 0;
+    return s->rdb[0];
+}
+
+static void reader_done(sqlite_store *s, int slot)
+{
+    pthread_mutex_unlock(slot < 0 ? &s->mu : &s->rmu[slot]);
+}
+
 static crcr_err exec(sqlite_store *s, const char *sql)
 {
     char *msg = NULL;
@@ -257,6 +308,10 @@ static void sq_close(store *st)
     for (int i = 0; i < S_COUNT; i++)
         sqlite3_finalize(s->stmts[i]);
     sqlite3_close(s->db);
+    for (int i = 0; i < SQ_READERS; i++) {
+        sqlite3_close(s->rdb[i]);
+        pthread_mutex_destroy(&s->rmu[i]);
+    }
     if (s->serve_lock >= 0)
         close(s->serve_lock);
     pthread_mutex_destroy(&s->mu);
@@ -724,9 +779,10 @@ static crcr_err sq_list_deliveries(store *st, const store_filter *f,
              "o.delivery_id=d.delivery_id AND lower(o.target)=lower(?2))) AND %s "
              "ORDER BY d.received_at DESC, d.rowid DESC LIMIT ?3",
              f && f->pr_number ? "d.pr_number=?4" : "?4=0");
-    pthread_mutex_lock(&s->mu);
-    if (sqlite3_prepare_v2(s->db, sql, -1, &q, NULL) != SQLITE_OK) {
-        err = fail(s, "list");
+    int slot;
+    sqlite3 *db = reader(s, &slot);
+    if (sqlite3_prepare_v2(db, sql, -1, &q, NULL) != SQLITE_OK) {
+        err = fail_db(db, "list");
         goto out;
     }
     bind_text(q, 1, f ? f->state : NULL);
@@ -741,10 +797,10 @@ static crcr_err sq_list_deliveries(store *st, const store_filter *f,
             break;
     }
     if (rc != SQLITE_ROW && rc != SQLITE_DONE)
-        err = fail(s, "list");
+        err = fail_db(db, "list");
 out:
     sqlite3_finalize(q);
-    pthread_mutex_unlock(&s->mu);
+    reader_done(s, slot);
     return err;
 }
 
@@ -756,16 +812,17 @@ static crcr_err sq_get_delivery(store *st, const char *delivery_id,
     sqlite_store *s = SS(st);
     sqlite3_stmt *q = NULL;
     crcr_err err = CRCR_OK;
-    pthread_mutex_lock(&s->mu);
+    int slot;
+    sqlite3 *db = reader(s, &slot);
     /* Without dfn only the rows are wanted: the primary key's index answers "does it exist"
      * without reading the delivery row (tens of KB of payload before `status`). */
-    if (sqlite3_prepare_v2(s->db,
+    if (sqlite3_prepare_v2(db,
                            dfn ? "SELECT delivery_id, event, action, upstream_repo, pr_number, "
                                  "head_sha, ref, received_at, payload_bytes, status, payload FROM "
                                  "deliveries WHERE delivery_id=?"
                                : "SELECT 1 FROM deliveries WHERE delivery_id=?",
                            -1, &q, NULL) != SQLITE_OK) {
-        err = fail(s, "get");
+        err = fail_db(db, "get");
         goto out;
     }
     bind_text(q, 1, delivery_id);
@@ -782,12 +839,12 @@ static crcr_err sq_get_delivery(store *st, const char *delivery_id,
     q = NULL;
     if (!jfn)
         goto out;
-    if (sqlite3_prepare_v2(s->db,
+    if (sqlite3_prepare_v2(db,
                            "SELECT id, kind, delivery_id, target, state, last_error, note, "
                            "attempts, last_status, next_attempt_at, created_at, done_at, body "
                            "FROM outbox WHERE delivery_id=? ORDER BY id",
                            -1, &q, NULL) != SQLITE_OK) {
-        err = fail(s, "get");
+        err = fail_db(db, "get");
         goto out;
     }
     bind_text(q, 1, delivery_id);
@@ -811,7 +868,7 @@ static crcr_err sq_get_delivery(store *st, const char *delivery_id,
     }
 out:
     sqlite3_finalize(q);
-    pthread_mutex_unlock(&s->mu);
+    reader_done(s, slot);
     return err;
 }
 
@@ -821,12 +878,13 @@ static crcr_err sq_outbox_stats(store *st, store_outbox_stats *out)
     sqlite3_stmt *q = NULL;
     crcr_err err = CRCR_OK;
     memset(out, 0, sizeof(*out));
-    pthread_mutex_lock(&s->mu);
-    if (sqlite3_prepare_v2(s->db,
+    int slot;
+    sqlite3 *db = reader(s, &slot);
+    if (sqlite3_prepare_v2(db,
                            "SELECT state, count(*), min(next_attempt_at) FROM outbox "
                            "GROUP BY state",
                            -1, &q, NULL) != SQLITE_OK) {
-        err = fail(s, "stats");
+        err = fail_db(db, "stats");
         goto out;
     }
     while (sqlite3_step(q) == SQLITE_ROW) {
@@ -848,7 +906,7 @@ static crcr_err sq_outbox_stats(store *st, store_outbox_stats *out)
     }
 out:
     sqlite3_finalize(q);
-    pthread_mutex_unlock(&s->mu);
+    reader_done(s, slot);
     return err;
 }
 
@@ -922,6 +980,10 @@ static crcr_err sq_retention(store *st, int64_t before, int *n)
         "DELETE FROM runs WHERE updated_at < ?1 AND state<>'in_progress'",
         "DELETE FROM labels_wanted WHERE created_at < ?1",
         "DELETE FROM callback_rejections WHERE at < ?1",
+        "DELETE FROM budgets WHERE expires_at < ?1",
+        /* Finished rows of no delivery (nightly HUD forwards) go after the same time. */
+        "DELETE FROM outbox WHERE done_at < ?1 AND state IN ('sent','dry_run','dead') AND NOT "
+        "EXISTS (SELECT 1 FROM deliveries d WHERE d.delivery_id=outbox.delivery_id)",
     };
     for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]) && !err; i++) {
         if (sqlite3_prepare_v2(s->db, steps[i], -1, &q, NULL) != SQLITE_OK) {
@@ -1511,9 +1573,10 @@ static crcr_err sq_list_runs(store *st, const store_run_filter *f,
     sqlite_store *s = SS(st);
     sqlite3_stmt *q = NULL;
     crcr_err err = CRCR_OK;
-    pthread_mutex_lock(&s->mu);
-    if (sqlite3_prepare_v2(s->db, sql, -1, &q, NULL) != SQLITE_OK) {
-        err = fail(s, "list_runs");
+    int slot;
+    sqlite3 *db = reader(s, &slot);
+    if (sqlite3_prepare_v2(db, sql, -1, &q, NULL) != SQLITE_OK) {
+        err = fail_db(db, "list_runs");
         goto out;
     }
     if (f->repo)
@@ -1534,10 +1597,10 @@ static crcr_err sq_list_runs(store *st, const store_run_filter *f,
         fn(ctx, &r);
     }
     if (rc != SQLITE_DONE)
-        err = fail(s, "list_runs");
+        err = fail_db(db, "list_runs");
 out:
     sqlite3_finalize(q);
-    pthread_mutex_unlock(&s->mu);
+    reader_done(s, slot);
     return err;
 }
 
@@ -1570,17 +1633,200 @@ static crcr_err sq_callback_rejections(store *st, const char *repo, int64_t sinc
     sqlite3_stmt *q = NULL;
     crcr_err err = CRCR_OK;
     *n = 0;
-    pthread_mutex_lock(&s->mu);
-    if (sqlite3_prepare_v2(s->db,
-                           "SELECT count(*) FROM callback_rejections WHERE repo=?1 AND at>=?2", -1,
-                           &q, NULL) != SQLITE_OK) {
-        err = fail(s, "rejections");
+    int slot;
+    sqlite3 *db = reader(s, &slot);
+    if (sqlite3_prepare_v2(db, "SELECT count(*) FROM callback_rejections WHERE repo=?1 AND at>=?2",
+                           -1, &q, NULL) != SQLITE_OK) {
+        err = fail_db(db, "rejections");
         goto out;
     }
     bind_text(q, 1, repo);
     sqlite3_bind_int64(q, 2, since);
     if (sqlite3_step(q) == SQLITE_ROW)
         *n = sqlite3_column_int64(q, 0);
+out:
+    sqlite3_finalize(q);
+    reader_done(s, slot);
+    return err;
+}
+
+/* ---- dispatch records, identity pins, budgets ---- */
+
+static crcr_err sq_dispatch_get(store *st, const char *delivery_id, const char *repo,
+                                bool with_payload, store_dispatch *out)
+{
+    sqlite_store *s = SS(st);
+    sqlite3_stmt *q = NULL;
+    crcr_err err = CRCR_OK;
+    out->dispatched_at = out->pr_number = 0;
+    out->head_sha[0] = out->event[0] = '\0';
+    pthread_mutex_lock(&s->mu);
+    if (sqlite3_prepare_v2(s->db,
+                           "SELECT COALESCE(o.done_at, o.created_at), d.pr_number, d.head_sha, "
+                           "d.event, CASE WHEN ?3 THEN d.payload END FROM outbox o JOIN "
+                           "deliveries d ON d.delivery_id=o.delivery_id WHERE o.kind='dispatch' "
+                           "AND o.delivery_id=?1 AND lower(o.target)=lower(?2) LIMIT 1",
+                           -1, &q, NULL) != SQLITE_OK) {
+        err = fail(s, "dispatch_get");
+        goto out;
+    }
+    bind_text(q, 1, delivery_id);
+    bind_text(q, 2, repo);
+    sqlite3_bind_int(q, 3, with_payload ? 1 : 0);
+    int rc = sqlite3_step(q);
+    if (rc == SQLITE_DONE) {
+        err = CRCR_E_NOT_FOUND;
+    } else if (rc != SQLITE_ROW) {
+        err = fail(s, "dispatch_get");
+    } else {
+        out->dispatched_at = sqlite3_column_int64(q, 0);
+        out->pr_number = sqlite3_column_int64(q, 1);
+        snprintf(out->head_sha, sizeof(out->head_sha), "%s", col_text(q, 2) ? col_text(q, 2) : "");
+        snprintf(out->event, sizeof(out->event), "%s", col_text(q, 3) ? col_text(q, 3) : "");
+        if (with_payload)
+            err = copy_blob(q, 4, &out->payload, out->payload.max);
+    }
+out:
+    sqlite3_finalize(q);
+    pthread_mutex_unlock(&s->mu);
+    return err;
+}
+
+static void fill_identity_row(sqlite3_stmt *q, store_identity_row *r)
+{
+    r->repo = col_text(q, 0);
+    r->repository_id = col_text(q, 1);
+    r->owner_id = col_text(q, 2);
+    r->pinned_at = sqlite3_column_int64(q, 3);
+    r->last_seen_at = sqlite3_column_int64(q, 4);
+}
+
+static crcr_err sq_identity_pin(store *st, const char *repo, const char *repository_id,
+                                const char *owner_id, int64_t now, store_pin_outcome *outcome,
+                                void (*seen)(void *ctx, const store_identity_row *row), void *ctx)
+{
+    sqlite_store *s = SS(st);
+    sqlite3_stmt *q = NULL;
+    crcr_err err = CRCR_OK;
+    bool have_ids = *repository_id && *owner_id;
+    pthread_mutex_lock(&s->mu);
+    if (sqlite3_prepare_v2(s->db,
+                           "SELECT repo, repository_id, owner_id, pinned_at, last_seen_at FROM "
+                           "repo_identity WHERE repo=?1",
+                           -1, &q, NULL) != SQLITE_OK) {
+        err = fail(s, "identity_pin");
+        goto out;
+    }
+    bind_text(q, 1, repo);
+    int rc = sqlite3_step(q);
+    if (rc == SQLITE_ROW) {
+        bool same = have_ids && strcmp(col_text(q, 1), repository_id) == 0 &&
+                    strcmp(col_text(q, 2), owner_id) == 0;
+        *outcome = same ? STORE_PIN_MATCH : STORE_PIN_MISMATCH;
+        if (!same && seen) {
+            store_identity_row r;
+            fill_identity_row(q, &r);
+            seen(ctx, &r);
+        }
+        goto out;
+    }
+    if (rc != SQLITE_DONE) {
+        err = fail(s, "identity_pin");
+        goto out;
+    }
+    if (!have_ids) {
+        *outcome = STORE_PIN_NONE;
+        goto out;
+    }
+    sqlite3_finalize(q);
+    q = NULL;
+    /* First callback of this name: pin it. A concurrent pin of the same name keeps the first. */
+    if (sqlite3_prepare_v2(s->db,
+                           "INSERT INTO repo_identity(repo, repository_id, owner_id, pinned_at, "
+                           "last_seen_at) VALUES (?1,?2,?3,?4,?4) ON CONFLICT(repo) DO NOTHING",
+                           -1, &q, NULL) != SQLITE_OK) {
+        err = fail(s, "identity_pin");
+        goto out;
+    }
+    bind_text(q, 1, repo);
+    bind_text(q, 2, repository_id);
+    bind_text(q, 3, owner_id);
+    sqlite3_bind_int64(q, 4, now);
+    if (sqlite3_step(q) != SQLITE_DONE)
+        err = fail(s, "identity_pin");
+    else
+        *outcome = STORE_PIN_MATCH;
+out:
+    sqlite3_finalize(q);
+    pthread_mutex_unlock(&s->mu);
+    return err;
+}
+
+static crcr_err sq_identity_list(store *st, void (*fn)(void *ctx, const store_identity_row *row),
+                                 void *ctx)
+{
+    sqlite_store *s = SS(st);
+    sqlite3_stmt *q = NULL;
+    crcr_err err = CRCR_OK;
+    pthread_mutex_lock(&s->mu);
+    if (sqlite3_prepare_v2(s->db,
+                           "SELECT repo, repository_id, owner_id, pinned_at, last_seen_at FROM "
+                           "repo_identity ORDER BY lower(repo)",
+                           -1, &q, NULL) != SQLITE_OK) {
+        err = fail(s, "identity_list");
+        goto out;
+    }
+    int rc;
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+        store_identity_row r;
+        fill_identity_row(q, &r);
+        fn(ctx, &r);
+    }
+    if (rc != SQLITE_DONE)
+        err = fail(s, "identity_list");
+out:
+    sqlite3_finalize(q);
+    pthread_mutex_unlock(&s->mu);
+    return err;
+}
+
+static crcr_err sq_identity_reset(store *st, const char *repo)
+{
+    int changes = 0;
+    crcr_err err = simple_exec(SS(st), "DELETE FROM repo_identity WHERE repo=?1", repo, NULL, 0,
+                               &changes, NULL);
+    if (err)
+        return err;
+    return changes > 0 ? CRCR_OK : CRCR_E_NOT_FOUND;
+}
+
+static crcr_err sq_budget_take(store *st, const char *name, int64_t amount, int64_t limit,
+                               int64_t expires_at, bool *allowed)
+{
+    sqlite_store *s = SS(st);
+    sqlite3_stmt *q = NULL;
+    crcr_err err = CRCR_OK;
+    *allowed = false;
+    if (amount > limit)
+        return CRCR_OK;
+    pthread_mutex_lock(&s->mu);
+    /* One statement: a new budget starts at `amount`; an existing one grows only within limit. */
+    if (sqlite3_prepare_v2(s->db,
+                           "INSERT INTO budgets(name, used, expires_at) VALUES (?1, ?2, ?3) ON "
+                           "CONFLICT(name) DO UPDATE SET used=used+excluded.used WHERE "
+                           "used+excluded.used <= ?4",
+                           -1, &q, NULL) != SQLITE_OK) {
+        err = fail(s, "budget_take");
+        goto out;
+    }
+    bind_text(q, 1, name);
+    sqlite3_bind_int64(q, 2, amount);
+    sqlite3_bind_int64(q, 3, expires_at);
+    sqlite3_bind_int64(q, 4, limit);
+    if (sqlite3_step(q) != SQLITE_DONE)
+        err = fail(s, "budget_take");
+    else
+        *allowed = sqlite3_changes(s->db) > 0;
 out:
     sqlite3_finalize(q);
     pthread_mutex_unlock(&s->mu);
@@ -1658,6 +1904,11 @@ static const store_ops SQLITE_OPS = {
     .list_runs = sq_list_runs,
     .callback_rejected = sq_callback_rejected,
     .callback_rejections = sq_callback_rejections,
+    .dispatch_get = sq_dispatch_get,
+    .identity_pin = sq_identity_pin,
+    .identity_list = sq_identity_list,
+    .identity_reset = sq_identity_reset,
+    .budget_take = sq_budget_take,
 };
 
 /* Reads the recorded schema version (0 for a new database). */
@@ -1671,6 +1922,54 @@ static int schema_version(sqlite_store *s)
         v = sqlite3_column_int(q, 0);
     sqlite3_finalize(q);
     return v;
+}
+
+/* Narrows a store file to 0600 when an older version (or the umask) left it wider. By path:
+ * opening and closing a descriptor of the database would drop SQLite's POSIX locks. */
+static void narrow_mode(const char *path, const char *suffix)
+{
+    char p[CRCR_PATH_LOCK_MAX];
+    int n = snprintf(p, sizeof(p), "%s%s", path, suffix);
+    struct stat sb;
+    if (n > 0 && (size_t)n < sizeof(p) && lstat(p, &sb) == 0 && S_ISREG(sb.st_mode) &&
+        (sb.st_mode & 077))
+        chmod(p, sb.st_mode & 0700);
+}
+
+/* Before SQLite opens the database: creates it 0600 when it does not exist yet (SQLite would
+ * create it 0644 minus the umask, and its -wal and -shm files take the database's mode), and
+ * narrows the database and its side files when they exist. */
+static crcr_err private_files(const char *path, char *err, size_t errsz)
+{
+    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd >= 0) {
+        fchmod(fd, 0600); /* whatever the umask */
+        close(fd);
+    } else if (errno != EEXIST) {
+        snprintf(err, errsz, "CRCR_STORE: cannot create '%s': %s", path, strerror(errno));
+        return CRCR_E_STORE;
+    }
+    static const char *const files[] = {"", "-wal", "-shm", "-serve.lock"};
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++)
+        narrow_mode(path, files[i]);
+    return CRCR_OK;
+}
+
+/* Opens the listing connections (see the header comment). */
+static crcr_err open_readers(sqlite_store *s, const char *path, char *err, size_t errsz)
+{
+    for (int i = 0; i < SQ_READERS; i++) {
+        if (sqlite3_open_v2(path, &s->rdb[i], SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) !=
+                SQLITE_OK ||
+            sqlite3_exec(s->rdb[i], "PRAGMA query_only=1; PRAGMA temp_store=MEMORY;", NULL, NULL,
+                         NULL) != SQLITE_OK) {
+            snprintf(err, errsz, "CRCR_STORE: cannot open a reader of '%s': %s", path,
+                     s->rdb[i] ? sqlite3_errmsg(s->rdb[i]) : "out of memory");
+            return CRCR_E_STORE;
+        }
+        sqlite3_busy_timeout(s->rdb[i], 5000);
+    }
+    return CRCR_OK;
 }
 
 crcr_err store_sqlite_open(const char *path, store **out, char *err, size_t errsz)
@@ -1687,6 +1986,13 @@ crcr_err store_sqlite_open(const char *path, store **out, char *err, size_t errs
         snprintf(err, errsz, "CRCR_STORE: empty SQLite path");
         free(s);
         return CRCR_E_CONFIG;
+    }
+    for (int i = 0; i < SQ_READERS; i++)
+        pthread_mutex_init(&s->rmu[i], NULL);
+    bool on_disk = strcmp(path, ":memory:") != 0 && strncmp(path, "file:", 5) != 0;
+    if (on_disk && private_files(path, err, errsz) != CRCR_OK) {
+        sq_close(&s->base);
+        return CRCR_E_STORE;
     }
     int rc = sqlite3_open_v2(
         path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
@@ -1726,6 +2032,14 @@ crcr_err store_sqlite_open(const char *path, store **out, char *err, size_t errs
         e = exec(s, "COMMIT");
     if (e) {
         snprintf(err, errsz, "CRCR_STORE: cannot initialise '%s': %s", path, sqlite3_errmsg(s->db));
+        sq_close(&s->base);
+        return CRCR_E_STORE;
+    }
+    if (on_disk) { /* the -wal and -shm files SQLite has just made */
+        narrow_mode(path, "-wal");
+        narrow_mode(path, "-shm");
+    }
+    if (on_disk && open_readers(s, path, err, errsz) != CRCR_OK) {
         sq_close(&s->base);
         return CRCR_E_STORE;
     }

@@ -123,32 +123,16 @@ static crcr_err sweep_effects_fn(void *vctx, const store_run_result *res, store_
 
 /* Whether a timed-out zombie gets a check run: it was L3+ when it started, is L3+ now, has a
  * head sha, and is L4 or was labelled (the wanted mark). */
-static bool zombie_wants_check_run(crcr_app *app, const allowlist *al, const zombie *z, int64_t now)
+static bool zombie_wants_check_run(crcr_app *app, const allowlist *al, const zombie *z)
 {
     if (z->level < CRCR_LEVEL_L3 || !z->head_sha[0])
         return false;
     crcr_level cur = allowlist_level(al, z->repo);
     if (cur < CRCR_LEVEL_L3)
         return false;
-    if (cur == CRCR_LEVEL_L4)
-        return true;
-    /* The PR carried the device's label when the job started (the echoed payload), or a labeled
-     * event marked the sha. */
-    jv *doc = z->payload ? jv_parse(z->payload, z->payload_len, NULL, 0) : NULL;
-    const jv *labels = jv_path(jv_get(doc, "payload"), "pull_request.labels");
-    const char *names[CRCR_LABELS_MAX];
-    size_t n = 0;
-    for (size_t i = 0; i < jv_arr_len(labels) && n < CRCR_LABELS_MAX; i++) {
-        const char *name = jv_path_str(jv_arr_at(labels, i), "name");
-        if (name)
-            names[n++] = name;
-    }
-    bool labelled = allowlist_needs_check_run(al, z->repo, names, n);
-    jv_free(doc);
-    if (labelled)
-        return true;
-    return store_wanted_get(app->st, z->head_sha, z->repo, now - app->cfg.status_ttl_s * 1000) ==
-           CRCR_OK;
+    /* L4 always; L3 when the dispatched webhook carried the device's label, or the sha is marked
+     * wanted: the relay's records decide, not the echoed callback body. */
+    return callback_check_wanted(app, al, z->repo, cur, z->delivery_id, z->head_sha);
 }
 
 void sweeper_run(crcr_app *app, const char *owner, int64_t now, sweeper_result *res)
@@ -168,7 +152,7 @@ void sweeper_run(crcr_app *app, const char *owner, int64_t now, sweeper_result *
         sweep_effects c = {.app = app, .z = z, .level = allowlist_level(al, z->repo)};
         if (c.level == CRCR_LEVEL_NONE)
             c.level = (crcr_level)z->level;
-        c.check_run = zombie_wants_check_run(app, al, z, now);
+        c.check_run = zombie_wants_check_run(app, al, z);
         callback_bodies_init(&c.bodies, z->payload_len + 4096);
         buf_init(&c.timed_out_payload, z->payload_len + 4096);
         timed_out_payload(z, now, &c.timed_out_payload);

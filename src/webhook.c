@@ -421,21 +421,33 @@ const char *const webhook_json_paths[] = {
 };
 const size_t webhook_json_paths_n = sizeof(webhook_json_paths) / sizeof(webhook_json_paths[0]);
 
-void webhook_handle(void *ctx, const http_request *req, http_response *resp)
+bool webhook_guard(void *ctx, const http_request *req, http_response *resp)
 {
     crcr_app *app = ctx;
     const char *event = http_req_header(req, "X-GitHub-Event");
-    const char *delivery = http_req_header(req, "X-GitHub-Delivery");
     atomic_store(&app->last_webhook_at, clock_now_ms());
     metrics_webhook_begin(event);
 
     if (!event || strlen(event) >= CRCR_EVENT_NAME_MAX || !event_supported(event)) {
         ignored(app, resp, NULL);
-        return;
+        return true;
     }
-
     const char *sig = http_req_header(req, "X-Hub-Signature-256");
     if (!sig || !*sig) {
+        reject(app, resp, 400, "No signature", NULL);
+        return true;
+    }
+    return false;
+}
+
+void webhook_handle(void *ctx, const http_request *req, http_response *resp)
+{
+    crcr_app *app = ctx;
+    /* webhook_guard() passed: a supported event with a signature header. */
+    const char *event = http_req_header(req, "X-GitHub-Event");
+    const char *delivery = http_req_header(req, "X-GitHub-Delivery");
+    const char *sig = http_req_header(req, "X-Hub-Signature-256");
+    if (!event || !sig) { /* cannot happen behind the guard; never crash on it */
         reject(app, resp, 400, "No signature", NULL);
         return;
     }

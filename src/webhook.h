@@ -50,7 +50,11 @@ typedef struct webhook_route {
 void webhook_classify(const char *event, const jv *doc, const char *upstream_repo,
                       webhook_route *r);
 
-/* Route handler; ctx is the crcr_app. */
+/* Route guard (steps 1 and 2's missing header): answers from the headers alone, before the body
+ * is read. ctx is the crcr_app. */
+bool webhook_guard(void *ctx, const http_request *req, http_response *resp);
+
+/* Route handler, behind webhook_guard(); ctx is the crcr_app. */
 void webhook_handle(void *ctx, const http_request *req, http_response *resp);
 
 /* Every path of a webhook body the handlers read (webhook_classify, accept_dispatch, the label

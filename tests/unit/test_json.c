@@ -7,10 +7,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
 #include "json.h"
+#include "siphash.h"
 #include "webhook.h"
 #include "limits.h"
 
@@ -560,6 +562,171 @@ static void select_agrees_with_parse_on_real_webhooks(void **state)
     assert_true(files >= 5);
 }
 
+/* SipHash-2-4 against the paper's reference vectors (key 00..0f, message 00..len-1), so the
+ * rounds and the byte-at-a-time feeding the JSON key hash uses (1-3) are the real algorithm. */
+static void siphash_matches_reference_vectors(void **state)
+{
+    siphash_key k;
+    unsigned char kb[16], msg[16];
+    for (int i = 0; i < 16; i++)
+        kb[i] = (unsigned char)i, msg[i] = (unsigned char)i;
+    memcpy(&k.k0, kb, 8);
+    memcpy(&k.k1, kb + 8, 8);
+    assert_true(siphash(&k, 2, 4, msg, 0) == 0x726fdb47dd0e0e31ull);
+    assert_true(siphash(&k, 2, 4, msg, 1) == 0x74f839c593dc67fdull);
+    assert_true(siphash(&k, 2, 4, msg, 2) == 0x0d6c8009d9a94f5aull);
+    assert_true(siphash(&k, 2, 4, msg, 3) == 0x85676696d7fb7e2dull);
+    assert_true(siphash(&k, 2, 4, msg, 15) == 0xa129ca6149be45e5ull);
+    /* Fed in pieces: the same. */
+    siphash_state st;
+    siphash_init(&st, &k, 2, 4);
+    siphash_bytes(&st, msg, 5);
+    siphash_byte(&st, msg[5]);
+    siphash_bytes(&st, msg + 6, 9);
+    assert_true(siphash_final(&st) == 0xa129ca6149be45e5ull);
+    /* The process key is drawn once and is not all zero. */
+    const siphash_key *pk = siphash_process_key();
+    assert_ptr_equal(pk, siphash_process_key());
+    assert_true(pk->k0 != 0 || pk->k1 != 0);
+}
+
+/* The hash the validator used before (FNV-1a, 32 bits), for building an attack input. */
+static uint32_t old_fnv(const char *s, size_t n, uint32_t h)
+{
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)s[i]) * 16777619u;
+    return h;
+}
+
+#define COLL_BLOCK 4u
+#define COLL_BLOCKS 14u /* 2^14 = 16,384 keys, as in the report */
+#define COLL_MAP (1u << 19)
+
+static uint64_t xs_next(uint64_t *x)
+{
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    return *x;
+}
+
+/* Two different COLL_BLOCK-byte blocks that take FNV-1a from state `h` to the same state: a
+ * birthday search (~80,000 random blocks). Returns the common state. */
+static uint32_t fnv_block_pair(uint32_t h, uint64_t *rng, char a[COLL_BLOCK], char b[COLL_BLOCK])
+{
+    static const char alpha[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    uint32_t *seen_h = calloc(COLL_MAP, sizeof(*seen_h));
+    uint32_t *seen_b = calloc(COLL_MAP, sizeof(*seen_b)); /* block bytes, 0 = empty slot */
+    assert_non_null(seen_h);
+    assert_non_null(seen_b);
+    for (;;) {
+        char blk[COLL_BLOCK];
+        uint64_t r = xs_next(rng);
+        for (unsigned i = 0; i < COLL_BLOCK; i++)
+            blk[i] = alpha[(r >> (8 * i)) % 62];
+        uint32_t v = old_fnv(blk, COLL_BLOCK, h), packed;
+        memcpy(&packed, blk, 4);
+        for (uint32_t slot = v & (COLL_MAP - 1);; slot = (slot + 1) & (COLL_MAP - 1)) {
+            if (!seen_b[slot]) {
+                seen_h[slot] = v;
+                seen_b[slot] = packed;
+                break;
+            }
+            if (seen_h[slot] == v && seen_b[slot] != packed) {
+                memcpy(a, &seen_b[slot], 4);
+                memcpy(b, blk, 4);
+                free(seen_h);
+                free(seen_b);
+                return v;
+            }
+            if (seen_h[slot] == v)
+                break; /* the same block again */
+        }
+    }
+}
+
+static double cpu_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* Issue 12: 16,384 keys that all share one FNV-1a hash (so one chain of the old table: quadratic,
+ * 721 ms) cost the validator work linear in the number of keys now. The work is counted in
+ * key comparisons (deterministic), not in time; the CPU times are printed for the record. */
+static void select_work_is_linear_for_colliding_keys(void **state)
+{
+    uint64_t rng = 0x9E3779B97F4A7C15ull;
+    char pair[COLL_BLOCKS][2][COLL_BLOCK];
+    uint32_t h = 2166136261u;
+    for (unsigned j = 0; j < COLL_BLOCKS; j++)
+        h = fnv_block_pair(h, &rng, pair[j][0], pair[j][1]);
+    size_t nkeys = (size_t)1 << COLL_BLOCKS, keylen = COLL_BLOCKS * COLL_BLOCK;
+    buf_t colliding, random_keys;
+    buf_init(&colliding, 4u << 20);
+    buf_init(&random_keys, 4u << 20);
+    buf_putc(&colliding, '{');
+    buf_putc(&random_keys, '{');
+    char key[COLL_BLOCKS * COLL_BLOCK + 1];
+    uint32_t common = 0;
+    for (size_t i = 0; i < nkeys; i++) {
+        for (unsigned j = 0; j < COLL_BLOCKS; j++)
+            memcpy(key + j * COLL_BLOCK, pair[j][(i >> j) & 1], COLL_BLOCK);
+        key[keylen] = '\0';
+        uint32_t fh = old_fnv(key, keylen, 2166136261u);
+        if (i == 0)
+            common = fh;
+        assert_true(fh == common); /* the attack input is real: one hash for all keys */
+        buf_printf(&colliding, "%s\"%s\":0", i ? "," : "", key);
+        for (unsigned j = 0; j < keylen; j++)
+            key[j] = (char)('a' + xs_next(&rng) % 26);
+        buf_printf(&random_keys, "%s\"%s\":0", i ? "," : "", key);
+    }
+    buf_putc(&colliding, '}');
+    buf_putc(&random_keys, '}');
+    const char *paths[] = {"x"};
+
+    uint64_t p0 = jv_select_key_probes();
+    double t0 = cpu_ms();
+    jv *d = jv_parse_select(colliding.data, colliding.len, paths, 1, NULL, 0);
+    double t_coll = cpu_ms() - t0;
+    uint64_t probes_coll = jv_select_key_probes() - p0;
+    assert_non_null(d);
+    jv_free(d);
+
+    p0 = jv_select_key_probes();
+    t0 = cpu_ms();
+    d = jv_parse_select(random_keys.data, random_keys.len, paths, 1, NULL, 0);
+    double t_rand = cpu_ms() - t0;
+    uint64_t probes_rand = jv_select_key_probes() - p0;
+    assert_non_null(d);
+    jv_free(d);
+    /* A chained table kept at load <= 1 probes about one key per insert on average; the old hash
+     * made it nkeys^2/2 = 134 million here. */
+    assert_true(probes_coll <= 4 * nkeys);
+    assert_true(probes_rand <= 4 * nkeys);
+
+    /* Duplicates among colliding keys are still found. */
+    buf_reset(&colliding);
+    buf_putc(&colliding, '{');
+    for (size_t i = 0; i < 64; i++) {
+        for (unsigned j = 0; j < COLL_BLOCKS; j++)
+            memcpy(key + j * COLL_BLOCK, pair[j][(i >> j) & 1], COLL_BLOCK);
+        key[keylen] = '\0';
+        buf_printf(&colliding, "\"%s\":0,", key);
+    }
+    buf_printf(&colliding, "\"%.*s\":1}", (int)keylen, key);
+    assert_null(jv_parse_select(colliding.data, colliding.len, paths, 1, NULL, 0));
+    fprintf(stderr,
+            "    [figures] %zu keys, %zu bytes: FNV-colliding %.1f ms CPU / %llu probes, random "
+            "%.1f ms CPU / %llu probes\n",
+            nkeys, random_keys.len, t_coll, (unsigned long long)probes_coll, t_rand,
+            (unsigned long long)probes_rand);
+    buf_free(&colliding);
+    buf_free(&random_keys);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -580,6 +747,8 @@ int main(void)
         cmocka_unit_test(select_whitespace_trailing_data_and_roots),
         cmocka_unit_test(select_builds_only_the_selected_paths),
         cmocka_unit_test(select_agrees_with_parse_on_real_webhooks),
+        cmocka_unit_test(siphash_matches_reference_vectors),
+        cmocka_unit_test(select_work_is_linear_for_colliding_keys),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
