@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages crcr needs, when they are missing.
 #   scripts/install-deps.sh            build and run the relay
-#   scripts/install-deps.sh --test     + what the whole test suite needs (PostgreSQL, Chromium)
+#   scripts/install-deps.sh --test     + what the whole test suite needs (PostgreSQL, Chromium,
+#                                        Node.js for the reporting action's tests)
 #   scripts/install-deps.sh --ci       + what CI's extra checks need (clang, libFuzzer, clang-format)
 set -euo pipefail
 
@@ -10,8 +11,8 @@ pkgs=(build-essential pkg-config cmake ninja-build
       libyaml-dev libsqlite3-dev libpq-dev libcmocka-dev
       openssl ca-certificates curl)
 case "${1:-}" in
-  --test) pkgs+=(python3 postgresql chromium) ;;
-  --ci)   pkgs+=(python3 postgresql chromium clang clang-format libclang-rt-14-dev) ;;
+  --test) pkgs+=(python3 postgresql chromium nodejs) ;;
+  --ci)   pkgs+=(python3 postgresql chromium nodejs clang clang-format libclang-rt-14-dev) ;;
   "") ;;
   *) echo "usage: $0 [--test|--ci]" >&2; exit 2 ;;
 esac

@@ -38,7 +38,7 @@ from collections import namedtuple
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-DATA_DIR = Path(os.environ.get("CRCR_TEST_DATA") or (REPO_ROOT / "tests" / "data"))
+DATA_DIR = Path(os.environ.get("CRCR_TEST_DATA") or (REPO_ROOT / "tests" / "data")).resolve()
 KEYS_DIR = DATA_DIR / "keys"
 WEBHOOKS_DIR = DATA_DIR / "webhooks"
 
@@ -80,7 +80,7 @@ def crcr_bin():
                            "(ctest sets it for tests/e2e)")
     if not os.access(path, os.X_OK):
         raise RuntimeError("CRCR_BIN=%s is not an executable file" % path)
-    return path
+    return os.path.abspath(path)  # the relay runs in its temp dir: a relative path would break
 
 
 def free_port():
