@@ -60,8 +60,13 @@ if ! python3 -c "$can_bind_80_443" 2>/dev/null; then
   read -r http https < <(python3 -c "$free_ports")
   echo "test-nginx: ports 80/443 cannot be bound here; checking with $http/$https in their place"
 fi
+no_ipv6=()
+if ! python3 -c 'import socket; socket.socket(socket.AF_INET6).bind(("::1", 0))' 2>/dev/null; then
+  no_ipv6=(-e '/^ *listen \[::\]/d')
+  echo "test-nginx: no IPv6 on this machine; checking without the [::] listen lines"
+fi
 sed -e "s#/etc/ssl/crcr/fullchain.pem#$tmp/fullchain.pem#" \
-    -e "s#/etc/ssl/crcr/privkey.pem#$tmp/privkey.pem#" \
+    -e "s#/etc/ssl/crcr/privkey.pem#$tmp/privkey.pem#" "${no_ipv6[@]}" \
     -e "s#^\( *listen \(\[::\]:\)\{0,1\}\)80\([ ;]\)#\1$http\3#" \
     -e "s#^\( *listen \(\[::\]:\)\{0,1\}\)443\([ ;]\)#\1$https\3#" \
     "$sample" >"$tmp/crcr.conf"
