@@ -2,19 +2,28 @@
 # Installs the Debian 12 packages crcr needs, when they are missing.
 #   scripts/install-deps.sh            build and run the relay
 #   scripts/install-deps.sh --test     + what the whole test suite needs (PostgreSQL, Chromium,
-#                                        Node.js for the reporting action's tests)
-#   scripts/install-deps.sh --ci       + what CI's extra checks need (clang, libFuzzer, clang-format)
+#                                        Node.js for the reporting action's tests, PyYAML for
+#                                        the Kubernetes manifest check)
+#   scripts/install-deps.sh --package  + what building and testing the Debian package needs
+#                                        (dpkg-dev, python3 for the man pages, systemd-analyze)
+#   scripts/install-deps.sh --ci       all of the above + what CI's extra checks need (clang,
+#                                        libFuzzer, clang-format, nginx for `nginx -t`)
+# Installing Debian's nginx starts it where services may start (not in containers whose
+# policy-rc.d forbids it): --ci is meant for throwaway CI machines.
 set -euo pipefail
 
 pkgs=(build-essential pkg-config cmake ninja-build
       libmicrohttpd-dev libcurl4-openssl-dev libssl-dev libjansson-dev
       libyaml-dev libsqlite3-dev libpq-dev libcmocka-dev
       openssl ca-certificates curl)
+package=(python3 dpkg-dev systemd adduser)
 case "${1:-}" in
-  --test) pkgs+=(python3 postgresql chromium nodejs) ;;
-  --ci)   pkgs+=(python3 postgresql chromium nodejs clang clang-format libclang-rt-14-dev) ;;
+  --test) pkgs+=(python3 python3-yaml postgresql chromium nodejs) ;;
+  --package) pkgs+=("${package[@]}") ;;
+  --ci)   pkgs+=(python3 python3-yaml postgresql chromium nodejs clang clang-format
+                 libclang-rt-14-dev nginx "${package[@]}") ;;
   "") ;;
-  *) echo "usage: $0 [--test|--ci]" >&2; exit 2 ;;
+  *) echo "usage: $0 [--test|--package|--ci]" >&2; exit 2 ;;
 esac
 
 missing=()
