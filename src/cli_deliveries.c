@@ -7,7 +7,7 @@
  *   ... --url https://relay.example [--token T]   (token default: CRCR_ADMIN_TOKEN)
  * `show --format json` prints {"delivery":{...},"outbox":[{...,"body":"<request body>"}]} and
  * `list --format json` an array of deliveries, the same documents in both modes (ops.h builds
- * them). The admin API is reached with libcurl directly: https, or http to a loopback host only
+ * them). The admin API is reached over http_client.h: https, or http to a loopback host only
  * (config_url_allowed), so the admin token never crosses a network in the clear.
  */
 #include "cli_deliveries.h"
@@ -19,10 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <openssl/crypto.h>
-
 #include "clock.h"
 #include "config.h"
+#include "http_client.h"
 #include "json.h"
 #include "limits.h"
 #include "ops.h"
@@ -222,32 +221,10 @@ static int local_main(const char *sub, const cli_opts *o, const crcr_config *cfg
 
 /* ---- admin API ---- */
 
-/* Frees a buffer that held the admin token, wiping it first. */
-static void wipe_free(buf_t *b)
-{
-    if (b->data)
-        OPENSSL_cleanse(b->data, b->cap);
-    buf_free(b);
-}
-
-static size_t on_data(char *p, size_t size, size_t nmemb, void *ud)
-{
-    buf_t *b = ud;
-    size_t n = size * nmemb;
-    return buf_append(b, p, n) == CRCR_OK ? n : 0;
-}
-
 /* Appends "&name=<escaped value>" (or "?..." for the first) when value is set. */
-static crcr_err add_query(CURL *h, buf_t *url, const char *name, const char *value)
+static crcr_err add_query(buf_t *url, const char *name, const char *value)
 {
-    if (!value || !*value)
-        return CRCR_OK;
-    char *esc = curl_easy_escape(h, value, 0);
-    if (!esc)
-        return CRCR_E_NOMEM;
-    crcr_err e = buf_printf(url, "%c%s=%s", strchr(buf_cstr(url), '?') ? '&' : '?', name, esc);
-    curl_free(esc);
-    return e;
+    return value && *value ? http_add_query(url, name, value) : CRCR_OK;
 }
 
 typedef struct remote_req {
@@ -262,14 +239,8 @@ typedef struct remote_req {
  * status, or 0 with a message on stderr when there was no answer. */
 static long remote_call(const remote_req *rq, buf_t *answer)
 {
-    CURL *h = curl_easy_init();
-    if (!h) {
-        fprintf(stderr, "crcr: out of memory\n");
-        return 0;
-    }
-    buf_t url, auth;
+    buf_t url;
     buf_init(&url, CLI_URL_MAX + 1024);
-    buf_init(&auth, CRCR_TOKEN_MAX + 64);
     size_t bl = strlen(rq->base);
     while (bl > 0 && rq->base[bl - 1] == '/')
         bl--;
@@ -277,68 +248,48 @@ static long remote_call(const remote_req *rq, buf_t *answer)
     if (!e)
         e = buf_puts(&url, "/api/v1/admin/deliveries");
     if (!e && strcmp(rq->sub, "list") != 0) {
-        char *id = curl_easy_escape(h, rq->o->id, 0);
-        e = id ? buf_printf(&url, "/%s", id) : CRCR_E_NOMEM;
-        curl_free(id);
+        e = buf_putc(&url, '/');
+        if (!e)
+            e = http_append_escaped(&url, rq->o->id);
     }
     if (!e && strcmp(rq->sub, "redeliver") == 0)
         e = buf_puts(&url, "/redeliver");
     if (!e && strcmp(rq->sub, "list") == 0) {
         char num[24];
-        e = add_query(h, &url, "status", rq->o->status);
+        e = add_query(&url, "status", rq->o->status);
         if (!e)
-            e = add_query(h, &url, "repo", rq->o->repo);
+            e = add_query(&url, "repo", rq->o->repo);
         snprintf(num, sizeof(num), "%d", rq->o->limit);
         if (!e && rq->o->limit)
-            e = add_query(h, &url, "limit", num);
+            e = add_query(&url, "limit", num);
         snprintf(num, sizeof(num), "%lld", rq->o->pr);
         if (!e && rq->o->pr)
-            e = add_query(h, &url, "pr", num);
+            e = add_query(&url, "pr", num);
     }
     if (!e && strcmp(rq->sub, "redeliver") == 0)
-        e = add_query(h, &url, "repo", rq->o->repo);
-    if (!e)
-        e = buf_printf(&auth, "Authorization: Bearer %s", rq->token);
-    struct curl_slist *hdrs = NULL;
-    struct curl_slist *t = e ? NULL : curl_slist_append(NULL, "Accept: application/json");
-    if (t)
-        hdrs = curl_slist_append(t, auth.data);
-    if (!hdrs) {
-        curl_slist_free_all(t);
-        fprintf(stderr, "crcr: --url: URL or token too long\n");
+        e = add_query(&url, "repo", rq->o->repo);
+    if (e) {
+        fprintf(stderr, "crcr: --url: URL too long\n");
         buf_free(&url);
-        wipe_free(&auth);
-        curl_easy_cleanup(h);
         return 0;
     }
-    char errbuf[CURL_ERROR_SIZE] = "";
-    curl_easy_setopt(h, CURLOPT_URL, url.data);
-    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
-    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, CLI_CONNECT_TIMEOUT_MS);
-    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, CLI_TIMEOUT_MS);
-    curl_easy_setopt(h, CURLOPT_USERAGENT, "crcr/" CRCR_VERSION);
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdrs);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, answer);
-    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
-    if (strcmp(rq->method, "POST") == 0) {
-        curl_easy_setopt(h, CURLOPT_POSTFIELDS, "");
-        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)0);
-    }
-    CURLcode rc = curl_easy_perform(h);
-    long status = 0;
-    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
-    if (rc != CURLE_OK) {
-        fprintf(stderr, "crcr: %s: %s\n", rq->base, errbuf[0] ? errbuf : curl_easy_strerror(rc));
-        status = 0;
-    }
-    curl_slist_free_all(hdrs);
-    curl_easy_cleanup(h);
+    const char *hdrs[] = {"Accept: application/json", NULL};
+    http_call hr = {.method = rq->method,
+                    .url = url.data,
+                    .allow_http = true,
+                    .headers = hdrs,
+                    .auth_scheme = "Bearer",
+                    .auth_credential = rq->token,
+                    .connect_timeout_ms = CLI_CONNECT_TIMEOUT_MS,
+                    .timeout_ms = CLI_TIMEOUT_MS};
+    http_answer a = {.body = answer};
+    e = http_exchange(NULL, &hr, &a);
     buf_free(&url);
-    wipe_free(&auth);
-    return status;
+    if (e) {
+        fprintf(stderr, "crcr: %s: %s\n", rq->base, a.error);
+        return 0;
+    }
+    return a.status;
 }
 
 static int remote_main(const char *sub, const cli_opts *o, const char *token)

@@ -1,15 +1,11 @@
 /*
  * github.c - the GitHub REST client: App JWT, cached installation ids and tokens, and requests over
- * libcurl; see github.h for the contract.
+ * http_client.c; see github.h for the contract.
  *
- * Connections. Each call borrows an idle curl easy handle from the client's pool (one handle per
- * concurrently running caller, created on demand) and gives it back afterwards. An easy handle
- * keeps its connection alive, so the next call, from whatever thread, reuses the TCP/TLS
- * connection. The CURLSH shares the DNS cache and TLS sessions between handles (both are safe to
- * share across threads with the lock callbacks below). The connection cache is deliberately NOT
- * shared: CURLSHOPT_SHARE documents for CURL_LOCK_DATA_CONNECT that sharing connections between
- * concurrent threads is not supported (curl KNOWN_BUGS "A shared connection cache is not
- * thread-safe", curl issue #4915, still open for the 7.88 Debian 12 ships).
+ * Connections. The client owns an http_pool: each call borrows an idle easy handle (one per
+ * concurrently running caller, created on demand) and gives it back, so its kept-alive connection
+ * serves the next call from whatever thread; DNS and TLS sessions are shared, connections are not
+ * (http_client.h says why).
  *
  * Token cache. repo (lower-cased) -> installation id and installation id -> token, both bounded
  * (CRCR_TOKEN_CACHE_MAX, oldest evicted) and protected by `mu`, which is never held during HTTP.
@@ -18,14 +14,9 @@
  * same entry wait on `cond` instead of minting a second token. Tokens live in their own
  * allocations and are wiped with OPENSSL_cleanse when dropped (our copies only: curl's and
  * jansson's internal buffers are out of reach, so wiping is best effort).
- *
- * Date parsers (ISO-8601 expires_at, IMF-fixdate Retry-After) are hand-written: they are a few
- * lines, locale-independent and avoid sscanf/strptime.
  */
 #include "github.h"
 
-#include <arpa/inet.h>
-#include <curl/curl.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -39,13 +30,10 @@
 
 #include "json.h"
 #include "jwt.h"
-#include "limits.h" /* also the system <limits.h>: LONG_MAX */
+#include "http_client.h"
+#include "limits.h"
 #include "log.h"
 #include "metrics.h"
-
-#ifndef CRCR_VERSION
-#define CRCR_VERSION "dev"
-#endif
 
 #define GH_DEFAULT_API_URL "https://api.github.com"
 #define GH_USER_AGENT "crcr/" CRCR_VERSION
@@ -61,16 +49,15 @@
 #define GH_URL_MAX (GH_API_URL_MAX + CRCR_MAX_PATH)
 /* Largest request body sent (repository_dispatch is < 64 KB, check runs < 1 MB). */
 #define GH_REQUEST_BODY_MAX (1024u * 1024u)
-/* Extra header lines a caller may add, and the longest one. */
+/* Extra header lines a caller may add. */
 #define GH_EXTRA_HEADERS_MAX 16u
-#define GH_HEADER_LINE_MAX 1024u
 /* Largest answer of an authentication step (installation object, access token). */
 #define GH_AUTH_BODY_MAX (256u * 1024u)
 /* Bytes reserved up front for the token answer, so that the buffer holding the token is not
  * reallocated (which would leave an unwiped copy behind) for any normal answer. */
 #define GH_AUTH_BODY_RESERVE (16u * 1024u)
-/* Longest header value the header callback looks at (Retry-After, rate limits, ETag). */
-#define GH_HEADER_VALUE_MAX 256u
+_Static_assert(sizeof(((gh_resp *)0)->etag) == HTTP_ETAG_MAX,
+               "gh_resp.etag is an http_answer.etag");
 
 typedef struct inst_entry {
     char repo[CRCR_REPO_NAME_MAX]; /* lower-cased owner/name */
@@ -89,11 +76,6 @@ typedef struct tok_entry {
     bool pending;
 } tok_entry;
 
-typedef struct easy_slot {
-    CURL *h;
-    struct easy_slot *next;
-} easy_slot;
-
 struct gh_client {
     const crcr_config *cfg;
     EVP_PKEY *key; /* App private key; NULL without App credentials */
@@ -102,10 +84,7 @@ struct gh_client {
     bool loopback; /* the API host is loopback: plain http is allowed too */
     bool iss_numeric;
 
-    CURLSH *share;
-    pthread_mutex_t share_mu[CURL_LOCK_DATA_LAST];
-    pthread_mutex_t pool_mu;
-    easy_slot *idle; /* handles not in use (LIFO, so warm connections are reused first) */
+    http_pool *pool; /* easy handles with their kept-alive connections */
 
     pthread_mutex_t mu; /* the caches below */
     pthread_cond_t cond;
@@ -131,143 +110,9 @@ static bool is_digit(char c)
     return c >= '0' && c <= '9';
 }
 
-/* Case-insensitive (ASCII) comparison of `a[0..n)` with the NUL-terminated `b`. */
-static bool eq_ci(const char *a, size_t n, const char *b)
-{
-    size_t bl = strlen(b);
-    if (n != bl)
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        if (ascii_lower(a[i]) != ascii_lower(b[i]))
-            return false;
-    }
-    return true;
-}
-
-/* Parses exactly `n` decimal digits at `s`. */
-static bool parse_fixed_digits(const char *s, size_t n, int *out)
-{
-    int v = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!is_digit(s[i]))
-            return false;
-        v = v * 10 + (s[i] - '0');
-    }
-    *out = v;
-    return true;
-}
-
-/* Parses a whole string of 1-18 decimal digits (no sign, no spaces). */
-static bool parse_uint(const char *s, int64_t *out)
-{
-    int64_t v = 0;
-    size_t i = 0;
-    for (; s[i]; i++) {
-        if (!is_digit(s[i]) || i >= 18)
-            return false;
-        v = v * 10 + (s[i] - '0');
-    }
-    if (i == 0)
-        return false;
-    *out = v;
-    return true;
-}
-
-static bool is_leap(int y)
-{
-    return (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
-}
-
-static int days_in_month(int y, int m)
-{
-    static const int d[12] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
-    return m == 2 && is_leap(y) ? 29 : d[m - 1];
-}
-
-/* Epoch seconds of a UTC calendar time after range checks; false when out of range. */
-static bool utc_epoch(int y, int mo, int d, int h, int mi, int s, int64_t *out)
-{
-    if (y < 1970 || y > 9999 || mo < 1 || mo > 12 || d < 1 || d > days_in_month(y, mo) || h > 23 ||
-        mi > 59 || s > 60)
-        return false;
-    struct tm tm = {0};
-    tm.tm_year = y - 1900;
-    tm.tm_mon = mo - 1;
-    tm.tm_mday = d;
-    tm.tm_hour = h;
-    tm.tm_min = mi;
-    tm.tm_sec = s;
-    time_t t = timegm(&tm);
-    if (t == (time_t)-1)
-        return false;
-    *out = (int64_t)t;
-    return true;
-}
-
-/* Parses GitHub's expires_at: "YYYY-MM-DDTHH:MM:SSZ", optionally with ".fraction" and with
- * "+00:00" instead of "Z". */
-static bool parse_iso8601_utc(const char *s, int64_t *out)
-{
-    int y, mo, d, h, mi, sec;
-    size_t n = strlen(s);
-    if (n < 20 || !parse_fixed_digits(s, 4, &y) || s[4] != '-' ||
-        !parse_fixed_digits(s + 5, 2, &mo) || s[7] != '-' || !parse_fixed_digits(s + 8, 2, &d) ||
-        (s[10] != 'T' && s[10] != 't') || !parse_fixed_digits(s + 11, 2, &h) || s[13] != ':' ||
-        !parse_fixed_digits(s + 14, 2, &mi) || s[16] != ':' || !parse_fixed_digits(s + 17, 2, &sec))
-        return false;
-    const char *p = s + 19;
-    if (*p == '.') {
-        p++;
-        if (!is_digit(*p))
-            return false;
-        while (is_digit(*p))
-            p++;
-    }
-    if (!((p[0] == 'Z' || p[0] == 'z') && p[1] == '\0') && strcmp(p, "+00:00") != 0)
-        return false;
-    return utc_epoch(y, mo, d, h, mi, sec, out);
-}
-
-/* Parses an IMF-fixdate ("Sun, 06 Nov 1994 08:49:37 GMT", RFC 9110 §5.6.7). */
-static bool parse_imf_fixdate(const char *s, int64_t *out)
-{
-    static const char *days[] = {"Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"};
-    static const char *months[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
-                                   "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
-    if (strlen(s) != 29 || s[3] != ',' || s[4] != ' ' || s[7] != ' ' || s[11] != ' ' ||
-        s[16] != ' ' || s[19] != ':' || s[22] != ':' || s[25] != ' ' || strcmp(s + 26, "GMT") != 0)
-        return false;
-    bool day_ok = false;
-    for (size_t i = 0; i < 7; i++)
-        day_ok = day_ok || memcmp(s, days[i], 3) == 0;
-    int mo = 0;
-    for (int i = 0; i < 12; i++) {
-        if (memcmp(s + 8, months[i], 3) == 0)
-            mo = i + 1;
-    }
-    int d, y, h, mi, sec;
-    if (!day_ok || !mo || !parse_fixed_digits(s + 5, 2, &d) || !parse_fixed_digits(s + 12, 4, &y) ||
-        !parse_fixed_digits(s + 17, 2, &h) || !parse_fixed_digits(s + 20, 2, &mi) ||
-        !parse_fixed_digits(s + 23, 2, &sec))
-        return false;
-    return utc_epoch(y, mo, d, h, mi, sec, out);
-}
-
 long gh_parse_retry_after(const char *value, int64_t now)
 {
-    if (!value)
-        return -1;
-    int64_t v;
-    if (is_digit(value[0])) {
-        if (!parse_uint(value, &v) || v > LONG_MAX)
-            return -1;
-        return (long)v;
-    }
-    if (!parse_imf_fixdate(value, &v))
-        return -1;
-    if (v <= now)
-        return 0;
-    return v - now > LONG_MAX ? LONG_MAX : (long)(v - now);
+    return http_parse_retry_after(value, now);
 }
 
 /* Fills out->error with printf-formatted text passed through log_scrub, so that no token, JWT or
@@ -328,75 +173,9 @@ static crcr_err repo_key(const char *repo, char key[CRCR_REPO_NAME_MAX])
     return CRCR_OK;
 }
 
-/* ---------------------------------------------------------------- curl plumbing */
+/* ---------------------------------------------------------------- HTTP */
 
-static void share_lock(CURL *h, curl_lock_data data, curl_lock_access access, void *ud)
-{
-    (void)h;
-    (void)access;
-    gh_client *gh = ud;
-    if ((unsigned)data < CURL_LOCK_DATA_LAST)
-        pthread_mutex_lock(&gh->share_mu[data]);
-}
-
-static void share_unlock(CURL *h, curl_lock_data data, void *ud)
-{
-    (void)h;
-    gh_client *gh = ud;
-    if ((unsigned)data < CURL_LOCK_DATA_LAST)
-        pthread_mutex_unlock(&gh->share_mu[data]);
-}
-
-/* Takes an idle easy handle, or creates one. The caller gives it back with easy_release(). */
-static easy_slot *easy_acquire(gh_client *gh)
-{
-    pthread_mutex_lock(&gh->pool_mu);
-    easy_slot *s = gh->idle;
-    if (s)
-        gh->idle = s->next;
-    pthread_mutex_unlock(&gh->pool_mu);
-    if (s)
-        return s;
-    s = calloc(1, sizeof(*s));
-    if (!s)
-        return NULL;
-    s->h = curl_easy_init();
-    if (!s->h) {
-        free(s);
-        return NULL;
-    }
-    return s;
-}
-
-static void easy_release(gh_client *gh, easy_slot *s)
-{
-    pthread_mutex_lock(&gh->pool_mu);
-    s->next = gh->idle;
-    gh->idle = s;
-    pthread_mutex_unlock(&gh->pool_mu);
-}
-
-typedef struct xfer {
-    gh_resp *out;
-    buf_t *sink;
-    bool too_large;
-    bool nomem;
-} xfer;
-
-static size_t on_body(char *p, size_t size, size_t nmemb, void *ud)
-{
-    xfer *x = ud;
-    size_t n = size * nmemb;
-    crcr_err err = buf_append(x->sink, p, n);
-    if (err == CRCR_E_TOO_LARGE)
-        x->too_large = true;
-    else if (err)
-        x->nomem = true;
-    return err ? 0 : n; /* a short count makes curl abort the transfer */
-}
-
-/* Resets what a header block describes (a new status line starts a new block, e.g. after a
- * 100 Continue). */
+/* Resets what an answer's headers describe. */
 static void answer_reset(gh_resp *out)
 {
     out->retry_after_s = -1;
@@ -405,79 +184,15 @@ static void answer_reset(gh_resp *out)
     out->etag[0] = '\0';
 }
 
-static size_t on_header(char *p, size_t size, size_t nitems, void *ud)
-{
-    xfer *x = ud;
-    size_t n = size * nitems;
-    if (n >= 5 && memcmp(p, "HTTP/", 5) == 0) {
-        answer_reset(x->out);
-        return n;
-    }
-    const char *colon = memchr(p, ':', n);
-    if (!colon)
-        return n;
-    size_t name_len = (size_t)(colon - p);
-    const char *v = colon + 1, *end = p + n;
-    while (v < end && (*v == ' ' || *v == '\t'))
-        v++;
-    while (end > v && (end[-1] == '\r' || end[-1] == '\n' || end[-1] == ' ' || end[-1] == '\t'))
-        end--;
-    size_t vlen = (size_t)(end - v);
-    if (vlen >= GH_HEADER_VALUE_MAX)
-        return n;
-    char val[GH_HEADER_VALUE_MAX];
-    memcpy(val, v, vlen);
-    val[vlen] = '\0';
-    int64_t num;
-    if (eq_ci(p, name_len, "retry-after")) {
-        x->out->retry_after_s = gh_parse_retry_after(val, (int64_t)time(NULL));
-    } else if (eq_ci(p, name_len, "x-ratelimit-remaining")) {
-        if (parse_uint(val, &num) && num <= LONG_MAX)
-            x->out->rl_remaining = (long)num;
-    } else if (eq_ci(p, name_len, "x-ratelimit-reset")) {
-        if (parse_uint(val, &num))
-            x->out->rl_reset = num;
-    } else if (eq_ci(p, name_len, "etag")) {
-        if (vlen < sizeof(x->out->etag)) {
-            memcpy(x->out->etag, val, vlen + 1);
-        }
-    }
-    return n;
-}
-
-/* Wipes the Authorization line's copy inside a curl header list, then frees the list. */
-static void headers_free(struct curl_slist *h)
-{
-    for (struct curl_slist *i = h; i; i = i->next) {
-        if (i->data && strlen(i->data) >= 14 && eq_ci(i->data, 14, "authorization:"))
-            OPENSSL_cleanse(i->data, strlen(i->data));
-    }
-    curl_slist_free_all(h);
-}
-
-/* Appends a header line; false on allocation failure (the list is then freed). */
-static bool header_add(struct curl_slist **list, const char *line)
-{
-    struct curl_slist *n = curl_slist_append(*list, line);
-    if (!n) {
-        headers_free(*list);
-        *list = NULL;
-        return false;
-    }
-    *list = n;
-    return true;
-}
-
 /*
- * Sends one HTTP request and describes its answer in *out (status, rate-limit headers, ETag,
- * error). The body goes to `sink` (out->body or a private buffer for secret answers); both are
- * emptied first. `bearer` (borrowed, may be NULL) becomes the Authorization header. Counts the
- * request in out->api_calls and the client's stats.
+ * One HTTP exchange to `base` + `path` (base NULL: GITHUB_API_URL; `loopback` allows plain
+ * http) and describes its answer in *out (status, rate-limit headers, ETag, error). The body goes
+ * to `sink` (out->body or a private buffer for secret answers); both are emptied first. `bearer`
+ * (borrowed, may be NULL) becomes the Authorization header. Counts the request in out->api_calls
+ * and the client's stats.
  * Returns CRCR_OK with out->status for any HTTP answer, CRCR_E_TOO_LARGE (status kept) when the
  * answer passed the sink's cap, CRCR_E_NETWORK (status 0) without an answer.
  */
-/* One HTTP exchange to `base` + `path` (base NULL: GITHUB_API_URL). `loopback` allows plain
- * http. */
 static crcr_err http_to(gh_client *gh, const char *base, bool loopback, const char *method,
                         const char *path, const char *bearer, const char *const *extra,
                         const char *body, size_t body_len, buf_t *sink, gh_resp *out)
@@ -486,7 +201,6 @@ static crcr_err http_to(gh_client *gh, const char *base, bool loopback, const ch
     out->error[0] = '\0';
     answer_reset(out);
     buf_reset(&out->body);
-    buf_reset(sink);
 
     buf_t url;
     buf_init(&url, GH_URL_MAX);
@@ -498,100 +212,41 @@ static crcr_err http_to(gh_client *gh, const char *base, bool loopback, const ch
         set_error(out, "%s %s: URL too long", method, path);
         return CRCR_E_INVALID;
     }
-
-    struct curl_slist *hdrs = NULL;
-    bool ok = header_add(&hdrs, "Accept: application/vnd.github+json") &&
-              header_add(&hdrs, "X-GitHub-Api-Version: 2022-11-28") &&
-              header_add(&hdrs, "Expect:") &&
-              header_add(&hdrs, body ? "Content-Type: application/json" : "Content-Type:");
-    if (ok && bearer) {
-        buf_t auth;
-        buf_init(&auth, GH_JWT_MAX + CRCR_TOKEN_MAX + 32);
-        ok = buf_puts(&auth, "Authorization: Bearer ") == CRCR_OK &&
-             buf_puts(&auth, bearer) == CRCR_OK && header_add(&hdrs, auth.data);
-        buf_wipe_free(&auth);
-    }
-    for (size_t i = 0; ok && extra && extra[i]; i++)
-        ok = header_add(&hdrs, extra[i]);
-    easy_slot *slot = ok ? easy_acquire(gh) : NULL;
-    if (!slot) {
-        headers_free(hdrs);
-        buf_free(&url);
-        set_error(out, "%s %s: out of memory", method, path);
-        return CRCR_E_NOMEM;
-    }
-
-    CURL *h = slot->h;
-    xfer x = {.out = out, .sink = sink};
-    char errbuf[CURL_ERROR_SIZE] = "";
-    CURLcode rc = CURLE_OK;
-#define SETOPT(opt, val)                                                                           \
-    do {                                                                                           \
-        if (rc == CURLE_OK)                                                                        \
-            rc = curl_easy_setopt(h, opt, val);                                                    \
-    } while (0)
-    curl_easy_reset(h);
-    SETOPT(CURLOPT_SHARE, gh->share);
-    SETOPT(CURLOPT_URL, url.data);
-    SETOPT(CURLOPT_PROTOCOLS_STR, loopback ? "http,https" : "https");
-    SETOPT(CURLOPT_FOLLOWLOCATION, 0L);
-    SETOPT(CURLOPT_NOSIGNAL, 1L);
-    SETOPT(CURLOPT_CONNECTTIMEOUT_MS, CRCR_GH_CONNECT_TIMEOUT_MS);
-    SETOPT(CURLOPT_TIMEOUT_MS, CRCR_GH_TIMEOUT_MS);
-    SETOPT(CURLOPT_USERAGENT, GH_USER_AGENT);
-    SETOPT(CURLOPT_HTTPHEADER, hdrs);
-    SETOPT(CURLOPT_WRITEFUNCTION, on_body);
-    SETOPT(CURLOPT_WRITEDATA, &x);
-    SETOPT(CURLOPT_HEADERFUNCTION, on_header);
-    SETOPT(CURLOPT_HEADERDATA, &x);
-    SETOPT(CURLOPT_ERRORBUFFER, errbuf);
-    SETOPT(CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)sink->max);
-    if (strcmp(method, "GET") == 0) {
-        SETOPT(CURLOPT_HTTPGET, 1L);
-    } else {
-        if (strcmp(method, "POST") != 0)
-            SETOPT(CURLOPT_CUSTOMREQUEST, method);
-        if (body || strcmp(method, "DELETE") != 0) {
-            /* POST, PATCH and PUT always carry a body (possibly empty: Content-Length: 0). */
-            SETOPT(CURLOPT_POSTFIELDS, body ? body : "");
-            SETOPT(CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)(body ? body_len : 0));
-        }
-    }
-#undef SETOPT
-    if (rc == CURLE_OK) {
+    const char *hdrs[GH_EXTRA_HEADERS_MAX + 4];
+    size_t nh = 0;
+    hdrs[nh++] = "Accept: application/vnd.github+json";
+    hdrs[nh++] = "X-GitHub-Api-Version: 2022-11-28";
+    hdrs[nh++] = body ? "Content-Type: application/json" : "Content-Type:";
+    for (size_t i = 0; extra && extra[i] && i < GH_EXTRA_HEADERS_MAX; i++)
+        hdrs[nh++] = extra[i];
+    hdrs[nh] = NULL;
+    http_call rq = {.method = method,
+                    .url = url.data,
+                    .allow_http = loopback,
+                    .user_agent = GH_USER_AGENT,
+                    .headers = hdrs,
+                    .auth_scheme = bearer ? "Bearer" : NULL,
+                    .auth_credential = bearer,
+                    .body = body,
+                    .body_len = body_len,
+                    .connect_timeout_ms = CRCR_GH_CONNECT_TIMEOUT_MS,
+                    .timeout_ms = CRCR_GH_TIMEOUT_MS};
+    http_answer a = {.body = sink};
+    err = http_exchange(gh->pool, &rq, &a);
+    buf_free(&url);
+    if (a.sent) {
         out->api_calls++;
         atomic_fetch_add_explicit(&gh->st_api_calls, 1, memory_order_relaxed);
-        rc = curl_easy_perform(h);
-    } else {
-        snprintf(errbuf, sizeof(errbuf), "curl option refused: %s", curl_easy_strerror(rc));
+        metrics_github_request(base ? NULL : path, a.status);
     }
-    long status = 0;
-    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
-    metrics_github_request(base ? NULL : path, status);
-    /* Drop the references to our stack and header list before the handle goes back. */
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, NULL);
-    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, NULL);
-    easy_release(gh, slot);
-    headers_free(hdrs);
-    buf_free(&url);
-
-    if (rc == CURLE_OK) {
-        out->status = status;
-        return CRCR_OK;
-    }
-    if (x.too_large || rc == CURLE_FILESIZE_EXCEEDED) {
-        out->status = status;
-        set_error(out, "%s %s: answer larger than %zu bytes", method, path, sink->max);
-        return CRCR_E_TOO_LARGE;
-    }
-    if (x.nomem) {
-        out->status = status;
-        set_error(out, "%s %s: out of memory", method, path);
-        return CRCR_E_NOMEM;
-    }
-    answer_reset(out);
-    set_error(out, "%s %s: %s", method, path, errbuf[0] ? errbuf : curl_easy_strerror(rc));
-    return CRCR_E_NETWORK;
+    out->status = a.status;
+    out->retry_after_s = a.retry_after_s;
+    out->rl_remaining = a.rl_remaining;
+    out->rl_reset = a.rl_reset;
+    memcpy(out->etag, a.etag, sizeof(out->etag));
+    if (err)
+        set_error(out, "%s %s: %s", method, path, a.error);
+    return err;
 }
 
 static crcr_err http_do(gh_client *gh, const char *method, const char *path, const char *bearer,
@@ -822,7 +477,7 @@ static crcr_err mint_http(gh_client *gh, int64_t inst, char tok[CRCR_TOKEN_MAX +
         } else {
             memcpy(tok, s, n + 1);
             const char *exp = jv_str(jv_get(doc, "expires_at"));
-            if (!exp || !parse_iso8601_utc(exp, expires_at))
+            if (!exp || !http_parse_iso8601_utc(exp, expires_at))
                 *expires_at = 0;
         }
         jv_free(doc);
@@ -987,48 +642,6 @@ void gh_resp_free(gh_resp *r)
         buf_free(&r->body);
 }
 
-/* Decides whether `url` may be used: https, or http to 127.0.0.0/8, ::1 or localhost; no user
- * info, query or fragment. Uses curl's own URL parser so that the host checked is the host curl
- * connects to. */
-static void classify_url(const char *url, bool *ok, bool *loopback)
-{
-    *ok = false;
-    *loopback = false;
-    CURLU *u = curl_url();
-    char *scheme = NULL, *host = NULL, *user = NULL, *query = NULL, *frag = NULL;
-    if (u && curl_url_set(u, CURLUPART_URL, url, 0) == CURLUE_OK &&
-        curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) == CURLUE_OK &&
-        curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK) {
-        bool extra = curl_url_get(u, CURLUPART_USER, &user, 0) == CURLUE_OK ||
-                     curl_url_get(u, CURLUPART_QUERY, &query, 0) == CURLUE_OK ||
-                     curl_url_get(u, CURLUPART_FRAGMENT, &frag, 0) == CURLUE_OK;
-        unsigned char a[16];
-        size_t hl = strlen(host);
-        if (eq_ci(host, hl, "localhost")) {
-            *loopback = true;
-        } else if (inet_pton(AF_INET, host, a) == 1) {
-            *loopback = a[0] == 127;
-        } else if (hl > 2 && host[0] == '[' && host[hl - 1] == ']') {
-            char v6[64];
-            if (hl - 2 < sizeof(v6)) {
-                memcpy(v6, host + 1, hl - 2);
-                v6[hl - 2] = '\0';
-                struct in6_addr in6;
-                *loopback = inet_pton(AF_INET6, v6, &in6) == 1 && IN6_IS_ADDR_LOOPBACK(&in6);
-            }
-        }
-        bool https = eq_ci(scheme, strlen(scheme), "https");
-        bool http = eq_ci(scheme, strlen(scheme), "http");
-        *ok = !extra && (https || (http && *loopback));
-    }
-    curl_free(scheme);
-    curl_free(host);
-    curl_free(user);
-    curl_free(query);
-    curl_free(frag);
-    curl_url_cleanup(u);
-}
-
 gh_client *gh_client_new(const crcr_config *cfg, char *err, size_t errsz)
 {
     if (!cfg) {
@@ -1058,11 +671,8 @@ gh_client *gh_client_new(const crcr_config *cfg, char *err, size_t errsz)
     }
     memcpy(gh->api_url, url, ul);
     gh->api_url[ul] = '\0';
-    classify_url(gh->api_url, &gh->url_ok, &gh->loopback);
+    gh->url_ok = http_url_check(gh->api_url, &gh->loopback);
 
-    for (size_t i = 0; i < CURL_LOCK_DATA_LAST; i++)
-        pthread_mutex_init(&gh->share_mu[i], NULL);
-    pthread_mutex_init(&gh->pool_mu, NULL);
     pthread_mutex_init(&gh->mu, NULL);
     pthread_cond_init(&gh->cond, NULL);
 
@@ -1082,12 +692,8 @@ gh_client *gh_client_new(const crcr_config *cfg, char *err, size_t errsz)
             gh->iss_numeric = gh->iss_numeric && is_digit(cfg->app_id[i]);
     }
 
-    gh->share = curl_share_init();
-    if (!gh->share || curl_share_setopt(gh->share, CURLSHOPT_LOCKFUNC, share_lock) != CURLSHE_OK ||
-        curl_share_setopt(gh->share, CURLSHOPT_UNLOCKFUNC, share_unlock) != CURLSHE_OK ||
-        curl_share_setopt(gh->share, CURLSHOPT_USERDATA, gh) != CURLSHE_OK ||
-        curl_share_setopt(gh->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS) != CURLSHE_OK ||
-        curl_share_setopt(gh->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION) != CURLSHE_OK) {
+    gh->pool = http_pool_new();
+    if (!gh->pool) {
         snprintf(err, errsz, "github: cannot set up the curl share handle");
         gh_client_free(gh);
         return NULL;
@@ -1101,22 +707,13 @@ void gh_client_free(gh_client *gh)
 {
     if (!gh)
         return;
-    for (easy_slot *s = gh->idle, *next; s; s = next) {
-        next = s->next;
-        curl_easy_cleanup(s->h);
-        free(s);
-    }
-    if (gh->share)
-        curl_share_cleanup(gh->share);
+    http_pool_free(gh->pool);
     for (size_t i = 0; i < gh->n_tok; i++)
         tok_wipe(&gh->tok[i]);
     free(gh->tok);
     free(gh->inst);
     EVP_PKEY_free(gh->key);
     free(gh->api_url);
-    for (size_t i = 0; i < CURL_LOCK_DATA_LAST; i++)
-        pthread_mutex_destroy(&gh->share_mu[i]);
-    pthread_mutex_destroy(&gh->pool_mu);
     pthread_mutex_destroy(&gh->mu);
     pthread_cond_destroy(&gh->cond);
     free(gh);
@@ -1172,10 +769,7 @@ static crcr_err check_request(gh_client *gh, const char *method, const char *pat
         return body_len > GH_REQUEST_BODY_MAX ? CRCR_E_TOO_LARGE : CRCR_E_INVALID;
     }
     for (size_t i = 0; extra && extra[i]; i++) {
-        size_t hl = strlen(extra[i]);
-        const char *colon = memchr(extra[i], ':', hl);
-        if (i >= GH_EXTRA_HEADERS_MAX || hl > GH_HEADER_LINE_MAX || !colon || colon == extra[i] ||
-            strpbrk(extra[i], "\r\n")) {
+        if (i >= GH_EXTRA_HEADERS_MAX || !http_header_line_ok(extra[i])) {
             set_error(out, "invalid extra header line");
             return CRCR_E_INVALID;
         }
@@ -1291,9 +885,8 @@ crcr_err gh_request_url(gh_client *gh, const char *method, const char *url,
         set_error(out, "missing client, method or URL");
         return CRCR_E_INVALID;
     }
-    bool ok = false, loopback = false;
-    classify_url(url, &ok, &loopback);
-    if (!ok) {
+    bool loopback = false;
+    if (!http_url_check(url, &loopback)) {
         set_error(out, "URL refused: only https, or http to a loopback host");
         return CRCR_E_INVALID;
     }

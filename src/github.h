@@ -1,5 +1,5 @@
 /*
- * github.h - the GitHub REST client: App JWT, installation tokens, requests over libcurl.
+ * github.h - the GitHub REST client: App JWT, installation tokens, requests over http_client.h.
  *
  * Authentication
  *   GH_AUTH_APP           Bearer <App JWT> (RS256, iat = now-60, exp = now+540, iss = app id).
@@ -14,12 +14,11 @@
  * CRCR_GH_RESPONSE_MAX bytes. Tokens, JWTs and keys are never logged and never copied into
  * gh_resp.error.
  *
- * Threading: one gh_client is shared by every worker thread. A call borrows an idle curl easy
- * handle from the client's pool (creating one when none is idle) and returns it afterwards, so
- * its kept-alive connection serves the next call; a CURLSH shares DNS and TLS sessions. Handles
- * are not shared between concurrent threads because libcurl 7.88 does not support sharing live
- * connections across threads (CURL_LOCK_DATA_CONNECT). Each outbox job is a short chain of
- * dependent calls, which reads best as straight-line blocking code on its worker thread.
+ * Threading: one gh_client is shared by every worker thread. Requests go through http_client.h
+ * with the client's http_pool: a call borrows an idle easy handle (creating one when none is
+ * idle) and returns it afterwards, so its kept-alive connection serves the next call. Each outbox
+ * job is a short chain of dependent calls, which reads best as straight-line blocking code on its
+ * worker thread.
  */
 #ifndef CRCR_GITHUB_H
 #define CRCR_GITHUB_H
@@ -98,7 +97,7 @@ crcr_err gh_app_jwt(gh_client *gh, int64_t now, buf_t *out);
 /* Copies the counters. */
 void gh_get_stats(gh_client *gh, gh_stats *out);
 
-/* Parses an HTTP-date or delta-seconds Retry-After value into seconds from `now`; -1 if invalid. */
+/* http_parse_retry_after (http_client.h) under its older name. */
 long gh_parse_retry_after(const char *value, int64_t now);
 
 #endif

@@ -1,7 +1,7 @@
 /*
  * oidc.c - GitHub Actions OIDC token verification for callbacks: Authorization header parsing,
- * issuer selection, a per-issuer JWKS cache fed by libcurl, RS256 signature checks (jwt.c) and
- * claim checks. See oidc.h for the rules.
+ * issuer selection, a per-issuer JWKS cache fed over http_client.h, RS256 signature checks (jwt.c)
+ * and claim checks. See oidc.h for the rules.
  *
  * Why hand-written: the JOSE work (base64url, RS256 on OpenSSL EVP, JWK to EVP_PKEY) is already in
  * jwt.c for the reasons given there; what remains is policy (which issuers, which claims, when to
@@ -15,20 +15,17 @@
  */
 #include "oidc.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
-#include <curl/curl.h>
 #include <openssl/evp.h>
 
 #include "buf.h"
+#include "http_client.h"
 #include "jwt.h"
 #include "log.h"
 
@@ -76,7 +73,6 @@ typedef struct issuer {
     char url[OIDC_ISSUER_MAX + 1]; /* normalised: no trailing '/' */
     size_t url_len;
     bool loopback;      /* http:// allowed for the JWKS fetch */
-    CURL *curl;         /* used only by the thread that set `fetching` */
     jwks_set *keys;     /* guarded by mu; NULL until the first successful fetch */
     int64_t fetched_at; /* guarded by mu; now_s when `keys` was installed */
     int64_t attempt_at; /* guarded by mu; now_s of the last fetch attempt */
@@ -89,6 +85,7 @@ struct oidc_verifier {
     pthread_cond_t cond; /* signalled when a fetch ends */
     issuer iss[OIDC_ISSUERS_MAX];
     size_t n_iss;
+    http_pool *pool; /* the JWKS fetches' handles, kept-alive connections */
     char audience[OIDC_AUDIENCE_MAX + 1];
     atomic_uint_fast64_t st_fetches, st_verified, st_rejected;
 };
@@ -240,25 +237,11 @@ static crcr_err jwks_parse(const char *json, size_t len, jwks_set **out)
 
 /* ---------------------------------------------------------------- JWKS fetch */
 
-typedef struct fetch_sink {
-    buf_t *body;
-    bool too_large;
-} fetch_sink;
-
-static size_t on_body(char *p, size_t size, size_t nmemb, void *ud)
-{
-    fetch_sink *fs = ud;
-    size_t n = size * nmemb;
-    crcr_err err = buf_append(fs->body, p, n);
-    if (err == CRCR_E_TOO_LARGE)
-        fs->too_large = true;
-    return err ? 0 : n; /* a short count aborts the transfer */
-}
-
-/* Downloads and parses <issuer>/.well-known/jwks with the issuer's own easy handle (the caller
- * holds the issuer's `fetching` flag). On success *out is a new key set with one reference owned
- * by the caller. On failure a short description (no secrets are involved) goes to `why`. */
-static crcr_err jwks_fetch(issuer *is, jwks_set **out, char *why, size_t whysz)
+/* Downloads and parses <issuer>/.well-known/jwks over the verifier's pool (the caller holds the
+ * issuer's `fetching` flag). On success *out is a new key set with one reference owned by the
+ * caller. On failure a short description (no secrets are involved) goes to `why`. */
+static crcr_err jwks_fetch(http_pool *pool, const issuer *is, jwks_set **out, char *why,
+                           size_t whysz)
 {
     *out = NULL;
     char url[OIDC_JWKS_URL_MAX];
@@ -266,49 +249,18 @@ static crcr_err jwks_fetch(issuer *is, jwks_set **out, char *why, size_t whysz)
 
     buf_t body;
     buf_init(&body, OIDC_JWKS_MAX_BYTES);
-    fetch_sink fs = {.body = &body};
-    char errbuf[CURL_ERROR_SIZE] = "";
-    CURL *h = is->curl;
-    CURLcode rc = CURLE_OK;
-#define SETOPT(opt, val)                                                                           \
-    do {                                                                                           \
-        if (rc == CURLE_OK)                                                                        \
-            rc = curl_easy_setopt(h, opt, val);                                                    \
-    } while (0)
-    curl_easy_reset(h);
-    SETOPT(CURLOPT_URL, url);
-    SETOPT(CURLOPT_PROTOCOLS_STR, is->loopback ? "http,https" : "https");
-    SETOPT(CURLOPT_FOLLOWLOCATION, 0L);
-    SETOPT(CURLOPT_NOSIGNAL, 1L);
-    SETOPT(CURLOPT_CONNECTTIMEOUT_MS, OIDC_JWKS_CONNECT_TIMEOUT_MS);
-    SETOPT(CURLOPT_TIMEOUT_MS, OIDC_JWKS_TIMEOUT_MS);
-    SETOPT(CURLOPT_USERAGENT, OIDC_USER_AGENT);
-    SETOPT(CURLOPT_HTTPGET, 1L);
-    SETOPT(CURLOPT_WRITEFUNCTION, on_body);
-    SETOPT(CURLOPT_WRITEDATA, &fs);
-    SETOPT(CURLOPT_ERRORBUFFER, errbuf);
-    SETOPT(CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)OIDC_JWKS_MAX_BYTES);
-#undef SETOPT
-    long status = 0;
-    if (rc == CURLE_OK) {
-        rc = curl_easy_perform(h);
-        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
-    } else {
-        snprintf(errbuf, sizeof(errbuf), "curl option refused: %s", curl_easy_strerror(rc));
-    }
-    /* The handle must not keep pointers into this stack frame. */
-    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, NULL);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, NULL);
-
-    crcr_err err = CRCR_OK;
-    if (fs.too_large || rc == CURLE_FILESIZE_EXCEEDED) {
-        snprintf(why, whysz, "answer larger than %u bytes", (unsigned)OIDC_JWKS_MAX_BYTES);
-        err = CRCR_E_TOO_LARGE;
-    } else if (rc != CURLE_OK) {
-        snprintf(why, whysz, "%s", errbuf[0] ? errbuf : curl_easy_strerror(rc));
-        err = rc == CURLE_WRITE_ERROR ? CRCR_E_NOMEM : CRCR_E_NETWORK;
-    } else if (status != 200) {
-        snprintf(why, whysz, "HTTP status %ld", status);
+    http_call rq = {.method = "GET",
+                    .url = url,
+                    .allow_http = is->loopback,
+                    .user_agent = OIDC_USER_AGENT,
+                    .connect_timeout_ms = OIDC_JWKS_CONNECT_TIMEOUT_MS,
+                    .timeout_ms = OIDC_JWKS_TIMEOUT_MS};
+    http_answer a = {.body = &body};
+    crcr_err err = http_exchange(pool, &rq, &a);
+    if (err) {
+        snprintf(why, whysz, "%s", a.error);
+    } else if (a.status != 200) {
+        snprintf(why, whysz, "HTTP status %ld", a.status);
         err = CRCR_E_HTTP;
     } else {
         err = jwks_parse(buf_cstr(&body), body.len, out);
@@ -369,8 +321,8 @@ static jwks_set *acquire_keys(oidc_verifier *v, issuer *is, const char *kid, int
 
         atomic_fetch_add_explicit(&v->st_fetches, 1, memory_order_relaxed);
         jwks_set *fresh = NULL;
-        char why[CURL_ERROR_SIZE + 64] = "";
-        crcr_err err = jwks_fetch(is, &fresh, why, sizeof(why));
+        char why[HTTP_ERROR_MAX + 64] = "";
+        crcr_err err = jwks_fetch(v->pool, is, &fresh, why, sizeof(why));
         if (err) {
             LOG_WARN("oidc.jwks_fetch_failed", "issuer", is->url, "error", why, NULL);
         } else {
@@ -710,8 +662,8 @@ int oidc_verify(oidc_verifier *v, const char *authorization, int64_t now_s, oidc
 
 /* ---------------------------------------------------------------- life cycle */
 
-/* Fills is->url and is->loopback from a configured issuer. Uses curl's URL parser so that the
- * host judged is the host curl connects to. False (with a message) for an unusable URL. */
+/* Fills is->url and is->loopback from a configured issuer (judged by http_url_check, so that the
+ * host judged is the host connected to). False (with a message) for an unusable URL. */
 static bool issuer_init(issuer *is, const char *url, size_t idx, char *err, size_t errsz)
 {
     size_t n = url ? strlen(url) : 0;
@@ -724,49 +676,11 @@ static bool issuer_init(issuer *is, const char *url, size_t idx, char *err, size
     memcpy(is->url, url, n);
     is->url[n] = '\0';
     is->url_len = n;
-
-    bool ok = false, https = false, loopback = false;
-    CURLU *u = curl_url();
-    char *scheme = NULL, *host = NULL, *user = NULL, *query = NULL, *frag = NULL;
-    if (u && curl_url_set(u, CURLUPART_URL, is->url, 0) == CURLUE_OK &&
-        curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) == CURLUE_OK &&
-        curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK) {
-        bool extra = curl_url_get(u, CURLUPART_USER, &user, 0) == CURLUE_OK ||
-                     curl_url_get(u, CURLUPART_QUERY, &query, 0) == CURLUE_OK ||
-                     curl_url_get(u, CURLUPART_FRAGMENT, &frag, 0) == CURLUE_OK;
-        size_t hl = strlen(host);
-        unsigned char a4[4];
-        if (strcasecmp(host, "localhost") == 0) {
-            loopback = true;
-        } else if (inet_pton(AF_INET, host, a4) == 1) {
-            loopback = a4[0] == 127;
-        } else if (hl > 2 && host[0] == '[' && host[hl - 1] == ']' && hl - 2 < 64) {
-            char v6[64];
-            memcpy(v6, host + 1, hl - 2);
-            v6[hl - 2] = '\0';
-            struct in6_addr a6;
-            loopback = inet_pton(AF_INET6, v6, &a6) == 1 && IN6_IS_ADDR_LOOPBACK(&a6);
-        }
-        https = strcasecmp(scheme, "https") == 0;
-        ok = !extra && (https || (strcasecmp(scheme, "http") == 0 && loopback));
-    }
-    curl_free(scheme);
-    curl_free(host);
-    curl_free(user);
-    curl_free(query);
-    curl_free(frag);
-    curl_url_cleanup(u);
-    if (!ok) {
+    if (!http_url_check(is->url, &is->loopback)) {
         snprintf(err, errsz,
                  "oidc: issuer %zu: must be an https:// URL (http:// only for loopback hosts) "
                  "without user, query or fragment",
                  idx + 1);
-        return false;
-    }
-    is->loopback = loopback;
-    is->curl = curl_easy_init();
-    if (!is->curl) {
-        snprintf(err, errsz, "oidc: cannot create a curl handle");
         return false;
     }
     return true;
@@ -808,6 +722,12 @@ oidc_verifier *oidc_new(const char *const *issuers, size_t n_issuers, const char
         }
         v->n_iss = i + 1;
     }
+    v->pool = http_pool_new();
+    if (!v->pool) {
+        snprintf(err, errsz, "oidc: cannot create a curl handle");
+        oidc_free(v);
+        return NULL;
+    }
     return v;
 }
 
@@ -815,11 +735,9 @@ void oidc_free(oidc_verifier *v)
 {
     if (!v)
         return;
-    for (size_t i = 0; i < v->n_iss; i++) {
-        if (v->iss[i].curl)
-            curl_easy_cleanup(v->iss[i].curl);
+    for (size_t i = 0; i < v->n_iss; i++)
         set_unref(v->iss[i].keys);
-    }
+    http_pool_free(v->pool);
     pthread_cond_destroy(&v->cond);
     pthread_mutex_destroy(&v->mu);
     free(v);

@@ -11,8 +11,7 @@
  *    Values still come from json.h (jv_*), the only JSON parser.
  *  - The OIDC token is minted with one HTTP GET (what @actions/core's getIDToken() does), so the
  *    action needs neither node nor actions/github-script.
- * HTTP is libcurl; retry timing follows the relay's contract: 429 and 5xx and transport errors
- * are retried (callbacks are idempotent in crcr), waiting Retry-After when given.
+ * Minting, sending and retrying are in report_send.c.
  */
 #include "report.h"
 
@@ -26,32 +25,13 @@
 #include <string.h>
 #include <time.h>
 
-#include <curl/curl.h>
-#include <openssl/crypto.h>
-
 #include "clock.h"
 #include "config.h"
+#include "http_client.h"
 #include "json.h"
 #include "limits.h"
 #include "log.h"
 
-#define RP_PROG "crcr report"
-/* Longest OIDC token accepted from the token endpoint (GitHub's are about 1-2 KB). */
-#define REPORT_MAX_OIDC_TOKEN 16384u
-/* Most of any HTTP answer kept (token endpoint or relay). */
-#define REPORT_MAX_RESPONSE (64u * 1024u)
-/* Longest URL handled (callback URL, token URL with the audience appended). */
-#define REPORT_MAX_URL 8192u
-/* Longest value of ACTIONS_ID_TOKEN_REQUEST_TOKEN. */
-#define REPORT_MAX_REQUEST_TOKEN 8192u
-/* Connect timeout and whole-request timeout of one attempt (both also bounded by what is left of
- * --max-time). The relay answers a callback in milliseconds; a hung attempt is retried. */
-#define REPORT_CONNECT_TIMEOUT_MS 10000L
-#define REPORT_ATTEMPT_TIMEOUT_MS 30000L
-/* Longest wait between two attempts, also the cap on Retry-After. */
-#define REPORT_MAX_RETRY_WAIT_S 60L
-/* GitHub's OIDC tokens live 5 minutes: mint a new one before a retry once this one is older. */
-#define REPORT_REMINT_AFTER_MS (4L * 60L * 1000L)
 /* Upstream's self-report envelope names the upstream repository literally. */
 #define REPORT_UPSTREAM_REPO "pytorch/pytorch"
 #define REPORT_SCHEMA_VERSION "1"
@@ -623,403 +603,6 @@ crcr_err report_build_body(const report_opts *o, const report_env *env, const ch
     return e;
 }
 
-long report_retry_delay_s(unsigned attempt, long retry_after_s)
-{
-    if (retry_after_s >= 0)
-        return retry_after_s > REPORT_MAX_RETRY_WAIT_S ? REPORT_MAX_RETRY_WAIT_S : retry_after_s;
-    if (attempt >= 6)
-        return REPORT_MAX_RETRY_WAIT_S;
-    long d = 1L << attempt;
-    return d > REPORT_MAX_RETRY_WAIT_S ? REPORT_MAX_RETRY_WAIT_S : d;
-}
-
-/* ------------------------------------------------------------------------------------------ */
-/* HTTP                                                                                        */
-
-/* One answer (or transport failure). `body` is owned by the result (http_result_free). */
-typedef struct {
-    bool transport_failed; /* no HTTP answer: `error` says why */
-    bool permanent;        /* a transport failure that a retry cannot fix (bad URL, TLS trust) */
-    long status;
-    long retry_after_s; /* -1 when absent or unreadable */
-    buf_t body;         /* capped at REPORT_MAX_RESPONSE; the rest is dropped */
-    char error[CURL_ERROR_SIZE];
-} http_result;
-
-static void http_result_free(http_result *r)
-{
-    buf_free(&r->body);
-}
-
-/* libcurl write callback: keeps the first REPORT_MAX_RESPONSE bytes, drops the rest. */
-static size_t on_body(char *ptr, size_t size, size_t nmemb, void *userdata)
-{
-    buf_t *b = userdata;
-    size_t n = size * nmemb;
-    size_t room = b->max - b->len;
-    size_t take = n < room ? n : room;
-    if (take > 0 && buf_append(b, ptr, take) != CRCR_OK)
-        return 0; /* out of memory: abort the transfer */
-    return n;
-}
-
-/* Retry-After as seconds from now: delta-seconds or an HTTP date; -1 when absent/unreadable. */
-static long parse_retry_after(CURL *curl)
-{
-    struct curl_header *h = NULL;
-    if (curl_easy_header(curl, "Retry-After", 0, CURLH_HEADER, -1, &h) != CURLHE_OK || !h ||
-        !h->value)
-        return -1;
-    span v = trimmed(h->value);
-    if (v.n == 0 || v.n > 64)
-        return -1;
-    char tmp[72];
-    memcpy(tmp, v.p, v.n);
-    tmp[v.n] = '\0';
-    if (all_digits(tmp, 18)) {
-        errno = 0;
-        long long s = strtoll(tmp, NULL, 10);
-        if (errno != 0)
-            return REPORT_MAX_RETRY_WAIT_S;
-        return s > REPORT_MAX_RETRY_WAIT_S ? REPORT_MAX_RETRY_WAIT_S : (long)s;
-    }
-    time_t when = curl_getdate(tmp, NULL);
-    if (when == (time_t)-1)
-        return -1;
-    time_t now = time(NULL);
-    if (when <= now)
-        return 0;
-    long long d = (long long)(when - now);
-    return d > REPORT_MAX_RETRY_WAIT_S ? REPORT_MAX_RETRY_WAIT_S : (long)d;
-}
-
-/* Wipes the header lines (they hold credentials) and frees the list. */
-static void free_headers(struct curl_slist *list)
-{
-    for (struct curl_slist *l = list; l; l = l->next)
-        if (l->data)
-            OPENSSL_cleanse(l->data, strlen(l->data));
-    curl_slist_free_all(list);
-}
-
-/* Appends a header line built from `name: value` (value may be a credential: the temporary copy
- * is wiped). Returns false when out of memory or too long. */
-static bool add_header(struct curl_slist **list, const char *name, const char *value)
-{
-    buf_t line;
-    buf_init(&line, REPORT_MAX_OIDC_TOKEN + REPORT_MAX_REQUEST_TOKEN + 256);
-    bool ok = buf_printf(&line, "%s: %s", name, value) == CRCR_OK;
-    struct curl_slist *l = ok ? curl_slist_append(*list, buf_cstr(&line)) : NULL;
-    if (line.data)
-        OPENSSL_cleanse(line.data, line.len);
-    buf_free(&line);
-    if (!l)
-        return false;
-    *list = l;
-    return true;
-}
-
-/*
- * One request: GET when `body` is NULL, else POST of the JSON body. `auth` is the full
- * Authorization value. The request may take at most `timeout_ms`. Fills *r (initialised here;
- * the caller frees it with http_result_free).
- */
-static void http_do(const char *url, const char *auth, const buf_t *body, long timeout_ms,
-                    http_result *r)
-{
-    memset(r, 0, sizeof(*r));
-    r->retry_after_s = -1;
-    buf_init(&r->body, REPORT_MAX_RESPONSE);
-    CURL *curl = curl_easy_init();
-    struct curl_slist *headers = NULL;
-    bool ok = curl && add_header(&headers, "Authorization", auth) &&
-              add_header(&headers, "Accept", "application/json") &&
-              add_header(&headers, "User-Agent", "crcr-report/" CRCR_VERSION) &&
-              (!body || add_header(&headers, "Content-Type", "application/json")) &&
-              (headers = curl_slist_append(headers, "Expect:")) != NULL;
-    if (!ok) {
-        r->transport_failed = true;
-        snprintf(r->error, sizeof(r->error), "out of memory");
-        free_headers(headers);
-        if (curl)
-            curl_easy_cleanup(curl);
-        return;
-    }
-    curl_easy_setopt(curl, CURLOPT_URL, url);
-    curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(curl, CURLOPT_FOLLOWLOCATION, 0L);
-    curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
-    if (body) {
-        curl_easy_setopt(curl, CURLOPT_POST, 1L);
-        curl_easy_setopt(curl, CURLOPT_POSTFIELDS, buf_cstr(body));
-        curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body->len);
-    } else {
-        curl_easy_setopt(curl, CURLOPT_HTTPGET, 1L);
-    }
-    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(curl, CURLOPT_WRITEDATA, &r->body);
-    curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, r->error);
-    if (timeout_ms < 1)
-        timeout_ms = 1; /* 0 would mean "no timeout" to libcurl */
-    curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, timeout_ms);
-    curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS,
-                     timeout_ms < REPORT_CONNECT_TIMEOUT_MS ? timeout_ms
-                                                            : REPORT_CONNECT_TIMEOUT_MS);
-    CURLcode cc = curl_easy_perform(curl);
-    if (cc != CURLE_OK) {
-        r->transport_failed = true;
-        r->permanent = cc == CURLE_URL_MALFORMAT || cc == CURLE_UNSUPPORTED_PROTOCOL ||
-                       cc == CURLE_PEER_FAILED_VERIFICATION || cc == CURLE_SSL_CACERT_BADFILE ||
-                       cc == CURLE_OUT_OF_MEMORY;
-        if (!r->error[0])
-            snprintf(r->error, sizeof(r->error), "%s", curl_easy_strerror(cc));
-    } else {
-        curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &r->status);
-        r->retry_after_s = parse_retry_after(curl);
-    }
-    free_headers(headers);
-    curl_easy_cleanup(curl);
-}
-
-/* True for answers worth another try: 429 and 5xx (transport failures are retried too). */
-static bool retryable_status(long status)
-{
-    return status == 429 || (status >= 500 && status <= 599);
-}
-
-/* Prints `text[0..n)` to `to` with secrets scrubbed, then a newline. */
-static void print_scrubbed(FILE *to, const char *text, size_t n)
-{
-    buf_t s;
-    buf_init(&s, REPORT_MAX_RESPONSE * 2);
-    while (n > 0 && (text[n - 1] == '\n' || text[n - 1] == '\r'))
-        n--;
-    if (log_scrub(text, n, &s) == CRCR_OK)
-        fprintf(to, "%s\n", buf_cstr(&s));
-    else
-        fputs("(answer not shown)\n", to);
-    buf_free(&s);
-}
-
-static void sleep_ms(int64_t ms)
-{
-    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-}
-
-/* ------------------------------------------------------------------------------------------ */
-/* Token minting and sending                                                                   */
-
-typedef enum { STEP_OK, STEP_RETRY, STEP_FAIL } step_result;
-
-/* The state of one `crcr report` run. */
-typedef struct {
-    const report_opts *o;
-    const report_env *env;
-    const char *callback_url;
-    const buf_t *body;
-    int64_t deadline_ms; /* monotonic */
-    char *jwt;           /* owned; wiped and freed by report_run_free */
-    int64_t minted_ms;   /* monotonic time of the mint */
-    long retry_after_s;  /* of the last answer, -1 when none */
-    char why[CURL_ERROR_SIZE + 96];
-    bool answered;    /* the relay answered this attempt (last_* are valid) */
-    long last_status; /* of the relay's last answer, 0 when none */
-    buf_t last_body;  /* the relay's last answer body */
-} report_run;
-
-static void drop_jwt(report_run *run);
-
-static void report_run_free(report_run *run)
-{
-    drop_jwt(run);
-    buf_free(&run->last_body);
-}
-
-/* The timeout of the next request: what is left of the budget, at most one attempt's worth. */
-static long attempt_timeout_ms(const report_run *run)
-{
-    int64_t r = run->deadline_ms - clock_mono_ms();
-    if (r > REPORT_ATTEMPT_TIMEOUT_MS)
-        r = REPORT_ATTEMPT_TIMEOUT_MS;
-    return r > 0 ? (long)r : 0;
-}
-
-/* True when `s[0..n)` can go in an HTTP header as a bearer credential. */
-static bool header_token_ok(const char *s, size_t n, size_t max)
-{
-    if (n == 0 || n > max)
-        return false;
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)s[i] <= ' ' || (unsigned char)s[i] >= 0x7f)
-            return false;
-    return true;
-}
-
-/* Mints the OIDC token: GET <url>&audience=<aud> with "Authorization: bearer <request token>";
- * the answer is {"value": "<jwt>"}. On STEP_OK run->jwt holds it. */
-static step_result mint(report_run *run)
-{
-    const char *aud = run->o->audience ? run->o->audience : REPORT_DEFAULT_AUDIENCE;
-    char *esc = curl_easy_escape(NULL, aud, 0);
-    if (!esc) {
-        snprintf(run->why, sizeof(run->why), "out of memory");
-        return STEP_FAIL;
-    }
-    buf_t url, auth;
-    buf_init(&url, REPORT_MAX_URL);
-    buf_init(&auth, REPORT_MAX_REQUEST_TOKEN + 16);
-    crcr_err e = buf_printf(&url, "%s%caudience=%s", run->env->token_url,
-                            strchr(run->env->token_url, '?') ? '&' : '?', esc);
-    if (!e)
-        e = buf_printf(&auth, "bearer %s", run->env->token_secret);
-    curl_free(esc);
-    if (e) {
-        buf_free(&url);
-        buf_free(&auth);
-        snprintf(run->why, sizeof(run->why), "the OIDC token request URL is too long");
-        return STEP_FAIL;
-    }
-    http_result r;
-    http_do(buf_cstr(&url), buf_cstr(&auth), NULL, attempt_timeout_ms(run), &r);
-    OPENSSL_cleanse(auth.data, auth.len);
-    buf_free(&auth);
-    buf_free(&url);
-
-    step_result res = STEP_FAIL;
-    run->retry_after_s = r.retry_after_s;
-    if (r.transport_failed) {
-        snprintf(run->why, sizeof(run->why), "OIDC token request failed: %s", r.error);
-        res = r.permanent ? STEP_FAIL : STEP_RETRY;
-    } else if (r.status < 200 || r.status > 299) {
-        snprintf(run->why, sizeof(run->why), "OIDC token request answered HTTP %ld", r.status);
-        res = retryable_status(r.status) ? STEP_RETRY : STEP_FAIL;
-    } else {
-        jv *doc = jv_parse(buf_cstr(&r.body), r.body.len, NULL, 0);
-        const jv *val = jv_get(doc, "value");
-        if (jv_is_str(val) &&
-            header_token_ok(jv_str(val), jv_str_len(val), REPORT_MAX_OIDC_TOKEN)) {
-            run->jwt = strdup(jv_str(val));
-            if (run->jwt) {
-                log_add_secret(run->jwt);
-                run->minted_ms = clock_mono_ms();
-                res = STEP_OK;
-            } else {
-                snprintf(run->why, sizeof(run->why), "out of memory");
-            }
-        } else {
-            snprintf(run->why, sizeof(run->why),
-                     "the OIDC token endpoint's answer has no usable \"value\"");
-        }
-        jv_free(doc);
-    }
-    if (r.body.data)
-        OPENSSL_cleanse(r.body.data, r.body.len); /* held the token */
-    http_result_free(&r);
-    return res;
-}
-
-/* POSTs the body once. STEP_OK on 2xx (printed), STEP_RETRY for 429/5xx/transport errors,
- * STEP_FAIL for any other answer; the answer is kept in run->last_*. */
-static step_result post_once(report_run *run)
-{
-    buf_t auth;
-    buf_init(&auth, REPORT_MAX_OIDC_TOKEN + 16);
-    if (buf_printf(&auth, "Bearer %s", run->jwt) != CRCR_OK) {
-        buf_free(&auth);
-        snprintf(run->why, sizeof(run->why), "out of memory");
-        return STEP_FAIL;
-    }
-    http_result r;
-    http_do(run->callback_url, buf_cstr(&auth), run->body, attempt_timeout_ms(run), &r);
-    OPENSSL_cleanse(auth.data, auth.len);
-    buf_free(&auth);
-
-    step_result res;
-    run->retry_after_s = r.retry_after_s;
-    if (r.transport_failed) {
-        snprintf(run->why, sizeof(run->why), "callback request failed: %s", r.error);
-        res = r.permanent ? STEP_FAIL : STEP_RETRY;
-    } else {
-        run->answered = true;
-        run->last_status = r.status;
-        buf_reset(&run->last_body);
-        if (buf_append(&run->last_body, r.body.data ? r.body.data : "", r.body.len) != CRCR_OK)
-            buf_reset(&run->last_body);
-        snprintf(run->why, sizeof(run->why), "the relay answered HTTP %ld", r.status);
-        if (r.status >= 200 && r.status <= 299)
-            res = STEP_OK;
-        else
-            res = retryable_status(r.status) ? STEP_RETRY : STEP_FAIL;
-    }
-    http_result_free(&r);
-    return res;
-}
-
-/* Prints the final failure: the relay's answer when there was one, else the last reason. */
-static int report_failure(const report_run *run)
-{
-    if (run->answered) {
-        fprintf(stderr, "Error: Callback server returned HTTP %ld.\n", run->last_status);
-        if (run->last_body.len > 0)
-            print_scrubbed(stderr, run->last_body.data, run->last_body.len);
-    } else {
-        fprintf(stderr, "Error: %s\n", run->why);
-    }
-    return 1;
-}
-
-/* Wipes and frees the current OIDC token. */
-static void drop_jwt(report_run *run)
-{
-    if (run->jwt) {
-        OPENSSL_cleanse(run->jwt, strlen(run->jwt));
-        free(run->jwt);
-        run->jwt = NULL;
-    }
-}
-
-/* The attempt loop: mint (again when the token is old), POST, retry within the budget. */
-static int send_with_retries(report_run *run)
-{
-    for (unsigned attempt = 0;; attempt++) {
-        step_result s = STEP_OK;
-        if (attempt_timeout_ms(run) <= 0) {
-            fprintf(stderr, RP_PROG ": the --max-time budget of %ld s is spent\n",
-                    run->o->max_time_s);
-            return report_failure(run);
-        }
-        run->answered = false;
-        if (!run->jwt || clock_mono_ms() - run->minted_ms > REPORT_REMINT_AFTER_MS) {
-            drop_jwt(run);
-            s = mint(run);
-        }
-        if (s == STEP_OK) {
-            s = post_once(run);
-            if (s == STEP_OK) {
-                printf("crcr report: HTTP %ld%s", run->last_status,
-                       run->last_body.len > 0 ? " " : "\n");
-                if (run->last_body.len > 0)
-                    print_scrubbed(stdout, run->last_body.data, run->last_body.len);
-                fflush(stdout);
-                return 0;
-            }
-        }
-        if (s == STEP_FAIL)
-            return report_failure(run);
-        long wait_s = report_retry_delay_s(attempt, run->retry_after_s);
-        if (clock_mono_ms() + wait_s * 1000 >= run->deadline_ms) {
-            fprintf(stderr, RP_PROG ": %s; giving up (--max-time %ld s)\n", run->why,
-                    run->o->max_time_s);
-            return report_failure(run);
-        }
-        fprintf(stderr, RP_PROG ": %s; retrying in %ld s\n", run->why, wait_s);
-        sleep_ms(wait_s * 1000);
-    }
-}
-
 /* ------------------------------------------------------------------------------------------ */
 /* Command line                                                                                */
 
@@ -1108,12 +691,12 @@ static int parse_args(int argc, char **argv, report_opts *o, const char **max_ti
         for (size_t k = 0; k < sizeof(opts) / sizeof(opts[0]) && rc == 0; k++) {
             rc = take_option(argc, argv, &i, opts[k].name, opts[k].slot);
             if (rc < 0) {
-                fprintf(stderr, RP_PROG ": %s needs a value\n", opts[k].name);
+                fprintf(stderr, REPORT_PROG ": %s needs a value\n", opts[k].name);
                 return 2;
             }
         }
         if (rc == 0) {
-            fprintf(stderr, RP_PROG ": unknown argument '%.200s'\n", arg);
+            fprintf(stderr, REPORT_PROG ": unknown argument '%.200s'\n", arg);
             return 2;
         }
     }
@@ -1205,7 +788,7 @@ int report_main(int argc, char **argv)
         return rc;
     }
     if (!parse_max_time(max_time, &o)) {
-        fprintf(stderr, RP_PROG ": --max-time must be a whole number of seconds, 1 to %ld\n",
+        fprintf(stderr, REPORT_PROG ": --max-time must be a whole number of seconds, 1 to %ld\n",
                 REPORT_MAX_MAX_TIME_S);
         return 2;
     }
@@ -1218,7 +801,7 @@ int report_main(int argc, char **argv)
 
     char err[512] = "";
     if (check_opts(&o, err, sizeof(err)) != CRCR_OK) {
-        fprintf(stderr, RP_PROG ": %s\n%s", err, RP_USAGE);
+        fprintf(stderr, REPORT_PROG ": %s\n%s", err, RP_USAGE);
         return 2;
     }
     char url[REPORT_MAX_URL];
@@ -1227,22 +810,24 @@ int report_main(int argc, char **argv)
         cu.n--;
     if (cu.n == 0) {
         fprintf(stderr,
-                RP_PROG ": no callback URL: give --callback-url or set CRCR_CALLBACK_URL\n");
+                REPORT_PROG ": no callback URL: give --callback-url or set CRCR_CALLBACK_URL\n");
         return 2;
     }
     if (cu.n >= sizeof(url)) {
-        fprintf(stderr, RP_PROG ": --callback-url is longer than %u bytes\n", REPORT_MAX_URL - 1);
+        fprintf(stderr, REPORT_PROG ": --callback-url is longer than %u bytes\n",
+                REPORT_MAX_URL - 1);
         return 2;
     }
     memcpy(url, cu.p, cu.n);
     url[cu.n] = '\0';
-    if (!header_token_ok(url, cu.n, sizeof(url))) {
-        fprintf(stderr, RP_PROG ": --callback-url must not contain spaces or control characters\n");
+    if (!http_header_token_ok(url, cu.n, sizeof(url))) {
+        fprintf(stderr,
+                REPORT_PROG ": --callback-url must not contain spaces or control characters\n");
         return 2;
     }
     if (!config_url_allowed(url)) {
-        fprintf(stderr,
-                RP_PROG ": --callback-url must be https:// (http:// only for loopback hosts)\n");
+        fprintf(stderr, REPORT_PROG
+                ": --callback-url must be https:// (http:// only for loopback hosts)\n");
         return 2;
     }
 
@@ -1282,40 +867,7 @@ int report_main(int argc, char **argv)
         return 0;
     }
 
-    if (!env.token_url || !*env.token_url || !env.token_secret || !*env.token_secret) {
-        fprintf(stderr, "Error: OIDC token request variables are missing: does the job have "
-                        "permissions: id-token: write?\n");
-        buf_free(&body);
-        return 1;
-    }
-    if (strlen(env.token_url) > REPORT_MAX_URL / 2 || !config_url_allowed(env.token_url)) {
-        fprintf(stderr, "Error: ACTIONS_ID_TOKEN_REQUEST_URL must be an https:// URL\n");
-        buf_free(&body);
-        return 1;
-    }
-    if (!header_token_ok(env.token_secret, strlen(env.token_secret), REPORT_MAX_REQUEST_TOKEN)) {
-        fprintf(stderr, "Error: ACTIONS_ID_TOKEN_REQUEST_TOKEN is malformed\n");
-        buf_free(&body);
-        return 1;
-    }
-
-    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
-        fprintf(stderr, "Error: cannot initialise libcurl\n");
-        buf_free(&body);
-        return 1;
-    }
-    report_run run = {0};
-    run.o = &o;
-    run.env = &env;
-    run.callback_url = url;
-    run.body = &body;
-    run.deadline_ms = clock_mono_ms() + (int64_t)o.max_time_s * 1000;
-    run.retry_after_s = -1;
-    buf_init(&run.last_body, REPORT_MAX_RESPONSE);
-    fprintf(stderr, RP_PROG ": POST %s (%s, %zu bytes)\n", url, o.status, body.len);
-    rc = send_with_retries(&run);
-    report_run_free(&run);
-    curl_global_cleanup();
+    rc = report_send(&o, &env, url, &body);
     buf_free(&body);
     return rc;
 }

@@ -19,6 +19,10 @@
 #include "buf.h"
 #include "err.h"
 
+/* The command's name in messages. */
+#define REPORT_PROG "crcr report"
+/* Longest URL handled (callback URL, token URL with the audience appended). */
+#define REPORT_MAX_URL 8192u
 /* Largest GITHUB_EVENT_PATH file read (GitHub's own cap on webhook payloads). */
 #define REPORT_MAX_EVENT_BYTES (25u * 1024u * 1024u)
 /* Largest request body built (the relay's default CRCR_MAX_BODY). */
@@ -107,5 +111,13 @@ long report_retry_delay_s(unsigned attempt, long retry_after_s);
  * environment (printed on stderr), 2 for a usage error. Calls curl_global_init()/cleanup itself.
  */
 int report_main(int argc, char **argv);
+
+/*
+ * The sending half of report_main (report_send.c): checks the OIDC token request variables of
+ * `env`, mints a token, POSTs `body` to `url` (already vetted) and retries within o->max_time_s.
+ * Prints progress and the outcome; returns the exit code as report_main does. Calls
+ * curl_global_init()/cleanup itself.
+ */
+int report_send(const report_opts *o, const report_env *env, const char *url, const buf_t *body);
 
 #endif

@@ -2,8 +2,8 @@
  * webhook_send.c - `crcr webhook send`: signs a payload file as GitHub would and POSTs it; see
  * webhook_send.h.
  *
- * The HTTP client is libcurl and the signature is sig_sign(); this file only parses the command
- * line, reads the file (capped) and prints the answer.
+ * The HTTP client is http_client.h and the signature is sig_sign(); this file only parses the
+ * command line, reads the file (capped) and prints the answer.
  */
 #include "webhook_send.h"
 
@@ -18,6 +18,7 @@
 #include <openssl/rand.h>
 
 #include "buf.h"
+#include "http_client.h"
 #include "limits.h"
 #include "sig.h"
 
@@ -33,12 +34,6 @@ typedef struct {
     const char *delivery;
     bool help;
 } ws_args;
-
-/* The answer being read: the body up to its cap. */
-typedef struct {
-    buf_t body;
-    bool truncated;
-} ws_response;
 
 #define WS_USAGE                                                                                   \
     "usage: crcr webhook send FILE [--event E] [--url U] [--secret S] [--delivery ID]\n"
@@ -120,18 +115,6 @@ static int parse_args(int argc, char **argv, ws_args *a)
     return 0;
 }
 
-/* True when s is 1..max bytes of printable ASCII without spaces (safe in an HTTP header). */
-static bool header_safe(const char *s, size_t max)
-{
-    size_t n = strlen(s);
-    if (n == 0 || n > max)
-        return false;
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)s[i] <= ' ' || (unsigned char)s[i] >= 0x7f)
-            return false;
-    return true;
-}
-
 /* Reads the payload (at most WEBHOOK_SEND_MAX_FILE bytes) into out, which the caller frees.
  * Returns false after printing why. */
 static bool read_payload(const char *path, buf_t *out)
@@ -190,32 +173,6 @@ static bool random_uuid(char out[37])
     return true;
 }
 
-/* libcurl write callback: keeps the first WEBHOOK_SEND_MAX_RESPONSE bytes, drops the rest. */
-static size_t on_body(char *ptr, size_t size, size_t nmemb, void *userdata)
-{
-    ws_response *r = userdata;
-    size_t n = size * nmemb;
-    size_t room = r->body.max - r->body.len;
-    size_t take = n < room ? n : room;
-    if (take > 0 && buf_append(&r->body, ptr, take) != CRCR_OK)
-        return 0; /* out of memory: abort the transfer */
-    if (take < n)
-        r->truncated = true;
-    return n;
-}
-
-/* Appends "Name: value" to a header list; false when out of memory. */
-static bool add_header(struct curl_slist **list, const char *name, const char *value)
-{
-    char line[512];
-    snprintf(line, sizeof(line), "%s: %s", name, value);
-    struct curl_slist *l = curl_slist_append(*list, line);
-    if (!l)
-        return false;
-    *list = l;
-    return true;
-}
-
 /* POSTs the signed payload and prints the answer. Returns the exit code. */
 static int post(const ws_args *a, const buf_t *payload, const char *delivery)
 {
@@ -225,67 +182,46 @@ static int post(const ws_args *a, const buf_t *payload, const char *delivery)
         fprintf(stderr, WS_PROG ": signing failed\n");
         return 1;
     }
-
-    CURL *curl = curl_easy_init();
-    if (!curl) {
-        fprintf(stderr, WS_PROG ": cannot create an HTTP client\n");
-        return 1;
-    }
-    struct curl_slist *headers = NULL;
-    bool ok = add_header(&headers, "Content-Type", "application/json") &&
-              add_header(&headers, "User-Agent", "GitHub-Hookshot/crcr") &&
-              add_header(&headers, "X-GitHub-Event", a->event) &&
-              add_header(&headers, "X-GitHub-Delivery", delivery) &&
-              add_header(&headers, "X-Hub-Signature-256", sig) &&
-              /* GitHub does not wait for "100 Continue"; neither do we. */
-              (headers = curl_slist_append(headers, "Expect:")) != NULL;
+    char event[32 + CRCR_EVENT_NAME_MAX], id[32 + CRCR_DELIVERY_ID_MAX],
+        sig_line[32 + SIG_HEADER_SIZE];
+    snprintf(event, sizeof(event), "X-GitHub-Event: %s", a->event);
+    snprintf(id, sizeof(id), "X-GitHub-Delivery: %s", delivery);
+    snprintf(sig_line, sizeof(sig_line), "X-Hub-Signature-256: %s", sig);
     OPENSSL_cleanse(sig, sizeof(sig));
-    if (!ok) {
-        fprintf(stderr, WS_PROG ": out of memory\n");
-        curl_slist_free_all(headers);
-        curl_easy_cleanup(curl);
-        return 1;
-    }
-
-    ws_response resp;
-    buf_init(&resp.body, WEBHOOK_SEND_MAX_RESPONSE);
-    resp.truncated = false;
-    char errbuf[CURL_ERROR_SIZE] = "";
-
-    curl_easy_setopt(curl, CURLOPT_URL, a->url);
-    curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
-    curl_easy_setopt(curl, CURLOPT_POST, 1L);
-    curl_easy_setopt(curl, CURLOPT_POSTFIELDS, buf_cstr(payload));
-    curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)payload->len);
-    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(curl, CURLOPT_WRITEDATA, &resp);
-    curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, errbuf);
-    curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, WEBHOOK_SEND_TIMEOUT_MS);
-    curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, WEBHOOK_SEND_CONNECT_TIMEOUT_MS);
+    /* GitHub does not wait for "100 Continue"; neither does http_client. */
+    const char *hdrs[] = {"Content-Type: application/json", event, id, sig_line, NULL};
+    http_call rq = {.method = "POST",
+                    .url = a->url,
+                    .allow_http = true,
+                    .user_agent = "GitHub-Hookshot/crcr",
+                    .headers = hdrs,
+                    .body = buf_cstr(payload),
+                    .body_len = payload->len,
+                    .connect_timeout_ms = WEBHOOK_SEND_CONNECT_TIMEOUT_MS,
+                    .timeout_ms = WEBHOOK_SEND_TIMEOUT_MS,
+                    .truncate = true};
+    buf_t body;
+    buf_init(&body, WEBHOOK_SEND_MAX_RESPONSE);
+    http_answer ans = {.body = &body};
+    crcr_err e = http_exchange(NULL, &rq, &ans);
+    OPENSSL_cleanse(sig_line, sizeof(sig_line));
 
     int rc = 1;
-    CURLcode cc = curl_easy_perform(curl);
-    if (cc != CURLE_OK) {
-        fprintf(stderr, WS_PROG ": %s: %s\n", a->url, errbuf[0] ? errbuf : curl_easy_strerror(cc));
+    if (e) {
+        fprintf(stderr, WS_PROG ": %s: %s\n", a->url, ans.error);
     } else {
-        long status = 0;
-        curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
-        printf("HTTP %ld\n", status);
-        if (resp.body.len > 0) {
-            fwrite(resp.body.data, 1, resp.body.len, stdout);
-            if (resp.body.data[resp.body.len - 1] != '\n')
+        printf("HTTP %ld\n", ans.status);
+        if (body.len > 0) {
+            fwrite(body.data, 1, body.len, stdout);
+            if (body.data[body.len - 1] != '\n')
                 putchar('\n');
         }
-        if (resp.truncated)
+        if (ans.truncated)
             fprintf(stderr, WS_PROG ": response cut at %u bytes\n", WEBHOOK_SEND_MAX_RESPONSE);
         fflush(stdout);
-        rc = status >= 200 && status <= 299 ? 0 : 1;
+        rc = ans.status >= 200 && ans.status <= 299 ? 0 : 1;
     }
-    buf_free(&resp.body);
-    curl_slist_free_all(headers);
-    curl_easy_cleanup(curl);
+    buf_free(&body);
     return rc;
 }
 
@@ -317,12 +253,12 @@ int webhook_send_main(int argc, char **argv)
         fprintf(stderr, WS_PROG ": no webhook secret: set GITHUB_APP_SECRET or use --secret\n");
         return 2;
     }
-    if (!header_safe(a.event, CRCR_EVENT_NAME_MAX)) {
+    if (!http_header_token_ok(a.event, strlen(a.event), CRCR_EVENT_NAME_MAX)) {
         fprintf(stderr, WS_PROG ": --event must be 1 to %u printable characters\n",
                 CRCR_EVENT_NAME_MAX);
         return 2;
     }
-    if (a.delivery && !header_safe(a.delivery, CRCR_DELIVERY_ID_MAX)) {
+    if (a.delivery && !http_header_token_ok(a.delivery, strlen(a.delivery), CRCR_DELIVERY_ID_MAX)) {
         fprintf(stderr, WS_PROG ": --delivery must be 1 to %u printable characters\n",
                 CRCR_DELIVERY_ID_MAX);
         return 2;
