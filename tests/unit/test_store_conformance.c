@@ -383,7 +383,7 @@ static void open_refuses_a_schema_newer_than_the_binary(void **state)
     assert_null(st);
     assert_non_null(strstr(err, "newer"));
     assert_non_null(strstr(err, "999"));
-    raw("UPDATE schema_version SET version = 1");
+    raw("UPDATE schema_version SET version = 1"); /* an older store: upgraded at open */
     *state = open_store();
 }
 
@@ -1569,6 +1569,152 @@ static void callback_rejections_are_counted_per_repo_since_a_time(void **state)
     assert_int_equal(n, 0);
 }
 
+/* ---- dispatch records, identity pins, budgets (schema 2) ---- */
+
+static void dispatch_get_returns_the_relays_record_of_a_dispatch(void **state)
+{
+    store *st = *state;
+    static const char payload[] = "{\"pull_request\":{\"labels\":[]}}";
+    const char *targets[] = {"a/one", "b/two"};
+    assert_int_equal(ingest_full(st, "d1", 1000, targets, 2, payload, sizeof(payload) - 1),
+                     CRCR_OK);
+    store_dispatch d;
+    buf_init(&d.payload, 1 << 20);
+    assert_int_equal(store_dispatch_get(st, "d1", "A/One", true, &d), CRCR_OK);
+    assert_string_equal(d.head_sha, "sha42");
+    assert_int_equal(d.pr_number, 42);
+    assert_string_equal(d.event, "pull_request");
+    assert_int_equal(d.dispatched_at, 1000); /* queued: its creation time */
+    assert_int_equal(d.payload.len, sizeof(payload) - 1);
+    assert_memory_equal(d.payload.data, payload, d.payload.len);
+    buf_free(&d.payload);
+    buf_init(&d.payload, 1 << 20);
+    assert_int_equal(store_dispatch_get(st, "d1", "b/two", false, &d), CRCR_OK);
+    assert_int_equal(d.payload.len, 0);
+    /* Not dispatched to that repository, or never received: no record. */
+    assert_int_equal(store_dispatch_get(st, "d1", "c/three", false, &d), CRCR_E_NOT_FOUND);
+    assert_int_equal(store_dispatch_get(st, "nope", "a/one", false, &d), CRCR_E_NOT_FOUND);
+    buf_free(&d.payload);
+}
+
+typedef struct pin_seen {
+    int calls;
+    char repository_id[32], owner_id[32];
+} pin_seen;
+
+static void on_pin_seen(void *ctx, const store_identity_row *r)
+{
+    pin_seen *p = ctx;
+    p->calls++;
+    copy_str(p->repository_id, sizeof(p->repository_id), r->repository_id);
+    copy_str(p->owner_id, sizeof(p->owner_id), r->owner_id);
+}
+
+static void on_pin_count(void *ctx, const store_identity_row *r)
+{
+    (*(int *)ctx)++;
+}
+
+static void identity_pin_holds_the_first_ids_of_a_name(void **state)
+{
+    store *st = *state;
+    store_pin_outcome o = STORE_PIN_MATCH;
+    pin_seen seen = {0};
+    assert_int_equal(store_identity_pin(st, "a/one", "", "", 900, &o, on_pin_seen, &seen),
+                     CRCR_OK);
+    assert_int_equal(o, STORE_PIN_NONE); /* no ids, no pin: nothing recorded */
+    assert_int_equal(store_identity_pin(st, "a/one", "111", "222", 1000, &o, on_pin_seen, &seen),
+                     CRCR_OK);
+    assert_int_equal(o, STORE_PIN_MATCH);
+    assert_int_equal(store_identity_pin(st, "A/ONE", "111", "222", 2000, &o, on_pin_seen, &seen),
+                     CRCR_OK);
+    assert_int_equal(o, STORE_PIN_MATCH);
+    assert_int_equal(seen.calls, 0);
+    const char *ids[][2] = {{"999", "222"}, {"111", "999"}, {"", ""}};
+    for (size_t i = 0; i < 3; i++) {
+        assert_int_equal(
+            store_identity_pin(st, "a/one", ids[i][0], ids[i][1], 3000, &o, on_pin_seen, &seen),
+            CRCR_OK);
+        assert_int_equal(o, STORE_PIN_MISMATCH);
+        assert_string_equal(seen.repository_id, "111");
+        assert_string_equal(seen.owner_id, "222");
+    }
+    int n = 0;
+    assert_int_equal(store_identity_pin(st, "b/two", "5", "6", 1000, &o, NULL, NULL), CRCR_OK);
+    assert_int_equal(store_identity_list(st, on_pin_count, &n), CRCR_OK);
+    assert_int_equal(n, 2);
+    assert_int_equal(store_identity_reset(st, "A/One"), CRCR_OK);
+    assert_int_equal(store_identity_reset(st, "a/one"), CRCR_E_NOT_FOUND);
+    /* After a reset the next identity pins itself. */
+    assert_int_equal(store_identity_pin(st, "a/one", "999", "222", 4000, &o, NULL, NULL), CRCR_OK);
+    assert_int_equal(o, STORE_PIN_MATCH);
+    assert_int_equal(store_identity_pin(st, "a/one", "111", "222", 4000, &o, NULL, NULL), CRCR_OK);
+    assert_int_equal(o, STORE_PIN_MISMATCH);
+}
+
+static void budget_take_stays_within_its_limit(void **state)
+{
+    store *st = *state;
+    bool ok = false;
+    assert_int_equal(store_budget_take(st, "n:a/one:1", 400, 1000, 5000, &ok), CRCR_OK);
+    assert_true(ok);
+    assert_int_equal(store_budget_take(st, "n:a/one:1", 600, 1000, 5000, &ok), CRCR_OK);
+    assert_true(ok); /* exactly the limit */
+    assert_int_equal(store_budget_take(st, "n:a/one:1", 1, 1000, 5000, &ok), CRCR_OK);
+    assert_false(ok);
+    assert_int_equal(store_budget_take(st, "n:b/two:1", 1000, 1000, 5000, &ok), CRCR_OK);
+    assert_true(ok); /* budgets are per name */
+    assert_int_equal(store_budget_take(st, "n:c/three:1", 1001, 1000, 5000, &ok), CRCR_OK);
+    assert_false(ok); /* more than the whole budget */
+    assert_int_equal(raw("SELECT used FROM budgets WHERE name='n:a/one:1'"), 1000);
+    int n = 0;
+    assert_int_equal(store_retention(st, 6000, &n), CRCR_OK);
+    assert_int_equal(raw("SELECT count(*) FROM budgets"), 0);
+}
+
+typedef struct budget_race {
+    store *st;
+    pthread_barrier_t *go;
+    int allowed;
+    crcr_err err;
+} budget_race;
+
+static void *take_budget(void *arg)
+{
+    budget_race *r = arg;
+    pthread_barrier_wait(r->go);
+    for (int i = 0; i < 10; i++) {
+        bool ok = false;
+        crcr_err e = store_budget_take(r->st, "shared", 10, 250, 99999, &ok);
+        if (e)
+            r->err = e;
+        r->allowed += ok;
+    }
+    return NULL;
+}
+
+static void budget_take_under_concurrency_never_exceeds_the_limit(void **state)
+{
+    store *st = *state;
+    pthread_barrier_t go;
+    pthread_barrier_init(&go, NULL, THREADS);
+    pthread_t th[THREADS];
+    budget_race r[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        r[i] = (budget_race){.st = st, .go = &go};
+        pthread_create(&th[i], NULL, take_budget, &r[i]);
+    }
+    int allowed = 0;
+    for (int i = 0; i < THREADS; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(r[i].err, CRCR_OK);
+        allowed += r[i].allowed;
+    }
+    pthread_barrier_destroy(&go);
+    assert_int_equal(allowed, 25);
+    assert_int_equal(raw("SELECT used FROM budgets WHERE name='shared'"), 250);
+}
+
 /* ---- concurrency, recovery, wake-ups ---- */
 
 typedef struct claimer {
@@ -1772,6 +1918,10 @@ int main(void)
         T(list_runs_filters_orders_and_pages),
         T(wanted_marks_are_per_sha_and_repo_since_a_time),
         T(callback_rejections_are_counted_per_repo_since_a_time),
+        T(dispatch_get_returns_the_relays_record_of_a_dispatch),
+        T(identity_pin_holds_the_first_ids_of_a_name),
+        T(budget_take_stays_within_its_limit),
+        T(budget_take_under_concurrency_never_exceeds_the_limit),
         T(claim_by_concurrent_workers_hands_out_each_row_once),
         T(recover_requeues_running_rows_only_for_a_single_process_store),
         T(wait_for_work_wakes_on_rows_written_by_another_instance),
