@@ -18,6 +18,7 @@
 #include "config.h"
 #include "github.h"
 #include "html.h"
+#include "jw.h"
 
 /* Output buffers: one report is a few hundred bytes per repo. */
 #define HEALTH_OUT_MAX (16u * 1024u * 1024u)
@@ -387,6 +388,18 @@ int health_parse_window(const char *s, int64_t *ms)
     return 0;
 }
 
+void health_window_label(int64_t ms, char *out, size_t n)
+{
+    if (ms % 86400000LL == 0)
+        snprintf(out, n, "%lldd", (long long)(ms / 86400000LL));
+    else if (ms % 3600000LL == 0)
+        snprintf(out, n, "%lldh", (long long)(ms / 3600000LL));
+    else if (ms % 60000LL == 0)
+        snprintf(out, n, "%lldm", (long long)(ms / 60000LL));
+    else
+        snprintf(out, n, "%llds", (long long)(ms / 1000));
+}
+
 /* ---- the report over the store ---- */
 
 typedef struct run_vec {
@@ -547,16 +560,6 @@ void health_report_free(health_report *r)
 
 /* ---- output ---- */
 
-static void window_text(int64_t ms, char *out, size_t n)
-{
-    if (ms % 86400000LL == 0)
-        snprintf(out, n, "%lldd", (long long)(ms / 86400000LL));
-    else if (ms % 3600000LL == 0)
-        snprintf(out, n, "%lldh", (long long)(ms / 3600000LL));
-    else
-        snprintf(out, n, "%llds", (long long)(ms / 1000));
-}
-
 static void pct_text(double v, char *out, size_t n)
 {
     if (v < 0)
@@ -640,7 +643,7 @@ crcr_err health_report_json(const health_report *r, buf_t *out)
 crcr_err health_report_text(const health_report *r, buf_t *out)
 {
     char win[24], since[48], gen[48];
-    window_text(r->window_ms, win, sizeof(win));
+    health_window_label(r->window_ms, win, sizeof(win));
     html_time(r->since, since, sizeof(since));
     html_time(r->generated_at, gen, sizeof(gen));
     crcr_err err = buf_printf(out, "Level health over %s (%s to %s)%s\n\n", win, since, gen,
@@ -682,7 +685,7 @@ crcr_err health_report_text(const health_report *r, buf_t *out)
 crcr_err health_report_md(const health_report *r, buf_t *out)
 {
     char win[24], since[48], gen[48];
-    window_text(r->window_ms, win, sizeof(win));
+    health_window_label(r->window_ms, win, sizeof(win));
     html_time(r->since, since, sizeof(since));
     html_time(r->generated_at, gen, sizeof(gen));
     crcr_err err = buf_printf(out, "**Level health over %s (%s to %s)**\n\n", win, since, gen);

@@ -23,6 +23,7 @@
 
 #include "app.h"
 #include "clock.h"
+#include "delivery_doc.h"
 #include "limits.h"
 #include "log.h"
 #include "metrics.h"
@@ -63,231 +64,39 @@ bool ops_state_valid(const char *state)
     return false;
 }
 
-/* A string or null; never NULL on success (NULL only when allocation fails). */
-static jv *str_or_null(const char *s)
+/* The documents are written by delivery_doc.c and handed on as a jv, so that the admin API and
+ * `crcr deliveries` print them as they print any document (jv_dump). Text that jansson cannot
+ * read back (not UTF-8) fails the document as out of memory, as building it with jansson did. */
+static crcr_err parse_doc(const buf_t *b, jv **out)
 {
-    return s ? jv_new_str(s) : jv_new_null();
+    *out = jv_parse(buf_cstr(b), b->len, NULL, 0);
+    return *out ? CRCR_OK : CRCR_E_NOMEM;
 }
 
-static jv *time_or_null(int64_t ms)
-{
-    if (!ms)
-        return jv_new_null();
-    char ts[32];
-    clock_iso8601(ms, ts, sizeof(ts));
-    return jv_new_str(ts);
-}
-
-/* Returns a new object describing one delivery row, or NULL when out of memory. */
-static jv *delivery_json(const store_delivery_row *r)
-{
-    jv *o = jv_new_obj();
-    if (!o)
-        return NULL;
-    crcr_err e = jv_set(o, "delivery_id", str_or_null(r->delivery_id));
-    if (!e)
-        e = jv_set(o, "event", str_or_null(r->event));
-    if (!e)
-        e = jv_set(o, "action", str_or_null(r->action));
-    if (!e)
-        e = jv_set(o, "upstream_repo", str_or_null(r->upstream_repo));
-    if (!e)
-        e = jv_set(o, "pr_number", jv_new_int(r->pr_number));
-    if (!e)
-        e = jv_set(o, "head_sha", str_or_null(r->head_sha));
-    if (!e)
-        e = jv_set(o, "ref", str_or_null(r->ref));
-    if (!e)
-        e = jv_set(o, "received_at", time_or_null(r->received_at));
-    if (!e)
-        e = jv_set(o, "payload_bytes", jv_new_int((int64_t)r->payload_bytes));
-    if (!e)
-        e = jv_set(o, "status", jv_new_str(r->status ? r->status : ""));
-    if (e) {
-        jv_free(o);
-        return NULL;
-    }
-    return o;
-}
-
-/* Returns a new object describing one outbox row (with its request body), or NULL. */
-static jv *job_json(const store_job_row *j)
-{
-    jv *o = jv_new_obj();
-    if (!o)
-        return NULL;
-    crcr_err e = jv_set(o, "id", jv_new_int(j->id));
-    if (!e)
-        e = jv_set(o, "kind", str_or_null(j->kind));
-    if (!e)
-        e = jv_set(o, "target", str_or_null(j->target));
-    if (!e)
-        e = jv_set(o, "state", str_or_null(j->state));
-    if (!e)
-        e = jv_set(o, "attempts", jv_new_int(j->attempts));
-    if (!e)
-        e = jv_set(o, "last_status", j->last_status ? jv_new_int(j->last_status) : jv_new_null());
-    if (!e)
-        e = jv_set(o, "last_error", str_or_null(j->last_error));
-    if (!e)
-        e = jv_set(o, "note", str_or_null(j->note));
-    if (!e)
-        e = jv_set(o, "next_attempt_at", time_or_null(j->next_attempt_at));
-    if (!e)
-        e = jv_set(o, "done_at", time_or_null(j->done_at));
-    if (!e) {
-        /* A body that is not valid UTF-8 cannot be a JSON string: show null rather than fail. */
-        jv *body = j->body && j->body_len ? jv_new_strn(j->body, j->body_len) : NULL;
-        e = jv_set(o, "body", body ? body : jv_new_null());
-    }
-    if (e) {
-        jv_free(o);
-        return NULL;
-    }
-    return o;
-}
-
-typedef struct doc_ctx {
-    const crcr_config *cfg; /* NULL: dry-run bodies are not rebuilt */
-    jv *delivery;           /* owned until moved into the document */
-    jv *outbox;
-    bool nomem;
-    /* What a dry-run dispatch's request is rebuilt from (copies, owned, freed by the caller). */
-    char *payload, *event, *delivery_id, *head_sha;
-    size_t payload_len;
-    int64_t pr_number;
-} doc_ctx;
-
-/* Duplicates `s` into *dst (NULL stays NULL); false when out of memory. */
-static bool dup_into(char **dst, const char *s)
-{
-    *dst = s ? strdup(s) : NULL;
-    return !s || *dst;
-}
-
-static void doc_delivery(void *ctx, const store_delivery_row *r, const char *payload, size_t n)
-{
-    doc_ctx *d = ctx;
-    jv_free(d->delivery);
-    d->delivery = delivery_json(r);
-    if (!d->delivery)
-        d->nomem = true;
-    if (!d->cfg || d->payload)
-        return;
-    d->payload = malloc(n + 1);
-    if (!d->payload || !dup_into(&d->event, r->event) ||
-        !dup_into(&d->delivery_id, r->delivery_id) || !dup_into(&d->head_sha, r->head_sha)) {
-        d->nomem = true;
-        return;
-    }
-    if (n)
-        memcpy(d->payload, payload, n);
-    d->payload[n] = '\0';
-    d->payload_len = n;
-    d->pr_number = r->pr_number;
-}
-
-/* A dry-run dispatch row stores no body (outbox.c): its request is rebuilt here, exactly as the
- * worker built it. NULL when it cannot be (the row then shows "body": null). */
-static jv *dry_run_body(const doc_ctx *d, const store_job_row *j)
-{
-    if (!d->cfg || !d->payload || j->body_len || !j->kind || strcmp(j->kind, "dispatch") != 0 ||
-        !j->state || strcmp(j->state, "dry_run") != 0)
-        return NULL;
-    outbox_dispatch_src src = {
-        .event = d->event,
-        .delivery_id = d->delivery_id,
-        .payload = d->payload,
-        .payload_len = d->payload_len,
-        .target = j->target,
-        .head_sha = d->head_sha,
-        .pr_number = d->pr_number,
-    };
-    dispatch_output out;
-    dispatch_output_init(&out);
-    char err[256];
-    jv *body = NULL;
-    if (outbox_dispatch_body(d->cfg, &src, &out, err, sizeof(err)) == CRCR_OK)
-        body = jv_new_strn(buf_cstr(&out.body), out.body.len);
-    dispatch_output_free(&out);
-    return body;
-}
-
-static void doc_job(void *ctx, const store_job_row *j)
-{
-    doc_ctx *d = ctx;
-    jv *o = job_json(j);
-    jv *body = o ? dry_run_body(d, j) : NULL;
-    if (body && jv_set(o, "body", body) != CRCR_OK)
-        d->nomem = true;
-    if (!o || jv_push(d->outbox, o) != CRCR_OK)
-        d->nomem = true;
-}
-
+/* *out is a new reference owned by the caller (jv_free). */
 crcr_err ops_delivery_doc(store *st, const crcr_config *cfg, const char *id, jv **out)
 {
     *out = NULL;
-    doc_ctx d = {.cfg = cfg, .outbox = jv_new_arr()};
-    if (!d.outbox)
-        return CRCR_E_NOMEM;
-    crcr_err e = store_get_delivery(st, id, doc_delivery, doc_job, &d);
-    free(d.payload);
-    free(d.event);
-    free(d.delivery_id);
-    free(d.head_sha);
-    if (!e && (d.nomem || !d.delivery))
-        e = CRCR_E_NOMEM;
-    jv *doc = e ? NULL : jv_new_obj();
-    if (!e && !doc)
-        e = CRCR_E_NOMEM;
-    if (!e) {
-        e = jv_set(doc, "delivery", d.delivery);
-        d.delivery = NULL; /* stolen, also on failure */
-        if (!e)
-            e = jv_set(doc, "outbox", d.outbox);
-        d.outbox = NULL;
-    }
-    jv_free(d.delivery);
-    jv_free(d.outbox);
-    if (e) {
-        jv_free(doc);
-        return e;
-    }
-    *out = doc;
-    return CRCR_OK;
+    buf_t b;
+    buf_init(&b, DDOC_ADMIN_MAX);
+    crcr_err e = ddoc_admin(st, cfg, id, &b);
+    if (!e)
+        e = parse_doc(&b, out);
+    buf_free(&b);
+    return e;
 }
 
-typedef struct list_ctx {
-    jv *arr;
-    bool nomem;
-} list_ctx;
-
-static int list_row(void *ctx, const store_delivery_row *r)
-{
-    list_ctx *l = ctx;
-    jv *o = delivery_json(r);
-    if (!o || jv_push(l->arr, o) != CRCR_OK) {
-        l->nomem = true;
-        return 1;
-    }
-    return 0;
-}
-
+/* *out is a new reference owned by the caller (jv_free). */
 crcr_err ops_delivery_list(store *st, const store_filter *f, jv **out)
 {
     *out = NULL;
-    list_ctx l = {.arr = jv_new_arr()};
-    if (!l.arr)
-        return CRCR_E_NOMEM;
-    crcr_err e = store_list_deliveries(st, f, list_row, &l);
-    if (!e && l.nomem)
-        e = CRCR_E_NOMEM;
-    if (e) {
-        jv_free(l.arr);
-        return e;
-    }
-    *out = l.arr;
-    return CRCR_OK;
+    buf_t b;
+    buf_init(&b, DDOC_ADMIN_MAX);
+    crcr_err e = ddoc_admin_list(st, f, &b);
+    if (!e)
+        e = parse_doc(&b, out);
+    buf_free(&b);
+    return e;
 }
 
 /* ---- /metrics ---- */

@@ -1,6 +1,7 @@
 /*
  * ops.h - operator endpoints: Prometheus /metrics and the admin API /api/v1/admin/... (§3.10),
- * plus the delivery documents that the admin API and `crcr deliveries` share.
+ * plus the delivery documents that the admin API and `crcr deliveries` share (written by
+ * delivery_doc.h, which the HUD's delivery API uses as well).
  *
  * Routes (ops_routes):
  *   GET  /metrics                                       text format 0.0.4 (metrics.h), no auth
