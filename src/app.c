@@ -286,7 +286,8 @@ int app_serve_main(int argc, char **argv)
         allowlist_source_tick(app->allow, clock_now_ms());
         if (clock_mono_ms() >= next_sweep) {
             sweeper_result sr;
-            sweeper_run(app, owner, clock_now_ms(), &sr);
+            sweeper_deps deps = {app->st, app->allow, app->ob, &app->cfg};
+            sweeper_run(&deps, owner, clock_now_ms(), &sr);
             next_sweep = clock_mono_ms() + app->cfg.sweep_s * 1000;
         }
     }

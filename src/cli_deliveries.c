@@ -23,6 +23,7 @@
 #include "config.h"
 #include "http_client.h"
 #include "json.h"
+#include "ids.h"
 #include "limits.h"
 #include "ops.h"
 #include "store.h"
@@ -113,7 +114,7 @@ static int parse_opts(int argc, char **argv, cli_opts *o)
         fprintf(stderr, "crcr: --status: expected queued, running, sent, dry_run or dead\n");
         return -1;
     }
-    if (o->id && !ops_delivery_id_valid(o->id)) {
+    if (o->id && !ids_delivery_valid(o->id)) {
         fprintf(stderr, "crcr: '%s' is not a delivery id\n", o->id);
         return -1;
     }

@@ -275,16 +275,6 @@ void h_page_end(hout *o, int64_t now_ms, int64_t render_ms)
            (long long)render_ms);
 }
 
-void html_response_headers(http_response *resp)
-{
-    resp->content_type = "text/html; charset=utf-8";
-    http_resp_header(resp, "Content-Security-Policy", HTML_CSP);
-    http_resp_header(resp, "X-Content-Type-Options", "nosniff");
-    http_resp_header(resp, "X-Frame-Options", "DENY");
-    http_resp_header(resp, "Referrer-Policy", "no-referrer");
-    http_resp_header(resp, "Cache-Control", "no-store");
-}
-
 const char HTML_STYLESHEET[] =
     ":root{--fg:#1f2328;--muted:#59636e;--bg:#fff;--panel:#f6f8fa;--line:#d1d9e0;"
     "--link:#0969da;--ok:#1a7f37;--ok-bg:#dafbe1;--bad:#cf222e;--bad-bg:#ffebe9;"

@@ -20,7 +20,6 @@
 
 #include "buf.h"
 #include "err.h"
-#include "http_server.h"
 
 /* Sent with every HTML page. */
 #define HTML_CSP "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'"
@@ -77,8 +76,6 @@ void html_ago(int64_t then_ms, int64_t now_ms, char *out, size_t n);
 void h_page_begin(hout *o, const char *title, const char *active);
 /* Ends a page with a footer stating the generation time and how long rendering took. */
 void h_page_end(hout *o, int64_t now_ms, int64_t render_ms);
-/* Sets the HTML content type and the security headers (CSP, nosniff, no framing, referrer). */
-void html_response_headers(http_response *resp);
 
 /* The stylesheet served at /crcr/static/style.css. */
 extern const char HTML_STYLESHEET[];

@@ -11,6 +11,7 @@
 #include "clock.h"
 #include "html.h"
 #include "hud_html.h"
+#include "ids.h"
 #include "limits.h"
 #include "ops.h"
 
@@ -125,7 +126,7 @@ void hud_deliveries_list(hud_req *r)
 /* The delivery's jobs are freed before it returns; strings are the arena's. */
 void hud_delivery(hud_req *r, const char *id)
 {
-    if (!ops_delivery_id_valid(id)) {
+    if (!ids_delivery_valid(id)) {
         hud_answer_error(r, 404, "Not found");
         return;
     }

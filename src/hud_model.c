@@ -15,6 +15,18 @@
 #include "limits.h"
 #include "log.h"
 
+/* The headers of every HUD page: a strict CSP (no inline script or style), no sniffing, no
+ * framing, no referrer, no caching by intermediaries. */
+static void html_response_headers(http_response *resp)
+{
+    resp->content_type = "text/html; charset=utf-8";
+    http_resp_header(resp, "Content-Security-Policy", HTML_CSP);
+    http_resp_header(resp, "X-Content-Type-Options", "nosniff");
+    http_resp_header(resp, "X-Frame-Options", "DENY");
+    http_resp_header(resp, "Referrer-Policy", "no-referrer");
+    http_resp_header(resp, "Cache-Control", "no-store");
+}
+
 /* Path and query inputs: GitHub's owner (39) and repository name (100) lengths, PR numbers of
  * up to 10 digits, integer query values of up to 12 characters. */
 #define HUD_OWNER_MAX 39u

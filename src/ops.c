@@ -24,6 +24,7 @@
 #include "app.h"
 #include "clock.h"
 #include "delivery_doc.h"
+#include "ids.h"
 #include "limits.h"
 #include "log.h"
 #include "metrics.h"
@@ -38,21 +39,6 @@
 #define OPS_ADMIN_MAX_BODY 1024u
 
 /* ---- delivery documents ---- */
-
-bool ops_delivery_id_valid(const char *id)
-{
-    size_t n = id ? strlen(id) : 0;
-    if (n == 0 || n >= CRCR_DELIVERY_ID_MAX)
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        char c = id[i];
-        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                  c == '-' || c == '_' || c == '.' || c == ':';
-        if (!ok)
-            return false;
-    }
-    return true;
-}
 
 bool ops_state_valid(const char *state)
 {
@@ -396,7 +382,7 @@ static bool split_path(const char *path, char id[CRCR_DELIVERY_ID_MAX], const ch
     memcpy(id, p, n);
     id[n] = '\0';
     *action = p[n] == '/' ? p + n + 1 : "";
-    return ops_delivery_id_valid(id);
+    return ids_delivery_valid(id);
 }
 
 static void admin_show(void *ctx, const http_request *req, http_response *resp)

@@ -42,9 +42,6 @@ crcr_err ops_delivery_doc(store *st, const crcr_config *cfg, const char *id, jv 
 /* Builds the array of deliveries matching `f`, newest first; *out receives a new reference. */
 crcr_err ops_delivery_list(store *st, const store_filter *f, jv **out);
 
-/* True for a plausible delivery id: 1 to CRCR_DELIVERY_ID_MAX-1 of [A-Za-z0-9-_.:]. */
-bool ops_delivery_id_valid(const char *id);
-
 /* True for an outbox state a listing may filter on (queued|running|sent|dry_run|dead). */
 bool ops_state_valid(const char *state);
 

@@ -345,6 +345,13 @@ crcr_err store_identity_reset(store *st, const char *repo);
 crcr_err store_budget_take(store *st, const char *name, int64_t amount, int64_t limit,
                            int64_t expires_at, bool *allowed);
 
+/* Waits up to timeout_ms for new outbox rows written by any process (PostgreSQL: LISTEN/NOTIFY):
+ * CRCR_OK when woken, CRCR_E_NOT_FOUND on timeout, CRCR_E_STORE when the database is away (after
+ * waiting out the timeout), CRCR_E_INVALID at once for a store without cross-process wake-ups
+ * (SQLite: an in-process notify is all a single-process store needs). Used by the outbox's
+ * wake-up thread. */
+crcr_err store_wait_for_work(store *st, int64_t timeout_ms);
+
 /* Callbacks refused after authentication (for the level-health callback error rate). */
 crcr_err store_callback_rejected(store *st, const char *repo, int64_t now, int status);
 /* Refusals of `repo` since `since` (ms) into *n. */

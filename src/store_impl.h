@@ -78,9 +78,5 @@ struct store {
 crcr_err store_sqlite_open(const char *path, store **out, char *err, size_t errsz);
 crcr_err store_pg_open(const char *uri, long pool, store **out, char *err, size_t errsz);
 
-/* Waits for new outbox rows through the backend's wait_for_work (see above); CRCR_E_INVALID at
- * once when the backend has none (an in-process notify is all a single-process store needs).
- * Used by the outbox's wake-up thread. */
-crcr_err store_wait_for_work(store *st, int64_t timeout_ms);
 
 #endif

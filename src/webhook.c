@@ -10,6 +10,7 @@
 #include "app.h"
 #include "checks.h"
 #include "clock.h"
+#include "ids.h"
 #include "json.h"
 #include "limits.h"
 #include "log.h"
@@ -26,22 +27,6 @@ static bool event_supported(const char *ev)
             return true;
     }
     return false;
-}
-
-/* A delivery id is a GUID in practice; accept 1..CRCR_DELIVERY_ID_MAX-1 safe characters. */
-static bool delivery_id_valid(const char *id)
-{
-    size_t n = strlen(id);
-    if (n == 0 || n >= CRCR_DELIVERY_ID_MAX)
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        char c = id[i];
-        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                  c == '-' || c == '_' || c == '.' || c == ':';
-        if (!ok)
-            return false;
-    }
-    return true;
 }
 
 static void ignored(crcr_app *app, http_response *resp, const char *reason)
@@ -458,7 +443,7 @@ void webhook_handle(void *ctx, const http_request *req, http_response *resp)
         reject(app, resp, 401, "Bad signature", NULL);
         return;
     }
-    if (delivery && !delivery_id_valid(delivery)) {
+    if (delivery && !ids_delivery_valid(delivery)) {
         reject(app, resp, 400, "Invalid X-GitHub-Delivery", NULL);
         return;
     }
