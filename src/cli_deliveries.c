@@ -25,10 +25,10 @@
 #include "json.h"
 #include "ids.h"
 #include "limits.h"
-#include "ops.h"
+#include "delivery_doc.h"
 #include "store.h"
 
-/* Largest admin API answer read (a listing of OPS_LIST_MAX deliveries is a few MB). */
+/* Largest admin API answer read (a listing of DDOC_LIST_MAX deliveries is a few MB). */
 #define CLI_MAX_ANSWER (64u * 1024u * 1024u)
 /* Longest --url accepted. */
 #define CLI_URL_MAX 2048u
@@ -90,7 +90,7 @@ static int parse_opts(int argc, char **argv, cli_opts *o)
             bool is_limit = strcmp(a, "--limit") == 0;
             long long v = 0;
             if (i + 1 >= argc ||
-                parse_number(argv[i + 1], is_limit ? OPS_LIST_MAX : INT64_MAX, &v) != 0)
+                parse_number(argv[i + 1], is_limit ? DDOC_LIST_MAX : INT64_MAX, &v) != 0)
                 return -1;
             i++;
             if (is_limit)
@@ -110,7 +110,7 @@ static int parse_opts(int argc, char **argv, cli_opts *o)
     }
     if (o->format && strcmp(o->format, "json") != 0 && strcmp(o->format, "text") != 0)
         return -1;
-    if (o->status && !ops_state_valid(o->status)) {
+    if (o->status && !ddoc_state_valid(o->status)) {
         fprintf(stderr, "crcr: --status: expected queued, running, sent, dry_run or dead\n");
         return -1;
     }
@@ -196,13 +196,13 @@ static int local_main(const char *sub, const cli_opts *o, const crcr_config *cfg
     if (strcmp(sub, "list") == 0) {
         store_filter f = {
             .state = o->status, .repo = o->repo, .limit = o->limit, .pr_number = o->pr};
-        e = ops_delivery_list(st, &f, &doc);
+        e = ddoc_admin_list_jv(st, &f, &doc);
         if (e)
             fprintf(stderr, "crcr: %s\n", crcr_strerror(e));
         else
             rc = print_list(doc, o);
     } else if (strcmp(sub, "show") == 0) {
-        e = ops_delivery_doc(st, cfg, o->id, &doc);
+        e = ddoc_admin_jv(st, cfg, o->id, &doc);
         if (e)
             fprintf(stderr, "crcr: delivery %s: %s\n", o->id, crcr_strerror(e));
         else

@@ -326,3 +326,50 @@ crcr_err ddoc_admin_list(store *st, const store_filter *f, buf_t *out)
     jw_arr_end(&w);
     return e ? e : w.err;
 }
+
+/* ---- as jv documents, for the admin API and `crcr deliveries` ---- */
+
+bool ddoc_state_valid(const char *state)
+{
+    static const char *const states[] = {"queued", "running", "sent", "dry_run", "dead"};
+    for (size_t i = 0; state && i < sizeof(states) / sizeof(states[0]); i++) {
+        if (strcmp(state, states[i]) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* The documents are written by delivery_doc.c and handed on as a jv, so that the admin API and
+ * `crcr deliveries` print them as they print any document (jv_dump). Text that jansson cannot
+ * read back (not UTF-8) fails the document as out of memory, as building it with jansson did. */
+static crcr_err parse_doc(const buf_t *b, jv **out)
+{
+    *out = jv_parse(buf_cstr(b), b->len, NULL, 0);
+    return *out ? CRCR_OK : CRCR_E_NOMEM;
+}
+
+/* *out is a new reference owned by the caller (jv_free). */
+crcr_err ddoc_admin_jv(store *st, const crcr_config *cfg, const char *id, jv **out)
+{
+    *out = NULL;
+    buf_t b;
+    buf_init(&b, DDOC_ADMIN_MAX);
+    crcr_err e = ddoc_admin(st, cfg, id, &b);
+    if (!e)
+        e = parse_doc(&b, out);
+    buf_free(&b);
+    return e;
+}
+
+/* *out is a new reference owned by the caller (jv_free). */
+crcr_err ddoc_admin_list_jv(store *st, const store_filter *f, jv **out)
+{
+    *out = NULL;
+    buf_t b;
+    buf_init(&b, DDOC_ADMIN_MAX);
+    crcr_err e = ddoc_admin_list(st, f, &b);
+    if (!e)
+        e = parse_doc(&b, out);
+    buf_free(&b);
+    return e;
+}

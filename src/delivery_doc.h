@@ -5,7 +5,7 @@
  *   HUD API    /api/v1/deliveries[/{id}]        DDOC_HUD    {<head>,"outbox":[<row>,..]}
  *              /api/v1/pr/{n}                   DDOC_HUD    heads and rows inside the PR's document
  *   admin API  /api/v1/admin/deliveries[/{id}]  DDOC_ADMIN  {"delivery":{<head>},"outbox":[..]}
- *   `crcr deliveries show|list --format json`   DDOC_ADMIN  the same, through ops.h
+ *   `crcr deliveries show|list --format json`   DDOC_ADMIN  the same (ddoc_admin_jv)
  *
  * The head (delivery_id, event, action, upstream_repo, pr_number, head_sha, ref, received_at,
  * payload_bytes, status) is the same in both views. An outbox row differs by audience:
@@ -29,12 +29,15 @@
 #include "buf.h"
 #include "config.h"
 #include "err.h"
+#include "json.h"
 #include "jw.h"
 #include "store.h"
 
 /* Longest error text or note looked at in the HUD view, and longest check-run body parsed. */
 #define DDOC_ERROR_MAX 1024u
 #define DDOC_CHECK_BODY_MAX (64u * 1024u)
+/* Largest `limit` of a delivery listing (admin API and `crcr deliveries`). */
+#define DDOC_LIST_MAX 10000
 /* Most bytes of one admin document (its copies in memory and its JSON text alike). */
 #define DDOC_ADMIN_MAX (256u * 1024u * 1024u)
 
@@ -86,5 +89,14 @@ void ddoc_write(jw *w, const ddoc_delivery *d, ddoc_view v);
 crcr_err ddoc_admin(store *st, const crcr_config *cfg, const char *id, buf_t *out);
 /* Appends the array of the heads of the deliveries matching `f` (newest first) to `out`. */
 crcr_err ddoc_admin_list(store *st, const store_filter *f, buf_t *out);
+
+/* The same documents as jv values (*out a new reference the caller frees with jv_free), for the
+ * admin API and `crcr deliveries`, which print them as they print any document. *out is NULL on
+ * failure. */
+crcr_err ddoc_admin_jv(store *st, const crcr_config *cfg, const char *id, jv **out);
+crcr_err ddoc_admin_list_jv(store *st, const store_filter *f, jv **out);
+
+/* True for an outbox state a listing may filter on (queued|running|sent|dry_run|dead). */
+bool ddoc_state_valid(const char *state);
 
 #endif

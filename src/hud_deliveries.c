@@ -13,7 +13,6 @@
 #include "hud_html.h"
 #include "ids.h"
 #include "limits.h"
-#include "ops.h"
 
 /* Deliveries listed by /crcr/deliveries (?limit=). */
 #define HUD_DELIVERIES_DEFAULT 50

@@ -40,51 +40,6 @@
 
 /* ---- delivery documents ---- */
 
-bool ops_state_valid(const char *state)
-{
-    static const char *const states[] = {"queued", "running", "sent", "dry_run", "dead"};
-    for (size_t i = 0; state && i < sizeof(states) / sizeof(states[0]); i++) {
-        if (strcmp(state, states[i]) == 0)
-            return true;
-    }
-    return false;
-}
-
-/* The documents are written by delivery_doc.c and handed on as a jv, so that the admin API and
- * `crcr deliveries` print them as they print any document (jv_dump). Text that jansson cannot
- * read back (not UTF-8) fails the document as out of memory, as building it with jansson did. */
-static crcr_err parse_doc(const buf_t *b, jv **out)
-{
-    *out = jv_parse(buf_cstr(b), b->len, NULL, 0);
-    return *out ? CRCR_OK : CRCR_E_NOMEM;
-}
-
-/* *out is a new reference owned by the caller (jv_free). */
-crcr_err ops_delivery_doc(store *st, const crcr_config *cfg, const char *id, jv **out)
-{
-    *out = NULL;
-    buf_t b;
-    buf_init(&b, DDOC_ADMIN_MAX);
-    crcr_err e = ddoc_admin(st, cfg, id, &b);
-    if (!e)
-        e = parse_doc(&b, out);
-    buf_free(&b);
-    return e;
-}
-
-/* *out is a new reference owned by the caller (jv_free). */
-crcr_err ops_delivery_list(store *st, const store_filter *f, jv **out)
-{
-    *out = NULL;
-    buf_t b;
-    buf_init(&b, DDOC_ADMIN_MAX);
-    crcr_err e = ddoc_admin_list(st, f, &b);
-    if (!e)
-        e = parse_doc(&b, out);
-    buf_free(&b);
-    return e;
-}
-
 /* ---- /metrics ---- */
 
 static crcr_err gauge(buf_t *b, const char *name, const char *type, const char *help, double value)
@@ -324,7 +279,7 @@ static void admin_list(void *ctx, const http_request *req, http_response *resp)
     const char *limit = http_req_query(req, "limit");
     const char *pr = http_req_query(req, "pr");
     if (status && *status) {
-        if (!ops_state_valid(status)) {
+        if (!ddoc_state_valid(status)) {
             http_resp_detail(resp, 400, "status: expected queued, running, sent, dry_run or dead");
             return;
         }
@@ -340,7 +295,7 @@ static void admin_list(void *ctx, const http_request *req, http_response *resp)
     if (limit && *limit) {
         char *end = NULL;
         long v = strtol(limit, &end, 10);
-        if (*end || v <= 0 || v > OPS_LIST_MAX) {
+        if (*end || v <= 0 || v > DDOC_LIST_MAX) {
             http_resp_detail(resp, 400, "limit: expected 1 to 10000");
             return;
         }
@@ -356,7 +311,7 @@ static void admin_list(void *ctx, const http_request *req, http_response *resp)
         f.pr_number = v;
     }
     jv *arr = NULL;
-    crcr_err e = ops_delivery_list(app->st, &f, &arr);
+    crcr_err e = ddoc_admin_list_jv(app->st, &f, &arr);
     if (e) {
         store_error(resp, e);
         return;
@@ -399,7 +354,7 @@ static void admin_show(void *ctx, const http_request *req, http_response *resp)
         return;
     }
     jv *doc = NULL;
-    crcr_err e = ops_delivery_doc(app->st, &app->cfg, id, &doc);
+    crcr_err e = ddoc_admin_jv(app->st, &app->cfg, id, &doc);
     if (e) {
         store_error(resp, e);
         return;

@@ -78,5 +78,4 @@ struct store {
 crcr_err store_sqlite_open(const char *path, store **out, char *err, size_t errsz);
 crcr_err store_pg_open(const char *uri, long pool, store **out, char *err, size_t errsz);
 
-
 #endif
