@@ -23,6 +23,7 @@
 #include "json.h"
 #include "limits.h"
 #include "log.h"
+#include "metrics.h"
 #include "oidc.h"
 #include "outbox.h"
 #include "run_effects.h"
@@ -229,7 +230,7 @@ static crcr_err build_effects(void *vctx, const store_run_result *res, store_new
 static void refuse(crcr_app *app, http_response *resp, const char *repo, int status,
                    const char *detail)
 {
-    atomic_fetch_add(&app->callbacks_rejected, 1);
+    metrics_callback_result("rejected");
     store_callback_rejected(app->st, repo, clock_now_ms(), status);
     http_resp_detail(resp, status, detail);
 }
@@ -247,10 +248,9 @@ static void rate_limited(crcr_app *app, http_response *resp, const char *repo, i
 
 bool callback_guard(void *ctx, const http_request *req, http_response *resp)
 {
-    crcr_app *app = ctx;
     if (oidc_token_present(http_req_header(req, "Authorization")))
         return false;
-    atomic_fetch_add(&app->callbacks_rejected, 1);
+    metrics_callback_result("rejected");
     LOG_INFO("callback.unauthorized", "reason", "Missing authorization token", NULL);
     http_resp_detail(resp, 401, "Missing authorization token");
     return true;
@@ -517,7 +517,7 @@ static void apply_transition(cb_request *c, http_response *resp, const allowlist
     } else if (e) {
         http_resp_detail(resp, 503, "store unavailable, please retry");
     } else {
-        atomic_fetch_add(res.duplicate ? &app->callbacks_duplicate : &app->callbacks_accepted, 1);
+        metrics_callback_result(res.duplicate ? "duplicate" : "accepted");
         LOG_INFO(res.duplicate ? "callback.duplicate" : "callback.accepted", "delivery",
                  f->delivery_id, "repo", c->repo, "run", run_s, "job", f->job_name, "status",
                  f->status, "conclusion", f->conclusion, "check_run",
@@ -538,7 +538,7 @@ void callback_handle(void *ctx, const http_request *req, http_response *resp)
     jv *body = req->body_len ? callback_body_parse(req->body, req->body_len) : jv_new_obj();
     if (!body || !jv_is_obj(body)) {
         jv_free(body);
-        atomic_fetch_add(&app->callbacks_rejected, 1);
+        metrics_callback_result("rejected");
         http_resp_detail(resp, 400, "Invalid JSON body");
         return;
     }
@@ -549,7 +549,7 @@ void callback_handle(void *ctx, const http_request *req, http_response *resp)
                          &id, reason, sizeof(reason));
     if (st != 0) {
         jv_free(body);
-        atomic_fetch_add(&app->callbacks_rejected, 1);
+        metrics_callback_result("rejected");
         LOG_INFO("callback.unauthorized", "reason", reason, NULL);
         http_resp_detail(resp, st, reason[0] ? reason : "Invalid authorization token");
         return;

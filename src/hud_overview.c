@@ -11,6 +11,7 @@
 #include "allowlist_source.h"
 #include "clock.h"
 #include "html.h"
+#include "metrics.h"
 #include "hud_html.h"
 
 typedef struct relay_health {
@@ -42,9 +43,9 @@ static void relay_health_get(crcr_app *app, relay_health *h)
     allowlist_source_status(app->allow, &h->as);
     h->dry_run = app->cfg.dry_run;
     h->started_at = app->started_at;
-    h->webhooks_accepted = atomic_load(&app->webhooks_accepted);
-    h->callbacks_accepted = atomic_load(&app->callbacks_accepted);
-    h->callbacks_rejected = atomic_load(&app->callbacks_rejected);
+    h->webhooks_accepted = metrics_webhook_total("accepted");
+    h->callbacks_accepted = metrics_callback_total("accepted");
+    h->callbacks_rejected = metrics_callback_total("rejected");
 }
 
 static void jw_relay(jw *w, const relay_health *h)

@@ -150,21 +150,6 @@ static crcr_err app_metrics(crcr_app *app, buf_t *b)
         e = metrics_sample(b, "crcr_github_cache_lookups_total", l, (double)caches[i].n);
     }
 
-    /* Callbacks. */
-    if (!e)
-        e = metrics_family(b, "crcr_callbacks_total", "counter",
-                           "Downstream callbacks by outcome.");
-    const struct {
-        const char *result;
-        uint64_t n;
-    } cbs[] = {{"accepted", atomic_load(&app->callbacks_accepted)},
-               {"duplicate", atomic_load(&app->callbacks_duplicate)},
-               {"rejected", atomic_load(&app->callbacks_rejected)}};
-    for (size_t i = 0; i < sizeof(cbs) / sizeof(cbs[0]) && !e; i++) {
-        const char *l[] = {"result", cbs[i].result, NULL};
-        e = metrics_sample(b, "crcr_callbacks_total", l, (double)cbs[i].n);
-    }
-
     /* Allowlist. */
     allowlist_status as;
     memset(&as, 0, sizeof(as));
