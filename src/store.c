@@ -250,3 +250,22 @@ crcr_err store_budget_take(store *st, const char *name, int64_t amount, int64_t 
 {
     return st->ops->budget_take(st, name, amount, limit, expires_at, allowed);
 }
+
+void store_stats_count(store_outbox_stats *out, const char *state, int64_t count,
+                       int64_t oldest_due)
+{
+    if (!state)
+        return;
+    if (strcmp(state, "queued") == 0) {
+        out->queued = count;
+        out->oldest_due = oldest_due;
+    } else if (strcmp(state, "running") == 0) {
+        out->running = count;
+    } else if (strcmp(state, "sent") == 0) {
+        out->sent = count;
+    } else if (strcmp(state, "dry_run") == 0) {
+        out->dry_run = count;
+    } else if (strcmp(state, "dead") == 0) {
+        out->dead = count;
+    }
+}

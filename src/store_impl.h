@@ -73,6 +73,11 @@ struct store {
     const store_ops *ops;
 };
 
+/* Adds one `SELECT state, count(*), min(next_attempt_at) ... GROUP BY state` row to *out (both
+ * backends' outbox statistics). */
+void store_stats_count(store_outbox_stats *out, const char *state, int64_t count,
+                       int64_t oldest_due);
+
 /* Backend constructors: `location` is the URI without its scheme prefix for SQLite
  * ("sqlite:PATH" -> "PATH") and the whole URI for PostgreSQL. */
 crcr_err store_sqlite_open(const char *path, store **out, char *err, size_t errsz);

@@ -1037,19 +1037,7 @@ static crcr_err op_outbox_stats(pgx *x, void *arg)
     for (int i = 0; i < PQntuples(r); i++) {
         const char *state = r_text(r, i, 0);
         int64_t c = r_i64(r, i, 1, 0);
-        if (!state)
-            continue;
-        if (strcmp(state, "queued") == 0) {
-            out->queued = c;
-            out->oldest_due = r_i64(r, i, 2, 0);
-        } else if (strcmp(state, "running") == 0)
-            out->running = c;
-        else if (strcmp(state, "sent") == 0)
-            out->sent = c;
-        else if (strcmp(state, "dry_run") == 0)
-            out->dry_run = c;
-        else if (strcmp(state, "dead") == 0)
-            out->dead = c;
+        store_stats_count(out, state, c, r_i64(r, i, 2, 0));
     }
     PQclear(r);
     return CRCR_OK;

@@ -888,19 +888,7 @@ static crcr_err sq_outbox_stats(store *st, store_outbox_stats *out)
     while (sqlite3_step(q) == SQLITE_ROW) {
         const char *state = col_text(q, 0);
         int64_t c = sqlite3_column_int64(q, 1);
-        if (!state)
-            continue;
-        if (strcmp(state, "queued") == 0) {
-            out->queued = c;
-            out->oldest_due = sqlite3_column_int64(q, 2);
-        } else if (strcmp(state, "running") == 0)
-            out->running = c;
-        else if (strcmp(state, "sent") == 0)
-            out->sent = c;
-        else if (strcmp(state, "dry_run") == 0)
-            out->dry_run = c;
-        else if (strcmp(state, "dead") == 0)
-            out->dead = c;
+        store_stats_count(out, state, c, sqlite3_column_int64(q, 2));
     }
 out:
     sqlite3_finalize(q);
