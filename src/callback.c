@@ -279,7 +279,7 @@ static void check_nightly(cb_request *c)
         snprintf(c->detail, sizeof(c->detail),
                  "nightly/periodic callbacks must have status 'completed', got '%s'", c->f.status);
         c->refusal = 400;
-    } else if ((!ids_sha_valid(c->f.delivery_id) || strlen(c->f.delivery_id) != 40)) {
+    } else if (!ids_sha_valid(c->f.delivery_id) || strlen(c->f.delivery_id) != 40) {
         snprintf(c->detail, sizeof(c->detail),
                  "nightly/periodic callbacks must name the tested commit: delivery_id must be a "
                  "40-character hex sha");
