@@ -52,6 +52,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cpus.h"
 #include "json.h"
 #include "limits.h"
 #include "log.h"
@@ -859,8 +860,7 @@ http_server *http_server_start(const http_server_opts *opts, const http_route *r
         return NULL;
     }
 
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    unsigned threads = opts->threads ? opts->threads : (cpus > 0 ? (unsigned)cpus : 1);
+    unsigned threads = opts->threads ? opts->threads : cpus_available();
     unsigned max_conn =
         fit_fd_limit(opts->max_connections ? opts->max_connections : CRCR_MAX_CONNECTIONS);
     if (max_conn < threads)
