@@ -76,6 +76,9 @@ struct store {
 /* Backend constructors: `location` is the URI without its scheme prefix for SQLite
  * ("sqlite:PATH" -> "PATH") and the whole URI for PostgreSQL. */
 crcr_err store_sqlite_open(const char *path, store **out, char *err, size_t errsz);
+/* store_backup for a SQLite file (store.h). */
+crcr_err store_sqlite_backup(const char *path, const char *dest, int *version, char *err,
+                             size_t errsz);
 crcr_err store_pg_open(const char *uri, long pool, store **out, char *err, size_t errsz);
 
 /* Waits for new outbox rows through the backend's wait_for_work (see above); CRCR_E_INVALID at
