@@ -35,25 +35,16 @@ import sqlite3
 import stat
 import subprocess
 import tempfile
-import time
 import unittest
 
 import relay as R
+from test_dispatch import wait_until
 
 ADMIN_TOKEN = "admin-token-for-operator-e2e-0123456789"
 V1_FIXTURE = os.path.join(str(R.DATA_DIR), "stores", "schema-v1.db")
 V1_TABLES = ("schema_version", "deliveries", "outbox", "kv", "runs", "labels_wanted",
              "rate_hits", "rate_counts", "callback_rejections")
 CURRENT_SCHEMA = 2
-
-
-def wait_until(pred, timeout=15.0, interval=0.05):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v or time.monotonic() >= deadline:
-            return v
-        time.sleep(interval)
 
 
 def clean_env(**extra):
@@ -362,11 +353,11 @@ class AllowlistStrictnessTest(TempDirMixin, unittest.TestCase):
                 self.assertTrue(wait_until(lambda: self.readyz(relay)["allowlist_error"] is None
                                            and self.metric(relay,
                                                            "crcr_allowlist_refresh_failing")
-                                           == 0))
+                                           == 0, 15.0))
                 relay.write_allowlist(text)
                 relay.send_signal(signal.SIGHUP)
                 self.assertTrue(wait_until(
-                    lambda: want in (self.readyz(relay)["allowlist_error"] or "")),
+                    lambda: want in (self.readyz(relay)["allowlist_error"] or ""), 15.0),
                     relay.log_tail())
                 doc = self.readyz(relay)
                 self.assertTrue(doc["ok"])
