@@ -14,6 +14,7 @@
 #include <strings.h>
 
 #include "allowlist_source.h"
+#include "cli.h"
 #include "clock.h"
 #include "config.h"
 #include "github.h"
@@ -744,24 +745,11 @@ static void usage(void)
 /* Loads the allowlist the relay would use; NULL (with a warning) when it cannot. */
 static allowlist *load_allowlist(const crcr_config *cfg, gh_client **gh, allowlist_source **src)
 {
-    if (!cfg->allowlist_file && !cfg->allowlist_url) {
-        fputs("crcr: no ALLOWLIST_FILE or ALLOWLIST_URL: levels come from the runs\n", stderr);
-        return NULL;
-    }
     char err[512] = "";
-    if (!cfg->allowlist_file) {
-        *gh = gh_client_new(cfg, err, sizeof(err));
-        if (!*gh) {
-            fprintf(stderr, "crcr: %s: levels come from the runs\n", err);
-            return NULL;
-        }
-    }
-    *src = allowlist_source_new(cfg, *gh, err, sizeof(err));
-    if (!*src || allowlist_source_load(*src, err, sizeof(err)) != CRCR_OK) {
+    allowlist *al = cli_load_allowlist(cfg, gh, src, err, sizeof(err));
+    if (!al)
         fprintf(stderr, "crcr: allowlist: %s: levels come from the runs\n", err);
-        return NULL;
-    }
-    return allowlist_source_get(*src);
+    return al;
 }
 
 int health_main(int argc, char **argv)
@@ -770,7 +758,15 @@ int health_main(int argc, char **argv)
     int64_t window = HEALTH_WINDOW_DEFAULT_MS;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        if (strcmp(a, "--config") != 0 && strcmp(a, "--format") != 0 && strcmp(a, "--repo") != 0 &&
+            strcmp(a, "--window") != 0) {
+            fprintf(stderr, "crcr health: %s '%s'\n",
+                    a[0] == '-' ? "unknown option" : "unexpected argument", a);
+            usage();
+            return 2;
+        }
         if (i + 1 >= argc) {
+            fprintf(stderr, "crcr health: %s needs a value\n", a);
             usage();
             return 2;
         }
@@ -796,18 +792,15 @@ int health_main(int argc, char **argv)
         return 2;
     }
     crcr_config cfg;
-    char err[512] = "";
-    if (config_load(&cfg, config_file, config_getenv, NULL, err, sizeof(err)) != CRCR_OK) {
-        fprintf(stderr, "crcr: %s\n", err);
+    const char *used = NULL;
+    if (cli_load_config(config_file, &cfg, &used) != 0)
         return 2;
-    }
     log_set_level(CRCR_LOG_WARN);
     store *st = NULL;
-    crcr_err e = store_open_pool(cfg.store_uri, cfg.store_pool, &st, err, sizeof(err));
-    if (e) {
-        fprintf(stderr, "crcr: %s\n", err);
+    int orc = cli_open_store(&cfg, used, &st);
+    if (orc) {
         config_free(&cfg);
-        return e == CRCR_E_CONFIG ? 2 : 1;
+        return orc;
     }
     curl_global_init(CURL_GLOBAL_DEFAULT);
     gh_client *gh = NULL;
@@ -817,7 +810,7 @@ int health_main(int argc, char **argv)
     health_thresholds_from_config(&t, &cfg);
     health_report rep;
     int rc = 1;
-    e = health_report_build(st, al, repo, clock_now_ms(), window, &t, &rep);
+    crcr_err e = health_report_build(st, al, repo, clock_now_ms(), window, &t, &rep);
     if (e) {
         fprintf(stderr, "crcr: health: %s\n", crcr_strerror(e));
     } else {

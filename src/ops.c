@@ -348,6 +348,15 @@ static void admin_show(void *ctx, const http_request *req, http_response *resp)
     jv_free(doc);
 }
 
+/* True when `repo` is on the allowlist in force. */
+static bool repo_listed(crcr_app *app, const char *repo)
+{
+    allowlist *al = allowlist_source_get(app->allow);
+    bool listed = allowlist_level(al, repo) != CRCR_LEVEL_NONE;
+    allowlist_free(al);
+    return listed;
+}
+
 static void admin_redeliver(void *ctx, const http_request *req, http_response *resp)
 {
     crcr_app *app = ctx;
@@ -366,6 +375,12 @@ static void admin_redeliver(void *ctx, const http_request *req, http_response *r
         repo = NULL;
     if (repo && (strlen(repo) >= CRCR_REPO_NAME_MAX || !strchr(repo, '/'))) {
         http_resp_detail(resp, 400, "repo: expected owner/name");
+        return;
+    }
+    const char *force = http_req_query(req, "force");
+    if (repo && !(force && strcmp(force, "1") == 0) && !repo_listed(app, repo)) {
+        http_resp_detail(resp, 422,
+                         "repo is not on the allowlist in force (force=1 redelivers anyway)");
         return;
     }
     int n = 0;

@@ -8,6 +8,7 @@
  *   GET  /api/v1/admin/deliveries?status=&repo=&pr=&limit=   {"deliveries":[...]}
  *   GET  /api/v1/admin/deliveries/{id}                  {"delivery":{...},"outbox":[...]}
  *   POST /api/v1/admin/deliveries/{id}/redeliver?repo=R {"ok":true,"delivery_id":..,"requeued":n}
+ *        (422 when R is not on the allowlist in force, unless &force=1)
  *   GET  /api/v1/admin/trust                            {"pins":[...]} (trust.h)
  *   POST /api/v1/admin/trust/{owner}/{repo}/reset       {"ok":true,"reset":"owner/repo"}
  * The admin routes exist only when CRCR_ADMIN_TOKEN is set (otherwise they answer 404 like any

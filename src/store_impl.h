@@ -81,6 +81,9 @@ void store_stats_count(store_outbox_stats *out, const char *state, int64_t count
 /* Backend constructors: `location` is the URI without its scheme prefix for SQLite
  * ("sqlite:PATH" -> "PATH") and the whole URI for PostgreSQL. */
 crcr_err store_sqlite_open(const char *path, store **out, char *err, size_t errsz);
+/* store_backup for a SQLite file (store.h). */
+crcr_err store_sqlite_backup(const char *path, const char *dest, int *version, char *err,
+                             size_t errsz);
 crcr_err store_pg_open(const char *uri, long pool, store **out, char *err, size_t errsz);
 
 #endif
