@@ -336,35 +336,6 @@ void allowlist_source_set_store(allowlist_source *src, store *st, const char *ow
 /* ---------------------------------------------------------------------------------------- */
 /* Fetching. */
 
-/* Reads at most `max` bytes of `path` into `out`. CRCR_E_IO leaves errno set. */
-static crcr_err read_file_capped(const char *path, size_t max, buf_t *out)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return CRCR_E_IO;
-    char chunk[16384];
-    crcr_err rc = CRCR_OK;
-    while (out->len < max) {
-        ssize_t n = read(fd, chunk, sizeof(chunk));
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            rc = CRCR_E_IO;
-            break;
-        }
-        if (n == 0)
-            break;
-        size_t take = (size_t)n < max - out->len ? (size_t)n : max - out->len;
-        rc = buf_append(out, chunk, take);
-        if (rc)
-            break;
-    }
-    int saved = errno;
-    close(fd);
-    errno = saved;
-    return rc;
-}
-
 /* Appends s percent-encoded: RFC 3986 unreserved characters stay, and '/' too when keep_slash. */
 static crcr_err url_encode(buf_t *out, const char *s, bool keep_slash)
 {
@@ -438,7 +409,7 @@ static fetch_result fetch_file(allowlist_source *src, buf_t *text, crcr_err *rc,
                                size_t whysz)
 {
     /* One byte over the limit, so that the parser reports an oversize file. */
-    *rc = read_file_capped(src->file, CRCR_ALLOWLIST_MAX_BYTES + 1u, text);
+    *rc = buf_read_file(src->file, CRCR_ALLOWLIST_MAX_BYTES + 1u, text);
     if (*rc) {
         snprintf(why, whysz, "%s: cannot read: %s", src->file,
                  *rc == CRCR_E_IO ? strerror(errno) : crcr_strerror(*rc));
