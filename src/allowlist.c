@@ -29,6 +29,7 @@
 #include <unistd.h>
 #include <yaml.h>
 
+#include "ids.h"
 #include "limits.h"
 
 /* Problems recorded per parse; more would only bury the first ones. */
@@ -398,17 +399,6 @@ static void strip_ws(const char **s, size_t *n)
         (*n)--;
 }
 
-static bool owner_char(char ch)
-{
-    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-           ch == '-';
-}
-
-static bool name_char(char ch)
-{
-    return owner_char(ch) || ch == '.' || ch == '_';
-}
-
 /*
  * Normalises a repo as upstream does (strip whitespace, then '/'), then checks GitHub's syntax:
  * owner 1-39 of [A-Za-z0-9-], one '/', name 1-100 of [A-Za-z0-9._-] and not "." or "..".
@@ -440,21 +430,14 @@ static bool normalize_repo(pctx *c, const char *where, const ynode *n, char *out
                 "%s: invalid repo '%s': owner/repo must contain exactly one '/'", where, q);
         return false;
     }
-    bool owner_ok = olen >= 1 && olen <= 39;
-    for (size_t i = 0; owner_ok && i < olen; i++)
-        owner_ok = owner_char(s[i]);
-    if (!owner_ok) {
+    if (!ids_owner_valid(s, olen)) {
         add_err(c, n->line, n->col, false,
                 "%s: invalid repo '%s': the owner must be 1-39 characters of A-Z, a-z, 0-9 and "
                 "'-'",
                 where, q);
         return false;
     }
-    bool name_ok = nlen >= 1 && nlen <= 100 && !(nlen == 1 && name[0] == '.') &&
-                   !(nlen == 2 && name[0] == '.' && name[1] == '.');
-    for (size_t i = 0; name_ok && i < nlen; i++)
-        name_ok = name_char(name[i]);
-    if (!name_ok) {
+    if (!ids_repo_name_valid(name, nlen)) {
         add_err(c, n->line, n->col, false,
                 "%s: invalid repo '%s': the name must be 1-100 characters of A-Z, a-z, 0-9, '.', "
                 "'_' and '-' (and not '.' or '..')",

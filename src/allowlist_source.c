@@ -45,6 +45,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "ids.h"
 #include "json.h"
 #include "limits.h"
 #include "log.h"
@@ -108,12 +109,6 @@ struct allowlist_source {
 
 /* ---------------------------------------------------------------------------------------- */
 /* Blob URL parsing. */
-
-static bool owner_char(char ch)
-{
-    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-           ch == '-';
-}
 
 static int hexval(char ch)
 {
@@ -218,15 +213,7 @@ int allowlist_parse_blob_url(const char *url, char *owner_repo, size_t orsz, cha
         return url_error(err, errsz, url, "the third path part must be 'blob'");
 
     /* owner/repo: GitHub syntax, never percent-encoded. */
-    bool ok = lens[0] >= 1 && lens[0] <= 39 && lens[1] >= 1 && lens[1] <= 100;
-    for (size_t k = 0; ok && k < lens[0]; k++)
-        ok = owner_char(parts[0][k]);
-    for (size_t k = 0; ok && k < lens[1]; k++)
-        ok = owner_char(parts[1][k]) || parts[1][k] == '.' || parts[1][k] == '_';
-    if (ok && ((lens[1] == 1 && parts[1][0] == '.') ||
-               (lens[1] == 2 && parts[1][0] == '.' && parts[1][1] == '.')))
-        ok = false;
-    if (!ok)
+    if (!ids_owner_valid(parts[0], lens[0]) || !ids_repo_name_valid(parts[1], lens[1]))
         return url_error(err, errsz, url, "not a valid owner/repo");
 
     char or_buf[CRCR_REPO_NAME_MAX];
