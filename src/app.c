@@ -2,7 +2,7 @@
  * app.c - `crcr serve`: start-up, the main loop (signals, allowlist refresh, retention) and an
  * orderly shutdown. SIGTERM/SIGINT: stop accepting, let in-flight requests finish, let outbox
  * workers finish the row they hold (others stay queued), close the store, exit 0. SIGHUP: reload
- * the allowlist.
+ * the allowlist and the CI providers map.
  */
 #include "app.h"
 
@@ -18,6 +18,7 @@
 #include "json.h"
 #include "log.h"
 #include "callback.h"
+#include "ci_providers.h"
 #include "hud.h"
 #include "ops.h"
 #include "sweeper.h"
@@ -64,6 +65,19 @@ static void ready_handle(void *ctx, const http_request *req, http_response *resp
         jv_quote(&b, as.last_error, strlen(as.last_error));
     else
         buf_puts(&b, "null");
+    if (app->providers) {
+        /* Only Buildkite callbacks need the map: reported, never a reason to be unready. */
+        allowlist_status ps;
+        allowlist_source_status(app->providers, &ps);
+        buf_printf(&b,
+                   ",\"ci_providers\":%s,\"ci_providers_source\":", ps.loaded ? "true" : "false");
+        jv_quote(&b, ps.source, strlen(ps.source));
+        buf_puts(&b, ",\"ci_providers_error\":");
+        if (ps.last_error[0])
+            jv_quote(&b, ps.last_error, strlen(ps.last_error));
+        else
+            buf_puts(&b, "null");
+    }
     buf_printf(&b, ",\"dry_run\":%s}", app->cfg.dry_run ? "true" : "false");
     http_resp_json(resp, ok ? 200 : 503, buf_cstr(&b));
     buf_free(&b);
@@ -106,6 +120,8 @@ static void app_teardown(crcr_app *app)
     app->ob = NULL;
     allowlist_source_free(app->allow);
     app->allow = NULL;
+    allowlist_source_free(app->providers);
+    app->providers = NULL;
     oidc_free(app->oidc);
     app->oidc = NULL;
     gh_client_free(app->gh);
@@ -202,13 +218,34 @@ int app_serve_main(int argc, char **argv)
         }
         LOG_ERROR("allowlist.unavailable", "error", err, NULL);
     }
-    app->oidc = oidc_new((const char *const *)app->cfg.oidc_issuers, app->cfg.n_oidc_issuers,
-                         app->cfg.oidc_audience, err, sizeof(err));
+    app->providers = ci_providers_source_new(&app->cfg, app->gh, err, sizeof(err));
+    if (!app->providers && err[0]) {
+        fprintf(stderr, "crcr: %s\n", err);
+        rc = 2;
+        goto out;
+    }
+    if (app->providers) {
+        allowlist_source_set_store(app->providers, app->st, owner);
+        if (allowlist_source_load(app->providers, err, sizeof(err)) != CRCR_OK) {
+            if (app->cfg.ci_providers_file) {
+                fprintf(stderr, "crcr: CI_PROVIDERS_FILE: %s\n", err);
+                rc = 2;
+                goto out;
+            }
+            LOG_ERROR("ci_providers.unavailable", "error", err, NULL);
+        }
+    }
+    app->oidc =
+        oidc_new_kinds((const char *const *)app->cfg.oidc_issuers, app->cfg.oidc_issuer_kinds,
+                       app->cfg.n_oidc_issuers, app->cfg.oidc_audience, err, sizeof(err));
     if (!app->oidc) {
         fprintf(stderr, "crcr: CRCR_OIDC_ISSUERS: %s\n", err);
         rc = 2;
         goto out;
     }
+    /* Buildkite tokens name no repository: the map does (none mapped without a map). */
+    oidc_set_resolver(app->oidc, CRCR_ISSUER_BUILDKITE, ci_providers_resolve_buildkite,
+                      app->providers);
     app->ob = outbox_start(&app->cfg, app->st, app->cfg.dry_run ? NULL : app->gh, app->allow, err,
                            sizeof(err));
     if (!app->ob) {
@@ -282,8 +319,10 @@ int app_serve_main(int argc, char **argv)
             g_reload = 0;
             LOG_INFO("allowlist.reload_requested", "signal", "SIGHUP", NULL);
             allowlist_source_reload(app->allow);
+            allowlist_source_reload(app->providers);
         }
         allowlist_source_tick(app->allow, clock_now_ms());
+        allowlist_source_tick(app->providers, clock_now_ms());
         if (clock_mono_ms() >= next_sweep) {
             sweeper_result sr;
             sweeper_run(app, owner, clock_now_ms(), &sr);
