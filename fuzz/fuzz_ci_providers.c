@@ -10,7 +10,7 @@
  *     and a non-empty error text; a map from a document the reader refused is impossible;
  *   - a map: at most CRCR_CI_PROVIDERS_MAX_PIPELINES keys, strictly increasing in byte order,
  *     each "<org>/<pipeline>" with two non-empty printable parts of at most CI_PROVIDERS_ID_MAX
- *     bytes; each maps to an owner/repo that oidc_repo_name_ok() accepts;
+ *     bytes; each maps to an owner/repo that ids_full_name_valid() accepts;
  *   - the check, for the claims {organization_id, pipeline_id} of every key: never 401, 0 with
  *     the mapped repository and pipeline, or 403 with a reason (a rule on an absent claim); for
  *     a pipeline not in the map: 403 "... is not registered with CRCR";
@@ -27,6 +27,7 @@
 #include "buf.h"
 #include "ci_providers.h"
 #include "fuzz_check.h"
+#include "ids.h"
 #include "json.h"
 #include "limits.h"
 #include "oidc.h"
@@ -55,7 +56,7 @@ static void check_key(const ci_providers *m, const char *key)
     org[on] = '\0';
     memcpy(pipe, slash + 1, pn + 1);
     const char *repo = ci_providers_buildkite_repo(m, org, pipe);
-    CHECK(repo && oidc_repo_name_ok(repo, strlen(repo)));
+    CHECK(repo && ids_full_name_valid(repo));
 
     jv *claims = jv_new_obj();
     CHECK(claims);

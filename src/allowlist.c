@@ -814,6 +814,29 @@ static void destroy(allowlist *al)
     free(al);
 }
 
+/* Records an error and returns true when `key` is not one of L1..L4. A typo such as `l1:` or
+ * `L5:` must not turn a list into "0 repos": every top-level key is a level. */
+static bool unknown_key(pctx *c, const ynode *key)
+{
+    if (key->type != YN_SCALAR) {
+        add_err(c, key->line, key->col, false, "a top-level key must be L1, L2, L3 or L4, got a %s",
+                type_name(key));
+        return true;
+    }
+    if (key->len == 2 && key->text[0] == 'L' && key->text[1] >= '1' && key->text[1] <= '4')
+        return false;
+    char q[ALLOWLIST_QUOTE_MAX * 4 + 8];
+    quote(q, sizeof(q), key->text, key->len);
+    if (key->len == 2 && key->text[0] == 'l' && key->text[1] >= '1' && key->text[1] <= '4')
+        add_err(c, key->line, key->col, false,
+                "unknown top-level key '%s': did you mean 'L%c'? (keys are case-sensitive)", q,
+                key->text[1]);
+    else
+        add_err(c, key->line, key->col, false,
+                "unknown top-level key '%s' (the keys are L1, L2, L3 and L4)", q);
+    return true;
+}
+
 /* Walks the root mapping: each of L1..L4 once, in level order. */
 static void validate(pctx *c)
 {
@@ -831,9 +854,9 @@ static void validate(pctx *c)
     const ynode *level_keys[5] = {NULL};
     for (size_t k = root->first; k != NO_NODE; k = c->nodes[c->nodes[k].next].next) {
         const ynode *key = &c->nodes[k];
-        if (key->type != YN_SCALAR)
-            continue; /* not an L-key: ignored like any other key */
         static const char *const names[] = {NULL, "L1", "L2", "L3", "L4"};
+        if (unknown_key(c, key))
+            continue;
         for (int l = 1; l <= 4; l++) {
             if (strcmp(key->text, names[l]) != 0)
                 continue;
@@ -1195,7 +1218,13 @@ static void print_summary(FILE *f, const char *file, const allowlist *al)
 int allowlist_check_main(int argc, char **argv)
 {
     if (argc != 2 || !argv || !argv[0] || strcmp(argv[0], "check") != 0 || !argv[1] ||
-        !argv[1][0]) {
+        !argv[1][0] || argv[1][0] == '-') {
+        if (argc >= 1 && argv && argv[0] && strcmp(argv[0], "check") != 0)
+            fprintf(stderr, "crcr allowlist: unknown verb '%s'\n", argv[0]);
+        else if (argc >= 2 && argv[1][0] == '-')
+            fprintf(stderr, "crcr allowlist check: unknown option '%s'\n", argv[1]);
+        else if (argc > 2)
+            fprintf(stderr, "crcr allowlist check: unexpected argument '%s'\n", argv[2]);
         fputs("usage: crcr allowlist check FILE\n", stderr);
         return 2;
     }

@@ -744,11 +744,30 @@ static void attempt_fetch(allowlist_source *src, attempt *a)
     }
 }
 
+/* A new list with no repository while the one in force has some is refused like a list that
+ * does not parse (an emptied or truncated file, a bad merge): the previous list stays in force
+ * and the reason is in the status. Only a first load may be empty. Caller holds load_lock,
+ * which also guards every change of src->current. */
+static void refuse_emptying(allowlist_source *src, attempt *a)
+{
+    if (a->rc || !a->fresh || allowlist_count(a->fresh) || !src->current ||
+        !allowlist_count(src->current))
+        return;
+    snprintf(a->why, sizeof(a->why),
+             "%.200s: the new allowlist has no repositories, the one in force has %zu: refused "
+             "(restart the relay to start from an empty list)",
+             src->is_file ? src->file : src->path, allowlist_count(src->current));
+    a->rc = CRCR_E_INVALID;
+    allowlist_free(a->fresh);
+    a->fresh = NULL;
+}
+
 /* Puts the attempt's outcome in force and in the status, logs it, and frees what it owned.
  * Caller holds load_lock. */
 static crcr_err attempt_finish(allowlist_source *src, attempt *a, int64_t now, char *err,
                                size_t errsz)
 {
+    refuse_emptying(src, a);
     bool failed = a->rc != CRCR_OK;
     void *old = NULL;
     pthread_mutex_lock(&src->lock);

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ids.h"
 #include "limits.h"
 
 /* Problems reported per parse; more would only bury the first ones. */
@@ -241,7 +242,7 @@ static void take_entry(pstate *p, const char *section, const char *key, const jv
         rules = jv_get(val, "required_claims");
     }
     const char *rs = jv_str(repo);
-    if (!rs || !oidc_repo_name_ok(rs, jv_str_len(repo))) {
+    if (!rs || strlen(rs) != jv_str_len(repo) || !ids_full_name_valid(rs)) {
         perr(p, false, where, "expected owner/repo%s",
              jv_is_obj(val) ? " under repo" : ", or a mapping with repo and required_claims");
         return;

@@ -201,11 +201,12 @@ static const key_def k_keys[K_COUNT] = {
                                          "answer; slower connections are closed."},
     [K_CRCR_STORE_POOL] = {"CRCR_STORE_POOL", "0", false, 0, 256,
                            "PostgreSQL connections per instance (a postgresql:// store). 0: "
-                           "MAX_DISPATCH_WORKERS + one per CPU + 2 (capped at 256), so that no "
-                           "outbox worker waits for a connection while its lease runs. The "
-                           "server needs instances x (pool + 1)."},
+                           "MAX_DISPATCH_WORKERS + HTTP threads + CRCR_HUD_CONCURRENCY + 2 "
+                           "(capped at 256), so that no outbox worker waits for a connection "
+                           "while its lease runs. The server needs instances x (pool + 1)."},
     [K_CRCR_HTTP_THREADS] = {"CRCR_HTTP_THREADS", "0", false, 0, 256,
-                             "Threads serving HTTP requests. 0: 4 per CPU, at least 8. A request "
+                             "Threads serving HTTP requests. 0: 4 per CPU available to the "
+                             "process (affinity and cgroup quota), at least 8. A request "
                              "holds its thread while its webhook is committed; concurrent "
                              "webhooks share one commit, so more threads than CPUs means fewer "
                              "commits under load."},

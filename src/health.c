@@ -14,10 +14,12 @@
 #include <strings.h>
 
 #include "allowlist_source.h"
+#include "cli.h"
 #include "clock.h"
 #include "config.h"
 #include "github.h"
 #include "html.h"
+#include "jw.h"
 
 /* Output buffers: one report is a few hundred bytes per repo. */
 #define HEALTH_OUT_MAX (16u * 1024u * 1024u)
@@ -387,6 +389,18 @@ int health_parse_window(const char *s, int64_t *ms)
     return 0;
 }
 
+void health_window_label(int64_t ms, char *out, size_t n)
+{
+    if (ms % 86400000LL == 0)
+        snprintf(out, n, "%lldd", (long long)(ms / 86400000LL));
+    else if (ms % 3600000LL == 0)
+        snprintf(out, n, "%lldh", (long long)(ms / 3600000LL));
+    else if (ms % 60000LL == 0)
+        snprintf(out, n, "%lldm", (long long)(ms / 60000LL));
+    else
+        snprintf(out, n, "%llds", (long long)(ms / 1000));
+}
+
 /* ---- the report over the store ---- */
 
 typedef struct run_vec {
@@ -547,16 +561,6 @@ void health_report_free(health_report *r)
 
 /* ---- output ---- */
 
-static void window_text(int64_t ms, char *out, size_t n)
-{
-    if (ms % 86400000LL == 0)
-        snprintf(out, n, "%lldd", (long long)(ms / 86400000LL));
-    else if (ms % 3600000LL == 0)
-        snprintf(out, n, "%lldh", (long long)(ms / 3600000LL));
-    else
-        snprintf(out, n, "%llds", (long long)(ms / 1000));
-}
-
 static void pct_text(double v, char *out, size_t n)
 {
     if (v < 0)
@@ -640,7 +644,7 @@ crcr_err health_report_json(const health_report *r, buf_t *out)
 crcr_err health_report_text(const health_report *r, buf_t *out)
 {
     char win[24], since[48], gen[48];
-    window_text(r->window_ms, win, sizeof(win));
+    health_window_label(r->window_ms, win, sizeof(win));
     html_time(r->since, since, sizeof(since));
     html_time(r->generated_at, gen, sizeof(gen));
     crcr_err err = buf_printf(out, "Level health over %s (%s to %s)%s\n\n", win, since, gen,
@@ -682,7 +686,7 @@ crcr_err health_report_text(const health_report *r, buf_t *out)
 crcr_err health_report_md(const health_report *r, buf_t *out)
 {
     char win[24], since[48], gen[48];
-    window_text(r->window_ms, win, sizeof(win));
+    health_window_label(r->window_ms, win, sizeof(win));
     html_time(r->since, since, sizeof(since));
     html_time(r->generated_at, gen, sizeof(gen));
     crcr_err err = buf_printf(out, "**Level health over %s (%s to %s)**\n\n", win, since, gen);
@@ -741,24 +745,11 @@ static void usage(void)
 /* Loads the allowlist the relay would use; NULL (with a warning) when it cannot. */
 static allowlist *load_allowlist(const crcr_config *cfg, gh_client **gh, allowlist_source **src)
 {
-    if (!cfg->allowlist_file && !cfg->allowlist_url) {
-        fputs("crcr: no ALLOWLIST_FILE or ALLOWLIST_URL: levels come from the runs\n", stderr);
-        return NULL;
-    }
     char err[512] = "";
-    if (!cfg->allowlist_file) {
-        *gh = gh_client_new(cfg, err, sizeof(err));
-        if (!*gh) {
-            fprintf(stderr, "crcr: %s: levels come from the runs\n", err);
-            return NULL;
-        }
-    }
-    *src = allowlist_source_new(cfg, *gh, err, sizeof(err));
-    if (!*src || allowlist_source_load(*src, err, sizeof(err)) != CRCR_OK) {
+    allowlist *al = cli_load_allowlist(cfg, gh, src, err, sizeof(err));
+    if (!al)
         fprintf(stderr, "crcr: allowlist: %s: levels come from the runs\n", err);
-        return NULL;
-    }
-    return allowlist_source_get(*src);
+    return al;
 }
 
 int health_main(int argc, char **argv)
@@ -767,7 +758,15 @@ int health_main(int argc, char **argv)
     int64_t window = HEALTH_WINDOW_DEFAULT_MS;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        if (strcmp(a, "--config") != 0 && strcmp(a, "--format") != 0 && strcmp(a, "--repo") != 0 &&
+            strcmp(a, "--window") != 0) {
+            fprintf(stderr, "crcr health: %s '%s'\n",
+                    a[0] == '-' ? "unknown option" : "unexpected argument", a);
+            usage();
+            return 2;
+        }
         if (i + 1 >= argc) {
+            fprintf(stderr, "crcr health: %s needs a value\n", a);
             usage();
             return 2;
         }
@@ -793,18 +792,15 @@ int health_main(int argc, char **argv)
         return 2;
     }
     crcr_config cfg;
-    char err[512] = "";
-    if (config_load(&cfg, config_file, config_getenv, NULL, err, sizeof(err)) != CRCR_OK) {
-        fprintf(stderr, "crcr: %s\n", err);
+    const char *used = NULL;
+    if (cli_load_config(config_file, &cfg, &used) != 0)
         return 2;
-    }
     log_set_level(CRCR_LOG_WARN);
     store *st = NULL;
-    crcr_err e = store_open_pool(cfg.store_uri, cfg.store_pool, &st, err, sizeof(err));
-    if (e) {
-        fprintf(stderr, "crcr: %s\n", err);
+    int orc = cli_open_store(&cfg, used, &st);
+    if (orc) {
         config_free(&cfg);
-        return e == CRCR_E_CONFIG ? 2 : 1;
+        return orc;
     }
     curl_global_init(CURL_GLOBAL_DEFAULT);
     gh_client *gh = NULL;
@@ -814,7 +810,7 @@ int health_main(int argc, char **argv)
     health_thresholds_from_config(&t, &cfg);
     health_report rep;
     int rc = 1;
-    e = health_report_build(st, al, repo, clock_now_ms(), window, &t, &rep);
+    crcr_err e = health_report_build(st, al, repo, clock_now_ms(), window, &t, &rep);
     if (e) {
         fprintf(stderr, "crcr: health: %s\n", crcr_strerror(e));
     } else {

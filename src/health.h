@@ -159,6 +159,9 @@ void health_classify(const health_stats *s, crcr_level level, const health_thres
 /* Parses a window such as "7d", "36h", "90m" or "3600s" into ms within
  * [HEALTH_WINDOW_MIN_MS, HEALTH_WINDOW_MAX_MS]. 0 on success, -1 otherwise. */
 int health_parse_window(const char *s, int64_t *ms);
+/* A window as health_parse_window reads it, in its largest exact unit: "7d", "36h", "90m" or
+ * "5430s". Used by the HUD's pages and the text reports alike. */
+void health_window_label(int64_t ms, char *out, size_t n);
 
 /* One repo of a report. */
 typedef struct health_entry {

@@ -38,6 +38,7 @@
 #include "http_server.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -52,6 +53,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cpus.h"
 #include "json.h"
 #include "limits.h"
 #include "log.h"
@@ -63,6 +65,8 @@
  * which answers crcr's JSON 431; only header blocks past about half of this (~128 KiB) are refused
  * by libmicrohttpd itself, with its own short HTML 431 body. MHD maps the pool lazily. */
 #define HTTP_CONNECTION_MEMORY (256u * 1024u)
+/* Connections the kernel queues before accept. */
+#define HTTP_LISTEN_BACKLOG 1024
 /* How often the reaper looks for requests past their deadline. */
 #define HTTP_REAPER_TICK_MS 250
 /* At most one log line about reaped connections per this many ms (an attack must not flood the
@@ -782,6 +786,53 @@ __attribute__((format(printf, 2, 0))) static void mhd_log(void *cls, const char 
     LOG_DEBUG("http.mhd", "msg", msg, NULL);
 }
 
+/*
+ * Opens the listening socket itself, so that a failure says why (MHD only logs it, at debug
+ * level) and so that its options are ours: SO_REUSEADDR, which lets a restarted relay bind while
+ * connections of its predecessor are in TIME_WAIT, and never SO_REUSEPORT, with which a second
+ * relay would bind the same port and take half of the connections. Returns the socket, or -1
+ * with "cannot listen on HOST:PORT: <step>: <strerror>" in err.
+ */
+static int open_listener(const struct sockaddr_storage *ss, socklen_t len, const char *host,
+                         int port, char *err, size_t errsz)
+{
+    const char *step = "socket";
+    int fd = socket(ss->ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    int on = 1;
+    if (fd >= 0) {
+        step = "setsockopt";
+        if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on)) == 0 &&
+            (ss->ss_family != AF_INET6 ||
+             setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &on, sizeof(on)) == 0)) {
+            step = "bind";
+            if (bind(fd, (const struct sockaddr *)ss, len) == 0) {
+                step = "listen";
+                if (listen(fd, HTTP_LISTEN_BACKLOG) == 0)
+                    return fd;
+            }
+        }
+    }
+    int saved = errno;
+    if (fd >= 0)
+        close(fd);
+    snprintf(err, errsz, "cannot listen on %s:%d: %s: %s", host, port, step, strerror(saved));
+    return -1;
+}
+
+/* The port `fd` is bound to (the one the OS chose for port 0), or `fallback`. */
+static int bound_port(int fd, int fallback)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+    if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0)
+        return fallback;
+    if (ss.ss_family == AF_INET)
+        return ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    if (ss.ss_family == AF_INET6)
+        return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+    return fallback;
+}
+
 /* Frees a server that never started MHD or whose daemon is stopped. */
 static void server_free(http_server *srv)
 {
@@ -841,6 +892,7 @@ http_server *http_server_start(const http_server_opts *opts, const http_route *r
 
     struct sockaddr_storage ss;
     memset(&ss, 0, sizeof(ss));
+    socklen_t ss_len = sizeof(struct sockaddr_in);
     unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC |
                          MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
     struct sockaddr_in *sin = (struct sockaddr_in *)&ss;
@@ -852,6 +904,7 @@ http_server *http_server_start(const http_server_opts *opts, const http_route *r
     } else if (inet_pton(AF_INET6, host, &sin6->sin6_addr) == 1) {
         sin6->sin6_family = AF_INET6;
         sin6->sin6_port = htons((uint16_t)opts->port);
+        ss_len = sizeof(struct sockaddr_in6);
         flags |= MHD_USE_IPv6;
     } else {
         snprintf(err, errsz, "CRCR_LISTEN: '%s' is not a numeric IP address", host);
@@ -859,8 +912,7 @@ http_server *http_server_start(const http_server_opts *opts, const http_route *r
         return NULL;
     }
 
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    unsigned threads = opts->threads ? opts->threads : (cpus > 0 ? (unsigned)cpus : 1);
+    unsigned threads = opts->threads ? opts->threads : cpus_available();
     unsigned max_conn =
         fit_fd_limit(opts->max_connections ? opts->max_connections : CRCR_MAX_CONNECTIONS);
     if (max_conn < threads)
@@ -877,24 +929,34 @@ http_server *http_server_start(const http_server_opts *opts, const http_route *r
             return NULL;
         }
     }
+    int lfd = open_listener(&ss, ss_len, host, opts->port, err, errsz);
+    if (lfd < 0) {
+        server_free(srv);
+        return NULL;
+    }
+    int port = bound_port(lfd, opts->port);
     if (!pool_start(srv, off_threads, off_queue)) {
         pool_stop(srv);
+        close(lfd);
         snprintf(err, errsz, "cannot start the offload threads");
         server_free(srv);
         return NULL;
     }
-    srv->d = MHD_start_daemon(
-        flags, (uint16_t)opts->port, NULL, NULL, on_request, srv, MHD_OPTION_SOCK_ADDR,
-        (struct sockaddr *)&ss, MHD_OPTION_THREAD_POOL_SIZE, threads,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_CONNECTION_MEMORY,
-        MHD_OPTION_CONNECTION_LIMIT, max_conn, MHD_OPTION_CONNECTION_TIMEOUT,
-        opts->idle_timeout_s ? opts->idle_timeout_s : CRCR_IDLE_TIMEOUT_S,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv, MHD_OPTION_NOTIFY_CONNECTION, on_connection,
-        srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u,
-        MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u, MHD_OPTION_END);
+    srv->d = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, on_request, srv,
+                              MHD_OPTION_LISTEN_SOCKET, lfd, MHD_OPTION_THREAD_POOL_SIZE, threads,
+                              MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_CONNECTION_MEMORY,
+                              MHD_OPTION_CONNECTION_LIMIT, max_conn, MHD_OPTION_CONNECTION_TIMEOUT,
+                              opts->idle_timeout_s ? opts->idle_timeout_s : CRCR_IDLE_TIMEOUT_S,
+                              MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
+                              MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv,
+                              MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
     if (!srv->d) {
+        /* lfd is not closed here: whether MHD closed it on its way out is not documented, and
+         * closing a number another thread may have reused would be worse than a descriptor
+         * kept until the exit that follows a failed start. */
         pool_stop(srv);
-        snprintf(err, errsz, "cannot listen on %s:%d", host, opts->port);
+        snprintf(err, errsz, "cannot start the HTTP server on %s:%d (CRCR_LOG=debug shows why)",
+                 host, port);
         server_free(srv);
         return NULL;
     }
@@ -907,8 +969,7 @@ http_server *http_server_start(const http_server_opts *opts, const http_route *r
         return NULL;
     }
     srv->reaper_running = true;
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(srv->d, MHD_DAEMON_INFO_BIND_PORT);
-    srv->port = info ? info->port : opts->port;
+    srv->port = port;
     return srv;
 }
 

@@ -386,7 +386,8 @@ static bool repo_char_ok(char c)
            c == '_' || c == '.';
 }
 
-bool oidc_repo_name_ok(const char *s, size_t n)
+/* True for "owner/repo" with GitHub's lengths and characters. */
+static bool repo_name_ok(const char *s, size_t n)
 {
     const char *slash = memchr(s, '/', n);
     if (!slash)
@@ -480,7 +481,7 @@ static const char *check_common(const jv *claims, const char *audience, int64_t 
 static const char *github_identity(const jv *claims, oidc_identity *id)
 {
     const char *rs = bounded_str(jv_get(claims, "repository"), sizeof(id->repository) - 1);
-    if (!rs || !oidc_repo_name_ok(rs, strlen(rs)))
+    if (!rs || !repo_name_ok(rs, strlen(rs)))
         return R_REPO;
     memcpy(id->repository, rs, strlen(rs) + 1);
     if (!copy_claim(jv_get(claims, "repository_id"), id->repository_id, sizeof(id->repository_id),
@@ -511,7 +512,7 @@ static int check_kind(const oidc_verifier *v, crcr_issuer_kind kind, const jv *c
         status = v->resolver[kind](v->resolver_ctx[kind], claims, &id, rwhy, sizeof(rwhy));
         id.kind = kind;
         size_t rn = strnlen(id.repository, sizeof(id.repository));
-        if (status == 0 && (rn == sizeof(id.repository) || !oidc_repo_name_ok(id.repository, rn))) {
+        if (status == 0 && (rn == sizeof(id.repository) || !repo_name_ok(id.repository, rn))) {
             status = 500; /* a resolver that names no repository is a bug: refuse */
             snprintf(rwhy, sizeof(rwhy), "%s", R_INTERNAL);
         }

@@ -145,9 +145,6 @@ bool oidc_token_present(const char *authorization);
 int oidc_verify(oidc_verifier *v, const char *authorization, int64_t now_s, oidc_identity *out,
                 char *reason, size_t reasonsz);
 
-/* True for "owner/repo" of s[0..n) with GitHub's lengths (39/100) and characters. */
-bool oidc_repo_name_ok(const char *s, size_t n);
-
 /**
  * Reads the counters: JWKS documents fetched over HTTP (successful or not), tokens accepted and
  * tokens rejected. Any pointer may be NULL.

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cli.h"
 #include "clock.h"
 #include "config.h"
 #include "json.h"
@@ -65,6 +66,9 @@ int trust_main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--config") == 0 && i + 1 < argc) {
             file = argv[++i];
+        } else if (strcmp(argv[i], "--config") == 0) {
+            fprintf(stderr, "crcr trust: --config needs a value\n%s", USAGE);
+            return 2;
         } else if (argv[i][0] == '-') {
             fprintf(stderr, "crcr trust: unknown option '%s'\n%s", argv[i], USAGE);
             return 2;
@@ -86,19 +90,17 @@ int trust_main(int argc, char **argv)
         return 2;
     }
     crcr_config cfg;
-    char err[512] = "";
-    if (config_load(&cfg, file, config_getenv, NULL, err, sizeof(err)) != CRCR_OK) {
-        fprintf(stderr, "crcr: %s\n", err);
+    const char *used = NULL;
+    if (cli_load_config(file, &cfg, &used) != 0)
         return 2;
-    }
     store *st = NULL;
-    crcr_err e = store_open_existing(cfg.store_uri, cfg.store_pool, &st, err, sizeof(err));
-    if (e) {
-        fprintf(stderr, "crcr: %s\n", err);
+    int orc = cli_open_store(&cfg, used, &st);
+    if (orc) {
         config_free(&cfg);
-        return 2;
+        return orc;
     }
     int rc = 0;
+    crcr_err e;
     if (list) {
         e = store_identity_list(st, print_pin, NULL);
     } else {

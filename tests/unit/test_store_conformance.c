@@ -1620,8 +1620,7 @@ static void identity_pin_holds_the_first_ids_of_a_name(void **state)
     store *st = *state;
     store_pin_outcome o = STORE_PIN_MATCH;
     pin_seen seen = {0};
-    assert_int_equal(store_identity_pin(st, "a/one", "", "", 900, &o, on_pin_seen, &seen),
-                     CRCR_OK);
+    assert_int_equal(store_identity_pin(st, "a/one", "", "", 900, &o, on_pin_seen, &seen), CRCR_OK);
     assert_int_equal(o, STORE_PIN_NONE); /* no ids, no pin: nothing recorded */
     assert_int_equal(store_identity_pin(st, "a/one", "111", "222", 1000, &o, on_pin_seen, &seen),
                      CRCR_OK);
