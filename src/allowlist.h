@@ -71,6 +71,8 @@ const char *crcr_level_name(crcr_level level);
 
 /* Number of entries, and the i-th in level order (L1..L4), file order within a level. */
 size_t allowlist_count(const allowlist *al);
+/* Number of L3 devices. */
+size_t allowlist_device_count(const allowlist *al);
 const allowlist_entry *allowlist_at(const allowlist *al, size_t i);
 
 /* The entry for `repo` (case-insensitive), or NULL. */
@@ -94,9 +96,5 @@ const char *allowlist_repo_device(const allowlist *al, const char *repo);
 /* L4: true. L3: true iff "ciflow/crcr/<device>" is among `labels`. Otherwise false. */
 bool allowlist_needs_check_run(const allowlist *al, const char *repo, const char *const *labels,
                                size_t n_labels);
-
-/* `crcr allowlist check FILE`: prints a summary and returns 0, or prints "FILE:LINE:COL: msg"
- * lines to stderr and returns 1 (2 for usage errors). */
-int allowlist_check_main(int argc, char **argv);
 
 #endif

@@ -45,6 +45,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "ids.h"
 #include "json.h"
 #include "limits.h"
 #include "log.h"
@@ -111,12 +112,6 @@ struct allowlist_source {
 
 /* ---------------------------------------------------------------------------------------- */
 /* Blob URL parsing. */
-
-static bool owner_char(char ch)
-{
-    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-           ch == '-';
-}
 
 static int hexval(char ch)
 {
@@ -224,15 +219,7 @@ static int parse_blob_url(const char *var, const char *url, char *owner_repo, si
         return url_error(var, err, errsz, url, "the third path part must be 'blob'");
 
     /* owner/repo: GitHub syntax, never percent-encoded. */
-    bool ok = lens[0] >= 1 && lens[0] <= 39 && lens[1] >= 1 && lens[1] <= 100;
-    for (size_t k = 0; ok && k < lens[0]; k++)
-        ok = owner_char(parts[0][k]);
-    for (size_t k = 0; ok && k < lens[1]; k++)
-        ok = owner_char(parts[1][k]) || parts[1][k] == '.' || parts[1][k] == '_';
-    if (ok && ((lens[1] == 1 && parts[1][0] == '.') ||
-               (lens[1] == 2 && parts[1][0] == '.' && parts[1][1] == '.')))
-        ok = false;
-    if (!ok)
+    if (!ids_owner_valid(parts[0], lens[0]) || !ids_repo_name_valid(parts[1], lens[1]))
         return url_error(var, err, errsz, url, "not a valid owner/repo");
 
     char or_buf[CRCR_REPO_NAME_MAX];
@@ -391,35 +378,6 @@ void allowlist_source_set_store(allowlist_source *src, store *st, const char *ow
 /* ---------------------------------------------------------------------------------------- */
 /* Fetching. */
 
-/* Reads at most `max` bytes of `path` into `out`. CRCR_E_IO leaves errno set. */
-static crcr_err read_file_capped(const char *path, size_t max, buf_t *out)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return CRCR_E_IO;
-    char chunk[16384];
-    crcr_err rc = CRCR_OK;
-    while (out->len < max) {
-        ssize_t n = read(fd, chunk, sizeof(chunk));
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            rc = CRCR_E_IO;
-            break;
-        }
-        if (n == 0)
-            break;
-        size_t take = (size_t)n < max - out->len ? (size_t)n : max - out->len;
-        rc = buf_append(out, chunk, take);
-        if (rc)
-            break;
-    }
-    int saved = errno;
-    close(fd);
-    errno = saved;
-    return rc;
-}
-
 /* Appends s percent-encoded: RFC 3986 unreserved characters stay, and '/' too when keep_slash. */
 static crcr_err url_encode(buf_t *out, const char *s, bool keep_slash)
 {
@@ -493,7 +451,7 @@ static fetch_result fetch_file(allowlist_source *src, buf_t *text, crcr_err *rc,
                                size_t whysz)
 {
     /* One byte over the limit, so that the parser reports an oversize file. */
-    *rc = read_file_capped(src->file, src->kind->max_bytes + 1u, text);
+    *rc = buf_read_file(src->file, src->kind->max_bytes + 1u, text);
     if (*rc) {
         snprintf(why, whysz, "%s: cannot read: %s", src->file,
                  *rc == CRCR_E_IO ? strerror(errno) : crcr_strerror(*rc));

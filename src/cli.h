@@ -48,4 +48,14 @@ int cli_open_store(const crcr_config *cfg, const char *used, store **out);
 allowlist *cli_load_allowlist(const crcr_config *cfg, gh_client **gh, allowlist_source **src,
                               char *err, size_t errsz);
 
+/* ---- the commands (main.c calls them with the arguments after the command's name) ---- */
+
+/* `crcr allowlist check FILE` (cli_allowlist.c): prints a summary and returns 0, or prints
+ * "FILE:LINE:COL: msg" lines to stderr and returns 1 (2 for usage errors). */
+int allowlist_check_main(int argc, char **argv);
+/* `crcr health [--window W] [--format text|md|json] [--repo R] [--config F]` (cli_health.c). */
+int health_main(int argc, char **argv);
+/* `crcr trust list|reset OWNER/REPO [--config F]` (cli_trust.c). */
+int trust_main(int argc, char **argv);
+
 #endif

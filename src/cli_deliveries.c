@@ -6,8 +6,8 @@
  *   crcr deliveries redeliver ID [--repo R [--force]]
  *   ... --url https://relay.example [--token T]   (token default: CRCR_ADMIN_TOKEN)
  * `show --format json` prints {"delivery":{...},"outbox":[{...,"body":"<request body>"}]} and
- * `list --format json` an array of deliveries, the same documents in both modes (delivery_doc.h builds
- * them). The admin API is reached over http_client.h: https, or http to a loopback host only
+ * `list --format json` an array of deliveries, the same documents in both modes (delivery_doc.h
+ * builds them). The admin API is reached over http_client.h: https, or http to a loopback host only
  * (config_url_allowed), so the admin token never crosses a network in the clear.
  *
  * The local store is opened with cli_open_store: a mistyped or missing configuration ends with

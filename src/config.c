@@ -26,6 +26,7 @@
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 
+#include "ids.h"
 #include "limits.h"
 
 /* A --config file is a few dozen lines; a PEM written on one line is ~2.5 KB. */
@@ -750,23 +751,6 @@ static bool app_id_valid(const char *id)
     return true;
 }
 
-/* owner/repo as GitHub allows them: owner [A-Za-z0-9-], repo [A-Za-z0-9._-]. */
-static bool repo_name_valid(const char *s)
-{
-    const char *slash = strchr(s, '/');
-    if (!slash || slash == s || !slash[1] || strlen(s) >= CRCR_REPO_NAME_MAX)
-        return false;
-    for (const char *c = s; c < slash; c++)
-        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
-              *c == '-'))
-            return false;
-    for (const char *c = slash + 1; *c; c++)
-        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
-              *c == '-' || *c == '.' || *c == '_'))
-            return false;
-    return strcmp(slash + 1, ".") != 0 && strcmp(slash + 1, "..") != 0;
-}
-
 /* CRCR_LISTEN: IPV4:PORT, [IPV6]:PORT or localhost:PORT (which listens on 127.0.0.1). */
 static crcr_err take_listen(const raw_values *raw, crcr_config *cfg, char *err, size_t errsz)
 {
@@ -1032,7 +1016,7 @@ static crcr_err fill(raw_values *raw, crcr_config *cfg, char *err, size_t errsz)
     /* Upstream variables. */
     if ((e = take_string(raw, K_UPSTREAM_REPO, &cfg->upstream_repo, err, errsz)))
         return e;
-    if (!repo_name_valid(cfg->upstream_repo)) {
+    if (!ids_full_name_valid(cfg->upstream_repo)) {
         char q[CONFIG_QUOTE_MAX + 4];
         quote_value(cfg->upstream_repo, q);
         return fail(err, errsz, "UPSTREAM_REPO: expected OWNER/REPO: '%s'", q);

@@ -203,8 +203,4 @@ crcr_err health_report_json(const health_report *r, buf_t *out);
 /* Appends one entry as a JSON object (shared with the HUD's API). */
 crcr_err health_entry_json(const health_entry *e, buf_t *out);
 
-/* `crcr health [--window 7d] [--format text|md|json] [--config FILE] [--repo R]`; argv[0] is
- * "health". Returns 0, 1 (store/allowlist failure) or 2 (usage). */
-int health_main(int argc, char **argv);
-
 #endif

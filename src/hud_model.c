@@ -12,6 +12,7 @@
 #include "allowlist.h"
 #include "clock.h"
 #include "html.h"
+#include "ids.h"
 #include "limits.h"
 #include "log.h"
 
@@ -27,10 +28,8 @@ static void html_response_headers(http_response *resp)
     http_resp_header(resp, "Cache-Control", "no-store");
 }
 
-/* Path and query inputs: GitHub's owner (39) and repository name (100) lengths, PR numbers of
- * up to 10 digits, integer query values of up to 12 characters. */
-#define HUD_OWNER_MAX 39u
-#define HUD_NAME_MAX 100u
+/* Path and query inputs (owner/repo names by ids.h's rules): PR numbers of up to 10 digits,
+ * integer query values of up to 12 characters. */
 #define HUD_PR_DIGITS_MAX 10u
 #define HUD_INT_PARAM_MAX 12u
 
@@ -107,30 +106,13 @@ int hud_query_int(const http_request *req, const char *name, long min, long max,
     return hud_int_arg(http_req_query(req, name), min, max, dflt, out);
 }
 
-static bool repo_segment_ok(const char *s, size_t n, size_t max)
-{
-    if (n == 0 || n > max)
-        return false;
-    if (n == 1 && s[0] == '.')
-        return false;
-    if (n == 2 && s[0] == '.' && s[1] == '.')
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '-' || c == '_' || c == '.'))
-            return false;
-    }
-    return true;
-}
-
 bool hud_parse_repo(const char *s, size_t n, char *out, size_t outsz)
 {
     const char *slash = memchr(s, '/', n);
     if (!slash || n >= outsz)
         return false;
     size_t on = (size_t)(slash - s), rn = n - on - 1;
-    if (!repo_segment_ok(s, on, HUD_OWNER_MAX) || !repo_segment_ok(slash + 1, rn, HUD_NAME_MAX))
+    if (!ids_owner_valid(s, on) || !ids_repo_name_valid(slash + 1, rn))
         return false;
     memcpy(out, s, n);
     out[n] = '\0';

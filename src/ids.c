@@ -33,7 +33,7 @@ bool ids_owner_valid(const char *s, size_t n)
     if (n == 0 || n > 39)
         return false;
     for (size_t i = 0; i < n; i++) {
-        if (!alnum(s[i]) && s[i] != '-' && s[i] != '_')
+        if (!alnum(s[i]) && s[i] != '-')
             return false;
     }
     return true;

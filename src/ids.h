@@ -12,8 +12,8 @@
  * [A-Za-z0-9-_.:]. Also the form of a nightly report's id (a sha). */
 bool ids_delivery_valid(const char *id);
 
-/* A GitHub owner: 1-39 characters of [A-Za-z0-9-] (GitHub refuses others in new names; old
- * accounts may have a '_' or start or end with '-', so those are accepted too). */
+/* A GitHub owner (user or organisation): 1-39 characters of [A-Za-z0-9-] (upstream's allowlist
+ * rule; GitHub allows nothing else). */
 bool ids_owner_valid(const char *s, size_t n);
 
 /* A GitHub repository name: 1-100 characters of [A-Za-z0-9._-], not "." or "..". */

@@ -6,6 +6,7 @@
 
 #include "allowlist.h"
 #include "app.h"
+#include "cli.h"
 #include "cli_deliveries.h"
 #include "cli_store.h"
 #include "config.h"

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "allowlist.h"
+#include "cli.h"
 #include "limits.h"
 
 /* ---------------------------------------------------------------------------------------- */
