@@ -267,19 +267,9 @@ int allowlist_parse_blob_url(const char *url, char *owner_repo, size_t orsz, cha
 /* Life cycle. */
 
 /* The allowlist as a document kind. */
-DOC_KIND_FUNCTIONS(al, allowlist, allowlist_parse, allowlist_ref, allowlist_free, allowlist_count)
-
-static const doc_kind ALLOWLIST_KIND = {
-    .name = "allowlist",
-    .file_var = "ALLOWLIST_FILE",
-    .url_var = "ALLOWLIST_URL",
-    .count_name = "repos",
-    .max_bytes = CRCR_ALLOWLIST_MAX_BYTES,
-    .parse = al_parse,
-    .ref = al_ref,
-    .unref = al_unref,
-    .count = al_count,
-};
+DOC_KIND_DEFINE(ALLOWLIST_KIND, "allowlist", "ALLOWLIST_FILE", "ALLOWLIST_URL", "repos",
+                CRCR_ALLOWLIST_MAX_BYTES, allowlist, allowlist_parse, allowlist_ref, allowlist_free,
+                allowlist_count);
 
 /* "<kind>.<what>", the name of a log event, in `buf`. */
 static const char *event_name(const allowlist_source *src, const char *what, char *buf, size_t n)

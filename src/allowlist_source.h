@@ -81,29 +81,40 @@ int allowlist_parse_blob_url(const char *url, char *owner_repo, size_t orsz, cha
 allowlist_source *allowlist_source_new(const crcr_config *cfg, gh_client *gh, char *err,
                                        size_t errsz);
 
-/* Defines the functions of a doc_kind over a typed API: <prefix>_parse, _ref, _unref and _count
- * calling parse_fn(text, len, type **, errors), ref_fn(type *), unref_fn(type *) and
- * count_fn(const type *). */
-#define DOC_KIND_FUNCTIONS(prefix, type, parse_fn, ref_fn, unref_fn, count_fn)                     \
-    static crcr_err prefix##_parse(const char *text, size_t len, void **out, buf_t *errors)        \
+/* Defines `static const doc_kind var` named `name` (file_var, url_var, count_name, max_bytes as
+ * in doc_kind) over a typed API: parse_fn(text, len, type **, errors), ref_fn(type *),
+ * unref_fn(type *), count_fn(const type *), through four functions <var>_parse, _ref, _unref and
+ * _count it defines too. */
+#define DOC_KIND_DEFINE(var, name_, file_var_, url_var_, count_name_, max_bytes_, type, parse_fn,  \
+                        ref_fn, unref_fn, count_fn)                                                \
+    static crcr_err var##_parse(const char *text, size_t len, void **out, buf_t *errors)           \
     {                                                                                              \
         type *doc = NULL;                                                                          \
         crcr_err rc = parse_fn(text, len, &doc, errors);                                           \
         *out = doc;                                                                                \
         return rc;                                                                                 \
     }                                                                                              \
-    static void *prefix##_ref(void *doc)                                                           \
+    static void *var##_ref(void *doc)                                                              \
     {                                                                                              \
         return ref_fn(doc);                                                                        \
     }                                                                                              \
-    static void prefix##_unref(void *doc)                                                          \
+    static void var##_unref(void *doc)                                                             \
     {                                                                                              \
         unref_fn(doc);                                                                             \
     }                                                                                              \
-    static size_t prefix##_count(const void *doc)                                                  \
+    static size_t var##_count(const void *doc)                                                     \
     {                                                                                              \
         return count_fn(doc);                                                                      \
-    }
+    }                                                                                              \
+    static const doc_kind var = {.name = name_,                                                    \
+                                 .file_var = file_var_,                                            \
+                                 .url_var = url_var_,                                              \
+                                 .count_name = count_name_,                                        \
+                                 .max_bytes = max_bytes_,                                          \
+                                 .parse = var##_parse,                                             \
+                                 .ref = var##_ref,                                                 \
+                                 .unref = var##_unref,                                             \
+                                 .count = var##_count}
 
 /* Creates a source of `kind` (which must outlive it) from `file` (wins) or `url` (a GitHub blob
  * URL), refreshed every cfg->allowlist_ttl_s; cfg and gh as for allowlist_source_new(), whose

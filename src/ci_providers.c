@@ -504,20 +504,9 @@ int ci_providers_resolve_buildkite(void *ctx, const jv *claims, oidc_identity *i
 /* ---------------------------------------------------------------------------------------- */
 /* The source. */
 
-DOC_KIND_FUNCTIONS(kind, ci_providers, ci_providers_parse, ci_providers_ref, ci_providers_free,
-                   ci_providers_count)
-
-static const doc_kind CI_PROVIDERS_KIND = {
-    .name = "ci_providers",
-    .file_var = "CI_PROVIDERS_FILE",
-    .url_var = "CI_PROVIDERS_URL",
-    .count_name = "pipelines",
-    .max_bytes = CRCR_CI_PROVIDERS_MAX_BYTES,
-    .parse = kind_parse,
-    .ref = kind_ref,
-    .unref = kind_unref,
-    .count = kind_count,
-};
+DOC_KIND_DEFINE(CI_PROVIDERS_KIND, "ci_providers", "CI_PROVIDERS_FILE", "CI_PROVIDERS_URL",
+                "pipelines", CRCR_CI_PROVIDERS_MAX_BYTES, ci_providers, ci_providers_parse,
+                ci_providers_ref, ci_providers_free, ci_providers_count);
 
 /* Owner: the caller frees the source with allowlist_source_free(). */
 doc_source *ci_providers_source_new(const crcr_config *cfg, gh_client *gh, char *err, size_t errsz)

@@ -280,6 +280,9 @@ class ProvidersReloadTest(BuildkiteMixin, unittest.TestCase):
         self.wait_pipelines(2)
         self.assertTrue(wait_until(lambda: metric(
             self.s.relay, "crcr_ci_providers_refresh_failing") == 0), self.diag())
+        # Every map swapped out was freed (a sanitizer build reports leaks at exit): checked
+        # after tearDown, which wants the relay alive.
+        self.addCleanup(R.check_clean_exit, self, self.s.relay)
 
 
 PROVIDERS_REPO = "pytorch/test-infra"
@@ -298,9 +301,11 @@ class ProvidersUrlTest(BuildkiteMixin, unittest.TestCase):
 
     def own(self, text):
         files = {(PROVIDERS_REPO, PROVIDERS_PATH, "main"): text} if text is not None else {}
-        return self.own_stack(buildkite_issuers=1, gh_files=files,
-                              env={"CI_PROVIDERS_URL": PROVIDERS_URL,
-                                   "ALLOWLIST_TTL_SECONDS": str(TTL_S)})
+        s = self.own_stack(buildkite_issuers=1, gh_files=files,
+                           env={"CI_PROVIDERS_URL": PROVIDERS_URL,
+                                "ALLOWLIST_TTL_SECONDS": str(TTL_S)})
+        self.addCleanup(R.check_clean_exit, self, s.relay)  # runs before the stack's close
+        return s
 
     def contents_requests(self):
         return self.s.gh.requests(method="GET", path_re=r"^/repos/pytorch/test-infra/contents/")
@@ -462,6 +467,26 @@ class BuildkiteReportTest(BuildkiteMixin, unittest.TestCase):
                           cell["workflow"], cell["details_url"]),
                          ("success", 4242, 2, ":pytorch: nightly", "vllm-ci", BUILD_URL))
         self.assertEqual(cell["tests"]["passed"], 9)
+
+    def test_crcr_report_of_a_pr_build_from_client_payload_and_exit_status(self):
+        pr = self.open_pr(repos=[L4])
+        agent_dir, args = self.agent(self.bk_token(PIPE_L4, build_branch="main"))
+        payload = json.dumps(pr.cp(L4))
+        p = self.report(["--status", "in_progress"], agent_dir, CLIENT_PAYLOAD=payload)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr + self.diag())
+        # No --conclusion: the step's command exit status decides (non-zero: failure).
+        p = self.report(["--status", "completed"], agent_dir, CLIENT_PAYLOAD=payload,
+                        BUILDKITE_COMMAND_EXIT_STATUS="1")
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr + self.diag())
+        self.assertIn('HTTP 200 {"ok":true,"status":"completed"}', p.stdout)
+        runs = wait_until(lambda: [c for c in self.s.gh.check_runs()
+                                   if c.get("head_sha") == pr.sha and
+                                   c.get("status") == "completed"])
+        self.assertTrue(runs, self.diag())
+        self.assertEqual((runs[0]["conclusion"], runs[0]["name"], runs[0]["details_url"]),
+                         ("failure", "crcr/%s/vllm-ci/:pytorch: nightly" % L4, BUILD_URL))
+        with open(args, encoding="ascii") as f:
+            self.assertEqual(len(f.read().splitlines()), 2)  # one token per report
 
     def test_crcr_report_from_a_fork_build_is_refused(self):
         sha = new_sha()
