@@ -113,17 +113,6 @@ struct allowlist_source {
 /* ---------------------------------------------------------------------------------------- */
 /* Blob URL parsing. */
 
-static int hexval(char ch)
-{
-    if (ch >= '0' && ch <= '9')
-        return ch - '0';
-    if (ch >= 'a' && ch <= 'f')
-        return ch - 'a' + 10;
-    if (ch >= 'A' && ch <= 'F')
-        return ch - 'A' + 10;
-    return -1;
-}
-
 /* Percent-decodes one path part s[0..n) into out (outsz bytes, NUL-terminated). Refuses bad
  * escapes, control characters and, unless `allow_slash`, an encoded '/'. Returns a reason, or
  * NULL on success. */
@@ -136,7 +125,7 @@ static const char *decode_segment(const char *s, size_t n, char *out, size_t out
         if (ch == '%') {
             if (n - i < 3)
                 return "bad percent-escape";
-            int h = hexval(s[i + 1]), l = hexval(s[i + 2]);
+            int h = ids_hex_value(s[i + 1]), l = ids_hex_value(s[i + 2]);
             if (h < 0 || l < 0)
                 return "bad percent-escape";
             ch = (unsigned char)(h * 16 + l);

@@ -49,7 +49,6 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -59,6 +58,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "page_cache.h"
+#include "workpool.h"
 
 /* MHD's per-connection memory (request line, headers and the body chunk being read). It is
  * well above CRCR_MAX_HEADER_BYTES so that an oversized header block still reaches the handler,
@@ -90,17 +90,6 @@
  * CLOSED one. */
 struct req_state;
 
-/* The offload pool: a bounded FIFO of suspended requests and the threads that run them. */
-typedef struct offload_pool {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    struct req_state **queue; /* ring of `cap` */
-    size_t cap, head, n;
-    pthread_t *threads;
-    unsigned n_threads, started;
-    bool stopping;
-} offload_pool;
-
 typedef struct conn_track {
     int fd;
     dev_t dev;
@@ -128,7 +117,7 @@ struct http_server {
     pthread_cond_t stop_cond;
     bool stopping; /* under stop_lock */
 
-    offload_pool pool;
+    workpool *pool;    /* HTTP_ROUTE_OFFLOAD handlers */
     page_cache *cache; /* NULL when HTTP_ROUTE_CACHE is off */
 };
 
@@ -406,100 +395,29 @@ static enum MHD_Result answer_from_state(req_state *st, struct MHD_Connection *c
     return ret;
 }
 
-/* Hands a request to the offload pool and suspends its connection. false when the queue is full
- * or the pool is stopping (the caller answers 503). */
-static bool offload(http_server *srv, req_state *st, struct MHD_Connection *conn)
+/* Under the pool's lock, before a pool thread can see the request: its connection is suspended
+ * (the thread that finishes it resumes it). */
+static void suspend_offloaded(void *item)
 {
-    offload_pool *p = &srv->pool;
-    pthread_mutex_lock(&p->mu);
-    if (p->stopping || p->n >= p->cap || !p->started) {
-        pthread_mutex_unlock(&p->mu);
-        return false;
-    }
-    /* Suspend before the request is visible to a pool thread, which resumes it when done. */
-    MHD_suspend_connection(conn);
+    req_state *st = item;
+    MHD_suspend_connection(st->conn);
     st->offloaded = true;
-    p->queue[(p->head + p->n) % p->cap] = st;
-    p->n++;
-    pthread_cond_signal(&p->cv);
-    pthread_mutex_unlock(&p->mu);
-    return true;
 }
 
-static void *offload_main(void *arg)
+/* A pool thread: runs the handler (or answers 503 when the pool stops first), then resumes the
+ * connection, whose next call queues the answer. */
+static void run_offloaded(void *item, bool cancelled)
 {
-    http_server *srv = arg;
-    offload_pool *p = &srv->pool;
-    /* Linux nice values are per thread: the pool yields the CPU to the threads that serve
-     * webhooks and callbacks whenever both want it (a failure leaves the default priority). */
-    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), HTTP_OFFLOAD_NICE);
-    pthread_mutex_lock(&p->mu);
-    for (;;) {
-        while (!p->n && !p->stopping)
-            pthread_cond_wait(&p->cv, &p->mu);
-        if (!p->n)
-            break; /* stopping and nothing left */
-        req_state *st = p->queue[p->head];
-        p->head = (p->head + 1) % p->cap;
-        p->n--;
-        bool stopping = p->stopping;
-        pthread_mutex_unlock(&p->mu);
-        if (stopping) {
-            st->resp = (http_response){.content_type = "application/json"};
-            buf_init(&st->resp.body, 1024);
-            http_resp_detail(&st->resp, 503, "Shutting down");
-        } else {
-            run_handler(st);
-        }
-        st->answered = true;
-        MHD_resume_connection(st->conn);
-        pthread_mutex_lock(&p->mu);
+    req_state *st = item;
+    if (cancelled) {
+        st->resp = (http_response){.content_type = "application/json"};
+        buf_init(&st->resp.body, 1024);
+        http_resp_detail(&st->resp, 503, "Shutting down");
+    } else {
+        run_handler(st);
     }
-    pthread_mutex_unlock(&p->mu);
-    return NULL;
-}
-
-static bool pool_start(http_server *srv, unsigned threads, unsigned queue)
-{
-    offload_pool *p = &srv->pool;
-    pthread_mutex_init(&p->mu, NULL);
-    pthread_cond_init(&p->cv, NULL);
-    p->cap = queue;
-    p->queue = calloc(queue, sizeof(*p->queue));
-    p->threads = calloc(threads, sizeof(*p->threads));
-    if (!p->queue || !p->threads)
-        return false;
-    p->n_threads = threads;
-    for (unsigned i = 0; i < threads; i++) {
-        if (pthread_create(&p->threads[i], NULL, offload_main, srv) != 0)
-            return false;
-        p->started++;
-    }
-    return true;
-}
-
-/* Lets the pool finish what it runs, answers what waits with 503, and joins its threads. */
-static void pool_stop(http_server *srv)
-{
-    offload_pool *p = &srv->pool;
-    pthread_mutex_lock(&p->mu);
-    p->stopping = true;
-    pthread_cond_broadcast(&p->cv);
-    pthread_mutex_unlock(&p->mu);
-    for (unsigned i = 0; i < p->started; i++)
-        pthread_join(p->threads[i], NULL);
-    p->started = 0;
-}
-
-static void pool_free(http_server *srv)
-{
-    offload_pool *p = &srv->pool;
-    free(p->queue);
-    free(p->threads);
-    p->queue = NULL;
-    p->threads = NULL;
-    pthread_mutex_destroy(&p->mu);
-    pthread_cond_destroy(&p->cv);
+    st->answered = true;
+    MHD_resume_connection(st->conn);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
@@ -597,7 +515,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (st->offloaded)
         return MHD_YES; /* a spurious call while the pool has it */
     if (st->route->flags & HTTP_ROUTE_OFFLOAD) {
-        if (offload(srv, st, conn))
+        if (workpool_submit(srv->pool, st, suspend_offloaded))
             return MHD_YES;
         http_response resp = {.content_type = "application/json"};
         buf_init(&resp.body, 1024);
@@ -842,7 +760,7 @@ static void server_free(http_server *srv)
         free(ct);
         ct = next;
     }
-    pool_free(srv);
+    workpool_free(srv->pool);
     page_cache_free(srv->cache);
     pthread_mutex_destroy(&srv->conns_lock);
     pthread_mutex_destroy(&srv->stop_lock);
@@ -935,8 +853,8 @@ http_server *http_server_start(const http_server_opts *opts, const http_route *r
         return NULL;
     }
     int port = bound_port(lfd, opts->port);
-    if (!pool_start(srv, off_threads, off_queue)) {
-        pool_stop(srv);
+    srv->pool = workpool_start(off_threads, off_queue, HTTP_OFFLOAD_NICE, run_offloaded);
+    if (!srv->pool) {
         close(lfd);
         snprintf(err, errsz, "cannot start the offload threads");
         server_free(srv);
@@ -954,7 +872,7 @@ http_server *http_server_start(const http_server_opts *opts, const http_route *r
         /* lfd is not closed here: whether MHD closed it on its way out is not documented, and
          * closing a number another thread may have reused would be worse than a descriptor
          * kept until the exit that follows a failed start. */
-        pool_stop(srv);
+        workpool_stop(srv->pool);
         snprintf(err, errsz, "cannot start the HTTP server on %s:%d (CRCR_LOG=debug shows why)",
                  host, port);
         server_free(srv);
@@ -962,7 +880,7 @@ http_server *http_server_start(const http_server_opts *opts, const http_route *r
     }
     int rc = pthread_create(&srv->reaper, NULL, reaper_main, srv);
     if (rc != 0) {
-        pool_stop(srv);
+        workpool_stop(srv->pool);
         MHD_stop_daemon(srv->d);
         snprintf(err, errsz, "cannot start the request reaper: %s", strerror(rc));
         server_free(srv);
@@ -1004,7 +922,7 @@ void http_server_stop(http_server *srv, int grace_ms)
         nanosleep(&ts, NULL);
     }
     reaper_stop(srv);
-    pool_stop(srv);          /* resumes every suspended connection: MHD must not stop with one */
-    MHD_stop_daemon(srv->d); /* CLOSED notifications unlink every remaining entry */
+    workpool_stop(srv->pool); /* resumes every suspended connection: MHD must not stop with one */
+    MHD_stop_daemon(srv->d);  /* CLOSED notifications unlink every remaining entry */
     server_free(srv);
 }

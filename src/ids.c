@@ -10,9 +10,15 @@ static bool alnum(char c)
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
 }
 
-static bool hex(char c)
+int ids_hex_value(char c)
 {
-    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
 }
 
 bool ids_delivery_valid(const char *id)
@@ -63,7 +69,7 @@ bool ids_sha_valid(const char *s)
 {
     size_t n = 0;
     for (; s && s[n]; n++) {
-        if (!hex(s[n]))
+        if (ids_hex_value(s[n]) < 0)
             return false;
     }
     return n == 40 || n == 64;

@@ -22,6 +22,9 @@ bool ids_repo_name_valid(const char *s, size_t n);
 /* "owner/repo" with both parts valid. */
 bool ids_full_name_valid(const char *s);
 
+/* The value of one hex digit (either case), or -1. */
+int ids_hex_value(char c);
+
 /* A commit sha: 40 (SHA-1) or 64 (SHA-256) hex digits, either case. */
 bool ids_sha_valid(const char *s);
 

@@ -46,6 +46,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ids.h"
 #include "limits.h"
 #include "siphash.h"
 #include "utf8.h"
@@ -123,17 +124,6 @@ static size_t skip_ws(const char *t, size_t len, size_t i)
     return i;
 }
 
-static int hex_val(unsigned char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* The value of the 4 hex digits at t[i..i+4), or -1 if they are not (all there and) hex. */
 static long hex4(const char *t, size_t len, size_t i)
 {
@@ -141,7 +131,7 @@ static long hex4(const char *t, size_t len, size_t i)
         return -1;
     long v = 0;
     for (size_t k = 0; k < 4; k++) {
-        int h = hex_val((unsigned char)t[i + k]);
+        int h = ids_hex_value((char)t[i + k]);
         if (h < 0)
             return -1;
         v = v * 16 + h;

@@ -30,6 +30,7 @@
 #include "http_client.h"
 #include "json.h"
 #include "limits.h"
+#include "opts.h"
 #include "log.h"
 #include "utf8.h"
 
@@ -636,26 +637,6 @@ static void usage(FILE *to)
           to);
 }
 
-/* Matches "--name VALUE" or "--name=VALUE" at argv[*i]: 1 and the value in *out, -1 when the
- * value is missing, 0 for another option. */
-static int take_option(int argc, char **argv, int *i, const char *name, const char **out)
-{
-    size_t n = strlen(name);
-    const char *a = argv[*i];
-    if (strncmp(a, name, n) != 0)
-        return 0;
-    if (a[n] == '=') {
-        *out = a + n + 1;
-        return 1;
-    }
-    if (a[n] != '\0')
-        return 0;
-    if (*i + 1 >= argc)
-        return -1;
-    *out = argv[++*i];
-    return 1;
-}
-
 /* Parses the options into *o. Returns 0, 2 after a usage error, or -1 for --help. */
 static int parse_args(int argc, char **argv, report_opts *o, const char **max_time)
 {
@@ -685,7 +666,7 @@ static int parse_args(int argc, char **argv, report_opts *o, const char **max_ti
         }
         int rc = 0;
         for (size_t k = 0; k < sizeof(opts) / sizeof(opts[0]) && rc == 0; k++) {
-            rc = take_option(argc, argv, &i, opts[k].name, opts[k].slot);
+            rc = opts_take(argc, argv, &i, opts[k].name, opts[k].slot);
             if (rc < 0) {
                 fprintf(stderr, REPORT_PROG ": %s needs a value\n", opts[k].name);
                 return 2;
