@@ -49,6 +49,18 @@ static void health_handle(void *ctx, const http_request *req, http_response *res
     http_resp_json(resp, 200, "{\"ok\":true}");
 }
 
+/* Appends ,"<name>":loaded,"<name>_source":"...","<name>_error":"..."|null for /readyz. */
+static void source_fields(buf_t *b, const char *name, const allowlist_status *s)
+{
+    buf_printf(b, ",\"%s\":%s,\"%s_source\":", name, s->loaded ? "true" : "false", name);
+    jv_quote(b, s->source, strlen(s->source));
+    buf_printf(b, ",\"%s_error\":", name);
+    if (s->last_error[0])
+        jv_quote(b, s->last_error, strlen(s->last_error));
+    else
+        buf_puts(b, "null");
+}
+
 static void ready_handle(void *ctx, const http_request *req, http_response *resp)
 {
     crcr_app *app = ctx;
@@ -58,26 +70,13 @@ static void ready_handle(void *ctx, const http_request *req, http_response *resp
     bool ok = store_ok && as.loaded;
     buf_t b;
     buf_init(&b, 4096);
-    buf_printf(&b, "{\"ok\":%s,\"store\":%s,\"allowlist\":%s,\"allowlist_source\":",
-               ok ? "true" : "false", store_ok ? "true" : "false", as.loaded ? "true" : "false");
-    jv_quote(&b, as.source, strlen(as.source));
-    buf_puts(&b, ",\"allowlist_error\":");
-    if (as.last_error[0])
-        jv_quote(&b, as.last_error, strlen(as.last_error));
-    else
-        buf_puts(&b, "null");
+    buf_printf(&b, "{\"ok\":%s,\"store\":%s", ok ? "true" : "false", store_ok ? "true" : "false");
+    source_fields(&b, "allowlist", &as);
     if (app->providers) {
         /* Only Buildkite callbacks need the map: reported, never a reason to be unready. */
         allowlist_status ps;
         allowlist_source_status(app->providers, &ps);
-        buf_printf(&b,
-                   ",\"ci_providers\":%s,\"ci_providers_source\":", ps.loaded ? "true" : "false");
-        jv_quote(&b, ps.source, strlen(ps.source));
-        buf_puts(&b, ",\"ci_providers_error\":");
-        if (ps.last_error[0])
-            jv_quote(&b, ps.last_error, strlen(ps.last_error));
-        else
-            buf_puts(&b, "null");
+        source_fields(&b, "ci_providers", &ps);
     }
     buf_printf(&b, ",\"dry_run\":%s}", app->cfg.dry_run ? "true" : "false");
     http_resp_json(resp, ok ? 200 : 503, buf_cstr(&b));
@@ -110,6 +109,24 @@ static long store_pool_size(const crcr_config *cfg)
         return cfg->store_pool;
     long n = cfg->max_dispatch_workers + (long)http_threads(cfg) + cfg->hud_concurrency + 2;
     return n > APP_STORE_POOL_MAX ? APP_STORE_POOL_MAX : n;
+}
+
+/* Shares a document source through the store and loads it. A file source (`file_var` names its
+ * variable) that does not load stops the start (false, printed); a URL source that does not is
+ * logged as `unavailable_event` and refreshed later. */
+static bool source_start(doc_source *src, store *st, const char *owner, const char *file_var,
+                         const char *unavailable_event)
+{
+    char err[512] = "";
+    allowlist_source_set_store(src, st, owner);
+    if (allowlist_source_load(src, err, sizeof(err)) == CRCR_OK)
+        return true;
+    if (file_var) {
+        fprintf(stderr, "crcr: %s: %s\n", file_var, err);
+        return false;
+    }
+    LOG_ERROR(unavailable_event, "error", err, NULL);
+    return true;
 }
 
 /* Frees whatever part of the app was built; safe on a partly started app. */
@@ -210,14 +227,10 @@ int app_serve_main(int argc, char **argv)
     char owner[128], host[64] = "host";
     gethostname(host, sizeof(host) - 1);
     snprintf(owner, sizeof(owner), "%s:%ld", host, (long)getpid());
-    allowlist_source_set_store(app->allow, app->st, owner);
-    if (allowlist_source_load(app->allow, err, sizeof(err)) != CRCR_OK) {
-        if (app->cfg.allowlist_file) {
-            fprintf(stderr, "crcr: ALLOWLIST_FILE: %s\n", err);
-            rc = 2;
-            goto out;
-        }
-        LOG_ERROR("allowlist.unavailable", "error", err, NULL);
+    if (!source_start(app->allow, app->st, owner, app->cfg.allowlist_file ? "ALLOWLIST_FILE" : NULL,
+                      "allowlist.unavailable")) {
+        rc = 2;
+        goto out;
     }
     app->providers = ci_providers_source_new(&app->cfg, app->gh, err, sizeof(err));
     if (!app->providers && err[0]) {
@@ -225,16 +238,11 @@ int app_serve_main(int argc, char **argv)
         rc = 2;
         goto out;
     }
-    if (app->providers) {
-        allowlist_source_set_store(app->providers, app->st, owner);
-        if (allowlist_source_load(app->providers, err, sizeof(err)) != CRCR_OK) {
-            if (app->cfg.ci_providers_file) {
-                fprintf(stderr, "crcr: CI_PROVIDERS_FILE: %s\n", err);
-                rc = 2;
-                goto out;
-            }
-            LOG_ERROR("ci_providers.unavailable", "error", err, NULL);
-        }
+    if (app->providers && !source_start(app->providers, app->st, owner,
+                                        app->cfg.ci_providers_file ? "CI_PROVIDERS_FILE" : NULL,
+                                        "ci_providers.unavailable")) {
+        rc = 2;
+        goto out;
     }
     app->oidc =
         oidc_new_kinds((const char *const *)app->cfg.oidc_issuers, app->cfg.oidc_issuer_kinds,
