@@ -1,27 +1,27 @@
 /*
- * allowlist_source.c - loads the allowlist from a file or a GitHub blob URL and keeps it fresh;
- * see allowlist_source.h.
+ * allowlist_source.c - loads the allowlist (or another YAML document of a `doc_kind`: the CI
+ * providers map) from a file or a GitHub blob URL and keeps it fresh; see allowlist_source.h.
  *
- * The allowlist in force is a refcounted, immutable `allowlist`. A load builds a complete new one
- * and swaps the pointer under a mutex, so readers (webhook threads) never wait for a download and
- * never see a half-loaded list; anything that fails keeps the old one. Loads are serialised by a
- * second mutex, so one slow download never runs twice at the same time and never blocks
+ * The document in force is a refcounted, immutable value of its kind. A load builds a complete new
+ * one and swaps the pointer under a mutex, so readers (webhook threads) never wait for a download
+ * and never see a half-loaded list; anything that fails keeps the old one. Loads are serialised by
+ * a second mutex, so one slow download never runs twice at the same time and never blocks
  * allowlist_source_get().
  *
  * The URL form goes through the contents API (JSON with base64 content). The base64 is decoded
  * with OpenSSL's EVP_DecodeBlock after removing the line breaks GitHub inserts; padding is
  * accounted for by hand because EVP_DecodeBlock counts it as zero bytes.
  *
- * With a shared store, a refresh that falls due first takes or renews the "allowlist" lease (for
- * 2 x the TTL, so that its holder keeps it from one refresh to the next). The holder fetches and
- * writes the copy (kv "allowlist:copy", never expiring):
+ * With a shared store, a refresh that falls due first takes or renews the "<kind>" lease
+ * ("allowlist", "ci_providers"; for 2 x the TTL, so that its holder keeps it from one refresh to
+ * the next). The holder fetches and writes the copy (kv "<kind>:copy", never expiring):
  *
- *     crcr-allowlist-copy 1\n
+ *     crcr-<kind>-copy 1\n
  *     url: https://github.com/<owner>/<repo>/blob/<ref>/<path>\n   (the parsed, decoded source)
  *     etag: <ETag>\n
  *     fetched_at: <ms>\n
  *     \n
- *     <the YAML text, at most CRCR_ALLOWLIST_MAX_BYTES>
+ *     <the YAML text, at most the kind's max_bytes>
  *
  * on a 200 that parses, and again with a new fetched_at on a 304. The others read the copy and
  * compare the SHA-256 of its text with that of the list in force; they look again just after the
@@ -50,7 +50,7 @@
 #include "limits.h"
 #include "log.h"
 
-/* Longest ALLOWLIST_URL looked at. */
+/* Longest ALLOWLIST_URL (CI_PROVIDERS_URL) looked at. */
 #define ALLOWLIST_URL_MAX 2048u
 /* Longest path inside the repo (GitHub's own limit on a path is 4096 bytes). */
 #define ALLOWLIST_PATH_MAX 1024u
@@ -58,16 +58,15 @@
 #define ALLOWLIST_RETRY_MS 30000
 /* Parse problems kept for the error text: the first is enough to act on. */
 #define ALLOWLIST_ERRORS_MAX 4096u
-/* The shared copy: its kv key, the lease, and how long each lasts in TTLs. */
-#define ALLOWLIST_COPY_KEY "allowlist:copy"
-#define ALLOWLIST_COPY_MAGIC "crcr-allowlist-copy 1"
-#define ALLOWLIST_LEASE_NAME "allowlist"
+/* How long the lease of the shared copy lasts, in TTLs. */
 #define ALLOWLIST_LEASE_TTLS 2
 /* A copy older than this many TTLs: its holder is gone, every instance fetches for itself. */
 #define ALLOWLIST_STALE_TTLS 3
 /* Header of the copy (magic, URL, ETag, fetched_at) on top of the text. */
 #define ALLOWLIST_COPY_HEADER_MAX 4096u
-#define ALLOWLIST_COPY_MAX (CRCR_ALLOWLIST_MAX_BYTES + ALLOWLIST_COPY_HEADER_MAX)
+/* Longest kind name, and the names built from it (log events, kv key, lease, copy magic). */
+#define DOC_KIND_NAME_MAX 24u
+#define DOC_NAME_MAX (DOC_KIND_NAME_MAX + 24u)
 /* Longest lease owner name kept (the store's lease key holds it). */
 #define ALLOWLIST_OWNER_MAX 128u
 /* Followers look at the copy TTL/10 after it is due again, within these bounds. */
@@ -80,6 +79,7 @@
 static const char BLOB_EXPECTED[] = "Expected: https://github.com/<owner>/<repo>/blob/<ref>/<path>";
 
 struct allowlist_source {
+    const doc_kind *kind;
     const crcr_config *cfg;
     gh_client *gh;
     bool is_file;
@@ -93,6 +93,9 @@ struct allowlist_source {
     store *shared;                   /* lease and shared copy (URL source); NULL: none */
     char owner[ALLOWLIST_OWNER_MAX]; /* this instance in the lease */
     char canon[ALLOWLIST_CANON_MAX]; /* the URL source as written in the copy */
+    char copy_key[DOC_NAME_MAX];     /* "<kind>:copy" */
+    char copy_magic[DOC_NAME_MAX];   /* "crcr-<kind>-copy 1" */
+    size_t copy_max;                 /* the kind's max_bytes + ALLOWLIST_COPY_HEADER_MAX */
     char *text;                      /* owned: the text in force (with `shared`); load_lock */
     size_t text_len;                 /* load_lock */
     unsigned char hash[ALLOWLIST_HASH_LEN]; /* SHA-256 of the text in force; load_lock */
@@ -100,7 +103,7 @@ struct allowlist_source {
 
     pthread_mutex_t load_lock; /* one load at a time */
     pthread_mutex_t lock;      /* guards `current` and `st` */
-    allowlist *current;        /* one reference owned here */
+    void *current;             /* one reference owned here (the kind's ref/unref) */
     allowlist_status st;
 
     atomic_int reload_requested;
@@ -140,38 +143,41 @@ static const char *decode_segment(const char *s, size_t n, char *out, size_t out
     return NULL;
 }
 
-/* Writes the message for an invalid URL. The URL is echoed unless it might hold credentials. */
-static int url_error(char *err, size_t errsz, const char *url, const char *reason)
+/* Writes the message for an invalid URL given in variable `var`. The URL is echoed unless it
+ * might hold credentials. */
+static int url_error(const char *var, char *err, size_t errsz, const char *url, const char *reason)
 {
     if (err && errsz) {
         if (!url || strchr(url, '@') || strlen(url) > 200)
-            snprintf(err, errsz, "ALLOWLIST_URL: invalid GitHub blob URL (%s). %s", reason,
+            snprintf(err, errsz, "%s: invalid GitHub blob URL (%s). %s", var, reason,
                      BLOB_EXPECTED);
         else
-            snprintf(err, errsz, "ALLOWLIST_URL: invalid GitHub blob URL '%s' (%s). %s", url,
-                     reason, BLOB_EXPECTED);
+            snprintf(err, errsz, "%s: invalid GitHub blob URL '%s' (%s). %s", var, url, reason,
+                     BLOB_EXPECTED);
     }
     return -1;
 }
 
-int allowlist_parse_blob_url(const char *url, char *owner_repo, size_t orsz, char *ref,
-                             size_t refsz, char *path, size_t pathsz, char *err, size_t errsz)
+/* allowlist_parse_blob_url() for a URL given in variable `var` (named in the messages). */
+static int parse_blob_url(const char *var, const char *url, char *owner_repo, size_t orsz,
+                          char *ref, size_t refsz, char *path, size_t pathsz, char *err,
+                          size_t errsz)
 {
     if (!url || !*url)
-        return url_error(err, errsz, url, "empty");
+        return url_error(var, err, errsz, url, "empty");
     size_t ulen = strlen(url);
     if (ulen > ALLOWLIST_URL_MAX)
-        return url_error(err, errsz, NULL, "longer than 2048 bytes");
+        return url_error(var, err, errsz, NULL, "longer than 2048 bytes");
     const char *sep = strstr(url, "://");
     if (!sep)
-        return url_error(err, errsz, url, "no scheme");
+        return url_error(var, err, errsz, url, "no scheme");
     /* The host must be github.com, which is never a loopback host: http is never acceptable. */
     if ((size_t)(sep - url) != 5 || strncasecmp(url, "https", 5) != 0)
-        return url_error(err, errsz, url, "the scheme must be https");
+        return url_error(var, err, errsz, url, "the scheme must be https");
     const char *host = sep + 3;
     size_t hlen = strcspn(host, "/?#");
     if (hlen != 10 || strncasecmp(host, "github.com", 10) != 0)
-        return url_error(err, errsz, url, "the host must be exactly github.com");
+        return url_error(var, err, errsz, url, "the host must be exactly github.com");
     const char *p = host + hlen;
     size_t plen = strcspn(p, "?#"); /* a query or fragment (?plain=1, #L10) is ignored */
 
@@ -189,28 +195,28 @@ int allowlist_parse_blob_url(const char *url, char *owner_repo, size_t orsz, cha
         while (j < end && p[j] != '/')
             j++;
         if (j == i)
-            return url_error(err, errsz, url, "an empty path part");
+            return url_error(var, err, errsz, url, "an empty path part");
         if (nparts == sizeof(parts) / sizeof(parts[0]))
-            return url_error(err, errsz, url, "too many path parts");
+            return url_error(var, err, errsz, url, "too many path parts");
         parts[nparts] = p + i;
         lens[nparts++] = j - i;
         i = j + 1;
     }
     if (nparts < 5)
-        return url_error(err, errsz, url, "fewer than 5 path parts");
+        return url_error(var, err, errsz, url, "fewer than 5 path parts");
     if (lens[2] != 4 || memcmp(parts[2], "blob", 4) != 0)
-        return url_error(err, errsz, url, "the third path part must be 'blob'");
+        return url_error(var, err, errsz, url, "the third path part must be 'blob'");
 
     /* owner/repo: GitHub syntax, never percent-encoded. */
     if (!ids_owner_valid(parts[0], lens[0]) || !ids_repo_name_valid(parts[1], lens[1]))
-        return url_error(err, errsz, url, "not a valid owner/repo");
+        return url_error(var, err, errsz, url, "not a valid owner/repo");
 
     char or_buf[CRCR_REPO_NAME_MAX];
     snprintf(or_buf, sizeof(or_buf), "%.*s/%.*s", (int)lens[0], parts[0], (int)lens[1], parts[1]);
     char ref_buf[CRCR_REF_MAX + 1];
     const char *why = decode_segment(parts[3], lens[3], ref_buf, sizeof(ref_buf), true);
     if (why)
-        return url_error(err, errsz, url, why);
+        return url_error(var, err, errsz, url, why);
 
     char path_buf[ALLOWLIST_PATH_MAX + 1];
     size_t o = 0;
@@ -218,12 +224,12 @@ int allowlist_parse_blob_url(const char *url, char *owner_repo, size_t orsz, cha
         char seg[ALLOWLIST_PATH_MAX + 1];
         why = decode_segment(parts[k], lens[k], seg, sizeof(seg), false);
         if (why)
-            return url_error(err, errsz, url, why);
+            return url_error(var, err, errsz, url, why);
         if (strcmp(seg, ".") == 0 || strcmp(seg, "..") == 0)
-            return url_error(err, errsz, url, "'.' and '..' are not allowed in the path");
+            return url_error(var, err, errsz, url, "'.' and '..' are not allowed in the path");
         size_t sl = strlen(seg);
         if (o + sl + 1 >= sizeof(path_buf))
-            return url_error(err, errsz, url, "the path is too long");
+            return url_error(var, err, errsz, url, "the path is too long");
         if (o)
             path_buf[o++] = '/';
         memcpy(path_buf + o, seg, sl);
@@ -232,21 +238,56 @@ int allowlist_parse_blob_url(const char *url, char *owner_repo, size_t orsz, cha
     path_buf[o] = '\0';
 
     if (strlen(or_buf) >= orsz || strlen(ref_buf) >= refsz || o >= pathsz)
-        return url_error(err, errsz, url, "a part does not fit the caller's buffer");
+        return url_error(var, err, errsz, url, "a part does not fit the caller's buffer");
     memcpy(owner_repo, or_buf, strlen(or_buf) + 1);
     memcpy(ref, ref_buf, strlen(ref_buf) + 1);
     memcpy(path, path_buf, o + 1);
     return 0;
 }
 
+int allowlist_parse_blob_url(const char *url, char *owner_repo, size_t orsz, char *ref,
+                             size_t refsz, char *path, size_t pathsz, char *err, size_t errsz)
+{
+    return parse_blob_url("ALLOWLIST_URL", url, owner_repo, orsz, ref, refsz, path, pathsz, err,
+                          errsz);
+}
+
 /* ---------------------------------------------------------------------------------------- */
 /* Life cycle. */
+
+/* The allowlist as a document kind. */
+DOC_KIND_DEFINE(ALLOWLIST_KIND, "allowlist", "ALLOWLIST_FILE", "ALLOWLIST_URL", "repos",
+                CRCR_ALLOWLIST_MAX_BYTES, allowlist, allowlist_parse, allowlist_ref, allowlist_free,
+                allowlist_count);
+
+/* "<kind>.<what>", the name of a log event, in `buf`. */
+static const char *event_name(const allowlist_source *src, const char *what, char *buf, size_t n)
+{
+    snprintf(buf, n, "%s.%s", src->kind->name, what);
+    return buf;
+}
+
+/* The log event "<kind>.<what>" of `src`, in a buffer living as long as the enclosing block. */
+#define EV(src, what) event_name((src), (what), (char[DOC_NAME_MAX]){0}, DOC_NAME_MAX)
 
 allowlist_source *allowlist_source_new(const crcr_config *cfg, gh_client *gh, char *err,
                                        size_t errsz)
 {
-    if (!cfg || (!cfg->allowlist_file && !cfg->allowlist_url)) {
-        snprintf(err, errsz, "ALLOWLIST_FILE or ALLOWLIST_URL: one of them is required");
+    return doc_source_new(&ALLOWLIST_KIND, cfg, cfg ? cfg->allowlist_file : NULL,
+                          cfg ? cfg->allowlist_url : NULL, gh, err, errsz);
+}
+
+/* Owner: the caller frees the source with allowlist_source_free(). */
+doc_source *doc_source_new(const doc_kind *kind, const crcr_config *cfg, const char *file,
+                           const char *url, gh_client *gh, char *err, size_t errsz)
+{
+    if (!kind || !cfg || (!file && !url)) {
+        snprintf(err, errsz, "%s or %s: one of them is required", kind ? kind->file_var : "FILE",
+                 kind ? kind->url_var : "URL");
+        return NULL;
+    }
+    if (strlen(kind->name) > DOC_KIND_NAME_MAX) {
+        snprintf(err, errsz, "%s: the kind's name is too long", kind->name);
         return NULL;
     }
     allowlist_source *src = calloc(1, sizeof(*src));
@@ -254,12 +295,16 @@ allowlist_source *allowlist_source_new(const crcr_config *cfg, gh_client *gh, ch
         snprintf(err, errsz, "out of memory");
         return NULL;
     }
+    src->kind = kind;
     src->cfg = cfg;
     src->gh = gh;
     src->ttl_ms = (cfg->allowlist_ttl_s > 0 ? cfg->allowlist_ttl_s : 900) * 1000;
-    if (cfg->allowlist_file) {
+    snprintf(src->copy_key, sizeof(src->copy_key), "%s:copy", kind->name);
+    snprintf(src->copy_magic, sizeof(src->copy_magic), "crcr-%s-copy 1", kind->name);
+    src->copy_max = kind->max_bytes + ALLOWLIST_COPY_HEADER_MAX;
+    if (file) {
         src->is_file = true;
-        src->file = strdup(cfg->allowlist_file);
+        src->file = strdup(file);
         if (!src->file) {
             free(src);
             snprintf(err, errsz, "out of memory");
@@ -267,18 +312,17 @@ allowlist_source *allowlist_source_new(const crcr_config *cfg, gh_client *gh, ch
         }
         snprintf(src->st.source, sizeof(src->st.source), "file:%s", src->file);
     } else {
-        if (allowlist_parse_blob_url(cfg->allowlist_url, src->owner_repo, sizeof(src->owner_repo),
-                                     src->ref, sizeof(src->ref), src->path, sizeof(src->path), err,
-                                     errsz) != 0) {
+        if (parse_blob_url(kind->url_var, url, src->owner_repo, sizeof(src->owner_repo), src->ref,
+                           sizeof(src->ref), src->path, sizeof(src->path), err, errsz) != 0) {
             free(src);
             return NULL;
         }
         if (!gh) {
             free(src);
-            snprintf(err, errsz, "ALLOWLIST_URL: needs a GitHub client");
+            snprintf(err, errsz, "%s: needs a GitHub client", kind->url_var);
             return NULL;
         }
-        snprintf(src->st.source, sizeof(src->st.source), "%s", cfg->allowlist_url);
+        snprintf(src->st.source, sizeof(src->st.source), "%s", url);
         snprintf(src->canon, sizeof(src->canon), "https://github.com/%s/blob/%s/%s",
                  src->owner_repo, src->ref, src->path);
     }
@@ -293,7 +337,8 @@ void allowlist_source_free(allowlist_source *src)
 {
     if (!src)
         return;
-    allowlist_free(src->current);
+    if (src->current)
+        src->kind->unref(src->current);
     free(src->file);
     free(src->text);
     pthread_mutex_destroy(&src->load_lock);
@@ -385,7 +430,7 @@ static fetch_result fetch_file(allowlist_source *src, buf_t *text, crcr_err *rc,
                                size_t whysz)
 {
     /* One byte over the limit, so that the parser reports an oversize file. */
-    *rc = buf_read_file(src->file, CRCR_ALLOWLIST_MAX_BYTES + 1u, text);
+    *rc = buf_read_file(src->file, src->kind->max_bytes + 1u, text);
     if (*rc) {
         snprintf(why, whysz, "%s: cannot read: %s", src->file,
                  *rc == CRCR_E_IO ? strerror(errno) : crcr_strerror(*rc));
@@ -394,9 +439,9 @@ static fetch_result fetch_file(allowlist_source *src, buf_t *text, crcr_err *rc,
     return FETCH_NEW;
 }
 
-/* Extracts and decodes the file from a contents API answer. */
-static fetch_result contents_answer(const gh_resp *r, buf_t *text, crcr_err *rc, char *why,
-                                    size_t whysz)
+/* Extracts and decodes the file (of at most `max` bytes) from a contents API answer. */
+static fetch_result contents_answer(const gh_resp *r, size_t max, buf_t *text, crcr_err *rc,
+                                    char *why, size_t whysz)
 {
     char jerr[128] = "";
     jv *doc = jv_parse(r->body.data ? r->body.data : "", r->body.len, jerr, sizeof(jerr));
@@ -427,8 +472,8 @@ static fetch_result contents_answer(const gh_resp *r, buf_t *text, crcr_err *rc,
                 snprintf(why, whysz, "contents API: %s",
                          *rc == CRCR_E_INVALID ? "invalid base64 content" : crcr_strerror(*rc));
             } else {
-                if (n > CRCR_ALLOWLIST_MAX_BYTES)
-                    n = CRCR_ALLOWLIST_MAX_BYTES + 1u; /* the parser reports the size */
+                if (n > max)
+                    n = max + 1u; /* the parser reports the size */
                 *rc = buf_append(text, bytes, n);
                 free(bytes);
                 if (*rc)
@@ -474,7 +519,7 @@ static fetch_result fetch_url(allowlist_source *src, buf_t *text, char *etag, si
     if (*rc == CRCR_E_HTTP && auth != GH_AUTH_NONE) {
         /* The App cannot get a token for the allowlist's repo (not installed there?). The file
          * is public upstream, so an anonymous read still keeps the relay up to date. */
-        LOG_WARN("allowlist.auth_fallback", "repo", src->owner_repo, "error", r.error, NULL);
+        LOG_WARN(EV(src, "auth_fallback"), "repo", src->owner_repo, "error", r.error, NULL);
         gh_resp_free(&r);
         gh_resp_init(&r);
         *rc = gh_request(src->gh, GH_AUTH_NONE, src->owner_repo, "GET", buf_cstr(&path), headers,
@@ -489,7 +534,7 @@ static fetch_result fetch_url(allowlist_source *src, buf_t *text, char *etag, si
     } else if (r.status == 304) {
         res = FETCH_UNCHANGED;
     } else if (r.status == 200) {
-        res = contents_answer(&r, text, rc, why, whysz);
+        res = contents_answer(&r, src->kind->max_bytes, text, rc, why, whysz);
         snprintf(etag, etagsz, "%s", r.etag);
     } else {
         *rc = CRCR_E_HTTP;
@@ -572,10 +617,10 @@ static bool text_hash(const char *p, size_t n, unsigned char out[ALLOWLIST_HASH_
 typedef struct attempt {
     const char *from; /* "file", "github", "shared_copy" (logs and status) */
     crcr_err rc;
-    char why[1024];   /* the failure, when rc != CRCR_OK */
-    allowlist *fresh; /* a new list to put in force (owned until finish), or NULL when
-                         the one in force was confirmed unchanged */
-    char *text;       /* owned until finish: fresh's text (kept with a store) */
+    char why[1024]; /* the failure, when rc != CRCR_OK */
+    void *fresh;    /* a new document to put in force (owned until finish), or NULL when
+                       the one in force was confirmed unchanged */
+    char *text;     /* owned until finish: fresh's text (kept with a store) */
     size_t text_len;
     unsigned char hash[ALLOWLIST_HASH_LEN];
     bool have_hash;
@@ -597,7 +642,7 @@ static void attempt_parse(allowlist_source *src, attempt *a, const char *where, 
 {
     buf_t errors;
     buf_init(&errors, ALLOWLIST_ERRORS_MAX);
-    a->rc = allowlist_parse(text, len, &a->fresh, &errors);
+    a->rc = src->kind->parse(text, len, &a->fresh, &errors);
     if (a->rc)
         parse_problem(where, &errors, a->rc, a->why, sizeof(a->why));
     buf_free(&errors);
@@ -606,7 +651,7 @@ static void attempt_parse(allowlist_source *src, attempt *a, const char *where, 
     a->have_hash = text_hash(text, len, a->hash);
     a->text = malloc(len + 1);
     if (!a->text) {
-        allowlist_free(a->fresh);
+        src->kind->unref(a->fresh);
         a->fresh = NULL;
         a->rc = CRCR_E_NOMEM;
         snprintf(a->why, sizeof(a->why), "%s", crcr_strerror(a->rc));
@@ -621,7 +666,7 @@ static void attempt_parse(allowlist_source *src, attempt *a, const char *where, 
 static void attempt_fetch(allowlist_source *src, attempt *a)
 {
     buf_t text;
-    buf_init(&text, CRCR_ALLOWLIST_MAX_BYTES + 1u);
+    buf_init(&text, src->kind->max_bytes + 1u);
     fetch_result res = src->is_file ? fetch_file(src, &text, &a->rc, a->why, sizeof(a->why))
                                     : fetch_url(src, &text, a->etag, sizeof(a->etag), &a->rc,
                                                 a->why, sizeof(a->why));
@@ -631,7 +676,8 @@ static void attempt_fetch(allowlist_source *src, attempt *a)
     if (res == FETCH_UNCHANGED && !src->current) {
         /* Cannot happen (the ETag is only kept with a loaded list); refuse rather than trust. */
         a->rc = CRCR_E_STATE;
-        snprintf(a->why, sizeof(a->why), "contents API: 304 without an allowlist in force");
+        snprintf(a->why, sizeof(a->why), "contents API: 304 without a %s in force",
+                 src->kind->name);
     }
 }
 
@@ -660,7 +706,7 @@ static crcr_err attempt_finish(allowlist_source *src, attempt *a, int64_t now, c
 {
     refuse_emptying(src, a);
     bool failed = a->rc != CRCR_OK;
-    allowlist *old = NULL;
+    void *old = NULL;
     pthread_mutex_lock(&src->lock);
     src->st.last_attempt = now;
     if (failed) {
@@ -673,22 +719,22 @@ static crcr_err attempt_finish(allowlist_source *src, attempt *a, int64_t now, c
             old = src->current;
             src->current = a->fresh;
             src->st.loaded = true;
-            src->st.repos = allowlist_count(a->fresh);
+            src->st.repos = src->kind->count(a->fresh);
             snprintf(src->st.origin, sizeof(src->st.origin), "%s", a->from);
         }
     }
     bool kept = src->current != NULL;
     size_t repos = src->st.repos;
     pthread_mutex_unlock(&src->lock);
-    allowlist_free(old); /* readers holding it keep their own reference */
+    if (old)
+        src->kind->unref(old); /* readers holding it keep their own reference */
 
     char nrepos[24];
     snprintf(nrepos, sizeof(nrepos), "%zu", repos);
     if (failed) {
         log_kv(kept ? CRCR_LOG_WARN : CRCR_LOG_ERROR,
-               kept ? "allowlist.refresh_failed" : "allowlist.load_failed", "source",
-               src->st.source, "from", a->from, "error", a->why, "kept", kept ? "previous" : "none",
-               NULL);
+               EV(src, kept ? "refresh_failed" : "load_failed"), "source", src->st.source, "from",
+               a->from, "error", a->why, "kept", kept ? "previous" : "none", NULL);
         if (err && errsz)
             copy_text(err, errsz, a->why);
         free(a->text);
@@ -705,11 +751,11 @@ static crcr_err attempt_finish(allowlist_source *src, attempt *a, int64_t now, c
             free(a->text);
         }
         if (a->fresh)
-            log_kv(CRCR_LOG_INFO, "allowlist.loaded", "source", src->st.source, "from", a->from,
-                   "repos", nrepos, NULL);
+            log_kv(CRCR_LOG_INFO, EV(src, "loaded"), "source", src->st.source, "from", a->from,
+                   src->kind->count_name, nrepos, NULL);
         else
-            log_kv(CRCR_LOG_DEBUG, "allowlist.unchanged", "source", src->st.source, "from", a->from,
-                   "repos", nrepos, NULL);
+            log_kv(CRCR_LOG_DEBUG, EV(src, "unchanged"), "source", src->st.source, "from", a->from,
+                   src->kind->count_name, nrepos, NULL);
     }
     a->text = NULL;
     a->fresh = NULL;
@@ -728,16 +774,16 @@ static void copy_write(allowlist_source *src, int64_t fetched_at)
         if ((unsigned char)*q < 0x20 || *q == 0x7f)
             etag = "";
     buf_t v;
-    buf_init(&v, ALLOWLIST_COPY_MAX);
+    buf_init(&v, src->copy_max);
     crcr_err rc = buf_printf(&v, "%s\nurl: %s\netag: %s\nfetched_at: %" PRId64 "\n\n",
-                             ALLOWLIST_COPY_MAGIC, src->canon, etag, fetched_at);
+                             src->copy_magic, src->canon, etag, fetched_at);
     if (!rc)
         rc = buf_append(&v, src->text, src->text_len);
     if (!rc)
-        rc = store_kv_put(src->shared, ALLOWLIST_COPY_KEY, v.data, v.len, 0);
+        rc = store_kv_put(src->shared, src->copy_key, v.data, v.len, 0);
     buf_free(&v);
     if (rc)
-        LOG_WARN("allowlist.share_failed", "source", src->st.source, "error", crcr_strerror(rc),
+        LOG_WARN(EV(src, "share_failed"), "source", src->st.source, "error", crcr_strerror(rc),
                  NULL);
 }
 
@@ -773,12 +819,12 @@ static copy_state copy_read(allowlist_source *src, int64_t now, shared_copy *c, 
                             size_t whysz)
 {
     memset(c, 0, sizeof(*c));
-    buf_init(&c->raw, ALLOWLIST_COPY_MAX);
-    crcr_err rc = store_kv_get(src->shared, ALLOWLIST_COPY_KEY, &c->raw, now);
+    buf_init(&c->raw, src->copy_max);
+    crcr_err rc = store_kv_get(src->shared, src->copy_key, &c->raw, now);
     if (rc == CRCR_E_NOT_FOUND)
         return COPY_NONE;
     if (rc == CRCR_E_TOO_LARGE) {
-        snprintf(why, whysz, "shared copy: larger than %u bytes", ALLOWLIST_COPY_MAX);
+        snprintf(why, whysz, "shared copy: larger than %zu bytes", src->copy_max);
         return COPY_BAD;
     }
     if (rc) {
@@ -798,8 +844,7 @@ static copy_state copy_read(allowlist_source *src, int64_t now, shared_copy *c, 
         if (memchr(line, '\0', len))
             break;
         if (!magic) {
-            magic =
-                len == strlen(ALLOWLIST_COPY_MAGIC) && memcmp(line, ALLOWLIST_COPY_MAGIC, len) == 0;
+            magic = len == strlen(src->copy_magic) && memcmp(line, src->copy_magic, len) == 0;
             if (!magic)
                 break;
         } else if (len == 0) {
@@ -881,7 +926,7 @@ static crcr_err load_locked(allowlist_source *src, int64_t now, char *err, size_
     if (reload) /* whoever holds the lease: the operator wants it now, here */
         return load_direct(src, now, true, err, errsz);
     bool held = false;
-    if (store_lease(src->shared, ALLOWLIST_LEASE_NAME, src->owner, now,
+    if (store_lease(src->shared, src->kind->name, src->owner, now,
                     ALLOWLIST_LEASE_TTLS * src->ttl_ms, &held) != CRCR_OK)
         return load_direct(src, now, false, err, errsz); /* the store is down: as alone */
     if (held)
@@ -895,7 +940,7 @@ static crcr_err load_locked(allowlist_source *src, int64_t now, char *err, size_
         rc = load_direct(src, now, false, err, errsz);
         break;
     case COPY_NONE:
-        LOG_DEBUG("allowlist.no_copy", "source", src->st.source, NULL);
+        LOG_DEBUG(EV(src, "no_copy"), "source", src->st.source, NULL);
         rc = load_direct(src, now, true, err, errsz);
         break;
     case COPY_BAD: {
@@ -912,7 +957,7 @@ static crcr_err load_locked(allowlist_source *src, int64_t now, char *err, size_
         if (copy_age(&c, now) > ALLOWLIST_STALE_TTLS * src->ttl_ms) {
             char age[24];
             snprintf(age, sizeof(age), "%" PRId64, copy_age(&c, now) / 1000);
-            LOG_WARN("allowlist.copy_stale", "source", src->st.source, "age_s", age, NULL);
+            LOG_WARN(EV(src, "copy_stale"), "source", src->st.source, "age_s", age, NULL);
             rc = load_direct(src, now, true, err, errsz);
         } else {
             attempt a;
@@ -951,7 +996,7 @@ static crcr_err load_start_locked(allowlist_source *src, int64_t now, char *err,
     }
     if (cs != COPY_STORE_DOWN) {
         bool held = false; /* the first instance up leads; it fetches below in any case */
-        (void)store_lease(src->shared, ALLOWLIST_LEASE_NAME, src->owner, now,
+        (void)store_lease(src->shared, src->kind->name, src->owner, now,
                           ALLOWLIST_LEASE_TTLS * src->ttl_ms, &held);
     }
     char fetch_err[256] = "";
@@ -963,7 +1008,7 @@ static crcr_err load_start_locked(allowlist_source *src, int64_t now, char *err,
         if (attempt_finish(src, &a, now, NULL, 0) == CRCR_OK) {
             char age[24];
             snprintf(age, sizeof(age), "%" PRId64, copy_age(&c, now) / 1000);
-            LOG_WARN("allowlist.stale_copy", "source", src->st.source, "age_s", age, "error",
+            LOG_WARN(EV(src, "stale_copy"), "source", src->st.source, "age_s", age, "error",
                      fetch_err, NULL);
             pthread_mutex_lock(&src->lock);
             char note[sizeof(src->st.last_error)];
@@ -1007,14 +1052,19 @@ void allowlist_source_reload(allowlist_source *src)
         atomic_store(&src->reload_requested, 1);
 }
 
-allowlist *allowlist_source_get(allowlist_source *src)
+void *doc_source_get(doc_source *src)
 {
     if (!src)
         return NULL;
     pthread_mutex_lock(&src->lock);
-    allowlist *al = allowlist_ref(src->current);
+    void *doc = src->current ? src->kind->ref(src->current) : NULL;
     pthread_mutex_unlock(&src->lock);
-    return al;
+    return doc;
+}
+
+allowlist *allowlist_source_get(allowlist_source *src)
+{
+    return src && src->kind == &ALLOWLIST_KIND ? doc_source_get(src) : NULL;
 }
 
 void allowlist_source_status(allowlist_source *src, allowlist_status *out)

@@ -44,8 +44,9 @@ crcr_err checks_body(const checks_run *r, buf_t *out)
     buf_init(&summary, 1024);
     crcr_err err = checks_name(r, &name);
     if (!err)
-        err = buf_printf(&details, "https://github.com/%s/actions/runs/%lld", r->repo,
-                         (long long)r->run_id);
+        err = r->details_url ? buf_puts(&details, r->details_url)
+                             : buf_printf(&details, "https://github.com/%s/actions/runs/%lld",
+                                          r->repo, (long long)r->run_id);
     if (!err)
         err = r->pr_number > 0
                   ? buf_printf(&ext, "%lld:%lld", (long long)r->run_id, (long long)r->pr_number)
