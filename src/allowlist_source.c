@@ -54,6 +54,9 @@
 #define ALLOWLIST_RETRY_MS 30000
 /* Parse problems kept for the error text: the first is enough to act on. */
 #define ALLOWLIST_ERRORS_MAX 4096u
+/* How often an instance sharing a copy looks for another instance's reload notice (a push that
+ * touched the file, a SIGHUP): the copy is followed within this, not within the TTL. */
+#define DOC_NOTICE_POLL_MS 2000
 /* How long the lease of the shared copy lasts, in TTLs. */
 #define ALLOWLIST_LEASE_TTLS 2
 /* A copy older than this many TTLs: its holder is gone, every instance fetches for itself. */
@@ -102,6 +105,9 @@ struct allowlist_source {
 
     atomic_int reload_requested;
     _Atomic int64_t next_due; /* ms on the caller's clock (tick's now_ms) */
+    char notice_key[DOC_NAME_MAX]; /* "<kind>:notice": when a reload last wrote the copy */
+    int64_t notice_seen;           /* that time, as this instance last acted on it; load_lock */
+    int64_t notice_next;           /* when to look at it again; load_lock */
 };
 
 int allowlist_parse_blob_url(const char *url, char *owner_repo, size_t orsz, char *ref,
@@ -159,6 +165,7 @@ doc_source *doc_source_new(const doc_kind *kind, const crcr_config *cfg, const c
     src->gh = gh;
     src->ttl_ms = (cfg->allowlist_ttl_s > 0 ? cfg->allowlist_ttl_s : 900) * 1000;
     snprintf(src->copy_key, sizeof(src->copy_key), "%s:copy", kind->name);
+    snprintf(src->notice_key, sizeof(src->notice_key), "%s:notice", kind->name);
     snprintf(src->copy_magic, sizeof(src->copy_magic), "crcr-%s-copy 1", kind->name);
     src->copy_max = kind->max_bytes + ALLOWLIST_COPY_HEADER_MAX;
     if (file) {
@@ -610,6 +617,28 @@ static void attempt_copy(allowlist_source *src, attempt *a, const shared_copy *c
         snprintf(a->etag, sizeof(a->etag), "%s", c->etag);
 }
 
+/* Tells the other instances that a reload wrote the copy (kv "<kind>:notice" = its time). */
+static void notice_write(allowlist_source *src, int64_t now)
+{
+    char v[24];
+    int n = snprintf(v, sizeof(v), "%" PRId64, now);
+    if (store_kv_put(src->shared, src->notice_key, v, (size_t)n, 0) != CRCR_OK)
+        LOG_WARN(EV(src, "notice_failed"), "source", src->st.source, NULL);
+    src->notice_seen = now;
+}
+
+/* Another instance's reload notice newer than what this one acted on (or 0). */
+static int64_t notice_read(allowlist_source *src, int64_t now)
+{
+    buf_t v;
+    buf_init(&v, 32);
+    int64_t at = 0;
+    if (store_kv_get(src->shared, src->notice_key, &v, now) == CRCR_OK && v.len)
+        at = strtoll(buf_cstr(&v), NULL, 10);
+    buf_free(&v);
+    return at > src->notice_seen ? at : 0;
+}
+
 /* Fetches for itself (file, GitHub); writes the copy when `share` and the list was fetched or
  * confirmed. */
 static crcr_err load_direct(allowlist_source *src, int64_t now, bool share, char *err, size_t errsz)
@@ -630,8 +659,12 @@ static crcr_err load_locked(allowlist_source *src, int64_t now, char *err, size_
     bool reload = atomic_exchange(&src->reload_requested, 0) != 0;
     if (src->is_file || !src->shared)
         return load_direct(src, now, false, err, errsz);
-    if (reload) /* whoever holds the lease: the operator wants it now, here */
-        return load_direct(src, now, true, err, errsz);
+    if (reload) { /* whoever holds the lease: a SIGHUP or a push wants it now, here */
+        crcr_err rc = load_direct(src, now, true, err, errsz);
+        if (!rc)
+            notice_write(src, now); /* the others follow the copy at their next look */
+        return rc;
+    }
     bool held = false;
     if (store_lease(src->shared, src->kind->name, src->owner, now,
                     ALLOWLIST_LEASE_TTLS * src->ttl_ms, &held) != CRCR_OK)
@@ -735,15 +768,37 @@ static crcr_err load_start_locked(allowlist_source *src, int64_t now, char *err,
 crcr_err allowlist_source_load(allowlist_source *src, char *err, size_t errsz)
 {
     pthread_mutex_lock(&src->load_lock);
+    if (!src->is_file && src->shared) /* what start-up loads is at least as new */
+        src->notice_seen = notice_read(src, clock_now_ms());
     crcr_err rc = load_start_locked(src, clock_now_ms(), err, errsz);
     pthread_mutex_unlock(&src->load_lock);
     return rc;
+}
+
+/* An instance sharing a copy: another instance's reload notice makes the copy due now. Caller
+ * holds load_lock. */
+static void notice_poll(allowlist_source *src, int64_t now_ms)
+{
+    if (src->is_file || !src->shared || now_ms < src->notice_next)
+        return;
+    src->notice_next = now_ms + DOC_NOTICE_POLL_MS;
+    int64_t at = notice_read(src, now_ms);
+    if (!at)
+        return;
+    src->notice_seen = at;
+    atomic_store(&src->next_due, now_ms);
+    LOG_INFO(EV(src, "notice"), "source", src->st.source, NULL);
 }
 
 void allowlist_source_tick(allowlist_source *src, int64_t now_ms)
 {
     if (!src)
         return;
+    if (!src->is_file && src->shared && now_ms >= src->notice_next &&
+        pthread_mutex_trylock(&src->load_lock) == 0) {
+        notice_poll(src, now_ms);
+        pthread_mutex_unlock(&src->load_lock);
+    }
     if (!atomic_load(&src->reload_requested) && now_ms < atomic_load(&src->next_due))
         return;
     /* Another thread already loading will do; its result is as fresh as ours would be. */
@@ -751,6 +806,19 @@ void allowlist_source_tick(allowlist_source *src, int64_t now_ms)
         return;
     (void)load_locked(src, now_ms, NULL, 0);
     pthread_mutex_unlock(&src->load_lock);
+}
+
+bool allowlist_source_watches(const allowlist_source *src, const char *repo, const char *ref,
+                              const char *const *paths, size_t n)
+{
+    if (!src || src->is_file || !repo || !ref || strncmp(ref, "refs/heads/", 11) != 0 ||
+        strcasecmp(repo, src->owner_repo) != 0 || strcmp(ref + 11, src->ref) != 0)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        if (paths[i] && strcmp(paths[i], src->path) == 0)
+            return true;
+    }
+    return false;
 }
 
 void allowlist_source_reload(allowlist_source *src)

@@ -142,6 +142,14 @@ crcr_err allowlist_source_load(allowlist_source *src, char *err, size_t errsz);
  * store, `now_ms` is also the clock of the lease and of the shared copy's age (wall time). */
 void allowlist_source_tick(allowlist_source *src, int64_t now_ms);
 
+/* Whether a push to `repo` (owner/name) on `ref` ("refs/heads/<branch>") that added, modified
+ * or removed `paths` touches this URL source's file: the same repository (case-insensitive),
+ * branch and path. False for a file source. The webhook handler then asks for a reload: the
+ * instance that gets the push fetches at once and writes the shared copy with a notice, which
+ * the other instances sharing the store look for every 2 s and follow. */
+bool allowlist_source_watches(const allowlist_source *src, const char *repo, const char *ref,
+                              const char *const *paths, size_t n);
+
 /* Asks for a reload at the next tick (async-signal-safe: only sets a flag). */
 void allowlist_source_reload(allowlist_source *src);
 

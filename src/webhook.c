@@ -143,6 +143,52 @@ static void accept_dispatch(crcr_app *app, const http_request *req, http_respons
     allowlist_free(al);
 }
 
+/* Files a push's commits list, at most WEBHOOK_PUSH_PATHS_MAX (GitHub lists at most 20 commits
+ * in a push payload; each names the files it added, modified or removed). */
+#define WEBHOOK_PUSH_PATHS_MAX 4096u
+
+static size_t add_paths(const jv *commit, const char **out, size_t n)
+{
+    static const char *const lists[] = {"added", "modified", "removed"};
+    for (size_t l = 0; l < sizeof(lists) / sizeof(lists[0]); l++) {
+        const jv *files = jv_get(commit, lists[l]);
+        for (size_t i = 0; i < jv_arr_len(files) && n < WEBHOOK_PUSH_PATHS_MAX; i++) {
+            const char *f = jv_str(jv_arr_at(files, i));
+            if (f)
+                out[n++] = f;
+        }
+    }
+    return n;
+}
+
+/* A push that changed the allowlist's file (or the CI providers map's) on the branch its URL
+ * names: that source reloads now instead of after its TTL, and with a shared store every
+ * instance follows (allowlist_source_watches). */
+static void push_refresh(crcr_app *app, const char *delivery, const jv *doc)
+{
+    const char *repo = jv_path_str(doc, "repository.full_name");
+    const char *ref = jv_path_str(doc, "ref");
+    if (!repo || !ref)
+        return;
+    const char **paths = malloc(WEBHOOK_PUSH_PATHS_MAX * sizeof(*paths));
+    if (!paths)
+        return;
+    size_t n = 0;
+    const jv *commits = jv_get(doc, "commits");
+    for (size_t i = 0; i < jv_arr_len(commits); i++)
+        n = add_paths(jv_arr_at(commits, i), paths, n);
+    n = add_paths(jv_get(doc, "head_commit"), paths, n);
+    allowlist_source *sources[] = {app->allow, app->providers};
+    static const char *const names[] = {"allowlist", "ci_providers"};
+    for (size_t k = 0; k < sizeof(sources) / sizeof(sources[0]); k++) {
+        if (allowlist_source_watches(sources[k], repo, ref, paths, n)) {
+            LOG_INFO("webhook.push_refresh", "delivery", delivery, "source", names[k], NULL);
+            allowlist_source_reload(sources[k]);
+        }
+    }
+    free(paths);
+}
+
 void webhook_classify(const char *event, const jv *doc, const char *upstream_repo, webhook_route *r)
 {
     memset(r, 0, sizeof(*r));
@@ -397,6 +443,8 @@ const char *const webhook_json_paths[] = {
     "check_run.external_id",
     "check_run.name",
     "check_suite.id",
+    "commits",
+    "head_commit",
 };
 const size_t webhook_json_paths_n = sizeof(webhook_json_paths) / sizeof(webhook_json_paths[0]);
 
@@ -464,6 +512,9 @@ void webhook_handle(void *ctx, const http_request *req, http_response *resp)
         reject(app, resp, 400, "Invalid JSON body", delivery);
         return;
     }
+
+    if (strcmp(event, "push") == 0)
+        push_refresh(app, delivery, doc);
 
     webhook_route r;
     webhook_classify(event, doc, app->cfg.upstream_repo, &r);
