@@ -104,7 +104,7 @@ struct allowlist_source {
     allowlist_status st;
 
     atomic_int reload_requested;
-    _Atomic int64_t next_due; /* ms on the caller's clock (tick's now_ms) */
+    _Atomic int64_t next_due;      /* ms on the caller's clock (tick's now_ms) */
     char notice_key[DOC_NAME_MAX]; /* "<kind>:notice": when a reload last wrote the copy */
     int64_t notice_seen;           /* that time, as this instance last acted on it; load_lock */
     int64_t notice_next;           /* when to look at it again; load_lock */
