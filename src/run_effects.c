@@ -43,29 +43,38 @@ bool run_effects_check_wanted(const run_effects_env *env, const allowlist *al, c
     return store_wanted_get(env->st, head_sha, repo, since) == CRCR_OK;
 }
 
-static void metric_json(buf_t *b, int64_t ms)
+static crcr_err metric_json(buf_t *b, int64_t ms)
 {
     if (ms < 0)
-        buf_puts(b, "null");
-    else
-        buf_printf(b, "%lld.%03lld", (long long)(ms / 1000), (long long)(ms % 1000));
+        return buf_puts(b, "null");
+    return buf_printf(b, "%lld.%03lld", (long long)(ms / 1000), (long long)(ms % 1000));
 }
 
 /* The upstream HUD wire format: {"trusted":{...},"untrusted":{"callback_payload":<body>}}. */
 crcr_err run_effects_hud_body(buf_t *out, const char *repo, crcr_level level, int64_t queue_ms,
                               int64_t exec_ms, const char *callback_json, size_t callback_len)
 {
-    crcr_err err = buf_puts(out, "{\"trusted\":{\"ci_metrics\":{\"queue_time\":");
-    metric_json(out, queue_ms);
-    buf_puts(out, ",\"execution_time\":");
-    metric_json(out, exec_ms);
-    buf_puts(out, "},\"verified_repo\":");
-    jv_quote(out, repo, strlen(repo));
-    buf_puts(out, ",\"downstream_repo_level\":");
+    /* Every append counts: a body cut in the middle must not pass as whole. */
     const char *ln = crcr_level_name(level);
-    jv_quote(out, ln, strlen(ln));
-    buf_puts(out, "},\"untrusted\":{\"callback_payload\":");
-    buf_append(out, callback_json, callback_len);
+    crcr_err err = buf_puts(out, "{\"trusted\":{\"ci_metrics\":{\"queue_time\":");
+    if (!err)
+        err = metric_json(out, queue_ms);
+    if (!err)
+        err = buf_puts(out, ",\"execution_time\":");
+    if (!err)
+        err = metric_json(out, exec_ms);
+    if (!err)
+        err = buf_puts(out, "},\"verified_repo\":");
+    if (!err)
+        err = jv_quote(out, repo, strlen(repo));
+    if (!err)
+        err = buf_puts(out, ",\"downstream_repo_level\":");
+    if (!err)
+        err = jv_quote(out, ln, strlen(ln));
+    if (!err)
+        err = buf_puts(out, "},\"untrusted\":{\"callback_payload\":");
+    if (!err)
+        err = buf_append(out, callback_json, callback_len);
     if (!err)
         err = buf_puts(out, "}}");
     return err;

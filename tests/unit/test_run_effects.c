@@ -132,6 +132,24 @@ static void hud_body_is_upstreams_wire_format_exactly(void **state)
     buf_free(&b);
 }
 
+/* A body that does not fit is an error at whatever byte it stops, never a cut body that the
+ * outbox would send ("..."callback_payload":}}"). */
+static void hud_body_that_does_not_fit_is_an_error(void **state)
+{
+    const char *payload = "{\"workflow\":{\"status\":\"completed\",\"conclusion\":\"success\"}}";
+    for (size_t cap = 8; cap < 260; cap++) {
+        buf_t b;
+        buf_init(&b, cap);
+        crcr_err e =
+            run_effects_hud_body(&b, NPU, CRCR_LEVEL_L3, 1500, -1, payload, strlen(payload));
+        if (e == CRCR_OK)
+            assert_non_null(strstr(buf_cstr(&b), "\"callback_payload\":{\"workflow\""));
+        else
+            assert_int_equal(e, CRCR_E_TOO_LARGE);
+        buf_free(&b);
+    }
+}
+
 static void hud_metrics_are_seconds_with_three_decimals_or_null(void **state)
 {
     static const struct {
@@ -451,6 +469,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(hud_body_is_upstreams_wire_format_exactly),
         cmocka_unit_test(hud_metrics_are_seconds_with_three_decimals_or_null),
+        cmocka_unit_test(hud_body_that_does_not_fit_is_an_error),
         cmocka_unit_test(hud_body_quotes_the_repo_and_names_every_level),
         T(nothing_is_built_without_a_check_and_without_hud),
         T(a_check_run_job_only_when_a_check_is_given),

@@ -96,6 +96,17 @@ static void a_document_that_does_not_fit_is_an_error_not_a_cut(void **state)
     buf_init(&b, 24);
     assert_int_equal(trust_doc(fx->st, &b), CRCR_E_TOO_LARGE);
     buf_free(&b);
+    /* Room for the head of the pin but not its tail: an error too, never a cut document that
+     * looks whole ("..."pinned_at":"}]}"). */
+    for (size_t cap = 40; cap < 120; cap++) {
+        buf_init(&b, cap);
+        crcr_err e = trust_doc(fx->st, &b);
+        if (e == CRCR_OK)
+            assert_non_null(strstr(buf_cstr(&b), "\"pinned_at\":\"20"));
+        else
+            assert_int_equal(e, CRCR_E_TOO_LARGE);
+        buf_free(&b);
+    }
 }
 
 #define T(name) cmocka_unit_test_setup_teardown(name, ut_store_setup, ut_store_teardown)
