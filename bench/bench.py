@@ -829,7 +829,7 @@ class Bench:
                             "ingest crcr c%d%s" % (conns, "" if store == "sqlite" else " (pg)"),
                             rl, script, conns, a.duration, dict(env, BENCH_PREFIX=prefix),
                             "perf_ingest_%s_c%d.csv" % (store, conns), a.drain, prefix)
-                        res[self.key("crcr_c%d" % conns, store)] = w
+                        res[self._k("crcr_c%d" % conns, store)] = w
                         log("crcr  c%-3d %-6s %s req/s p50 %s p99 %s non2xx %d stored %d; CPU "
                             "per stored webhook incl. outbox %s (%s) (load %s)"
                             % (conns, store, fmt_num(w["rps"]), fmt_ms(w["p50"]),
@@ -899,10 +899,6 @@ class Bench:
         for store in stores:
             self.ingest_counts(body, store)
 
-    def key(self, name, store):
-        """Result key of a store variant: the SQLite figures keep the historical names."""
-        return name if store == "sqlite" else "%s_%s" % (name, store)
-
     def _peer_run(self, what, peer, script, conns, duration, env):
         cpu0 = proc_cpu_s(peer.pid)
         la = loadavg()
@@ -967,7 +963,7 @@ class Bench:
                 time.sleep(0.3)
             cpu = proc_cpu_s(pid) - cpu0
             conn.close()
-            res[self.key("sequential", store)] = {
+            res[self._k("sequential", store)] = {
                 "n": n, "seconds": t_ingest, "per_webhook_ms": t_ingest / n * 1000,
                 "perf": ps.counts, "drained": drained, "targets": 4, "cpu_ms": cpu / n * 1000}
             c = ps.counts
@@ -1653,6 +1649,7 @@ class Bench:
 
     @staticmethod
     def _k(name, store):
+        """Result key of a store variant: the SQLite figures keep the historical names."""
         return name if store == "sqlite" else "%s_%s" % (name, store)
 
     def fig(self, res, what, store="sqlite"):
@@ -2067,7 +2064,7 @@ class Bench:
             L.append("")
             L.append("| targets | conns | req/s | p50 | p99 | stored | outbox rows | drained | CPU "
                      "per stored webhook (load only) | CPU per stored webhook incl. its rows | "
-                     "per row | fdatasync per webhook | futex per webhook | peak RSS | load |")
+                     "the same / targets | fdatasync per webhook | futex per webhook | peak RSS | load |")
             L.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
             for n in sorted({int(k[1:].split("_")[0]) for k in tg}):
                 for c in (16, 64):

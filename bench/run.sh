@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/run.sh - crcr's benchmarks, against a peer measured in the same run (see bench/RESULTS.md).
 #
-#   bench/run.sh                      # everything (~15 minutes on a 2-core machine)
+#   bench/run.sh                      # everything (9-13 minutes on a 2-core machine)
 #   bench/run.sh --only ingest,fanout # some sections: ingest, ingest_targets, fanout, fanout1000,
 #                                     # callbacks, callbacks_under_ingest, memory, profile
 #   bench/run.sh --store sqlite       # without the PostgreSQL variant (default: sqlite,pg)
