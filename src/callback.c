@@ -200,6 +200,7 @@ jv *callback_body_parse(const char *text, size_t len)
 /* Everything the side-effect builder needs, and the memory of the bodies it builds. */
 typedef struct effects_ctx {
     crcr_app *app;
+    const allowlist *al; /* the on-calls of the repo */
     const char *repo;
     const char *details_url; /* of the run: its check run links there */
     crcr_level level;
@@ -209,6 +210,7 @@ typedef struct effects_ctx {
     size_t raw_len;
     const store_run_key *key;
     run_effect_bodies bodies;
+    size_t n_jobs; /* how many the transition queued */
 } effects_ctx;
 
 static crcr_err build_effects(void *vctx, const store_run_result *res, store_new_job *jobs,
@@ -226,9 +228,12 @@ static crcr_err build_effects(void *vctx, const store_run_result *res, store_new
         .pr_number = c->f->pr_number,
         .details_url = c->details_url,
     };
-    run_effects_env env = {c->app->st, &c->app->cfg};
-    return run_effects_build(&env, c->check_run ? &r : NULL, c->key, c->level, res->queue_ms,
-                             res->exec_ms, c->raw_body, c->raw_len, &c->bodies, jobs, max, n);
+    run_effects_env env = {c->app->st, &c->app->cfg, c->al};
+    crcr_err err =
+        run_effects_build(&env, c->check_run ? &r : NULL, c->key, c->level, res->queue_ms,
+                          res->exec_ms, c->raw_body, c->raw_len, &c->bodies, jobs, max, n);
+    c->n_jobs = err ? 0 : *n;
+    return err;
 }
 
 /* Refuses an authenticated callback and remembers it for the repo's level health. */
@@ -472,12 +477,13 @@ static void apply_transition(cb_request *c, http_response *resp, const allowlist
     const char *head_sha =
         c->nightly ? NULL : (c->dispatch.head_sha[0] ? c->dispatch.head_sha : NULL);
     int64_t pr_number = c->nightly ? 0 : c->dispatch.pr_number;
-    run_effects_env env = {app->st, &app->cfg};
+    run_effects_env env = {app->st, &app->cfg, al};
     cb_fields eff = *f; /* what the check run and the run row say: the relay's record */
     eff.head_sha = head_sha;
     eff.pr_number = pr_number;
     effects_ctx ec = {
         .app = app,
+        .al = al,
         .repo = c->repo,
         .level = c->level,
         .f = &eff,
@@ -549,7 +555,7 @@ static void apply_transition(cb_request *c, http_response *resp, const allowlist
                  ec.check_run ? "queued" : NULL, NULL);
         answer_status(resp, f->status, res.duplicate);
         if (!res.duplicate) /* as many workers as jobs were queued, none when none were */
-            outbox_wake(app->ob, (size_t)ec.check_run + (app->cfg.hud_api_url ? 1u : 0u));
+            outbox_wake(app->ob, ec.n_jobs);
     }
     run_effect_bodies_free(&ec.bodies);
 }

@@ -39,6 +39,9 @@ crcr_err checks_name(const checks_run *r, buf_t *out);
  * decided (an in_progress retried after its completed would otherwise win). */
 crcr_err checks_seq_key(const checks_run *r, buf_t *out);
 
+/* Appends the details_url: r->details_url, else https://github.com/{repo}/actions/runs/{run_id}. */
+crcr_err checks_details_url(const checks_run *r, buf_t *out);
+
 /* Appends the POST /repos/{upstream}/check-runs request body. */
 crcr_err checks_body(const checks_run *r, buf_t *out);
 

@@ -91,6 +91,7 @@ typedef enum {
     K_CRCR_NIGHTLY_DAILY_BYTES,
     K_CRCR_HUD_CONCURRENCY,
     K_CRCR_HUD_CACHE_MS,
+    K_CRCR_ONCALL_COMMENTS,
     K_COUNT
 } key_id;
 
@@ -240,6 +241,11 @@ static const key_def k_keys[K_COUNT] = {
     [K_CRCR_HUD_CACHE_MS] = {"CRCR_HUD_CACHE_MS", "2000", false, 0, 600000,
                              "Milliseconds a rendered HUD page or /api/v1 answer is served "
                              "again from memory (per path and query, 32 MiB in all). 0: off."},
+    [K_CRCR_ONCALL_COMMENTS] = {"CRCR_ONCALL_COMMENTS", "1", false, 0, 1,
+                                "1: when a crcr check run completes with failure, cancelled or "
+                                "timed_out, comment once per PR and downstream repo on the "
+                                "upstream PR, mentioning the repo's on-calls from the allowlist. "
+                                "0: off."},
 };
 
 /* The raw text of every variable while loading. */
@@ -1142,6 +1148,9 @@ static crcr_err fill(raw_values *raw, crcr_config *cfg, char *err, size_t errsz)
     if ((e = take_int(raw, K_CRCR_HUD_CACHE_MS, &n, err, errsz)))
         return e;
     cfg->hud_cache_ms = (long)n;
+    if ((e = take_int(raw, K_CRCR_ONCALL_COMMENTS, &n, err, errsz)))
+        return e;
+    cfg->oncall_comments = n != 0;
     return CRCR_OK;
 }
 
@@ -1423,6 +1432,9 @@ crcr_err config_describe(const crcr_config *cfg, buf_t *out)
             break;
         case K_CRCR_HUD_CACHE_MS:
             num = cfg->hud_cache_ms;
+            break;
+        case K_CRCR_ONCALL_COMMENTS:
+            num = cfg->oncall_comments ? 1 : 0;
             break;
         case K_COUNT:
             break;

@@ -83,6 +83,7 @@ typedef struct crcr_config {
     int64_t nightly_daily_bytes; /* CRCR_NIGHTLY_DAILY_BYTES per repo and UTC day, 0: none */
     long hud_concurrency;        /* CRCR_HUD_CONCURRENCY: HUD renders at once, default 2 */
     long hud_cache_ms;           /* CRCR_HUD_CACHE_MS: life of a cached HUD answer, 0: off */
+    bool oncall_comments;        /* CRCR_ONCALL_COMMENTS: on-call comments on the PR, default on */
 } crcr_config;
 
 /* Looks a key up; returns NULL when unset. Lets tests load a config without touching environ. */

@@ -15,6 +15,8 @@
 #include "limits.h"
 #include "log.h"
 #include "metrics.h"
+#include "oncall.h"
+#include "run_effects.h"
 #include "sig.h"
 #include "store.h"
 
@@ -272,12 +274,35 @@ typedef struct backfill_ctx {
     crcr_app *app;
     int64_t pr_number;
     const char *head_sha;
-    store_new_job jobs[LABEL_BACKFILL_MAX];
+    store_new_job jobs[2 * LABEL_BACKFILL_MAX]; /* the check runs, then the on-call comments */
     buf_t bodies[LABEL_BACKFILL_MAX];
     buf_t keys[LABEL_BACKFILL_MAX]; /* ordering keys, shared with the callbacks' check runs */
     size_t n;
     buf_t names; /* JSON array items of "repo/job" */
+    const allowlist *al;
+    store_new_job oncall_jobs[LABEL_BACKFILL_MAX]; /* comments a completed failure causes */
+    buf_t oncall_bodies[LABEL_BACKFILL_MAX];
+    buf_t oncall_keys[LABEL_BACKFILL_MAX];
+    size_t n_oncall;
 } backfill_ctx;
+
+/* A back-filled check run that completed with a failure pings the on-calls, as one created by
+ * its callback would have (run_effects_oncall_job). */
+static void backfill_oncall(backfill_ctx *c, const checks_run *r)
+{
+    if (c->n_oncall >= LABEL_BACKFILL_MAX)
+        return;
+    buf_t *b = &c->oncall_bodies[c->n_oncall];
+    buf_t *k = &c->oncall_keys[c->n_oncall];
+    buf_init(b, ONCALL_ROW_MAX);
+    buf_init(k, ONCALL_KEY_MAX);
+    if (run_effects_oncall_job(&c->app->cfg, c->al, r, b, k, &c->oncall_jobs[c->n_oncall])) {
+        c->n_oncall++;
+        return;
+    }
+    buf_free(b);
+    buf_free(k);
+}
 
 static void backfill_row(void *vctx, const store_run_row *row)
 {
@@ -317,6 +342,7 @@ static void backfill_row(void *vctx, const store_run_row *row)
         buf_putc(&c->names, ',');
     jv_quote(&c->names, name, strlen(name));
     c->n++;
+    backfill_oncall(c, &r);
 }
 
 /* pull_request labeled ciflow/crcr/<device>: mark the head sha wanted for the device's repos and
@@ -345,6 +371,7 @@ static void handle_label(crcr_app *app, const http_request *req, http_response *
         return;
     }
     c->app = app;
+    c->al = al;
     c->pr_number = pr;
     c->head_sha = sha;
     buf_init(&c->names, 64 * 1024);
@@ -364,12 +391,18 @@ static void handle_label(crcr_app *app, const http_request *req, http_response *
         buf_init(&ok, c->names.len + 64);
         buf_printf(&ok, "{\"ok\":true,\"created_check_runs\":%s}", buf_cstr(&c->names));
         LOG_INFO("webhook.label", "delivery", delivery, "device", device, NULL);
-        persist_and_answer(app, req, resp, event, delivery, doc, c->jobs, c->n, buf_cstr(&ok));
+        memcpy(&c->jobs[c->n], c->oncall_jobs, c->n_oncall * sizeof(c->oncall_jobs[0]));
+        persist_and_answer(app, req, resp, event, delivery, doc, c->jobs, c->n + c->n_oncall,
+                           buf_cstr(&ok));
         buf_free(&ok);
     }
     for (size_t i = 0; i < c->n; i++) {
         buf_free(&c->bodies[i]);
         buf_free(&c->keys[i]);
+    }
+    for (size_t i = 0; i < c->n_oncall; i++) {
+        buf_free(&c->oncall_bodies[i]);
+        buf_free(&c->oncall_keys[i]);
     }
     buf_free(&c->names);
     free(c);
