@@ -42,6 +42,7 @@ enum {
     S_INS_DELIVERY,
     S_INS_JOB,
     S_CLAIM,
+    S_CLAIM_EXPIRED,
     S_GET_DELIVERY_PAYLOAD,
     S_NEXT_DUE,
     S_FINISH,
@@ -67,12 +68,20 @@ static const char *const SQL[S_COUNT] = {
         "ref, received_at, payload, payload_bytes, status) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
     [S_INS_JOB] = "INSERT INTO outbox(kind, delivery_id, target, body, state, attempts, "
                   "next_attempt_at, created_at, seq_key) VALUES (?,?,?,?,'queued',0,?,?,?)",
+    /* Claims: a row whose lease ran out (its worker died: few rows, read from the state range of
+     * outbox_due), else the earliest due queued row in outbox_due's order (next_attempt_at, then
+     * rowid = id). Two statements, each walking one index range in order: one statement with an
+     * OR over both made SQLite sort every due row on every claim (5.5 ms a claim with 20,000
+     * queued rows, quadratic in a fan-out's size; 5.5 us now). */
     [S_CLAIM] = "UPDATE outbox SET state='running', lease_until=?1 WHERE id = (SELECT id FROM "
-                "outbox o WHERE ((state='queued' AND next_attempt_at<=?2) OR (state='running' AND "
-                "lease_until<?2)) AND (o.seq_key IS NULL OR NOT EXISTS (SELECT 1 FROM outbox p "
-                "WHERE p.seq_key=o.seq_key AND p.id<o.id AND p.state IN ('queued','running'))) "
-                "ORDER BY next_attempt_at, id LIMIT 1) "
+                "outbox o WHERE state='queued' AND next_attempt_at<=?2 AND (o.seq_key IS NULL OR "
+                "NOT EXISTS (SELECT 1 FROM outbox p WHERE p.seq_key=o.seq_key AND p.id<o.id AND "
+                "p.state IN ('queued','running'))) ORDER BY next_attempt_at, id LIMIT 1) "
                 "RETURNING id, kind, delivery_id, target, attempts, body",
+    [S_CLAIM_EXPIRED] = "UPDATE outbox SET state='running', lease_until=?1 WHERE id = (SELECT id "
+                        "FROM outbox o WHERE state='running' AND lease_until<?2 ORDER BY "
+                        "next_attempt_at, id LIMIT 1) RETURNING id, kind, delivery_id, target, "
+                        "attempts, body",
     [S_GET_DELIVERY_PAYLOAD] =
         "SELECT event, payload, pr_number, head_sha FROM deliveries WHERE delivery_id=?",
     [S_NEXT_DUE] = "SELECT min(next_attempt_at) FROM outbox WHERE state='queued'",
@@ -521,14 +530,20 @@ static crcr_err sq_claim(store *st, int64_t now, int64_t lease_ms, store_job *ou
     buf_init(&out->body, 0);
     buf_init(&out->payload, 0);
     pthread_mutex_lock(&s->mu);
-    sqlite3_stmt *q = stmt(s, S_CLAIM);
-    if (!q) {
-        pthread_mutex_unlock(&s->mu);
-        return CRCR_E_STORE;
+    sqlite3_stmt *q = NULL;
+    int rc = SQLITE_DONE;
+    for (int which = 0; which < 2 && rc == SQLITE_DONE; which++) {
+        if (q)
+            sqlite3_reset(q);
+        q = stmt(s, which == 0 ? S_CLAIM_EXPIRED : S_CLAIM);
+        if (!q) {
+            pthread_mutex_unlock(&s->mu);
+            return CRCR_E_STORE;
+        }
+        sqlite3_bind_int64(q, 1, now + lease_ms);
+        sqlite3_bind_int64(q, 2, now);
+        rc = sqlite3_step(q);
     }
-    sqlite3_bind_int64(q, 1, now + lease_ms);
-    sqlite3_bind_int64(q, 2, now);
-    int rc = sqlite3_step(q);
     if (rc == SQLITE_DONE) {
         sqlite3_reset(q);
         pthread_mutex_unlock(&s->mu);
