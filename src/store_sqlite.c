@@ -183,8 +183,10 @@ static const char SCHEMA[] =
     "CREATE TABLE IF NOT EXISTS budgets(name TEXT PRIMARY KEY, used INTEGER NOT NULL,"
     " expires_at INTEGER NOT NULL);";
 
-/* Read-only connections for listings (see the header comment). */
+/* Read-only connections for listings (see the header comment), and one more for the reads on
+ * the webhook and callback paths (a dispatch record), which must never wait behind a listing. */
 #define SQ_READERS 2
+#define SQ_HOT_READER SQ_READERS
 /* Most requests (ingests, run transitions) one group commit writes (see group_commit). */
 #define SQ_GROUP_MAX 256
 /* Longest path of the serve-lock side file (the database path plus "-serve.lock"). */
@@ -217,8 +219,9 @@ struct sqlite_store {
     int serve_lock; /* descriptor holding the serve lock (sq_recover), -1 when not taken */
     /* Listing connections, each with its lock; rdb[i] NULL when there are none (in-memory
      * databases), and listings then use db under mu. */
-    sqlite3 *rdb[SQ_READERS];
-    pthread_mutex_t rmu[SQ_READERS];
+    sqlite3 *rdb[SQ_READERS + 1];
+    pthread_mutex_t rmu[SQ_READERS + 1];
+    sqlite3_stmt *hot_dispatch; /* on rdb[SQ_HOT_READER], under rmu[SQ_HOT_READER] */
 };
 
 static sqlite_store *SS(store *st)
@@ -315,7 +318,8 @@ static void sq_close(store *st)
     for (int i = 0; i < S_COUNT; i++)
         sqlite3_finalize(s->stmts[i]);
     sqlite3_close(s->db);
-    for (int i = 0; i < SQ_READERS; i++) {
+    sqlite3_finalize(s->hot_dispatch);
+    for (int i = 0; i <= SQ_READERS; i++) {
         sqlite3_close(s->rdb[i]);
         pthread_mutex_destroy(&s->rmu[i]);
     }
@@ -1593,20 +1597,29 @@ static crcr_err sq_dispatch_get(store *st, const char *delivery_id, const char *
                                 bool with_payload, store_dispatch *out)
 {
     sqlite_store *s = SS(st);
-    sqlite3_stmt *q = NULL;
     crcr_err err = CRCR_OK;
     out->dispatched_at = out->pr_number = 0;
     out->head_sha[0] = out->event[0] = '\0';
-    pthread_mutex_lock(&s->mu);
-    if (sqlite3_prepare_v2(s->db,
+    /* The hot reader: a read on the callback path never waits for the writer or a listing. */
+    bool hot = s->rdb[SQ_HOT_READER] != NULL;
+    sqlite3 *db = hot ? s->rdb[SQ_HOT_READER] : s->db;
+    pthread_mutex_t *mu = hot ? &s->rmu[SQ_HOT_READER] : &s->mu;
+    pthread_mutex_lock(mu);
+    sqlite3_stmt *q = hot ? s->hot_dispatch : NULL;
+    if (!q &&
+        sqlite3_prepare_v2(db,
                            "SELECT COALESCE(o.done_at, o.created_at), d.pr_number, d.head_sha, "
                            "d.event, CASE WHEN ?3 THEN d.payload END FROM outbox o JOIN "
-                           "deliveries d ON d.delivery_id=o.delivery_id WHERE o.kind='dispatch' "
-                           "AND o.delivery_id=?1 AND lower(o.target)=lower(?2) LIMIT 1",
+                           "deliveries d ON d.delivery_id=o.delivery_id WHERE "
+                           "o.kind='dispatch' AND o.delivery_id=?1 AND "
+                           "lower(o.target)=lower(?2) LIMIT 1",
                            -1, &q, NULL) != SQLITE_OK) {
-        err = fail(s, "dispatch_get");
-        goto out;
+        err = fail_db(db, "dispatch_get");
+        pthread_mutex_unlock(mu);
+        return err;
     }
+    if (hot)
+        s->hot_dispatch = q;
     bind_text(q, 1, delivery_id);
     bind_text(q, 2, repo);
     sqlite3_bind_int(q, 3, with_payload ? 1 : 0);
@@ -1614,7 +1627,7 @@ static crcr_err sq_dispatch_get(store *st, const char *delivery_id, const char *
     if (rc == SQLITE_DONE) {
         err = CRCR_E_NOT_FOUND;
     } else if (rc != SQLITE_ROW) {
-        err = fail(s, "dispatch_get");
+        err = fail_db(db, "dispatch_get");
     } else {
         out->dispatched_at = sqlite3_column_int64(q, 0);
         out->pr_number = sqlite3_column_int64(q, 1);
@@ -1623,9 +1636,11 @@ static crcr_err sq_dispatch_get(store *st, const char *delivery_id, const char *
         if (with_payload)
             err = copy_blob(q, 4, &out->payload, out->payload.max);
     }
-out:
-    sqlite3_finalize(q);
-    pthread_mutex_unlock(&s->mu);
+    if (hot)
+        sqlite3_reset(q);
+    else
+        sqlite3_finalize(q);
+    pthread_mutex_unlock(mu);
     return err;
 }
 
@@ -1895,7 +1910,7 @@ static crcr_err private_files(const char *path, char *err, size_t errsz)
 /* Opens the listing connections (see the header comment). */
 static crcr_err open_readers(sqlite_store *s, const char *path, char *err, size_t errsz)
 {
-    for (int i = 0; i < SQ_READERS; i++) {
+    for (int i = 0; i <= SQ_READERS; i++) {
         if (sqlite3_open_v2(path, &s->rdb[i], SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) !=
                 SQLITE_OK ||
             sqlite3_exec(s->rdb[i], "PRAGMA query_only=1; PRAGMA temp_store=MEMORY;", NULL, NULL,
@@ -1924,7 +1939,7 @@ crcr_err store_sqlite_open(const char *path, store **out, char *err, size_t errs
         free(s);
         return CRCR_E_CONFIG;
     }
-    for (int i = 0; i < SQ_READERS; i++)
+    for (int i = 0; i <= SQ_READERS; i++)
         pthread_mutex_init(&s->rmu[i], NULL);
     bool on_disk = strcmp(path, ":memory:") != 0 && strncmp(path, "file:", 5) != 0;
     if (on_disk && private_files(path, err, errsz) != CRCR_OK) {
