@@ -14,10 +14,14 @@ validation rules where they matter to the relay:
   POST /repos/{o}/{r}/actions/runs/{id}/rerun-failed-jobs
   GET  /repos/{o}/{r}/contents/{path}?ref=R             no auth needed; ETag / If-None-Match
 
-Every request is recorded (see Recorded). Fault rules (add_fault and the fault_* helpers) replace
-or delay answers, in order, optionally with a probability drawn from a seeded random.Random, for a
-bounded count. `latency_ms` delays every answer (benchmarks). `time_offset` shifts the fake's clock
-(token and JWT expiry) without sleeping.
+Every request is recorded (see Recorded). Fault rules (add_fault and the fault_* helpers) replace,
+delay or hold answers, in order, optionally with a probability drawn from a seeded random.Random
+(or, with `key`, from the seed, the request's key and how many requests of that key came before:
+the same draws whatever order requests arrive in), for a bounded count, after letting `after`
+requests through. A held request waits until rule.release() (wait_held(rule, n) waits for n of
+them): tests put a kill in the middle of what the relay has in flight by construction.
+`latency_ms` delays every answer (benchmarks). `time_offset` shifts the fake's clock (token and JWT
+expiry) without sleeping.
 
 Example:
     gh = FakeGitHub(app_id=12345, public_key=open(".../app.pub.pem").read()).start()
@@ -99,13 +103,20 @@ class Recorded:
                                     " (%s)" % self.note if self.note else "")
 
 
+# A held request is answered after this at the latest, so that no test can hang the fake.
+HOLD_MAX_S = 120
+
+
 class Fault:
     """A fault rule. status None means "delay only, then answer normally"; status 0 means
     "close the connection without answering". Header values may be callables (evaluated per
-    answer, e.g. a reset time)."""
+    answer, e.g. a reset time). `hold`: matching requests wait for release() (then the status,
+    or the normal answer); `held` counts those waiting. `after`: that many matching requests
+    pass first. `key(rec)`: with a probability, the draw for a request is made from (seed, key,
+    how many requests of that key the rule saw before), not from a shared stream."""
 
     def __init__(self, method, path_re, status, headers, body, probability, count, delay_ms, rng,
-                 name):
+                 name, hold=False, after=0, key=None, seed=None):
         self.method = method.upper() if method else None
         self.path_re = re.compile(path_re) if isinstance(path_re, str) else path_re
         self.status = status
@@ -115,23 +126,46 @@ class Fault:
         self.remaining = count
         self.delay_ms = delay_ms
         self.rng = rng
-        self.name = name or ("fault %s" % status)
+        self.name = name or ("hold" if hold else "fault %s" % status)
         self.hits = 0
+        self.hold = hold
+        self.held = 0
+        self.after = after
+        self.key = key
+        self.seed = seed
+        self._seen = {}  # key -> requests of that key seen so far
+        self._gate = threading.Event()
 
-    def _applies(self, method, path, default_rng):
-        if self.method and self.method != method:
+    def _draw(self, rec, default_rng):
+        if self.key is None:
+            return (self.rng or default_rng).random()
+        k = self.key(rec)
+        n = self._seen.get(k, 0)
+        self._seen[k] = n + 1
+        return random.Random("%r|%r|%d" % (self.seed, k, n)).random()
+
+    def _applies(self, rec, default_rng):
+        if self.method and self.method != rec.method:
             return False
-        if self.path_re is not None and not self.path_re.search(path):
+        if self.path_re is not None and not self.path_re.search(rec.path):
             return False
         if self.remaining is not None and self.remaining <= 0:
             return False
+        if self.after > 0:
+            self.after -= 1
+            return False
         if self.probability < 1.0:
-            if (self.rng or default_rng).random() >= self.probability:
+            if self._draw(rec, default_rng) >= self.probability:
                 return False
         self.hits += 1
         if self.remaining is not None:
             self.remaining -= 1
         return True
+
+    def release(self):
+        """Answers every held request and stops holding (the rule applies no more)."""
+        self.remaining = 0
+        self._gate.set()
 
     def __repr__(self):
         return "<Fault %s hits=%d remaining=%s>" % (self.name, self.hits, self.remaining)
@@ -276,6 +310,9 @@ class FakeGitHub:
         srv, self._server = self._server, None
         if srv is None:
             return
+        with self._lock:
+            for f in self._faults:
+                f._gate.set()  # held requests end
         srv.shutdown()
         with srv.sockets_lock:
             socks = list(srv.open_sockets)
@@ -431,9 +468,12 @@ class FakeGitHub:
     # ------------------------------------------------------------------ faults
 
     def add_fault(self, method=None, path_re=None, status=None, headers=None, body=None,
-                  probability=1.0, count=None, delay_ms=0, seed=None, name=None):
+                  probability=1.0, count=None, delay_ms=0, seed=None, name=None, hold=False,
+                  after=0, key=None):
         """Adds a rule (checked in order; the first that applies answers). Returns the Fault,
-        whose .hits counts the requests it took. `seed` gives the rule its own Random."""
+        whose .hits counts the requests it took. `seed` gives the rule its own Random; with
+        `key` (a function of the Recorded request) each draw is made from the seed, the key and
+        the key's count instead. `hold`, `after`: see Fault."""
         rng = random.Random(seed) if seed is not None else None
         if isinstance(body, (dict, list)):
             body = _json_bytes(body)
@@ -445,20 +485,38 @@ class FakeGitHub:
             except ValueError:
                 phrase = "Error"
             body = _json_bytes({"message": phrase, "documentation_url": DOCS})
-        f = Fault(method, path_re, status, headers, body, probability, count, delay_ms, rng, name)
+        f = Fault(method, path_re, status, headers, body, probability, count, delay_ms, rng, name,
+                  hold=hold, after=after, key=key, seed=seed)
         with self._lock:
             self._faults.append(f)
         return f
 
     def clear_faults(self):
+        """Removes every rule (and answers the requests held by one)."""
         with self._lock:
+            for f in self._faults:
+                f.release()
             self._faults.clear()
 
+    def fault_hold(self, path_re=None, method=None, after=0, count=None):
+        """Holds matching requests (after letting `after` of them through) until rule.release();
+        then they are answered normally."""
+        return self.add_fault(method, path_re, None, None, None, 1.0, count, 0, None, None,
+                              hold=True, after=after)
+
+    def wait_held(self, rule, n, timeout=10.0):
+        """Waits until `rule` holds at least n requests; returns how many it holds."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while rule.held < n and time.monotonic() < deadline:
+                self._cond.wait(min(0.05, max(0.0, deadline - time.monotonic())))
+            return rule.held
+
     def fault_5xx(self, path_re=None, status=502, method=None, count=1, probability=1.0,
-                  seed=None):
+                  seed=None, key=None):
         body = {"message": "Server Error"} if status != 503 else {"message": "Service Unavailable"}
         return self.add_fault(method, path_re, status, {"content-type": "application/json"}, body,
-                              probability, count, 0, seed, "%d" % status)
+                              probability, count, 0, seed, "%d" % status, key=key)
 
     def fault_429(self, path_re=None, retry_after=1, method=None, count=1):
         return self.add_fault(method, path_re, 429,
@@ -511,12 +569,23 @@ class FakeGitHub:
 
     # ------------------------------------------------------------------ request handling
 
-    def _match_fault(self, method, path):
+    def _match_fault(self, rec):
         with self._lock:
             for f in self._faults:
-                if f._applies(method, path, self._rng):
+                if f._applies(rec, self._rng):
                     return f
         return None
+
+    def _hold(self, fault):
+        with self._cond:
+            fault.held += 1
+            self._cond.notify_all()
+        try:
+            fault._gate.wait(HOLD_MAX_S)
+        finally:
+            with self._cond:
+                fault.held -= 1
+                self._cond.notify_all()
 
     def _rate_headers(self):
         with self._lock:
@@ -555,9 +624,11 @@ class FakeGitHub:
 
         if self.latency_ms:
             time.sleep(self.latency_ms / 1000.0)
-        fault = self._match_fault(h.command, raw_path)
+        fault = self._match_fault(rec)
         if fault is not None:
             rec.fault = fault
+            if fault.hold:
+                self._hold(fault)
             if fault.delay_ms:
                 time.sleep(fault.delay_ms / 1000.0)
             if fault.status == 0:
