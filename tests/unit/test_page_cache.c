@@ -34,7 +34,7 @@ static void an_answer_lives_for_its_ttl_with_its_headers(void **state)
     assert_int_equal(got.n_headers, 1);
     assert_string_equal(got.header_value[0], "script-src 'self'");
     buf_reset(&b);
-    assert_int_equal(page_cache_get(c, "GET /crcr", 3000, &got, &b), 0); /* expired */
+    assert_int_equal(page_cache_get(c, "GET /crcr", 3000, &got, &b), 0);   /* expired */
     assert_int_equal(page_cache_get(c, "GET /crcr?x", 1500, &got, &b), 0); /* another key */
     uint64_t hits = 0, misses = 0;
     page_cache_counts(c, &hits, &misses);
