@@ -106,11 +106,11 @@ void store_job_free(store_job *job);
  * store_recover makes the process an instance, alive while the session of its listener
  * connection holds the instance's advisory lock (the server drops it the moment the process dies),
  * so rows of a dead instance are claimable again within a second, while a live instance keeps
- * its rows until their lease runs out, whichever pooled connection finishes them. Liveness
- * verdicts wait until the claiming instance has held its own lock for a few seconds (after a
- * server restart every instance needs a moment to take its lock again), and rows claimed without
- * an instance (a store without store_recover) rely on their lease alone. CRCR_E_NOT_FOUND when
- * nothing is due.
+ * its rows until their lease runs out, whichever pooled connection finishes them. On a server
+ * that started less than a minute before the claiming instance took its lock, liveness verdicts
+ * wait until that lock is a few seconds old (after a server restart every instance needs a moment
+ * to take its lock again). Rows claimed without an instance (a store without store_recover) rely
+ * on their lease alone. CRCR_E_NOT_FOUND when nothing is due.
  */
 crcr_err store_claim(store *st, int64_t now, int64_t lease_ms, store_job *out);
 
