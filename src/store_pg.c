@@ -638,7 +638,8 @@ static void listener_drop(pg_store *s)
 }
 
 /* Opens the listener: LISTEN crcr_outbox and, for an instance, its lock (when that fails the
- * waiting loop tries again). Caller holds lmu. NULL with the reason in `why`. */
+ * waiting loop tries again). Caller holds lmu and stores the connection in s->listener, which owns
+ * it (listener_drop, pg_close). NULL with the reason in `why`. */
 static PGconn *listener_open(pg_store *s, char *why, size_t whysz)
 {
     PGconn *c = pg_connect(s->uri, why, whysz);
@@ -656,15 +657,25 @@ static PGconn *listener_open(pg_store *s, char *why, size_t whysz)
     return c;
 }
 
-static crcr_err op_next_instance(pgx *x, void *arg)
+/* The one integer a parameterless query answers into *v; CRCR_E_NOT_FOUND for no row or NULL. */
+static crcr_err scalar_i64(pgx *x, const char *sql, int64_t *v)
 {
-    int64_t *id = arg;
-    PGresult *r = q(x, "SELECT nextval('outbox_owner_seq')::bigint", NULL);
+    PGresult *r = q(x, sql, NULL);
     if (!r)
         return CRCR_E_STORE;
-    *id = r_i64(r, 0, 0, 0);
+    crcr_err e = CRCR_E_NOT_FOUND;
+    if (PQntuples(r) == 1 && !PQgetisnull(r, 0, 0)) {
+        *v = r_i64(r, 0, 0, 0);
+        e = CRCR_OK;
+    }
     PQclear(r);
-    return *id > 0 ? CRCR_OK : CRCR_E_STORE;
+    return e;
+}
+
+static crcr_err op_next_instance(pgx *x, void *arg)
+{
+    crcr_err e = scalar_i64(x, "SELECT nextval('outbox_owner_seq')::bigint", arg);
+    return e == CRCR_E_NOT_FOUND ? CRCR_E_STORE : e;
 }
 
 /* Makes the serving process an instance (see store_claim in store.h). Nothing is requeued: the
@@ -867,17 +878,7 @@ static crcr_err pg_claim(store *st, int64_t now, int64_t lease_ms, store_job *ou
 
 static crcr_err op_next_due(pgx *x, void *arg)
 {
-    int64_t *due = arg;
-    PGresult *r = q(x, "SELECT min(next_attempt_at) FROM outbox WHERE state='queued'", NULL);
-    if (!r)
-        return CRCR_E_STORE;
-    crcr_err e = CRCR_E_NOT_FOUND;
-    if (PQntuples(r) == 1 && !PQgetisnull(r, 0, 0)) {
-        *due = r_i64(r, 0, 0, 0);
-        e = CRCR_OK;
-    }
-    PQclear(r);
-    return e;
+    return scalar_i64(x, "SELECT min(next_attempt_at) FROM outbox WHERE state='queued'", arg);
 }
 
 static crcr_err pg_next_due(store *st, int64_t *due)
