@@ -274,13 +274,14 @@ def main():
     workers = as_int(config.get("MAX_DISPATCH_WORKERS", "32"), "MAX_DISPATCH_WORKERS")
     threads = as_int(config.get("CRCR_HTTP_THREADS", "0"), "CRCR_HTTP_THREADS")
     pool = as_int(config.get("CRCR_STORE_POOL", "0"), "CRCR_STORE_POOL")
-    if None in (replicas, surge, workers, threads, pool):
+    hud = as_int(config.get("CRCR_HUD_CONCURRENCY", "2"), "CRCR_HUD_CONCURRENCY")
+    if None in (replicas, surge, workers, threads, pool, hud):
         return 1
     check(threads > 0, f"CRCR_HTTP_THREADS is explicit ({threads}), not sized from the node's CPUs")
     check(pool > 0, f"CRCR_STORE_POOL is explicit ({pool}), not sized from the node's CPUs")
-    check(pool >= workers + threads + 2,
+    check(pool >= workers + threads + hud + 2,
           f"CRCR_STORE_POOL {pool} >= MAX_DISPATCH_WORKERS {workers} + CRCR_HTTP_THREADS {threads}"
-          " + 2 (no worker waits for a connection)")
+          f" + CRCR_HUD_CONCURRENCY {hud} + 2 (no worker waits for a connection)")
     peak = (replicas + surge) * (pool + 1)
     budget = PG_MAX_CONNECTIONS - PG_SUPERUSER_RESERVED - HEADROOM
     check(peak <= budget,

@@ -7,11 +7,17 @@
    secret-looking identifier (secret, token, signature, hmac, mac, digest, password, bearer,
    private_key) fails; use CRYPTO_memcmp. String literals and comments are ignored.
 3. clang-format: every C file is formatted as .clang-format says (skipped with --no-format).
+4. Layers: no #include "x.h" in src/ goes up the layer table of docs/internals.md; on a layer
+   marked isolated (the front doors) an include stays within the file's family; a file missing
+   from the table is a problem too.
+   `--self-test` shows the check failing on a deliberate upward include in a scratch tree.
 """
+import fnmatch
 import pathlib
 import re
 import subprocess
 import sys
+import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DIRS = ["src", "tests/unit", "fuzz", "bench"]
@@ -47,7 +53,92 @@ def strip_literals(text):
     return "".join(out)
 
 
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+
+
+def read_layers(doc):
+    """(layers, families) from docs/internals.md: [(layer, name, globs)], [(family, globs)]."""
+    layers, families, section = [], [], None
+    for line in doc.read_text(encoding="utf-8").splitlines():
+        if line.startswith("## "):
+            section = line[3:].strip()
+            continue
+        if section != "Layers" or not line.startswith("|"):
+            continue
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        globs = re.findall(r"`([^`]+)`", line)
+        if len(cells) == 3 and cells[0].isdigit():
+            layers.append((int(cells[0]), cells[1], globs))
+        elif len(cells) == 2 and globs and not cells[0].startswith("-") and cells[0] != "family":
+            families.append((cells[0], globs))
+    return layers, families
+
+
+def classify(name, table):
+    for key, *_, globs in table:
+        if any(fnmatch.fnmatch(name, g) for g in globs):
+            return key
+    return None
+
+
+def check_layers(src, doc):
+    """Problems of the include rule over the .c/.h files in `src` (see the module docstring)."""
+    layers, families = read_layers(doc)
+    isolated = {n for n, name, _ in layers if "isolated" in name}
+    if not layers:
+        return [f"{doc}: no layer table under '## Layers'"]
+    problems = []
+    for path in sorted(p for p in src.glob("*") if p.suffix in (".c", ".h")):
+        layer = classify(path.name, layers)
+        if layer is None:
+            problems.append(f"{path.name}: not in the layer table of docs/internals.md")
+            continue
+        fam = classify(path.name, families)
+        text = path.read_text(encoding="utf-8", errors="replace")
+        for m in INCLUDE.finditer(text):
+            inc = m.group(1)
+            if not (src / inc).exists() or pathlib.Path(inc).stem == path.stem:
+                continue
+            lineno = text.count("\n", 0, m.start()) + 1
+            il = classify(inc, layers)
+            if il is None:
+                problems.append(f"{path.name}:{lineno}: {inc} is not in the layer table")
+            elif il > layer or (il == layer and layer in isolated and
+                                (fam is None or classify(inc, families) != fam)):
+                problems.append(f"{path.name}:{lineno}: includes {inc} (layer {il}) from layer "
+                                f"{layer}: an include must go down the layers of docs/internals.md")
+    return problems
+
+
+def self_test():
+    """The layer check fails on a deliberate upward include and passes without it."""
+    with tempfile.TemporaryDirectory() as tmp:
+        src = pathlib.Path(tmp)
+        doc = ROOT / "docs" / "internals.md"
+        (src / "buf.h").write_text("/* foundation */\n")
+        (src / "outbox.h").write_text('#include "buf.h"\n')
+        (src / "hud_model.h").write_text('#include "outbox.h"\n')
+        (src / "hud_pr.c").write_text('#include "hud_model.h"\n#include "buf.h"\n')
+        clean = check_layers(src, doc)
+        (src / "buf.c").write_text('#include "buf.h"\n#include "outbox.h"\n')  # upward
+        (src / "webhook.c").write_text('#include "hud_model.h"\n')  # across families
+        (src / "mystery.c").write_text("\n")
+        broken = check_layers(src, doc)
+    want = ["buf.c:2: includes outbox.h (layer 3) from layer 0",
+            "webhook.c:1: includes hud_model.h (layer 5) from layer 5",
+            "mystery.c: not in the layer table"]
+    ok = clean == [] and len(broken) == 3 and all(any(w in b for b in broken) for w in want)
+    print("check-source self-test:", "ok" if ok else "FAILED")
+    for b in broken:
+        print("  caught:", b)
+    if clean:
+        print("  unexpected:", clean)
+    return 0 if ok else 1
+
+
 def main():
+    if "--self-test" in sys.argv:
+        return self_test()
     files = sorted(p for d in DIRS for p in (ROOT / d).glob("**/*") if p.suffix in (".c", ".h"))
     problems = []
     for path in files:
@@ -65,6 +156,7 @@ def main():
                              capture_output=True, text=True)
         if fmt.returncode != 0:
             problems.append("clang-format: files are not formatted (run clang-format -i):\n" + fmt.stderr[-4000:])
+    problems += ["layers: " + p for p in check_layers(ROOT / "src", ROOT / "docs" / "internals.md")]
     for p in problems:
         print(p)
     print(f"check-source: {len(files)} files, {len(problems)} problem(s)")

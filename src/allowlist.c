@@ -29,6 +29,7 @@
 #include <unistd.h>
 #include <yaml.h>
 
+#include "ids.h"
 #include "limits.h"
 
 /* Problems recorded per parse; more would only bury the first ones. */
@@ -37,8 +38,6 @@
 #define ALLOWLIST_MAX_DEVICE_LEN 100u
 /* Longest value quoted back in a message. */
 #define ALLOWLIST_QUOTE_MAX 80u
-/* Repos listed per level by `crcr allowlist check` before "... and N more". */
-#define ALLOWLIST_SUMMARY_MAX 25u
 
 #define NO_NODE ((size_t)-1)
 
@@ -400,17 +399,6 @@ static void strip_ws(const char **s, size_t *n)
         (*n)--;
 }
 
-static bool owner_char(char ch)
-{
-    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-           ch == '-';
-}
-
-static bool name_char(char ch)
-{
-    return owner_char(ch) || ch == '.' || ch == '_';
-}
-
 /*
  * Normalises a repo as upstream does (strip whitespace, then '/'), then checks GitHub's syntax:
  * owner 1-39 of [A-Za-z0-9-], one '/', name 1-100 of [A-Za-z0-9._-] and not "." or "..".
@@ -442,21 +430,14 @@ static bool normalize_repo(pctx *c, const char *where, const ynode *n, char *out
                 "%s: invalid repo '%s': owner/repo must contain exactly one '/'", where, q);
         return false;
     }
-    bool owner_ok = olen >= 1 && olen <= 39;
-    for (size_t i = 0; owner_ok && i < olen; i++)
-        owner_ok = owner_char(s[i]);
-    if (!owner_ok) {
+    if (!ids_owner_valid(s, olen)) {
         add_err(c, n->line, n->col, false,
                 "%s: invalid repo '%s': the owner must be 1-39 characters of A-Z, a-z, 0-9 and "
                 "'-'",
                 where, q);
         return false;
     }
-    bool name_ok = nlen >= 1 && nlen <= 100 && !(nlen == 1 && name[0] == '.') &&
-                   !(nlen == 2 && name[0] == '.' && name[1] == '.');
-    for (size_t i = 0; name_ok && i < nlen; i++)
-        name_ok = name_char(name[i]);
-    if (!name_ok) {
+    if (!ids_repo_name_valid(name, nlen)) {
         add_err(c, n->line, n->col, false,
                 "%s: invalid repo '%s': the name must be 1-100 characters of A-Z, a-z, 0-9, '.', "
                 "'_' and '-' (and not '.' or '..')",
@@ -813,6 +794,29 @@ static void destroy(allowlist *al)
     free(al);
 }
 
+/* Records an error and returns true when `key` is not one of L1..L4. A typo such as `l1:` or
+ * `L5:` must not turn a list into "0 repos": every top-level key is a level. */
+static bool unknown_key(pctx *c, const ynode *key)
+{
+    if (key->type != YN_SCALAR) {
+        add_err(c, key->line, key->col, false, "a top-level key must be L1, L2, L3 or L4, got a %s",
+                type_name(key));
+        return true;
+    }
+    if (key->len == 2 && key->text[0] == 'L' && key->text[1] >= '1' && key->text[1] <= '4')
+        return false;
+    char q[ALLOWLIST_QUOTE_MAX * 4 + 8];
+    quote(q, sizeof(q), key->text, key->len);
+    if (key->len == 2 && key->text[0] == 'l' && key->text[1] >= '1' && key->text[1] <= '4')
+        add_err(c, key->line, key->col, false,
+                "unknown top-level key '%s': did you mean 'L%c'? (keys are case-sensitive)", q,
+                key->text[1]);
+    else
+        add_err(c, key->line, key->col, false,
+                "unknown top-level key '%s' (the keys are L1, L2, L3 and L4)", q);
+    return true;
+}
+
 /* Walks the root mapping: each of L1..L4 once, in level order. */
 static void validate(pctx *c)
 {
@@ -830,9 +834,9 @@ static void validate(pctx *c)
     const ynode *level_keys[5] = {NULL};
     for (size_t k = root->first; k != NO_NODE; k = c->nodes[c->nodes[k].next].next) {
         const ynode *key = &c->nodes[k];
-        if (key->type != YN_SCALAR)
-            continue; /* not an L-key: ignored like any other key */
         static const char *const names[] = {NULL, "L1", "L2", "L3", "L4"};
+        if (unknown_key(c, key))
+            continue;
         for (int l = 1; l <= 4; l++) {
             if (strcmp(key->text, names[l]) != 0)
                 continue;
@@ -939,6 +943,11 @@ const char *crcr_level_name(crcr_level level)
     }
 }
 
+size_t allowlist_device_count(const allowlist *al)
+{
+    return al ? al->ndevices : 0;
+}
+
 size_t allowlist_count(const allowlist *al)
 {
     return al ? al->n : 0;
@@ -1026,119 +1035,4 @@ bool allowlist_needs_check_run(const allowlist *al, const char *repo, const char
             return true;
     }
     return false;
-}
-
-/* ---------------------------------------------------------------------------------------- */
-/* `crcr allowlist check FILE`. */
-
-/* Reads at most `max` bytes of `path` into `out` (initialised by the caller, who frees it).
- * CRCR_E_IO leaves errno set. */
-static crcr_err read_file_capped(const char *path, size_t max, buf_t *out)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return CRCR_E_IO;
-    char chunk[16384];
-    crcr_err rc = CRCR_OK;
-    while (out->len < max) {
-        ssize_t n = read(fd, chunk, sizeof(chunk));
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            rc = CRCR_E_IO;
-            break;
-        }
-        if (n == 0)
-            break;
-        size_t take = (size_t)n < max - out->len ? (size_t)n : max - out->len;
-        rc = buf_append(out, chunk, take);
-        if (rc)
-            break;
-    }
-    int saved = errno;
-    close(fd);
-    errno = saved;
-    return rc;
-}
-
-static void print_oncalls(FILE *f, const allowlist_entry *e)
-{
-    if (!e->n_oncalls)
-        return;
-    fputs("  oncalls: ", f);
-    for (size_t i = 0; i < e->n_oncalls; i++)
-        fprintf(f, "%s%s", i ? ", " : "", e->oncalls[i]);
-}
-
-static void print_summary(FILE *f, const char *file, const allowlist *al)
-{
-    fprintf(f, "%s: OK, %zu repo%s\n", file, al->n, al->n == 1 ? "" : "s");
-    for (int l = 1; l <= 4; l++) {
-        size_t count = 0;
-        for (size_t i = 0; i < al->n; i++)
-            count += al->entries[i].level == (crcr_level)l;
-        if (l == 3)
-            fprintf(f, "L3: %zu repo%s in %zu device%s\n", count, count == 1 ? "" : "s",
-                    al->ndevices, al->ndevices == 1 ? "" : "s");
-        else
-            fprintf(f, "L%d: %zu repo%s\n", l, count, count == 1 ? "" : "s");
-        size_t shown = 0;
-        const char *device = NULL;
-        for (size_t i = 0; i < al->n && shown < ALLOWLIST_SUMMARY_MAX; i++) {
-            const allowlist_entry *e = &al->entries[i];
-            if (e->level != (crcr_level)l)
-                continue;
-            if (e->device && e->device != device) {
-                device = e->device;
-                fprintf(f, "  %s (label ciflow/crcr/%s):\n", device, device);
-            }
-            fprintf(f, "%s  %s", e->device ? "  " : "", e->repo);
-            print_oncalls(f, e);
-            fputc('\n', f);
-            shown++;
-        }
-        if (count > shown)
-            fprintf(f, "  ... and %zu more\n", count - shown);
-    }
-}
-
-int allowlist_check_main(int argc, char **argv)
-{
-    if (argc != 2 || !argv || !argv[0] || strcmp(argv[0], "check") != 0 || !argv[1] ||
-        !argv[1][0]) {
-        fputs("usage: crcr allowlist check FILE\n", stderr);
-        return 2;
-    }
-    const char *file = argv[1];
-    buf_t text, errors;
-    /* One byte over the limit, so that the parser reports an oversize file. */
-    buf_init(&text, CRCR_ALLOWLIST_MAX_BYTES + 1u);
-    buf_init(&errors, 1024u * 1024u);
-    crcr_err rc = read_file_capped(file, CRCR_ALLOWLIST_MAX_BYTES + 1u, &text);
-    if (rc) {
-        fprintf(stderr, "%s: cannot read: %s\n", file,
-                rc == CRCR_E_IO ? strerror(errno) : crcr_strerror(rc));
-        buf_free(&text);
-        return 1;
-    }
-    allowlist *al = NULL;
-    rc = allowlist_parse(text.data, text.len, &al, &errors);
-    buf_free(&text);
-    if (rc) {
-        const char *s = buf_cstr(&errors);
-        if (!*s)
-            fprintf(stderr, "%s:1:1: %s\n", file, crcr_strerror(rc));
-        while (*s) {
-            const char *nl = strchr(s, '\n');
-            size_t n = nl ? (size_t)(nl - s) : strlen(s);
-            fprintf(stderr, "%s:%.*s\n", file, (int)n, s);
-            s += n + (nl ? 1 : 0);
-        }
-        buf_free(&errors);
-        return 1;
-    }
-    buf_free(&errors);
-    print_summary(stdout, file, al);
-    allowlist_free(al);
-    return 0;
 }

@@ -6,7 +6,8 @@
  *   L2: [...]                              `owner/repo: oncall1, oncall2` (string) or
  *   L4: [...]                              `owner/repo: [oncall1, oncall2]` (list)
  *   L3: {device: {owner/repo: [oncalls]}}  a device mapping
- * Unknown top-level keys are ignored; a missing or null level is empty. Repos are compared
+ * Every top-level key must be one of L1..L4: any other (`l1:`, `L5:`, a typo) is an error, so a
+ * misspelt level never reads as an empty one. A missing or null level is empty. Repos are compared
  * case-insensitively and may appear once across all levels. Anchors and aliases are refused, and
  * size, depth, node count and entries per level are capped (limits.h). A parsed allowlist is
  * immutable and may be shared by threads; reloading builds a new one.
@@ -57,6 +58,8 @@ const char *crcr_level_name(crcr_level level);
 
 /* Number of entries, and the i-th in level order (L1..L4), file order within a level. */
 size_t allowlist_count(const allowlist *al);
+/* Number of L3 devices. */
+size_t allowlist_device_count(const allowlist *al);
 const allowlist_entry *allowlist_at(const allowlist *al, size_t i);
 
 /* The entry for `repo` (case-insensitive), or NULL. */
@@ -80,9 +83,5 @@ const char *allowlist_repo_device(const allowlist *al, const char *repo);
 /* L4: true. L3: true iff "ciflow/crcr/<device>" is among `labels`. Otherwise false. */
 bool allowlist_needs_check_run(const allowlist *al, const char *repo, const char *const *labels,
                                size_t n_labels);
-
-/* `crcr allowlist check FILE`: prints a summary and returns 0, or prints "FILE:LINE:COL: msg"
- * lines to stderr and returns 1 (2 for usage errors). */
-int allowlist_check_main(int argc, char **argv);
 
 #endif

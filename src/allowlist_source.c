@@ -45,6 +45,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "ids.h"
 #include "json.h"
 #include "limits.h"
 #include "log.h"
@@ -109,23 +110,6 @@ struct allowlist_source {
 /* ---------------------------------------------------------------------------------------- */
 /* Blob URL parsing. */
 
-static bool owner_char(char ch)
-{
-    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-           ch == '-';
-}
-
-static int hexval(char ch)
-{
-    if (ch >= '0' && ch <= '9')
-        return ch - '0';
-    if (ch >= 'a' && ch <= 'f')
-        return ch - 'a' + 10;
-    if (ch >= 'A' && ch <= 'F')
-        return ch - 'A' + 10;
-    return -1;
-}
-
 /* Percent-decodes one path part s[0..n) into out (outsz bytes, NUL-terminated). Refuses bad
  * escapes, control characters and, unless `allow_slash`, an encoded '/'. Returns a reason, or
  * NULL on success. */
@@ -138,7 +122,7 @@ static const char *decode_segment(const char *s, size_t n, char *out, size_t out
         if (ch == '%') {
             if (n - i < 3)
                 return "bad percent-escape";
-            int h = hexval(s[i + 1]), l = hexval(s[i + 2]);
+            int h = ids_hex_value(s[i + 1]), l = ids_hex_value(s[i + 2]);
             if (h < 0 || l < 0)
                 return "bad percent-escape";
             ch = (unsigned char)(h * 16 + l);
@@ -218,15 +202,7 @@ int allowlist_parse_blob_url(const char *url, char *owner_repo, size_t orsz, cha
         return url_error(err, errsz, url, "the third path part must be 'blob'");
 
     /* owner/repo: GitHub syntax, never percent-encoded. */
-    bool ok = lens[0] >= 1 && lens[0] <= 39 && lens[1] >= 1 && lens[1] <= 100;
-    for (size_t k = 0; ok && k < lens[0]; k++)
-        ok = owner_char(parts[0][k]);
-    for (size_t k = 0; ok && k < lens[1]; k++)
-        ok = owner_char(parts[1][k]) || parts[1][k] == '.' || parts[1][k] == '_';
-    if (ok && ((lens[1] == 1 && parts[1][0] == '.') ||
-               (lens[1] == 2 && parts[1][0] == '.' && parts[1][1] == '.')))
-        ok = false;
-    if (!ok)
+    if (!ids_owner_valid(parts[0], lens[0]) || !ids_repo_name_valid(parts[1], lens[1]))
         return url_error(err, errsz, url, "not a valid owner/repo");
 
     char or_buf[CRCR_REPO_NAME_MAX];
@@ -336,35 +312,6 @@ void allowlist_source_set_store(allowlist_source *src, store *st, const char *ow
 /* ---------------------------------------------------------------------------------------- */
 /* Fetching. */
 
-/* Reads at most `max` bytes of `path` into `out`. CRCR_E_IO leaves errno set. */
-static crcr_err read_file_capped(const char *path, size_t max, buf_t *out)
-{
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return CRCR_E_IO;
-    char chunk[16384];
-    crcr_err rc = CRCR_OK;
-    while (out->len < max) {
-        ssize_t n = read(fd, chunk, sizeof(chunk));
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            rc = CRCR_E_IO;
-            break;
-        }
-        if (n == 0)
-            break;
-        size_t take = (size_t)n < max - out->len ? (size_t)n : max - out->len;
-        rc = buf_append(out, chunk, take);
-        if (rc)
-            break;
-    }
-    int saved = errno;
-    close(fd);
-    errno = saved;
-    return rc;
-}
-
 /* Appends s percent-encoded: RFC 3986 unreserved characters stay, and '/' too when keep_slash. */
 static crcr_err url_encode(buf_t *out, const char *s, bool keep_slash)
 {
@@ -438,7 +385,7 @@ static fetch_result fetch_file(allowlist_source *src, buf_t *text, crcr_err *rc,
                                size_t whysz)
 {
     /* One byte over the limit, so that the parser reports an oversize file. */
-    *rc = read_file_capped(src->file, CRCR_ALLOWLIST_MAX_BYTES + 1u, text);
+    *rc = buf_read_file(src->file, CRCR_ALLOWLIST_MAX_BYTES + 1u, text);
     if (*rc) {
         snprintf(why, whysz, "%s: cannot read: %s", src->file,
                  *rc == CRCR_E_IO ? strerror(errno) : crcr_strerror(*rc));
@@ -688,11 +635,30 @@ static void attempt_fetch(allowlist_source *src, attempt *a)
     }
 }
 
+/* A new list with no repository while the one in force has some is refused like a list that
+ * does not parse (an emptied or truncated file, a bad merge): the previous list stays in force
+ * and the reason is in the status. Only a first load may be empty. Caller holds load_lock,
+ * which also guards every change of src->current. */
+static void refuse_emptying(allowlist_source *src, attempt *a)
+{
+    if (a->rc || !a->fresh || allowlist_count(a->fresh) || !src->current ||
+        !allowlist_count(src->current))
+        return;
+    snprintf(a->why, sizeof(a->why),
+             "%.200s: the new allowlist has no repositories, the one in force has %zu: refused "
+             "(restart the relay to start from an empty list)",
+             src->is_file ? src->file : src->path, allowlist_count(src->current));
+    a->rc = CRCR_E_INVALID;
+    allowlist_free(a->fresh);
+    a->fresh = NULL;
+}
+
 /* Puts the attempt's outcome in force and in the status, logs it, and frees what it owned.
  * Caller holds load_lock. */
 static crcr_err attempt_finish(allowlist_source *src, attempt *a, int64_t now, char *err,
                                size_t errsz)
 {
+    refuse_emptying(src, a);
     bool failed = a->rc != CRCR_OK;
     allowlist *old = NULL;
     pthread_mutex_lock(&src->lock);

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "cpus.h"
 #include "json.h"
 #include "log.h"
 #include "callback.h"
@@ -81,19 +82,19 @@ static unsigned http_threads(const crcr_config *cfg)
 {
     if (cfg->http_threads > 0)
         return (unsigned)cfg->http_threads;
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    long n = (cpus > 0 ? cpus : 1) * APP_HTTP_THREADS_PER_CPU;
+    long n = (long)cpus_available() * APP_HTTP_THREADS_PER_CPU;
     return n < APP_HTTP_THREADS_MIN ? APP_HTTP_THREADS_MIN : (unsigned)n;
 }
 
 /* Connections of a shared store's pool. CRCR_STORE_POOL 0: one per thread that can use the store
- * at the same time - every outbox worker, every HTTP thread, the main loop and one spare - so no
- * worker queues for a connection while its lease runs (the listening connection is separate). */
+ * at the same time - every outbox worker, every HTTP thread, every HUD render thread, the main
+ * loop and one spare - so no worker queues for a connection while its lease runs (the listening
+ * connection is separate). */
 static long store_pool_size(const crcr_config *cfg)
 {
     if (cfg->store_pool > 0)
         return cfg->store_pool;
-    long n = cfg->max_dispatch_workers + (long)http_threads(cfg) + 2;
+    long n = cfg->max_dispatch_workers + (long)http_threads(cfg) + cfg->hud_concurrency + 2;
     return n > APP_STORE_POOL_MAX ? APP_STORE_POOL_MAX : n;
 }
 
@@ -286,7 +287,8 @@ int app_serve_main(int argc, char **argv)
         allowlist_source_tick(app->allow, clock_now_ms());
         if (clock_mono_ms() >= next_sweep) {
             sweeper_result sr;
-            sweeper_run(app, owner, clock_now_ms(), &sr);
+            sweeper_deps deps = {app->st, app->allow, app->ob, &app->cfg};
+            sweeper_run(&deps, owner, clock_now_ms(), &sr);
             next_sweep = clock_mono_ms() + app->cfg.sweep_s * 1000;
         }
     }

@@ -29,8 +29,7 @@ typedef struct crcr_app {
     http_server *http;
     int64_t started_at;
     _Atomic int64_t last_webhook_at; /* ms, 0 before the first */
-    atomic_uint_fast64_t webhooks_accepted, webhooks_duplicate, webhooks_ignored, webhooks_rejected;
-    atomic_uint_fast64_t callbacks_accepted, callbacks_duplicate, callbacks_rejected;
+    /* Webhook and callback outcomes are counted once, in the metrics registry (metrics.h). */
 } crcr_app;
 
 /* `crcr serve`: runs until SIGTERM/SIGINT; returns the process exit code (0 on a clean stop,

@@ -2,6 +2,9 @@
 #include "buf.h"
 
 #include <stdio.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -112,4 +115,33 @@ void buf_free(buf_t *b)
     b->data = NULL;
     b->len = 0;
     b->cap = 0;
+}
+
+/* The caller owns `out` (initialised, freed by it). */
+crcr_err buf_read_file(const char *path, size_t max, buf_t *out)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return CRCR_E_IO;
+    char chunk[16384];
+    crcr_err rc = CRCR_OK;
+    while (out->len < max) {
+        ssize_t n = read(fd, chunk, sizeof(chunk));
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            rc = CRCR_E_IO;
+            break;
+        }
+        if (n == 0)
+            break;
+        size_t take = (size_t)n < max - out->len ? (size_t)n : max - out->len;
+        rc = buf_append(out, chunk, take);
+        if (rc)
+            break;
+    }
+    int saved = errno;
+    close(fd);
+    errno = saved;
+    return rc;
 }

@@ -47,6 +47,10 @@ void buf_reset(buf_t *b);
  * freshly allocated "" for an empty buffer, NULL only when that allocation fails. */
 char *buf_detach(buf_t *b, size_t *len);
 
+/* Appends at most `max` bytes of the file at `path` (a larger file is cut at `max`: ask for one
+ * byte more than the limit to tell). CRCR_E_IO leaves errno set. */
+crcr_err buf_read_file(const char *path, size_t max, buf_t *out);
+
 /* Frees the memory. Accepts a buffer that never allocated. The buffer may be reused after
  * buf_init(). */
 void buf_free(buf_t *b);

@@ -19,11 +19,14 @@
 #include "cbtoken.h"
 #include "checks.h"
 #include "clock.h"
+#include "ids.h"
 #include "json.h"
 #include "limits.h"
 #include "log.h"
+#include "metrics.h"
 #include "oidc.h"
 #include "outbox.h"
+#include "run_effects.h"
 #include "store.h"
 
 #define CALLBACK_RATE_WINDOW_MS 60000
@@ -191,41 +194,6 @@ jv *callback_body_parse(const char *text, size_t len)
                            sizeof(CALLBACK_JSON_PATHS) / sizeof(CALLBACK_JSON_PATHS[0]), NULL, 0);
 }
 
-/* The labels of a stored webhook (only pull_request.labels is built). */
-static const char *const LABEL_PATHS[] = {"pull_request.labels"};
-
-bool callback_check_wanted(const crcr_app *app, const allowlist *al, const char *repo,
-                           crcr_level level, const char *delivery_id, const char *head_sha)
-{
-    if (level < CRCR_LEVEL_L3 || !head_sha || !*head_sha)
-        return false;
-    if (level == CRCR_LEVEL_L4)
-        return true;
-    /* The PR carried the device's label in the webhook the relay dispatched. */
-    store_dispatch d;
-    buf_init(&d.payload, app->cfg.max_body);
-    bool labelled = false;
-    if (store_dispatch_get(app->st, delivery_id, repo, true, &d) == CRCR_OK && d.payload.len) {
-        jv *doc = jv_parse_select(d.payload.data, d.payload.len, LABEL_PATHS, 1, NULL, 0);
-        const jv *labels = jv_path(doc, "pull_request.labels");
-        const char *names[CRCR_LABELS_MAX];
-        size_t n = 0;
-        for (size_t i = 0; i < jv_arr_len(labels) && n < CRCR_LABELS_MAX; i++) {
-            const char *name = jv_path_str(jv_arr_at(labels, i), "name");
-            if (name)
-                names[n++] = name;
-        }
-        labelled = allowlist_needs_check_run(al, repo, names, n);
-        jv_free(doc);
-    }
-    buf_free(&d.payload);
-    if (labelled)
-        return true;
-    /* Reopened PRs carry stale labels: the label event's mark decides (upstream fallback). */
-    int64_t since = clock_now_ms() - app->cfg.status_ttl_s * 1000;
-    return store_wanted_get(app->st, head_sha, repo, since) == CRCR_OK;
-}
-
 /* Everything the side-effect builder needs, and the memory of the bodies it builds. */
 typedef struct effects_ctx {
     crcr_app *app;
@@ -236,92 +204,8 @@ typedef struct effects_ctx {
     const char *raw_body;
     size_t raw_len;
     const store_run_key *key;
-    callback_bodies bodies;
+    run_effect_bodies bodies;
 } effects_ctx;
-
-static void metric_json(buf_t *b, int64_t ms)
-{
-    if (ms < 0)
-        buf_puts(b, "null");
-    else
-        buf_printf(b, "%lld.%03lld", (long long)(ms / 1000), (long long)(ms % 1000));
-}
-
-/* The upstream HUD wire format: {"trusted":{...},"untrusted":{"callback_payload":<body>}}. */
-crcr_err callback_hud_body(buf_t *out, const char *repo, crcr_level level, int64_t queue_ms,
-                           int64_t exec_ms, const char *callback_json, size_t callback_len)
-{
-    crcr_err err = buf_puts(out, "{\"trusted\":{\"ci_metrics\":{\"queue_time\":");
-    metric_json(out, queue_ms);
-    buf_puts(out, ",\"execution_time\":");
-    metric_json(out, exec_ms);
-    buf_puts(out, "},\"verified_repo\":");
-    jv_quote(out, repo, strlen(repo));
-    buf_puts(out, ",\"downstream_repo_level\":");
-    const char *ln = crcr_level_name(level);
-    jv_quote(out, ln, strlen(ln));
-    buf_puts(out, "},\"untrusted\":{\"callback_payload\":");
-    buf_append(out, callback_json, callback_len);
-    if (!err)
-        err = buf_puts(out, "}}");
-    return err;
-}
-
-void callback_bodies_init(callback_bodies *b, size_t callback_len)
-{
-    buf_init(&b->check, 64 * 1024);
-    buf_init(&b->check_key, 4 * CRCR_JOB_NAME_MAX + 256);
-    buf_init(&b->hud, callback_len + 8192);
-    buf_init(&b->hud_key, 4 * CRCR_JOB_NAME_MAX + 256);
-}
-
-void callback_bodies_free(callback_bodies *b)
-{
-    buf_free(&b->check);
-    buf_free(&b->check_key);
-    buf_free(&b->hud);
-    buf_free(&b->hud_key);
-}
-
-crcr_err callback_effects(const crcr_app *app, const checks_run *check, const store_run_key *key,
-                          crcr_level level, int64_t queue_ms, int64_t exec_ms,
-                          const char *callback_json, size_t callback_len, callback_bodies *bodies,
-                          store_new_job *jobs, size_t max, size_t *n)
-{
-    *n = 0;
-    int64_t now = clock_now_ms();
-    if (check && *n < max) {
-        crcr_err err = checks_body(check, &bodies->check);
-        if (!err)
-            err = checks_seq_key(check, &bodies->check_key);
-        if (err)
-            return err;
-        jobs[(*n)++] = (store_new_job){.kind = "check_run",
-                                       .target = app->cfg.upstream_repo,
-                                       .seq_key = bodies->check_key.data,
-                                       .body = bodies->check.data,
-                                       .body_len = bodies->check.len,
-                                       .due_at = now};
-    }
-    if (app->cfg.hud_api_url && *n < max) {
-        crcr_err err = callback_hud_body(&bodies->hud, key->repo, level, queue_ms, exec_ms,
-                                         callback_json, callback_len);
-        if (!err)
-            err = buf_printf(&bodies->hud_key, "hud:%s:%s:%lld:%lld:%s:%s", key->repo,
-                             key->delivery_id, (long long)key->run_id, (long long)key->run_attempt,
-                             key->workflow_name ? key->workflow_name : "",
-                             key->job_name ? key->job_name : "");
-        if (err)
-            return err;
-        jobs[(*n)++] = (store_new_job){.kind = "hud_forward",
-                                       .target = "hud",
-                                       .seq_key = bodies->hud_key.data,
-                                       .body = bodies->hud.data,
-                                       .body_len = bodies->hud.len,
-                                       .due_at = now};
-    }
-    return CRCR_OK;
-}
 
 static crcr_err build_effects(void *vctx, const store_run_result *res, store_new_job *jobs,
                               size_t max, size_t *n)
@@ -337,15 +221,16 @@ static crcr_err build_effects(void *vctx, const store_run_result *res, store_new
         .run_id = c->f->run_id,
         .pr_number = c->f->pr_number,
     };
-    return callback_effects(c->app, c->check_run ? &r : NULL, c->key, c->level, res->queue_ms,
-                            res->exec_ms, c->raw_body, c->raw_len, &c->bodies, jobs, max, n);
+    run_effects_env env = {c->app->st, &c->app->cfg};
+    return run_effects_build(&env, c->check_run ? &r : NULL, c->key, c->level, res->queue_ms,
+                             res->exec_ms, c->raw_body, c->raw_len, &c->bodies, jobs, max, n);
 }
 
 /* Refuses an authenticated callback and remembers it for the repo's level health. */
 static void refuse(crcr_app *app, http_response *resp, const char *repo, int status,
                    const char *detail)
 {
-    atomic_fetch_add(&app->callbacks_rejected, 1);
+    metrics_callback_result("rejected");
     store_callback_rejected(app->st, repo, clock_now_ms(), status);
     http_resp_detail(resp, status, detail);
 }
@@ -363,10 +248,9 @@ static void rate_limited(crcr_app *app, http_response *resp, const char *repo, i
 
 bool callback_guard(void *ctx, const http_request *req, http_response *resp)
 {
-    crcr_app *app = ctx;
     if (oidc_token_present(http_req_header(req, "Authorization")))
         return false;
-    atomic_fetch_add(&app->callbacks_rejected, 1);
+    metrics_callback_result("rejected");
     LOG_INFO("callback.unauthorized", "reason", "Missing authorization token", NULL);
     http_resp_detail(resp, 401, "Missing authorization token");
     return true;
@@ -387,17 +271,6 @@ typedef struct cb_request {
     int64_t retry_after_ms; /* refusal 429 (byte budget): when to come back */
 } cb_request;
 
-static bool is_hex40(const char *s)
-{
-    size_t n = 0;
-    for (; s[n]; n++) {
-        char c = s[n];
-        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F')))
-            return false;
-    }
-    return n == 40;
-}
-
 /* Nightly/periodic self-reports: no dispatch record to check them against, so they are held to a
  * named shape and size (issue 12): a commit sha as delivery id, CALLBACK_NIGHTLY_MAX_BODY bytes. */
 static void check_nightly(cb_request *c)
@@ -406,7 +279,7 @@ static void check_nightly(cb_request *c)
         snprintf(c->detail, sizeof(c->detail),
                  "nightly/periodic callbacks must have status 'completed', got '%s'", c->f.status);
         c->refusal = 400;
-    } else if (!is_hex40(c->f.delivery_id)) {
+    } else if (!ids_sha_valid(c->f.delivery_id) || strlen(c->f.delivery_id) != 40) {
         snprintf(c->detail, sizeof(c->detail),
                  "nightly/periodic callbacks must name the tested commit: delivery_id must be a "
                  "40-character hex sha");
@@ -577,6 +450,7 @@ static void apply_transition(cb_request *c, http_response *resp, const allowlist
     const char *head_sha =
         c->nightly ? NULL : (c->dispatch.head_sha[0] ? c->dispatch.head_sha : NULL);
     int64_t pr_number = c->nightly ? 0 : c->dispatch.pr_number;
+    run_effects_env env = {app->st, &app->cfg};
     cb_fields eff = *f; /* what the check run and the run row say: the relay's record */
     eff.head_sha = head_sha;
     eff.pr_number = pr_number;
@@ -585,12 +459,12 @@ static void apply_transition(cb_request *c, http_response *resp, const allowlist
         .repo = c->repo,
         .level = c->level,
         .f = &eff,
-        .check_run = !c->nightly &&
-                     callback_check_wanted(app, al, c->repo, c->level, f->delivery_id, head_sha),
+        .check_run = !c->nightly && run_effects_check_wanted(&env, al, c->repo, c->level,
+                                                             f->delivery_id, head_sha),
         .raw_body = c->req->body,
         .raw_len = c->req->body_len,
     };
-    callback_bodies_init(&ec.bodies, c->req->body_len);
+    run_effect_bodies_init(&ec.bodies, c->req->body_len);
     store_run_update u = {
         .key = {.delivery_id = f->delivery_id,
                 .repo = c->repo,
@@ -643,7 +517,7 @@ static void apply_transition(cb_request *c, http_response *resp, const allowlist
     } else if (e) {
         http_resp_detail(resp, 503, "store unavailable, please retry");
     } else {
-        atomic_fetch_add(res.duplicate ? &app->callbacks_duplicate : &app->callbacks_accepted, 1);
+        metrics_callback_result(res.duplicate ? "duplicate" : "accepted");
         LOG_INFO(res.duplicate ? "callback.duplicate" : "callback.accepted", "delivery",
                  f->delivery_id, "repo", c->repo, "run", run_s, "job", f->job_name, "status",
                  f->status, "conclusion", f->conclusion, "check_run",
@@ -652,7 +526,7 @@ static void apply_transition(cb_request *c, http_response *resp, const allowlist
         if (!res.duplicate) /* as many workers as jobs were queued, none when none were */
             outbox_wake(app->ob, (size_t)ec.check_run + (app->cfg.hud_api_url ? 1u : 0u));
     }
-    callback_bodies_free(&ec.bodies);
+    run_effect_bodies_free(&ec.bodies);
 }
 
 void callback_handle(void *ctx, const http_request *req, http_response *resp)
@@ -664,7 +538,7 @@ void callback_handle(void *ctx, const http_request *req, http_response *resp)
     jv *body = req->body_len ? callback_body_parse(req->body, req->body_len) : jv_new_obj();
     if (!body || !jv_is_obj(body)) {
         jv_free(body);
-        atomic_fetch_add(&app->callbacks_rejected, 1);
+        metrics_callback_result("rejected");
         http_resp_detail(resp, 400, "Invalid JSON body");
         return;
     }
@@ -675,7 +549,7 @@ void callback_handle(void *ctx, const http_request *req, http_response *resp)
                          &id, reason, sizeof(reason));
     if (st != 0) {
         jv_free(body);
-        atomic_fetch_add(&app->callbacks_rejected, 1);
+        metrics_callback_result("rejected");
         LOG_INFO("callback.unauthorized", "reason", reason, NULL);
         http_resp_detail(resp, st, reason[0] ? reason : "Invalid authorization token");
         return;

@@ -24,10 +24,6 @@
 #ifndef CRCR_CALLBACK_H
 #define CRCR_CALLBACK_H
 
-#include "allowlist.h"
-#include "buf.h"
-#include "checks.h"
-#include "store.h"
 #include "http_server.h"
 #include "json.h"
 
@@ -57,41 +53,6 @@ bool callback_parse(const jv *body, cb_fields *f, char *detail, size_t dsz);
  * callback_parse reads are built. Returns a new reference (caller frees with jv_free()), NULL
  * when the body is not valid JSON. */
 jv *callback_body_parse(const char *text, size_t len);
-
-/* Appends the upstream HUD wire format {"trusted":{"ci_metrics":{"queue_time":..,
- * "execution_time":..},"verified_repo":..,"downstream_repo_level":..},"untrusted":
- * {"callback_payload":<callback_json verbatim>}}. Metrics in ms, -1 for null. */
-crcr_err callback_hud_body(buf_t *out, const char *repo, crcr_level level, int64_t queue_ms,
-                           int64_t exec_ms, const char *callback_json, size_t callback_len);
-
-struct crcr_app;
-
-/* Memory of the request bodies of a transition's side effects (owned by the caller). */
-typedef struct callback_bodies {
-    buf_t check;     /* check-run request body */
-    buf_t check_key; /* its outbox ordering key */
-    buf_t hud;       /* HUD forward body */
-    buf_t hud_key;   /* its ordering key: one run's forwards go out in order */
-} callback_bodies;
-
-/* Prepares the holders (sized for a callback body of `callback_len` bytes) / frees them. */
-void callback_bodies_init(callback_bodies *b, size_t callback_len);
-void callback_bodies_free(callback_bodies *b);
-
-/* The side effects of a run transition, shared by callbacks and the sweeper: a check run on the
- * upstream PR (when `check` is not NULL) and a HUD forward (when HUD_API_URL is set). Fills
- * jobs[0..*n) whose bodies live in `bodies`. */
-crcr_err callback_effects(const struct crcr_app *app, const checks_run *check,
-                          const store_run_key *key, crcr_level level, int64_t queue_ms,
-                          int64_t exec_ms, const char *callback_json, size_t callback_len,
-                          callback_bodies *bodies, store_new_job *jobs, size_t max, size_t *n);
-
-/* Whether a run of `repo` (at `level` now) on the dispatched delivery `delivery_id`, head sha
- * `head_sha`, gets a check run on the upstream PR (§5.3): L4 always; L3 when the webhook the
- * relay dispatched carried the device's ciflow/crcr label, or a labeled event marked the sha.
- * Never decided from a callback body. Shared by callbacks and the sweeper. */
-bool callback_check_wanted(const struct crcr_app *app, const allowlist *al, const char *repo,
-                           crcr_level level, const char *delivery_id, const char *head_sha);
 
 /* Route guard: a callback without a bearer token is answered 401 "Missing authorization token"
  * before its body is read. ctx is the crcr_app. */

@@ -3,12 +3,18 @@
  * CRCR_STORE (or --config FILE), or over a running relay's admin API with --url:
  *   crcr deliveries list [--status S] [--repo R] [--pr N] [--limit N] [--format text|json]
  *   crcr deliveries show ID [--format text|json]
- *   crcr deliveries redeliver ID [--repo R]
+ *   crcr deliveries redeliver ID [--repo R [--force]]
  *   ... --url https://relay.example [--token T]   (token default: CRCR_ADMIN_TOKEN)
  * `show --format json` prints {"delivery":{...},"outbox":[{...,"body":"<request body>"}]} and
- * `list --format json` an array of deliveries, the same documents in both modes (ops.h builds
- * them). The admin API is reached over http_client.h: https, or http to a loopback host only
+ * `list --format json` an array of deliveries, the same documents in both modes (delivery_doc.h
+ * builds them). The admin API is reached over http_client.h: https, or http to a loopback host only
  * (config_url_allowed), so the admin token never crosses a network in the clear.
+ *
+ * The local store is opened with cli_open_store: a mistyped or missing configuration ends with
+ * exit 2 naming the path, never with a new empty store read as "nothing there". `redeliver
+ * --repo R` refuses an R that is not on the allowlist in force (a typo would otherwise create
+ * and send a dispatch to whatever R names) unless --force: locally the allowlist the relay's
+ * configuration names, through --url the relay's own (the admin API's force=1).
  */
 #include "cli_deliveries.h"
 
@@ -19,15 +25,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "allowlist_source.h"
+#include "cli.h"
 #include "clock.h"
 #include "config.h"
 #include "http_client.h"
 #include "json.h"
+#include "ids.h"
 #include "limits.h"
-#include "ops.h"
+#include "delivery_doc.h"
 #include "store.h"
 
-/* Largest admin API answer read (a listing of OPS_LIST_MAX deliveries is a few MB). */
+/* Largest admin API answer read (a listing of DDOC_LIST_MAX deliveries is a few MB). */
 #define CLI_MAX_ANSWER (64u * 1024u * 1024u)
 /* Longest --url accepted. */
 #define CLI_URL_MAX 2048u
@@ -44,6 +53,7 @@ typedef struct cli_opts {
     const char *token;
     int limit;
     long long pr;
+    bool force;
 } cli_opts;
 
 static void usage(void)
@@ -51,10 +61,10 @@ static void usage(void)
     fputs("usage: crcr deliveries list [--status S] [--repo R] [--pr N] [--limit N] "
           "[--format text|json]\n"
           "       crcr deliveries show ID [--format text|json]\n"
-          "       crcr deliveries redeliver ID [--repo R]\n"
-          "  local store (CRCR_STORE, --config FILE), or a running relay's admin API with\n"
-          "  --url URL [--token T]  (token default: CRCR_ADMIN_TOKEN). See `crcr help "
-          "deliveries`.\n",
+          "       crcr deliveries redeliver ID [--repo R [--force]]\n"
+          "  the local store (--config FILE; without it /etc/crcr/crcr.env when it exists,\n"
+          "  else CRCR_STORE), or a running relay's admin API with --url URL [--token T]\n"
+          "  (token default: CRCR_ADMIN_TOKEN). See `crcr help deliveries`.\n",
           stderr);
 }
 
@@ -85,12 +95,18 @@ static int parse_opts(int argc, char **argv, cli_opts *o)
             dst = &o->url;
         else if (strcmp(a, "--token") == 0)
             dst = &o->token;
-        else if (strcmp(a, "--limit") == 0 || strcmp(a, "--pr") == 0) {
+        else if (strcmp(a, "--force") == 0) {
+            o->force = true;
+            continue;
+        } else if (strcmp(a, "--limit") == 0 || strcmp(a, "--pr") == 0) {
             bool is_limit = strcmp(a, "--limit") == 0;
             long long v = 0;
             if (i + 1 >= argc ||
-                parse_number(argv[i + 1], is_limit ? OPS_LIST_MAX : INT64_MAX, &v) != 0)
+                parse_number(argv[i + 1], is_limit ? DDOC_LIST_MAX : INT64_MAX, &v) != 0) {
+                fprintf(stderr, "crcr deliveries: %s: expected a number%s\n", a,
+                        is_limit ? " from 1 to 10000" : "");
                 return -1;
+            }
             i++;
             if (is_limit)
                 o->limit = (int)v;
@@ -101,19 +117,25 @@ static int parse_opts(int argc, char **argv, cli_opts *o)
             o->id = a;
             continue;
         } else {
+            fprintf(stderr, "crcr deliveries: %s '%s'\n",
+                    a[0] == '-' ? "unknown option" : "unexpected argument", a);
             return -1;
         }
-        if (i + 1 >= argc)
+        if (i + 1 >= argc) {
+            fprintf(stderr, "crcr deliveries: %s needs a value\n", a);
             return -1;
+        }
         *dst = argv[++i];
     }
-    if (o->format && strcmp(o->format, "json") != 0 && strcmp(o->format, "text") != 0)
+    if (o->format && strcmp(o->format, "json") != 0 && strcmp(o->format, "text") != 0) {
+        fprintf(stderr, "crcr deliveries: --format: expected text or json\n");
         return -1;
-    if (o->status && !ops_state_valid(o->status)) {
+    }
+    if (o->status && !ddoc_state_valid(o->status)) {
         fprintf(stderr, "crcr: --status: expected queued, running, sent, dry_run or dead\n");
         return -1;
     }
-    if (o->id && !ops_delivery_id_valid(o->id)) {
+    if (o->id && !ids_delivery_valid(o->id)) {
         fprintf(stderr, "crcr: '%s' is not a delivery id\n", o->id);
         return -1;
     }
@@ -181,27 +203,61 @@ static int print_requeued(const char *id, int n)
 
 /* ---- local store ---- */
 
-static int local_main(const char *sub, const cli_opts *o, const crcr_config *cfg)
+/* redeliver --repo: 0 when o->repo is on the allowlist `cfg` names (or --force), else 2 after
+ * saying why nothing was re-queued. */
+static int check_repo_listed(const cli_opts *o, const crcr_config *cfg)
 {
-    store *st = NULL;
+    if (!o->repo || o->force)
+        return 0;
+    gh_client *gh = NULL;
+    allowlist_source *src = NULL;
     char err[512] = "";
-    crcr_err e = store_open_pool(cfg->store_uri, cfg->store_pool, &st, err, sizeof(err));
-    if (e) {
-        fprintf(stderr, "crcr: %s\n", err);
-        return e == CRCR_E_CONFIG ? 2 : 1;
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    allowlist *al = cli_load_allowlist(cfg, &gh, &src, err, sizeof(err));
+    allowlist_status as;
+    allowlist_source_status(src, &as);
+    int rc = 0;
+    if (!al) {
+        fprintf(stderr,
+                "crcr: redeliver --repo %s: cannot check it against the allowlist: %s; nothing "
+                "re-queued (--force redelivers without the check)\n",
+                o->repo, err);
+        rc = 2;
+    } else if (allowlist_level(al, o->repo) == CRCR_LEVEL_NONE) {
+        fprintf(stderr,
+                "crcr: redeliver --repo %s: not on the allowlist in force (%s, %zu repos); "
+                "nothing re-queued. Check the name, or add --force to redeliver to it anyway\n",
+                o->repo, as.source, as.repos);
+        rc = 2;
     }
+    allowlist_free(al);
+    allowlist_source_free(src);
+    gh_client_free(gh);
+    curl_global_cleanup();
+    return rc;
+}
+
+static int local_main(const char *sub, const cli_opts *o, const crcr_config *cfg, const char *used)
+{
+    if (strcmp(sub, "redeliver") == 0 && check_repo_listed(o, cfg) != 0)
+        return 2;
+    store *st = NULL;
+    int orc = cli_open_store(cfg, used, &st);
+    if (orc)
+        return orc;
+    crcr_err e;
     int rc = 1;
     jv *doc = NULL;
     if (strcmp(sub, "list") == 0) {
         store_filter f = {
             .state = o->status, .repo = o->repo, .limit = o->limit, .pr_number = o->pr};
-        e = ops_delivery_list(st, &f, &doc);
+        e = ddoc_admin_list_jv(st, &f, &doc);
         if (e)
             fprintf(stderr, "crcr: %s\n", crcr_strerror(e));
         else
             rc = print_list(doc, o);
     } else if (strcmp(sub, "show") == 0) {
-        e = ops_delivery_doc(st, cfg, o->id, &doc);
+        e = ddoc_admin_jv(st, cfg, o->id, &doc);
         if (e)
             fprintf(stderr, "crcr: delivery %s: %s\n", o->id, crcr_strerror(e));
         else
@@ -268,6 +324,8 @@ static long remote_call(const remote_req *rq, buf_t *answer)
     }
     if (!e && strcmp(rq->sub, "redeliver") == 0)
         e = add_query(&url, "repo", rq->o->repo);
+    if (!e && strcmp(rq->sub, "redeliver") == 0 && rq->o->force)
+        e = add_query(&url, "force", "1");
     if (e) {
         fprintf(stderr, "crcr: --url: URL too long\n");
         buf_free(&url);
@@ -325,6 +383,12 @@ static int remote_main(const char *sub, const cli_opts *o, const char *token)
             jv_int(jv_get(doc, "requeued"), &n);
             rc = print_requeued(o->id, (int)n);
         }
+    } else if (status == 422 && strcmp(sub, "redeliver") == 0) {
+        fprintf(stderr,
+                "crcr: redeliver --repo %s: %s; nothing re-queued (--force redelivers "
+                "anyway)\n",
+                o->repo ? o->repo : "", detail ? detail : "refused");
+        rc = 2;
     } else if (status == 401) {
         fprintf(stderr, "crcr: %s: 401 Unauthorized: the admin token was refused\n", o->url);
     } else if (status == 404 && strcmp(sub, "list") == 0) {
@@ -343,7 +407,10 @@ static int remote_main(const char *sub, const cli_opts *o, const char *token)
 
 int cli_deliveries_main(int argc, char **argv)
 {
-    if (argc < 1) {
+    const char *sub = argc >= 1 ? argv[0] : "";
+    if (strcmp(sub, "list") != 0 && strcmp(sub, "show") != 0 && strcmp(sub, "redeliver") != 0) {
+        if (*sub)
+            fprintf(stderr, "crcr deliveries: unknown verb '%s' (list, show or redeliver)\n", sub);
         usage();
         return 2;
     }
@@ -352,28 +419,32 @@ int cli_deliveries_main(int argc, char **argv)
         usage();
         return 2;
     }
-    const char *sub = argv[0];
-    if (strcmp(sub, "list") != 0 && strcmp(sub, "show") != 0 && strcmp(sub, "redeliver") != 0) {
+    if (strcmp(sub, "list") == 0 && o.id) {
+        fprintf(stderr, "crcr deliveries: unexpected argument '%s'\n", o.id);
         usage();
         return 2;
     }
     if (strcmp(sub, "list") != 0 && !o.id) {
+        fprintf(stderr, "crcr deliveries: %s needs a delivery ID\n", sub);
+        usage();
+        return 2;
+    }
+    if (o.force && (strcmp(sub, "redeliver") != 0 || !o.repo)) {
+        fprintf(stderr, "crcr deliveries: --force goes with redeliver --repo R\n");
         usage();
         return 2;
     }
     crcr_config cfg;
-    char err[512] = "";
-    if (config_load(&cfg, o.config, config_getenv, NULL, err, sizeof(err)) != CRCR_OK) {
-        fprintf(stderr, "crcr: %s\n", err);
+    const char *used = NULL;
+    if (cli_load_config(o.config, &cfg, &used) != 0)
         return 2;
-    }
     int rc;
     if (o.url) {
         curl_global_init(CURL_GLOBAL_DEFAULT);
         rc = remote_main(sub, &o, o.token ? o.token : cfg.admin_token);
         curl_global_cleanup();
     } else {
-        rc = local_main(sub, &o, &cfg);
+        rc = local_main(sub, &o, &cfg, used);
     }
     config_free(&cfg);
     return rc;

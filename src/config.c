@@ -26,6 +26,7 @@
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 
+#include "ids.h"
 #include "limits.h"
 
 /* A --config file is a few dozen lines; a PEM written on one line is ~2.5 KB. */
@@ -191,11 +192,12 @@ static const key_def k_keys[K_COUNT] = {
                                          "answer; slower connections are closed."},
     [K_CRCR_STORE_POOL] = {"CRCR_STORE_POOL", "0", false, 0, 256,
                            "PostgreSQL connections per instance (a postgresql:// store). 0: "
-                           "MAX_DISPATCH_WORKERS + one per CPU + 2 (capped at 256), so that no "
-                           "outbox worker waits for a connection while its lease runs. The "
-                           "server needs instances x (pool + 1)."},
+                           "MAX_DISPATCH_WORKERS + HTTP threads + CRCR_HUD_CONCURRENCY + 2 "
+                           "(capped at 256), so that no outbox worker waits for a connection "
+                           "while its lease runs. The server needs instances x (pool + 1)."},
     [K_CRCR_HTTP_THREADS] = {"CRCR_HTTP_THREADS", "0", false, 0, 256,
-                             "Threads serving HTTP requests. 0: 4 per CPU, at least 8. A request "
+                             "Threads serving HTTP requests. 0: 4 per CPU available to the "
+                             "process (affinity and cgroup quota), at least 8. A request "
                              "holds its thread while its webhook is committed; concurrent "
                              "webhooks share one commit, so more threads than CPUs means fewer "
                              "commits under load."},
@@ -739,23 +741,6 @@ static bool app_id_valid(const char *id)
     return true;
 }
 
-/* owner/repo as GitHub allows them: owner [A-Za-z0-9-], repo [A-Za-z0-9._-]. */
-static bool repo_name_valid(const char *s)
-{
-    const char *slash = strchr(s, '/');
-    if (!slash || slash == s || !slash[1] || strlen(s) >= CRCR_REPO_NAME_MAX)
-        return false;
-    for (const char *c = s; c < slash; c++)
-        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
-              *c == '-'))
-            return false;
-    for (const char *c = slash + 1; *c; c++)
-        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
-              *c == '-' || *c == '.' || *c == '_'))
-            return false;
-    return strcmp(slash + 1, ".") != 0 && strcmp(slash + 1, "..") != 0;
-}
-
 /* CRCR_LISTEN: IPV4:PORT, [IPV6]:PORT or localhost:PORT (which listens on 127.0.0.1). */
 static crcr_err take_listen(const raw_values *raw, crcr_config *cfg, char *err, size_t errsz)
 {
@@ -978,7 +963,7 @@ static crcr_err fill(raw_values *raw, crcr_config *cfg, char *err, size_t errsz)
     /* Upstream variables. */
     if ((e = take_string(raw, K_UPSTREAM_REPO, &cfg->upstream_repo, err, errsz)))
         return e;
-    if (!repo_name_valid(cfg->upstream_repo)) {
+    if (!ids_full_name_valid(cfg->upstream_repo)) {
         char q[CONFIG_QUOTE_MAX + 4];
         quote_value(cfg->upstream_repo, q);
         return fail(err, errsz, "UPSTREAM_REPO: expected OWNER/REPO: '%s'", q);

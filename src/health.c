@@ -7,20 +7,15 @@
  */
 #include "health.h"
 
-#include <curl/curl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
-#include "allowlist_source.h"
 #include "clock.h"
 #include "config.h"
-#include "github.h"
 #include "html.h"
-
-/* Output buffers: one report is a few hundred bytes per repo. */
-#define HEALTH_OUT_MAX (16u * 1024u * 1024u)
+#include "jw.h"
 
 health_outcome health_outcome_of(const char *state, const char *conclusion)
 {
@@ -387,6 +382,18 @@ int health_parse_window(const char *s, int64_t *ms)
     return 0;
 }
 
+void health_window_label(int64_t ms, char *out, size_t n)
+{
+    if (ms % 86400000LL == 0)
+        snprintf(out, n, "%lldd", (long long)(ms / 86400000LL));
+    else if (ms % 3600000LL == 0)
+        snprintf(out, n, "%lldh", (long long)(ms / 3600000LL));
+    else if (ms % 60000LL == 0)
+        snprintf(out, n, "%lldm", (long long)(ms / 60000LL));
+    else
+        snprintf(out, n, "%llds", (long long)(ms / 1000));
+}
+
 /* ---- the report over the store ---- */
 
 typedef struct run_vec {
@@ -547,16 +554,6 @@ void health_report_free(health_report *r)
 
 /* ---- output ---- */
 
-static void window_text(int64_t ms, char *out, size_t n)
-{
-    if (ms % 86400000LL == 0)
-        snprintf(out, n, "%lldd", (long long)(ms / 86400000LL));
-    else if (ms % 3600000LL == 0)
-        snprintf(out, n, "%lldh", (long long)(ms / 3600000LL));
-    else
-        snprintf(out, n, "%llds", (long long)(ms / 1000));
-}
-
 static void pct_text(double v, char *out, size_t n)
 {
     if (v < 0)
@@ -640,7 +637,7 @@ crcr_err health_report_json(const health_report *r, buf_t *out)
 crcr_err health_report_text(const health_report *r, buf_t *out)
 {
     char win[24], since[48], gen[48];
-    window_text(r->window_ms, win, sizeof(win));
+    health_window_label(r->window_ms, win, sizeof(win));
     html_time(r->since, since, sizeof(since));
     html_time(r->generated_at, gen, sizeof(gen));
     crcr_err err = buf_printf(out, "Level health over %s (%s to %s)%s\n\n", win, since, gen,
@@ -682,7 +679,7 @@ crcr_err health_report_text(const health_report *r, buf_t *out)
 crcr_err health_report_md(const health_report *r, buf_t *out)
 {
     char win[24], since[48], gen[48];
-    window_text(r->window_ms, win, sizeof(win));
+    health_window_label(r->window_ms, win, sizeof(win));
     html_time(r->since, since, sizeof(since));
     html_time(r->generated_at, gen, sizeof(gen));
     crcr_err err = buf_printf(out, "**Level health over %s (%s to %s)**\n\n", win, since, gen);
@@ -725,123 +722,4 @@ crcr_err health_report_md(const health_report *r, buf_t *out)
             (double)margin_permille(&r->t, CRCR_LEVEL_L3) / 10.0,
             (double)margin_permille(&r->t, CRCR_LEVEL_L4) / 10.0, r->t.time_at_risk_pct);
     return err;
-}
-
-/* ---- crcr health ---- */
-
-static void usage(void)
-{
-    fputs("usage: crcr health [--window 7d] [--format text|md|json] [--repo OWNER/REPO] "
-          "[--config FILE]\n"
-          "  level health of every allowlisted repo over the window (store: CRCR_STORE,\n"
-          "  allowlist: ALLOWLIST_FILE or ALLOWLIST_URL)\n",
-          stderr);
-}
-
-/* Loads the allowlist the relay would use; NULL (with a warning) when it cannot. */
-static allowlist *load_allowlist(const crcr_config *cfg, gh_client **gh, allowlist_source **src)
-{
-    if (!cfg->allowlist_file && !cfg->allowlist_url) {
-        fputs("crcr: no ALLOWLIST_FILE or ALLOWLIST_URL: levels come from the runs\n", stderr);
-        return NULL;
-    }
-    char err[512] = "";
-    if (!cfg->allowlist_file) {
-        *gh = gh_client_new(cfg, err, sizeof(err));
-        if (!*gh) {
-            fprintf(stderr, "crcr: %s: levels come from the runs\n", err);
-            return NULL;
-        }
-    }
-    *src = allowlist_source_new(cfg, *gh, err, sizeof(err));
-    if (!*src || allowlist_source_load(*src, err, sizeof(err)) != CRCR_OK) {
-        fprintf(stderr, "crcr: allowlist: %s: levels come from the runs\n", err);
-        return NULL;
-    }
-    return allowlist_source_get(*src);
-}
-
-int health_main(int argc, char **argv)
-{
-    const char *config_file = NULL, *format = "text", *repo = NULL;
-    int64_t window = HEALTH_WINDOW_DEFAULT_MS;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (i + 1 >= argc) {
-            usage();
-            return 2;
-        }
-        if (strcmp(a, "--config") == 0) {
-            config_file = argv[++i];
-        } else if (strcmp(a, "--format") == 0) {
-            format = argv[++i];
-        } else if (strcmp(a, "--repo") == 0) {
-            repo = argv[++i];
-        } else if (strcmp(a, "--window") == 0) {
-            if (health_parse_window(argv[++i], &window) != 0) {
-                fprintf(stderr, "crcr: --window: expected e.g. 7d, 36h or 90m, between 1h and "
-                                "90d\n");
-                return 2;
-            }
-        } else {
-            usage();
-            return 2;
-        }
-    }
-    if (strcmp(format, "text") != 0 && strcmp(format, "md") != 0 && strcmp(format, "json") != 0) {
-        usage();
-        return 2;
-    }
-    crcr_config cfg;
-    char err[512] = "";
-    if (config_load(&cfg, config_file, config_getenv, NULL, err, sizeof(err)) != CRCR_OK) {
-        fprintf(stderr, "crcr: %s\n", err);
-        return 2;
-    }
-    log_set_level(CRCR_LOG_WARN);
-    store *st = NULL;
-    crcr_err e = store_open_pool(cfg.store_uri, cfg.store_pool, &st, err, sizeof(err));
-    if (e) {
-        fprintf(stderr, "crcr: %s\n", err);
-        config_free(&cfg);
-        return e == CRCR_E_CONFIG ? 2 : 1;
-    }
-    curl_global_init(CURL_GLOBAL_DEFAULT);
-    gh_client *gh = NULL;
-    allowlist_source *src = NULL;
-    allowlist *al = load_allowlist(&cfg, &gh, &src);
-    health_thresholds t;
-    health_thresholds_from_config(&t, &cfg);
-    health_report rep;
-    int rc = 1;
-    e = health_report_build(st, al, repo, clock_now_ms(), window, &t, &rep);
-    if (e) {
-        fprintf(stderr, "crcr: health: %s\n", crcr_strerror(e));
-    } else {
-        buf_t b;
-        buf_init(&b, HEALTH_OUT_MAX);
-        if (strcmp(format, "json") == 0)
-            e = health_report_json(&rep, &b);
-        else if (strcmp(format, "md") == 0)
-            e = health_report_md(&rep, &b);
-        else
-            e = health_report_text(&rep, &b);
-        if (!e) {
-            fputs(buf_cstr(&b), stdout);
-            if (strcmp(format, "json") == 0)
-                fputc('\n', stdout);
-            rc = 0;
-        } else {
-            fprintf(stderr, "crcr: health: %s\n", crcr_strerror(e));
-        }
-        buf_free(&b);
-        health_report_free(&rep);
-    }
-    allowlist_free(al);
-    allowlist_source_free(src);
-    gh_client_free(gh);
-    curl_global_cleanup();
-    store_close(st);
-    config_free(&cfg);
-    return rc;
 }

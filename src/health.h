@@ -159,6 +159,9 @@ void health_classify(const health_stats *s, crcr_level level, const health_thres
 /* Parses a window such as "7d", "36h", "90m" or "3600s" into ms within
  * [HEALTH_WINDOW_MIN_MS, HEALTH_WINDOW_MAX_MS]. 0 on success, -1 otherwise. */
 int health_parse_window(const char *s, int64_t *ms);
+/* A window as health_parse_window reads it, in its largest exact unit: "7d", "36h", "90m" or
+ * "5430s". Used by the HUD's pages and the text reports alike. */
+void health_window_label(int64_t ms, char *out, size_t n);
 
 /* One repo of a report. */
 typedef struct health_entry {
@@ -199,9 +202,5 @@ crcr_err health_report_md(const health_report *r, buf_t *out);
 crcr_err health_report_json(const health_report *r, buf_t *out);
 /* Appends one entry as a JSON object (shared with the HUD's API). */
 crcr_err health_entry_json(const health_entry *e, buf_t *out);
-
-/* `crcr health [--window 7d] [--format text|md|json] [--config FILE] [--repo R]`; argv[0] is
- * "health". Returns 0, 1 (store/allowlist failure) or 2 (usage). */
-int health_main(int argc, char **argv);
 
 #endif

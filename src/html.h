@@ -1,6 +1,6 @@
 /*
  * html.h - output helpers of the HUD and of `crcr health`: HTML escaping and links, the page
- * shell, inline SVG charts, time and duration text, and a small streaming JSON writer for the API.
+ * shell, inline SVG charts, and time and duration text. (The API's JSON writer is jw.h.)
  *
  * Security rules (§8): every string that did not come from this program's own source is written
  * through h_text() (HTML-escaped: & < > " ' become entities), also inside attributes; a link is
@@ -20,7 +20,6 @@
 
 #include "buf.h"
 #include "err.h"
-#include "http_server.h"
 
 /* Sent with every HTML page. */
 #define HTML_CSP "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'"
@@ -77,8 +76,6 @@ void html_ago(int64_t then_ms, int64_t now_ms, char *out, size_t n);
 void h_page_begin(hout *o, const char *title, const char *active);
 /* Ends a page with a footer stating the generation time and how long rendering took. */
 void h_page_end(hout *o, int64_t now_ms, int64_t render_ms);
-/* Sets the HTML content type and the security headers (CSP, nosniff, no framing, referrer). */
-void html_response_headers(http_response *resp);
 
 /* The stylesheet served at /crcr/static/style.css. */
 extern const char HTML_STYLESHEET[];
@@ -100,46 +97,5 @@ typedef struct html_chart {
 /* Inline <svg> line chart with a 0 baseline, a top gridline labelled with ymax, first and last
  * bucket dates, and a <title> tooltip per point. Writes a "no data" note when nothing is set. */
 void h_chart(hout *o, const html_chart *c);
-
-/* ---- JSON writer (strings go through jv_quote) ---- */
-
-#define JW_MAX_DEPTH 16
-
-typedef struct jw {
-    buf_t *b;
-    crcr_err err;
-    int depth;
-    bool need_comma[JW_MAX_DEPTH + 1];
-    bool after_key;
-} jw;
-
-void jw_init(jw *w, buf_t *b);
-void jw_obj(jw *w);
-void jw_obj_end(jw *w);
-void jw_arr(jw *w);
-void jw_arr_end(jw *w);
-void jw_key(jw *w, const char *k);
-/* Writes the separator for a value the caller appends to w->b itself (a nested writer's
- * output); check w->err afterwards and store the appending call's error in it. */
-void jw_value_begin(jw *w);
-void jw_str(jw *w, const char *s); /* NULL writes null */
-void jw_strn(jw *w, const char *s, size_t n);
-void jw_int(jw *w, int64_t v);
-void jw_bool(jw *w, bool v);
-void jw_null(jw *w);
-/* A number with `decimals` digits after the point; null when v < 0 (the "unknown" marker). */
-void jw_num(jw *w, double v, int decimals);
-/* ISO-8601 time, null for 0. */
-void jw_time(jw *w, int64_t ms);
-/* Seconds with millisecond precision, null for ms < 0. */
-void jw_secs(jw *w, int64_t ms);
-
-/* key + value shorthands */
-void jw_kstr(jw *w, const char *k, const char *s);
-void jw_kint(jw *w, const char *k, int64_t v);
-void jw_kbool(jw *w, const char *k, bool v);
-void jw_knum(jw *w, const char *k, double v, int decimals);
-void jw_ktime(jw *w, const char *k, int64_t ms);
-void jw_ksecs(jw *w, const char *k, int64_t ms);
 
 #endif

@@ -38,6 +38,7 @@
 #include "http_server.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -48,21 +49,24 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "cpus.h"
 #include "json.h"
 #include "limits.h"
 #include "log.h"
 #include "metrics.h"
 #include "page_cache.h"
+#include "workpool.h"
 
 /* MHD's per-connection memory (request line, headers and the body chunk being read). It is
  * well above CRCR_MAX_HEADER_BYTES so that an oversized header block still reaches the handler,
  * which answers crcr's JSON 431; only header blocks past about half of this (~128 KiB) are refused
  * by libmicrohttpd itself, with its own short HTML 431 body. MHD maps the pool lazily. */
 #define HTTP_CONNECTION_MEMORY (256u * 1024u)
+/* Connections the kernel queues before accept. */
+#define HTTP_LISTEN_BACKLOG 1024
 /* How often the reaper looks for requests past their deadline. */
 #define HTTP_REAPER_TICK_MS 250
 /* At most one log line about reaped connections per this many ms (an attack must not flood the
@@ -85,17 +89,6 @@
 /* One accepted connection, owned by the tracking list from the STARTED notification until the
  * CLOSED one. */
 struct req_state;
-
-/* The offload pool: a bounded FIFO of suspended requests and the threads that run them. */
-typedef struct offload_pool {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    struct req_state **queue; /* ring of `cap` */
-    size_t cap, head, n;
-    pthread_t *threads;
-    unsigned n_threads, started;
-    bool stopping;
-} offload_pool;
 
 typedef struct conn_track {
     int fd;
@@ -124,7 +117,7 @@ struct http_server {
     pthread_cond_t stop_cond;
     bool stopping; /* under stop_lock */
 
-    offload_pool pool;
+    workpool *pool;    /* HTTP_ROUTE_OFFLOAD handlers */
     page_cache *cache; /* NULL when HTTP_ROUTE_CACHE is off */
 };
 
@@ -402,100 +395,29 @@ static enum MHD_Result answer_from_state(req_state *st, struct MHD_Connection *c
     return ret;
 }
 
-/* Hands a request to the offload pool and suspends its connection. false when the queue is full
- * or the pool is stopping (the caller answers 503). */
-static bool offload(http_server *srv, req_state *st, struct MHD_Connection *conn)
+/* Under the pool's lock, before a pool thread can see the request: its connection is suspended
+ * (the thread that finishes it resumes it). */
+static void suspend_offloaded(void *item)
 {
-    offload_pool *p = &srv->pool;
-    pthread_mutex_lock(&p->mu);
-    if (p->stopping || p->n >= p->cap || !p->started) {
-        pthread_mutex_unlock(&p->mu);
-        return false;
-    }
-    /* Suspend before the request is visible to a pool thread, which resumes it when done. */
-    MHD_suspend_connection(conn);
+    req_state *st = item;
+    MHD_suspend_connection(st->conn);
     st->offloaded = true;
-    p->queue[(p->head + p->n) % p->cap] = st;
-    p->n++;
-    pthread_cond_signal(&p->cv);
-    pthread_mutex_unlock(&p->mu);
-    return true;
 }
 
-static void *offload_main(void *arg)
+/* A pool thread: runs the handler (or answers 503 when the pool stops first), then resumes the
+ * connection, whose next call queues the answer. */
+static void run_offloaded(void *item, bool cancelled)
 {
-    http_server *srv = arg;
-    offload_pool *p = &srv->pool;
-    /* Linux nice values are per thread: the pool yields the CPU to the threads that serve
-     * webhooks and callbacks whenever both want it (a failure leaves the default priority). */
-    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), HTTP_OFFLOAD_NICE);
-    pthread_mutex_lock(&p->mu);
-    for (;;) {
-        while (!p->n && !p->stopping)
-            pthread_cond_wait(&p->cv, &p->mu);
-        if (!p->n)
-            break; /* stopping and nothing left */
-        req_state *st = p->queue[p->head];
-        p->head = (p->head + 1) % p->cap;
-        p->n--;
-        bool stopping = p->stopping;
-        pthread_mutex_unlock(&p->mu);
-        if (stopping) {
-            st->resp = (http_response){.content_type = "application/json"};
-            buf_init(&st->resp.body, 1024);
-            http_resp_detail(&st->resp, 503, "Shutting down");
-        } else {
-            run_handler(st);
-        }
-        st->answered = true;
-        MHD_resume_connection(st->conn);
-        pthread_mutex_lock(&p->mu);
+    req_state *st = item;
+    if (cancelled) {
+        st->resp = (http_response){.content_type = "application/json"};
+        buf_init(&st->resp.body, 1024);
+        http_resp_detail(&st->resp, 503, "Shutting down");
+    } else {
+        run_handler(st);
     }
-    pthread_mutex_unlock(&p->mu);
-    return NULL;
-}
-
-static bool pool_start(http_server *srv, unsigned threads, unsigned queue)
-{
-    offload_pool *p = &srv->pool;
-    pthread_mutex_init(&p->mu, NULL);
-    pthread_cond_init(&p->cv, NULL);
-    p->cap = queue;
-    p->queue = calloc(queue, sizeof(*p->queue));
-    p->threads = calloc(threads, sizeof(*p->threads));
-    if (!p->queue || !p->threads)
-        return false;
-    p->n_threads = threads;
-    for (unsigned i = 0; i < threads; i++) {
-        if (pthread_create(&p->threads[i], NULL, offload_main, srv) != 0)
-            return false;
-        p->started++;
-    }
-    return true;
-}
-
-/* Lets the pool finish what it runs, answers what waits with 503, and joins its threads. */
-static void pool_stop(http_server *srv)
-{
-    offload_pool *p = &srv->pool;
-    pthread_mutex_lock(&p->mu);
-    p->stopping = true;
-    pthread_cond_broadcast(&p->cv);
-    pthread_mutex_unlock(&p->mu);
-    for (unsigned i = 0; i < p->started; i++)
-        pthread_join(p->threads[i], NULL);
-    p->started = 0;
-}
-
-static void pool_free(http_server *srv)
-{
-    offload_pool *p = &srv->pool;
-    free(p->queue);
-    free(p->threads);
-    p->queue = NULL;
-    p->threads = NULL;
-    pthread_mutex_destroy(&p->mu);
-    pthread_cond_destroy(&p->cv);
+    st->answered = true;
+    MHD_resume_connection(st->conn);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
@@ -593,7 +515,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (st->offloaded)
         return MHD_YES; /* a spurious call while the pool has it */
     if (st->route->flags & HTTP_ROUTE_OFFLOAD) {
-        if (offload(srv, st, conn))
+        if (workpool_submit(srv->pool, st, suspend_offloaded))
             return MHD_YES;
         http_response resp = {.content_type = "application/json"};
         buf_init(&resp.body, 1024);
@@ -782,6 +704,53 @@ __attribute__((format(printf, 2, 0))) static void mhd_log(void *cls, const char 
     LOG_DEBUG("http.mhd", "msg", msg, NULL);
 }
 
+/*
+ * Opens the listening socket itself, so that a failure says why (MHD only logs it, at debug
+ * level) and so that its options are ours: SO_REUSEADDR, which lets a restarted relay bind while
+ * connections of its predecessor are in TIME_WAIT, and never SO_REUSEPORT, with which a second
+ * relay would bind the same port and take half of the connections. Returns the socket, or -1
+ * with "cannot listen on HOST:PORT: <step>: <strerror>" in err.
+ */
+static int open_listener(const struct sockaddr_storage *ss, socklen_t len, const char *host,
+                         int port, char *err, size_t errsz)
+{
+    const char *step = "socket";
+    int fd = socket(ss->ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    int on = 1;
+    if (fd >= 0) {
+        step = "setsockopt";
+        if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on)) == 0 &&
+            (ss->ss_family != AF_INET6 ||
+             setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &on, sizeof(on)) == 0)) {
+            step = "bind";
+            if (bind(fd, (const struct sockaddr *)ss, len) == 0) {
+                step = "listen";
+                if (listen(fd, HTTP_LISTEN_BACKLOG) == 0)
+                    return fd;
+            }
+        }
+    }
+    int saved = errno;
+    if (fd >= 0)
+        close(fd);
+    snprintf(err, errsz, "cannot listen on %s:%d: %s: %s", host, port, step, strerror(saved));
+    return -1;
+}
+
+/* The port `fd` is bound to (the one the OS chose for port 0), or `fallback`. */
+static int bound_port(int fd, int fallback)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+    if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0)
+        return fallback;
+    if (ss.ss_family == AF_INET)
+        return ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    if (ss.ss_family == AF_INET6)
+        return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+    return fallback;
+}
+
 /* Frees a server that never started MHD or whose daemon is stopped. */
 static void server_free(http_server *srv)
 {
@@ -791,7 +760,7 @@ static void server_free(http_server *srv)
         free(ct);
         ct = next;
     }
-    pool_free(srv);
+    workpool_free(srv->pool);
     page_cache_free(srv->cache);
     pthread_mutex_destroy(&srv->conns_lock);
     pthread_mutex_destroy(&srv->stop_lock);
@@ -841,6 +810,7 @@ http_server *http_server_start(const http_server_opts *opts, const http_route *r
 
     struct sockaddr_storage ss;
     memset(&ss, 0, sizeof(ss));
+    socklen_t ss_len = sizeof(struct sockaddr_in);
     unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC |
                          MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
     struct sockaddr_in *sin = (struct sockaddr_in *)&ss;
@@ -852,6 +822,7 @@ http_server *http_server_start(const http_server_opts *opts, const http_route *r
     } else if (inet_pton(AF_INET6, host, &sin6->sin6_addr) == 1) {
         sin6->sin6_family = AF_INET6;
         sin6->sin6_port = htons((uint16_t)opts->port);
+        ss_len = sizeof(struct sockaddr_in6);
         flags |= MHD_USE_IPv6;
     } else {
         snprintf(err, errsz, "CRCR_LISTEN: '%s' is not a numeric IP address", host);
@@ -859,8 +830,7 @@ http_server *http_server_start(const http_server_opts *opts, const http_route *r
         return NULL;
     }
 
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    unsigned threads = opts->threads ? opts->threads : (cpus > 0 ? (unsigned)cpus : 1);
+    unsigned threads = opts->threads ? opts->threads : cpus_available();
     unsigned max_conn =
         fit_fd_limit(opts->max_connections ? opts->max_connections : CRCR_MAX_CONNECTIONS);
     if (max_conn < threads)
@@ -877,38 +847,47 @@ http_server *http_server_start(const http_server_opts *opts, const http_route *r
             return NULL;
         }
     }
-    if (!pool_start(srv, off_threads, off_queue)) {
-        pool_stop(srv);
+    int lfd = open_listener(&ss, ss_len, host, opts->port, err, errsz);
+    if (lfd < 0) {
+        server_free(srv);
+        return NULL;
+    }
+    int port = bound_port(lfd, opts->port);
+    srv->pool = workpool_start(off_threads, off_queue, HTTP_OFFLOAD_NICE, run_offloaded);
+    if (!srv->pool) {
+        close(lfd);
         snprintf(err, errsz, "cannot start the offload threads");
         server_free(srv);
         return NULL;
     }
-    srv->d = MHD_start_daemon(
-        flags, (uint16_t)opts->port, NULL, NULL, on_request, srv, MHD_OPTION_SOCK_ADDR,
-        (struct sockaddr *)&ss, MHD_OPTION_THREAD_POOL_SIZE, threads,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_CONNECTION_MEMORY,
-        MHD_OPTION_CONNECTION_LIMIT, max_conn, MHD_OPTION_CONNECTION_TIMEOUT,
-        opts->idle_timeout_s ? opts->idle_timeout_s : CRCR_IDLE_TIMEOUT_S,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv, MHD_OPTION_NOTIFY_CONNECTION, on_connection,
-        srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_LISTENING_ADDRESS_REUSE, 1u,
-        MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u, MHD_OPTION_END);
+    srv->d = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, on_request, srv,
+                              MHD_OPTION_LISTEN_SOCKET, lfd, MHD_OPTION_THREAD_POOL_SIZE, threads,
+                              MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_CONNECTION_MEMORY,
+                              MHD_OPTION_CONNECTION_LIMIT, max_conn, MHD_OPTION_CONNECTION_TIMEOUT,
+                              opts->idle_timeout_s ? opts->idle_timeout_s : CRCR_IDLE_TIMEOUT_S,
+                              MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
+                              MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv,
+                              MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
     if (!srv->d) {
-        pool_stop(srv);
-        snprintf(err, errsz, "cannot listen on %s:%d", host, opts->port);
+        /* lfd is not closed here: whether MHD closed it on its way out is not documented, and
+         * closing a number another thread may have reused would be worse than a descriptor
+         * kept until the exit that follows a failed start. */
+        workpool_stop(srv->pool);
+        snprintf(err, errsz, "cannot start the HTTP server on %s:%d (CRCR_LOG=debug shows why)",
+                 host, port);
         server_free(srv);
         return NULL;
     }
     int rc = pthread_create(&srv->reaper, NULL, reaper_main, srv);
     if (rc != 0) {
-        pool_stop(srv);
+        workpool_stop(srv->pool);
         MHD_stop_daemon(srv->d);
         snprintf(err, errsz, "cannot start the request reaper: %s", strerror(rc));
         server_free(srv);
         return NULL;
     }
     srv->reaper_running = true;
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(srv->d, MHD_DAEMON_INFO_BIND_PORT);
-    srv->port = info ? info->port : opts->port;
+    srv->port = port;
     return srv;
 }
 
@@ -943,7 +922,7 @@ void http_server_stop(http_server *srv, int grace_ms)
         nanosleep(&ts, NULL);
     }
     reaper_stop(srv);
-    pool_stop(srv);          /* resumes every suspended connection: MHD must not stop with one */
-    MHD_stop_daemon(srv->d); /* CLOSED notifications unlink every remaining entry */
+    workpool_stop(srv->pool); /* resumes every suspended connection: MHD must not stop with one */
+    MHD_stop_daemon(srv->d);  /* CLOSED notifications unlink every remaining entry */
     server_free(srv);
 }

@@ -6,7 +6,9 @@
 
 #include "allowlist.h"
 #include "app.h"
+#include "cli.h"
 #include "cli_deliveries.h"
+#include "cli_store.h"
 #include "config.h"
 #include "health.h"
 #include "help.h"
@@ -27,6 +29,7 @@ static const char USAGE[] =
     "  health [--window 7d] [--format text|md|json]  level health of the allowlisted repos\n"
     "  trust list|reset OWNER/REPO           repository identities pinned at their first "
     "callback\n"
+    "  store backup FILE                     copy the SQLite store while the relay runs\n"
     "  report --status S [--conclusion C] ... downstream side: post a callback from GitHub "
     "Actions\n"
     "  config [--config FILE]                print the effective configuration (secrets hidden)\n"
@@ -34,7 +37,9 @@ static const char USAGE[] =
     "  help [COMMAND]                        this text, or a command's own help\n"
     "\n"
     "Configuration comes from the environment and --config FILE (KEY=VALUE lines);\n"
-    "see docs/configuration.md.\n";
+    "see docs/configuration.md. The commands that read the store (deliveries, health,\n"
+    "trust, store) read /etc/crcr/crcr.env without --config when it exists, and never\n"
+    "create a store.\n";
 
 static int cmd_config(int argc, char **argv)
 {
@@ -69,12 +74,14 @@ int main(int argc, char **argv)
     const char *cmd = argv[1];
     if (strcmp(cmd, "serve") == 0)
         return app_serve_main(argc - 1, argv + 1);
-    if (strcmp(cmd, "allowlist") == 0 && argc >= 3)
+    if (strcmp(cmd, "allowlist") == 0)
         return allowlist_check_main(argc - 2, argv + 2);
-    if (strcmp(cmd, "webhook") == 0 && argc >= 3)
+    if (strcmp(cmd, "webhook") == 0)
         return webhook_send_main(argc - 2, argv + 2);
-    if (strcmp(cmd, "deliveries") == 0 && argc >= 3)
+    if (strcmp(cmd, "deliveries") == 0)
         return cli_deliveries_main(argc - 2, argv + 2);
+    if (strcmp(cmd, "store") == 0)
+        return cli_store_main(argc - 2, argv + 2);
     if (strcmp(cmd, "trust") == 0)
         return trust_main(argc - 2, argv + 2);
     if (strcmp(cmd, "health") == 0)

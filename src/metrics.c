@@ -36,6 +36,9 @@ static const char *const k_wh_events[] = {"pull_request", "push", "check_run",
 static const char *const k_wh_results[] = {"accepted", "duplicate", "ignored", "rejected", "error"};
 #define WH_RES_N 5
 
+static const char *const k_cb_results[] = {"accepted", "duplicate", "rejected"};
+#define CB_RES_N 3
+
 static const char *const k_ob_kinds[] = {"dispatch",    "check_run",   "rerun",
                                          "rerun_suite", "hud_forward", "other"};
 #define OB_KIND_N 6
@@ -72,6 +75,7 @@ typedef struct route_series {
 
 static struct {
     _Atomic uint64_t webhooks[WH_EV_N][WH_RES_N];
+    _Atomic uint64_t callbacks[CB_RES_N];
     _Atomic uint64_t outbox[OB_KIND_N][OB_RES_N];
     _Atomic uint64_t github[GH_EP_N][METRICS_STATUS_MAX];
     _Atomic int64_t connections;
@@ -279,6 +283,28 @@ void metrics_webhook_count(const char *event, const char *result)
         inc(&g_reg.webhooks[ev][res], 1);
 }
 
+uint64_t metrics_webhook_total(const char *result)
+{
+    int res = index_of(k_wh_results, WH_RES_N, result, -1);
+    uint64_t n = 0;
+    for (int ev = 0; res >= 0 && ev < WH_EV_N; ev++)
+        n += get(&g_reg.webhooks[ev][res]);
+    return n;
+}
+
+void metrics_callback_result(const char *result)
+{
+    int res = index_of(k_cb_results, CB_RES_N, result, -1);
+    if (res >= 0)
+        inc(&g_reg.callbacks[res], 1);
+}
+
+uint64_t metrics_callback_total(const char *result)
+{
+    int res = index_of(k_cb_results, CB_RES_N, result, -1);
+    return res >= 0 ? get(&g_reg.callbacks[res]) : 0;
+}
+
 void metrics_webhook_result(const char *result)
 {
     int res = index_of(k_wh_results, WH_RES_N, result, -1);
@@ -423,6 +449,13 @@ crcr_err metrics_render(buf_t *out)
         }
     }
     if (!e)
+        e = metrics_family(out, "crcr_callbacks_total", "counter",
+                           "Downstream callbacks by outcome.");
+    for (int r = 0; r < CB_RES_N && !e; r++) {
+        const char *l[] = {"result", k_cb_results[r], NULL};
+        e = metrics_sample(out, "crcr_callbacks_total", l, (double)get(&g_reg.callbacks[r]));
+    }
+    if (!e)
         e = metrics_family(out, "crcr_outbox_jobs_total", "counter",
                            "Outbox row attempts (dispatches and other outbound calls) by kind "
                            "and outcome.");
@@ -505,6 +538,8 @@ void metrics_reset(void)
     atomic_store(&g_reg.connections, 0);
     atomic_store(&g_reg.reaped, 0);
     atomic_store(&g_reg.offload_rejected, 0);
+    for (int i = 0; i < CB_RES_N; i++)
+        atomic_store(&g_reg.callbacks[i], 0);
     for (int i = 0; i < METRICS_MAX_ROUTES; i++) {
         route_series *r = &g_reg.routes[i];
         for (int b = 0; b <= METRICS_N_BUCKETS; b++)

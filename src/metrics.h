@@ -66,6 +66,13 @@ void metrics_webhook_begin(const char *event);
 void metrics_webhook_result(const char *result);
 /* The same with an explicit event, for callers outside a request. */
 void metrics_webhook_count(const char *event, const char *result);
+/* Webhooks counted with `result`, over every event (for the HUD's relay box). */
+uint64_t metrics_webhook_total(const char *result);
+
+/* A callback's outcome: accepted|duplicate|rejected (crcr_callbacks_total). */
+void metrics_callback_result(const char *result);
+/* Callbacks counted with `result`. */
+uint64_t metrics_callback_total(const char *result);
 
 /* An outbox row attempt finished: kind dispatch|check_run|rerun|rerun_suite|hud_forward|other,
  * result sent|dry_run|retry|dead. */

@@ -23,6 +23,8 @@
 
 #include "app.h"
 #include "clock.h"
+#include "delivery_doc.h"
+#include "ids.h"
 #include "limits.h"
 #include "log.h"
 #include "metrics.h"
@@ -37,258 +39,6 @@
 #define OPS_ADMIN_MAX_BODY 1024u
 
 /* ---- delivery documents ---- */
-
-bool ops_delivery_id_valid(const char *id)
-{
-    size_t n = id ? strlen(id) : 0;
-    if (n == 0 || n >= CRCR_DELIVERY_ID_MAX)
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        char c = id[i];
-        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                  c == '-' || c == '_' || c == '.' || c == ':';
-        if (!ok)
-            return false;
-    }
-    return true;
-}
-
-bool ops_state_valid(const char *state)
-{
-    static const char *const states[] = {"queued", "running", "sent", "dry_run", "dead"};
-    for (size_t i = 0; state && i < sizeof(states) / sizeof(states[0]); i++) {
-        if (strcmp(state, states[i]) == 0)
-            return true;
-    }
-    return false;
-}
-
-/* A string or null; never NULL on success (NULL only when allocation fails). */
-static jv *str_or_null(const char *s)
-{
-    return s ? jv_new_str(s) : jv_new_null();
-}
-
-static jv *time_or_null(int64_t ms)
-{
-    if (!ms)
-        return jv_new_null();
-    char ts[32];
-    clock_iso8601(ms, ts, sizeof(ts));
-    return jv_new_str(ts);
-}
-
-/* Returns a new object describing one delivery row, or NULL when out of memory. */
-static jv *delivery_json(const store_delivery_row *r)
-{
-    jv *o = jv_new_obj();
-    if (!o)
-        return NULL;
-    crcr_err e = jv_set(o, "delivery_id", str_or_null(r->delivery_id));
-    if (!e)
-        e = jv_set(o, "event", str_or_null(r->event));
-    if (!e)
-        e = jv_set(o, "action", str_or_null(r->action));
-    if (!e)
-        e = jv_set(o, "upstream_repo", str_or_null(r->upstream_repo));
-    if (!e)
-        e = jv_set(o, "pr_number", jv_new_int(r->pr_number));
-    if (!e)
-        e = jv_set(o, "head_sha", str_or_null(r->head_sha));
-    if (!e)
-        e = jv_set(o, "ref", str_or_null(r->ref));
-    if (!e)
-        e = jv_set(o, "received_at", time_or_null(r->received_at));
-    if (!e)
-        e = jv_set(o, "payload_bytes", jv_new_int((int64_t)r->payload_bytes));
-    if (!e)
-        e = jv_set(o, "status", jv_new_str(r->status ? r->status : ""));
-    if (e) {
-        jv_free(o);
-        return NULL;
-    }
-    return o;
-}
-
-/* Returns a new object describing one outbox row (with its request body), or NULL. */
-static jv *job_json(const store_job_row *j)
-{
-    jv *o = jv_new_obj();
-    if (!o)
-        return NULL;
-    crcr_err e = jv_set(o, "id", jv_new_int(j->id));
-    if (!e)
-        e = jv_set(o, "kind", str_or_null(j->kind));
-    if (!e)
-        e = jv_set(o, "target", str_or_null(j->target));
-    if (!e)
-        e = jv_set(o, "state", str_or_null(j->state));
-    if (!e)
-        e = jv_set(o, "attempts", jv_new_int(j->attempts));
-    if (!e)
-        e = jv_set(o, "last_status", j->last_status ? jv_new_int(j->last_status) : jv_new_null());
-    if (!e)
-        e = jv_set(o, "last_error", str_or_null(j->last_error));
-    if (!e)
-        e = jv_set(o, "note", str_or_null(j->note));
-    if (!e)
-        e = jv_set(o, "next_attempt_at", time_or_null(j->next_attempt_at));
-    if (!e)
-        e = jv_set(o, "done_at", time_or_null(j->done_at));
-    if (!e) {
-        /* A body that is not valid UTF-8 cannot be a JSON string: show null rather than fail. */
-        jv *body = j->body && j->body_len ? jv_new_strn(j->body, j->body_len) : NULL;
-        e = jv_set(o, "body", body ? body : jv_new_null());
-    }
-    if (e) {
-        jv_free(o);
-        return NULL;
-    }
-    return o;
-}
-
-typedef struct doc_ctx {
-    const crcr_config *cfg; /* NULL: dry-run bodies are not rebuilt */
-    jv *delivery;           /* owned until moved into the document */
-    jv *outbox;
-    bool nomem;
-    /* What a dry-run dispatch's request is rebuilt from (copies, owned, freed by the caller). */
-    char *payload, *event, *delivery_id, *head_sha;
-    size_t payload_len;
-    int64_t pr_number;
-} doc_ctx;
-
-/* Duplicates `s` into *dst (NULL stays NULL); false when out of memory. */
-static bool dup_into(char **dst, const char *s)
-{
-    *dst = s ? strdup(s) : NULL;
-    return !s || *dst;
-}
-
-static void doc_delivery(void *ctx, const store_delivery_row *r, const char *payload, size_t n)
-{
-    doc_ctx *d = ctx;
-    jv_free(d->delivery);
-    d->delivery = delivery_json(r);
-    if (!d->delivery)
-        d->nomem = true;
-    if (!d->cfg || d->payload)
-        return;
-    d->payload = malloc(n + 1);
-    if (!d->payload || !dup_into(&d->event, r->event) ||
-        !dup_into(&d->delivery_id, r->delivery_id) || !dup_into(&d->head_sha, r->head_sha)) {
-        d->nomem = true;
-        return;
-    }
-    if (n)
-        memcpy(d->payload, payload, n);
-    d->payload[n] = '\0';
-    d->payload_len = n;
-    d->pr_number = r->pr_number;
-}
-
-/* A dry-run dispatch row stores no body (outbox.c): its request is rebuilt here, exactly as the
- * worker built it. NULL when it cannot be (the row then shows "body": null). */
-static jv *dry_run_body(const doc_ctx *d, const store_job_row *j)
-{
-    if (!d->cfg || !d->payload || j->body_len || !j->kind || strcmp(j->kind, "dispatch") != 0 ||
-        !j->state || strcmp(j->state, "dry_run") != 0)
-        return NULL;
-    outbox_dispatch_src src = {
-        .event = d->event,
-        .delivery_id = d->delivery_id,
-        .payload = d->payload,
-        .payload_len = d->payload_len,
-        .target = j->target,
-        .head_sha = d->head_sha,
-        .pr_number = d->pr_number,
-    };
-    dispatch_output out;
-    dispatch_output_init(&out);
-    char err[256];
-    jv *body = NULL;
-    if (outbox_dispatch_body(d->cfg, &src, &out, err, sizeof(err)) == CRCR_OK)
-        body = jv_new_strn(buf_cstr(&out.body), out.body.len);
-    dispatch_output_free(&out);
-    return body;
-}
-
-static void doc_job(void *ctx, const store_job_row *j)
-{
-    doc_ctx *d = ctx;
-    jv *o = job_json(j);
-    jv *body = o ? dry_run_body(d, j) : NULL;
-    if (body && jv_set(o, "body", body) != CRCR_OK)
-        d->nomem = true;
-    if (!o || jv_push(d->outbox, o) != CRCR_OK)
-        d->nomem = true;
-}
-
-crcr_err ops_delivery_doc(store *st, const crcr_config *cfg, const char *id, jv **out)
-{
-    *out = NULL;
-    doc_ctx d = {.cfg = cfg, .outbox = jv_new_arr()};
-    if (!d.outbox)
-        return CRCR_E_NOMEM;
-    crcr_err e = store_get_delivery(st, id, doc_delivery, doc_job, &d);
-    free(d.payload);
-    free(d.event);
-    free(d.delivery_id);
-    free(d.head_sha);
-    if (!e && (d.nomem || !d.delivery))
-        e = CRCR_E_NOMEM;
-    jv *doc = e ? NULL : jv_new_obj();
-    if (!e && !doc)
-        e = CRCR_E_NOMEM;
-    if (!e) {
-        e = jv_set(doc, "delivery", d.delivery);
-        d.delivery = NULL; /* stolen, also on failure */
-        if (!e)
-            e = jv_set(doc, "outbox", d.outbox);
-        d.outbox = NULL;
-    }
-    jv_free(d.delivery);
-    jv_free(d.outbox);
-    if (e) {
-        jv_free(doc);
-        return e;
-    }
-    *out = doc;
-    return CRCR_OK;
-}
-
-typedef struct list_ctx {
-    jv *arr;
-    bool nomem;
-} list_ctx;
-
-static int list_row(void *ctx, const store_delivery_row *r)
-{
-    list_ctx *l = ctx;
-    jv *o = delivery_json(r);
-    if (!o || jv_push(l->arr, o) != CRCR_OK) {
-        l->nomem = true;
-        return 1;
-    }
-    return 0;
-}
-
-crcr_err ops_delivery_list(store *st, const store_filter *f, jv **out)
-{
-    *out = NULL;
-    list_ctx l = {.arr = jv_new_arr()};
-    if (!l.arr)
-        return CRCR_E_NOMEM;
-    crcr_err e = store_list_deliveries(st, f, list_row, &l);
-    if (!e && l.nomem)
-        e = CRCR_E_NOMEM;
-    if (e) {
-        jv_free(l.arr);
-        return e;
-    }
-    *out = l.arr;
-    return CRCR_OK;
-}
 
 /* ---- /metrics ---- */
 
@@ -398,21 +148,6 @@ static crcr_err app_metrics(crcr_app *app, buf_t *b)
     for (size_t i = 0; i < sizeof(caches) / sizeof(caches[0]) && !e; i++) {
         const char *l[] = {"cache", caches[i].cache, "result", caches[i].result, NULL};
         e = metrics_sample(b, "crcr_github_cache_lookups_total", l, (double)caches[i].n);
-    }
-
-    /* Callbacks. */
-    if (!e)
-        e = metrics_family(b, "crcr_callbacks_total", "counter",
-                           "Downstream callbacks by outcome.");
-    const struct {
-        const char *result;
-        uint64_t n;
-    } cbs[] = {{"accepted", atomic_load(&app->callbacks_accepted)},
-               {"duplicate", atomic_load(&app->callbacks_duplicate)},
-               {"rejected", atomic_load(&app->callbacks_rejected)}};
-    for (size_t i = 0; i < sizeof(cbs) / sizeof(cbs[0]) && !e; i++) {
-        const char *l[] = {"result", cbs[i].result, NULL};
-        e = metrics_sample(b, "crcr_callbacks_total", l, (double)cbs[i].n);
     }
 
     /* Allowlist. */
@@ -529,7 +264,7 @@ static void admin_list(void *ctx, const http_request *req, http_response *resp)
     const char *limit = http_req_query(req, "limit");
     const char *pr = http_req_query(req, "pr");
     if (status && *status) {
-        if (!ops_state_valid(status)) {
+        if (!ddoc_state_valid(status)) {
             http_resp_detail(resp, 400, "status: expected queued, running, sent, dry_run or dead");
             return;
         }
@@ -545,7 +280,7 @@ static void admin_list(void *ctx, const http_request *req, http_response *resp)
     if (limit && *limit) {
         char *end = NULL;
         long v = strtol(limit, &end, 10);
-        if (*end || v <= 0 || v > OPS_LIST_MAX) {
+        if (*end || v <= 0 || v > DDOC_LIST_MAX) {
             http_resp_detail(resp, 400, "limit: expected 1 to 10000");
             return;
         }
@@ -561,7 +296,7 @@ static void admin_list(void *ctx, const http_request *req, http_response *resp)
         f.pr_number = v;
     }
     jv *arr = NULL;
-    crcr_err e = ops_delivery_list(app->st, &f, &arr);
+    crcr_err e = ddoc_admin_list_jv(app->st, &f, &arr);
     if (e) {
         store_error(resp, e);
         return;
@@ -587,7 +322,7 @@ static bool split_path(const char *path, char id[CRCR_DELIVERY_ID_MAX], const ch
     memcpy(id, p, n);
     id[n] = '\0';
     *action = p[n] == '/' ? p + n + 1 : "";
-    return ops_delivery_id_valid(id);
+    return ids_delivery_valid(id);
 }
 
 static void admin_show(void *ctx, const http_request *req, http_response *resp)
@@ -604,13 +339,22 @@ static void admin_show(void *ctx, const http_request *req, http_response *resp)
         return;
     }
     jv *doc = NULL;
-    crcr_err e = ops_delivery_doc(app->st, &app->cfg, id, &doc);
+    crcr_err e = ddoc_admin_jv(app->st, &app->cfg, id, &doc);
     if (e) {
         store_error(resp, e);
         return;
     }
     answer_json(resp, 200, doc);
     jv_free(doc);
+}
+
+/* True when `repo` is on the allowlist in force. */
+static bool repo_listed(crcr_app *app, const char *repo)
+{
+    allowlist *al = allowlist_source_get(app->allow);
+    bool listed = allowlist_level(al, repo) != CRCR_LEVEL_NONE;
+    allowlist_free(al);
+    return listed;
 }
 
 static void admin_redeliver(void *ctx, const http_request *req, http_response *resp)
@@ -631,6 +375,12 @@ static void admin_redeliver(void *ctx, const http_request *req, http_response *r
         repo = NULL;
     if (repo && (strlen(repo) >= CRCR_REPO_NAME_MAX || !strchr(repo, '/'))) {
         http_resp_detail(resp, 400, "repo: expected owner/name");
+        return;
+    }
+    const char *force = http_req_query(req, "force");
+    if (repo && !(force && strcmp(force, "1") == 0) && !repo_listed(app, repo)) {
+        http_resp_detail(resp, 422,
+                         "repo is not on the allowlist in force (force=1 redelivers anyway)");
         return;
     }
     int n = 0;

@@ -26,7 +26,7 @@
 #include "limits.h"
 #include "log.h"
 #include "metrics.h"
-#include "store_impl.h"
+#include "store.h"
 
 #define OUTBOX_MAX_WORKERS 256
 #define OUTBOX_POLL_MS 1000

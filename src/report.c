@@ -30,7 +30,9 @@
 #include "http_client.h"
 #include "json.h"
 #include "limits.h"
+#include "opts.h"
 #include "log.h"
+#include "utf8.h"
 
 /* Upstream's self-report envelope names the upstream repository literally. */
 #define REPORT_UPSTREAM_REPO "pytorch/pytorch"
@@ -96,54 +98,10 @@ static crcr_err fail(char *err, size_t errsz, crcr_err code, const char *fmt, ..
     return code;
 }
 
-/* Decodes one UTF-8 sequence at s[0..n) (n >= 1) into *cp; returns its length, or 0 when the
- * bytes are not valid UTF-8 (overlong forms and surrogates included). */
-static size_t utf8_decode(const unsigned char *s, size_t n, uint32_t *cp)
+/* Whether a span is well-formed UTF-8 (utf8.h). */
+static bool span_utf8(span s)
 {
-    unsigned char c = s[0];
-    size_t len;
-    uint32_t v, min;
-    if (c < 0x80) {
-        *cp = c;
-        return 1;
-    } else if (c >= 0xc2 && c <= 0xdf) {
-        len = 2;
-        v = c & 0x1f;
-        min = 0x80;
-    } else if (c >= 0xe0 && c <= 0xef) {
-        len = 3;
-        v = c & 0x0f;
-        min = 0x800;
-    } else if (c >= 0xf0 && c <= 0xf4) {
-        len = 4;
-        v = c & 0x07;
-        min = 0x10000;
-    } else {
-        return 0;
-    }
-    if (n < len)
-        return 0;
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xc0) != 0x80)
-            return 0;
-        v = (v << 6) | (s[i] & 0x3f);
-    }
-    if (v < min || v > 0x10ffff || (v >= 0xd800 && v <= 0xdfff))
-        return 0;
-    *cp = v;
-    return len;
-}
-
-static bool utf8_valid(span s)
-{
-    uint32_t cp;
-    for (size_t i = 0; i < s.n;) {
-        size_t l = utf8_decode((const unsigned char *)s.p + i, s.n - i, &cp);
-        if (l == 0)
-            return false;
-        i += l;
-    }
-    return true;
+    return utf8_valid(s.p, s.n);
 }
 
 /* True when s is 1..max ASCII digits. */
@@ -379,7 +337,7 @@ static crcr_err check_opts(const report_opts *o, char *err, size_t errsz)
         if (in_progress)
             return fail(err, errsz, CRCR_E_INVALID,
                         "nightly/periodic callbacks require --status completed");
-        if (did.n > CRCR_DELIVERY_ID_MAX || !utf8_valid(did))
+        if (did.n > CRCR_DELIVERY_ID_MAX || !span_utf8(did))
             return fail(err, errsz, CRCR_E_INVALID,
                         "--delivery-id must be at most %u bytes of UTF-8", CRCR_DELIVERY_ID_MAX);
     }
@@ -387,19 +345,19 @@ static crcr_err check_opts(const report_opts *o, char *err, size_t errsz)
     if (!in_progress && concl.n == 0)
         return fail(err, errsz, CRCR_E_INVALID,
                     "--conclusion is required with --status completed (e.g. ${{ job.status }})");
-    if (concl.n > REPORT_MAX_SHORT || !utf8_valid(concl))
+    if (concl.n > REPORT_MAX_SHORT || !span_utf8(concl))
         return fail(err, errsz, CRCR_E_INVALID, "--conclusion must be at most %u bytes of UTF-8",
                     REPORT_MAX_SHORT);
     if (o->job_name &&
-        (strlen(o->job_name) > CRCR_JOB_NAME_MAX || !utf8_valid(span_of(o->job_name))))
+        (strlen(o->job_name) > CRCR_JOB_NAME_MAX || !span_utf8(span_of(o->job_name))))
         return fail(err, errsz, CRCR_E_INVALID, "--job-name must be at most %u bytes of UTF-8",
                     CRCR_JOB_NAME_MAX);
     span cr = trimmed(o->check_run_id);
-    if (cr.n > REPORT_MAX_SHORT || !utf8_valid(cr))
+    if (cr.n > REPORT_MAX_SHORT || !span_utf8(cr))
         return fail(err, errsz, CRCR_E_INVALID, "--check-run-id must be at most %u bytes",
                     REPORT_MAX_SHORT);
     span art = trimmed(o->artifact_url);
-    if (art.n > REPORT_MAX_TEXT || !utf8_valid(art))
+    if (art.n > REPORT_MAX_TEXT || !span_utf8(art))
         return fail(err, errsz, CRCR_E_INVALID, "--artifact-url must be at most %u bytes of UTF-8",
                     REPORT_MAX_TEXT);
     span tr = trimmed(o->test_results);
@@ -501,18 +459,18 @@ static crcr_err check_env(const report_opts *o, const report_env *env, const cha
     if (!all_digits(env->run_attempt, 16))
         return fail(err, errsz, CRCR_E_CONFIG, "GITHUB_RUN_ATTEMPT is not set or not a number");
     if (!env->workflow || strlen(env->workflow) > REPORT_MAX_TEXT ||
-        !utf8_valid(span_of(env->workflow)))
+        !span_utf8(span_of(env->workflow)))
         return fail(err, errsz, CRCR_E_CONFIG, "GITHUB_WORKFLOW is not set");
     if (!env->repository || !*env->repository || strlen(env->repository) >= CRCR_REPO_NAME_MAX ||
-        !strchr(env->repository, '/') || !utf8_valid(span_of(env->repository)))
+        !strchr(env->repository, '/') || !span_utf8(span_of(env->repository)))
         return fail(err, errsz, CRCR_E_CONFIG, "GITHUB_REPOSITORY is not set or not owner/repo");
     if (env->server_url &&
-        (strlen(env->server_url) > REPORT_MAX_TEXT || !utf8_valid(span_of(env->server_url))))
+        (strlen(env->server_url) > REPORT_MAX_TEXT || !span_utf8(span_of(env->server_url))))
         return fail(err, errsz, CRCR_E_CONFIG, "GITHUB_SERVER_URL is too long");
     const char *j = o->job_name && *o->job_name ? o->job_name : env->job;
     if (!j || !*j)
         return fail(err, errsz, CRCR_E_CONFIG, "no job name: give --job-name or set GITHUB_JOB");
-    if (strlen(j) > CRCR_JOB_NAME_MAX || !utf8_valid(span_of(j)))
+    if (strlen(j) > CRCR_JOB_NAME_MAX || !span_utf8(span_of(j)))
         return fail(err, errsz, CRCR_E_CONFIG, "the job name must be at most %u bytes of UTF-8",
                     CRCR_JOB_NAME_MAX);
     *job = j;
@@ -640,26 +598,6 @@ static void usage(FILE *to)
           to);
 }
 
-/* Matches "--name VALUE" or "--name=VALUE" at argv[*i]: 1 and the value in *out, -1 when the
- * value is missing, 0 for another option. */
-static int take_option(int argc, char **argv, int *i, const char *name, const char **out)
-{
-    size_t n = strlen(name);
-    const char *a = argv[*i];
-    if (strncmp(a, name, n) != 0)
-        return 0;
-    if (a[n] == '=') {
-        *out = a + n + 1;
-        return 1;
-    }
-    if (a[n] != '\0')
-        return 0;
-    if (*i + 1 >= argc)
-        return -1;
-    *out = argv[++*i];
-    return 1;
-}
-
 /* Parses the options into *o. Returns 0, 2 after a usage error, or -1 for --help. */
 static int parse_args(int argc, char **argv, report_opts *o, const char **max_time)
 {
@@ -689,7 +627,7 @@ static int parse_args(int argc, char **argv, report_opts *o, const char **max_ti
         }
         int rc = 0;
         for (size_t k = 0; k < sizeof(opts) / sizeof(opts[0]) && rc == 0; k++) {
-            rc = take_option(argc, argv, &i, opts[k].name, opts[k].slot);
+            rc = opts_take(argc, argv, &i, opts[k].name, opts[k].slot);
             if (rc < 0) {
                 fprintf(stderr, REPORT_PROG ": %s needs a value\n", opts[k].name);
                 return 2;

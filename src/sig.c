@@ -13,21 +13,11 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
+#include "ids.h"
+
 #define SIG_PREFIX "sha256="
 #define SIG_PREFIX_LEN (sizeof(SIG_PREFIX) - 1)
 #define SIG_MAC_LEN 32u
-
-/* The value of one hex digit, or -1. */
-static int hex_val(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
 
 /* HMAC-SHA256 of body keyed with secret into mac; false when OpenSSL fails. */
 static bool hmac_sha256(const char *secret, const char *body, size_t len,
@@ -55,8 +45,8 @@ bool sig_verify(const char *header_value, const char *body, size_t len, const ch
     unsigned char given[SIG_MAC_LEN];
     const char *hex = header_value + SIG_PREFIX_LEN;
     for (size_t i = 0; i < SIG_MAC_LEN; i++) {
-        int hi = hex_val(hex[2 * i]);
-        int lo = hex_val(hex[2 * i + 1]);
+        int hi = ids_hex_value(hex[2 * i]);
+        int lo = ids_hex_value(hex[2 * i + 1]);
         if (hi < 0 || lo < 0)
             return false;
         given[i] = (unsigned char)((hi << 4) | lo);

@@ -5,8 +5,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "store_impl.h"
+
+/* Longest working directory named in a "no store" message. */
+#define STORE_CWD_MAX 1024
 
 crcr_err store_open(const char *uri, store **out, char *err, size_t errsz)
 {
@@ -24,22 +28,41 @@ crcr_err store_open_pool(const char *uri, long pool, store **out, char *err, siz
     return CRCR_E_CONFIG;
 }
 
+bool store_missing(const char *uri, char *err, size_t errsz)
+{
+    if (strncmp(uri, "sqlite:", 7) != 0)
+        return false;
+    const char *path = uri + 7;
+    struct stat sb;
+    if (!*path || strcmp(path, ":memory:") == 0 || stat(path, &sb) == 0)
+        return false;
+    char cwd[STORE_CWD_MAX] = "";
+    bool relative =
+        path[0] != '/' && strncmp(path, "file:", 5) != 0 && getcwd(cwd, sizeof(cwd)) != NULL;
+    snprintf(err, errsz,
+             "no store at %s%s%s%s (CRCR_STORE=%s): this command never creates one; name the "
+             "relay's configuration with --config FILE (the package's, /etc/crcr/crcr.env, is "
+             "read by default when it exists) or set CRCR_STORE",
+             path, relative ? " (in " : "", relative ? cwd : "", relative ? ")" : "", uri);
+    return true;
+}
+
 crcr_err store_open_existing(const char *uri, long pool, store **out, char *err, size_t errsz)
 {
     *out = NULL;
-    if (strncmp(uri, "sqlite:", 7) == 0) {
-        const char *path = uri + 7;
-        struct stat sb;
-        if (*path && strcmp(path, ":memory:") != 0 && stat(path, &sb) != 0) {
-            snprintf(err, errsz,
-                     "no store at %s (CRCR_STORE=%s): nothing is created by this command; name "
-                     "the relay's configuration with --config FILE (the package's is "
-                     "/etc/crcr/crcr.env) or set CRCR_STORE",
-                     path, uri);
-            return CRCR_E_NOT_FOUND;
-        }
-    }
+    if (store_missing(uri, err, errsz))
+        return CRCR_E_NOT_FOUND;
     return store_open_pool(uri, pool, out, err, errsz);
+}
+
+crcr_err store_backup(const char *uri, const char *dest, int *version, char *err, size_t errsz)
+{
+    *version = 0;
+    if (strncmp(uri, "sqlite:", 7) != 0) {
+        snprintf(err, errsz, "only a SQLite store can be backed up by crcr");
+        return CRCR_E_INVALID;
+    }
+    return store_sqlite_backup(uri + 7, dest, version, err, errsz);
 }
 
 void store_close(store *st)
@@ -249,4 +272,23 @@ crcr_err store_budget_take(store *st, const char *name, int64_t amount, int64_t 
                            int64_t expires_at, bool *allowed)
 {
     return st->ops->budget_take(st, name, amount, limit, expires_at, allowed);
+}
+
+void store_stats_count(store_outbox_stats *out, const char *state, int64_t count,
+                       int64_t oldest_due)
+{
+    if (!state)
+        return;
+    if (strcmp(state, "queued") == 0) {
+        out->queued = count;
+        out->oldest_due = oldest_due;
+    } else if (strcmp(state, "running") == 0) {
+        out->running = count;
+    } else if (strcmp(state, "sent") == 0) {
+        out->sent = count;
+    } else if (strcmp(state, "dry_run") == 0) {
+        out->dry_run = count;
+    } else if (strcmp(state, "dead") == 0) {
+        out->dead = count;
+    }
 }

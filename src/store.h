@@ -36,6 +36,15 @@ crcr_err store_open_pool(const char *uri, long pool, store **out, char *err, siz
 /* The same for operator commands, which must never create a store: a SQLite file that does not
  * exist is CRCR_E_NOT_FOUND with a message naming the path and how to point at the right one. */
 crcr_err store_open_existing(const char *uri, long pool, store **out, char *err, size_t errsz);
+/* True, with that message in err, when `uri` names a SQLite file that does not exist. */
+bool store_missing(const char *uri, char *err, size_t errsz);
+/* Copies a SQLite store to the new file `dest` (created 0600; an existing file is refused with
+ * CRCR_E_DUPLICATE) with SQLite's online backup API: safe while `crcr serve` writes the store,
+ * the copy is one consistent snapshot in a single file (rollback journal, no -wal), checked with
+ * PRAGMA quick_check. The source is opened without migrating anything; a missing one is
+ * CRCR_E_NOT_FOUND. *version receives the copy's schema version. Another backend is
+ * CRCR_E_INVALID (PostgreSQL is backed up with pg_dump; docs/operations.md). */
+crcr_err store_backup(const char *uri, const char *dest, int *version, char *err, size_t errsz);
 /* Closes; NULL is fine. */
 void store_close(store *st);
 /* Called once by `crcr serve` at start, before any claim. SQLite: rows a crashed predecessor left
@@ -362,6 +371,13 @@ crcr_err store_identity_reset(store *st, const char *repo);
  * `expires_at` (retention removes it). Atomic across instances. */
 crcr_err store_budget_take(store *st, const char *name, int64_t amount, int64_t limit,
                            int64_t expires_at, bool *allowed);
+
+/* Waits up to timeout_ms for new outbox rows written by any process (PostgreSQL: LISTEN/NOTIFY):
+ * CRCR_OK when woken, CRCR_E_NOT_FOUND on timeout, CRCR_E_STORE when the database is away (after
+ * waiting out the timeout), CRCR_E_INVALID at once for a store without cross-process wake-ups
+ * (SQLite: an in-process notify is all a single-process store needs). Used by the outbox's
+ * wake-up thread. */
+crcr_err store_wait_for_work(store *st, int64_t timeout_ms);
 
 /* Callbacks refused after authentication (for the level-health callback error rate). */
 crcr_err store_callback_rejected(store *st, const char *repo, int64_t now, int status);

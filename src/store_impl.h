@@ -73,14 +73,17 @@ struct store {
     const store_ops *ops;
 };
 
+/* Adds one `SELECT state, count(*), min(next_attempt_at) ... GROUP BY state` row to *out (both
+ * backends' outbox statistics). */
+void store_stats_count(store_outbox_stats *out, const char *state, int64_t count,
+                       int64_t oldest_due);
+
 /* Backend constructors: `location` is the URI without its scheme prefix for SQLite
  * ("sqlite:PATH" -> "PATH") and the whole URI for PostgreSQL. */
 crcr_err store_sqlite_open(const char *path, store **out, char *err, size_t errsz);
+/* store_backup for a SQLite file (store.h). */
+crcr_err store_sqlite_backup(const char *path, const char *dest, int *version, char *err,
+                             size_t errsz);
 crcr_err store_pg_open(const char *uri, long pool, store **out, char *err, size_t errsz);
-
-/* Waits for new outbox rows through the backend's wait_for_work (see above); CRCR_E_INVALID at
- * once when the backend has none (an in-process notify is all a single-process store needs).
- * Used by the outbox's wake-up thread. */
-crcr_err store_wait_for_work(store *st, int64_t timeout_ms);
 
 #endif

@@ -42,6 +42,7 @@
 #include "clock.h"
 #include "limits.h"
 #include "log.h"
+#include "run_state.h"
 #include "store_impl.h"
 #include "utf8.h"
 
@@ -471,7 +472,7 @@ static char *r_dup(const PGresult *r, int row, int col)
 /* Migrations, one per schema version: MIGRATIONS[v] brings version v to v + 1. A new
  * CRCR_SCHEMA_VERSION without its PostgreSQL migration does not compile (see below). */
 static const char *const MIGRATIONS[] = {
-    /* 0 -> 1: the initial schema (same tables as SQLite; `seq` orders rows like SQLite's rowid). */
+    /* 0 -> 1: the initial schema (`seq` orders rows like SQLite's rowid). */
     "CREATE TABLE IF NOT EXISTS deliveries("
     " seq bigserial, delivery_id text PRIMARY KEY, event text NOT NULL, action text,"
     " upstream_repo text, pr_number bigint NOT NULL DEFAULT 0, head_sha text, ref text,"
@@ -519,10 +520,16 @@ static const char *const MIGRATIONS[] = {
     " owner_id text NOT NULL, pinned_at bigint NOT NULL, last_seen_at bigint NOT NULL);"
     "CREATE UNIQUE INDEX IF NOT EXISTS repo_identity_key ON repo_identity(lower(repo));"
     "CREATE TABLE IF NOT EXISTS budgets(name text PRIMARY KEY, used bigint NOT NULL,"
-    " expires_at bigint NOT NULL);",
-    /* 2 -> 3: the instance holding a running outbox row, and instance ids. */
+    " expires_at bigint NOT NULL);"
+    /* The callback rate limit counts hits per repo in O(1), as on SQLite (run_state.h). */
+    "CREATE TABLE IF NOT EXISTS rate_counts(repo text NOT NULL, n bigint NOT NULL);"
+    "CREATE UNIQUE INDEX IF NOT EXISTS rate_counts_key ON rate_counts(lower(repo));",
+    /* 2 -> 3: the instance holding a running outbox row, and instance ids. rate_counts again:
+     * databases made version 2 before it was part of 1 -> 2 have none. */
     "ALTER TABLE outbox ADD COLUMN IF NOT EXISTS owner integer;"
-    "CREATE SEQUENCE IF NOT EXISTS outbox_owner_seq AS integer CYCLE;",
+    "CREATE SEQUENCE IF NOT EXISTS outbox_owner_seq AS integer CYCLE;"
+    "CREATE TABLE IF NOT EXISTS rate_counts(repo text NOT NULL, n bigint NOT NULL);"
+    "CREATE UNIQUE INDEX IF NOT EXISTS rate_counts_key ON rate_counts(lower(repo));",
 };
 _Static_assert(sizeof(MIGRATIONS) / sizeof(MIGRATIONS[0]) == CRCR_SCHEMA_VERSION,
                "one PostgreSQL migration per schema version");
@@ -908,11 +915,12 @@ static crcr_err op_job_finish(pgx *x, void *arg)
     p_i64(&p, a->id);
     p_i64(&p, a->lease);
     int64_t rows = 0;
-    crcr_err e = qexec(x,
-                       "UPDATE outbox SET state=$1, attempts=attempts+1, last_status=$2::integer, "
-                       "last_error=$3, note=$4, body=COALESCE($5::bytea, body), done_at=$6, "
-                       "lease_until=NULL WHERE id=$7 AND state='running' AND lease_until=$8",
-                       &p, &rows);
+    crcr_err e =
+        qexec(x,
+              "UPDATE outbox SET state=$1, attempts=attempts+1, last_status=$2::integer, "
+              "last_error=$3, note=$4, body=COALESCE($5::bytea, body), done_at=$6, "
+              "lease_until=NULL, owner=NULL WHERE id=$7 AND state='running' AND lease_until=$8",
+              &p, &rows);
     return !e && rows == 0 ? CRCR_E_STATE : e; /* 0 rows: the lease was lost (store.h) */
 }
 
@@ -942,11 +950,12 @@ static crcr_err op_job_retry(pgx *x, void *arg)
     p_i64(&p, a->id);
     p_i64(&p, a->lease);
     int64_t rows = 0;
-    crcr_err e = qexec(x,
-                       "UPDATE outbox SET state='queued', attempts=attempts+$1::integer, "
-                       "next_attempt_at=$2, last_status=$3::integer, last_error=$4, "
-                       "lease_until=NULL WHERE id=$5 AND state='running' AND lease_until=$6",
-                       &p, &rows);
+    crcr_err e =
+        qexec(x,
+              "UPDATE outbox SET state='queued', attempts=attempts+$1::integer, "
+              "next_attempt_at=$2, last_status=$3::integer, last_error=$4, "
+              "lease_until=NULL, owner=NULL WHERE id=$5 AND state='running' AND lease_until=$6",
+              &p, &rows);
     return !e && rows == 0 ? CRCR_E_STATE : e;
 }
 
@@ -1010,7 +1019,8 @@ static crcr_err op_redeliver(pgx *x, void *arg)
         p_text(&u, a->repo);
         e = qexec(x,
                   "UPDATE outbox SET state='queued', attempts=0, next_attempt_at=$1, "
-                  "done_at=NULL, lease_until=NULL, last_error=NULL, last_status=NULL, note=NULL "
+                  "done_at=NULL, lease_until=NULL, owner=NULL, last_error=NULL, last_status=NULL, "
+                  "note=NULL "
                   "WHERE kind='dispatch' AND delivery_id=$2 AND state<>'running' AND "
                   "($3::text IS NULL OR lower(target)=lower($3::text))",
                   &u, &rows);
@@ -1191,19 +1201,7 @@ static crcr_err op_outbox_stats(pgx *x, void *arg)
     for (int i = 0; i < PQntuples(r); i++) {
         const char *state = r_text(r, i, 0);
         int64_t c = r_i64(r, i, 1, 0);
-        if (!state)
-            continue;
-        if (strcmp(state, "queued") == 0) {
-            out->queued = c;
-            out->oldest_due = r_i64(r, i, 2, 0);
-        } else if (strcmp(state, "running") == 0)
-            out->running = c;
-        else if (strcmp(state, "sent") == 0)
-            out->sent = c;
-        else if (strcmp(state, "dry_run") == 0)
-            out->dry_run = c;
-        else if (strcmp(state, "dead") == 0)
-            out->dead = c;
+        store_stats_count(out, state, c, r_i64(r, i, 2, 0));
     }
     PQclear(r);
     return CRCR_OK;
@@ -1315,38 +1313,36 @@ static crcr_err pg_retention(store *st, int64_t before, int *n)
 
 /* ---- runs ---- */
 
-#define RUN_COLUMNS_NO_PAYLOAD                                                                     \
-    "delivery_id, repo, job_name, event_type, state, head_sha, workflow_name, conclusion, "        \
-    "details_url, artifact_url, run_id, run_attempt, pr_number, level, dispatched_at, "            \
-    "started_at, completed_at, queue_ms, exec_ms, test_passed, test_failed, test_skipped"
-#define RUN_COLUMNS RUN_COLUMNS_NO_PAYLOAD ", payload"
+/* A result row for run_row_fill. */
+typedef struct pg_row {
+    const PGresult *r;
+    int i;
+} pg_row;
+
+static const char *row_text(void *src, int col)
+{
+    pg_row *p = src;
+    return r_text(p->r, p->i, col);
+}
+
+static int64_t row_i64(void *src, int col, int64_t dflt)
+{
+    pg_row *p = src;
+    return r_i64(p->r, p->i, col, dflt);
+}
+
+static const void *row_blob(void *src, int col, size_t *len)
+{
+    pg_row *p = src;
+    *len = r_len(p->r, p->i, col);
+    return r_text(p->r, p->i, col);
+}
 
 static void fill_run_row(const PGresult *r, int i, store_run_row *row)
 {
-    row->delivery_id = r_text(r, i, 0);
-    row->repo = r_text(r, i, 1);
-    row->job_name = r_text(r, i, 2);
-    row->event_type = r_text(r, i, 3);
-    row->state = r_text(r, i, 4);
-    row->head_sha = r_text(r, i, 5);
-    row->workflow_name = r_text(r, i, 6);
-    row->conclusion = r_text(r, i, 7);
-    row->details_url = r_text(r, i, 8);
-    row->artifact_url = r_text(r, i, 9);
-    row->run_id = r_i64(r, i, 10, 0);
-    row->run_attempt = r_i64(r, i, 11, 0);
-    row->pr_number = r_i64(r, i, 12, 0);
-    row->level = (int)r_i64(r, i, 13, 0);
-    row->dispatched_at = r_i64(r, i, 14, 0);
-    row->started_at = r_i64(r, i, 15, 0);
-    row->completed_at = r_i64(r, i, 16, 0);
-    row->queue_ms = r_i64(r, i, 17, -1);
-    row->exec_ms = r_i64(r, i, 18, -1);
-    row->test_passed = r_i64(r, i, 19, -1);
-    row->test_failed = r_i64(r, i, 20, -1);
-    row->test_skipped = r_i64(r, i, 21, -1);
-    row->payload = r_text(r, i, 22);
-    row->payload_len = r_len(r, i, 22);
+    pg_row src = {r, i};
+    run_row_source s = {row_text, row_i64, row_blob, &src};
+    run_row_fill(row, &s);
 }
 
 /* Runs a runs query and calls `fn` for each row (after the query succeeded). */
@@ -1377,11 +1373,8 @@ typedef struct apply_args {
 } apply_args;
 
 static const char RUN_UPSERT[] =
-    "INSERT INTO runs(delivery_id, repo, run_id, run_attempt, job_name, event_type, state, "
-    "level, pr_number, head_sha, workflow_name, conclusion, details_url, artifact_url, "
-    "dispatched_at, started_at, completed_at, queue_ms, exec_ms, test_passed, test_failed, "
-    "test_skipped, payload, updated_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8::integer, $9, $10, "
-    "$11, $12, $13, $14, $15::bigint, $16::bigint, $17::bigint, $18::bigint, $19::bigint, "
+    "INSERT INTO runs(" RUN_UPSERT_COLUMNS ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8::integer, $9, "
+    "$10, $11, $12, $13, $14, $15::bigint, $16::bigint, $17::bigint, $18::bigint, $19::bigint, "
     "$20::bigint, $21::bigint, $22::bigint, $23::bytea, $24) ON CONFLICT (delivery_id, "
     "lower(repo), run_id, run_attempt, workflow_name, job_name) DO UPDATE SET "
     "state=excluded.state, "
@@ -1392,20 +1385,16 @@ static const char RUN_UPSERT[] =
     "details_url=COALESCE(excluded.details_url, runs.details_url), "
     "payload=excluded.payload, updated_at=excluded.updated_at";
 
-/* Checks the transition against the key's current state (read under the key's lock) and fills
- * res. CRCR_OK with res->duplicate for an exact repeat. */
-static crcr_err check_transition(pgx *x, const apply_args *a, const char *wf, const char *job,
-                                 bool completed)
+/* Reads the key's current row (under the key's lock) into *prev. */
+static crcr_err read_prev(pgx *x, const store_run_update *u, run_prev *prev)
 {
-    const store_run_update *u = a->u;
-    store_run_result *res = a->res;
     pgp p = {0};
     p_text(&p, u->key.delivery_id);
     p_text(&p, u->key.repo);
     p_i64(&p, u->key.run_id);
     p_i64(&p, u->key.run_attempt);
-    p_text(&p, job);
-    p_text(&p, wf);
+    p_text(&p, u->key.job_name ? u->key.job_name : "");
+    p_text(&p, u->key.workflow_name ? u->key.workflow_name : "");
     PGresult *r = q(x,
                     "SELECT state, conclusion, started_at FROM runs WHERE delivery_id=$1 AND "
                     "lower(repo)=lower($2) AND run_id=$3 AND run_attempt=$4 AND job_name=$5 AND "
@@ -1414,51 +1403,32 @@ static crcr_err check_transition(pgx *x, const apply_args *a, const char *wf, co
     pgp_free(&p);
     if (!r)
         return CRCR_E_STORE;
-    char state[16] = "";
-    char prev[64] = "";
-    bool have_conclusion = false;
+    memset(prev, 0, sizeof(*prev));
     if (PQntuples(r) > 0) {
-        snprintf(state, sizeof(state), "%s", r_text(r, 0, 0) ? r_text(r, 0, 0) : "");
-        if (r_text(r, 0, 1)) {
-            snprintf(prev, sizeof(prev), "%s", r_text(r, 0, 1));
-            have_conclusion = true;
-        }
-        res->started_at = r_i64(r, 0, 2, 0);
+        prev->exists = true;
+        snprintf(prev->state, sizeof(prev->state), "%s", r_text(r, 0, 0) ? r_text(r, 0, 0) : "");
+        prev->has_conclusion = r_text(r, 0, 1) != NULL;
+        if (prev->has_conclusion)
+            snprintf(prev->conclusion, sizeof(prev->conclusion), "%s", r_text(r, 0, 1));
+        prev->started_at = r_i64(r, 0, 2, 0);
     }
     PQclear(r);
-
-    if (!completed) {
-        if (strcmp(state, "in_progress") == 0) {
-            res->duplicate = true;
-            return CRCR_OK;
-        }
-        if (state[0]) {
-            snprintf(a->reason, a->reasonsz, "in_progress after %s", state);
-            return CRCR_E_STATE;
-        }
-        res->started_at = u->now;
-        if (res->dispatched_at)
-            res->queue_ms = u->now > res->dispatched_at ? u->now - res->dispatched_at : 0;
-        return CRCR_OK;
-    }
-    if (strcmp(state, "completed") == 0) {
-        bool same = (!u->conclusion && !have_conclusion) ||
-                    (u->conclusion && have_conclusion && strcmp(u->conclusion, prev) == 0);
-        if (same) {
-            res->duplicate = true;
-            return CRCR_OK;
-        }
-        snprintf(a->reason, a->reasonsz, "already completed with conclusion %s",
-                 have_conclusion ? prev : "null");
-        return CRCR_E_STATE;
-    }
-    if (!u->single_shot && strcmp(state, "in_progress") != 0) {
-        snprintf(a->reason, a->reasonsz, "completed without prior in_progress");
-        return CRCR_E_STATE;
-    }
-    if (res->started_at)
-        res->exec_ms = u->now > res->started_at ? u->now - res->started_at : 0;
     return CRCR_OK;
+}
+
+/* Binds the run upsert's parameters (run_row_params). */
+static void bind_run_params(pgp *p, const run_param *v)
+{
+    for (int i = 0; i < RUN_UPSERT_PARAMS; i++) {
+        if (v[i].is_null)
+            p_text(p, NULL);
+        else if (v[i].kind == RUN_P_TEXT)
+            p_text(p, v[i].text);
+        else if (v[i].kind == RUN_P_INT)
+            p_i64(p, v[i].i);
+        else
+            p_bytes(p, v[i].blob, v[i].len);
+    }
 }
 
 static crcr_err op_run_apply(pgx *x, void *arg)
@@ -1469,7 +1439,6 @@ static crcr_err op_run_apply(pgx *x, void *arg)
     memset(res, 0, sizeof(*res));
     res->queue_ms = -1;
     res->exec_ms = -1;
-    bool completed = strcmp(u->status, "completed") == 0;
     const char *job = u->key.job_name ? u->key.job_name : "";
     const char *wf = u->key.workflow_name ? u->key.workflow_name : "";
 
@@ -1507,36 +1476,21 @@ static crcr_err op_run_apply(pgx *x, void *arg)
             res->dispatched_at = r_i64(r, 0, 0, 0);
         PQclear(r);
     }
+    run_prev prev;
     if (!e)
-        e = check_transition(x, a, wf, job, completed);
+        e = read_prev(x, u, &prev);
+    if (!e) {
+        run_outcome o = run_state_next(&prev, u, res->dispatched_at, res, a->reason, a->reasonsz);
+        if (o == RUN_INVALID)
+            e = CRCR_E_STATE;
+    }
     if (e || res->duplicate)
         return finish_tx(x, e, true);
 
+    run_param params[RUN_UPSERT_PARAMS];
+    run_row_params(u, res, params);
     pgp p = {0};
-    p_text(&p, u->key.delivery_id);
-    p_text(&p, u->key.repo);
-    p_i64(&p, u->key.run_id);
-    p_i64(&p, u->key.run_attempt);
-    p_text(&p, job);
-    p_text(&p, u->event_type);
-    p_text(&p, u->status);
-    p_i64(&p, u->level);
-    p_i64(&p, u->pr_number);
-    p_text(&p, u->head_sha);
-    p_text(&p, wf); /* the key's: the row's identity */
-    p_text(&p, completed ? u->conclusion : NULL);
-    p_text(&p, u->details_url);
-    p_text(&p, u->artifact_url);
-    p_i64_or_null(&p, res->dispatched_at, 0);
-    p_i64_or_null(&p, res->started_at, 0);
-    p_i64_or_null(&p, completed ? u->now : 0, 0);
-    p_i64_or_null(&p, res->queue_ms, -1);
-    p_i64_or_null(&p, res->exec_ms, -1);
-    p_i64_or_null(&p, u->test_passed, -1);
-    p_i64_or_null(&p, u->test_failed, -1);
-    p_i64_or_null(&p, u->test_skipped, -1);
-    p_bytes(&p, u->payload, u->payload ? u->payload_len : 0);
-    p_i64(&p, u->now);
+    bind_run_params(&p, params);
     e = qexec(x, RUN_UPSERT, &p, NULL);
     if (!e && a->effects) {
         store_new_job jobs[PG_RUN_EFFECTS_MAX];
@@ -1675,6 +1629,29 @@ typedef struct rate_args {
     int64_t *retry_after_ms;
 } rate_args;
 
+/* One count for a repo: `sql` over ($1 repo[, $2 bigint]); *have tells whether a row came. */
+static crcr_err rate_scalar(pgx *x, const char *sql, const char *repo, const int64_t *arg,
+                            int64_t *out, bool *have)
+{
+    pgp p = {0};
+    p_text(&p, repo);
+    if (arg)
+        p_i64(&p, *arg);
+    PGresult *r = q(x, sql, &p);
+    pgp_free(&p);
+    if (!r)
+        return CRCR_E_STORE;
+    bool row = PQntuples(r) > 0 && !PQgetisnull(r, 0, 0);
+    if (have)
+        *have = row;
+    if (row)
+        *out = r_i64(r, 0, 0, *out);
+    PQclear(r);
+    return CRCR_OK;
+}
+
+/* The sliding window of run_state.h (rate_window_*), as on SQLite: O(1) per hit whatever the
+ * window holds. Hits of one repo are counted one at a time (an advisory lock per repo). */
 static crcr_err op_rate_hit(pgx *x, void *arg)
 {
     rate_args *a = arg;
@@ -1683,48 +1660,55 @@ static crcr_err op_rate_hit(pgx *x, void *arg)
     crcr_err e = cmd(x, "BEGIN");
     if (e)
         return e;
-    /* Instances count hits of one repo one at a time. */
     pgp l = {0};
     p_text(&l, a->repo);
     e = qexec(x,
               "SELECT 1 FROM (SELECT pg_advisory_xact_lock(hashtextextended('crcr.rate:' || "
               "lower($1::text), 0))) l",
               &l, NULL);
+    bool have = false;
+    int64_t count = 0, expired = 0, recounted = 0, oldest = a->now;
+    if (!e)
+        e = rate_scalar(x, "SELECT n FROM rate_counts WHERE lower(repo)=lower($1)", a->repo, NULL,
+                        &count, &have);
     if (!e) {
         pgp p = {0};
         p_text(&p, a->repo);
         p_i64(&p, a->now - a->window_ms);
-        e = qexec(x, "DELETE FROM rate_hits WHERE lower(repo)=lower($1) AND at <= $2", &p, NULL);
+        e = qexec(x, "DELETE FROM rate_hits WHERE lower(repo)=lower($1) AND at <= $2", &p,
+                  &expired);
     }
-    int64_t count = 0, oldest = a->now;
+    if (!e && !have) /* first hit since rate_counts existed: count what the table holds */
+        e = rate_scalar(x, "SELECT count(*) FROM rate_hits WHERE lower(repo)=lower($1)", a->repo,
+                        NULL, &recounted, NULL);
+    int64_t n = rate_window_count(have, count, expired, recounted);
+    if (!e && n >= a->limit)
+        e = rate_scalar(x, "SELECT min(at) FROM rate_hits WHERE lower(repo)=lower($1)", a->repo,
+                        NULL, &oldest, NULL);
+    bool allow = false;
+    int64_t retry = 0;
     if (!e) {
-        pgp p = {0};
-        p_text(&p, a->repo);
-        PGresult *r =
-            q(x, "SELECT count(*), min(at) FROM rate_hits WHERE lower(repo)=lower($1)", &p);
-        pgp_free(&p);
-        if (!r) {
-            e = CRCR_E_STORE;
-        } else {
-            count = r_i64(r, 0, 0, 0);
-            oldest = r_i64(r, 0, 1, a->now);
-            PQclear(r);
+        count = rate_window_decide(n, a->limit, oldest, a->now, a->window_ms, &allow, &retry);
+        if (allow) {
+            pgp p = {0};
+            p_text(&p, a->repo);
+            p_i64(&p, a->now);
+            e = qexec(x, "INSERT INTO rate_hits(repo, at) VALUES ($1, $2)", &p, NULL);
         }
     }
-    bool allow = !e && count < a->limit;
-    if (allow) {
+    if (!e && (!have || expired || allow)) {
         pgp p = {0};
         p_text(&p, a->repo);
-        p_i64(&p, a->now);
-        e = qexec(x, "INSERT INTO rate_hits(repo, at) VALUES ($1, $2)", &p, NULL);
+        p_i64(&p, count);
+        e = qexec(x,
+                  "INSERT INTO rate_counts(repo, n) VALUES ($1, $2) ON CONFLICT (lower(repo)) DO "
+                  "UPDATE SET n=excluded.n",
+                  &p, NULL);
     }
     e = finish_tx(x, e, false);
-    if (!e && allow) {
-        *a->allowed = true;
-    } else if (!e) {
-        *a->retry_after_ms = oldest + a->window_ms - a->now;
-        if (*a->retry_after_ms < 1)
-            *a->retry_after_ms = 1;
+    if (!e) {
+        *a->allowed = allow;
+        *a->retry_after_ms = retry;
     }
     return e;
 }
@@ -1814,9 +1798,8 @@ static crcr_err op_list_runs(pgx *x, void *arg)
     p_text(&p, f ? f->head_sha : NULL);
     p_i64(&p, f ? f->kind : 0);
     p_i64(&p, f ? f->since : 0);
-    int limit = f && f->limit > 0 ? f->limit : 1000;
-    p_i64(&p, limit > 100000 ? 100000 : limit);
-    p_i64(&p, f && f->offset > 0 ? f->offset : 0);
+    p_i64(&p, run_list_limit(f));
+    p_i64(&p, run_list_offset(f));
     /* Listings may leave the payloads out. */
     return run_rows(x,
                     f && f->no_payload ? "SELECT " RUN_COLUMNS_NO_PAYLOAD

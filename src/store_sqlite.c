@@ -35,6 +35,7 @@
 
 #include "limits.h"
 #include "log.h"
+#include "run_state.h"
 #include "store_impl.h"
 
 enum {
@@ -94,11 +95,8 @@ static const char *const SQL[S_COUNT] = {
                     "delivery_id=?1 AND repo=?2 AND run_id=?3 AND run_attempt=?4 AND "
                     "job_name=?5 AND workflow_name=?6",
     [S_RUN_UPSERT] =
-        "INSERT INTO runs(delivery_id, repo, run_id, run_attempt, job_name, event_type, state, "
-        "level, pr_number, head_sha, workflow_name, conclusion, details_url, artifact_url, "
-        "dispatched_at, started_at, completed_at, queue_ms, exec_ms, test_passed, test_failed, "
-        "test_skipped, payload, updated_at) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,"
-        "?14,?15,?16,?17,?18,?19,?20,?21,?22,?23,?24) ON CONFLICT(delivery_id, repo, run_id, "
+        "INSERT INTO runs(" RUN_UPSERT_COLUMNS ") VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,"
+        "?13,?14,?15,?16,?17,?18,?19,?20,?21,?22,?23,?24) ON CONFLICT(delivery_id, repo, run_id, "
         "run_attempt, workflow_name, job_name) DO UPDATE SET state=excluded.state, "
         "level=excluded.level, "
         "conclusion=excluded.conclusion, completed_at=excluded.completed_at, "
@@ -890,19 +888,7 @@ static crcr_err sq_outbox_stats(store *st, store_outbox_stats *out)
     while (sqlite3_step(q) == SQLITE_ROW) {
         const char *state = col_text(q, 0);
         int64_t c = sqlite3_column_int64(q, 1);
-        if (!state)
-            continue;
-        if (strcmp(state, "queued") == 0) {
-            out->queued = c;
-            out->oldest_due = sqlite3_column_int64(q, 2);
-        } else if (strcmp(state, "running") == 0)
-            out->running = c;
-        else if (strcmp(state, "sent") == 0)
-            out->sent = c;
-        else if (strcmp(state, "dry_run") == 0)
-            out->dry_run = c;
-        else if (strcmp(state, "dead") == 0)
-            out->dead = c;
+        store_stats_count(out, state, c, sqlite3_column_int64(q, 2));
     }
 out:
     sqlite3_finalize(q);
@@ -1006,51 +992,47 @@ static crcr_err sq_retention(store *st, int64_t before, int *n)
 
 /* ---- runs ---- */
 
-#define RUN_COLUMNS_NO_PAYLOAD                                                                     \
-    "delivery_id, repo, job_name, event_type, state, head_sha, workflow_name, conclusion, "        \
-    "details_url, artifact_url, run_id, run_attempt, pr_number, level, dispatched_at, "            \
-    "started_at, completed_at, queue_ms, exec_ms, test_passed, test_failed, test_skipped"
-#define RUN_COLUMNS RUN_COLUMNS_NO_PAYLOAD ", payload"
-
 static int64_t col_i64_or(sqlite3_stmt *q, int i, int64_t dflt)
 {
     return sqlite3_column_type(q, i) == SQLITE_NULL ? dflt : sqlite3_column_int64(q, i);
 }
 
-static void fill_run_row(sqlite3_stmt *q, store_run_row *r)
+static const char *src_text(void *q, int col)
 {
-    r->delivery_id = col_text(q, 0);
-    r->repo = col_text(q, 1);
-    r->job_name = col_text(q, 2);
-    r->event_type = col_text(q, 3);
-    r->state = col_text(q, 4);
-    r->head_sha = col_text(q, 5);
-    r->workflow_name = col_text(q, 6);
-    r->conclusion = col_text(q, 7);
-    r->details_url = col_text(q, 8);
-    r->artifact_url = col_text(q, 9);
-    r->run_id = sqlite3_column_int64(q, 10);
-    r->run_attempt = sqlite3_column_int64(q, 11);
-    r->pr_number = sqlite3_column_int64(q, 12);
-    r->level = sqlite3_column_int(q, 13);
-    r->dispatched_at = col_i64_or(q, 14, 0);
-    r->started_at = col_i64_or(q, 15, 0);
-    r->completed_at = col_i64_or(q, 16, 0);
-    r->queue_ms = col_i64_or(q, 17, -1);
-    r->exec_ms = col_i64_or(q, 18, -1);
-    r->test_passed = col_i64_or(q, 19, -1);
-    r->test_failed = col_i64_or(q, 20, -1);
-    r->test_skipped = col_i64_or(q, 21, -1);
-    r->payload = sqlite3_column_blob(q, 22);
-    r->payload_len = (size_t)sqlite3_column_bytes(q, 22);
+    return col_text(q, col);
 }
 
-static void bind_i64_or_null(sqlite3_stmt *q, int i, int64_t v, int64_t null_value)
+static int64_t src_i64(void *q, int col, int64_t dflt)
 {
-    if (v == null_value)
-        sqlite3_bind_null(q, i);
-    else
-        sqlite3_bind_int64(q, i, v);
+    return col_i64_or(q, col, dflt);
+}
+
+static const void *src_blob(void *q, int col, size_t *len)
+{
+    *len = (size_t)sqlite3_column_bytes(q, col);
+    return sqlite3_column_blob(q, col);
+}
+
+static void fill_run_row(sqlite3_stmt *q, store_run_row *r)
+{
+    run_row_source src = {src_text, src_i64, src_blob, q};
+    run_row_fill(r, &src);
+}
+
+/* Binds the run upsert's parameters (run_row_params) without copies: the caller clears the
+ * bindings after the step. */
+static void bind_run_params(sqlite3_stmt *q, const run_param *p)
+{
+    for (int i = 0; i < RUN_UPSERT_PARAMS; i++) {
+        if (p[i].is_null)
+            sqlite3_bind_null(q, i + 1);
+        else if (p[i].kind == RUN_P_TEXT)
+            sqlite3_bind_text(q, i + 1, p[i].text, -1, SQLITE_STATIC);
+        else if (p[i].kind == RUN_P_INT)
+            sqlite3_bind_int64(q, i + 1, p[i].i);
+        else
+            sqlite3_bind_blob(q, i + 1, p[i].blob, (int)p[i].len, SQLITE_STATIC);
+    }
 }
 
 /* Inserts jobs for `delivery_id` with the prepared insert statement; caller holds the lock and
@@ -1114,30 +1096,28 @@ static crcr_err rate_hit_tx(sqlite_store *s, const char *repo, int64_t now, int6
     if (rc != SQLITE_DONE)
         return fail(s, "rate");
     int expired = sqlite3_changes(s->db);
+    int64_t recounted = 0, oldest = now;
     if (!have) { /* first hit since rate_counts existed: count what the table holds */
         if (!(q = stmt(s, S_RATE_COUNT_INIT)))
             return CRCR_E_STORE;
         bind_text(q, 1, repo);
         rc = sqlite3_step(q);
-        count = rc == SQLITE_ROW ? sqlite3_column_int64(q, 0) : 0;
+        recounted = rc == SQLITE_ROW ? sqlite3_column_int64(q, 0) : 0;
         sqlite3_reset(q);
         if (rc != SQLITE_ROW)
             return fail(s, "rate");
-    } else {
-        count = count > expired ? count - expired : 0;
     }
-    if (count >= limit) {
+    int64_t n = rate_window_count(have, count, expired, recounted);
+    if (n >= limit) {
         if (!(q = stmt(s, S_RATE_OLDEST)))
             return CRCR_E_STORE;
         bind_text(q, 1, repo);
-        int64_t oldest = now;
         if (sqlite3_step(q) == SQLITE_ROW)
             oldest = col_i64_or(q, 0, now);
         sqlite3_reset(q);
-        *retry_after_ms = oldest + window_ms - now;
-        if (*retry_after_ms < 1)
-            *retry_after_ms = 1;
-    } else {
+    }
+    count = rate_window_decide(n, limit, oldest, now, window_ms, allowed, retry_after_ms);
+    if (*allowed) {
         if (!(q = stmt(s, S_RATE_INSERT)))
             return CRCR_E_STORE;
         bind_text(q, 1, repo);
@@ -1146,8 +1126,6 @@ static crcr_err rate_hit_tx(sqlite_store *s, const char *repo, int64_t now, int6
         sqlite3_reset(q);
         if (rc != SQLITE_DONE)
             return fail(s, "rate");
-        count++;
-        *allowed = true;
     }
     if (!have || expired || *allowed) {
         if (!(q = stmt(s, S_RATE_COUNT_SET)))
@@ -1168,9 +1146,7 @@ static crcr_err rate_hit_tx(sqlite_store *s, const char *repo, int64_t now, int6
 static crcr_err run_apply_tx(sqlite_store *s, const store_run_update *u, store_effects_fn effects,
                              void *ctx, store_run_result *res, char *reason, size_t reasonsz)
 {
-    bool completed = strcmp(u->status, "completed") == 0;
-    const char *job = u->key.job_name ? u->key.job_name : "";
-    const char *wfname = u->key.workflow_name ? u->key.workflow_name : "";
+    int64_t dispatched_at = 0;
     sqlite3_stmt *q;
     if (!u->single_shot) {
         if (!(q = stmt(s, S_RUN_DISPATCH)))
@@ -1179,7 +1155,7 @@ static crcr_err run_apply_tx(sqlite_store *s, const store_run_update *u, store_e
         bind_text(q, 2, u->key.repo);
         int rc = sqlite3_step(q);
         if (rc == SQLITE_ROW)
-            res->dispatched_at = sqlite3_column_int64(q, 0);
+            dispatched_at = sqlite3_column_int64(q, 0);
         sqlite3_reset(q);
         if (rc == SQLITE_DONE)
             return CRCR_E_NOT_FOUND;
@@ -1193,89 +1169,36 @@ static crcr_err run_apply_tx(sqlite_store *s, const store_run_update *u, store_e
     bind_text(q, 2, u->key.repo);
     sqlite3_bind_int64(q, 3, u->key.run_id);
     sqlite3_bind_int64(q, 4, u->key.run_attempt);
-    bind_text(q, 5, job);
-    bind_text(q, 6, wfname);
-    char state[16] = "";
-    char prev_conclusion[64] = "";
-    bool have_conclusion = false;
+    bind_text(q, 5, u->key.job_name ? u->key.job_name : "");
+    bind_text(q, 6, u->key.workflow_name ? u->key.workflow_name : "");
+    run_prev prev = {0};
     int rc = sqlite3_step(q);
     if (rc == SQLITE_ROW) {
-        snprintf(state, sizeof(state), "%s", col_text(q, 0) ? col_text(q, 0) : "");
-        if (col_text(q, 1)) {
-            snprintf(prev_conclusion, sizeof(prev_conclusion), "%s", col_text(q, 1));
-            have_conclusion = true;
-        }
-        res->started_at = col_i64_or(q, 2, 0);
+        prev.exists = true;
+        snprintf(prev.state, sizeof(prev.state), "%s", col_text(q, 0) ? col_text(q, 0) : "");
+        prev.has_conclusion = col_text(q, 1) != NULL;
+        if (prev.has_conclusion)
+            snprintf(prev.conclusion, sizeof(prev.conclusion), "%s", col_text(q, 1));
+        prev.started_at = col_i64_or(q, 2, 0);
     }
     sqlite3_reset(q);
     if (rc != SQLITE_ROW && rc != SQLITE_DONE)
         return fail(s, "run_apply");
 
-    if (!completed) {
-        if (strcmp(state, "in_progress") == 0) {
-            res->duplicate = true;
-            return CRCR_OK;
-        }
-        if (state[0]) {
-            snprintf(reason, reasonsz, "in_progress after %s", state);
-            return CRCR_E_STATE;
-        }
-        res->started_at = u->now;
-        if (res->dispatched_at)
-            res->queue_ms = u->now > res->dispatched_at ? u->now - res->dispatched_at : 0;
-    } else {
-        if (strcmp(state, "completed") == 0) {
-            bool same =
-                (!u->conclusion && !have_conclusion) ||
-                (u->conclusion && have_conclusion && strcmp(u->conclusion, prev_conclusion) == 0);
-            if (same) {
-                res->duplicate = true;
-                return CRCR_OK;
-            }
-            snprintf(reason, reasonsz, "already completed with conclusion %s",
-                     have_conclusion ? prev_conclusion : "null");
-            return CRCR_E_STATE;
-        }
-        if (!u->single_shot && strcmp(state, "in_progress") != 0) {
-            snprintf(reason, reasonsz, "completed without prior in_progress");
-            return CRCR_E_STATE;
-        }
-        if (res->started_at)
-            res->exec_ms = u->now > res->started_at ? u->now - res->started_at : 0;
-    }
+    run_outcome o = run_state_next(&prev, u, dispatched_at, res, reason, reasonsz);
+    if (o == RUN_INVALID)
+        return CRCR_E_STATE;
+    if (o == RUN_DUPLICATE)
+        return CRCR_OK;
 
     if (!(q = stmt(s, S_RUN_UPSERT)))
         return CRCR_E_STORE;
-    bind_text(q, 1, u->key.delivery_id);
-    bind_text(q, 2, u->key.repo);
-    sqlite3_bind_int64(q, 3, u->key.run_id);
-    sqlite3_bind_int64(q, 4, u->key.run_attempt);
-    bind_text(q, 5, job);
-    bind_text(q, 6, u->event_type);
-    bind_text(q, 7, u->status);
-    sqlite3_bind_int(q, 8, u->level);
-    sqlite3_bind_int64(q, 9, u->pr_number);
-    bind_text(q, 10, u->head_sha);
-    bind_text(q, 11, wfname);
-    bind_text(q, 12, completed ? u->conclusion : NULL);
-    bind_text(q, 13, u->details_url);
-    bind_text(q, 14, u->artifact_url);
-    bind_i64_or_null(q, 15, res->dispatched_at, 0);
-    bind_i64_or_null(q, 16, res->started_at, 0);
-    bind_i64_or_null(q, 17, completed ? u->now : 0, 0);
-    bind_i64_or_null(q, 18, res->queue_ms, -1);
-    bind_i64_or_null(q, 19, res->exec_ms, -1);
-    bind_i64_or_null(q, 20, u->test_passed, -1);
-    bind_i64_or_null(q, 21, u->test_failed, -1);
-    bind_i64_or_null(q, 22, u->test_skipped, -1);
-    if (u->payload)
-        sqlite3_bind_blob(q, 23, u->payload, (int)u->payload_len, SQLITE_STATIC);
-    else
-        sqlite3_bind_null(q, 23);
-    sqlite3_bind_int64(q, 24, u->now);
+    run_param params[RUN_UPSERT_PARAMS];
+    run_row_params(u, res, params);
+    bind_run_params(q, params);
     rc = sqlite3_step(q);
     sqlite3_reset(q);
-    sqlite3_clear_bindings(q); /* the payload was bound without a copy */
+    sqlite3_clear_bindings(q); /* bound without copies */
     if (rc != SQLITE_DONE)
         return fail(s, "run_apply");
     crcr_err err = CRCR_OK;
@@ -1587,9 +1510,8 @@ static crcr_err sq_list_runs(store *st, const store_run_filter *f,
         bind_text(q, 3, f->head_sha);
     if (f->since > 0)
         sqlite3_bind_int64(q, 5, f->since);
-    int limit = f->limit > 0 ? f->limit : 1000;
-    sqlite3_bind_int(q, 6, limit > 100000 ? 100000 : limit);
-    sqlite3_bind_int(q, 7, f->offset > 0 ? f->offset : 0);
+    sqlite3_bind_int(q, 6, run_list_limit(f));
+    sqlite3_bind_int(q, 7, run_list_offset(f));
     int rc;
     while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
         store_run_row r;
@@ -2050,5 +1972,120 @@ crcr_err store_sqlite_open(const char *path, store **out, char *err, size_t errs
         return CRCR_E_STORE;
     }
     *out = &s->base;
+    return CRCR_OK;
+}
+
+/* ---- backup (store_backup) ---- */
+
+/* Attempts of a backup that finds the store busy, and the pause between them. */
+#define SQ_BACKUP_TRIES 100
+#define SQ_BACKUP_PAUSE_MS 100
+
+/* Runs `sql` on db; false with SQLite's message in err. */
+static bool backup_exec(sqlite3 *db, const char *sql, const char *what, char *err, size_t errsz)
+{
+    if (sqlite3_exec(db, sql, NULL, NULL, NULL) == SQLITE_OK)
+        return true;
+    snprintf(err, errsz, "%s: %s", what, sqlite3_errmsg(db));
+    return false;
+}
+
+/* Copies every page of src into dst in one step (one read transaction on src: a consistent
+ * snapshot, and WAL lets `crcr serve` go on writing meanwhile), retrying while src is locked. */
+static bool backup_copy(sqlite3 *src, sqlite3 *dst, char *err, size_t errsz)
+{
+    sqlite3_backup *b = sqlite3_backup_init(dst, "main", src, "main");
+    if (!b) {
+        snprintf(err, errsz, "cannot start the backup: %s", sqlite3_errmsg(dst));
+        return false;
+    }
+    int rc = SQLITE_OK;
+    for (int i = 0; i < SQ_BACKUP_TRIES; i++) {
+        rc = sqlite3_backup_step(b, -1);
+        if (rc != SQLITE_BUSY && rc != SQLITE_LOCKED)
+            break;
+        sqlite3_sleep(SQ_BACKUP_PAUSE_MS);
+    }
+    sqlite3_backup_finish(b);
+    if (rc != SQLITE_DONE) {
+        snprintf(err, errsz, "backup: %s", sqlite3_errstr(rc));
+        return false;
+    }
+    if (sqlite3_errcode(dst) != SQLITE_OK) {
+        snprintf(err, errsz, "backup: %s", sqlite3_errmsg(dst));
+        return false;
+    }
+    return true;
+}
+
+/* The copy as a standalone file (rollback journal: no -wal beside it), checked, and its schema
+ * version in *version. */
+static bool backup_seal(sqlite3 *dst, int *version, char *err, size_t errsz)
+{
+    if (!backup_exec(dst, "PRAGMA journal_mode=DELETE", "the copy's journal mode", err, errsz))
+        return false;
+    sqlite3_stmt *q = NULL;
+    bool ok = false;
+    if (sqlite3_prepare_v2(dst, "PRAGMA quick_check", -1, &q, NULL) == SQLITE_OK &&
+        sqlite3_step(q) == SQLITE_ROW) {
+        const char *res = (const char *)sqlite3_column_text(q, 0);
+        ok = res && strcmp(res, "ok") == 0;
+        snprintf(err, errsz, "the copy fails PRAGMA quick_check: %s", res ? res : "?");
+    } else {
+        snprintf(err, errsz, "the copy cannot be checked: %s", sqlite3_errmsg(dst));
+    }
+    sqlite3_finalize(q);
+    if (!ok)
+        return false;
+    err[0] = '\0';
+    if (sqlite3_prepare_v2(dst, "SELECT max(version) FROM schema_version", -1, &q, NULL) ==
+            SQLITE_OK &&
+        sqlite3_step(q) == SQLITE_ROW)
+        *version = sqlite3_column_int(q, 0);
+    sqlite3_finalize(q);
+    return true;
+}
+
+crcr_err store_sqlite_backup(const char *path, const char *dest, int *version, char *err,
+                             size_t errsz)
+{
+    struct stat sb;
+    if (!*path || stat(path, &sb) != 0) {
+        snprintf(err, errsz, "no store at %s: %s", *path ? path : "(empty path)",
+                 *path ? strerror(errno) : "CRCR_STORE names no file");
+        return CRCR_E_NOT_FOUND;
+    }
+    int fd = open(dest, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) {
+        int saved = errno;
+        snprintf(err, errsz, "%s: %s%s", dest, strerror(saved),
+                 saved == EEXIST ? " (a backup never overwrites a file: name a new one)" : "");
+        return saved == EEXIST ? CRCR_E_DUPLICATE : CRCR_E_IO;
+    }
+    fchmod(fd, 0600); /* whatever the umask */
+    close(fd);
+
+    sqlite3 *src = NULL, *dst = NULL;
+    bool ok = false;
+    if (sqlite3_open_v2(path, &src, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK) {
+        snprintf(err, errsz, "cannot open %s: %s", path,
+                 src ? sqlite3_errmsg(src) : "out of memory");
+    } else if (sqlite3_open_v2(dest, &dst, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK) {
+        snprintf(err, errsz, "cannot open %s: %s", dest,
+                 dst ? sqlite3_errmsg(dst) : "out of memory");
+    } else {
+        sqlite3_busy_timeout(src, 5000);
+        ok = backup_exec(src, "PRAGMA query_only=1", "the store", err, errsz) &&
+             backup_copy(src, dst, err, errsz) && backup_seal(dst, version, err, errsz);
+    }
+    sqlite3_close(src);
+    if (sqlite3_close(dst) != SQLITE_OK && ok) {
+        snprintf(err, errsz, "%s: cannot close the copy", dest);
+        ok = false;
+    }
+    if (!ok) {
+        unlink(dest);
+        return CRCR_E_STORE;
+    }
     return CRCR_OK;
 }

@@ -5,12 +5,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "callback.h"
 #include "checks.h"
 #include "clock.h"
 #include "json.h"
 #include "limits.h"
 #include "log.h"
+#include "run_effects.h"
 
 #define SWEEP_BATCH 100
 #define SWEEP_LEASE_MS (5 * 60 * 1000)
@@ -68,12 +68,12 @@ static void collect(void *ctx, const store_run_row *r)
 }
 
 typedef struct sweep_effects {
-    crcr_app *app;
+    run_effects_env env;
     zombie *z;
     crcr_level level;
     bool check_run;
     const store_run_key *key;
-    callback_bodies bodies;
+    run_effect_bodies bodies;
     buf_t timed_out_payload;
 } sweep_effects;
 
@@ -116,14 +116,14 @@ static crcr_err sweep_effects_fn(void *vctx, const store_run_result *res, store_
         .pr_number = c->z->pr_number,
     };
     /* As upstream's sweeper: no queue time, execution time up to now. */
-    return callback_effects(c->app, c->check_run ? &r : NULL, c->key, c->level, -1, res->exec_ms,
-                            c->timed_out_payload.data, c->timed_out_payload.len, &c->bodies, jobs,
-                            max, n);
+    return run_effects_build(&c->env, c->check_run ? &r : NULL, c->key, c->level, -1, res->exec_ms,
+                             c->timed_out_payload.data, c->timed_out_payload.len, &c->bodies, jobs,
+                             max, n);
 }
 
 /* Whether a timed-out zombie gets a check run: it was L3+ when it started, is L3+ now, has a
  * head sha, and is L4 or was labelled (the wanted mark). */
-static bool zombie_wants_check_run(crcr_app *app, const allowlist *al, const zombie *z)
+static bool zombie_wants_check_run(const run_effects_env *env, const allowlist *al, const zombie *z)
 {
     if (z->level < CRCR_LEVEL_L3 || !z->head_sha[0])
         return false;
@@ -132,28 +132,28 @@ static bool zombie_wants_check_run(crcr_app *app, const allowlist *al, const zom
         return false;
     /* L4 always; L3 when the dispatched webhook carried the device's label, or the sha is marked
      * wanted: the relay's records decide, not the echoed callback body. */
-    return callback_check_wanted(app, al, z->repo, cur, z->delivery_id, z->head_sha);
+    return run_effects_check_wanted(env, al, z->repo, cur, z->delivery_id, z->head_sha);
 }
 
-void sweeper_run(crcr_app *app, const char *owner, int64_t now, sweeper_result *res)
+void sweeper_run(const sweeper_deps *d, const char *owner, int64_t now, sweeper_result *res)
 {
     memset(res, 0, sizeof(*res));
     bool held = false;
-    if (store_lease(app->st, "sweeper", owner, now, SWEEP_LEASE_MS, &held) != CRCR_OK || !held)
+    if (store_lease(d->st, "sweeper", owner, now, SWEEP_LEASE_MS, &held) != CRCR_OK || !held)
         return;
     res->leader = true;
     zombie_list *l = calloc(1, sizeof(*l));
     if (!l)
         return;
-    allowlist *al = allowlist_source_get(app->allow);
-    store_zombies(app->st, now - app->cfg.zombie_timeout_s * 1000, SWEEP_BATCH, collect, l);
+    allowlist *al = allowlist_source_get(d->allow);
+    store_zombies(d->st, now - d->cfg->zombie_timeout_s * 1000, SWEEP_BATCH, collect, l);
     for (size_t i = 0; i < l->n; i++) {
         zombie *z = &l->items[i];
-        sweep_effects c = {.app = app, .z = z, .level = allowlist_level(al, z->repo)};
+        sweep_effects c = {.env = {d->st, d->cfg}, .z = z, .level = allowlist_level(al, z->repo)};
         if (c.level == CRCR_LEVEL_NONE)
             c.level = (crcr_level)z->level;
-        c.check_run = zombie_wants_check_run(app, al, z);
-        callback_bodies_init(&c.bodies, z->payload_len + 4096);
+        c.check_run = zombie_wants_check_run(&c.env, al, z);
+        run_effect_bodies_init(&c.bodies, z->payload_len + 4096);
         buf_init(&c.timed_out_payload, z->payload_len + 4096);
         timed_out_payload(z, now, &c.timed_out_payload);
         store_run_update u = {
@@ -181,7 +181,7 @@ void sweeper_run(crcr_app *app, const char *owner, int64_t now, sweeper_result *
         c.key = &u.key;
         store_run_result rr;
         char why[128] = "";
-        crcr_err e = store_run_apply(app->st, &u, sweep_effects_fn, &c, &rr, why, sizeof(why));
+        crcr_err e = store_run_apply(d->st, &u, sweep_effects_fn, &c, &rr, why, sizeof(why));
         char run_s[24];
         snprintf(run_s, sizeof(run_s), "%lld", (long long)z->run_id);
         if (e == CRCR_OK || e == CRCR_E_STATE) {
@@ -193,18 +193,19 @@ void sweeper_run(crcr_app *app, const char *owner, int64_t now, sweeper_result *
             LOG_WARN("sweeper.error", "delivery", z->delivery_id, "repo", z->repo, "run", run_s,
                      "error", crcr_strerror(e), NULL);
         }
-        callback_bodies_free(&c.bodies);
+        run_effect_bodies_free(&c.bodies);
         buf_free(&c.timed_out_payload);
         free(z->payload);
     }
     allowlist_free(al);
     free(l);
-    store_retention(app->st, now - app->cfg.retention_s * 1000, &res->deleted);
+    store_retention(d->st, now - d->cfg->retention_s * 1000, &res->deleted);
     if (res->cleaned || res->deleted) {
         char a[16], b[16];
         snprintf(a, sizeof(a), "%d", res->cleaned);
         snprintf(b, sizeof(b), "%d", res->deleted);
         LOG_INFO("sweeper.done", "timed_out", a, "deleted", b, NULL);
-        outbox_notify(app->ob);
+        if (d->ob)
+            outbox_notify(d->ob);
     }
 }

@@ -11,9 +11,21 @@
 #ifndef CRCR_SWEEPER_H
 #define CRCR_SWEEPER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
-#include "app.h"
+#include "allowlist_source.h"
+#include "config.h"
+#include "outbox.h"
+#include "store.h"
+
+/* What a sweep works on (borrowed for the call). */
+typedef struct sweeper_deps {
+    store *st;
+    allowlist_source *allow; /* the current allowlist: levels decide timed_out check runs */
+    outbox *ob;              /* woken when a sweep queued work; may be NULL */
+    const crcr_config *cfg;  /* ZOMBIE_TIMEOUT_SECONDS, CRCR_RETENTION_SECONDS, ... */
+} sweeper_deps;
 
 typedef struct sweeper_result {
     int cleaned; /* zombies completed as timed_out */
@@ -23,6 +35,6 @@ typedef struct sweeper_result {
 } sweeper_result;
 
 /* One sweep at `now` (ms). `owner` names this instance for the lease. */
-void sweeper_run(crcr_app *app, const char *owner, int64_t now, sweeper_result *res);
+void sweeper_run(const sweeper_deps *d, const char *owner, int64_t now, sweeper_result *res);
 
 #endif

@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "clock.h"
-#include "config.h"
 #include "json.h"
 #include "limits.h"
 
@@ -45,77 +44,4 @@ crcr_err trust_doc(store *st, buf_t *out)
     if (!e)
         e = buf_puts(out, "]}");
     return e;
-}
-
-static void print_pin(void *ctx, const store_identity_row *r)
-{
-    char when[40];
-    clock_iso8601(r->pinned_at, when, sizeof(when));
-    printf("%-40s repository_id=%s owner_id=%s pinned_at=%s\n", r->repo, r->repository_id,
-           r->owner_id, when);
-}
-
-static const char USAGE[] = "usage: crcr trust list [--config FILE]\n"
-                            "       crcr trust reset OWNER/REPO [--config FILE]\n";
-
-int trust_main(int argc, char **argv)
-{
-    const char *verb = argc >= 1 ? argv[0] : NULL;
-    const char *repo = NULL, *file = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--config") == 0 && i + 1 < argc) {
-            file = argv[++i];
-        } else if (argv[i][0] == '-') {
-            fprintf(stderr, "crcr trust: unknown option '%s'\n%s", argv[i], USAGE);
-            return 2;
-        } else if (!repo) {
-            repo = argv[i];
-        } else {
-            fprintf(stderr, "crcr trust: unexpected argument '%s'\n%s", argv[i], USAGE);
-            return 2;
-        }
-    }
-    bool list = verb && strcmp(verb, "list") == 0 && !repo;
-    bool reset = verb && strcmp(verb, "reset") == 0 && repo;
-    if (!list && !reset) {
-        fputs(USAGE, stderr);
-        return 2;
-    }
-    if (reset && (strlen(repo) >= CRCR_REPO_NAME_MAX || !strchr(repo, '/'))) {
-        fprintf(stderr, "crcr trust: expected OWNER/REPO, got '%s'\n", repo);
-        return 2;
-    }
-    crcr_config cfg;
-    char err[512] = "";
-    if (config_load(&cfg, file, config_getenv, NULL, err, sizeof(err)) != CRCR_OK) {
-        fprintf(stderr, "crcr: %s\n", err);
-        return 2;
-    }
-    store *st = NULL;
-    crcr_err e = store_open_existing(cfg.store_uri, cfg.store_pool, &st, err, sizeof(err));
-    if (e) {
-        fprintf(stderr, "crcr: %s\n", err);
-        config_free(&cfg);
-        return 2;
-    }
-    int rc = 0;
-    if (list) {
-        e = store_identity_list(st, print_pin, NULL);
-    } else {
-        e = store_identity_reset(st, repo);
-        if (e == CRCR_E_NOT_FOUND) {
-            fprintf(stderr, "crcr trust: %s has no pin\n", repo);
-            rc = 1;
-            e = CRCR_OK;
-        } else if (!e) {
-            printf("reset the pin of %s: its next callback pins it again\n", repo);
-        }
-    }
-    if (e) {
-        fprintf(stderr, "crcr trust: %s\n", crcr_strerror(e));
-        rc = 1;
-    }
-    store_close(st);
-    config_free(&cfg);
-    return rc;
 }

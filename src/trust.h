@@ -24,7 +24,4 @@
 /* Appends {"pins":[{"repo":..,"repository_id":..,"owner_id":..,"pinned_at":"ISO-8601"},..]}. */
 crcr_err trust_doc(store *st, buf_t *out);
 
-/* `crcr trust ...` (argv[0] is "list" or "reset"); returns the exit status. */
-int trust_main(int argc, char **argv);
-
 #endif

@@ -1,6 +1,6 @@
 /*
- * utf8.h - the one well-formed UTF-8 check, shared by the JSON validator (json.c) and the
- * PostgreSQL store's text repair (store_pg.c).
+ * utf8.h - the one well-formed UTF-8 check, shared by the JSON validator (json_select.c), the
+ * PostgreSQL store's text repair (store_pg.c) and `crcr report`'s JSON writer (report.c).
  *
  * Unicode's rules (which are jansson's and PostgreSQL's): no overlong forms, no surrogates
  * (U+D800-U+DFFF), nothing above U+10FFFF. Written here because neither OpenSSL, libpq nor
@@ -9,7 +9,9 @@
 #ifndef CRCR_UTF8_H
 #define CRCR_UTF8_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* Length (1-4) of the well-formed sequence at s, of which `avail` (>= 1) bytes may be read;
  * 0 when it is ill-formed or cut short. */
@@ -44,6 +46,34 @@ static inline size_t utf8_seq(const unsigned char *s, size_t avail)
             return 0;
     }
     return n;
+}
+
+/* Decodes the well-formed sequence at s (utf8_seq's rules) into *cp; returns its length, or 0. */
+static inline size_t utf8_decode(const unsigned char *s, size_t avail, uint32_t *cp)
+{
+    size_t n = utf8_seq(s, avail);
+    if (n == 1)
+        *cp = s[0];
+    else if (n == 2)
+        *cp = ((uint32_t)(s[0] & 0x1F) << 6) | (s[1] & 0x3F);
+    else if (n == 3)
+        *cp = ((uint32_t)(s[0] & 0x0F) << 12) | ((uint32_t)(s[1] & 0x3F) << 6) | (s[2] & 0x3F);
+    else if (n == 4)
+        *cp = ((uint32_t)(s[0] & 0x07) << 18) | ((uint32_t)(s[1] & 0x3F) << 12) |
+              ((uint32_t)(s[2] & 0x3F) << 6) | (s[3] & 0x3F);
+    return n;
+}
+
+/* Whether s[0..n) is well-formed UTF-8 throughout. */
+static inline bool utf8_valid(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        size_t k = utf8_seq((const unsigned char *)s + i, n - i);
+        if (!k)
+            return false;
+        i += k;
+    }
+    return true;
 }
 
 #endif

@@ -10,6 +10,7 @@
 #include "app.h"
 #include "checks.h"
 #include "clock.h"
+#include "ids.h"
 #include "json.h"
 #include "limits.h"
 #include "log.h"
@@ -28,25 +29,8 @@ static bool event_supported(const char *ev)
     return false;
 }
 
-/* A delivery id is a GUID in practice; accept 1..CRCR_DELIVERY_ID_MAX-1 safe characters. */
-static bool delivery_id_valid(const char *id)
-{
-    size_t n = strlen(id);
-    if (n == 0 || n >= CRCR_DELIVERY_ID_MAX)
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        char c = id[i];
-        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                  c == '-' || c == '_' || c == '.' || c == ':';
-        if (!ok)
-            return false;
-    }
-    return true;
-}
-
 static void ignored(crcr_app *app, http_response *resp, const char *reason)
 {
-    atomic_fetch_add(&app->webhooks_ignored, 1);
     metrics_webhook_result("ignored");
     if (reason) {
         buf_t b;
@@ -64,7 +48,6 @@ static void ignored(crcr_app *app, http_response *resp, const char *reason)
 static void reject(crcr_app *app, http_response *resp, int status, const char *detail,
                    const char *delivery)
 {
-    atomic_fetch_add(&app->webhooks_rejected, 1);
     metrics_webhook_result(status >= 500 ? "error" : "rejected");
     char code[8];
     snprintf(code, sizeof(code), "%d", status);
@@ -129,14 +112,12 @@ static void accept_dispatch(crcr_app *app, const http_request *req, http_respons
     };
     crcr_err e = store_ingest(app->st, &d, jobs, n);
     if (e == CRCR_E_DUPLICATE) {
-        atomic_fetch_add(&app->webhooks_duplicate, 1);
         metrics_webhook_result("duplicate");
         LOG_INFO("webhook.duplicate", "delivery", delivery, "event", event, NULL);
         http_resp_json(resp, 200, "{\"ok\":true,\"duplicate\":true}");
     } else if (e) {
         reject(app, resp, 503, "store unavailable, please redeliver", delivery);
     } else {
-        atomic_fetch_add(&app->webhooks_accepted, 1);
         metrics_webhook_result("accepted");
         buf_t b;
         buf_init(&b, 64u * 1024u + n * (CRCR_REPO_NAME_MAX + 4));
@@ -228,13 +209,11 @@ static void persist_and_answer(crcr_app *app, const http_request *req, http_resp
     };
     crcr_err e = store_ingest(app->st, &d, jobs, n);
     if (e == CRCR_E_DUPLICATE) {
-        atomic_fetch_add(&app->webhooks_duplicate, 1);
         metrics_webhook_result("duplicate");
         http_resp_json(resp, 200, "{\"ok\":true,\"duplicate\":true}");
     } else if (e) {
         reject(app, resp, 503, "store unavailable, please redeliver", delivery);
     } else {
-        atomic_fetch_add(&app->webhooks_accepted, 1);
         metrics_webhook_result("accepted");
         http_resp_json(resp, 200, ok_json);
         outbox_wake(app->ob, n);
@@ -447,6 +426,9 @@ void webhook_handle(void *ctx, const http_request *req, http_response *resp)
     const char *event = http_req_header(req, "X-GitHub-Event");
     const char *delivery = http_req_header(req, "X-GitHub-Delivery");
     const char *sig = http_req_header(req, "X-Hub-Signature-256");
+    /* The thread's webhook event again: this thread may have run other connections' guards
+     * since this request's. */
+    metrics_webhook_begin(event);
     if (!event || !sig) { /* cannot happen behind the guard; never crash on it */
         reject(app, resp, 400, "No signature", NULL);
         return;
@@ -458,7 +440,7 @@ void webhook_handle(void *ctx, const http_request *req, http_response *resp)
         reject(app, resp, 401, "Bad signature", NULL);
         return;
     }
-    if (delivery && !delivery_id_valid(delivery)) {
+    if (delivery && !ids_delivery_valid(delivery)) {
         reject(app, resp, 400, "Invalid X-GitHub-Delivery", NULL);
         return;
     }

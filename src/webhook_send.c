@@ -20,6 +20,7 @@
 #include "buf.h"
 #include "http_client.h"
 #include "limits.h"
+#include "opts.h"
 #include "sig.h"
 
 #define WS_DEFAULT_EVENT "pull_request"
@@ -56,26 +57,6 @@ static void usage(FILE *to)
             "1 otherwise, 2 for a usage error.\n");
 }
 
-/* Matches "--name VALUE" or "--name=VALUE" at argv[*i]; on a match stores the value, advances
- * *i past what was used and returns 1; returns -1 when the value is missing, 0 for no match. */
-static int take_option(int argc, char **argv, int *i, const char *name, const char **out)
-{
-    size_t n = strlen(name);
-    const char *a = argv[*i];
-    if (strncmp(a, name, n) != 0)
-        return 0;
-    if (a[n] == '=') {
-        *out = a + n + 1;
-        return 1;
-    }
-    if (a[n] != '\0')
-        return 0;
-    if (*i + 1 >= argc)
-        return -1;
-    *out = argv[++*i];
-    return 1;
-}
-
 /* Parses argv (after "send"). Returns 0, or 2 after printing a usage error. */
 static int parse_args(int argc, char **argv, ws_args *a)
 {
@@ -90,7 +71,7 @@ static int parse_args(int argc, char **argv, ws_args *a)
             const char **slots[] = {&a->event, &a->url, &a->secret, &a->delivery};
             int rc = 0;
             for (size_t k = 0; k < sizeof(names) / sizeof(names[0]) && rc == 0; k++) {
-                rc = take_option(argc, argv, &i, names[k], slots[k]);
+                rc = opts_take(argc, argv, &i, names[k], slots[k]);
                 if (rc < 0) {
                     fprintf(stderr, WS_PROG ": %s needs a value\n", names[k]);
                     return 2;

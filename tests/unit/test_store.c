@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -268,6 +269,77 @@ typedef struct claim_ctx {
     int64_t ids[400];
 } claim_ctx;
 
+/* store_open_existing never creates a SQLite file: the typo that read an empty ./crcr.db. */
+static void open_existing_never_creates_a_store(void **state)
+{
+    fixture *f = *state;
+    char uri[192], path[160], err[1024] = "";
+    snprintf(path, sizeof(path), "%s/typo.db", f->dir);
+    snprintf(uri, sizeof(uri), "sqlite:%s", path);
+    store *st = NULL;
+    assert_int_equal(store_open_existing(uri, 0, &st, err, sizeof(err)), CRCR_E_NOT_FOUND);
+    assert_null(st);
+    assert_int_equal(access(path, F_OK), -1);
+    assert_non_null(strstr(err, path));
+    assert_non_null(strstr(err, "--config FILE"));
+    /* The existing one opens. */
+    assert_int_equal(store_open_existing(f->uri, 0, &st, err, sizeof(err)), CRCR_OK);
+    store_close(st);
+}
+
+/* store_backup: a copy made while the store is open in this process holds
+ * every committed row, is one file of mode 0600 with no -wal, and is never written over. */
+static void backup_copies_a_live_store(void **state)
+{
+    fixture *f = *state;
+    const char *repos[] = {"a/1", "b/2"};
+    assert_int_equal(ingest(f->st, "d1", repos, 2, 1000), CRCR_OK);
+    assert_int_equal(store_kv_put(f->st, "k", "v", 1, INT64_MAX), CRCR_OK);
+    char dest[160], wal[170], err[512] = "";
+    snprintf(dest, sizeof(dest), "%s/backup.db", f->dir);
+    snprintf(wal, sizeof(wal), "%s-wal", dest);
+    int version = -1;
+    assert_int_equal(store_backup(f->uri, dest, &version, err, sizeof(err)), CRCR_OK);
+    assert_int_equal(version, CRCR_SCHEMA_VERSION);
+    struct stat sb;
+    assert_int_equal(stat(dest, &sb), 0);
+    assert_int_equal(sb.st_mode & 0777, 0600);
+    assert_int_equal(access(wal, F_OK), -1);
+
+    /* The copy is a store of its own with the same rows. */
+    char uri[192];
+    snprintf(uri, sizeof(uri), "sqlite:%s", dest);
+    store *copy = NULL;
+    assert_int_equal(store_open_existing(uri, 0, &copy, err, sizeof(err)), CRCR_OK);
+    store_outbox_stats os;
+    assert_int_equal(store_outbox_stats_get(copy, &os), CRCR_OK);
+    assert_int_equal(os.queued, 2);
+    buf_t v;
+    buf_init(&v, 64);
+    assert_int_equal(store_kv_get(copy, "k", &v, 0), CRCR_OK);
+    assert_string_equal(buf_cstr(&v), "v");
+    buf_free(&v);
+    store_close(copy);
+
+    /* Never over an existing file; never from a store that does not exist; SQLite only. */
+    assert_int_equal(store_backup(f->uri, dest, &version, err, sizeof(err)), CRCR_E_DUPLICATE);
+    assert_non_null(strstr(err, "never overwrites"));
+    char missing[192], dest2[160];
+    snprintf(missing, sizeof(missing), "sqlite:%s/none.db", f->dir);
+    snprintf(dest2, sizeof(dest2), "%s/backup2.db", f->dir);
+    assert_int_equal(store_backup(missing, dest2, &version, err, sizeof(err)), CRCR_E_NOT_FOUND);
+    assert_int_equal(access(dest2, F_OK), -1);
+    snprintf(missing, sizeof(missing), "%s/none.db", f->dir);
+    assert_int_equal(access(missing, F_OK), -1);
+    assert_int_equal(store_backup("postgresql://h/db", dest2, &version, err, sizeof(err)),
+                     CRCR_E_INVALID);
+    assert_int_equal(access(dest2, F_OK), -1);
+    unlink(dest);
+    char journal[180];
+    snprintf(journal, sizeof(journal), "%s-journal", dest);
+    unlink(journal);
+}
+
 static void *claimer(void *arg)
 {
     claim_ctx *c = arg;
@@ -340,6 +412,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(recover_is_refused_while_another_handle_serves_the_file,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(newer_schema_is_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(open_existing_never_creates_a_store, setup, teardown),
+        cmocka_unit_test_setup_teardown(backup_copies_a_live_store, setup, teardown),
         cmocka_unit_test_setup_teardown(unknown_scheme_is_a_config_error, setup, teardown),
         cmocka_unit_test_setup_teardown(kv_expires, setup, teardown),
         cmocka_unit_test_setup_teardown(retention_keeps_unfinished_deliveries, setup, teardown),

@@ -1,0 +1,102 @@
+/*
+ * delivery_doc.h - the delivery document: one webhook delivery and its outbox rows as JSON, read
+ * from the store by one loader and written by one writer for every place that shows it:
+ *
+ *   HUD API    /api/v1/deliveries[/{id}]        DDOC_HUD    {<head>,"outbox":[<row>,..]}
+ *              /api/v1/pr/{n}                   DDOC_HUD    heads and rows inside the PR's document
+ *   admin API  /api/v1/admin/deliveries[/{id}]  DDOC_ADMIN  {"delivery":{<head>},"outbox":[..]}
+ *   `crcr deliveries show|list --format json`   DDOC_ADMIN  the same (ddoc_admin_jv)
+ *
+ * The head (delivery_id, event, action, upstream_repo, pr_number, head_sha, ref, received_at,
+ * payload_bytes, status) is the same in both views. An outbox row differs by audience:
+ *   - DDOC_HUD, shown without authentication: no body (a dispatch body carries the callback
+ *     token); error texts and notes scrubbed of credentials and cut at DDOC_ERROR_MAX;
+ *     "dispatch_state" (html_outbox_label) and "created_at"; "next_attempt_at" only while the row
+ *     is queued; a check run's name, status and conclusion as "check_run".
+ *   - DDOC_ADMIN, behind the admin token: texts as stored, "next_attempt_at" always, and "body":
+ *     the request body (null when empty, not well-formed UTF-8 or holding a NUL; a dry-run
+ *     dispatch row stores none, so its body is rebuilt exactly as the worker built it, see
+ *     outbox_dispatch_body).
+ */
+#ifndef CRCR_DELIVERY_DOC_H
+#define CRCR_DELIVERY_DOC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "arena.h"
+#include "buf.h"
+#include "config.h"
+#include "err.h"
+#include "json.h"
+#include "jw.h"
+#include "store.h"
+
+/* Longest error text or note looked at in the HUD view, and longest check-run body parsed. */
+#define DDOC_ERROR_MAX 1024u
+#define DDOC_CHECK_BODY_MAX (64u * 1024u)
+/* Largest `limit` of a delivery listing (admin API and `crcr deliveries`). */
+#define DDOC_LIST_MAX 10000
+/* Most bytes of one admin document (its copies in memory and its JSON text alike). */
+#define DDOC_ADMIN_MAX (256u * 1024u * 1024u)
+
+typedef enum ddoc_view {
+    DDOC_HUD,
+    DDOC_ADMIN,
+} ddoc_view;
+
+/* One outbox row. Strings are borrowed (the HUD's and the admin loader's live in an arena). */
+typedef struct ddoc_job {
+    int64_t id;
+    const char *kind, *target, *state, *last_error, *note;
+    int attempts;
+    long last_status;
+    int64_t next_attempt_at, created_at, done_at;
+    const char *check_name, *check_status, *check_conclusion; /* DDOC_HUD: check_run rows */
+    const char *delivery_id;
+    const char *body; /* DDOC_ADMIN: well-formed UTF-8 or NULL */
+    size_t body_len;
+} ddoc_job;
+
+/* One delivery with its outbox rows. The jobs array is owned by the delivery (ddoc_free_jobs). */
+typedef struct ddoc_delivery {
+    const char *delivery_id, *event, *action, *upstream_repo, *head_sha, *ref, *status;
+    int64_t pr_number, received_at;
+    size_t payload_bytes;
+    ddoc_job *jobs;
+    size_t n_jobs, cap_jobs;
+} ddoc_delivery;
+
+/* Copies the delivery row's fields into `d` (strings into the arena); d->jobs is left alone. */
+void ddoc_copy_delivery(arena *a, ddoc_delivery *d, const store_delivery_row *r);
+/* Appends outbox row `j` to d->jobs as view `v` shows it (strings copied into the arena; no body
+ * in DDOC_HUD). False when out of memory (check a->oom as well). */
+bool ddoc_add_job(arena *a, ddoc_delivery *d, const store_job_row *j, ddoc_view v);
+/* Frees d->jobs (the strings stay in the arena). */
+void ddoc_free_jobs(ddoc_delivery *d);
+
+/* The head's members, written into an object the caller has opened. */
+void ddoc_write_head(jw *w, const ddoc_delivery *d);
+/* One outbox row as an object. */
+void ddoc_write_job(jw *w, const ddoc_job *j, ddoc_view v);
+/* The whole document in view `v`'s shape (see above). */
+void ddoc_write(jw *w, const ddoc_delivery *d, ddoc_view v);
+
+/* Appends the DDOC_ADMIN document of delivery `id` to `out`. A dry-run dispatch row's body is
+ * rebuilt with `cfg`'s secret and budget (cfg NULL: shown as null). CRCR_E_NOT_FOUND for an
+ * unknown id, CRCR_E_NOMEM past DDOC_ADMIN_MAX, or the store's error. */
+crcr_err ddoc_admin(store *st, const crcr_config *cfg, const char *id, buf_t *out);
+/* Appends the array of the heads of the deliveries matching `f` (newest first) to `out`. */
+crcr_err ddoc_admin_list(store *st, const store_filter *f, buf_t *out);
+
+/* The same documents as jv values (*out a new reference the caller frees with jv_free), for the
+ * admin API and `crcr deliveries`, which print them as they print any document. *out is NULL on
+ * failure. */
+crcr_err ddoc_admin_jv(store *st, const crcr_config *cfg, const char *id, jv **out);
+crcr_err ddoc_admin_list_jv(store *st, const store_filter *f, jv **out);
+
+/* True for an outbox state a listing may filter on (queued|running|sent|dry_run|dead). */
+bool ddoc_state_valid(const char *state);
+
+#endif

@@ -1,0 +1,256 @@
+/*
+ * hud_deliveries.c - the deliveries pages: recent webhooks with each downstream target's
+ * dispatch state (filtered by outbox state and target repo), and one delivery with its outbox
+ * rows. Bodies and payloads are never shown; see hud_deliveries.h.
+ */
+#include "hud_deliveries.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "html.h"
+#include "hud_html.h"
+#include "ids.h"
+#include "limits.h"
+
+/* Deliveries listed by /crcr/deliveries (?limit=). */
+#define HUD_DELIVERIES_DEFAULT 50
+#define HUD_DELIVERIES_MAX 200
+
+static const char *const OUTBOX_STATES[] = {"queued", "running", "sent", "dry_run", "dead"};
+
+/* The list and every delivery's jobs are freed before it returns; strings are the arena's. */
+void hud_deliveries_list(hud_req *r)
+{
+    const char *state = http_req_query(r->req, "state");
+    const char *repo_q = http_req_query(r->req, "repo");
+    char repo[CRCR_REPO_NAME_MAX] = "";
+    if (state && !*state)
+        state = NULL;
+    if (state) {
+        bool ok = false;
+        for (size_t i = 0; i < sizeof(OUTBOX_STATES) / sizeof(*OUTBOX_STATES); i++)
+            ok = ok || strcmp(state, OUTBOX_STATES[i]) == 0;
+        if (!ok) {
+            hud_answer_error(r, 400, "state: expected queued, running, sent, dry_run or dead");
+            return;
+        }
+    }
+    if (repo_q && *repo_q && !hud_parse_repo(repo_q, strlen(repo_q), repo, sizeof(repo))) {
+        hud_answer_error(r, 400, "repo: expected owner/repo");
+        return;
+    }
+    long limit;
+    if (hud_query_int(r->req, "limit", 1, HUD_DELIVERIES_MAX, HUD_DELIVERIES_DEFAULT, &limit) !=
+        0) {
+        hud_answer_error(r, 400, "limit: expected an integer from 1 to 200");
+        return;
+    }
+    delivery_list dl = {.a = &r->a};
+    store_filter f = {.state = state, .repo = repo[0] ? repo : NULL, .limit = (int)limit};
+    crcr_err e = store_list_deliveries(r->app->st, &f, hud_collect_delivery, &dl);
+    if (!e && (dl.oom || r->a.oom))
+        e = CRCR_E_NOMEM;
+    if (!e)
+        e = hud_load_jobs(r->app->st, &r->a, dl.v, dl.n);
+    if (e) {
+        hud_free_deliveries(dl.v, dl.n);
+        hud_answer_out(r, e);
+        return;
+    }
+    if (r->api) {
+        jw w;
+        jw_init(&w, &r->out);
+        jw_obj(&w);
+        jw_kstr(&w, "state", state);
+        jw_kstr(&w, "repo", repo[0] ? repo : NULL);
+        jw_kint(&w, "limit", limit);
+        jw_key(&w, "deliveries");
+        jw_arr(&w);
+        for (size_t i = 0; i < dl.n; i++)
+            ddoc_write(&w, &dl.v[i], DDOC_HUD);
+        jw_arr_end(&w);
+        jw_obj_end(&w);
+        hud_free_deliveries(dl.v, dl.n);
+        hud_answer_out(r, w.err);
+        return;
+    }
+    hout o;
+    hout_init(&o, &r->out);
+    h_page_begin(&o, "Deliveries", "deliveries");
+    h_raw(&o, "<h1>Deliveries</h1><p class=\"muted\">Webhooks received from upstream, newest "
+              "first, with each downstream target's dispatch state. "
+              "<a href=\"/api/v1/deliveries\">JSON</a></p>");
+    h_raw(&o, "<form class=\"filters\" method=\"get\" action=\"/crcr/deliveries\"><label>State"
+              "<select name=\"state\"><option value=\"\">any</option>");
+    for (size_t i = 0; i < sizeof(OUTBOX_STATES) / sizeof(*OUTBOX_STATES); i++)
+        h_rawf(&o, "<option value=\"%s\"%s>%s</option>", OUTBOX_STATES[i],
+               state && strcmp(state, OUTBOX_STATES[i]) == 0 ? " selected" : "", OUTBOX_STATES[i]);
+    h_raw(&o, "</select></label><label>Repo<input name=\"repo\" placeholder=\"owner/repo\" "
+              "value=\"");
+    h_text(&o, repo);
+    h_rawf(&o,
+           "\"></label><label>Limit<input name=\"limit\" type=\"number\" min=\"1\" "
+           "max=\"%d\" value=\"%ld\"></label><button type=\"submit\">Filter</button></form>",
+           HUD_DELIVERIES_MAX, limit);
+    h_raw(&o, "<div class=\"scroll\"><table class=\"deliveries\"><thead><tr><th>Received</th>"
+              "<th>Delivery</th><th>Event</th><th>PR / ref</th><th>Targets</th></tr></thead>"
+              "<tbody>");
+    for (size_t i = 0; i < dl.n; i++) {
+        const ddoc_delivery *d = &dl.v[i];
+        h_raw(&o, "<tr data-delivery=\"");
+        h_text(&o, d->delivery_id);
+        h_raw(&o, "\">");
+        h_delivery_cells(&o, d, r->now);
+        if (d->pr_number > 0)
+            h_rawf(&o, "<a href=\"/crcr/pr/%lld\">#%lld</a>", (long long)d->pr_number,
+                   (long long)d->pr_number);
+        else
+            h_text(&o, d->ref);
+        h_raw(&o, " <span class=\"mono muted\">");
+        h_textn(&o, d->head_sha ? d->head_sha : "", 7);
+        h_raw(&o, "</span></td><td>");
+        h_dispatch_targets(&o, d, r->now);
+        h_raw(&o, "</td></tr>");
+    }
+    if (!dl.n)
+        h_raw(&o, "<tr><td colspan=\"5\" class=\"muted\">No deliveries match.</td></tr>");
+    h_raw(&o, "</tbody></table></div>");
+    h_page_end(&o, r->now, clock_mono_ms() - r->t0);
+    hud_free_deliveries(dl.v, dl.n);
+    hud_answer_out(r, o.err);
+}
+
+/* The delivery's jobs are freed before it returns; strings are the arena's. */
+void hud_delivery(hud_req *r, const char *id)
+{
+    if (!ids_delivery_valid(id)) {
+        hud_answer_error(r, 404, "Not found");
+        return;
+    }
+    ddoc_delivery d;
+    memset(&d, 0, sizeof(d));
+    job_ctx c = {&d, &r->a, false};
+    crcr_err e = store_get_delivery(r->app->st, id, hud_copy_detail_delivery, hud_collect_job, &c);
+    if (e == CRCR_E_NOT_FOUND) {
+        hud_answer_error(r, 404, "Not found: unknown delivery (or past retention)");
+        return;
+    }
+    if (!e && (c.oom || r->a.oom))
+        e = CRCR_E_NOMEM;
+    if (e) {
+        free(d.jobs);
+        hud_answer_out(r, e);
+        return;
+    }
+    if (r->api) {
+        jw w;
+        jw_init(&w, &r->out);
+        ddoc_write(&w, &d, DDOC_HUD);
+        free(d.jobs);
+        hud_answer_out(r, w.err);
+        return;
+    }
+    hout o;
+    hout_init(&o, &r->out);
+    h_page_begin(&o, "Delivery", "deliveries");
+    h_raw(&o, "<h1>Delivery <code>");
+    h_text(&o, d.delivery_id);
+    h_raw(&o, "</code></h1><div class=\"cards\">");
+    h_card(&o, "d-event", "Event");
+    h_raw(&o, "<div class=\"v\">");
+    h_text(&o, d.event);
+    h_raw(&o, "</div><div class=\"s\">");
+    h_text(&o, d.action ? d.action : "-");
+    h_raw(&o, "</div></div>");
+    h_card(&o, "d-pr", d.pr_number > 0 ? "Pull request" : "Ref");
+    h_raw(&o, "<div class=\"v\">");
+    if (d.pr_number > 0)
+        h_rawf(&o, "<a href=\"/crcr/pr/%lld\">#%lld</a>", (long long)d.pr_number,
+               (long long)d.pr_number);
+    else
+        h_text(&o, d.ref ? d.ref : "-");
+    h_raw(&o, "</div><div class=\"s mono\">");
+    h_text(&o, d.head_sha);
+    h_raw(&o, "</div></div>");
+    h_card(&o, "d-received", "Received");
+    h_raw(&o, "<div class=\"v\">");
+    h_ago(&o, d.received_at, r->now);
+    h_raw(&o, "</div><div class=\"s\">");
+    char t[48];
+    html_time(d.received_at, t, sizeof(t));
+    h_text(&o, t);
+    h_raw(&o, "</div></div>");
+    h_card(&o, "d-payload", "Payload");
+    h_rawf(&o, "<div class=\"v\">%zu bytes</div><div class=\"s\">from ", d.payload_bytes);
+    h_text(&o, d.upstream_repo);
+    h_raw(&o, "; not shown here</div></div></div>");
+
+    h_raw(&o, "<h2>Outbox</h2><div class=\"scroll\"><table class=\"outbox\"><thead><tr>"
+              "<th>#</th><th>Kind</th><th>Target</th><th>State</th><th class=\"num\">Attempts</th>"
+              "<th class=\"num\">HTTP</th><th>When</th><th>Reason / note</th></tr></thead><tbody>");
+    for (size_t i = 0; i < d.n_jobs; i++) {
+        const ddoc_job *j = &d.jobs[i];
+        h_rawf(&o, "<tr data-kind=\"");
+        h_text(&o, j->kind);
+        h_raw(&o, "\" data-target=\"");
+        h_text(&o, j->target);
+        h_rawf(&o, "\"><td>%lld</td><td>", (long long)j->id);
+        h_text(&o, j->kind);
+        h_raw(&o, "</td><td>");
+        if (j->check_name) {
+            h_raw(&o, "<span class=\"mono\">");
+            h_text(&o, j->check_name);
+            h_raw(&o, "</span>");
+        } else {
+            h_text(&o, j->target);
+        }
+        h_raw(&o, "</td><td>");
+        h_state(&o, j);
+        h_rawf(&o, "</td><td class=\"num\">%d</td><td class=\"num\">", j->attempts);
+        if (j->last_status)
+            h_rawf(&o, "%ld", j->last_status);
+        else
+            h_raw(&o, "-");
+        h_raw(&o, "</td><td class=\"nowrap\">");
+        if (j->state && strcmp(j->state, "queued") == 0) {
+            h_raw(&o, "next ");
+            h_ago(&o, j->next_attempt_at, r->now);
+        } else if (j->done_at) {
+            h_raw(&o, "done ");
+            h_ago(&o, j->done_at, r->now);
+        } else {
+            h_raw(&o, "queued ");
+            h_ago(&o, j->created_at, r->now);
+        }
+        h_raw(&o, "</td><td>");
+        if (j->last_error) {
+            h_raw(&o, "<span class=\"err\">");
+            h_text(&o, j->last_error);
+            h_raw(&o, "</span> ");
+        }
+        if (j->note) {
+            h_raw(&o, strcmp(j->kind, "dispatch") == 0 ? "<span class=\"note-trim\">trimmed: "
+                                                       : "<span>");
+            h_text(&o, j->note);
+            h_raw(&o, "</span>");
+        }
+        if (j->check_status) {
+            h_raw(&o, "<span class=\"check-status\">");
+            h_text(&o, j->check_status);
+            if (j->check_conclusion) {
+                h_raw(&o, " / ");
+                h_text(&o, j->check_conclusion);
+            }
+            h_raw(&o, "</span>");
+        }
+        h_raw(&o, "</td></tr>");
+    }
+    if (!d.n_jobs)
+        h_raw(&o, "<tr><td colspan=\"8\" class=\"muted\">No outbound effects.</td></tr>");
+    h_raw(&o, "</tbody></table></div>");
+    h_page_end(&o, r->now, clock_mono_ms() - r->t0);
+    free(d.jobs);
+    hud_answer_out(r, o.err);
+}

@@ -1,0 +1,185 @@
+/*
+ * hud_html.c - HTML pieces shared by the HUD's pages; see hud_html.h.
+ */
+#include "hud_html.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "limits.h"
+
+void h_job_label(hout *o, const hrun *r)
+{
+    h_text(o, r->workflow);
+    if (r->job && *r->job) {
+        h_raw(o, " / ");
+        h_text(o, r->job);
+    }
+}
+
+void h_chip(hout *o, const hrun *r, int attempts)
+{
+    const char *cls = html_chip_class(r->state, r->conclusion);
+    const char *text =
+        strcmp(cls, "chip-running") == 0 ? "running" : (r->conclusion ? r->conclusion : "done");
+    char when[48], exec[32], title[160];
+    html_time(hud_run_time(r), when, sizeof(when));
+    html_duration(r->exec_ms, exec, sizeof(exec));
+    snprintf(title, sizeof(title), "run %lld attempt %lld, %s, exec %s", (long long)r->run_id,
+             (long long)r->run_attempt, when, exec);
+    bool link = html_url_ok(r->details_url);
+    h_raw(o, link ? "<a class=\"chip " : "<span class=\"chip ");
+    h_raw(o, cls);
+    h_raw(o, "\"");
+    if (link) {
+        h_raw(o, " href=\"");
+        h_text(o, r->details_url);
+        h_raw(o, "\" rel=\"noopener noreferrer nofollow\"");
+    }
+    h_raw(o, " title=\"");
+    h_text(o, title);
+    h_raw(o, "\">");
+    h_text(o, text);
+    if (attempts > 1)
+        h_rawf(o, " &times;%d", attempts);
+    h_raw(o, link ? "</a>" : "</span>");
+}
+
+void h_dur(hout *o, int64_t ms)
+{
+    char t[32];
+    html_duration(ms, t, sizeof(t));
+    h_text(o, t);
+}
+
+void h_ago(hout *o, int64_t ms, int64_t now)
+{
+    char t[48], full[48];
+    html_ago(ms, now, t, sizeof(t));
+    html_time(ms, full, sizeof(full));
+    h_raw(o, "<span title=\"");
+    h_text(o, full);
+    h_raw(o, "\">");
+    h_text(o, t);
+    h_raw(o, "</span>");
+}
+
+void h_pct(hout *o, double v)
+{
+    if (v < 0)
+        h_raw(o, "-");
+    else
+        h_rawf(o, "%.1f%%", v);
+}
+
+void h_health_badge(hout *o, const health_entry *e)
+{
+    const char *name = health_status_name(e->verdict.status);
+    h_rawf(o, "<span class=\"badge health-%s\" title=\"", name);
+    h_text(o, e->verdict.reason);
+    h_raw(o, "\">");
+    h_raw(o, e->verdict.status == HEALTH_AT_RISK        ? "at risk"
+             : e->verdict.status == HEALTH_BELOW_LEVEL  ? "below level"
+             : e->verdict.status == HEALTH_NOT_MEASURED ? "not measured"
+                                                        : "healthy");
+    h_raw(o, "</span>");
+    if (e->verdict.status == HEALTH_BELOW_LEVEL)
+        h_rawf(o, " <span class=\"muted\">recommend %s</span>",
+               crcr_level_name(e->verdict.recommended));
+}
+
+void h_repo_link(hout *o, const char *repo)
+{
+    h_raw(o, "<a href=\"/crcr/");
+    const char *slash = strchr(repo, '/');
+    if (slash) {
+        char owner[CRCR_REPO_NAME_MAX];
+        snprintf(owner, sizeof(owner), "%.*s", (int)(slash - repo), repo);
+        h_url_part(o, owner);
+        h_raw(o, "/");
+        h_url_part(o, slash + 1);
+    } else {
+        h_url_part(o, repo);
+    }
+    h_raw(o, "\">");
+    h_text(o, repo);
+    h_raw(o, "</a>");
+}
+
+void h_card(hout *o, const char *id, const char *key)
+{
+    h_rawf(o, "<div class=\"card\" id=\"%s\"><div class=\"k\">%s</div>", id, key);
+}
+
+void h_state(hout *o, const ddoc_job *j)
+{
+    h_rawf(o, "<span class=\"state %s\">%s</span>", html_outbox_class(j->state, j->attempts),
+           html_outbox_label(j->state, j->attempts));
+}
+
+void h_dispatch_targets(hout *o, const ddoc_delivery *d, int64_t now)
+{
+    bool any = false;
+    h_raw(o, "<ul class=\"targets\">");
+    for (size_t i = 0; i < d->n_jobs; i++) {
+        const ddoc_job *j = &d->jobs[i];
+        if (!j->kind || strcmp(j->kind, "dispatch") != 0)
+            continue;
+        any = true;
+        const char *cls = html_outbox_class(j->state, j->attempts);
+        const char *label = html_outbox_label(j->state, j->attempts);
+        h_rawf(o, "<li class=\"%s\" data-state=\"%s\" data-target=\"", cls, label);
+        h_text(o, j->target);
+        h_raw(o, "\" title=\"");
+        h_raw(o, label);
+        if (j->note) {
+            h_raw(o, "; trimmed: ");
+            h_text(o, j->note);
+        }
+        h_raw(o, "\">");
+        h_text(o, j->target);
+        if (strcmp(cls, "state-sent") != 0) {
+            h_rawf(o, " <span class=\"state %s\">%s</span>", cls, label);
+            if (strcmp(cls, "state-retrying") == 0) {
+                h_raw(o, " next ");
+                h_ago(o, j->next_attempt_at, now);
+            }
+            if (strcmp(cls, "state-dead") == 0 && j->last_error) {
+                h_raw(o, " <span class=\"err\">");
+                h_text(o, j->last_error);
+                h_raw(o, "</span>");
+            }
+        }
+        if (j->note)
+            h_raw(o, " <span class=\"muted\">trimmed</span>");
+        h_raw(o, "</li>");
+    }
+    if (!any)
+        h_raw(o, "<li class=\"muted\">no dispatches</li>");
+    h_raw(o, "</ul>");
+}
+
+/* A link to the delivery's page, its id as the text. */
+static void h_delivery_link(hout *o, const char *id)
+{
+    h_raw(o, "<a class=\"mono\" href=\"/crcr/deliveries/");
+    h_url_part(o, id);
+    h_raw(o, "\">");
+    h_text(o, id);
+    h_raw(o, "</a>");
+}
+
+void h_delivery_cells(hout *o, const ddoc_delivery *d, int64_t now)
+{
+    h_raw(o, "<td>");
+    h_ago(o, d->received_at, now);
+    h_raw(o, "</td><td>");
+    h_delivery_link(o, d->delivery_id);
+    h_raw(o, "</td><td>");
+    h_text(o, d->event);
+    if (d->action) {
+        h_raw(o, " / ");
+        h_text(o, d->action);
+    }
+    h_raw(o, "</td><td>");
+}

@@ -1,0 +1,76 @@
+/* ids.c - identifier rules; see ids.h. */
+#include "ids.h"
+
+#include <string.h>
+
+#include "limits.h"
+
+static bool alnum(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+}
+
+int ids_hex_value(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+bool ids_delivery_valid(const char *id)
+{
+    size_t n = id ? strlen(id) : 0;
+    if (n == 0 || n >= CRCR_DELIVERY_ID_MAX)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = id[i];
+        if (!alnum(c) && c != '-' && c != '_' && c != '.' && c != ':')
+            return false;
+    }
+    return true;
+}
+
+bool ids_owner_valid(const char *s, size_t n)
+{
+    if (n == 0 || n > 39)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        if (!alnum(s[i]) && s[i] != '-')
+            return false;
+    }
+    return true;
+}
+
+bool ids_repo_name_valid(const char *s, size_t n)
+{
+    if (n == 0 || n > 100 || (n == 1 && s[0] == '.') || (n == 2 && s[0] == '.' && s[1] == '.'))
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        if (!alnum(s[i]) && s[i] != '-' && s[i] != '_' && s[i] != '.')
+            return false;
+    }
+    return true;
+}
+
+bool ids_full_name_valid(const char *s)
+{
+    const char *slash = s ? strchr(s, '/') : NULL;
+    if (!slash)
+        return false;
+    return ids_owner_valid(s, (size_t)(slash - s)) &&
+           ids_repo_name_valid(slash + 1, strlen(slash + 1));
+}
+
+bool ids_sha_valid(const char *s)
+{
+    size_t n = 0;
+    for (; s && s[n]; n++) {
+        if (ids_hex_value(s[n]) < 0)
+            return false;
+    }
+    return n == 40 || n == 64;
+}

@@ -1,0 +1,31 @@
+/*
+ * ids.h - the identifiers the relay accepts from the network, by one set of rules:
+ * GitHub delivery ids, owner/repo names (GitHub's own limits) and commit shas.
+ */
+#ifndef CRCR_IDS_H
+#define CRCR_IDS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* An X-GitHub-Delivery id (a GUID in practice): 1 to CRCR_DELIVERY_ID_MAX-1 characters of
+ * [A-Za-z0-9-_.:]. Also the form of a nightly report's id (a sha). */
+bool ids_delivery_valid(const char *id);
+
+/* A GitHub owner (user or organisation): 1-39 characters of [A-Za-z0-9-] (upstream's allowlist
+ * rule; GitHub allows nothing else). */
+bool ids_owner_valid(const char *s, size_t n);
+
+/* A GitHub repository name: 1-100 characters of [A-Za-z0-9._-], not "." or "..". */
+bool ids_repo_name_valid(const char *s, size_t n);
+
+/* "owner/repo" with both parts valid. */
+bool ids_full_name_valid(const char *s);
+
+/* The value of one hex digit (either case), or -1. */
+int ids_hex_value(char c);
+
+/* A commit sha: 40 (SHA-1) or 64 (SHA-256) hex digits, either case. */
+bool ids_sha_valid(const char *s);
+
+#endif

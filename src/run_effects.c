@@ -1,0 +1,128 @@
+/* run_effects.c - the side effects of a run transition; see run_effects.h. */
+#include "run_effects.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "clock.h"
+#include "json.h"
+#include "limits.h"
+
+/* The labels of a stored webhook (only pull_request.labels is built). */
+static const char *const LABEL_PATHS[] = {"pull_request.labels"};
+
+bool run_effects_check_wanted(const run_effects_env *env, const allowlist *al, const char *repo,
+                              crcr_level level, const char *delivery_id, const char *head_sha)
+{
+    if (level < CRCR_LEVEL_L3 || !head_sha || !*head_sha)
+        return false;
+    if (level == CRCR_LEVEL_L4)
+        return true;
+    /* The PR carried the device's label in the webhook the relay dispatched. */
+    store_dispatch d;
+    buf_init(&d.payload, env->cfg->max_body);
+    bool labelled = false;
+    if (store_dispatch_get(env->st, delivery_id, repo, true, &d) == CRCR_OK && d.payload.len) {
+        jv *doc = jv_parse_select(d.payload.data, d.payload.len, LABEL_PATHS, 1, NULL, 0);
+        const jv *labels = jv_path(doc, "pull_request.labels");
+        const char *names[CRCR_LABELS_MAX];
+        size_t n = 0;
+        for (size_t i = 0; i < jv_arr_len(labels) && n < CRCR_LABELS_MAX; i++) {
+            const char *name = jv_path_str(jv_arr_at(labels, i), "name");
+            if (name)
+                names[n++] = name;
+        }
+        labelled = allowlist_needs_check_run(al, repo, names, n);
+        jv_free(doc);
+    }
+    buf_free(&d.payload);
+    if (labelled)
+        return true;
+    /* Reopened PRs carry stale labels: the label event's mark decides (upstream fallback). */
+    int64_t since = clock_now_ms() - env->cfg->status_ttl_s * 1000;
+    return store_wanted_get(env->st, head_sha, repo, since) == CRCR_OK;
+}
+
+static void metric_json(buf_t *b, int64_t ms)
+{
+    if (ms < 0)
+        buf_puts(b, "null");
+    else
+        buf_printf(b, "%lld.%03lld", (long long)(ms / 1000), (long long)(ms % 1000));
+}
+
+/* The upstream HUD wire format: {"trusted":{...},"untrusted":{"callback_payload":<body>}}. */
+crcr_err run_effects_hud_body(buf_t *out, const char *repo, crcr_level level, int64_t queue_ms,
+                              int64_t exec_ms, const char *callback_json, size_t callback_len)
+{
+    crcr_err err = buf_puts(out, "{\"trusted\":{\"ci_metrics\":{\"queue_time\":");
+    metric_json(out, queue_ms);
+    buf_puts(out, ",\"execution_time\":");
+    metric_json(out, exec_ms);
+    buf_puts(out, "},\"verified_repo\":");
+    jv_quote(out, repo, strlen(repo));
+    buf_puts(out, ",\"downstream_repo_level\":");
+    const char *ln = crcr_level_name(level);
+    jv_quote(out, ln, strlen(ln));
+    buf_puts(out, "},\"untrusted\":{\"callback_payload\":");
+    buf_append(out, callback_json, callback_len);
+    if (!err)
+        err = buf_puts(out, "}}");
+    return err;
+}
+
+void run_effect_bodies_init(run_effect_bodies *b, size_t callback_len)
+{
+    buf_init(&b->check, 64 * 1024);
+    buf_init(&b->check_key, 4 * CRCR_JOB_NAME_MAX + 256);
+    buf_init(&b->hud, callback_len + 8192);
+    buf_init(&b->hud_key, 4 * CRCR_JOB_NAME_MAX + 256);
+}
+
+void run_effect_bodies_free(run_effect_bodies *b)
+{
+    buf_free(&b->check);
+    buf_free(&b->check_key);
+    buf_free(&b->hud);
+    buf_free(&b->hud_key);
+}
+
+crcr_err run_effects_build(const run_effects_env *env, const checks_run *check,
+                           const store_run_key *key, crcr_level level, int64_t queue_ms,
+                           int64_t exec_ms, const char *callback_json, size_t callback_len,
+                           run_effect_bodies *bodies, store_new_job *jobs, size_t max, size_t *n)
+{
+    *n = 0;
+    int64_t now = clock_now_ms();
+    if (check && *n < max) {
+        crcr_err err = checks_body(check, &bodies->check);
+        if (!err)
+            err = checks_seq_key(check, &bodies->check_key);
+        if (err)
+            return err;
+        jobs[(*n)++] = (store_new_job){.kind = "check_run",
+                                       .target = env->cfg->upstream_repo,
+                                       .seq_key = bodies->check_key.data,
+                                       .body = bodies->check.data,
+                                       .body_len = bodies->check.len,
+                                       .due_at = now};
+    }
+    if (env->cfg->hud_api_url && *n < max) {
+        crcr_err err = run_effects_hud_body(&bodies->hud, key->repo, level, queue_ms, exec_ms,
+                                            callback_json, callback_len);
+        if (!err)
+            err = buf_printf(&bodies->hud_key, "hud:%s:%s:%lld:%lld:%s:%s", key->repo,
+                             key->delivery_id, (long long)key->run_id, (long long)key->run_attempt,
+                             key->workflow_name ? key->workflow_name : "",
+                             key->job_name ? key->job_name : "");
+        if (err)
+            return err;
+        jobs[(*n)++] = (store_new_job){.kind = "hud_forward",
+                                       .target = "hud",
+                                       .seq_key = bodies->hud_key.data,
+                                       .body = bodies->hud.data,
+                                       .body_len = bodies->hud.len,
+                                       .due_at = now};
+    }
+    return CRCR_OK;
+}

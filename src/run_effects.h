@@ -1,0 +1,61 @@
+/*
+ * run_effects.h - what a run transition causes (§5.3, §3.7), built inside the transition's
+ * transaction so that the effects are queued exactly when the state changes: a check run on the
+ * upstream PR where one is wanted, and a forward to the external HUD (upstream's wire format).
+ * Shared by callbacks (callback.c) and the sweeper's timeouts (sweeper.c); both go through the
+ * outbox, so nothing here waits for GitHub or the HUD.
+ *
+ * Whether a check run is wanted is decided from the relay's own records (run_effects_check_wanted):
+ * L4 always; L3 when the webhook the relay dispatched carried the device's ciflow/crcr label, or
+ * a labeled event marked the sha. Never from a callback body.
+ */
+#ifndef CRCR_RUN_EFFECTS_H
+#define CRCR_RUN_EFFECTS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "allowlist.h"
+#include "buf.h"
+#include "checks.h"
+#include "config.h"
+#include "store.h"
+
+/* What building effects needs from the relay. */
+typedef struct run_effects_env {
+    store *st;              /* the dispatched delivery and the L3 marks */
+    const crcr_config *cfg; /* UPSTREAM_REPO, HUD_API_URL, CRCR_STATUS_TTL, CRCR_MAX_BODY */
+} run_effects_env;
+
+/* The memory of one transition's effect bodies (owned by the caller: init, then free). */
+typedef struct run_effect_bodies {
+    buf_t check;     /* check-run request body */
+    buf_t check_key; /* its outbox ordering key */
+    buf_t hud;       /* HUD forward body */
+    buf_t hud_key;   /* its ordering key: one run's forwards go out in order */
+} run_effect_bodies;
+
+/* Prepares the holders (sized for a callback body of `callback_len` bytes) / frees them. */
+void run_effect_bodies_init(run_effect_bodies *b, size_t callback_len);
+void run_effect_bodies_free(run_effect_bodies *b);
+
+/* Appends the upstream HUD wire format {"trusted":{"ci_metrics":{"queue_time":..,
+ * "execution_time":..},"verified_repo":..,"downstream_repo_level":..},"untrusted":
+ * {"callback_payload":<callback_json verbatim>}}. Metrics in ms, -1 for null. */
+crcr_err run_effects_hud_body(buf_t *out, const char *repo, crcr_level level, int64_t queue_ms,
+                              int64_t exec_ms, const char *callback_json, size_t callback_len);
+
+/* Fills jobs[0..*n) (at most `max`): a check run when `check` is not NULL, a HUD forward when
+ * HUD_API_URL is set. Their bodies live in `bodies`. */
+crcr_err run_effects_build(const run_effects_env *env, const checks_run *check,
+                           const store_run_key *key, crcr_level level, int64_t queue_ms,
+                           int64_t exec_ms, const char *callback_json, size_t callback_len,
+                           run_effect_bodies *bodies, store_new_job *jobs, size_t max, size_t *n);
+
+/* Whether a run of `repo` (at `level` now) on the dispatched delivery `delivery_id`, head sha
+ * `head_sha`, gets a check run on the upstream PR (see above). */
+bool run_effects_check_wanted(const run_effects_env *env, const allowlist *al, const char *repo,
+                              crcr_level level, const char *delivery_id, const char *head_sha);
+
+#endif

@@ -1,0 +1,162 @@
+/* run_state.c - the run state machine and the run row's shape; see run_state.h. */
+#include "run_state.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define RUN_LIST_DEFAULT 1000
+#define RUN_LIST_MAX 100000
+
+static bool is(const char *a, const char *b)
+{
+    return strcmp(a, b) == 0;
+}
+
+run_outcome run_state_next(const run_prev *prev, const store_run_update *u, int64_t dispatched_at,
+                           store_run_result *res, char *reason, size_t reasonsz)
+{
+    const char *state = prev->exists ? prev->state : "";
+    res->dispatched_at = dispatched_at;
+    res->started_at = prev->exists ? prev->started_at : 0;
+    if (!is(u->status, "completed")) {
+        if (is(state, "in_progress")) {
+            res->duplicate = true;
+            return RUN_DUPLICATE;
+        }
+        if (state[0]) {
+            snprintf(reason, reasonsz, "in_progress after %s", state);
+            return RUN_INVALID;
+        }
+        res->started_at = u->now;
+        if (dispatched_at)
+            res->queue_ms = u->now > dispatched_at ? u->now - dispatched_at : 0;
+        return RUN_APPLY;
+    }
+    if (is(state, "completed")) {
+        bool same = (!u->conclusion && !prev->has_conclusion) ||
+                    (u->conclusion && prev->has_conclusion && is(u->conclusion, prev->conclusion));
+        if (same) {
+            res->duplicate = true;
+            return RUN_DUPLICATE;
+        }
+        snprintf(reason, reasonsz, "already completed with conclusion %s",
+                 prev->has_conclusion ? prev->conclusion : "null");
+        return RUN_INVALID;
+    }
+    if (!u->single_shot && !is(state, "in_progress")) {
+        snprintf(reason, reasonsz, "completed without prior in_progress");
+        return RUN_INVALID;
+    }
+    if (res->started_at)
+        res->exec_ms = u->now > res->started_at ? u->now - res->started_at : 0;
+    return RUN_APPLY;
+}
+
+static run_param text(const char *s)
+{
+    return (run_param){.kind = RUN_P_TEXT, .is_null = s == NULL, .text = s};
+}
+
+static run_param integer(int64_t v)
+{
+    return (run_param){.kind = RUN_P_INT, .i = v};
+}
+
+/* An integer, or NULL when it equals `null_value` (0 for times, -1 for measures). */
+static run_param integer_or_null(int64_t v, int64_t null_value)
+{
+    return (run_param){.kind = RUN_P_INT, .is_null = v == null_value, .i = v};
+}
+
+void run_row_params(const store_run_update *u, const store_run_result *res,
+                    run_param out[RUN_UPSERT_PARAMS])
+{
+    bool completed = is(u->status, "completed");
+    int k = 0;
+    out[k++] = text(u->key.delivery_id);
+    out[k++] = text(u->key.repo);
+    out[k++] = integer(u->key.run_id);
+    out[k++] = integer(u->key.run_attempt);
+    out[k++] = text(u->key.job_name ? u->key.job_name : "");
+    out[k++] = text(u->event_type);
+    out[k++] = text(u->status);
+    out[k++] = integer(u->level);
+    out[k++] = integer(u->pr_number);
+    out[k++] = text(u->head_sha);
+    out[k++] = text(u->key.workflow_name ? u->key.workflow_name : ""); /* the row's identity */
+    out[k++] = text(completed ? u->conclusion : NULL);
+    out[k++] = text(u->details_url);
+    out[k++] = text(u->artifact_url);
+    out[k++] = integer_or_null(res->dispatched_at, 0);
+    out[k++] = integer_or_null(res->started_at, 0);
+    out[k++] = integer_or_null(completed ? u->now : 0, 0);
+    out[k++] = integer_or_null(res->queue_ms, -1);
+    out[k++] = integer_or_null(res->exec_ms, -1);
+    out[k++] = integer_or_null(u->test_passed, -1);
+    out[k++] = integer_or_null(u->test_failed, -1);
+    out[k++] = integer_or_null(u->test_skipped, -1);
+    out[k++] = (run_param){.kind = RUN_P_BLOB,
+                           .is_null = u->payload == NULL,
+                           .blob = u->payload,
+                           .len = u->payload ? u->payload_len : 0};
+    out[k++] = integer(u->now);
+}
+
+void run_row_fill(store_run_row *r, const run_row_source *s)
+{
+    void *src = s->src;
+    r->delivery_id = s->text(src, 0);
+    r->repo = s->text(src, 1);
+    r->job_name = s->text(src, 2);
+    r->event_type = s->text(src, 3);
+    r->state = s->text(src, 4);
+    r->head_sha = s->text(src, 5);
+    r->workflow_name = s->text(src, 6);
+    r->conclusion = s->text(src, 7);
+    r->details_url = s->text(src, 8);
+    r->artifact_url = s->text(src, 9);
+    r->run_id = s->i64(src, 10, 0);
+    r->run_attempt = s->i64(src, 11, 0);
+    r->pr_number = s->i64(src, 12, 0);
+    r->level = (int)s->i64(src, 13, 0);
+    r->dispatched_at = s->i64(src, 14, 0);
+    r->started_at = s->i64(src, 15, 0);
+    r->completed_at = s->i64(src, 16, 0);
+    r->queue_ms = s->i64(src, 17, -1);
+    r->exec_ms = s->i64(src, 18, -1);
+    r->test_passed = s->i64(src, 19, -1);
+    r->test_failed = s->i64(src, 20, -1);
+    r->test_skipped = s->i64(src, 21, -1);
+    r->payload = s->blob(src, RUN_PAYLOAD_COLUMN, &r->payload_len);
+}
+
+int run_list_limit(const store_run_filter *f)
+{
+    int limit = f && f->limit > 0 ? f->limit : RUN_LIST_DEFAULT;
+    return limit > RUN_LIST_MAX ? RUN_LIST_MAX : limit;
+}
+
+int run_list_offset(const store_run_filter *f)
+{
+    return f && f->offset > 0 ? f->offset : 0;
+}
+
+int64_t rate_window_count(bool have, int64_t count, int64_t expired, int64_t recounted)
+{
+    if (!have)
+        return recounted;
+    return count > expired ? count - expired : 0;
+}
+
+int64_t rate_window_decide(int64_t n, long limit, int64_t oldest, int64_t now, int64_t window_ms,
+                           bool *allowed, int64_t *retry_after_ms)
+{
+    *retry_after_ms = 0;
+    *allowed = n < limit;
+    if (*allowed)
+        return n + 1;
+    *retry_after_ms = oldest + window_ms - now;
+    if (*retry_after_ms < 1)
+        *retry_after_ms = 1;
+    return n;
+}
