@@ -213,6 +213,10 @@ class RateLimitPauseTest(FaultTestBase):
                         "the limit was never answered" + self.diag())
         lim = [x for x in self.gh.requests("POST", DISPATCH_PATH) if x.fault is rule][0]
         until = until_of(lim)
+        # The relay logs the pause once it has recorded it: only then is the installation paused
+        # for rows claimed from now on, however slow the machine.
+        self.assertTrue(wait_until(lambda: "event=github.rate_limited" in self.relay.log_text(),
+                                   10), "the pause was never recorded" + self.diag())
         # A webhook that arrives while acme is paused.
         second = self.post_ok("push", R.load_example("push.deleted")).delivery
         deliveries = [first, second]
