@@ -2,18 +2,29 @@
 """bench.py - crcr's benchmarks, each against a peer measured in the same run, or as counts.
 
 Run through bench/run.sh (it builds build-bench/crcr in Release and installs the Node peer); by
-hand: python3 bench/bench.py --crcr build-bench/crcr [--only ingest,fanout,...] [--no-append].
+hand: python3 bench/bench.py --crcr build-bench/crcr [--only ingest,fanout,...] [--store sqlite,pg]
+[--no-append].
 
-Sections (see bench/RESULTS.md for what each measures and the targets):
-  ingest     signed 30,512-byte pull_request webhooks, wrk at 16 and 64 connections, crcr (SQLite,
-             durable 202, dry-run) vs the @octokit/webhooks peer (bench/peer); plus a ladder of
-             crcr-only diagnostic runs (ping = HTTP+HMAC, ignored action = +JSON parse, store on
-             tmpfs = +SQLite without fsync) and per-webhook syscall counts (perf stat)
-  fanout     100 allowlisted repos, fake GitHub with 50 ms per request: webhook -> 100th dispatch
-             answered, cold and warm; GitHub API calls per dispatch
-  callbacks  in_progress + completed pairs with RS256 OIDC tokens at 32 connections (wrk)
-  memory     RSS idle, during ingest, along 100,000 webhooks
-  profile    callgrind over a short ingest run (perf record when hardware counters work)
+Sections (see bench/RESULTS.md for what each measures and the targets of issue 16):
+  ingest          signed 30,512-byte pull_request webhooks, wrk at 16 and 64 connections, crcr
+                  (durable 202, dry-run, 4 targets; CPU counted until the outbox has drained) vs
+                  the @octokit/webhooks peer (bench/peer); an ignored action at 64 connections vs
+                  the peer; a ladder of crcr-only diagnostic runs (ping = HTTP+HMAC, store on
+                  tmpfs = +SQLite without fsync) and per-webhook syscall counts (perf stat)
+  ingest_targets  the same durable ingest with 1, 10 and 100 allowlisted targets, c16 and c64:
+                  req/s and server CPU per stored webhook including the dry-run of its rows
+  fanout          100 allowlisted repos, fake GitHub with 50 ms per request: webhook -> 100th
+                  dispatch answered, cold and warm, default MAX_DISPATCH_WORKERS; API calls
+  fanout1000      the same with 1,000 repos of 1,000 owners, and how fast the fake itself is
+  callbacks       in_progress + completed pairs with RS256 OIDC tokens at 32 connections (wrk)
+  callbacks_under_ingest
+                  the callbacks alone, then again while a second wrk sends webhooks (same window)
+  memory          RSS idle, during ingest, along 100,000 webhooks
+  profile         callgrind over a short ingest run and a short callback run
+
+--store sqlite,pg (default: both when PostgreSQL is installed) repeats ingest, fanout,
+fanout1000, callbacks and callbacks_under_ingest with a PostgreSQL store: a throwaway cluster from
+scripts/pg-test-cluster.sh, or --pg-uri.
 
 Everything listens on 127.0.0.1; every load run is bounded in time (and, for memory, in count).
 Timings are never pass/fail: the run prints a table and appends it, with the commands, to
@@ -38,6 +49,8 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
+import uuid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -56,11 +69,34 @@ PAYLOAD_BYTES = 30512  # the reference's padded pull_request size
 PAD_UNIT = "Ünïcödé PR description — 日本語のテキスト ✓ "  # multi-byte UTF-8 padding
 INGEST_ALLOWLIST = R.DEFAULT_ALLOWLIST  # four repos, one per level
 FANOUT_REPOS = 100
+FANOUT1000_REPOS = 1000
 FANOUT_LATENCY_MS = 50
+TARGET_COUNTS = (1, 10, 100)  # ingest_targets
 PEER_DIR = os.path.join(HERE, "peer")
+PG_CLUSTER = os.path.join(ROOT, "scripts", "pg-test-cluster.sh")
 CALLBACK_REPO = "org2/repo2"  # L2 in the default allowlist
 CB_BLOCK = 256  # callback pairs: in_progress x B, then completed x B (8 x the connections)
 MEMORY_ALLOWLIST = "L4:\n  - org4/repo4\n"  # one target: 100,000 webhooks fit the time budget
+
+# The targets of issue 16 (performance round 3). Reported, never enforced.
+T_INGEST_RATIO = 1.0  # durable ingest c64, x the peer in the same run
+T_INGEST_P99_MS = 30.0
+T_CPU_PER_WEBHOOK_MS = 0.35  # server CPU per stored webhook, incl. the dry-run of its 4 rows
+T_IGNORED_RATIO = 3.0  # ignored event c64, x the peer
+T_CB_RPS = 3000.0  # callbacks c32, disk store
+T_CB_P99_MS = 20.0
+T_FANOUT100_WARM_MS = 110.0  # default settings
+T_FANOUT100_COLD_MS = 300.0
+T_FANOUT1000_WARM_MS = 1000.0
+T_RSS_MIB = 40.0  # peak RSS during ingest, at every setting above
+# When the fake GitHub was too busy to answer at its injected latency, a fan-out figure measures
+# the fake, not crcr: such figures are flagged instead of judged. Flagged when the fake's own
+# time (answer - arrival - latency) summed along one relay connection exceeds 10 % of the figure
+# (and 5 ms), when it used more than 80 % of a core (one Python process: one GIL), or when the
+# kernel dropped connections on a full listen queue.
+FAKE_ADDED_SHARE = 0.10
+FAKE_ADDED_MIN_MS = 5.0
+FAKE_BUSY_MAX = 0.8
 
 
 # ----------------------------------------------------------------------------- small helpers
@@ -248,6 +284,225 @@ class PerfStat:
             pass
 
 
+def tcp_listen_drops():
+    """TcpExt ListenOverflows + ListenDrops of this network namespace (/proc/net/netstat): a
+    connection refused by a full accept queue waits for a SYN retransmit (1 s and more)."""
+    try:
+        with open("/proc/net/netstat") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for i in range(0, len(lines) - 1, 2):
+        if lines[i].startswith("TcpExt:"):
+            names, vals = lines[i].split()[1:], lines[i + 1].split()[1:]
+            d = dict(zip(names, vals))
+            try:
+                return int(d.get("ListenOverflows", 0)) + int(d.get("ListenDrops", 0))
+            except ValueError:
+                return None
+    return None
+
+
+def base64_decode(text):
+    import base64
+    return base64.b64decode(text)
+
+
+def pct(values, p):
+    """The p-th percentile (0-100) of a list, nearest rank; None when empty."""
+    if not values:
+        return None
+    v = sorted(values)
+    return v[min(len(v) - 1, max(0, int(round(p / 100.0 * len(v) + 0.5)) - 1))]
+
+
+def median(values):
+    v = sorted(x for x in values if x is not None)
+    return v[len(v) // 2] if v else None
+
+
+def psql_path():
+    import glob
+    return shutil.which("psql") or next(iter(sorted(glob.glob(
+        "/usr/lib/postgresql/*/bin/psql"), reverse=True)), None)
+
+
+def pg_server_installed():
+    import glob
+    return bool(glob.glob("/usr/lib/postgresql/*/bin/initdb") or shutil.which("initdb")) and \
+        bool(psql_path())
+
+
+class PgServer:
+    """The PostgreSQL server of the `pg` store variant: `uri` (--pg-uri) as given, else a
+    throwaway cluster started with scripts/pg-test-cluster.sh in a temp dir (loopback only,
+    trust auth, fsync=off: it measures crcr's PostgreSQL code path, not a disk's flushes).
+    Every relay gets a database of its own (create_db), dropped when the relay closes."""
+
+    def __init__(self, uri=None):
+        self.given_uri = uri
+        self.uri = uri
+        self.dir = None
+        self.throwaway = uri is None
+        self.psql = psql_path()
+
+    def start(self):
+        if not self.psql:
+            raise RuntimeError("psql not found (apt-get install postgresql-15)")
+        if self.uri is None:
+            self.dir = tempfile.mkdtemp(prefix="crcr-bench-pg-")
+            p = subprocess.run([PG_CLUSTER, "start", self.dir], capture_output=True, text=True,
+                               timeout=180)
+            if p.returncode != 0:
+                shutil.rmtree(self.dir, ignore_errors=True)
+                self.dir = None
+                raise RuntimeError("pg-test-cluster.sh start: %s" % p.stderr.strip()[-500:])
+            self.uri = p.stdout.strip().splitlines()[-1]
+        self.run_sql(self.uri, "SELECT 1")
+        self.version = self.run_sql(self.uri, "SHOW server_version").strip()
+        self.fsync = self.run_sql(self.uri, "SHOW fsync").strip()
+        self.sync_commit = self.run_sql(self.uri, "SHOW synchronous_commit").strip()
+        return self
+
+    def run_sql(self, uri, sql):
+        p = subprocess.run([self.psql, "-X", "-q", "-t", "-A", "-v", "ON_ERROR_STOP=1", "-d", uri,
+                            "-c", sql], capture_output=True, text=True, timeout=120)
+        if p.returncode != 0:
+            raise RuntimeError("psql %r: %s" % (sql, p.stderr.strip()))
+        return p.stdout
+
+    def db_uri(self, name):
+        parts = urllib.parse.urlsplit(self.uri)
+        return urllib.parse.urlunsplit(parts._replace(path="/" + name))
+
+    def create_db(self):
+        name = "crcr_bench_%s" % uuid.uuid4().hex[:12]
+        self.run_sql(self.uri, "CREATE DATABASE %s" % name)
+        return name, self.db_uri(name)
+
+    def drop_db(self, name):
+        try:
+            self.run_sql(self.uri, "DROP DATABASE IF EXISTS %s WITH (FORCE)" % name)
+        except (RuntimeError, OSError, subprocess.SubprocessError):
+            pass
+
+    def stop(self):
+        if self.dir:
+            subprocess.run([PG_CLUSTER, "destroy", self.dir], capture_output=True, text=True,
+                           timeout=120)
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None
+
+    def describe(self):
+        where = ("a throwaway cluster (scripts/pg-test-cluster.sh)" if self.throwaway
+                 else "the server of --pg-uri")
+        return "PostgreSQL %s, %s, fsync=%s, synchronous_commit=%s" % (
+            getattr(self, "version", "?"), where, getattr(self, "fsync", "?"),
+            getattr(self, "sync_commit", "?"))
+
+
+class PsqlSession:
+    """One long-lived psql for the bench's own queries on a relay's PostgreSQL store (a psql per
+    query would cost the shared cores more than the polling it serves)."""
+
+    END = "@@crcr-bench-end@@"
+
+    def __init__(self, psql, uri):
+        self.p = subprocess.Popen([psql, "-X", "-q", "-t", "-A", "-F", "\t", "-d", uri],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True)
+        self.lock = threading.Lock()
+
+    def rows(self, sql):
+        with self.lock:
+            self.p.stdin.write(sql.rstrip().rstrip(";") + ";\n\\echo %s\n" % self.END)
+            self.p.stdin.flush()
+            out = []
+            while True:
+                line = self.p.stdout.readline()
+                if not line:
+                    raise RuntimeError("psql ended: %s" % "".join(out)[-300:])
+                line = line.rstrip("\n")
+                if line == self.END:
+                    break
+                out.append(line)
+        errs = [x for x in out if x.startswith(("ERROR:", "psql:", "FATAL:"))]
+        if errs:
+            raise RuntimeError("psql %r: %s" % (sql[:120], errs[0]))
+        res = []
+        for line in out:
+            if line == "":
+                continue
+            res.append(tuple(int(c) if re.match(r"^-?\d+$", c) else c
+                             for c in line.split("\t")))
+        return res
+
+    def close(self):
+        try:
+            self.p.stdin.close()
+            self.p.wait(10)
+        except (OSError, subprocess.TimeoutExpired):
+            self.p.kill()
+            self.p.wait()
+
+
+def sql_literal(v):
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return str(v)
+    return "'" + str(v).replace("'", "''") + "'"
+
+
+class FakeGitHubProc:
+    """bench/fakegh_proc.py: the fake GitHub in a process of its own (see there)."""
+
+    def __init__(self, latency_ms, server="asyncio", backlog=4096):
+        cfg = {"app_id": APP_ID, "public_key": R.APP_PUB, "latency_ms": latency_ms,
+               "backlog": backlog, "server": server}
+        self.server = server
+        self.p = subprocess.Popen([sys.executable, os.path.join(HERE, "fakegh_proc.py"),
+                                   json.dumps(cfg)], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True, start_new_session=True)
+        hello = self._read()
+        self.url, self.pid = hello["url"], hello["pid"]
+
+    def _read(self):
+        line = self.p.stdout.readline()
+        if not line:
+            raise RuntimeError("the fake GitHub process ended")
+        return json.loads(line)
+
+    def cmd(self, **kw):
+        self.p.stdin.write(json.dumps(kw) + "\n")
+        self.p.stdin.flush()
+        r = self._read()
+        if "error" in r:
+            raise RuntimeError("fake GitHub: %s" % r["error"])
+        return r
+
+    def clear(self):
+        self.cmd(cmd="clear")
+
+    def wait(self, n, timeout, idle=0.5):
+        return self.cmd(cmd="wait", n=n, timeout=timeout, idle=idle)
+
+    def records(self):
+        """[(method, path, status, arrival, answered, client port)], monotonic times."""
+        return [tuple(r) for r in self.cmd(cmd="records")["records"]]
+
+    def sample(self):
+        return self.cmd(cmd="sample")
+
+    def stop(self):
+        if self.p.poll() is None:
+            try:
+                self.p.stdin.write(json.dumps({"cmd": "stop"}) + "\n")
+                self.p.stdin.flush()
+                self.p.wait(15)
+            except (OSError, subprocess.TimeoutExpired):
+                self.p.kill()
+                self.p.wait()
+
+
 # ----------------------------------------------------------------------------- wrk
 
 
@@ -300,6 +555,14 @@ class Bench:
             self.t0_wall = time.time()
         self.run_id = stamp.replace("-", "")
         self.perf_ok = self._perf_tracepoints_ok()
+        self.stores = [x for x in args.store.split(",") if x]
+        self.target_counts = [int(x) for x in args.targets.split(",") if x]
+        self.pg = None
+        self.section_seconds = {}
+        self.baseline = None
+        if args.baseline:
+            with open(args.baseline) as f:
+                self.baseline = json.load(f)
 
     # -- infrastructure
 
@@ -334,14 +597,23 @@ class Bench:
         """Runs wrk for `duration` s and parses its summary. With `stop_when` (a callable polled
         every 0.5 s) wrk is interrupted (SIGINT: it still prints its summary) once it returns
         true: wrk's own -d sleeps the full duration even after every thread has stopped."""
+        return self.wrk_finish(self.wrk_start(what, url, script, conns, duration, env, timeout_s),
+                               stop_when)
+
+    def wrk_start(self, what, url, script, conns, duration, env, timeout_s=10):
+        """Starts wrk and returns a handle for wrk_finish (two loads in the same window)."""
         argv = ["wrk", "-t1", "-c%d" % conns, "-d%ds" % duration, "--latency",
                 "--timeout", "%ds" % timeout_s, "-s", script, url]
-        self.record(what, argv, {k: v for k, v in env.items() if k != "CB_TOKEN"})
+        self.record(what, argv, {k: v for k, v in env.items()
+                                 if k not in ("CB_TOKEN", "REPLAY_AUTH")})
         full_env = dict(os.environ)
         full_env.update({k: str(v) for k, v in env.items()})
         p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              env=full_env)
-        deadline = time.monotonic() + duration + timeout_s + 60
+        return {"p": p, "what": what, "deadline": time.monotonic() + duration + timeout_s + 60}
+
+    def wrk_finish(self, h, stop_when=None):
+        p, what, deadline = h["p"], h["what"], h["deadline"]
         try:
             if stop_when is not None:
                 while p.poll() is None and time.monotonic() < deadline:
@@ -363,12 +635,19 @@ class Bench:
         return r
 
     def relay(self, env=None, allowlist=INGEST_ALLOWLIST, tmpfs=False, binary=None, args=None,
-              start_timeout=15.0):
-        """A Relay (tests/support/relay.py) whose SQLite store is a file of the bench's own, in
-        the temp dir (the disk the fsync probe measures) or on tmpfs: always SQLite, whatever
-        store the test support would pick."""
+              start_timeout=15.0, store="sqlite"):
+        """A Relay (tests/support/relay.py) whose store is the bench's own: with store "sqlite" a
+        SQLite file in the temp dir (the disk the fsync probe measures) or on tmpfs, whatever
+        store the test support would pick; with "pg" a fresh database on the run's PostgreSQL
+        server (see PgServer)."""
         d = tempfile.mkdtemp(prefix="crcr-bench-", dir="/dev/shm" if tmpfs else None)
         base = {"CRCR_LOG": "warn", "CRCR_STORE": "sqlite:" + os.path.join(d, "crcr.db")}
+        pg_name = None
+        if store == "pg":
+            if not self.pg:
+                shutil.rmtree(d, ignore_errors=True)
+                raise RuntimeError("no PostgreSQL server for the pg store")
+            pg_name, base["CRCR_STORE"] = self.pg.create_db()
         # BENCH_RELAY_ENV="K=V,K=V": extra settings for every relay of the run (A/B comparisons,
         # e.g. CRCR_HTTP_THREADS=2); recorded with the run's commands.
         for kv in filter(None, os.environ.get("BENCH_RELAY_ENV", "").split(",")):
@@ -381,26 +660,53 @@ class Bench:
                          start_timeout=start_timeout)
         except BaseException:
             shutil.rmtree(d, ignore_errors=True)
+            if pg_name:
+                self.pg.drop_db(pg_name)
             raise
         rl.bench_db = os.path.join(d, "crcr.db")
         rl.bench_dir = d
+        rl.bench_store = store
+        rl.bench_pg_name = pg_name
+        rl.bench_psql = None
+        if store == "pg":
+            rl.bench_psql = PsqlSession(self.pg.psql, base["CRCR_STORE"])
         return rl
 
-    @staticmethod
-    def close_relay(rl):
+    def close_relay(self, rl):
         rl.close()
+        if getattr(rl, "bench_psql", None):
+            rl.bench_psql.close()
+        if getattr(rl, "bench_pg_name", None):
+            self.pg.drop_db(rl.bench_pg_name)
         shutil.rmtree(rl.bench_dir, ignore_errors=True)
+
+    def store_shown(self, store, tmpfs=False):
+        """CRCR_STORE as the recorded commands show it."""
+        if store == "pg":
+            return "postgresql://<bench PostgreSQL>/crcr_bench_<id>"
+        return "sqlite:%s/crcr.db" % ("/dev/shm/<tmp>" if tmpfs else "<tmp>")
 
     def db(self, rl):
         con = sqlite3.connect(rl.bench_db, timeout=30)
         return con
 
-    def db_scalar(self, rl, sql, params=()):
+    def db_rows(self, rl, sql, params=()):
+        """Rows of one query on the relay's store, SQLite or PostgreSQL (`?` placeholders)."""
+        if rl.bench_store == "pg":
+            parts = sql.split("?")
+            if len(parts) - 1 != len(params):
+                raise ValueError("placeholders/params mismatch in %r" % sql)
+            text = parts[0] + "".join(sql_literal(v) + rest for v, rest in zip(params, parts[1:]))
+            return rl.bench_psql.rows(text)
         con = self.db(rl)
         try:
-            return con.execute(sql, params).fetchone()[0]
+            return con.execute(sql, params).fetchall()
         finally:
             con.close()
+
+    def db_scalar(self, rl, sql, params=()):
+        rows = self.db_rows(rl, sql, params)
+        return rows[0][0] if rows else None
 
     def wait_outbox_drained(self, rl, limit_s):
         """Waits until no outbox row is queued or running; returns (drained, left, seconds)."""
@@ -488,107 +794,163 @@ class Bench:
         res["fsync_ms"] = self.fsync_probe(tempfile.gettempdir())
         log("fsync probe (30 KB append + fdatasync, %s): median %.2f ms, p90 %.2f ms"
             % (tempfile.gettempdir(), *res["fsync_ms"]))
+        stores = self.stores
 
         peer = self.start_peer()
-        self.record("crcr server (ingest; a fresh relay per run)", [self.crcr, "serve"],
-                    {"CRCR_STORE": "sqlite:<tmp>/crcr.db", "ALLOWLIST_FILE": "<4 repos>",
-                     "CRCR_LOG": "warn", "GITHUB_APP_SECRET": "<secret>",
-                     "CRCR_LISTEN": "127.0.0.1:PORT"})
+        for store in stores:
+            self.record("crcr server (ingest, %s store; a fresh relay per run)" % store,
+                        [self.crcr, "serve"],
+                        {"CRCR_STORE": self.store_shown(store), "ALLOWLIST_FILE": "<4 repos>",
+                         "CRCR_LOG": "warn", "GITHUB_APP_SECRET": "<secret>",
+                         "CRCR_LISTEN": "127.0.0.1:PORT"})
         try:
             for conns in (16, 64):
-                # The peer first, then a fresh crcr (nothing of crcr runs during the peer's run).
+                # The peer first, then a fresh crcr per store (nothing of crcr runs during the
+                # peer's run, nothing of the peer during crcr's).
                 env = {"BENCH_BODY": body_path, "BENCH_SIG": sign(body),
                        "BENCH_PREFIX": "peer%d-%s" % (conns, self.run_id)}
-                cpu0 = proc_cpu_s(peer.pid)
-                la = loadavg()
-                with RssSampler(peer.pid) as s:
-                    w = self.wrk("ingest peer c%d" % conns,
-                                 "http://127.0.0.1:%d/github/webhook" % peer.port, script, conns,
-                                 a.duration, env)
-                w["cpu_s"] = proc_cpu_s(peer.pid) - cpu0
-                w["rss_peak_kib"], w["hwm_kib"] = s.peak_kib, proc_status(peer.pid)["VmHWM"]
-                w["loadavg"] = la
+                w = self._peer_run("ingest peer c%d" % conns, peer, script, conns, a.duration,
+                                   env)
                 res["peer_c%d" % conns] = w
                 log("peer  c%-3d %s req/s p50 %s p99 %s non2xx %d (load %s)"
                     % (conns, fmt_num(w["rps"]), fmt_ms(w["p50"]), fmt_ms(w["p99"]),
-                       w["non2xx"], la))
+                       w["non2xx"], w["loadavg"]))
+                for store in stores:
+                    rl = self.relay(store=store)
+                    try:
+                        rl.start()
+                        pid = rl.proc.pid
+                        time.sleep(0.5)
+                        if store == "sqlite":
+                            res.setdefault("rss_idle_kib", proc_status(pid)["VmRSS"])
+                            res.setdefault("threads", proc_threads(pid))
+                        prefix = "crcr%d%s-%s" % (conns, store, self.run_id)
+                        w = self._ingest_run(
+                            "ingest crcr c%d%s" % (conns, "" if store == "sqlite" else " (pg)"),
+                            rl, script, conns, a.duration, dict(env, BENCH_PREFIX=prefix),
+                            "perf_ingest_%s_c%d.csv" % (store, conns), a.drain, prefix)
+                        res[self._k("crcr_c%d" % conns, store)] = w
+                        log("crcr  c%-3d %-6s %s req/s p50 %s p99 %s non2xx %d stored %d; CPU "
+                            "per stored webhook incl. outbox %s (%s) (load %s)"
+                            % (conns, store, fmt_num(w["rps"]), fmt_ms(w["p50"]),
+                               fmt_ms(w["p99"]), w["non2xx"], w["stored"],
+                               fmt_ms(w.get("cpu_per_webhook_ms")),
+                               "drained" if w["drained"][0] else
+                               "%s rows left" % w["drained"][1], w["loadavg"]))
+                    finally:
+                        self.close_relay(rl)
 
-                rl = self.relay()
-                try:
-                    rl.start()
-                    pid = rl.proc.pid
-                    time.sleep(0.5)
-                    res.setdefault("rss_idle_kib", proc_status(pid)["VmRSS"])
-                    res.setdefault("threads", proc_threads(pid))
-                    prefix = "crcr%d-%s" % (conns, self.run_id)
-                    env = dict(env, BENCH_PREFIX=prefix)
-                    cpu0 = proc_cpu_s(pid)
-                    la = loadavg()
-                    with RssSampler(pid) as s, PerfStat(pid, os.path.join(
-                            self.out_dir, "perf_ingest_c%d.csv" % conns), self.perf_ok) as ps:
-                        w = self.wrk("ingest crcr c%d" % conns, rl.url + "/github/webhook",
-                                     script, conns, a.duration, env)
-                    w["cpu_s"] = proc_cpu_s(pid) - cpu0
-                    w["rss_peak_kib"], w["hwm_kib"] = s.peak_kib, proc_status(pid)["VmHWM"]
-                    w["loadavg"] = la
-                    w["perf"] = ps.counts
-                    w["stored"] = self.db_scalar(
-                        rl, "SELECT count(*) FROM deliveries WHERE delivery_id LIKE ?",
-                        (prefix + "-%",))
-                    w["outbox_left"] = self.db_scalar(
-                        rl, "SELECT count(*) FROM outbox WHERE state IN ('queued','running')")
-                    res["crcr_c%d" % conns] = w
-                    log("crcr  c%-3d %s req/s p50 %s p99 %s non2xx %d stored %d, outbox rows "
-                        "not yet done %d (load %s)"
-                        % (conns, fmt_num(w["rps"]), fmt_ms(w["p50"]), fmt_ms(w["p99"]),
-                           w["non2xx"], w["stored"], w["outbox_left"], la))
-                finally:
-                    self.close_relay(rl)
-        finally:
-            self.stop_proc(peer)
-
-        if a.no_diag:
-            return
-        # Diagnostic ladder at 64 connections: where does crcr's time go?
-        diag = res.setdefault("diag", {})
-        ladder = [
-            ("ping (HTTP + HMAC, no parse)", "ping", body_path, body, False),
-            ("ignored action (+ JSON parse)", "pull_request", ignored_path, ignored_body, False),
-            ("durable, store on tmpfs (+ SQLite, no fsync)", "pull_request", body_path, body,
-             True),
-        ]
-        for label, event, path, b, tmpfs in ladder:
-            rl = self.relay(tmpfs=tmpfs)
+            # Ignored event (verify + parse, nothing stored), 64 connections, against the peer
+            # doing its whole work (verify, JSON.parse, emit) on the same body.
+            env = {"BENCH_BODY": ignored_path, "BENCH_SIG": sign(ignored_body),
+                   "BENCH_EVENT": "pull_request", "BENCH_PREFIX": "ign-%s" % self.run_id}
+            w = self._peer_run("ignored event peer c64", peer, script, 64, a.duration, env)
+            res["ignored_peer"] = w
+            rl = self.relay()
             try:
                 rl.start()
                 pid = rl.proc.pid
-                env = {"BENCH_BODY": path, "BENCH_SIG": sign(b), "BENCH_EVENT": event,
-                       "BENCH_PREFIX": "diag-%s" % self.run_id}
                 cpu0 = proc_cpu_s(pid)
-                with PerfStat(pid, os.path.join(self.out_dir, "perf_diag_%d.csv" % len(diag)),
-                              self.perf_ok) as ps:
-                    w = self.wrk("diag crcr c64 %s" % label, rl.url + "/github/webhook", script,
-                                 64, a.diag_duration, env)
+                la = loadavg()
+                with RssSampler(pid) as smp:
+                    w = self.wrk("ignored event crcr c64", rl.url + "/github/webhook", script,
+                                 64, a.duration, env)
                 w["cpu_s"] = proc_cpu_s(pid) - cpu0
-                w["perf"] = ps.counts
-                w["loadavg"] = loadavg()
-                diag[label] = w
-                log("diag  %-45s %s req/s p50 %s p99 %s" % (label, fmt_num(w["rps"]),
-                                                           fmt_ms(w["p50"]), fmt_ms(w["p99"])))
+                w["rss_peak_kib"], w["hwm_kib"] = smp.peak_kib, proc_status(pid)["VmHWM"]
+                w["loadavg"] = la
+                w["stored"] = self.db_scalar(rl, "SELECT count(*) FROM deliveries")
+                res["ignored_crcr"] = w
+                log("ignored event c64: crcr %s req/s (p99 %s), peer %s req/s (p99 %s); stored %d"
+                    % (fmt_num(w["rps"]), fmt_ms(w["p99"]), fmt_num(res["ignored_peer"]["rps"]),
+                       fmt_ms(res["ignored_peer"]["p99"]), w["stored"]))
             finally:
                 self.close_relay(rl)
-        self.ingest_counts(body)
+        finally:
+            self.stop_proc(peer)
 
-    def ingest_counts(self, body, n=100):
+        if not a.no_diag:
+            # Diagnostic ladder at 64 connections: where does crcr's time go?
+            diag = res.setdefault("diag", {})
+            ladder = [
+                ("ping (HTTP + HMAC, no parse)", "ping", body_path, body, False),
+                ("durable, store on tmpfs (+ SQLite, no fsync)", "pull_request", body_path, body,
+                 True),
+            ]
+            for label, event, path, b, tmpfs in ladder:
+                rl = self.relay(tmpfs=tmpfs)
+                try:
+                    rl.start()
+                    pid = rl.proc.pid
+                    env = {"BENCH_BODY": path, "BENCH_SIG": sign(b), "BENCH_EVENT": event,
+                           "BENCH_PREFIX": "diag-%s" % self.run_id}
+                    cpu0 = proc_cpu_s(pid)
+                    with PerfStat(pid, os.path.join(self.out_dir, "perf_diag_%d.csv"
+                                                    % len(diag)), self.perf_ok) as ps:
+                        w = self.wrk("diag crcr c64 %s" % label, rl.url + "/github/webhook",
+                                     script, 64, a.diag_duration, env)
+                    w["cpu_s"] = proc_cpu_s(pid) - cpu0
+                    w["perf"] = ps.counts
+                    w["loadavg"] = loadavg()
+                    diag[label] = w
+                    log("diag  %-45s %s req/s p50 %s p99 %s" % (
+                        label, fmt_num(w["rps"]), fmt_ms(w["p50"]), fmt_ms(w["p99"])))
+                finally:
+                    self.close_relay(rl)
+        for store in stores:
+            self.ingest_counts(body, store)
+
+    def _peer_run(self, what, peer, script, conns, duration, env):
+        cpu0 = proc_cpu_s(peer.pid)
+        la = loadavg()
+        with RssSampler(peer.pid) as s:
+            w = self.wrk(what, "http://127.0.0.1:%d/github/webhook" % peer.port, script, conns,
+                         duration, env)
+        w["cpu_s"] = proc_cpu_s(peer.pid) - cpu0
+        w["rss_peak_kib"], w["hwm_kib"] = s.peak_kib, proc_status(peer.pid)["VmHWM"]
+        w["loadavg"] = la
+        if w.get("requests"):
+            w["cpu_per_webhook_ms"] = w["cpu_s"] / w["requests"] * 1000
+        return w
+
+    def _ingest_run(self, what, rl, script, conns, duration, env, perf_name, drain_s, prefix):
+        """One durable ingest load on a fresh relay: wrk for `duration` s, then the outbox drained
+        (at most `drain_s` s). CPU and perf counts cover both, so that a stored webhook's cost
+        includes the (dry-run) work of its outbox rows."""
+        pid = rl.proc.pid
+        cpu0 = proc_cpu_s(pid)
+        la = loadavg()
+        with RssSampler(pid) as smp, PerfStat(pid, os.path.join(self.out_dir, perf_name),
+                                              self.perf_ok) as ps:
+            w = self.wrk(what, rl.url + "/github/webhook", script, conns, duration, env)
+            w["cpu_wrk_s"] = proc_cpu_s(pid) - cpu0
+            w["outbox_left"] = self.db_scalar(
+                rl, "SELECT count(*) FROM outbox WHERE state IN ('queued','running')")
+            w["drained"] = self.wait_outbox_drained(rl, drain_s)
+            w["cpu_s"] = proc_cpu_s(pid) - cpu0
+        w["rss_peak_kib"], w["hwm_kib"] = smp.peak_kib, proc_status(pid)["VmHWM"]
+        w["loadavg"] = la
+        w["perf"] = ps.counts
+        w["stored"] = self.db_scalar(
+            rl, "SELECT count(*) FROM deliveries WHERE delivery_id LIKE ?", (prefix + "-%",))
+        w["rows"] = self.db_scalar(
+            rl, "SELECT count(*) FROM outbox WHERE delivery_id LIKE ?", (prefix + "-%",))
+        w["store"] = rl.bench_store
+        if w["stored"]:
+            w["cpu_per_webhook_ms"] = w["cpu_s"] / w["stored"] * 1000
+            w["cpu_wrk_per_webhook_ms"] = w["cpu_wrk_s"] / w["stored"] * 1000
+        return w
+
+    def ingest_counts(self, body, store="sqlite", n=100):
         """Per-webhook syscall and CPU counts: n webhooks sent one at a time to a fresh relay,
         the outbox drained (dry-run), all under perf stat. Counts, so speed-independent."""
         res = self.results["ingest"]
-        rl = self.relay()
+        rl = self.relay(store=store)
         try:
             rl.start()
             pid = rl.proc.pid
             conn = http.client.HTTPConnection("127.0.0.1", rl.port, timeout=30)
-            with PerfStat(pid, os.path.join(self.out_dir, "perf_sequential.csv"),
+            cpu0 = proc_cpu_s(pid)
+            with PerfStat(pid, os.path.join(self.out_dir, "perf_sequential_%s.csv" % store),
                           self.perf_ok) as ps:
                 t0 = time.monotonic()
                 for i in range(n):
@@ -599,114 +961,252 @@ class Bench:
                 t_ingest = time.monotonic() - t0
                 drained = self.wait_outbox_drained(rl, self.args.drain)
                 time.sleep(0.3)
+            cpu = proc_cpu_s(pid) - cpu0
             conn.close()
-            res["sequential"] = {"n": n, "seconds": t_ingest, "per_webhook_ms": t_ingest / n *
-                                 1000, "perf": ps.counts, "drained": drained,
-                                 "targets": 4}
+            res[self._k("sequential", store)] = {
+                "n": n, "seconds": t_ingest, "per_webhook_ms": t_ingest / n * 1000,
+                "perf": ps.counts, "drained": drained, "targets": 4, "cpu_ms": cpu / n * 1000}
             c = ps.counts
-            if c:
-                log("per webhook (sequential, incl. outbox dry-run of 4 targets): %.1f fdatasync, "
-                    "%.0f pwrite, %.0f futex, %.1f ms CPU"
-                    % (c.get("syscalls:sys_enter_fdatasync", 0) / n,
-                       c.get("syscalls:sys_enter_pwrite64", 0) / n,
-                       c.get("syscalls:sys_enter_futex", 0) / n,
-                       c.get("task-clock", 0) / n))
+            log("per webhook (%s, sequential, incl. outbox dry-run of 4 targets): %s fdatasync, "
+                "%s pwrite, %s futex, %.2f ms CPU"
+                % (store, "%.1f" % (c["syscalls:sys_enter_fdatasync"] / n)
+                   if "syscalls:sys_enter_fdatasync" in c else "-",
+                   "%.0f" % (c["syscalls:sys_enter_pwrite64"] / n)
+                   if "syscalls:sys_enter_pwrite64" in c else "-",
+                   "%.0f" % (c["syscalls:sys_enter_futex"] / n)
+                   if "syscalls:sys_enter_futex" in c else "-",
+                   (c["task-clock"] / n) if "task-clock" in c else cpu / n * 1000))
         finally:
             self.close_relay(rl)
+
+    # ----------------------------------------------------------------------------- ingest targets
+
+    def ingest_targets(self):
+        """Durable ingest with 1, 10 and 100 allowlisted targets (dry-run, SQLite on disk): how
+        the cost of a stored webhook grows with the rows it queues."""
+        a = self.args
+        res = self.results.setdefault("ingest_targets", {})
+        body = padded_payload("pull_request.opened")
+        body_path = self.write_file("pull_request.opened.30512.json", body)
+        script = os.path.join(HERE, "webhook.lua")
+        for n in self.target_counts:
+            allowlist = "L1:\n" + "".join("  - oot-vendor%03d/pytorch-backend-ci\n" % i
+                                          for i in range(n))
+            self.record("crcr server (ingest_targets, %d targets)" % n, [self.crcr, "serve"],
+                        {"CRCR_STORE": self.store_shown("sqlite"),
+                         "ALLOWLIST_FILE": "<%d repos, L1>" % n, "CRCR_LOG": "warn"})
+            for conns in (16, 64):
+                rl = self.relay(allowlist=allowlist)
+                try:
+                    rl.start()
+                    prefix = "tg%d-%d-%s" % (n, conns, self.run_id)
+                    env = {"BENCH_BODY": body_path, "BENCH_SIG": sign(body),
+                           "BENCH_PREFIX": prefix}
+                    w = self._ingest_run("ingest_targets crcr %d targets c%d" % (n, conns), rl,
+                                         script, conns, a.targets_duration, env,
+                                         "perf_targets_%d_c%d.csv" % (n, conns),
+                                         a.targets_drain, prefix)
+                    w["targets"] = n
+                    res["t%d_c%d" % (n, conns)] = w
+                    log("targets %3d c%-3d %s req/s p50 %s p99 %s stored %d rows %d; CPU per "
+                        "stored webhook incl. its rows %s (%s)"
+                        % (n, conns, fmt_num(w["rps"]), fmt_ms(w["p50"]), fmt_ms(w["p99"]),
+                           w["stored"] or 0, w["rows"] or 0,
+                           fmt_ms(w.get("cpu_per_webhook_ms")),
+                           "drained in %.1f s" % w["drained"][2] if w["drained"][0] else
+                           "%s rows left after %.0f s" % (w["drained"][1], w["drained"][2])))
+                finally:
+                    self.close_relay(rl)
 
     # ----------------------------------------------------------------------------- 2. fan-out
 
     def fanout(self):
+        # (MAX_DISPATCH_WORKERS or None for the default, store on tmpfs, store): the default
+        # settings; more workers than repos; the same without fsync cost; PostgreSQL.
+        configs = [(None, False, "sqlite")]
+        if not self.args.no_diag:
+            configs += [(128, False, "sqlite"), (None, True, "sqlite"), (128, True, "sqlite")]
+        if "pg" in self.stores:
+            configs.append((None, False, "pg"))
+        if "sqlite" not in self.stores:
+            configs = [c for c in configs if c[2] != "sqlite"]
         res = self.results.setdefault("fanout", {})
-        repos = ["oot-vendor%03d/pytorch-backend-ci" % i for i in range(FANOUT_REPOS)]
+        res["runs"] = self._fanout_series(FANOUT_REPOS, configs, "fanout", res)
+
+    def fanout1000(self):
+        configs = [(None, False, "sqlite")]
+        if not self.args.no_diag:
+            configs.append((1024, False, "sqlite"))  # the most the relay allows: one round
+        if "pg" in self.stores:
+            configs.append((None, False, "pg"))
+        if "sqlite" not in self.stores:
+            configs = [c for c in configs if c[2] != "sqlite"]
+        res = self.results.setdefault("fanout1000", {})
+        res["runs"] = self._fanout_series(FANOUT1000_REPOS, configs, "fanout1000", res,
+                                          calibrate=True)
+
+    def _fanout_series(self, n, configs, name, res, calibrate=False):
+        """Fan-outs of one webhook to n allowlisted repos of n owners (L1, one installation
+        each), App mode, behind the fake GitHub (its own process, +50 ms per request): a cold
+        one on a fresh relay, then warm ones (3 for the default settings, 1 otherwise)."""
+        fmt = "oot-vendor%03d/pytorch-backend-ci" if n <= 1000 else "oot-vendor%05d/pytorch-ci"
+        repos = [fmt % i for i in range(n)]
         allowlist = "L1:\n" + "".join("  - %s\n" % r for r in repos)
-        with open(R.APP_PUB, encoding="ascii") as f:
-            pub = f.read()
         body = padded_payload("pull_request.opened")
-        gh = F.FakeGitHub(app_id=APP_ID, public_key=pub, latency_ms=FANOUT_LATENCY_MS).start()
+        gh = FakeGitHubProc(FANOUT_LATENCY_MS, self.args.fake_server)
         runs = []
+        sample = None
         try:
-            # (workers, store on tmpfs): the default; more workers than repos; without fsync cost.
-            for workers, tmpfs in ((32, False), (128, False), (32, True), (128, True)):
+            for workers, tmpfs, store in configs:
                 env = {"GITHUB_APP_ID": str(APP_ID), "GITHUB_APP_PRIVATE_KEY_FILE": R.APP_KEY,
-                       "GITHUB_API_URL": gh.url, "MAX_DISPATCH_WORKERS": str(workers)}
-                rl = self.relay(env=env, allowlist=allowlist, tmpfs=tmpfs)
-                store = "tmpfs" if tmpfs else "disk"
+                       "GITHUB_API_URL": gh.url}
+                if workers:
+                    env["MAX_DISPATCH_WORKERS"] = str(workers)
+                where = "pg" if store == "pg" else ("tmpfs" if tmpfs else "disk")
+                wname = str(workers) if workers else "default"
+                rl = self.relay(env=env, allowlist=allowlist, tmpfs=tmpfs, store=store)
                 try:
                     rl.start()
-                    self.record("crcr server (fan-out, App mode, %s store)" % store,
-                                [self.crcr, "serve"],
-                                dict(env, GITHUB_API_URL="<fake GitHub, latency_ms=50>",
-                                     ALLOWLIST_FILE="<100 repos, 100 owners>",
-                                     CRCR_STORE="sqlite:%s/crcr.db" % (
-                                         "/dev/shm/<tmp>" if tmpfs else "<tmp>"),
+                    self.record("crcr server (%s, App mode, %s store, %s workers)"
+                                % (name, where, wname), [self.crcr, "serve"],
+                                dict(env, GITHUB_API_URL="<fake GitHub, latency_ms=%d>"
+                                     % FANOUT_LATENCY_MS,
+                                     ALLOWLIST_FILE="<%d repos, %d owners>" % (n, n),
+                                     CRCR_STORE=self.store_shown(store, tmpfs),
                                      CRCR_LOG="warn"))
-                    kinds = ["cold", "warm", "warm", "warm"] if (workers, tmpfs) == (32, False) \
-                        else ["cold", "warm"]
+                    kinds = ["cold", "warm", "warm", "warm"] if workers is None else \
+                        ["cold", "warm"]
                     for k, kind in enumerate(kinds):
                         with PerfStat(rl.proc.pid, os.path.join(
-                                self.out_dir, "perf_fanout_%d_%s_%d.csv" % (workers, store, k)),
+                                self.out_dir, "perf_%s_%s_%s_%d.csv" % (name, wname, where, k)),
                                 self.perf_ok) as ps:
-                            r = self._fanout_once(rl, gh, body, "fan-%s-%d-%s-%d" % (
-                                self.run_id, workers, store, k))
-                        r.update(kind=kind, workers=workers, store=store,
-                                 fdatasync=ps.counts.get("syscalls:sys_enter_fdatasync"))
+                            r = self._fanout_once(rl, gh, body, "%s-%s-%s-%s-%d" % (
+                                name, self.run_id, wname, where, k), n)
+                        r.update(kind=kind, workers=wname, store=where, n=n,
+                                 fdatasync=ps.counts.get("syscalls:sys_enter_fdatasync"),
+                                 hwm_kib=proc_status(rl.proc.pid)["VmHWM"])
                         runs.append(r)
-                        log("fan-out %-4s workers %3d %-5s: 202 in %s, 100th dispatch answered at"
-                            " %s; %.2f API calls/dispatch (%s); fake overhead p50 %s max %s"
-                            % (kind, workers, store, fmt_ms(r["ack_ms"]), fmt_ms(r["t100_ms"]),
-                               r["calls_per_dispatch"], r["by_kind"], fmt_ms(r["fake_p50_ms"]),
-                               fmt_ms(r["fake_max_ms"])))
+                        log("%s %-4s workers %-7s %-5s: 202 in %s, dispatch %d answered at %s; "
+                            "%.2f API calls/dispatch (%s); fake overhead p50 %s p99 %s, added "
+                            "<= %s, busy %.0f%%, peak in flight %d%s"
+                            % (name, kind, wname, where, fmt_ms(r["ack_ms"]), n,
+                               fmt_ms(r["t_last_ms"]), r["calls_per_dispatch"], r["by_kind"],
+                               fmt_ms(r["fake_p50_ms"]), fmt_ms(r["fake_p99_ms"]),
+                               fmt_ms(r["fake_added_ms"]),
+                               100 * (r["fake_busy"] or 0), r["fake_peak_inflight"],
+                               "" if r["fake_ok"] else "; FAKE GITHUB SLOW: " +
+                               ", ".join(r["fake_problems"])))
+                    if calibrate and sample is None:
+                        sample = gh.sample()
                 finally:
                     self.close_relay(rl)
                     gh.clear()
+            if calibrate and sample:
+                peaks = [r["fake_peak_inflight"] for r in runs if r["workers"] == "default"]
+                res["calibration"] = self._fake_calibration(
+                    gh, sample, sorted({max(32, max(peaks or [32])), n}))
         finally:
             gh.stop()
-        res["runs"] = runs
+        return runs
 
-    def _fanout_once(self, rl, gh, body, delivery):
+    def _fanout_once(self, rl, gh, body, delivery, n):
         gh.clear()
+        drops0 = tcp_listen_drops()
+        fcpu0 = proc_cpu_s(gh.pid)
         t0 = time.monotonic()
         st, _ = self.send_webhook(rl.port, body, delivery)
         ack = time.monotonic()
         if st != 202:
             raise RuntimeError("fan-out webhook answered %d" % st)
-        deadline = t0 + 60
-        disp = []
-        while time.monotonic() < deadline:
-            disp = [q for q in gh.requests(method="POST", path_re=r"/dispatches$")
-                    if q.status == 204]
-            if len(disp) >= FANOUT_REPOS:
-                break
-            time.sleep(0.005)
-        gh.wait_idle(idle=0.5, timeout=30)
-        reqs = gh.requests()
+        gh.wait(n, timeout=max(60.0, n * 0.2), idle=0.5)
+        fake_cpu = proc_cpu_s(gh.pid) - fcpu0
+        drops1 = tcp_listen_drops()
+        reqs = gh.records()  # (method, path, status, arrival, answered, client port)
         by_kind = {}
         for q in reqs:
-            k = ("installation" if q.path.endswith("/installation") else
-                 "token" if q.path.endswith("/access_tokens") else
-                 "dispatch" if q.path.endswith("/dispatches") else q.path)
+            k = ("installation" if q[1].endswith("/installation") else
+                 "token" if q[1].endswith("/access_tokens") else
+                 "dispatch" if q[1].endswith("/dispatches") else q[1])
             by_kind[k] = by_kind.get(k, 0) + 1
-        ok = [q for q in reqs if q.path.endswith("/dispatches") and q.status == 204]
-        t100 = (max(q.answered for q in ok) - t0) * 1000 if len(ok) >= FANOUT_REPOS else None
-        over = sorted((q.answered - q.time) * 1000 - FANOUT_LATENCY_MS for q in reqs
-                      if q.answered is not None)
+        ok = [q for q in reqs if q[1].endswith("/dispatches") and q[2] == 204]
+        t_last = (max(q[4] for q in ok) - t0) * 1000 if len(ok) >= n else None
+        answered = [q for q in reqs if q[4] is not None]
+        over = sorted((q[4] - q[3]) * 1000 - FANOUT_LATENCY_MS for q in answered)
         # Highest number of requests the fake was serving at once.
-        events = sorted([(q.time, 1) for q in reqs] + [(q.answered, -1) for q in reqs
-                                                       if q.answered is not None])
+        events = sorted([(q[3], 1) for q in reqs] + [(q[4], -1) for q in answered])
         cur = peak = 0
         for _, d in events:
             cur += d
             peak = max(peak, cur)
-        arrivals = sorted((q.time - t0) * 1000 for q in reqs if q.path.endswith("/dispatches"))
-        return {"ack_ms": (ack - t0) * 1000, "t100_ms": t100, "dispatched": len(ok),
+        arrivals = sorted((q[3] - t0) * 1000 for q in reqs if q[1].endswith("/dispatches"))
+        window = (max(q[4] for q in answered) - t0) if answered else None
+        busy = fake_cpu / window if window else None
+        drops = (drops1 - drops0) if drops0 is not None and drops1 is not None else None
+        problems = []
+        p99 = pct(over, 99)
+        # What the fake added to the figure: a relay connection sends its requests one after the
+        # other, so the fake's overheads on one connection add up along it; the longest such
+        # chain bounds the delay the fake put on the last answer.
+        chains = {}
+        for q in answered:
+            chains[q[5]] = chains.get(q[5], 0.0) + max(
+                0.0, (q[4] - q[3]) * 1000 - FANOUT_LATENCY_MS)
+        added = max(chains.values()) if chains else None
+        if added is not None and t_last and added > max(FAKE_ADDED_MIN_MS,
+                                                        FAKE_ADDED_SHARE * t_last):
+            problems.append("it added up to %s (%.0f%%) along one relay connection"
+                            % (fmt_ms(added), 100 * added / t_last))
+        if busy is not None and busy > FAKE_BUSY_MAX:
+            problems.append("busy %.0f%% of a core" % (100 * busy))
+        if drops:
+            problems.append("%d connections dropped by a full listen queue" % drops)
+        non2xx = len([q for q in reqs if q[2] not in (200, 201, 204)])
+        return {"ack_ms": (ack - t0) * 1000, "t_last_ms": t_last, "dispatched": len(ok),
                 "first_dispatch_ms": arrivals[0] if arrivals else None,
                 "last_dispatch_ms": arrivals[-1] if arrivals else None,
                 "calls": len(reqs), "calls_per_dispatch": len(reqs) / max(1, len(ok)),
                 "by_kind": by_kind,
-                "fake_p50_ms": over[len(over) // 2] if over else None,
+                "fake_p50_ms": pct(over, 50), "fake_p99_ms": p99,
                 "fake_max_ms": over[-1] if over else None, "fake_peak_inflight": peak,
-                "non204": len([q for q in reqs if q.status not in (200, 201, 204)])}
+                "fake_cpu_s": fake_cpu, "fake_busy": busy, "listen_drops": drops,
+                "fake_added_ms": added, "relay_connections": len(chains),
+                "fake_ok": not problems, "fake_problems": problems, "non204": non2xx,
+                # the historical key of the 100-repo section
+                "t100_ms": t_last}
+
+    def _fake_calibration(self, gh, sample, conns_list):
+        """How fast the fake itself answers the relay's dispatches: wrk replays one recorded
+        dispatch (same body, same token) at the given connection counts for a few seconds."""
+        out = []
+        body = base64_decode(sample["body_b64"])
+        path = self.write_file("fake_calibration_body.json", body)
+        for c in conns_list:
+            env = {"REPLAY_PATH": sample["path"], "REPLAY_AUTH": sample["authorization"],
+                   "REPLAY_BODY": path}
+            gh.clear()
+            drops0 = tcp_listen_drops()
+            fcpu0 = proc_cpu_s(gh.pid)
+            t = time.monotonic()
+            w = self.wrk("fake GitHub calibration c%d" % c, gh.url + sample["path"],
+                         os.path.join(HERE, "replay.lua"), c, self.args.calib_duration, env,
+                         timeout_s=10)
+            wall = time.monotonic() - t
+            w["fake_busy"] = (proc_cpu_s(gh.pid) - fcpu0) / wall if wall else None
+            d1 = tcp_listen_drops()
+            w["listen_drops"] = d1 - drops0 if drops0 is not None and d1 is not None else None
+            w["conns"] = c
+            w["body_bytes"] = len(body)
+            gh.clear()
+            # A burst of c dispatches cannot be answered faster than c / (its rate).
+            w["burst_floor_ms"] = max(FANOUT_LATENCY_MS, c / w["rps"] * 1000) \
+                if w.get("rps") else None
+            w.pop("raw", None)
+            out.append(w)
+            log("fake GitHub alone, %d connections: %s dispatches/s, p50 %s p99 %s, busy %.0f%% "
+                "of a core, non-2xx %d: a burst of %d takes it >= %s"
+                % (c, fmt_num(w["rps"]), fmt_ms(w["p50"]), fmt_ms(w["p99"]),
+                   100 * (w["fake_busy"] or 0), w["non2xx"], c, fmt_ms(w["burst_floor_ms"])))
+        return out
 
     # ----------------------------------------------------------------------------- 3. callbacks
 
@@ -715,24 +1215,90 @@ class Bench:
         res = self.results.setdefault("callbacks", {})
         issuer = OidcIssuer(os.path.join(DATA, "keys", "oidc.pem")).start()
         body = padded_payload("pull_request.opened")
-        variants = [("disk", False)] + ([] if a.no_diag else [("tmpfs", True)])
+        # (result key, store, tmpfs, duration)
+        variants = []
+        if "sqlite" in self.stores:
+            variants.append(("disk", "sqlite", False, a.duration))
+            if not a.no_diag:
+                variants.append(("tmpfs", "sqlite", True, a.diag_duration))
+        if "pg" in self.stores:
+            variants.append(("pg", "pg", False, a.duration))
         try:
-            for name, tmpfs in variants:
+            for name, store, tmpfs, duration in variants:
                 env = {"CRCR_OIDC_ISSUERS": issuer.url, "RATE_LIMIT_PER_MIN": "2000000000"}
-                rl = self.relay(env=env, tmpfs=tmpfs)
+                rl = self.relay(env=env, tmpfs=tmpfs, store=store)
                 try:
                     rl.start()
                     self.record("crcr server (callbacks, %s store)" % name, [self.crcr, "serve"],
                                 dict(env, CRCR_OIDC_ISSUERS="<bench OIDC issuer on 127.0.0.1>",
+                                     CRCR_STORE=self.store_shown(store, tmpfs),
                                      CRCR_LOG="warn"))
-                    r = self._callbacks_run(rl, issuer, body, name,
-                                            a.duration if name == "disk" else a.diag_duration)
+                    delivery, paths = self._callback_templates(rl, body, name)
+                    token = issuer.mint(CALLBACK_REPO, lifetime_s=1200)
+                    # One pair by hand first: both must answer 200, or the numbers mean nothing.
+                    self.post_callbacks(rl.port, paths, token, [1])
+                    r = self._callbacks_run(rl, delivery, paths, token, name, duration)
                     res[name] = r
                     log("callbacks (%s store) c32: %s req/s p50 %s p99 %s non2xx %d; runs "
                         "completed %d, in_progress %d"
                         % (name, fmt_num(r["rps"]), fmt_ms(r["p50"]), fmt_ms(r["p99"]),
                            r["non2xx"], r["states"].get("completed", 0),
                            r["states"].get("in_progress", 0)))
+                finally:
+                    self.close_relay(rl)
+        finally:
+            issuer.stop()
+
+    def callbacks_under_ingest(self):
+        """Callbacks at 32 connections alone, then on the same relay while a second wrk sends
+        durable webhooks (4 targets, dry-run) at --cbi-webhook-conns connections; both wrk
+        processes run in the same window."""
+        a = self.args
+        res = self.results.setdefault("callbacks_under_ingest", {})
+        issuer = OidcIssuer(os.path.join(DATA, "keys", "oidc.pem")).start()
+        body = padded_payload("pull_request.opened")
+        body_path = self.write_file("pull_request.opened.30512.json", body)
+        wc = a.cbi_webhook_conns
+        try:
+            for store in self.stores:
+                name = "disk" if store == "sqlite" else store
+                env = {"CRCR_OIDC_ISSUERS": issuer.url, "RATE_LIMIT_PER_MIN": "2000000000"}
+                rl = self.relay(env=env, store=store)
+                try:
+                    rl.start()
+                    self.record("crcr server (callbacks_under_ingest, %s store)" % name,
+                                [self.crcr, "serve"],
+                                dict(env, CRCR_OIDC_ISSUERS="<bench OIDC issuer on 127.0.0.1>",
+                                     CRCR_STORE=self.store_shown(store), CRCR_LOG="warn"))
+                    delivery, paths = self._callback_templates(rl, body, "cbi_" + name)
+                    token = issuer.mint(CALLBACK_REPO, lifetime_s=1200)
+                    self.post_callbacks(rl.port, paths, token, [1])
+                    alone = self._callbacks_run(rl, delivery, paths, token, "cbi_alone_" + name,
+                                                a.duration, base=1000000,
+                                                what="callbacks_under_ingest: callbacks alone "
+                                                     "c32 (%s store)" % name)
+                    prefix = "cbi%s-%s" % (name, self.run_id)
+                    wh_env = {"BENCH_BODY": body_path, "BENCH_SIG": sign(body),
+                              "BENCH_PREFIX": prefix}
+                    both = self._callbacks_run(
+                        rl, delivery, paths, token, "cbi_both_" + name, a.duration,
+                        base=3000000, what="callbacks_under_ingest: callbacks c32 with webhooks "
+                                           "c%d (%s store)" % (wc, name),
+                        concurrent=("callbacks_under_ingest: webhooks c%d alongside (%s store)"
+                                    % (wc, name), rl.url + "/github/webhook",
+                                    os.path.join(HERE, "webhook.lua"), wc, wh_env))
+                    both["webhooks"]["stored"] = self.db_scalar(
+                        rl, "SELECT count(*) FROM deliveries WHERE delivery_id LIKE ?",
+                        (prefix + "-%",))
+                    res[name] = {"alone": alone, "with_ingest": both, "webhook_conns": wc}
+                    wh = both["webhooks"]
+                    log("callbacks under ingest (%s): alone %s req/s p50 %s p99 %s; with webhooks "
+                        "c%d: %s req/s p50 %s p99 %s non2xx %d, webhooks %s req/s p99 %s "
+                        "(stored %s)"
+                        % (name, fmt_num(alone["rps"]), fmt_ms(alone["p50"]),
+                           fmt_ms(alone["p99"]), wc, fmt_num(both["rps"]), fmt_ms(both["p50"]),
+                           fmt_ms(both["p99"]), both["non2xx"], fmt_num(wh["rps"]),
+                           fmt_ms(wh["p99"]), fmt_num(wh["stored"])))
                 finally:
                     self.close_relay(rl)
         finally:
@@ -805,33 +1371,39 @@ class Bench:
         finally:
             conn.close()
 
-    def _callbacks_run(self, rl, issuer, body, name, duration):
-        delivery, paths = self._callback_templates(rl, body, name)
-        token = issuer.mint(CALLBACK_REPO, lifetime_s=1200)
-        # One pair by hand first: both must answer 200, or the wrk numbers mean nothing.
-        self.post_callbacks(rl.port, paths, token, [1])
+    def _callbacks_run(self, rl, delivery, paths, token, name, duration, base=1000000,
+                       what=None, concurrent=None):
+        """wrk -c32 with callback.lua on the relay, run ids from `base`. `concurrent`: (what,
+        url, script, conns, env) of a second wrk started in the same window; its result is
+        returned under "webhooks"."""
         env = {"CB_TOKEN": token, "CB_IP": paths["ip"], "CB_DONE": paths["done"],
-               "CB_BASE": "1000000", "CB_BLOCK": str(CB_BLOCK)}
+               "CB_BASE": str(base), "CB_BLOCK": str(CB_BLOCK)}
         pid = rl.proc.pid
         cpu0 = proc_cpu_s(pid)
         la = loadavg()
+        other = None
         with PerfStat(pid, os.path.join(self.out_dir, "perf_callbacks_%s.csv" % name),
-                      self.perf_ok) as ps:
-            w = self.wrk("callbacks crcr c32 (%s store)" % name, rl.url + "/github/callback",
-                         os.path.join(HERE, "callback.lua"), 32, duration, env)
+                      self.perf_ok) as ps, RssSampler(pid) as smp:
+            h = self.wrk_start(what or "callbacks crcr c32 (%s store)" % name,
+                               rl.url + "/github/callback", os.path.join(HERE, "callback.lua"),
+                               32, duration, env)
+            if concurrent:
+                cw, curl, cscript, cconns, cenv = concurrent
+                other = self.wrk_start(cw, curl, cscript, cconns, duration, cenv)
+            w = self.wrk_finish(h)
+            if other:
+                w["webhooks"] = self.wrk_finish(other)
+                w["webhooks"].pop("raw", None)
         w["cpu_s"] = proc_cpu_s(pid) - cpu0
         w["perf"] = ps.counts
         w["loadavg"] = la
+        w["rss_peak_kib"], w["hwm_kib"] = smp.peak_kib, proc_status(pid)["VmHWM"]
         w["body_bytes"] = os.path.getsize(paths["done"])
         m = re.search(r"first non-200 answers:\n((?:.+\n?){1,3})", w["raw"])
         w["bad_sample"] = m.group(1).strip() if m else ""
-        con = self.db(rl)
-        try:
-            w["states"] = dict(con.execute(
-                "SELECT state, count(*) FROM runs WHERE delivery_id=? AND run_id>=1000000 "
-                "GROUP BY state", (delivery,)).fetchall())
-        finally:
-            con.close()
+        w["states"] = {st: n for st, n in self.db_rows(
+            rl, "SELECT state, count(*) FROM runs WHERE delivery_id=? AND run_id>=? AND "
+                "run_id<? GROUP BY state", (delivery, base, base + 1000000))}
         return w
 
     # ----------------------------------------------------------------------------- 4. memory
@@ -1027,67 +1599,319 @@ class Bench:
         by_obj = {}
         for ir, _, _, obj in self_rows:
             by_obj[obj or "?"] = by_obj.get(obj or "?", 0) + ir
+        incl_crcr = {}
+        for ir, _, fn, obj in incl_rows:
+            if obj.startswith("crcr") and fn not in incl_crcr:
+                incl_crcr[fn] = ir
         return {"total_ir": total, "ir_per_webhook": (total or 0) / max(1, n),
                 "self_top": self_rows[:25],
                 "incl_top": [r for r in incl_rows if r[3].startswith("crcr")][:25],
+                "incl_crcr": incl_crcr,
                 "by_object": sorted(by_obj.items(), key=lambda kv: -kv[1])}
+
+    # Functions whose inclusive cost per request makes the breakdown of a profile (the same rows
+    # before and after a change). A function missing from a build (inlined, renamed) shows "-".
+    INGEST_BREAKDOWN = [
+        ("webhook handler (verify, parse, classify, store, answer)", "webhook_handle"),
+        ("- HMAC-SHA256 verify", "sig_verify"),
+        ("- selective JSON parse", "jv_parse_select"),
+        ("- store: ingest (delivery + outbox rows, group commit)", "store_ingest"),
+        ("outbox: claims", "store_claim"),
+        ("outbox: dry-run job (build the dispatch, token)", "process"),
+        ("outbox: finish marks", "store_job_finish"),
+        ("outbox: next due / wait for work", "store_next_due"),
+    ]
+    CALLBACK_BREAKDOWN = [
+        ("callback handler", "callback_handle"),
+        ("- OIDC verify", "oidc_verify"),
+        ("- of which RS256", "jwt_verify_rs256"),
+        ("- selective JSON parse", "jv_parse_select"),
+        ("- store: run transition (+ rate hit, group commit)", "store_run_apply"),
+        ("- store: separate rate hit", "store_rate_hit"),
+    ]
+
+    @staticmethod
+    def breakdown(prof, spec):
+        """[(label, instructions per request or None)] from a profile's inclusive costs, then
+        the self cost of the main shared objects."""
+        out = []
+        n = max(1, prof.get("n") or 1)
+        for label, fn in spec:
+            ir = prof.get("incl_crcr", {}).get(fn)
+            out.append(("%s (`%s`)" % (label, fn), ir / n if ir is not None else None))
+        for obj, ir in prof.get("by_object", [])[:6]:
+            out.append(("self cost in %s" % obj, ir / n))
+        return out
 
     # ----------------------------------------------------------------------------- report
 
+    # -- figures of a results dict (this run's, or --baseline's) for the summary
+
+    @staticmethod
+    def _k(name, store):
+        """Result key of a store variant: the SQLite figures keep the historical names."""
+        return name if store == "sqlite" else "%s_%s" % (name, store)
+
+    def fig(self, res, what, store="sqlite"):
+        """One summary figure from a results dict; None when that run did not measure it."""
+        ing = res.get("ingest", {})
+        try:
+            if what == "ingest_ratio":
+                cr, pe = ing[self._k("crcr_c64", store)], ing["peer_c64"]
+                return cr["rps"] / pe["rps"]
+            if what == "ingest_p99":
+                return ing[self._k("crcr_c64", store)]["p99"]
+            if what == "cpu_per_webhook":
+                w = ing[self._k("crcr_c64", store)]
+                return w["cpu_per_webhook_ms"] if w["drained"][0] else None
+            if what == "ignored_ratio":
+                return ing["ignored_crcr"]["rps"] / ing["ignored_peer"]["rps"]
+            if what in ("cb_rps", "cb_p99"):
+                w = res["callbacks"]["disk" if store == "sqlite" else store]
+                return w["rps" if what == "cb_rps" else "p99"]
+            if what.startswith("fanout"):
+                section, kind = what.split("_")
+                runs = [r for r in res[section]["runs"] if r["kind"] == kind and
+                        r["workers"] == "default" and
+                        r["store"] == ("disk" if store == "sqlite" else store)]
+                return median([r.get("t_last_ms", r.get("t100_ms")) for r in runs])
+        except (KeyError, TypeError, ZeroDivisionError, IndexError):
+            return None
+        return None
+
+    def vs_baseline(self, what, store, higher_better, fmt):
+        """(before, verdict) against --baseline: 'not slower' within 10 %, else 'SLOWER'."""
+        if not self.baseline:
+            return "-", "reported"
+        now, before = self.fig(self.results, what, store), self.fig(self.baseline, what, store)
+        if now is None or before is None:
+            return (fmt(before) if before is not None else "-"), "reported"
+        worse = now < before * 0.9 if higher_better else now > before * 1.1
+        return fmt(before), ("SLOWER" if worse else "not slower")
+
+    def fanout_verdict(self, section, kind, store, target_ms):
+        """(figure, verdict, problems) of the default-settings fan-out runs of one kind. The fake
+        GitHub can only make a fan-out slower: a figure within the target is met whatever the
+        fake did, and one that misses it even without the time the fake added is missed."""
+        runs = [r for r in self.results.get(section, {}).get("runs", [])
+                if r["kind"] == kind and r["workers"] == "default" and
+                r["store"] == ("disk" if store == "sqlite" else store)]
+        if not runs:
+            return None, None, []
+        if any(r["t_last_ms"] is None for r in runs):
+            return None, "MISSED (not every dispatch answered 204)", []
+        t = median([r["t_last_ms"] for r in runs])
+        mid = min(runs, key=lambda r: abs(r["t_last_ms"] - t))
+        problems = mid["fake_problems"]
+        added = mid.get("fake_added_ms") or 0.0
+        unbounded = any("busy" in p or "listen queue" in p for p in problems)
+        if target_ms is None:
+            return t, ("reported" if not problems else
+                       "UNRELIABLE: fake GitHub slow (%s)" % "; ".join(problems)), problems
+        if t <= target_ms:
+            return t, "met", problems
+        if not problems or (not unbounded and t - added > target_ms):
+            return t, "MISSED" + (" (also without the fake's %s)" % fmt_ms(added)
+                                  if problems else ""), problems
+        return t, "UNRELIABLE: fake GitHub slow (%s)" % "; ".join(problems), problems
+
     def table(self):
-        """The summary rows: (metric, crcr, peer, ratio, target, verdict)."""
+        """The summary rows: (metric, crcr, peer, ratio, target, verdict), issue 16's targets
+        first, then the figures that show how costs grow."""
         rows = []
-        ing = self.results.get("ingest", {})
+        res = self.results
+        ing = res.get("ingest", {})
+        stores = [st for st in ("sqlite", "pg") if st in self.stores]
+
+        def pgtag(store):
+            return "" if store == "sqlite" else " [PostgreSQL]"
+
+        # Durable ingest, 30 KB PR, 4 targets, c64 (and c16 for reference).
+        for store in stores:
+            for c in (64, 16):
+                cr, pe = ing.get(self._k("crcr_c%d" % c, store)), ing.get("peer_c%d" % c)
+                if not cr or not pe:
+                    continue
+                rr = self.fig(res, "ingest_ratio", store) if c == 64 else (
+                    cr["rps"] / pe["rps"] if cr.get("rps") and pe.get("rps") else None)
+                if c == 64 and store == "sqlite":
+                    tgt = ">= %.1fx peer, p99 <= %.0f ms" % (T_INGEST_RATIO, T_INGEST_P99_MS)
+                    ver = "met" if rr is not None and rr >= T_INGEST_RATIO and \
+                        (cr["p99"] or 1e9) <= T_INGEST_P99_MS else "MISSED"
+                elif c == 64:
+                    before, ver = self.vs_baseline("ingest_ratio", store, True,
+                                                   lambda v: "%.2fx" % v)
+                    tgt = "not slower (before: %s)" % before
+                else:
+                    tgt, ver = "-", "-"
+                rows.append(("durable ingest c%d req/s (SQLite on disk, 4 targets)%s"
+                             % (c, pgtag(store)) if store == "sqlite" else
+                             "durable ingest c%d req/s (4 targets)%s" % (c, pgtag(store)),
+                             fmt_num(cr["rps"]), fmt_num(pe["rps"]),
+                             "%.2fx" % rr if rr is not None else "-", tgt, ver))
+                rows.append(("durable ingest c%d p50 / p99%s" % (c, pgtag(store)),
+                             "%s / %s" % (fmt_ms(cr["p50"]), fmt_ms(cr["p99"])),
+                             "%s / %s" % (fmt_ms(pe["p50"]), fmt_ms(pe["p99"])),
+                             ratio(cr["p99"], pe["p99"]) + " (p99)", "-", "-"))
+            cr, pe = ing.get(self._k("crcr_c64", store)), ing.get("peer_c64", {})
+            if cr and cr.get("cpu_per_webhook_ms") is not None:
+                cpu = cr["cpu_per_webhook_ms"]
+                drained = cr["drained"][0]
+                figure = ("%.3f ms" % cpu) if drained else \
+                    ">= %.3f ms (outbox not drained: %s rows left)" % (cpu, cr["drained"][1])
+                if store == "sqlite":
+                    tgt = "<= %.2f ms" % T_CPU_PER_WEBHOOK_MS
+                    ver = ("met" if cpu <= T_CPU_PER_WEBHOOK_MS else "MISSED") if drained else \
+                        "MISSED" if cpu > T_CPU_PER_WEBHOOK_MS else "not measured (not drained)"
+                else:
+                    before, ver = self.vs_baseline("cpu_per_webhook", store, False,
+                                                   lambda v: "%.3f ms" % v)
+                    tgt = "not slower (before: %s)" % before
+                rows.append(("server CPU per stored webhook incl. the dry-run of its 4 rows, c64%s"
+                             % pgtag(store), figure,
+                             "%.3f ms" % pe["cpu_per_webhook_ms"]
+                             if pe.get("cpu_per_webhook_ms") else "-",
+                             ratio(cpu, pe.get("cpu_per_webhook_ms")), tgt, ver))
+        ic, ip = ing.get("ignored_crcr"), ing.get("ignored_peer")
+        if ic and ip:
+            rr = self.fig(res, "ignored_ratio")
+            rows.append(("ignored event c64 req/s (verify + parse, nothing stored)",
+                         fmt_num(ic["rps"]), fmt_num(ip["rps"]),
+                         "%.2fx" % rr if rr is not None else "-",
+                         ">= %.0fx peer" % T_IGNORED_RATIO,
+                         "met" if rr is not None and rr >= T_IGNORED_RATIO else "MISSED"))
+        cbs = res.get("callbacks", {})
+        for store in stores:
+            cb = cbs.get("disk" if store == "sqlite" else store)
+            if not cb:
+                continue
+            if store == "sqlite":
+                rows.append(("callbacks c32 req/s (disk store)", fmt_num(cb["rps"]), "-", "-",
+                             ">= %s/s" % fmt_num(T_CB_RPS),
+                             "met" if (cb["rps"] or 0) >= T_CB_RPS else "MISSED"))
+                rows.append(("callbacks c32 p50 / p99 (disk store)",
+                             "%s / %s" % (fmt_ms(cb["p50"]), fmt_ms(cb["p99"])), "-", "-",
+                             "p99 <= %.0f ms" % T_CB_P99_MS,
+                             "met" if (cb["p99"] or 1e9) <= T_CB_P99_MS else "MISSED"))
+            else:
+                b1, v1 = self.vs_baseline("cb_rps", store, True, fmt_num)
+                b2, v2 = self.vs_baseline("cb_p99", store, False, fmt_ms)
+                rows.append(("callbacks c32 req/s%s" % pgtag(store), fmt_num(cb["rps"]), "-",
+                             "-", "not slower (before: %s)" % b1, v1))
+                rows.append(("callbacks c32 p50 / p99%s" % pgtag(store),
+                             "%s / %s" % (fmt_ms(cb["p50"]), fmt_ms(cb["p99"])), "-", "-",
+                             "not slower (before: %s)" % b2, v2))
+        for store in stores:
+            for section, kind, n, target in (("fanout", "warm", FANOUT_REPOS, T_FANOUT100_WARM_MS),
+                                             ("fanout", "cold", FANOUT_REPOS, T_FANOUT100_COLD_MS),
+                                             ("fanout1000", "warm", FANOUT1000_REPOS,
+                                              T_FANOUT1000_WARM_MS),
+                                             ("fanout1000", "cold", FANOUT1000_REPOS, None)):
+                t, ver, _ = self.fanout_verdict(section, kind, store,
+                                                target if store == "sqlite" else None)
+                if ver is None:
+                    continue
+                if store == "sqlite":
+                    tgt = ("<= %s ms" % fmt_num(target)) if target else "-"
+                    if section == "fanout" and kind == "warm":
+                        tgt += " (default settings)"
+                else:
+                    before, v2 = self.vs_baseline("%s_%s" % (section, kind), store, False,
+                                                  fmt_ms)
+                    tgt = "not slower (before: %s)" % before
+                    if not ver.startswith(("UNRELIABLE", "MISSED")):
+                        ver = v2 if self.baseline else ver
+                if target is None and store == "sqlite" and not ver.startswith(
+                        ("UNRELIABLE", "MISSED")):
+                    ver = "-"
+                runs = [r for r in res[section]["runs"] if r["kind"] == kind and
+                        r["workers"] == "default" and
+                        r["store"] == ("disk" if store == "sqlite" else store)]
+                cpd = median([r["calls_per_dispatch"] for r in runs])
+                rows.append(("fan-out to %s repos, %s: webhook -> last dispatch answered%s"
+                             % (fmt_num(n), kind, pgtag(store)), fmt_ms(t), "-",
+                             "%.1fx latency; %.2f calls/dispatch" % (t / FANOUT_LATENCY_MS, cpd)
+                             if t else "-", tgt, ver))
+        cal = res.get("fanout1000", {}).get("calibration") or []
+        for w in cal:
+            eff = (w["rps"] or 0) / (w["conns"] * 1000.0 / FANOUT_LATENCY_MS)
+            rows.append(("fake GitHub alone, %d connections: dispatches/s (its floor for a "
+                         "burst of %d)" % (w["conns"], w["conns"]),
+                         "%s/s (%s)" % (fmt_num(w["rps"]), fmt_ms(w["burst_floor_ms"])), "-",
+                         "%.0f%% of %d/s" % (100 * eff, w["conns"] * 1000 / FANOUT_LATENCY_MS),
+                         "-", "fake keeps up" if eff >= 0.8 else
+                         "FAKE GITHUB LIMITS: %d in flight at once take it >= %s"
+                         % (w["conns"], fmt_ms(w["burst_floor_ms"]))))
+        # Peak RSS at every setting of the table above.
+        peaks = []
+        for store in stores:
+            for c in (16, 64):
+                w = ing.get(self._k("crcr_c%d" % c, store))
+                if w:
+                    peaks.append(("ingest c%d%s" % (c, pgtag(store)), w.get("hwm_kib", 0)))
+            cb = cbs.get("disk" if store == "sqlite" else store)
+            if cb and cb.get("hwm_kib"):
+                peaks.append(("callbacks%s" % pgtag(store), cb["hwm_kib"]))
+            for section in ("fanout", "fanout1000"):
+                for r in res.get(section, {}).get("runs", []):
+                    if r["workers"] == "default" and r["store"] == (
+                            "disk" if store == "sqlite" else store) and r.get("hwm_kib"):
+                        peaks.append(("%s%s" % (section, pgtag(store)), r["hwm_kib"]))
+        if ic:
+            peaks.append(("ignored event", ic.get("hwm_kib", 0)))
+        if peaks:
+            where, hwm = max(peaks, key=lambda kv: kv[1])
+            pe = max(ing.get("peer_c64", {}).get("hwm_kib", 0),
+                     ing.get("peer_c16", {}).get("hwm_kib", 0))
+            rows.append(("peak RSS (VmHWM) at the settings above (worst: %s)" % where,
+                         "%.1f MiB" % (hwm / 1024), "%.1f MiB" % (pe / 1024) if pe else "-",
+                         ratio(hwm, pe), "<= %.0f MiB" % T_RSS_MIB,
+                         "met" if hwm <= T_RSS_MIB * 1024 else "MISSED"))
+        # How costs grow: targets per webhook, callbacks under ingest.
+        tg = res.get("ingest_targets", {})
         for c in (16, 64):
-            cr, pe = ing.get("crcr_c%d" % c), ing.get("peer_c%d" % c)
-            if not cr or not pe:
+            ws = [(n, tg.get("t%d_c%d" % (n, c))) for n in sorted({int(k[1:].split("_")[0])
+                                                                    for k in tg})]
+            ws = [(n, w) for n, w in ws if w]
+            if not ws:
                 continue
-            rr = (cr["rps"] or 0) / pe["rps"] if pe.get("rps") else None
-            tgt = ">= 3x peer, p99 <= 10 ms" if c == 64 else "-"
-            verdict = ("met" if rr is not None and rr >= 3 and (cr["p99"] or 1e9) <= 10
-                       else "MISSED") if c == 64 else "-"
-            rows.append(("ingest c%d req/s" % c, fmt_num(cr["rps"]), fmt_num(pe["rps"]),
-                         ratio(cr["rps"], pe["rps"]), tgt, verdict))
-            rows.append(("ingest c%d p50 / p99" % c, "%s / %s" % (fmt_ms(cr["p50"]),
-                                                                  fmt_ms(cr["p99"])),
-                         "%s / %s" % (fmt_ms(pe["p50"]), fmt_ms(pe["p99"])),
-                         ratio(cr["p99"], pe["p99"]) + " (p99)", "-", "-"))
-            cpu_c = cr["cpu_s"] / cr["requests"] * 1e6 if cr.get("requests") else None
-            cpu_p = pe["cpu_s"] / pe["requests"] * 1e6 if pe.get("requests") else None
-            rows.append(("ingest c%d server CPU per request" % c,
-                         "%s us" % fmt_num(cpu_c), "%s us" % fmt_num(cpu_p), ratio(cpu_c, cpu_p),
+            counts = " / ".join(str(n) for n, _ in ws)
+            rows.append(("ingest c%d req/s with %s targets" % (c, counts),
+                         " / ".join(fmt_num(w["rps"]) for _, w in ws), "-",
+                         "%.2fx (%d vs %d)" % (ws[-1][1]["rps"] / ws[0][1]["rps"], ws[-1][0],
+                                               ws[0][0])
+                         if len(ws) > 1 and ws[0][1].get("rps") and ws[-1][1].get("rps")
+                         else "-", "-", "-"))
+
+            def cpu(w):
+                v = w.get("cpu_per_webhook_ms")
+                if v is None:
+                    return "-"
+                return ("%.2f" if w["drained"][0] else ">= %.2f") % v
+
+            c0, c1 = ws[0][1].get("cpu_per_webhook_ms"), ws[-1][1].get("cpu_per_webhook_ms")
+            rows.append(("CPU per stored webhook incl. its rows, c%d, %s targets (ms)"
+                         % (c, " / ".join(str(n) for n, _ in ws)),
+                         " / ".join(cpu(w) for _, w in ws), "-",
+                         "%.1fx" % (c1 / c0) if c0 and c1 and len(ws) > 1 else "-", "-", "-"))
+        cbi = res.get("callbacks_under_ingest", {})
+        for name in ("disk", "pg"):
+            x = cbi.get(name)
+            if not x:
+                continue
+            al, bo = x["alone"], x["with_ingest"]
+            rows.append(("callbacks c32 under webhooks c%d: req/s, p50 / p99 (%s store)"
+                         % (x["webhook_conns"], name),
+                         "%s, %s / %s" % (fmt_num(bo["rps"]), fmt_ms(bo["p50"]),
+                                          fmt_ms(bo["p99"])), "-",
+                         "alone: %s, %s / %s" % (fmt_num(al["rps"]), fmt_ms(al["p50"]),
+                                                 fmt_ms(al["p99"])), "-", "-"))
+            wh = bo.get("webhooks", {})
+            rows.append(("webhooks c%d alongside: req/s, p99 (%s store)"
+                         % (x["webhook_conns"], name),
+                         "%s, %s" % (fmt_num(wh.get("rps")), fmt_ms(wh.get("p99"))), "-", "-",
                          "-", "-"))
-        if ing.get("crcr_c64"):
-            cr, pe = ing["crcr_c64"], ing.get("peer_c64", {})
-            hwm = max(cr.get("hwm_kib", 0), ing.get("crcr_c16", {}).get("hwm_kib", 0))
-            rows.append(("peak RSS during ingest (VmHWM)", "%.1f MiB" % (hwm / 1024),
-                         "%.1f MiB" % (pe.get("hwm_kib", 0) / 1024),
-                         ratio(hwm, pe.get("hwm_kib")), "<= 64 MiB",
-                         "met" if hwm <= 64 * 1024 else "MISSED"))
-        fo = self.results.get("fanout", {}).get("runs", [])
-        for kind in ("cold", "warm"):
-            rs = [r for r in fo if r["kind"] == kind and r["workers"] == 32 and
-                  r["store"] == "disk" and r["t100_ms"]]
-            if not rs:
-                continue
-            t = sorted(r["t100_ms"] for r in rs)[len(rs) // 2]
-            cpd = sorted(r["calls_per_dispatch"] for r in rs)[len(rs) // 2]
-            tgt = "<= %d ms (4 x 50 ms)" % (4 * FANOUT_LATENCY_MS) if kind == "warm" else "-"
-            rows.append(("fan-out %s: webhook -> 100th dispatch" % kind, fmt_ms(t), "-",
-                         "%.1fx latency" % (t / FANOUT_LATENCY_MS), tgt,
-                         ("met" if t <= 4 * FANOUT_LATENCY_MS else "MISSED") if kind == "warm"
-                         else "-"))
-            rows.append(("fan-out %s: API calls per dispatch" % kind, "%.2f" % cpd,
-                         "3.00 (upstream)", "-", "1.00" if kind == "warm" else "-",
-                         ("met" if cpd <= 1.0 else "MISSED") if kind == "warm" else "-"))
-        cb = self.results.get("callbacks", {}).get("disk")
-        if cb:
-            rows.append(("callbacks c32 req/s", fmt_num(cb["rps"]), "-", "-", ">= 2,000/s",
-                         "met" if (cb["rps"] or 0) >= 2000 else "MISSED"))
-            rows.append(("callbacks c32 p50 / p99", "%s / %s" % (fmt_ms(cb["p50"]),
-                                                                 fmt_ms(cb["p99"])), "-", "-",
-                         "p99 <= 20 ms", "met" if (cb["p99"] or 1e9) <= 20 else "MISSED"))
-        mem = self.results.get("memory")
+        mem = res.get("memory")
         if mem and len(mem.get("points", [])) > 2:
             pts = mem["points"]
             chunks = pts[1:]
@@ -1106,11 +1930,11 @@ class Bench:
                          "%.1f / %.1f MiB" % (first / 1024, second / 1024), "-",
                          "%+.1f MiB" % ((second - first) / 1024), "no growth beyond caches",
                          "met" if second - first <= 2048 else "CHECK"))
-        prof = self.results.get("profile")
+        prof = res.get("profile")
         if prof and prof.get("total_ir"):
             rows.append(("instructions per webhook (callgrind, incl. outbox)",
                          fmt_num(prof["ir_per_webhook"]), "-", "-", "-", "-"))
-        pc = self.results.get("profile_callbacks")
+        pc = res.get("profile_callbacks")
         if pc and pc.get("total_ir"):
             rows.append(("instructions per callback (callgrind)",
                          fmt_num(pc["ir_per_webhook"]), "-", "-", "-", "-"))
@@ -1126,6 +1950,41 @@ class Bench:
             print("  ".join(str(c).ljust(w) for c, w in zip(r, widths)))
         print()
 
+    def _ingest_table(self, L, items, header=True, pg_names=False):
+        if header:
+            L.append("| run | req/s | p50 | p90 | p99 | requests | stored | non-2xx | timeouts | "
+                     "CPU/req (load) | CPU per stored webhook incl. outbox | outbox drained | "
+                     "fdatasync/webhook | futex/webhook | ctx-sw/webhook | peak RSS | load |")
+            L.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        for name, w in items:
+            if not w:
+                continue
+            if pg_names and w.get("store") == "pg":
+                name += " (PostgreSQL)"
+            n = w.get("requests") or 0
+            st = w.get("stored")
+            den = st if st else n
+            pf = w.get("perf") or {}
+
+            def per(ev):
+                return "%.2f" % (pf[ev] / den) if den and ev in pf else "-"
+
+            cpu_load = w.get("cpu_wrk_s", w.get("cpu_s"))
+            cpu = "%s us" % fmt_num(cpu_load / n * 1e6) if n and cpu_load is not None else "-"
+            dr = w.get("drained")
+            L.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | "
+                     "%s | %s |"
+                     % (name, fmt_num(w.get("rps")), fmt_ms(w.get("p50")), fmt_ms(w.get("p90")),
+                        fmt_ms(w.get("p99")), fmt_num(n), fmt_num(st) if st is not None else "-",
+                        w.get("non2xx"), w.get("timeouts"), cpu,
+                        fmt_ms(w.get("cpu_per_webhook_ms")) if st else "-",
+                        "-" if not dr else ("%.1f s" % dr[2] if dr[0] else
+                                            "no: %s left" % fmt_num(dr[1])),
+                        per("syscalls:sys_enter_fdatasync"), per("syscalls:sys_enter_futex"),
+                        per("context-switches"),
+                        "%.1f MiB" % (w["hwm_kib"] / 1024) if w.get("hwm_kib") else "-",
+                        w.get("loadavg", "-")))
+
     def markdown(self, rows):
         a = self.args
         L = []
@@ -1139,105 +1998,188 @@ class Bench:
                     self.tool_version(["node", "--version"]),
                     self.tool_version(["wrk", "--version"]).split(" Copyright")[0],
                     self.tool_version(["pkg-config", "--modversion", "sqlite3"]),
-                    ",".join(self.sections),
+                    ", ".join("%s %.0f s" % (x, self.section_seconds.get(x, 0))
+                              for x in self.sections),
                     time.monotonic() - self.t_start))
+        L.append("")
+        L.append("Stores: %s." % ", ".join(self.stores))
         L.append("")
         L.append("| metric | crcr | peer | ratio | target | verdict |")
         L.append("|---|---|---|---|---|---|")
         for r in rows:
             L.append("| " + " | ".join(str(c) for c in r) + " |")
         L.append("")
+        if self.pg:
+            L.append("PostgreSQL rows: %s. %s" % (
+                self.pg.describe(), "Its commits do not wait for a disk, unlike SQLite's "
+                "(synchronous=FULL on disk): compare PostgreSQL figures with PostgreSQL figures."
+                if self.pg.throwaway else ""))
+            L.append("")
         ing = self.results.get("ingest")
         if ing:
-            L.append("### Ingest detail")
+            L.append("### Ingest detail (30,512-byte pull_request, 4 targets, dry-run)")
             L.append("")
             L.append("fsync probe on the store's disk (30 KB append + fdatasync): median %.2f ms,"
-                     " p90 %.2f ms. crcr threads: %s; RSS idle %.1f MiB."
+                     " p90 %.2f ms. crcr threads: %s; RSS idle %.1f MiB. crcr rows: CPU and "
+                     "`perf stat` counts from the start of the load until the outbox has drained "
+                     "(at most %d s), per stored webhook; peer rows per request."
                      % (ing["fsync_ms"][0], ing["fsync_ms"][1], ing.get("threads"),
-                        ing.get("rss_idle_kib", 0) / 1024))
+                        ing.get("rss_idle_kib", 0) / 1024, self.args.drain))
             L.append("")
-            L.append("| run | req/s | p50 | p90 | p99 | requests | non-2xx | timeouts | CPU/req |"
-                     " fdatasync/req | futex/req | ctx-sw/req | load |")
-            L.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-
-            def line(name, w):
-                n = w.get("requests") or 0
-                pf = w.get("perf") or {}
-
-                def per(ev):
-                    return "%.2f" % (pf[ev] / n) if n and ev in pf else "-"
-
-                cpu = "%s us" % fmt_num(w["cpu_s"] / n * 1e6) if n and "cpu_s" in w else "-"
-                L.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |"
-                         % (name, fmt_num(w.get("rps")), fmt_ms(w.get("p50")),
-                            fmt_ms(w.get("p90")), fmt_ms(w.get("p99")), fmt_num(n),
-                            w.get("non2xx"), w.get("timeouts"), cpu,
-                            per("syscalls:sys_enter_fdatasync"), per("syscalls:sys_enter_futex"),
-                            per("context-switches"), w.get("loadavg", "-")))
-
-            for c in (16, 64):
-                for who in ("peer", "crcr"):
-                    w = ing.get("%s_c%d" % (who, c))
-                    if w:
-                        line("%s c%d%s" % (who, c, " (stored %s)" % fmt_num(w["stored"])
-                                           if "stored" in w else ""), w)
-            for label, w in ing.get("diag", {}).items():
-                line("crcr c64 " + label, w)
+            self._ingest_table(L, [("%s c%d" % (who, c), ing.get(self._k("%s_c%d" % (who, c),
+                                                                         st)))
+                                   for c in (16, 64)
+                                   for who, st in [("peer", "sqlite")] +
+                                   [("crcr", x) for x in self.stores]
+                                   if not (who == "peer" and st != "sqlite")],
+                               pg_names=True)
+            extra = [("peer c64 ignored event", ing.get("ignored_peer")),
+                     ("crcr c64 ignored event (nothing stored)", ing.get("ignored_crcr"))]
+            extra += [("crcr c64 " + label, w) for label, w in ing.get("diag", {}).items()]
+            self._ingest_table(L, extra, header=False)
             L.append("")
-            seq = ing.get("sequential")
-            if seq and seq.get("perf"):
-                pf, n = seq["perf"], seq["n"]
-                L.append("Per webhook, %d sent one at a time to a fresh relay (4 targets, dry-run),"
-                         " outbox drained, counted by `perf stat`: %.1f fdatasync, %.1f pwrite64, "
-                         "%.1f fcntl, %.1f futex, %.1f context switches, %.2f ms CPU (task-clock, "
-                         "all threads); %.2f ms wall per webhook."
-                         % (n, pf.get("syscalls:sys_enter_fdatasync", 0) / n,
-                            pf.get("syscalls:sys_enter_pwrite64", 0) / n,
-                            pf.get("syscalls:sys_enter_fcntl", 0) / n,
-                            pf.get("syscalls:sys_enter_futex", 0) / n,
-                            pf.get("context-switches", 0) / n, pf.get("task-clock", 0) / n,
-                            seq["per_webhook_ms"]))
+            for store in self.stores:
+                seq = ing.get(self._k("sequential", store))
+                if not seq:
+                    continue
+                pf, n = seq.get("perf") or {}, seq["n"]
+
+                def ev(name, digits=1):
+                    return ("%%.%df" % digits) % (pf[name] / n) if name in pf else "-"
+
+                L.append("Per webhook (%s store), %d sent one at a time to a fresh relay (4 "
+                         "targets, dry-run), outbox drained, counted by `perf stat`: %s fdatasync, "
+                         "%s pwrite64, %s fcntl, %s futex, %s context switches, %s ms CPU "
+                         "(task-clock, all threads; /proc: %.2f ms); %.2f ms wall per webhook."
+                         % (store, n, ev("syscalls:sys_enter_fdatasync"),
+                            ev("syscalls:sys_enter_pwrite64"), ev("syscalls:sys_enter_fcntl"),
+                            ev("syscalls:sys_enter_futex"), ev("context-switches"),
+                            ev("task-clock", 2), seq["cpu_ms"], seq["per_webhook_ms"]))
                 L.append("")
-        fo = self.results.get("fanout", {}).get("runs")
-        if fo:
-            L.append("### Fan-out detail (100 repos, 100 owners, fake GitHub +%d ms per request)"
-                     % FANOUT_LATENCY_MS)
+        tg = self.results.get("ingest_targets")
+        if tg:
+            L.append("### Ingest by number of targets (dry-run, SQLite on disk, %d s loads, "
+                     "outbox drained for at most %d s)" % (self.args.targets_duration,
+                                                           self.args.targets_drain))
             L.append("")
-            L.append("| run | workers | store | 202 after | first / last dispatch sent | 100th "
-                     "dispatch answered | calls | per dispatch | calls by kind | fdatasync | fake "
-                     "overhead p50 / max | fake peak in flight |")
-            L.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
+            L.append("| targets | conns | req/s | p50 | p99 | stored | outbox rows | drained | CPU "
+                     "per stored webhook (load only) | CPU per stored webhook incl. its rows | "
+                     "the same / targets | fdatasync per webhook | futex per webhook | peak RSS | load |")
+            L.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+            for n in sorted({int(k[1:].split("_")[0]) for k in tg}):
+                for c in (16, 64):
+                    w = tg.get("t%d_c%d" % (n, c))
+                    if not w:
+                        continue
+                    st = w.get("stored") or 0
+                    pf = w.get("perf") or {}
+
+                    def per(name):
+                        return "%.2f" % (pf[name] / st) if st and name in pf else "-"
+
+                    dr = w["drained"]
+                    L.append("| %d | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | "
+                             "%.1f MiB | %s |"
+                             % (n, c, fmt_num(w["rps"]), fmt_ms(w["p50"]), fmt_ms(w["p99"]),
+                                fmt_num(st), fmt_num(w.get("rows")),
+                                "%.1f s" % dr[2] if dr[0] else "no: %s left" % fmt_num(dr[1]),
+                                fmt_ms(w.get("cpu_wrk_per_webhook_ms")),
+                                fmt_ms(w.get("cpu_per_webhook_ms")),
+                                "%.1f us" % (w["cpu_per_webhook_ms"] * 1000 / n)
+                                if w.get("cpu_per_webhook_ms") else "-",
+                                per("syscalls:sys_enter_fdatasync"),
+                                per("syscalls:sys_enter_futex"), w.get("hwm_kib", 0) / 1024,
+                                w.get("loadavg", "-")))
+            L.append("")
+        for section, n in (("fanout", FANOUT_REPOS), ("fanout1000", FANOUT1000_REPOS)):
+            fo = self.results.get(section, {}).get("runs")
+            if not fo:
+                continue
+            L.append("### Fan-out detail (%s repos, %s owners, fake GitHub +%d ms per request in "
+                     "a process of its own)" % (fmt_num(n), fmt_num(n), FANOUT_LATENCY_MS))
+            L.append("")
+            L.append("| run | workers | store | 202 after | first / last dispatch sent | last "
+                     "dispatch answered | calls | per dispatch | calls by kind | fdatasync | "
+                     "fake overhead p50 / p99 / max | fake added (longest connection) | fake "
+                     "busy | fake peak in flight | relay connections | listen drops | peak RSS |")
+            L.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
             for r in fo:
-                L.append("| %s | %d | %s | %s | %s / %s | %s | %d | %.2f | %s | %s | %s / %s | %d |"
+                L.append("| %s | %s | %s | %s | %s / %s | %s | %d | %.2f | %s | %s | %s / %s / %s "
+                         "| %s | %s | %d | %s | %s | %.1f MiB |"
                          % (r["kind"], r["workers"], r["store"], fmt_ms(r["ack_ms"]),
                             fmt_ms(r["first_dispatch_ms"]), fmt_ms(r["last_dispatch_ms"]),
-                            fmt_ms(r["t100_ms"]),
+                            fmt_ms(r["t_last_ms"]) + ("" if r["fake_ok"] else " (fake slow)"),
                             r["calls"], r["calls_per_dispatch"],
                             ", ".join("%s %d" % kv for kv in sorted(r["by_kind"].items())),
                             fmt_num(r.get("fdatasync")), fmt_ms(r["fake_p50_ms"]),
-                            fmt_ms(r["fake_max_ms"]), r["fake_peak_inflight"]))
+                            fmt_ms(r["fake_p99_ms"]), fmt_ms(r["fake_max_ms"]),
+                            fmt_ms(r.get("fake_added_ms")),
+                            "%.0f%%" % (100 * r["fake_busy"]) if r["fake_busy"] is not None
+                            else "-", r["fake_peak_inflight"], r.get("relay_connections", "-"),
+                            "-" if r["listen_drops"] is None else r["listen_drops"],
+                            r.get("hwm_kib", 0) / 1024))
             L.append("")
+            cal = self.results.get(section, {}).get("calibration")
+            if cal:
+                L.append("The fake alone (`replay.lua`: one recorded dispatch of %s bytes with its "
+                         "token, %d s per row): what one Python process answers with +%d ms per "
+                         "request. A fan-out that keeps c dispatches in flight cannot beat "
+                         "n / (the rate at c connections)."
+                         % (fmt_num(cal[0]["body_bytes"]), self.args.calib_duration,
+                            FANOUT_LATENCY_MS))
+                L.append("")
+                L.append("| connections | dispatches/s | ideal (c / latency) | p50 | p99 | fake "
+                         "busy | listen drops | non-2xx | floor for a burst of c |")
+                L.append("|---|---|---|---|---|---|---|---|---|")
+                for w in cal:
+                    L.append("| %d | %s | %s | %s | %s | %s | %s | %s | %s |"
+                             % (w["conns"], fmt_num(w["rps"]),
+                                fmt_num(w["conns"] * 1000.0 / FANOUT_LATENCY_MS),
+                                fmt_ms(w["p50"]), fmt_ms(w["p99"]),
+                                "%.0f%%" % (100 * w["fake_busy"]) if w.get("fake_busy") is not None
+                                else "-", w.get("listen_drops"), w["non2xx"],
+                                fmt_ms(w["burst_floor_ms"])))
+                L.append("")
         cb = self.results.get("callbacks")
-        if cb:
+        cbi = self.results.get("callbacks_under_ingest") or {}
+        if cb or cbi:
             L.append("### Callbacks detail (wrk -t1 -c32, blocks of %d in_progress then %d "
                      "completed, one L2 repo, RS256 token reused)" % (CB_BLOCK, CB_BLOCK))
             L.append("")
             L.append("| store | req/s | p50 | p90 | p99 | requests | non-2xx | runs completed |"
-                     " runs in_progress | body bytes | CPU/req | fdatasync/req | load |")
-            L.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-            for name, w in cb.items():
+                     " runs in_progress | body bytes | CPU/req | fdatasync/req | peak RSS | load |")
+            L.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+
+            def cbline(name, w):
                 n = w.get("requests") or 0
                 pf = w.get("perf") or {}
                 fd = ("%.2f" % (pf["syscalls:sys_enter_fdatasync"] / n)
                       if n and "syscalls:sys_enter_fdatasync" in pf else "-")
-                L.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |"
+                L.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |"
                          % (name, fmt_num(w["rps"]), fmt_ms(w["p50"]), fmt_ms(w["p90"]),
                             fmt_ms(w["p99"]), fmt_num(n), w["non2xx"],
                             fmt_num(w["states"].get("completed", 0)),
                             fmt_num(w["states"].get("in_progress", 0)), fmt_num(w["body_bytes"]),
                             "%s us" % fmt_num(w["cpu_s"] / n * 1e6) if n else "-", fd,
+                            "%.1f MiB" % (w["hwm_kib"] / 1024) if w.get("hwm_kib") else "-",
                             w["loadavg"]))
+
+            for name, w in (cb or {}).items():
+                cbline(name, w)
+            for name, x in cbi.items():
+                cbline("%s, alone (callbacks_under_ingest)" % name, x["alone"])
+                cbline("%s, with webhooks c%d in the same window" % (name, x["webhook_conns"]),
+                       x["with_ingest"])
             L.append("")
+            for name, x in cbi.items():
+                wh = x["with_ingest"].get("webhooks", {})
+                L.append("Webhooks alongside the callbacks (%s store, c%d, 4 targets, dry-run): "
+                         "%s req/s, p50 %s, p99 %s, %s stored, non-2xx %s."
+                         % (name, x["webhook_conns"], fmt_num(wh.get("rps")),
+                            fmt_ms(wh.get("p50")), fmt_ms(wh.get("p99")),
+                            fmt_num(wh.get("stored")), wh.get("non2xx")))
+            if cbi:
+                L.append("")
         mem = self.results.get("memory")
         if mem and mem.get("points"):
             L.append("### Memory detail (push webhook of %d bytes, store on tmpfs, 64 connections,"
@@ -1271,8 +2213,18 @@ class Bench:
                      % (prof["n"], "works" if prof.get("perf_hw_counters") else
                         "not supported on this host"))
             L.append("")
-            L.append("Total %s instructions, %s per webhook. By object (self cost):"
+            L.append("Total %s instructions, %s per webhook. Breakdown per webhook (inclusive "
+                     "costs; compare this table before and after a change):"
                      % (fmt_num(prof["total_ir"]), fmt_num(prof["ir_per_webhook"])))
+            L.append("")
+            L.append("| part | instructions per webhook | share |")
+            L.append("|---|---|---|")
+            for label, v in self.breakdown(prof, self.INGEST_BREAKDOWN):
+                L.append("| %s | %s | %s |" % (label, fmt_num(v), "%.1f%%" % (
+                    100.0 * v / prof["ir_per_webhook"]) if v is not None and
+                    prof["ir_per_webhook"] else "-"))
+            L.append("")
+            L.append("By object (self cost):")
             L.append("")
             L.append("| object | instructions | share | per webhook |")
             L.append("|---|---|---|---|")
@@ -1285,16 +2237,16 @@ class Bench:
             L.append("")
             L.append("| self | share | function | object |")
             L.append("|---|---|---|---|")
-            for ir, pct, fn, obj in prof["self_top"][:20]:
-                L.append("| %s | %.2f%% | `%s` | %s |" % (fmt_num(ir), pct, fn, obj))
+            for ir, pct_, fn, obj in prof["self_top"][:20]:
+                L.append("| %s | %.2f%% | `%s` | %s |" % (fmt_num(ir), pct_, fn, obj))
             L.append("")
             L.append("Inclusive cost of crcr's own functions:")
             L.append("")
             L.append("| inclusive | per webhook | share | function |")
             L.append("|---|---|---|---|")
-            for ir, pct, fn, obj in prof["incl_top"][:20]:
+            for ir, pct_, fn, obj in prof["incl_top"][:20]:
                 L.append("| %s | %s | %.2f%% | `%s` |" % (fmt_num(ir), fmt_num(ir / prof["n"]),
-                                                        pct, fn))
+                                                        pct_, fn))
             L.append("")
         pc = self.results.get("profile_callbacks")
         if pc and pc.get("total_ir"):
@@ -1308,10 +2260,17 @@ class Bench:
                         ", ".join("%s %.1f%%" % (obj, 100.0 * ir / pc["total_ir"])
                                   for obj, ir in pc["by_object"][:6])))
             L.append("")
+            L.append("| part | instructions per callback | share |")
+            L.append("|---|---|---|")
+            for label, v in self.breakdown(pc, self.CALLBACK_BREAKDOWN):
+                L.append("| %s | %s | %s |" % (label, fmt_num(v), "%.1f%%" % (
+                    100.0 * v / pc["ir_per_webhook"]) if v is not None and
+                    pc["ir_per_webhook"] else "-"))
+            L.append("")
             L.append("| inclusive per callback | share | function |")
             L.append("|---|---|---|")
-            for ir, pct, fn, obj in pc["incl_top"][:16]:
-                L.append("| %s | %.2f%% | `%s` |" % (fmt_num(ir / pc["n"]), pct, fn))
+            for ir, pct_, fn, obj in pc["incl_top"][:16]:
+                L.append("| %s | %.2f%% | `%s` |" % (fmt_num(ir / pc["n"]), pct_, fn))
             L.append("")
         if self.notes:
             L.append("Notes: " + "; ".join(self.notes))
@@ -1348,6 +2307,28 @@ class Bench:
         except (OSError, IndexError, subprocess.TimeoutExpired):
             return "?"
 
+    def run_sections(self, sections):
+        pg_sections = {"ingest", "fanout", "fanout1000", "callbacks", "callbacks_under_ingest"}
+        if "pg" in self.stores and pg_sections & set(sections):
+            try:
+                self.pg = PgServer(self.args.pg_uri).start()
+                log("PostgreSQL store: %s" % self.pg.describe())
+            except Exception as e:  # the SQLite figures are still worth having
+                log("no PostgreSQL: %s" % e)
+                self.notes.append("PostgreSQL variant skipped: %s" % str(e)[:300])
+                self.stores = [st for st in self.stores if st != "pg"] or ["sqlite"]
+                self.pg = None
+        for s in sections:
+            t = time.monotonic()
+            log("== %s" % s)
+            try:
+                getattr(self, s)()
+            except Exception as e:  # keep going: one broken section must not hide the others
+                log("section %s failed: %r" % (s, e))
+                self.notes.append("section %s failed: %s" % (s, str(e)[:300]))
+            log("== %s done in %.0f s" % (s, time.monotonic() - t))
+            self.section_seconds[s] = time.monotonic() - t
+
     def run(self, sections):
         self.sections = sections
         self.load_start = loadavg()
@@ -1361,15 +2342,11 @@ class Bench:
             elif not x.startswith("--crcr="):
                 argv.append(x)
         self.argv_shown = argv
-        for s in sections:
-            t = time.monotonic()
-            log("== %s" % s)
-            try:
-                getattr(self, s)()
-            except Exception as e:  # keep going: one broken section must not hide the others
-                log("section %s failed: %r" % (s, e))
-                self.notes.append("section %s failed: %s" % (s, str(e)[:300]))
-            log("== %s done in %.0f s" % (s, time.monotonic() - t))
+        try:
+            self.run_sections(sections)
+        finally:
+            if self.pg:
+                self.pg.stop()
         with open(os.path.join(self.out_dir, "results.json"), "w") as f:
             json.dump(self.results, f, indent=1, default=str)
         rows = self.table()
@@ -1383,7 +2360,9 @@ class Bench:
         log("total %.0f s" % (time.monotonic() - self.t_start))
 
 
-SECTIONS = ["ingest", "fanout", "callbacks", "memory", "profile"]
+SECTIONS = ["ingest", "ingest_targets", "fanout", "fanout1000", "callbacks",
+            "callbacks_under_ingest", "memory", "profile"]
+STORES = ["sqlite", "pg"]
 
 
 def main():
@@ -1391,17 +2370,42 @@ def main():
     ap.add_argument("--crcr", default=os.path.join(ROOT, "build-bench", "crcr"))
     ap.add_argument("--only", default=",".join(SECTIONS),
                     help="comma-separated sections (default: all): " + ",".join(SECTIONS))
+    ap.add_argument("--store", default=None,
+                    help="comma-separated stores for ingest, fanout, fanout1000, callbacks and "
+                         "callbacks_under_ingest: sqlite, pg (default: sqlite,pg when PostgreSQL's "
+                         "server binaries are installed, else sqlite). ingest_targets, memory "
+                         "and profile always use SQLite")
+    ap.add_argument("--pg-uri", default=None,
+                    help="PostgreSQL server for the pg store (a database per relay is created "
+                         "and dropped on it); default: a throwaway cluster from "
+                         "scripts/pg-test-cluster.sh")
     ap.add_argument("--duration", type=int, default=10, help="seconds per main load run")
     ap.add_argument("--diag-duration", type=int, default=5,
                     help="seconds per diagnostic load run")
-    ap.add_argument("--no-diag", action="store_true", help="skip the diagnostic runs")
+    ap.add_argument("--no-diag", action="store_true",
+                    help="skip the diagnostic runs (ladder, tmpfs stores, extra worker counts)")
     ap.add_argument("--drain", type=int, default=20,
-                    help="max seconds to wait for the outbox to drain (sequential count run)")
+                    help="max seconds to wait for the outbox to drain after an ingest load")
+    ap.add_argument("--targets", default=",".join(str(n) for n in TARGET_COUNTS),
+                    help="allowlisted target counts of ingest_targets")
+    ap.add_argument("--targets-duration", type=int, default=5,
+                    help="seconds per ingest_targets load run")
+    ap.add_argument("--targets-drain", type=int, default=30,
+                    help="max seconds to wait for the outbox to drain in ingest_targets")
+    ap.add_argument("--cbi-webhook-conns", type=int, default=16,
+                    help="connections of the webhook load in callbacks_under_ingest")
+    ap.add_argument("--fake-server", choices=("asyncio", "threads"), default="asyncio",
+                    help="how the fan-out sections' fake GitHub serves HTTP (bench/fakegh_proc.py)")
+    ap.add_argument("--calib-duration", type=int, default=2,
+                    help="seconds per calibration run of the fake GitHub (fanout1000)")
+    ap.add_argument("--baseline", default=None,
+                    help="results.json of an earlier run (bench/out/*/results.json): PostgreSQL "
+                         "rows say whether they got slower (more than 10 %%)")
     ap.add_argument("--memory-total", type=int, default=100000)
     ap.add_argument("--memory-chunks", type=int, default=10)
     ap.add_argument("--memory-budget", type=int, default=240,
                     help="max seconds of load in the memory section (cut further by --total)")
-    ap.add_argument("--total", type=int, default=570,
+    ap.add_argument("--total", type=int, default=870,
                     help="seconds the whole bench/run.sh run should stay under (memory adapts)")
     ap.add_argument("--profile-reserve", type=int, default=150,
                     help="seconds kept for the profile section when it follows memory")
@@ -1414,6 +2418,11 @@ def main():
     for s in sections:
         if s not in SECTIONS:
             ap.error("unknown section %r" % s)
+    if args.store is None:
+        args.store = "sqlite,pg" if (args.pg_uri or pg_server_installed()) else "sqlite"
+    for st in args.store.split(","):
+        if st not in STORES:
+            ap.error("unknown store %r (sqlite, pg)" % st)
     if not os.access(args.crcr, os.X_OK):
         ap.error("no crcr binary at %s (bench/run.sh builds it)" % args.crcr)
     Bench(args).run(sections)

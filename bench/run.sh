@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # bench/run.sh - crcr's benchmarks, against a peer measured in the same run (see bench/RESULTS.md).
 #
-#   bench/run.sh                      # everything (< 10 minutes on a 2-core machine)
-#   bench/run.sh --only ingest,fanout # some sections: ingest, fanout, callbacks, memory, profile
+#   bench/run.sh                      # everything (9-13 minutes on a 2-core machine)
+#   bench/run.sh --only ingest,fanout # some sections: ingest, ingest_targets, fanout, fanout1000,
+#                                     # callbacks, callbacks_under_ingest, memory, profile
+#   bench/run.sh --store sqlite       # without the PostgreSQL variant (default: sqlite,pg)
 #   bench/run.sh --no-append          # print the table, do not append to bench/RESULTS.md
 #
-# Steps: installs missing tools (Debian: wrk, valgrind, nodejs/npm, linux-perf when available;
-# only as root), builds a Release crcr into build-bench/, installs the @octokit/webhooks peer into
-# bench/peer/node_modules (npm, version pinned in bench/peer/package.json), then runs
-# bench/bench.py, which prints a table and appends it with the exact commands to
-# bench/RESULTS.md. Raw outputs go to bench/out/<timestamp>/ (not committed).
-# Everything runs on 127.0.0.1; every load run is bounded in time.
+# Steps: installs missing tools (Debian: wrk, valgrind, nodejs/npm; linux-perf and postgresql
+# when available; only as root), builds a Release crcr into build-bench/, installs the
+# @octokit/webhooks peer into bench/peer/node_modules (npm, version pinned in
+# bench/peer/package.json), then runs bench/bench.py, which prints a table and appends it with the
+# exact commands to bench/RESULTS.md. Raw outputs go to bench/out/<timestamp>/ (not committed).
+# Everything runs on 127.0.0.1 (PostgreSQL: a throwaway cluster from scripts/pg-test-cluster.sh,
+# removed at the end); every load run is bounded in time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export BENCH_T0="${BENCH_T0:-$(date +%s)}" # the memory section sizes itself to finish in time
@@ -34,6 +37,11 @@ fi
 if ! command -v perf >/dev/null && [ "$(id -u)" -eq 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends linux-perf \
     >/dev/null 2>&1 || echo "bench: linux-perf not installable; syscall counts are skipped"
+fi
+# PostgreSQL's server binaries are optional too (the pg store variant; bench.py skips it without).
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ]; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql \
+    >/dev/null 2>&1 || echo "bench: postgresql not installable; the PostgreSQL figures are skipped"
 fi
 
 scripts/install-deps.sh

@@ -30,6 +30,7 @@
 #include <yaml.h>
 
 #include "ids.h"
+#include "json.h"
 #include "limits.h"
 
 /* Problems recorded per parse; more would only bury the first ones. */
@@ -860,6 +861,38 @@ static void validate(pctx *c)
     }
 }
 
+/* Frees the tree and the problems of a parse, writing the problems to `errors` (may be NULL) as
+ * "LINE:COL: message" lines in input order. Returns the parse's outcome. */
+static crcr_err finish(pctx *c, buf_t *errors)
+{
+    for (size_t i = 0; i < c->nnodes; i++)
+        free(c->nodes[i].text);
+    free(c->nodes);
+    c->nodes = NULL;
+    c->nnodes = 0;
+
+    crcr_err rc = CRCR_OK;
+    if (c->nomem)
+        rc = CRCR_E_NOMEM;
+    else if (c->nerrs)
+        rc = c->too_large ? CRCR_E_TOO_LARGE : CRCR_E_INVALID;
+    if (c->nerrs) {
+        qsort(c->errs, c->nerrs, sizeof(*c->errs), perr_cmp);
+        for (size_t i = 0; i < c->nerrs; i++) {
+            if (errors)
+                (void)buf_printf(errors, "%u:%u: %s\n", c->errs[i].line, c->errs[i].col,
+                                 c->errs[i].msg);
+            free(c->errs[i].msg);
+        }
+    } else if (c->nomem && errors) {
+        (void)buf_puts(errors, "1:1: out of memory\n");
+    }
+    free(c->errs);
+    c->errs = NULL;
+    c->nerrs = 0;
+    return rc;
+}
+
 crcr_err allowlist_parse(const char *yaml, size_t len, allowlist **out, buf_t *errors)
 {
     *out = NULL;
@@ -882,32 +915,89 @@ crcr_err allowlist_parse(const char *yaml, size_t len, allowlist **out, buf_t *e
         }
     }
 
-    for (size_t i = 0; i < c.nnodes; i++)
-        free(c.nodes[i].text);
-    free(c.nodes);
-
-    crcr_err rc = CRCR_OK;
-    if (c.nomem)
-        rc = CRCR_E_NOMEM;
-    else if (c.nerrs)
-        rc = c.too_large ? CRCR_E_TOO_LARGE : CRCR_E_INVALID;
-    if (c.nerrs) {
-        qsort(c.errs, c.nerrs, sizeof(*c.errs), perr_cmp);
-        for (size_t i = 0; i < c.nerrs; i++) {
-            if (errors)
-                (void)buf_printf(errors, "%u:%u: %s\n", c.errs[i].line, c.errs[i].col,
-                                 c.errs[i].msg);
-            free(c.errs[i].msg);
-        }
-    } else if (c.nomem && errors) {
-        (void)buf_puts(errors, "1:1: out of memory\n");
-    }
-    free(c.errs);
+    crcr_err rc = finish(&c, errors);
     if (rc) {
         destroy(c.al);
         return rc;
     }
     *out = c.al;
+    return CRCR_OK;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* The same reader for other YAML documents (allowlist_yaml_to_jv). */
+
+/* Builds the JSON value of node `id` (recursion bounded by CRCR_ALLOWLIST_MAX_DEPTH). Returns a
+ * new reference, or NULL after recording why. */
+static jv *node_to_jv(pctx *c, size_t id)
+{
+    const ynode *n = &c->nodes[id];
+    if (n->type == YN_SCALAR) {
+        jv *s = n->is_null ? jv_new_null() : jv_new_strn(n->text, n->len);
+        if (!s)
+            c->nomem = true;
+        return s;
+    }
+    jv *out = n->type == YN_SEQ ? jv_new_arr() : jv_new_obj();
+    if (!out) {
+        c->nomem = true;
+        return NULL;
+    }
+    bool ok = true;
+    for (size_t k = n->first; k != NO_NODE && ok; k = c->nodes[k].next) {
+        if (n->type == YN_SEQ) {
+            jv *e = node_to_jv(c, k);
+            ok = e && jv_push(out, e) == CRCR_OK;
+            continue;
+        }
+        const ynode *key = &c->nodes[k];
+        size_t vid = key->next; /* libyaml pairs every key with a value node */
+        if (vid == NO_NODE)
+            break;
+        k = vid;
+        if (key->type != YN_SCALAR || key->is_null) {
+            add_err(c, key->line, key->col, false, "a mapping key must be a string, got %s",
+                    type_name(key));
+            ok = false;
+        } else if (jv_get(out, key->text)) {
+            char q[ALLOWLIST_QUOTE_MAX * 4 + 8];
+            quote(q, sizeof(q), key->text, key->len);
+            add_err(c, key->line, key->col, false, "duplicate key '%s'", q);
+            ok = false;
+        } else {
+            jv *e = node_to_jv(c, vid);
+            ok = e && jv_set(out, key->text, e) == CRCR_OK;
+        }
+    }
+    if (!ok) {
+        if (!c->nerrs)
+            c->nomem = true; /* a failed push or set */
+        jv_free(out);
+        return NULL;
+    }
+    return out;
+}
+
+crcr_err allowlist_yaml_to_jv(const char *yaml, size_t len, size_t max_bytes, jv **out,
+                              buf_t *errors)
+{
+    *out = NULL;
+    pctx c = {.yaml = yaml ? yaml : "", .yaml_len = yaml ? len : 0, .root = NO_NODE};
+    jv *doc = NULL;
+    if (len > max_bytes)
+        add_err(&c, 1, 1, true, "the document is larger than the limit of %zu bytes", max_bytes);
+    else if (!yaml && len)
+        add_err(&c, 1, 1, false, "no input");
+    else if (build_tree(&c))
+        doc = c.root == NO_NODE ? jv_new_null() : node_to_jv(&c, c.root);
+    if (!doc && !c.nerrs)
+        c.nomem = true;
+    crcr_err rc = finish(&c, errors);
+    if (rc) {
+        jv_free(doc);
+        return rc;
+    }
+    *out = doc;
     return CRCR_OK;
 }
 

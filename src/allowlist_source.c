@@ -1,27 +1,27 @@
 /*
- * allowlist_source.c - loads the allowlist from a file or a GitHub blob URL and keeps it fresh;
- * see allowlist_source.h.
+ * allowlist_source.c - loads the allowlist (or another YAML document of a `doc_kind`: the CI
+ * providers map) from a file or a GitHub blob URL and keeps it fresh; see allowlist_source.h.
  *
- * The allowlist in force is a refcounted, immutable `allowlist`. A load builds a complete new one
- * and swaps the pointer under a mutex, so readers (webhook threads) never wait for a download and
- * never see a half-loaded list; anything that fails keeps the old one. Loads are serialised by a
- * second mutex, so one slow download never runs twice at the same time and never blocks
+ * The document in force is a refcounted, immutable value of its kind. A load builds a complete new
+ * one and swaps the pointer under a mutex, so readers (webhook threads) never wait for a download
+ * and never see a half-loaded list; anything that fails keeps the old one. Loads are serialised by
+ * a second mutex, so one slow download never runs twice at the same time and never blocks
  * allowlist_source_get().
  *
  * The URL form goes through the contents API (JSON with base64 content). The base64 is decoded
  * with OpenSSL's EVP_DecodeBlock after removing the line breaks GitHub inserts; padding is
  * accounted for by hand because EVP_DecodeBlock counts it as zero bytes.
  *
- * With a shared store, a refresh that falls due first takes or renews the "allowlist" lease (for
- * 2 x the TTL, so that its holder keeps it from one refresh to the next). The holder fetches and
- * writes the copy (kv "allowlist:copy", never expiring):
+ * With a shared store, a refresh that falls due first takes or renews the "<kind>" lease
+ * ("allowlist", "ci_providers"; for 2 x the TTL, so that its holder keeps it from one refresh to
+ * the next). The holder fetches and writes the copy (kv "<kind>:copy", never expiring):
  *
- *     crcr-allowlist-copy 1\n
+ *     crcr-<kind>-copy 1\n
  *     url: https://github.com/<owner>/<repo>/blob/<ref>/<path>\n   (the parsed, decoded source)
  *     etag: <ETag>\n
  *     fetched_at: <ms>\n
  *     \n
- *     <the YAML text, at most CRCR_ALLOWLIST_MAX_BYTES>
+ *     <the YAML text, at most the kind's max_bytes>
  *
  * on a 200 that parses, and again with a new fetched_at on a 304. The others read the copy and
  * compare the SHA-256 of its text with that of the list in force; they look again just after the
@@ -33,7 +33,6 @@
 #include "allowlist_source.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <openssl/evp.h>
 #include <pthread.h>
@@ -45,29 +44,28 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "gh_contents.h"
 #include "ids.h"
 #include "json.h"
 #include "limits.h"
 #include "log.h"
 
-/* Longest ALLOWLIST_URL looked at. */
-#define ALLOWLIST_URL_MAX 2048u
-/* Longest path inside the repo (GitHub's own limit on a path is 4096 bytes). */
-#define ALLOWLIST_PATH_MAX 1024u
 /* After a failed load, the next attempt comes after this long (or the TTL, if shorter). */
 #define ALLOWLIST_RETRY_MS 30000
 /* Parse problems kept for the error text: the first is enough to act on. */
 #define ALLOWLIST_ERRORS_MAX 4096u
-/* The shared copy: its kv key, the lease, and how long each lasts in TTLs. */
-#define ALLOWLIST_COPY_KEY "allowlist:copy"
-#define ALLOWLIST_COPY_MAGIC "crcr-allowlist-copy 1"
-#define ALLOWLIST_LEASE_NAME "allowlist"
+/* How often an instance sharing a copy looks for another instance's reload notice (a push that
+ * touched the file, a SIGHUP): the copy is followed within this, not within the TTL. */
+#define DOC_NOTICE_POLL_MS 2000
+/* How long the lease of the shared copy lasts, in TTLs. */
 #define ALLOWLIST_LEASE_TTLS 2
 /* A copy older than this many TTLs: its holder is gone, every instance fetches for itself. */
 #define ALLOWLIST_STALE_TTLS 3
 /* Header of the copy (magic, URL, ETag, fetched_at) on top of the text. */
 #define ALLOWLIST_COPY_HEADER_MAX 4096u
-#define ALLOWLIST_COPY_MAX (CRCR_ALLOWLIST_MAX_BYTES + ALLOWLIST_COPY_HEADER_MAX)
+/* Longest kind name, and the names built from it (log events, kv key, lease, copy magic). */
+#define DOC_KIND_NAME_MAX 24u
+#define DOC_NAME_MAX (DOC_KIND_NAME_MAX + 24u)
 /* Longest lease owner name kept (the store's lease key holds it). */
 #define ALLOWLIST_OWNER_MAX 128u
 /* Followers look at the copy TTL/10 after it is due again, within these bounds. */
@@ -75,24 +73,26 @@
 #define ALLOWLIST_FOLLOW_SLACK_MAX_MS 10000
 #define ALLOWLIST_HASH_LEN 32u
 /* The source as written in the copy: https://github.com/ + owner/repo + /blob/ + ref + / + path */
-#define ALLOWLIST_CANON_MAX (CRCR_REPO_NAME_MAX + CRCR_REF_MAX + ALLOWLIST_PATH_MAX + 32u)
-
-static const char BLOB_EXPECTED[] = "Expected: https://github.com/<owner>/<repo>/blob/<ref>/<path>";
+#define ALLOWLIST_CANON_MAX (CRCR_REPO_NAME_MAX + CRCR_REF_MAX + GH_BLOB_PATH_MAX + 32u)
 
 struct allowlist_source {
+    const doc_kind *kind;
     const crcr_config *cfg;
     gh_client *gh;
     bool is_file;
     char *file;                              /* owned; is_file */
     char owner_repo[CRCR_REPO_NAME_MAX];     /* URL source */
     char ref[CRCR_REF_MAX + 1];              /* URL source, decoded */
-    char path[ALLOWLIST_PATH_MAX + 1];       /* URL source, decoded */
+    char path[GH_BLOB_PATH_MAX + 1];         /* URL source, decoded */
     char etag[sizeof(((gh_resp *)0)->etag)]; /* of the allowlist in force; load_lock */
     int64_t ttl_ms;
 
     store *shared;                   /* lease and shared copy (URL source); NULL: none */
     char owner[ALLOWLIST_OWNER_MAX]; /* this instance in the lease */
     char canon[ALLOWLIST_CANON_MAX]; /* the URL source as written in the copy */
+    char copy_key[DOC_NAME_MAX];     /* "<kind>:copy" */
+    char copy_magic[DOC_NAME_MAX];   /* "crcr-<kind>-copy 1" */
+    size_t copy_max;                 /* the kind's max_bytes + ALLOWLIST_COPY_HEADER_MAX */
     char *text;                      /* owned: the text in force (with `shared`); load_lock */
     size_t text_len;                 /* load_lock */
     unsigned char hash[ALLOWLIST_HASH_LEN]; /* SHA-256 of the text in force; load_lock */
@@ -100,153 +100,59 @@ struct allowlist_source {
 
     pthread_mutex_t load_lock; /* one load at a time */
     pthread_mutex_t lock;      /* guards `current` and `st` */
-    allowlist *current;        /* one reference owned here */
+    void *current;             /* one reference owned here (the kind's ref/unref) */
     allowlist_status st;
 
     atomic_int reload_requested;
-    _Atomic int64_t next_due; /* ms on the caller's clock (tick's now_ms) */
+    _Atomic int64_t next_due;      /* ms on the caller's clock (tick's now_ms) */
+    char notice_key[DOC_NAME_MAX]; /* "<kind>:notice": when a reload last wrote the copy */
+    int64_t notice_seen;           /* that time, as this instance last acted on it; load_lock */
+    int64_t notice_next;           /* when to look at it again; load_lock */
 };
-
-/* ---------------------------------------------------------------------------------------- */
-/* Blob URL parsing. */
-
-/* Percent-decodes one path part s[0..n) into out (outsz bytes, NUL-terminated). Refuses bad
- * escapes, control characters and, unless `allow_slash`, an encoded '/'. Returns a reason, or
- * NULL on success. */
-static const char *decode_segment(const char *s, size_t n, char *out, size_t outsz,
-                                  bool allow_slash)
-{
-    size_t o = 0;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char ch = (unsigned char)s[i];
-        if (ch == '%') {
-            if (n - i < 3)
-                return "bad percent-escape";
-            int h = ids_hex_value(s[i + 1]), l = ids_hex_value(s[i + 2]);
-            if (h < 0 || l < 0)
-                return "bad percent-escape";
-            ch = (unsigned char)(h * 16 + l);
-            i += 2;
-            if (ch == '/' && !allow_slash)
-                return "an encoded '/' inside a path part";
-        }
-        if (ch < 0x20 || ch == 0x7f)
-            return "control characters";
-        if (o + 1 >= outsz)
-            return "a part is too long";
-        out[o++] = (char)ch;
-    }
-    out[o] = '\0';
-    return NULL;
-}
-
-/* Writes the message for an invalid URL. The URL is echoed unless it might hold credentials. */
-static int url_error(char *err, size_t errsz, const char *url, const char *reason)
-{
-    if (err && errsz) {
-        if (!url || strchr(url, '@') || strlen(url) > 200)
-            snprintf(err, errsz, "ALLOWLIST_URL: invalid GitHub blob URL (%s). %s", reason,
-                     BLOB_EXPECTED);
-        else
-            snprintf(err, errsz, "ALLOWLIST_URL: invalid GitHub blob URL '%s' (%s). %s", url,
-                     reason, BLOB_EXPECTED);
-    }
-    return -1;
-}
 
 int allowlist_parse_blob_url(const char *url, char *owner_repo, size_t orsz, char *ref,
                              size_t refsz, char *path, size_t pathsz, char *err, size_t errsz)
 {
-    if (!url || !*url)
-        return url_error(err, errsz, url, "empty");
-    size_t ulen = strlen(url);
-    if (ulen > ALLOWLIST_URL_MAX)
-        return url_error(err, errsz, NULL, "longer than 2048 bytes");
-    const char *sep = strstr(url, "://");
-    if (!sep)
-        return url_error(err, errsz, url, "no scheme");
-    /* The host must be github.com, which is never a loopback host: http is never acceptable. */
-    if ((size_t)(sep - url) != 5 || strncasecmp(url, "https", 5) != 0)
-        return url_error(err, errsz, url, "the scheme must be https");
-    const char *host = sep + 3;
-    size_t hlen = strcspn(host, "/?#");
-    if (hlen != 10 || strncasecmp(host, "github.com", 10) != 0)
-        return url_error(err, errsz, url, "the host must be exactly github.com");
-    const char *p = host + hlen;
-    size_t plen = strcspn(p, "?#"); /* a query or fragment (?plain=1, #L10) is ignored */
-
-    /* Split the path on '/', ignoring leading and trailing slashes like upstream. */
-    const char *parts[64];
-    size_t lens[64], nparts = 0;
-    size_t i = 0;
-    while (i < plen && p[i] == '/')
-        i++;
-    size_t end = plen;
-    while (end > i && p[end - 1] == '/')
-        end--;
-    while (i < end) {
-        size_t j = i;
-        while (j < end && p[j] != '/')
-            j++;
-        if (j == i)
-            return url_error(err, errsz, url, "an empty path part");
-        if (nparts == sizeof(parts) / sizeof(parts[0]))
-            return url_error(err, errsz, url, "too many path parts");
-        parts[nparts] = p + i;
-        lens[nparts++] = j - i;
-        i = j + 1;
-    }
-    if (nparts < 5)
-        return url_error(err, errsz, url, "fewer than 5 path parts");
-    if (lens[2] != 4 || memcmp(parts[2], "blob", 4) != 0)
-        return url_error(err, errsz, url, "the third path part must be 'blob'");
-
-    /* owner/repo: GitHub syntax, never percent-encoded. */
-    if (!ids_owner_valid(parts[0], lens[0]) || !ids_repo_name_valid(parts[1], lens[1]))
-        return url_error(err, errsz, url, "not a valid owner/repo");
-
-    char or_buf[CRCR_REPO_NAME_MAX];
-    snprintf(or_buf, sizeof(or_buf), "%.*s/%.*s", (int)lens[0], parts[0], (int)lens[1], parts[1]);
-    char ref_buf[CRCR_REF_MAX + 1];
-    const char *why = decode_segment(parts[3], lens[3], ref_buf, sizeof(ref_buf), true);
-    if (why)
-        return url_error(err, errsz, url, why);
-
-    char path_buf[ALLOWLIST_PATH_MAX + 1];
-    size_t o = 0;
-    for (size_t k = 4; k < nparts; k++) {
-        char seg[ALLOWLIST_PATH_MAX + 1];
-        why = decode_segment(parts[k], lens[k], seg, sizeof(seg), false);
-        if (why)
-            return url_error(err, errsz, url, why);
-        if (strcmp(seg, ".") == 0 || strcmp(seg, "..") == 0)
-            return url_error(err, errsz, url, "'.' and '..' are not allowed in the path");
-        size_t sl = strlen(seg);
-        if (o + sl + 1 >= sizeof(path_buf))
-            return url_error(err, errsz, url, "the path is too long");
-        if (o)
-            path_buf[o++] = '/';
-        memcpy(path_buf + o, seg, sl);
-        o += sl;
-    }
-    path_buf[o] = '\0';
-
-    if (strlen(or_buf) >= orsz || strlen(ref_buf) >= refsz || o >= pathsz)
-        return url_error(err, errsz, url, "a part does not fit the caller's buffer");
-    memcpy(owner_repo, or_buf, strlen(or_buf) + 1);
-    memcpy(ref, ref_buf, strlen(ref_buf) + 1);
-    memcpy(path, path_buf, o + 1);
-    return 0;
+    return gh_blob_url_parse("ALLOWLIST_URL", url, owner_repo, orsz, ref, refsz, path, pathsz, err,
+                             errsz);
 }
 
 /* ---------------------------------------------------------------------------------------- */
 /* Life cycle. */
 
+/* The allowlist as a document kind. */
+DOC_KIND_DEFINE(ALLOWLIST_KIND, "allowlist", "ALLOWLIST_FILE", "ALLOWLIST_URL", "repos",
+                CRCR_ALLOWLIST_MAX_BYTES, allowlist, allowlist_parse, allowlist_ref, allowlist_free,
+                allowlist_count);
+
+/* "<kind>.<what>", the name of a log event, in `buf`. */
+static const char *event_name(const allowlist_source *src, const char *what, char *buf, size_t n)
+{
+    snprintf(buf, n, "%s.%s", src->kind->name, what);
+    return buf;
+}
+
+/* The log event "<kind>.<what>" of `src`, in a buffer living as long as the enclosing block. */
+#define EV(src, what) event_name((src), (what), (char[DOC_NAME_MAX]){0}, DOC_NAME_MAX)
+
 allowlist_source *allowlist_source_new(const crcr_config *cfg, gh_client *gh, char *err,
                                        size_t errsz)
 {
-    if (!cfg || (!cfg->allowlist_file && !cfg->allowlist_url)) {
-        snprintf(err, errsz, "ALLOWLIST_FILE or ALLOWLIST_URL: one of them is required");
+    return doc_source_new(&ALLOWLIST_KIND, cfg, cfg ? cfg->allowlist_file : NULL,
+                          cfg ? cfg->allowlist_url : NULL, gh, err, errsz);
+}
+
+/* Owner: the caller frees the source with allowlist_source_free(). */
+doc_source *doc_source_new(const doc_kind *kind, const crcr_config *cfg, const char *file,
+                           const char *url, gh_client *gh, char *err, size_t errsz)
+{
+    if (!kind || !cfg || (!file && !url)) {
+        snprintf(err, errsz, "%s or %s: one of them is required", kind ? kind->file_var : "FILE",
+                 kind ? kind->url_var : "URL");
+        return NULL;
+    }
+    if (strlen(kind->name) > DOC_KIND_NAME_MAX) {
+        snprintf(err, errsz, "%s: the kind's name is too long", kind->name);
         return NULL;
     }
     allowlist_source *src = calloc(1, sizeof(*src));
@@ -254,12 +160,17 @@ allowlist_source *allowlist_source_new(const crcr_config *cfg, gh_client *gh, ch
         snprintf(err, errsz, "out of memory");
         return NULL;
     }
+    src->kind = kind;
     src->cfg = cfg;
     src->gh = gh;
     src->ttl_ms = (cfg->allowlist_ttl_s > 0 ? cfg->allowlist_ttl_s : 900) * 1000;
-    if (cfg->allowlist_file) {
+    snprintf(src->copy_key, sizeof(src->copy_key), "%s:copy", kind->name);
+    snprintf(src->notice_key, sizeof(src->notice_key), "%s:notice", kind->name);
+    snprintf(src->copy_magic, sizeof(src->copy_magic), "crcr-%s-copy 1", kind->name);
+    src->copy_max = kind->max_bytes + ALLOWLIST_COPY_HEADER_MAX;
+    if (file) {
         src->is_file = true;
-        src->file = strdup(cfg->allowlist_file);
+        src->file = strdup(file);
         if (!src->file) {
             free(src);
             snprintf(err, errsz, "out of memory");
@@ -267,18 +178,18 @@ allowlist_source *allowlist_source_new(const crcr_config *cfg, gh_client *gh, ch
         }
         snprintf(src->st.source, sizeof(src->st.source), "file:%s", src->file);
     } else {
-        if (allowlist_parse_blob_url(cfg->allowlist_url, src->owner_repo, sizeof(src->owner_repo),
-                                     src->ref, sizeof(src->ref), src->path, sizeof(src->path), err,
-                                     errsz) != 0) {
+        if (gh_blob_url_parse(kind->url_var, url, src->owner_repo, sizeof(src->owner_repo),
+                              src->ref, sizeof(src->ref), src->path, sizeof(src->path), err,
+                              errsz) != 0) {
             free(src);
             return NULL;
         }
         if (!gh) {
             free(src);
-            snprintf(err, errsz, "ALLOWLIST_URL: needs a GitHub client");
+            snprintf(err, errsz, "%s: needs a GitHub client", kind->url_var);
             return NULL;
         }
-        snprintf(src->st.source, sizeof(src->st.source), "%s", cfg->allowlist_url);
+        snprintf(src->st.source, sizeof(src->st.source), "%s", url);
         snprintf(src->canon, sizeof(src->canon), "https://github.com/%s/blob/%s/%s",
                  src->owner_repo, src->ref, src->path);
     }
@@ -293,7 +204,8 @@ void allowlist_source_free(allowlist_source *src)
 {
     if (!src)
         return;
-    allowlist_free(src->current);
+    if (src->current)
+        src->kind->unref(src->current);
     free(src->file);
     free(src->text);
     pthread_mutex_destroy(&src->load_lock);
@@ -312,71 +224,6 @@ void allowlist_source_set_store(allowlist_source *src, store *st, const char *ow
 /* ---------------------------------------------------------------------------------------- */
 /* Fetching. */
 
-/* Appends s percent-encoded: RFC 3986 unreserved characters stay, and '/' too when keep_slash. */
-static crcr_err url_encode(buf_t *out, const char *s, bool keep_slash)
-{
-    static const char hex[] = "0123456789ABCDEF";
-    crcr_err rc = CRCR_OK;
-    for (; *s && !rc; s++) {
-        unsigned char ch = (unsigned char)*s;
-        bool plain = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-                     (ch >= '0' && ch <= '9') || ch == '-' || ch == '.' || ch == '_' || ch == '~' ||
-                     (keep_slash && ch == '/');
-        if (plain) {
-            rc = buf_putc(out, (char)ch);
-        } else {
-            char esc[3] = {'%', hex[ch >> 4], hex[ch & 15]};
-            rc = buf_append(out, esc, 3);
-        }
-    }
-    return rc;
-}
-
-/* Decodes base64 text with embedded line breaks into a new buffer (caller frees *out). */
-static crcr_err b64_decode(const char *in, size_t n, unsigned char **out, size_t *outlen)
-{
-    *out = NULL;
-    *outlen = 0;
-    char *clean = malloc(n + 1);
-    if (!clean)
-        return CRCR_E_NOMEM;
-    size_t c = 0;
-    for (size_t i = 0; i < n; i++) {
-        char ch = in[i];
-        if (ch == '\n' || ch == '\r' || ch == ' ' || ch == '\t')
-            continue;
-        bool ok = (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') ||
-                  (ch >= '0' && ch <= '9') || ch == '+' || ch == '/' || ch == '=';
-        /* '=' only as the last one or two characters. */
-        if (!ok || (c && clean[c - 1] == '=' && ch != '=')) {
-            free(clean);
-            return CRCR_E_INVALID;
-        }
-        clean[c++] = ch;
-    }
-    size_t pad = 0;
-    while (pad < c && pad < 3 && clean[c - 1 - pad] == '=')
-        pad++;
-    if (c % 4 != 0 || pad > 2 || c > CRCR_GH_RESPONSE_MAX) {
-        free(clean);
-        return CRCR_E_INVALID;
-    }
-    unsigned char *dst = malloc(c / 4 * 3 + 1);
-    if (!dst) {
-        free(clean);
-        return CRCR_E_NOMEM;
-    }
-    int got = c ? EVP_DecodeBlock(dst, (const unsigned char *)clean, (int)c) : 0;
-    free(clean);
-    if (got < 0 || (size_t)got < pad) {
-        free(dst);
-        return CRCR_E_INVALID;
-    }
-    *out = dst;
-    *outlen = (size_t)got - pad;
-    return CRCR_OK;
-}
-
 /* The outcome of one fetch. */
 typedef enum { FETCH_NEW, FETCH_UNCHANGED, FETCH_FAILED } fetch_result;
 
@@ -385,7 +232,7 @@ static fetch_result fetch_file(allowlist_source *src, buf_t *text, crcr_err *rc,
                                size_t whysz)
 {
     /* One byte over the limit, so that the parser reports an oversize file. */
-    *rc = buf_read_file(src->file, CRCR_ALLOWLIST_MAX_BYTES + 1u, text);
+    *rc = buf_read_file(src->file, src->kind->max_bytes + 1u, text);
     if (*rc) {
         snprintf(why, whysz, "%s: cannot read: %s", src->file,
                  *rc == CRCR_E_IO ? strerror(errno) : crcr_strerror(*rc));
@@ -394,110 +241,22 @@ static fetch_result fetch_file(allowlist_source *src, buf_t *text, crcr_err *rc,
     return FETCH_NEW;
 }
 
-/* Extracts and decodes the file from a contents API answer. */
-static fetch_result contents_answer(const gh_resp *r, buf_t *text, crcr_err *rc, char *why,
-                                    size_t whysz)
-{
-    char jerr[128] = "";
-    jv *doc = jv_parse(r->body.data ? r->body.data : "", r->body.len, jerr, sizeof(jerr));
-    fetch_result res = FETCH_FAILED;
-    *rc = CRCR_E_INVALID;
-    if (!doc) {
-        snprintf(why, whysz, "contents API: invalid JSON (%s)", jerr);
-    } else if (jv_is_arr(doc)) {
-        snprintf(why, whysz, "contents API: the path is a directory, not a file");
-    } else if (!jv_is_obj(doc)) {
-        snprintf(why, whysz, "contents API: expected a JSON object");
-    } else {
-        const char *type = jv_path_str(doc, "type");
-        const char *enc = jv_path_str(doc, "encoding");
-        jv *content = jv_get(doc, "content");
-        if (type && strcmp(type, "file") != 0) {
-            snprintf(why, whysz, "contents API: the path is a %.32s, not a file", type);
-        } else if (enc && strcmp(enc, "none") == 0) {
-            *rc = CRCR_E_TOO_LARGE;
-            snprintf(why, whysz, "contents API: the file is too large to be served inline");
-        } else if (!enc || strcmp(enc, "base64") != 0 || !jv_is_str(content)) {
-            snprintf(why, whysz, "contents API: expected base64 content");
-        } else {
-            unsigned char *bytes;
-            size_t n;
-            *rc = b64_decode(jv_str(content), jv_str_len(content), &bytes, &n);
-            if (*rc) {
-                snprintf(why, whysz, "contents API: %s",
-                         *rc == CRCR_E_INVALID ? "invalid base64 content" : crcr_strerror(*rc));
-            } else {
-                if (n > CRCR_ALLOWLIST_MAX_BYTES)
-                    n = CRCR_ALLOWLIST_MAX_BYTES + 1u; /* the parser reports the size */
-                *rc = buf_append(text, bytes, n);
-                free(bytes);
-                if (*rc)
-                    snprintf(why, whysz, "contents API: %s", crcr_strerror(*rc));
-                else
-                    res = FETCH_NEW;
-            }
-        }
-    }
-    jv_free(doc);
-    return res;
-}
-
-/* Downloads the file through the contents API; `etag` receives the answer's ETag. */
+/* Downloads the file through the contents API (gh_contents.h); `etag` receives the answer's
+ * ETag. */
 static fetch_result fetch_url(allowlist_source *src, buf_t *text, char *etag, size_t etagsz,
                               crcr_err *rc, char *why, size_t whysz)
 {
-    buf_t path;
-    buf_init(&path, CRCR_MAX_PATH * 4);
-    *rc = buf_printf(&path, "/repos/%s/contents/", src->owner_repo);
-    if (!*rc)
-        *rc = url_encode(&path, src->path, true);
-    if (!*rc)
-        *rc = buf_puts(&path, "?ref=");
-    if (!*rc)
-        *rc = url_encode(&path, src->ref, false);
-    if (*rc) {
-        snprintf(why, whysz, "contents API: %s", crcr_strerror(*rc));
-        buf_free(&path);
-        return FETCH_FAILED;
-    }
-    char inm[sizeof(src->etag) + 32];
-    const char *headers[2] = {NULL, NULL};
-    if (src->etag[0]) {
-        snprintf(inm, sizeof(inm), "If-None-Match: %s", src->etag);
-        headers[0] = inm;
-    }
-
-    gh_resp r;
-    gh_resp_init(&r);
-    gh_auth auth = src->cfg->dry_run ? GH_AUTH_NONE : GH_AUTH_INSTALLATION;
-    *rc = gh_request(src->gh, auth, src->owner_repo, "GET", buf_cstr(&path), headers, NULL, 0, &r);
-    if (*rc == CRCR_E_HTTP && auth != GH_AUTH_NONE) {
-        /* The App cannot get a token for the allowlist's repo (not installed there?). The file
-         * is public upstream, so an anonymous read still keeps the relay up to date. */
-        LOG_WARN("allowlist.auth_fallback", "repo", src->owner_repo, "error", r.error, NULL);
-        gh_resp_free(&r);
-        gh_resp_init(&r);
-        *rc = gh_request(src->gh, GH_AUTH_NONE, src->owner_repo, "GET", buf_cstr(&path), headers,
-                         NULL, 0, &r);
-    }
-    buf_free(&path);
-
-    fetch_result res = FETCH_FAILED;
-    if (*rc) {
-        snprintf(why, whysz, "contents API: %s%s%s", crcr_strerror(*rc), r.error[0] ? ": " : "",
-                 r.error);
-    } else if (r.status == 304) {
-        res = FETCH_UNCHANGED;
-    } else if (r.status == 200) {
-        res = contents_answer(&r, text, rc, why, whysz);
-        snprintf(etag, etagsz, "%s", r.etag);
-    } else {
-        *rc = CRCR_E_HTTP;
-        snprintf(why, whysz, "contents API: HTTP %ld%s%s", r.status, r.error[0] ? ": " : "",
-                 r.error);
-    }
-    gh_resp_free(&r);
-    return res;
+    gh_contents_req q = {.gh = src->gh,
+                         .anonymous = src->cfg->dry_run,
+                         .owner_repo = src->owner_repo,
+                         .ref = src->ref,
+                         .path = src->path,
+                         .if_none_match = src->etag,
+                         .max = src->kind->max_bytes,
+                         .fallback_event = EV(src, "auth_fallback")};
+    gh_contents_result r = gh_contents_fetch(&q, text, etag, etagsz, rc, why, whysz);
+    return r == GH_CONTENTS_NEW ? FETCH_NEW
+                                : (r == GH_CONTENTS_UNCHANGED ? FETCH_UNCHANGED : FETCH_FAILED);
 }
 
 /* Copies as much of `s` as fits, never cutting a UTF-8 character in two (the text ends up in
@@ -572,10 +331,10 @@ static bool text_hash(const char *p, size_t n, unsigned char out[ALLOWLIST_HASH_
 typedef struct attempt {
     const char *from; /* "file", "github", "shared_copy" (logs and status) */
     crcr_err rc;
-    char why[1024];   /* the failure, when rc != CRCR_OK */
-    allowlist *fresh; /* a new list to put in force (owned until finish), or NULL when
-                         the one in force was confirmed unchanged */
-    char *text;       /* owned until finish: fresh's text (kept with a store) */
+    char why[1024]; /* the failure, when rc != CRCR_OK */
+    void *fresh;    /* a new document to put in force (owned until finish), or NULL when
+                       the one in force was confirmed unchanged */
+    char *text;     /* owned until finish: fresh's text (kept with a store) */
     size_t text_len;
     unsigned char hash[ALLOWLIST_HASH_LEN];
     bool have_hash;
@@ -597,7 +356,7 @@ static void attempt_parse(allowlist_source *src, attempt *a, const char *where, 
 {
     buf_t errors;
     buf_init(&errors, ALLOWLIST_ERRORS_MAX);
-    a->rc = allowlist_parse(text, len, &a->fresh, &errors);
+    a->rc = src->kind->parse(text, len, &a->fresh, &errors);
     if (a->rc)
         parse_problem(where, &errors, a->rc, a->why, sizeof(a->why));
     buf_free(&errors);
@@ -606,7 +365,7 @@ static void attempt_parse(allowlist_source *src, attempt *a, const char *where, 
     a->have_hash = text_hash(text, len, a->hash);
     a->text = malloc(len + 1);
     if (!a->text) {
-        allowlist_free(a->fresh);
+        src->kind->unref(a->fresh);
         a->fresh = NULL;
         a->rc = CRCR_E_NOMEM;
         snprintf(a->why, sizeof(a->why), "%s", crcr_strerror(a->rc));
@@ -621,7 +380,7 @@ static void attempt_parse(allowlist_source *src, attempt *a, const char *where, 
 static void attempt_fetch(allowlist_source *src, attempt *a)
 {
     buf_t text;
-    buf_init(&text, CRCR_ALLOWLIST_MAX_BYTES + 1u);
+    buf_init(&text, src->kind->max_bytes + 1u);
     fetch_result res = src->is_file ? fetch_file(src, &text, &a->rc, a->why, sizeof(a->why))
                                     : fetch_url(src, &text, a->etag, sizeof(a->etag), &a->rc,
                                                 a->why, sizeof(a->why));
@@ -631,7 +390,8 @@ static void attempt_fetch(allowlist_source *src, attempt *a)
     if (res == FETCH_UNCHANGED && !src->current) {
         /* Cannot happen (the ETag is only kept with a loaded list); refuse rather than trust. */
         a->rc = CRCR_E_STATE;
-        snprintf(a->why, sizeof(a->why), "contents API: 304 without an allowlist in force");
+        snprintf(a->why, sizeof(a->why), "contents API: 304 without a %s in force",
+                 src->kind->name);
     }
 }
 
@@ -660,7 +420,7 @@ static crcr_err attempt_finish(allowlist_source *src, attempt *a, int64_t now, c
 {
     refuse_emptying(src, a);
     bool failed = a->rc != CRCR_OK;
-    allowlist *old = NULL;
+    void *old = NULL;
     pthread_mutex_lock(&src->lock);
     src->st.last_attempt = now;
     if (failed) {
@@ -673,22 +433,22 @@ static crcr_err attempt_finish(allowlist_source *src, attempt *a, int64_t now, c
             old = src->current;
             src->current = a->fresh;
             src->st.loaded = true;
-            src->st.repos = allowlist_count(a->fresh);
+            src->st.repos = src->kind->count(a->fresh);
             snprintf(src->st.origin, sizeof(src->st.origin), "%s", a->from);
         }
     }
     bool kept = src->current != NULL;
     size_t repos = src->st.repos;
     pthread_mutex_unlock(&src->lock);
-    allowlist_free(old); /* readers holding it keep their own reference */
+    if (old)
+        src->kind->unref(old); /* readers holding it keep their own reference */
 
     char nrepos[24];
     snprintf(nrepos, sizeof(nrepos), "%zu", repos);
     if (failed) {
         log_kv(kept ? CRCR_LOG_WARN : CRCR_LOG_ERROR,
-               kept ? "allowlist.refresh_failed" : "allowlist.load_failed", "source",
-               src->st.source, "from", a->from, "error", a->why, "kept", kept ? "previous" : "none",
-               NULL);
+               EV(src, kept ? "refresh_failed" : "load_failed"), "source", src->st.source, "from",
+               a->from, "error", a->why, "kept", kept ? "previous" : "none", NULL);
         if (err && errsz)
             copy_text(err, errsz, a->why);
         free(a->text);
@@ -705,11 +465,11 @@ static crcr_err attempt_finish(allowlist_source *src, attempt *a, int64_t now, c
             free(a->text);
         }
         if (a->fresh)
-            log_kv(CRCR_LOG_INFO, "allowlist.loaded", "source", src->st.source, "from", a->from,
-                   "repos", nrepos, NULL);
+            log_kv(CRCR_LOG_INFO, EV(src, "loaded"), "source", src->st.source, "from", a->from,
+                   src->kind->count_name, nrepos, NULL);
         else
-            log_kv(CRCR_LOG_DEBUG, "allowlist.unchanged", "source", src->st.source, "from", a->from,
-                   "repos", nrepos, NULL);
+            log_kv(CRCR_LOG_DEBUG, EV(src, "unchanged"), "source", src->st.source, "from", a->from,
+                   src->kind->count_name, nrepos, NULL);
     }
     a->text = NULL;
     a->fresh = NULL;
@@ -728,16 +488,16 @@ static void copy_write(allowlist_source *src, int64_t fetched_at)
         if ((unsigned char)*q < 0x20 || *q == 0x7f)
             etag = "";
     buf_t v;
-    buf_init(&v, ALLOWLIST_COPY_MAX);
+    buf_init(&v, src->copy_max);
     crcr_err rc = buf_printf(&v, "%s\nurl: %s\netag: %s\nfetched_at: %" PRId64 "\n\n",
-                             ALLOWLIST_COPY_MAGIC, src->canon, etag, fetched_at);
+                             src->copy_magic, src->canon, etag, fetched_at);
     if (!rc)
         rc = buf_append(&v, src->text, src->text_len);
     if (!rc)
-        rc = store_kv_put(src->shared, ALLOWLIST_COPY_KEY, v.data, v.len, 0);
+        rc = store_kv_put(src->shared, src->copy_key, v.data, v.len, 0);
     buf_free(&v);
     if (rc)
-        LOG_WARN("allowlist.share_failed", "source", src->st.source, "error", crcr_strerror(rc),
+        LOG_WARN(EV(src, "share_failed"), "source", src->st.source, "error", crcr_strerror(rc),
                  NULL);
 }
 
@@ -773,12 +533,12 @@ static copy_state copy_read(allowlist_source *src, int64_t now, shared_copy *c, 
                             size_t whysz)
 {
     memset(c, 0, sizeof(*c));
-    buf_init(&c->raw, ALLOWLIST_COPY_MAX);
-    crcr_err rc = store_kv_get(src->shared, ALLOWLIST_COPY_KEY, &c->raw, now);
+    buf_init(&c->raw, src->copy_max);
+    crcr_err rc = store_kv_get(src->shared, src->copy_key, &c->raw, now);
     if (rc == CRCR_E_NOT_FOUND)
         return COPY_NONE;
     if (rc == CRCR_E_TOO_LARGE) {
-        snprintf(why, whysz, "shared copy: larger than %u bytes", ALLOWLIST_COPY_MAX);
+        snprintf(why, whysz, "shared copy: larger than %zu bytes", src->copy_max);
         return COPY_BAD;
     }
     if (rc) {
@@ -798,8 +558,7 @@ static copy_state copy_read(allowlist_source *src, int64_t now, shared_copy *c, 
         if (memchr(line, '\0', len))
             break;
         if (!magic) {
-            magic =
-                len == strlen(ALLOWLIST_COPY_MAGIC) && memcmp(line, ALLOWLIST_COPY_MAGIC, len) == 0;
+            magic = len == strlen(src->copy_magic) && memcmp(line, src->copy_magic, len) == 0;
             if (!magic)
                 break;
         } else if (len == 0) {
@@ -851,11 +610,33 @@ static void attempt_copy(allowlist_source *src, attempt *a, const shared_copy *c
         snprintf(a->etag, sizeof(a->etag), "%s", c->etag);
         return;
     }
-    char where[ALLOWLIST_PATH_MAX + 32];
+    char where[GH_BLOB_PATH_MAX + 32];
     snprintf(where, sizeof(where), "shared copy of %s", src->path);
     attempt_parse(src, a, where, c->text, c->text_len);
     if (a->fresh)
         snprintf(a->etag, sizeof(a->etag), "%s", c->etag);
+}
+
+/* Tells the other instances that a reload wrote the copy (kv "<kind>:notice" = its time). */
+static void notice_write(allowlist_source *src, int64_t now)
+{
+    char v[24];
+    int n = snprintf(v, sizeof(v), "%" PRId64, now);
+    if (store_kv_put(src->shared, src->notice_key, v, (size_t)n, 0) != CRCR_OK)
+        LOG_WARN(EV(src, "notice_failed"), "source", src->st.source, NULL);
+    src->notice_seen = now;
+}
+
+/* Another instance's reload notice newer than what this one acted on (or 0). */
+static int64_t notice_read(allowlist_source *src, int64_t now)
+{
+    buf_t v;
+    buf_init(&v, 32);
+    int64_t at = 0;
+    if (store_kv_get(src->shared, src->notice_key, &v, now) == CRCR_OK && v.len)
+        at = strtoll(buf_cstr(&v), NULL, 10);
+    buf_free(&v);
+    return at > src->notice_seen ? at : 0;
 }
 
 /* Fetches for itself (file, GitHub); writes the copy when `share` and the list was fetched or
@@ -878,10 +659,14 @@ static crcr_err load_locked(allowlist_source *src, int64_t now, char *err, size_
     bool reload = atomic_exchange(&src->reload_requested, 0) != 0;
     if (src->is_file || !src->shared)
         return load_direct(src, now, false, err, errsz);
-    if (reload) /* whoever holds the lease: the operator wants it now, here */
-        return load_direct(src, now, true, err, errsz);
+    if (reload) { /* whoever holds the lease: a SIGHUP or a push wants it now, here */
+        crcr_err rc = load_direct(src, now, true, err, errsz);
+        if (!rc)
+            notice_write(src, now); /* the others follow the copy at their next look */
+        return rc;
+    }
     bool held = false;
-    if (store_lease(src->shared, ALLOWLIST_LEASE_NAME, src->owner, now,
+    if (store_lease(src->shared, src->kind->name, src->owner, now,
                     ALLOWLIST_LEASE_TTLS * src->ttl_ms, &held) != CRCR_OK)
         return load_direct(src, now, false, err, errsz); /* the store is down: as alone */
     if (held)
@@ -895,7 +680,7 @@ static crcr_err load_locked(allowlist_source *src, int64_t now, char *err, size_
         rc = load_direct(src, now, false, err, errsz);
         break;
     case COPY_NONE:
-        LOG_DEBUG("allowlist.no_copy", "source", src->st.source, NULL);
+        LOG_DEBUG(EV(src, "no_copy"), "source", src->st.source, NULL);
         rc = load_direct(src, now, true, err, errsz);
         break;
     case COPY_BAD: {
@@ -912,7 +697,7 @@ static crcr_err load_locked(allowlist_source *src, int64_t now, char *err, size_
         if (copy_age(&c, now) > ALLOWLIST_STALE_TTLS * src->ttl_ms) {
             char age[24];
             snprintf(age, sizeof(age), "%" PRId64, copy_age(&c, now) / 1000);
-            LOG_WARN("allowlist.copy_stale", "source", src->st.source, "age_s", age, NULL);
+            LOG_WARN(EV(src, "copy_stale"), "source", src->st.source, "age_s", age, NULL);
             rc = load_direct(src, now, true, err, errsz);
         } else {
             attempt a;
@@ -951,7 +736,7 @@ static crcr_err load_start_locked(allowlist_source *src, int64_t now, char *err,
     }
     if (cs != COPY_STORE_DOWN) {
         bool held = false; /* the first instance up leads; it fetches below in any case */
-        (void)store_lease(src->shared, ALLOWLIST_LEASE_NAME, src->owner, now,
+        (void)store_lease(src->shared, src->kind->name, src->owner, now,
                           ALLOWLIST_LEASE_TTLS * src->ttl_ms, &held);
     }
     char fetch_err[256] = "";
@@ -963,7 +748,7 @@ static crcr_err load_start_locked(allowlist_source *src, int64_t now, char *err,
         if (attempt_finish(src, &a, now, NULL, 0) == CRCR_OK) {
             char age[24];
             snprintf(age, sizeof(age), "%" PRId64, copy_age(&c, now) / 1000);
-            LOG_WARN("allowlist.stale_copy", "source", src->st.source, "age_s", age, "error",
+            LOG_WARN(EV(src, "stale_copy"), "source", src->st.source, "age_s", age, "error",
                      fetch_err, NULL);
             pthread_mutex_lock(&src->lock);
             char note[sizeof(src->st.last_error)];
@@ -983,15 +768,37 @@ static crcr_err load_start_locked(allowlist_source *src, int64_t now, char *err,
 crcr_err allowlist_source_load(allowlist_source *src, char *err, size_t errsz)
 {
     pthread_mutex_lock(&src->load_lock);
+    if (!src->is_file && src->shared) /* what start-up loads is at least as new */
+        src->notice_seen = notice_read(src, clock_now_ms());
     crcr_err rc = load_start_locked(src, clock_now_ms(), err, errsz);
     pthread_mutex_unlock(&src->load_lock);
     return rc;
+}
+
+/* An instance sharing a copy: another instance's reload notice makes the copy due now. Caller
+ * holds load_lock. */
+static void notice_poll(allowlist_source *src, int64_t now_ms)
+{
+    if (src->is_file || !src->shared || now_ms < src->notice_next)
+        return;
+    src->notice_next = now_ms + DOC_NOTICE_POLL_MS;
+    int64_t at = notice_read(src, now_ms);
+    if (!at)
+        return;
+    src->notice_seen = at;
+    atomic_store(&src->next_due, now_ms);
+    LOG_INFO(EV(src, "notice"), "source", src->st.source, NULL);
 }
 
 void allowlist_source_tick(allowlist_source *src, int64_t now_ms)
 {
     if (!src)
         return;
+    if (!src->is_file && src->shared && now_ms >= src->notice_next &&
+        pthread_mutex_trylock(&src->load_lock) == 0) {
+        notice_poll(src, now_ms);
+        pthread_mutex_unlock(&src->load_lock);
+    }
     if (!atomic_load(&src->reload_requested) && now_ms < atomic_load(&src->next_due))
         return;
     /* Another thread already loading will do; its result is as fresh as ours would be. */
@@ -1001,20 +808,38 @@ void allowlist_source_tick(allowlist_source *src, int64_t now_ms)
     pthread_mutex_unlock(&src->load_lock);
 }
 
+bool allowlist_source_watches(const allowlist_source *src, const char *repo, const char *ref,
+                              const char *const *paths, size_t n)
+{
+    if (!src || src->is_file || !repo || !ref || strncmp(ref, "refs/heads/", 11) != 0 ||
+        strcasecmp(repo, src->owner_repo) != 0 || strcmp(ref + 11, src->ref) != 0)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        if (paths[i] && strcmp(paths[i], src->path) == 0)
+            return true;
+    }
+    return false;
+}
+
 void allowlist_source_reload(allowlist_source *src)
 {
     if (src)
         atomic_store(&src->reload_requested, 1);
 }
 
-allowlist *allowlist_source_get(allowlist_source *src)
+void *doc_source_get(doc_source *src)
 {
     if (!src)
         return NULL;
     pthread_mutex_lock(&src->lock);
-    allowlist *al = allowlist_ref(src->current);
+    void *doc = src->current ? src->kind->ref(src->current) : NULL;
     pthread_mutex_unlock(&src->lock);
-    return al;
+    return doc;
+}
+
+allowlist *allowlist_source_get(allowlist_source *src)
+{
+    return src && src->kind == &ALLOWLIST_KIND ? doc_source_get(src) : NULL;
 }
 
 void allowlist_source_status(allowlist_source *src, allowlist_status *out)

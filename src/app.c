@@ -2,7 +2,7 @@
  * app.c - `crcr serve`: start-up, the main loop (signals, allowlist refresh, retention) and an
  * orderly shutdown. SIGTERM/SIGINT: stop accepting, let in-flight requests finish, let outbox
  * workers finish the row they hold (others stay queued), close the store, exit 0. SIGHUP: reload
- * the allowlist.
+ * the allowlist and the CI providers map.
  */
 #include "app.h"
 
@@ -19,6 +19,7 @@
 #include "json.h"
 #include "log.h"
 #include "callback.h"
+#include "ci_providers.h"
 #include "hud.h"
 #include "ops.h"
 #include "sweeper.h"
@@ -48,6 +49,18 @@ static void health_handle(void *ctx, const http_request *req, http_response *res
     http_resp_json(resp, 200, "{\"ok\":true}");
 }
 
+/* Appends ,"<name>":loaded,"<name>_source":"...","<name>_error":"..."|null for /readyz. */
+static void source_fields(buf_t *b, const char *name, const allowlist_status *s)
+{
+    buf_printf(b, ",\"%s\":%s,\"%s_source\":", name, s->loaded ? "true" : "false", name);
+    jv_quote(b, s->source, strlen(s->source));
+    buf_printf(b, ",\"%s_error\":", name);
+    if (s->last_error[0])
+        jv_quote(b, s->last_error, strlen(s->last_error));
+    else
+        buf_puts(b, "null");
+}
+
 static void ready_handle(void *ctx, const http_request *req, http_response *resp)
 {
     crcr_app *app = ctx;
@@ -57,14 +70,14 @@ static void ready_handle(void *ctx, const http_request *req, http_response *resp
     bool ok = store_ok && as.loaded;
     buf_t b;
     buf_init(&b, 4096);
-    buf_printf(&b, "{\"ok\":%s,\"store\":%s,\"allowlist\":%s,\"allowlist_source\":",
-               ok ? "true" : "false", store_ok ? "true" : "false", as.loaded ? "true" : "false");
-    jv_quote(&b, as.source, strlen(as.source));
-    buf_puts(&b, ",\"allowlist_error\":");
-    if (as.last_error[0])
-        jv_quote(&b, as.last_error, strlen(as.last_error));
-    else
-        buf_puts(&b, "null");
+    buf_printf(&b, "{\"ok\":%s,\"store\":%s", ok ? "true" : "false", store_ok ? "true" : "false");
+    source_fields(&b, "allowlist", &as);
+    if (app->providers) {
+        /* Only Buildkite callbacks need the map: reported, never a reason to be unready. */
+        allowlist_status ps;
+        allowlist_source_status(app->providers, &ps);
+        source_fields(&b, "ci_providers", &ps);
+    }
     buf_printf(&b, ",\"dry_run\":%s}", app->cfg.dry_run ? "true" : "false");
     http_resp_json(resp, ok ? 200 : 503, buf_cstr(&b));
     buf_free(&b);
@@ -98,6 +111,24 @@ static long store_pool_size(const crcr_config *cfg)
     return n > APP_STORE_POOL_MAX ? APP_STORE_POOL_MAX : n;
 }
 
+/* Shares a document source through the store and loads it. A file source (`file_var` names its
+ * variable) that does not load stops the start (false, printed); a URL source that does not is
+ * logged as `unavailable_event` and refreshed later. */
+static bool source_start(doc_source *src, store *st, const char *owner, const char *file_var,
+                         const char *unavailable_event)
+{
+    char err[512] = "";
+    allowlist_source_set_store(src, st, owner);
+    if (allowlist_source_load(src, err, sizeof(err)) == CRCR_OK)
+        return true;
+    if (file_var) {
+        fprintf(stderr, "crcr: %s: %s\n", file_var, err);
+        return false;
+    }
+    LOG_ERROR(unavailable_event, "error", err, NULL);
+    return true;
+}
+
 /* Frees whatever part of the app was built; safe on a partly started app. */
 static void app_teardown(crcr_app *app)
 {
@@ -107,6 +138,8 @@ static void app_teardown(crcr_app *app)
     app->ob = NULL;
     allowlist_source_free(app->allow);
     app->allow = NULL;
+    allowlist_source_free(app->providers);
+    app->providers = NULL;
     oidc_free(app->oidc);
     app->oidc = NULL;
     gh_client_free(app->gh);
@@ -194,22 +227,34 @@ int app_serve_main(int argc, char **argv)
     char owner[128], host[64] = "host";
     gethostname(host, sizeof(host) - 1);
     snprintf(owner, sizeof(owner), "%s:%ld", host, (long)getpid());
-    allowlist_source_set_store(app->allow, app->st, owner);
-    if (allowlist_source_load(app->allow, err, sizeof(err)) != CRCR_OK) {
-        if (app->cfg.allowlist_file) {
-            fprintf(stderr, "crcr: ALLOWLIST_FILE: %s\n", err);
-            rc = 2;
-            goto out;
-        }
-        LOG_ERROR("allowlist.unavailable", "error", err, NULL);
+    if (!source_start(app->allow, app->st, owner, app->cfg.allowlist_file ? "ALLOWLIST_FILE" : NULL,
+                      "allowlist.unavailable")) {
+        rc = 2;
+        goto out;
     }
-    app->oidc = oidc_new((const char *const *)app->cfg.oidc_issuers, app->cfg.n_oidc_issuers,
-                         app->cfg.oidc_audience, err, sizeof(err));
+    app->providers = ci_providers_source_new(&app->cfg, app->gh, err, sizeof(err));
+    if (!app->providers && err[0]) {
+        fprintf(stderr, "crcr: %s\n", err);
+        rc = 2;
+        goto out;
+    }
+    if (app->providers && !source_start(app->providers, app->st, owner,
+                                        app->cfg.ci_providers_file ? "CI_PROVIDERS_FILE" : NULL,
+                                        "ci_providers.unavailable")) {
+        rc = 2;
+        goto out;
+    }
+    app->oidc =
+        oidc_new_kinds((const char *const *)app->cfg.oidc_issuers, app->cfg.oidc_issuer_kinds,
+                       app->cfg.n_oidc_issuers, app->cfg.oidc_audience, err, sizeof(err));
     if (!app->oidc) {
         fprintf(stderr, "crcr: CRCR_OIDC_ISSUERS: %s\n", err);
         rc = 2;
         goto out;
     }
+    /* Buildkite tokens name no repository: the map does (none mapped without a map). */
+    oidc_set_resolver(app->oidc, CRCR_ISSUER_BUILDKITE, ci_providers_resolve_buildkite,
+                      app->providers);
     app->ob = outbox_start(&app->cfg, app->st, app->cfg.dry_run ? NULL : app->gh, app->allow, err,
                            sizeof(err));
     if (!app->ob) {
@@ -283,8 +328,10 @@ int app_serve_main(int argc, char **argv)
             g_reload = 0;
             LOG_INFO("allowlist.reload_requested", "signal", "SIGHUP", NULL);
             allowlist_source_reload(app->allow);
+            allowlist_source_reload(app->providers);
         }
         allowlist_source_tick(app->allow, clock_now_ms());
+        allowlist_source_tick(app->providers, clock_now_ms());
         if (clock_mono_ms() >= next_sweep) {
             sweeper_result sr;
             sweeper_deps deps = {app->st, app->allow, app->ob, &app->cfg};

@@ -24,6 +24,7 @@ typedef struct crcr_app {
     store *st;
     gh_client *gh; /* NULL in dry-run: no App credentials */
     allowlist_source *allow;
+    doc_source *providers; /* the CI providers map (ci_providers.h); NULL when not configured */
     outbox *ob;
     oidc_verifier *oidc;
     http_server *http;

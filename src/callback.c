@@ -168,6 +168,9 @@ bool callback_parse(const jv *body, cb_fields *f, char *detail, size_t dsz)
     f->artifact_url = jv_path_str(wf, "artifact_url");
     if (f->artifact_url && strlen(f->artifact_url) > CALLBACK_URL_MAX)
         f->artifact_url = NULL;
+    f->details_url = jv_path_str(wf, "url");
+    if (f->details_url && strlen(f->details_url) > CALLBACK_URL_MAX)
+        f->details_url = NULL;
     const jv *tr = jv_get(wf, "test_results");
     if (jv_is_obj(tr)) {
         int_like(jv_get(tr, "passed"), &f->passed);
@@ -197,7 +200,9 @@ jv *callback_body_parse(const char *text, size_t len)
 /* Everything the side-effect builder needs, and the memory of the bodies it builds. */
 typedef struct effects_ctx {
     crcr_app *app;
+    const allowlist *al; /* the on-calls of the repo */
     const char *repo;
+    const char *details_url; /* of the run: its check run links there */
     crcr_level level;
     const cb_fields *f;
     bool check_run;
@@ -205,6 +210,7 @@ typedef struct effects_ctx {
     size_t raw_len;
     const store_run_key *key;
     run_effect_bodies bodies;
+    size_t n_jobs; /* how many the transition queued */
 } effects_ctx;
 
 static crcr_err build_effects(void *vctx, const store_run_result *res, store_new_job *jobs,
@@ -220,10 +226,14 @@ static crcr_err build_effects(void *vctx, const store_run_result *res, store_new
         .conclusion = c->f->conclusion,
         .run_id = c->f->run_id,
         .pr_number = c->f->pr_number,
+        .details_url = c->details_url,
     };
-    run_effects_env env = {c->app->st, &c->app->cfg};
-    return run_effects_build(&env, c->check_run ? &r : NULL, c->key, c->level, res->queue_ms,
-                             res->exec_ms, c->raw_body, c->raw_len, &c->bodies, jobs, max, n);
+    run_effects_env env = {c->app->st, &c->app->cfg, c->al};
+    crcr_err err =
+        run_effects_build(&env, c->check_run ? &r : NULL, c->key, c->level, res->queue_ms,
+                          res->exec_ms, c->raw_body, c->raw_len, &c->bodies, jobs, max, n);
+    c->n_jobs = err ? 0 : *n;
+    return err;
 }
 
 /* Refuses an authenticated callback and remembers it for the repo's level health. */
@@ -260,7 +270,8 @@ bool callback_guard(void *ctx, const http_request *req, http_response *resp)
 typedef struct cb_request {
     crcr_app *app;
     const http_request *req;
-    const char *repo; /* OIDC-verified */
+    const char *repo;      /* OIDC-verified */
+    crcr_issuer_kind kind; /* of the token's issuer */
     crcr_level level;
     cb_fields f;
     bool nightly;
@@ -353,9 +364,13 @@ static void pin_mismatch_log(void *ctx, const store_identity_row *row)
 
 /* Step 3b (issue 12): the first callback of a repository pins its immutable GitHub ids; a later
  * token with the same name and other ids (a deleted and re-created repository, a released and
- * re-claimed organisation name) is refused until an operator resets the pin. */
+ * re-claimed organisation name) is refused until an operator resets the pin. Only GitHub tokens
+ * take part: a Buildkite token carries no GitHub ids (it would read as another identity), and its
+ * identity is the immutable organization/pipeline UUID pair the CI providers map names. */
 static void check_identity(cb_request *c, const oidc_identity *id)
 {
+    if (id->kind != CRCR_ISSUER_GITHUB)
+        return;
     store_pin_outcome pin = STORE_PIN_NONE;
     crcr_err e = store_identity_pin(c->app->st, c->repo, id->repository_id, id->repository_owner_id,
                                     clock_now_ms(), &pin, pin_mismatch_log, (void *)id);
@@ -441,6 +456,18 @@ static bool hit_and_refuse(cb_request *c, http_response *resp)
     return true;
 }
 
+/* `url` when it is a https://buildkite.com/ page (printable ASCII, no blanks), else NULL. */
+static const char *buildkite_url(const char *url)
+{
+    static const char prefix[] = "https://buildkite.com/";
+    if (!url || strncmp(url, prefix, sizeof(prefix) - 1) != 0 || !url[sizeof(prefix) - 1])
+        return NULL;
+    for (const char *p = url; *p; p++)
+        if ((unsigned char)*p <= 0x20 || (unsigned char)*p >= 0x7f)
+            return NULL;
+    return url;
+}
+
 /* Steps 9-10: the atomic transition with its side effects, and the answer. */
 static void apply_transition(cb_request *c, http_response *resp, const allowlist *al,
                              bool hit_in_apply)
@@ -450,12 +477,13 @@ static void apply_transition(cb_request *c, http_response *resp, const allowlist
     const char *head_sha =
         c->nightly ? NULL : (c->dispatch.head_sha[0] ? c->dispatch.head_sha : NULL);
     int64_t pr_number = c->nightly ? 0 : c->dispatch.pr_number;
-    run_effects_env env = {app->st, &app->cfg};
+    run_effects_env env = {app->st, &app->cfg, al};
     cb_fields eff = *f; /* what the check run and the run row say: the relay's record */
     eff.head_sha = head_sha;
     eff.pr_number = pr_number;
     effects_ctx ec = {
         .app = app,
+        .al = al,
         .repo = c->repo,
         .level = c->level,
         .f = &eff,
@@ -494,7 +522,10 @@ static void apply_transition(cb_request *c, http_response *resp, const allowlist
     char details[CRCR_REPO_NAME_MAX + 64];
     snprintf(details, sizeof(details), "https://github.com/%s/actions/runs/%lld", c->repo,
              (long long)f->run_id);
-    u.details_url = details;
+    /* The run's page: GitHub's for a GitHub token; for a Buildkite one its build, when the body
+     * names one on buildkite.com (else none: the GitHub URL would name another run). */
+    u.details_url = c->kind == CRCR_ISSUER_GITHUB ? details : buildkite_url(f->details_url);
+    ec.details_url = c->kind == CRCR_ISSUER_GITHUB ? NULL : u.details_url;
     ec.key = &u.key;
     store_run_result res;
     char why[128] = "", detail[512];
@@ -524,7 +555,7 @@ static void apply_transition(cb_request *c, http_response *resp, const allowlist
                  ec.check_run ? "queued" : NULL, NULL);
         answer_status(resp, f->status, res.duplicate);
         if (!res.duplicate) /* as many workers as jobs were queued, none when none were */
-            outbox_wake(app->ob, (size_t)ec.check_run + (app->cfg.hud_api_url ? 1u : 0u));
+            outbox_wake(app->ob, ec.n_jobs);
     }
     run_effect_bodies_free(&ec.bodies);
 }
@@ -554,7 +585,10 @@ void callback_handle(void *ctx, const http_request *req, http_response *resp)
         http_resp_detail(resp, st, reason[0] ? reason : "Invalid authorization token");
         return;
     }
-    cb_request c = {.app = app, .req = req, .repo = id.repository};
+    cb_request c = {.app = app, .req = req, .repo = id.repository, .kind = id.kind};
+    if (id.kind != CRCR_ISSUER_GITHUB)
+        LOG_DEBUG("callback.mapped_identity", "issuer_kind", crcr_issuer_kind_name(id.kind),
+                  "pipeline", id.pipeline, "repo", id.repository, NULL);
 
     allowlist *al = allowlist_source_get(app->allow);
     c.level = allowlist_level(al, c.repo);

@@ -25,6 +25,13 @@ crcr_err checks_seq_key(const checks_run *r, buf_t *out)
     return err;
 }
 
+crcr_err checks_details_url(const checks_run *r, buf_t *out)
+{
+    return r->details_url ? buf_puts(out, r->details_url)
+                          : buf_printf(out, "https://github.com/%s/actions/runs/%lld", r->repo,
+                                       (long long)r->run_id);
+}
+
 /* "success" -> "Success", "timed_out" -> "Timed_out" (first letter upper, rest lower). */
 static void title_case(const char *in, char *out, size_t outsz)
 {
@@ -44,8 +51,7 @@ crcr_err checks_body(const checks_run *r, buf_t *out)
     buf_init(&summary, 1024);
     crcr_err err = checks_name(r, &name);
     if (!err)
-        err = buf_printf(&details, "https://github.com/%s/actions/runs/%lld", r->repo,
-                         (long long)r->run_id);
+        err = checks_details_url(r, &details);
     if (!err)
         err = r->pr_number > 0
                   ? buf_printf(&ext, "%lld:%lld", (long long)r->run_id, (long long)r->pr_number)

@@ -3,7 +3,8 @@
  * in the upstream relay's exact shapes (upstream reference §2.5, §2.3.5):
  *   name         crcr/{downstream repo}/{workflow name}/{job name}  (".../{workflow}" without job)
  *   external_id  "{run_id}:{pr_number}", or "{run_id}" without a PR
- *   details_url  https://github.com/{downstream repo}/actions/runs/{run_id}
+ *   details_url  https://github.com/{downstream repo}/actions/runs/{run_id} (a Buildkite run:
+ *                its build URL, checks_run.details_url)
  *   output       {"title": "In progress" | "Success" | "Failure" | "Timed_out" | ... | "Completed",
  *                 "summary": "{repo} workflow: {details_url}"}
  * Check runs are always created, never patched: GitHub shows the newest run of a name.
@@ -26,7 +27,8 @@ typedef struct checks_run {
     const char *status;        /* in_progress | completed */
     const char *conclusion;    /* completed only; NULL allowed */
     int64_t run_id;
-    int64_t pr_number; /* 0 when none */
+    int64_t pr_number;       /* 0 when none */
+    const char *details_url; /* NULL: the GitHub Actions run URL above */
 } checks_run;
 
 /* Appends the check run's name. */
@@ -36,6 +38,9 @@ crcr_err checks_name(const checks_run *r, buf_t *out);
  * newest run of a name on a commit, so runs of one name must reach it in the order they were
  * decided (an in_progress retried after its completed would otherwise win). */
 crcr_err checks_seq_key(const checks_run *r, buf_t *out);
+
+/* Appends the details_url: r->details_url, else https://github.com/{repo}/actions/runs/{run_id}. */
+crcr_err checks_details_url(const checks_run *r, buf_t *out);
 
 /* Appends the POST /repos/{upstream}/check-runs request body. */
 crcr_err checks_body(const checks_run *r, buf_t *out);

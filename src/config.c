@@ -55,6 +55,8 @@ typedef enum {
     K_ALLOWLIST_URL,
     K_ALLOWLIST_FILE,
     K_ALLOWLIST_TTL_SECONDS,
+    K_CI_PROVIDERS_URL,
+    K_CI_PROVIDERS_FILE,
     K_CRCR_STATUS_TTL,
     K_RATE_LIMIT_PER_MIN,
     K_ZOMBIE_TIMEOUT_SECONDS,
@@ -89,6 +91,7 @@ typedef enum {
     K_CRCR_NIGHTLY_DAILY_BYTES,
     K_CRCR_HUD_CONCURRENCY,
     K_CRCR_HUD_CACHE_MS,
+    K_CRCR_ONCALL_COMMENTS,
     K_COUNT
 } key_id;
 
@@ -129,7 +132,13 @@ static const key_def k_keys[K_COUNT] = {
     [K_ALLOWLIST_FILE] = {"ALLOWLIST_FILE", NULL, false, NOT_INT,
                           "Local allowlist file; wins over ALLOWLIST_URL."},
     [K_ALLOWLIST_TTL_SECONDS] = {"ALLOWLIST_TTL_SECONDS", "900", false, 1, CONFIG_INT_MAX,
-                                 "Seconds before the allowlist is fetched again."},
+                                 "Seconds before the allowlist (and the CI providers map) is "
+                                 "fetched again."},
+    [K_CI_PROVIDERS_URL] = {"CI_PROVIDERS_URL", NULL, false, NOT_INT,
+                            "GitHub blob URL of ci_providers.yml, the map from Buildkite "
+                            "pipelines to repositories; unset: no pipeline is mapped."},
+    [K_CI_PROVIDERS_FILE] = {"CI_PROVIDERS_FILE", NULL, false, NOT_INT,
+                             "Local ci_providers.yml; wins over CI_PROVIDERS_URL."},
     [K_CRCR_STATUS_TTL] =
         {"CRCR_STATUS_TTL", "259200", false, 1, CONFIG_INT_MAX,
          "Seconds the callback state of a dispatched run is kept (GitHub may keep a run "
@@ -154,10 +163,13 @@ static const key_def k_keys[K_COUNT] = {
                       "URI is never printed."},
     [K_GITHUB_API_URL] = {"GITHUB_API_URL", "https://api.github.com", false, NOT_INT,
                           "GitHub REST API base URL."},
-    [K_CRCR_OIDC_ISSUERS] = {"CRCR_OIDC_ISSUERS", "https://token.actions.githubusercontent.com",
+    [K_CRCR_OIDC_ISSUERS] = {"CRCR_OIDC_ISSUERS",
+                             "https://token.actions.githubusercontent.com,"
+                             "buildkite=https://agent.buildkite.com",
                              false, NOT_INT,
                              "Comma-separated OIDC issuers trusted for callbacks (at most " XSTR(
-                                 CRCR_MAX_ISSUERS) ")."},
+                                 CRCR_MAX_ISSUERS) "): URL (GitHub Actions tokens) or "
+                                                   "buildkite=URL (Buildkite tokens)."},
     [K_CRCR_OIDC_AUDIENCE] = {"CRCR_OIDC_AUDIENCE", "pytorch-cross-repo-ci-relay", false, NOT_INT,
                               "Audience (aud) required in callback OIDC tokens."},
     [K_CRCR_CALLBACK_TOKEN] = {"CRCR_CALLBACK_TOKEN", "optional", false, NOT_INT,
@@ -230,6 +242,11 @@ static const key_def k_keys[K_COUNT] = {
     [K_CRCR_HUD_CACHE_MS] = {"CRCR_HUD_CACHE_MS", "2000", false, 0, 600000,
                              "Milliseconds a rendered HUD page or /api/v1 answer is served "
                              "again from memory (per path and query, 32 MiB in all). 0: off."},
+    [K_CRCR_ONCALL_COMMENTS] = {"CRCR_ONCALL_COMMENTS", "1", false, 0, 1,
+                                "1: when a crcr check run completes with failure, cancelled or "
+                                "timed_out, comment once per PR and downstream repo on the "
+                                "upstream PR, mentioning the repo's on-calls from the allowlist. "
+                                "0: off."},
 };
 
 /* The raw text of every variable while loading. */
@@ -875,21 +892,52 @@ static crcr_err take_store(const raw_values *raw, crcr_config *cfg, char *err, s
                 "CRCR_STORE: unknown scheme (expected sqlite:PATH or postgresql://...)");
 }
 
-/* ALLOWLIST_URL: https://github.com/... (any scheme to a loopback host, for tests). */
-static crcr_err take_allowlist_url(const raw_values *raw, crcr_config *cfg, char *err, size_t errsz)
+/* ALLOWLIST_URL, CI_PROVIDERS_URL: https://github.com/... (any scheme to a loopback host, for
+ * tests). */
+static crcr_err take_blob_url(const raw_values *raw, key_id id, char **out, char *err, size_t errsz)
 {
-    crcr_err e = take_string(raw, K_ALLOWLIST_URL, &cfg->allowlist_url, err, errsz);
-    if (e || !cfg->allowlist_url)
+    crcr_err e = take_string(raw, id, out, err, errsz);
+    if (e || !*out)
         return e;
     url_parts u;
-    bool ok = url_split(cfg->allowlist_url, &u) &&
+    bool ok = url_split(*out, &u) &&
               (host_is_loopback(u.host, u.host_len) ||
                (u.https && u.host_len == 10 && strncasecmp(u.host, "github.com", 10) == 0));
     if (!ok)
         return fail(err, errsz,
-                    "ALLOWLIST_URL: must be an https://github.com/ blob URL (http:// only for "
-                    "loopback hosts)");
+                    "%s: must be an https://github.com/ blob URL (http:// only for loopback hosts)",
+                    k_keys[id].name);
     return CRCR_OK;
+}
+
+const char *crcr_issuer_kind_name(crcr_issuer_kind kind)
+{
+    return kind == CRCR_ISSUER_BUILDKITE ? "buildkite" : "github";
+}
+
+/* Splits one CRCR_OIDC_ISSUERS entry s[0..n) ("URL" or "KIND=URL", KIND github or buildkite)
+ * into its kind and where its URL starts. False for an unknown kind. */
+static bool issuer_kind_prefix(const char **s, size_t *n, crcr_issuer_kind *kind)
+{
+    *kind = CRCR_ISSUER_GITHUB;
+    const char *eq = memchr(*s, '=', *n);
+    const char *scheme = *n >= 3 ? strstr(*s, "://") : NULL;
+    if (!eq || (scheme && scheme < eq && scheme < *s + *n))
+        return true; /* a plain URL (an '=' after "://" belongs to it) */
+    size_t kl = (size_t)(eq - *s), skip = kl + 1;
+    while (kl > 0 && is_blank((*s)[kl - 1]))
+        kl--;
+    if (kl == 9 && strncasecmp(*s, "buildkite", 9) == 0)
+        *kind = CRCR_ISSUER_BUILDKITE;
+    else if (!(kl == 6 && strncasecmp(*s, "github", 6) == 0))
+        return false;
+    *n -= skip;
+    *s = eq + 1;
+    while (*n > 0 && is_blank(**s)) {
+        (*s)++;
+        (*n)--;
+    }
+    return true;
 }
 
 static crcr_err take_issuers(const raw_values *raw, crcr_config *cfg, char *err, size_t errsz)
@@ -907,7 +955,15 @@ static crcr_err take_issuers(const raw_values *raw, crcr_config *cfg, char *err,
             if (cfg->n_oidc_issuers == CRCR_MAX_ISSUERS)
                 return fail(err, errsz, "CRCR_OIDC_ISSUERS: more than %d issuers",
                             CRCR_MAX_ISSUERS);
-            char *iss = dup_n(s, (size_t)(e - s));
+            size_t len = (size_t)(e - s);
+            crcr_issuer_kind kind;
+            if (!issuer_kind_prefix(&s, &len, &kind))
+                return fail(err, errsz,
+                            "CRCR_OIDC_ISSUERS: issuer %zu: unknown kind (expected URL, "
+                            "github=URL or buildkite=URL)",
+                            cfg->n_oidc_issuers + 1);
+            cfg->oidc_issuer_kinds[cfg->n_oidc_issuers] = kind;
+            char *iss = dup_n(s, len);
             if (!iss) {
                 fail(err, errsz, "CRCR_OIDC_ISSUERS: out of memory");
                 return CRCR_E_NOMEM;
@@ -919,6 +975,10 @@ static crcr_err take_issuers(const raw_values *raw, crcr_config *cfg, char *err,
                             "CRCR_OIDC_ISSUERS: issuer %zu must be https:// (http:// only for "
                             "loopback hosts)",
                             cfg->n_oidc_issuers);
+            for (size_t j = 0; j + 1 < cfg->n_oidc_issuers; j++)
+                if (strcmp(cfg->oidc_issuers[j], iss) == 0)
+                    return fail(err, errsz, "CRCR_OIDC_ISSUERS: issuer %zu is listed twice",
+                                cfg->n_oidc_issuers);
         }
         p += n;
         if (*p == ',')
@@ -968,9 +1028,13 @@ static crcr_err fill(raw_values *raw, crcr_config *cfg, char *err, size_t errsz)
         quote_value(cfg->upstream_repo, q);
         return fail(err, errsz, "UPSTREAM_REPO: expected OWNER/REPO: '%s'", q);
     }
-    if ((e = take_allowlist_url(raw, cfg, err, errsz)))
+    if ((e = take_blob_url(raw, K_ALLOWLIST_URL, &cfg->allowlist_url, err, errsz)))
         return e;
     if ((e = take_string(raw, K_ALLOWLIST_FILE, &cfg->allowlist_file, err, errsz)))
+        return e;
+    if ((e = take_blob_url(raw, K_CI_PROVIDERS_URL, &cfg->ci_providers_url, err, errsz)))
+        return e;
+    if ((e = take_string(raw, K_CI_PROVIDERS_FILE, &cfg->ci_providers_file, err, errsz)))
         return e;
     if ((e = take_int(raw, K_ALLOWLIST_TTL_SECONDS, &n, err, errsz)))
         return e;
@@ -1085,6 +1149,9 @@ static crcr_err fill(raw_values *raw, crcr_config *cfg, char *err, size_t errsz)
     if ((e = take_int(raw, K_CRCR_HUD_CACHE_MS, &n, err, errsz)))
         return e;
     cfg->hud_cache_ms = (long)n;
+    if ((e = take_int(raw, K_CRCR_ONCALL_COMMENTS, &n, err, errsz)))
+        return e;
+    cfg->oncall_comments = n != 0;
     return CRCR_OK;
 }
 
@@ -1139,6 +1206,8 @@ void config_free(crcr_config *cfg)
     free(cfg->upstream_repo);
     free(cfg->allowlist_url);
     free(cfg->allowlist_file);
+    free(cfg->ci_providers_url);
+    free(cfg->ci_providers_file);
     free(cfg->hud_api_url);
     free_wiped(cfg->hud_bot_key);
     free(cfg->listen_host);
@@ -1244,6 +1313,12 @@ crcr_err config_describe(const crcr_config *cfg, buf_t *out)
         case K_ALLOWLIST_TTL_SECONDS:
             num = cfg->allowlist_ttl_s;
             break;
+        case K_CI_PROVIDERS_URL:
+            s = cfg->ci_providers_url;
+            break;
+        case K_CI_PROVIDERS_FILE:
+            s = cfg->ci_providers_file;
+            break;
         case K_CRCR_STATUS_TTL:
             num = cfg->status_ttl_s;
             break;
@@ -1281,6 +1356,8 @@ crcr_err config_describe(const crcr_config *cfg, buf_t *out)
             for (size_t j = 0; j < cfg->n_oidc_issuers && j < CRCR_MAX_ISSUERS && !e; j++) {
                 if (j > 0)
                     e = buf_putc(out, ',');
+                if (!e && cfg->oidc_issuer_kinds[j] != CRCR_ISSUER_GITHUB)
+                    e = buf_printf(out, "%s=", crcr_issuer_kind_name(cfg->oidc_issuer_kinds[j]));
                 if (!e)
                     e = put_plain(out, cfg->oidc_issuers[j]);
             }
@@ -1356,6 +1433,9 @@ crcr_err config_describe(const crcr_config *cfg, buf_t *out)
             break;
         case K_CRCR_HUD_CACHE_MS:
             num = cfg->hud_cache_ms;
+            break;
+        case K_CRCR_ONCALL_COMMENTS:
+            num = cfg->oncall_comments ? 1 : 0;
             break;
         case K_COUNT:
             break;

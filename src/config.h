@@ -21,6 +21,17 @@
 
 typedef enum { CRCR_CB_TOKEN_OPTIONAL = 0, CRCR_CB_TOKEN_REQUIRED = 1 } crcr_cb_token_mode;
 
+/* What an OIDC issuer's tokens look like, and so how the repository they speak for is found
+ * (CRCR_OIDC_ISSUERS entries "URL" and "KIND=URL"). */
+typedef enum {
+    CRCR_ISSUER_GITHUB = 0,   /* GitHub Actions: the "repository" claim, pinned by its ids */
+    CRCR_ISSUER_BUILDKITE = 1 /* Buildkite: organization_id/pipeline_id through the CI providers
+                                 map (ci_providers.h) */
+} crcr_issuer_kind;
+
+/* "github" or "buildkite". */
+const char *crcr_issuer_kind_name(crcr_issuer_kind kind);
+
 typedef struct crcr_config {
     /* GitHub App. All strings are owned by the config (freed by config_free). */
     char *app_id;              /* GITHUB_APP_ID; NULL in dry-run */
@@ -32,6 +43,8 @@ typedef struct crcr_config {
     char *upstream_repo;       /* UPSTREAM_REPO, default pytorch/pytorch */
     char *allowlist_url;       /* ALLOWLIST_URL (GitHub blob URL) or NULL */
     char *allowlist_file;      /* ALLOWLIST_FILE or NULL; one of the two is required by serve */
+    char *ci_providers_url;    /* CI_PROVIDERS_URL (GitHub blob URL) or NULL */
+    char *ci_providers_file;   /* CI_PROVIDERS_FILE or NULL; wins over CI_PROVIDERS_URL */
     long allowlist_ttl_s;      /* ALLOWLIST_TTL_SECONDS, default 900 */
     long status_ttl_s;         /* CRCR_STATUS_TTL, default 259200 */
     long rate_limit_per_min;   /* RATE_LIMIT_PER_MIN, default 100 */
@@ -45,7 +58,8 @@ typedef struct crcr_config {
     int listen_port;      /* default 8000; 0 asks the OS for a free port */
     char *store_uri;      /* CRCR_STORE, default sqlite:crcr.db */
     char *github_api_url; /* GITHUB_API_URL, default https://api.github.com (no trailing '/') */
-    char *oidc_issuers[CRCR_MAX_ISSUERS]; /* CRCR_OIDC_ISSUERS, comma separated */
+    char *oidc_issuers[CRCR_MAX_ISSUERS]; /* CRCR_OIDC_ISSUERS, comma separated (URLs only) */
+    crcr_issuer_kind oidc_issuer_kinds[CRCR_MAX_ISSUERS]; /* the kind of each */
     size_t n_oidc_issuers;
     char *oidc_audience;               /* CRCR_OIDC_AUDIENCE, default pytorch-cross-repo-ci-relay */
     crcr_cb_token_mode callback_token; /* CRCR_CALLBACK_TOKEN optional|required */
@@ -69,6 +83,7 @@ typedef struct crcr_config {
     int64_t nightly_daily_bytes; /* CRCR_NIGHTLY_DAILY_BYTES per repo and UTC day, 0: none */
     long hud_concurrency;        /* CRCR_HUD_CONCURRENCY: HUD renders at once, default 2 */
     long hud_cache_ms;           /* CRCR_HUD_CACHE_MS: life of a cached HUD answer, 0: off */
+    bool oncall_comments;        /* CRCR_ONCALL_COMMENTS: on-call comments on the PR, default on */
 } crcr_config;
 
 /* Looks a key up; returns NULL when unset. Lets tests load a config without touching environ. */

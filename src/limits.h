@@ -58,6 +58,10 @@
 #define CRCR_ALLOWLIST_MAX_REPOS 5000u /* per level */
 #define CRCR_ALLOWLIST_MAX_ONCALLS 64u /* per repo */
 
+/* CI providers map (ci_providers.yml, read with the allowlist's YAML limits). */
+#define CRCR_CI_PROVIDERS_MAX_BYTES (256u * 1024u)
+#define CRCR_CI_PROVIDERS_MAX_PIPELINES 1000u
+
 /* repository_dispatch. GitHub: client_payload < 64 KB, <= 10 keys, event_type <= 100 chars. */
 #define CRCR_DISPATCH_BUDGET_DEFAULT 65000u
 

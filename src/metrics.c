@@ -39,10 +39,10 @@ static const char *const k_wh_results[] = {"accepted", "duplicate", "ignored", "
 static const char *const k_cb_results[] = {"accepted", "duplicate", "rejected"};
 #define CB_RES_N 3
 
-static const char *const k_ob_kinds[] = {"dispatch",    "check_run",   "rerun",
-                                         "rerun_suite", "hud_forward", "other"};
-#define OB_KIND_N 6
-#define OB_KIND_OTHER 5
+static const char *const k_ob_kinds[] = {"dispatch",    "check_run", "rerun", "rerun_suite",
+                                         "hud_forward", "comment",   "other"};
+#define OB_KIND_N 7
+#define OB_KIND_OTHER 6
 static const char *const k_ob_results[] = {"sent", "dry_run", "retry", "dead", "lease_lost"};
 #define OB_RES_N 5
 
@@ -53,13 +53,14 @@ enum {
     GH_EP_CHECK_RUNS,
     GH_EP_RERUNS,
     GH_EP_CONTENTS,
+    GH_EP_COMMENTS,
     GH_EP_OTHER,
     GH_EP_EXTERNAL,
     GH_EP_N
 };
 static const char *const k_gh_endpoints[GH_EP_N] = {"installation", "access_tokens", "dispatches",
                                                     "check_runs",   "reruns",        "contents",
-                                                    "other",        "external"};
+                                                    "comments",     "other",         "external"};
 
 static const char *const k_code_classes[] = {"1xx", "2xx", "3xx", "4xx", "5xx"};
 #define CODE_CLASS_N 5
@@ -369,6 +370,8 @@ static int classify(const char *path)
         return GH_EP_RERUNS;
     if (seg_is(what, "contents"))
         return GH_EP_CONTENTS;
+    if (seg_is(what, "issues") && n == 6 && seg_is(last, "comments"))
+        return GH_EP_COMMENTS;
     return GH_EP_OTHER;
 }
 

@@ -1,7 +1,8 @@
 /*
- * oidc.c - GitHub Actions OIDC token verification for callbacks: Authorization header parsing,
- * issuer selection, a per-issuer JWKS cache fed over http_client.h, RS256 signature checks (jwt.c)
- * and claim checks. See oidc.h for the rules.
+ * oidc.c - OIDC token verification for callbacks (GitHub Actions, Buildkite): Authorization header
+ * parsing, issuer selection, a per-issuer JWKS cache fed over http_client.h, RS256 signature checks
+ * (jwt.c) and claim checks; the repository of a non-GitHub token comes from its kind's resolver.
+ * See oidc.h for the rules.
  *
  * Why hand-written: the JOSE work (base64url, RS256 on OpenSSL EVP, JWK to EVP_PKEY) is already in
  * jwt.c for the reasons given there; what remains is policy (which issuers, which claims, when to
@@ -72,6 +73,7 @@ typedef struct jwks_set {
 typedef struct issuer {
     char url[OIDC_ISSUER_MAX + 1]; /* normalised: no trailing '/' */
     size_t url_len;
+    crcr_issuer_kind kind;
     bool loopback;      /* http:// allowed for the JWKS fetch */
     jwks_set *keys;     /* guarded by mu; NULL until the first successful fetch */
     int64_t fetched_at; /* guarded by mu; now_s when `keys` was installed */
@@ -87,6 +89,8 @@ struct oidc_verifier {
     size_t n_iss;
     http_pool *pool; /* the JWKS fetches' handles, kept-alive connections */
     char audience[OIDC_AUDIENCE_MAX + 1];
+    oidc_resolver resolver[CRCR_ISSUER_BUILDKITE + 1]; /* per kind; set before use */
+    void *resolver_ctx[CRCR_ISSUER_BUILDKITE + 1];
     atomic_uint_fast64_t st_fetches, st_verified, st_rejected;
 };
 
@@ -444,47 +448,79 @@ static bool audience_ok(const jv *aud, const char *audience)
     return false;
 }
 
-int oidc_check_claims(const jv *claims, const char *audience, int64_t now_s, oidc_identity *out,
-                      char *reason, size_t reasonsz)
+/* The checks every kind shares: exp (required), nbf and iat within OIDC_LEEWAY_S of now_s, aud,
+ * and the optional "jti". Fills id->exp and id->jti. Returns NULL or the reason of a refusal. */
+static const char *check_common(const jv *claims, const char *audience, int64_t now_s,
+                                oidc_identity *id)
 {
-    const char *why = NULL;
-    oidc_identity id;
-    memset(&id, 0, sizeof(id));
     int64_t exp = 0, t = 0;
     const jv *v;
+    if (!claims || !jv_is_obj(claims) || !audience)
+        return R_INVALID;
+    if (!(v = jv_get(claims, "exp")) || !claim_time(v, &exp))
+        return R_INVALID;
+    if (now_s > sat_add(exp, OIDC_LEEWAY_S))
+        return R_EXPIRED;
+    if ((v = jv_get(claims, "nbf")) && !claim_time(v, &t))
+        return R_INVALID;
+    if (v && sat_add(now_s, OIDC_LEEWAY_S) < t)
+        return R_NBF;
+    if ((v = jv_get(claims, "iat")) && !claim_time(v, &t))
+        return R_INVALID;
+    if (v && t > sat_add(now_s, OIDC_LEEWAY_S))
+        return R_IAT;
+    if (!audience_ok(jv_get(claims, "aud"), audience))
+        return R_AUD;
+    id->exp = exp;
+    if (!copy_claim(jv_get(claims, "jti"), id->jti, sizeof(id->jti), false))
+        return R_INVALID;
+    return NULL;
+}
 
-    if (!claims || !jv_is_obj(claims) || !audience) {
-        why = R_INVALID;
-    } else if (!(v = jv_get(claims, "exp")) || !claim_time(v, &exp)) {
-        why = R_INVALID;
-    } else if (now_s > sat_add(exp, OIDC_LEEWAY_S)) {
-        why = R_EXPIRED;
-    } else if ((v = jv_get(claims, "nbf")) && !claim_time(v, &t)) {
-        why = R_INVALID;
-    } else if (v && sat_add(now_s, OIDC_LEEWAY_S) < t) {
-        why = R_NBF;
-    } else if ((v = jv_get(claims, "iat")) && !claim_time(v, &t)) {
-        why = R_INVALID;
-    } else if (v && t > sat_add(now_s, OIDC_LEEWAY_S)) {
-        why = R_IAT;
-    } else if (!audience_ok(jv_get(claims, "aud"), audience)) {
-        why = R_AUD;
-    } else {
-        const jv *repo = jv_get(claims, "repository");
-        const char *rs = bounded_str(repo, sizeof(id.repository) - 1);
-        if (!rs || !repo_name_ok(rs, strlen(rs))) {
-            why = R_REPO;
-        } else {
-            memcpy(id.repository, rs, strlen(rs) + 1);
-            id.exp = exp;
-            if (!copy_claim(jv_get(claims, "repository_id"), id.repository_id,
-                            sizeof(id.repository_id), true) ||
-                !copy_claim(jv_get(claims, "repository_owner_id"), id.repository_owner_id,
-                            sizeof(id.repository_owner_id), true) ||
-                !copy_claim(jv_get(claims, "jti"), id.jti, sizeof(id.jti), false) ||
-                !copy_claim(jv_get(claims, "event_name"), id.event_name, sizeof(id.event_name),
-                            false))
-                why = R_INVALID;
+/* A GitHub Actions token's identity: "repository" (required) and its ids. NULL or the reason. */
+static const char *github_identity(const jv *claims, oidc_identity *id)
+{
+    const char *rs = bounded_str(jv_get(claims, "repository"), sizeof(id->repository) - 1);
+    if (!rs || !repo_name_ok(rs, strlen(rs)))
+        return R_REPO;
+    memcpy(id->repository, rs, strlen(rs) + 1);
+    if (!copy_claim(jv_get(claims, "repository_id"), id->repository_id, sizeof(id->repository_id),
+                    true) ||
+        !copy_claim(jv_get(claims, "repository_owner_id"), id->repository_owner_id,
+                    sizeof(id->repository_owner_id), true) ||
+        !copy_claim(jv_get(claims, "event_name"), id->event_name, sizeof(id->event_name), false))
+        return R_INVALID;
+    return NULL;
+}
+
+/* The claims of a token from an issuer of `kind`: the common checks, then the repository from the
+ * "repository" claim (GitHub) or from the kind's resolver. 0 with *out filled (out->issuer left
+ * ""), or the status of the refusal with *out cleared and the reason in reason[0..reasonsz). */
+static int check_kind(const oidc_verifier *v, crcr_issuer_kind kind, const jv *claims,
+                      const char *audience, int64_t now_s, oidc_identity *out, char *reason,
+                      size_t reasonsz)
+{
+    oidc_identity id;
+    memset(&id, 0, sizeof(id));
+    id.kind = kind;
+    int status = 401;
+    const char *why = check_common(claims, audience, now_s, &id);
+    if (!why && kind == CRCR_ISSUER_GITHUB) {
+        why = github_identity(claims, &id);
+    } else if (!why) {
+        char rwhy[OIDC_REASON_MAX] = "";
+        status = v->resolver[kind](v->resolver_ctx[kind], claims, &id, rwhy, sizeof(rwhy));
+        id.kind = kind;
+        size_t rn = strnlen(id.repository, sizeof(id.repository));
+        if (status == 0 && (rn == sizeof(id.repository) || !repo_name_ok(id.repository, rn))) {
+            status = 500; /* a resolver that names no repository is a bug: refuse */
+            snprintf(rwhy, sizeof(rwhy), "%s", R_INTERNAL);
+        }
+        if (status != 0) {
+            if (out)
+                memset(out, 0, sizeof(*out));
+            set_reason(reason, reasonsz, rwhy[0] ? rwhy : R_INVALID);
+            return status;
         }
     }
     if (why) {
@@ -497,6 +533,12 @@ int oidc_check_claims(const jv *claims, const char *audience, int64_t now_s, oid
         *out = id;
     set_reason(reason, reasonsz, "");
     return 0;
+}
+
+int oidc_check_claims(const jv *claims, const char *audience, int64_t now_s, oidc_identity *out,
+                      char *reason, size_t reasonsz)
+{
+    return check_kind(NULL, CRCR_ISSUER_GITHUB, claims, audience, now_s, out, reason, reasonsz);
 }
 
 /* ---------------------------------------------------------------- verification */
@@ -608,6 +650,8 @@ static int verify_token(oidc_verifier *v, const char *authorization, int64_t now
     if (!iss)
         goto done;
     issuer *is = find_issuer(v, iss, jv_str_len(issv));
+    if (is && is->kind != CRCR_ISSUER_GITHUB && !v->resolver[is->kind])
+        is = NULL; /* nothing can name the repository of its tokens */
     if (!is) {
         issuer_reason(iss, jv_str_len(issv), why, whysz);
         fixed = NULL;
@@ -624,7 +668,7 @@ static int verify_token(oidc_verifier *v, const char *authorization, int64_t now
     if (err)
         goto done;
 
-    status = oidc_check_claims(parts.payload, v->audience, now_s, out, why, whysz);
+    status = check_kind(v, is->kind, parts.payload, v->audience, now_s, out, why, whysz);
     fixed = NULL;
     if (status == 0)
         memcpy(out->issuer, is->url, is->url_len + 1);
@@ -689,6 +733,13 @@ static bool issuer_init(issuer *is, const char *url, size_t idx, char *err, size
 oidc_verifier *oidc_new(const char *const *issuers, size_t n_issuers, const char *audience,
                         char *err, size_t errsz)
 {
+    return oidc_new_kinds(issuers, NULL, n_issuers, audience, err, errsz);
+}
+
+/* Owner: the caller frees the verifier with oidc_free(). */
+oidc_verifier *oidc_new_kinds(const char *const *issuers, const crcr_issuer_kind *kinds,
+                              size_t n_issuers, const char *audience, char *err, size_t errsz)
+{
     char dummy[1];
     if (!err) {
         err = dummy;
@@ -715,12 +766,22 @@ oidc_verifier *oidc_new(const char *const *issuers, size_t n_issuers, const char
     atomic_init(&v->st_rejected, 0);
     memcpy(v->audience, audience, alen + 1);
     for (size_t i = 0; i < n_issuers; i++) {
-        if (!issuer_init(&v->iss[i], issuers[i], i, err, errsz)) {
-            v->n_iss = i + 1; /* so that oidc_free() sees a partly set-up entry */
+        bool ok = issuer_init(&v->iss[i], issuers[i], i, err, errsz);
+        crcr_issuer_kind kind = kinds ? kinds[i] : CRCR_ISSUER_GITHUB;
+        if (ok && (kind < CRCR_ISSUER_GITHUB || kind > CRCR_ISSUER_BUILDKITE)) {
+            snprintf(err, errsz, "oidc: issuer %zu: unknown kind", i + 1);
+            ok = false;
+        }
+        if (ok && find_issuer(v, v->iss[i].url, v->iss[i].url_len)) {
+            snprintf(err, errsz, "oidc: issuer %zu is listed twice", i + 1);
+            ok = false;
+        }
+        v->iss[i].kind = kind;
+        v->n_iss = i + 1; /* so that oidc_free() sees a partly set-up entry */
+        if (!ok) {
             oidc_free(v);
             return NULL;
         }
-        v->n_iss = i + 1;
     }
     v->pool = http_pool_new();
     if (!v->pool) {
@@ -741,6 +802,14 @@ void oidc_free(oidc_verifier *v)
     pthread_cond_destroy(&v->cond);
     pthread_mutex_destroy(&v->mu);
     free(v);
+}
+
+void oidc_set_resolver(oidc_verifier *v, crcr_issuer_kind kind, oidc_resolver fn, void *ctx)
+{
+    if (!v || kind <= CRCR_ISSUER_GITHUB || kind > CRCR_ISSUER_BUILDKITE)
+        return;
+    v->resolver[kind] = fn;
+    v->resolver_ctx[kind] = ctx;
 }
 
 void oidc_stats(oidc_verifier *v, uint64_t *jwks_fetches, uint64_t *verified, uint64_t *rejected)

@@ -1,8 +1,10 @@
 /*
- * oidc.h - verification of the GitHub Actions OIDC tokens that authenticate callbacks.
+ * oidc.h - verification of the OIDC tokens that authenticate callbacks: GitHub Actions' and
+ * Buildkite's.
  *
- * A downstream workflow mints a token with core.getIDToken(<audience>) and sends it as
- * "Authorization: Bearer <token>". oidc_verify() accepts it only when all of this holds:
+ * A downstream workflow mints a token with core.getIDToken(<audience>) (Buildkite: buildkite-agent
+ * oidc request-token --audience <audience>) and sends it as "Authorization: Bearer <token>".
+ * oidc_verify() accepts it only when all of this holds:
  *   - it is a compact JWS of at most CRCR_JWT_MAX bytes whose header "alg" is exactly "RS256"
  *     (never "none", HS256, ES256, PS256...);
  *   - its "iss" is one of the configured issuers (compared exactly, ignoring one trailing '/');
@@ -10,7 +12,9 @@
  *     picked by the header's "kid" (every cached key is tried when there is no "kid");
  *   - "exp" (required), "nbf" and "iat" (optional) are within OIDC_LEEWAY_S of `now_s`;
  *   - "aud" is the configured audience, or an array that contains it;
- *   - "repository" is a string "owner/repo".
+ *   - the issuer's kind names the repository: a GitHub issuer's token carries "repository", a
+ *     string "owner/repo"; a token of any other kind (Buildkite) goes to the resolver set for
+ *     that kind (oidc_set_resolver), which maps its claims to a repository or refuses it.
  *
  * JWKS cache: one key set per issuer, kept in memory. It is fetched when it is empty, when a
  * token names a "kid" it does not hold (key rotation) and when it is older than
@@ -32,6 +36,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "config.h"
 #include "err.h"
 #include "json.h"
 
@@ -51,6 +56,8 @@
 #define OIDC_KID_MAX 255
 /* Most RSA keys kept from one JWKS document (others are ignored). */
 #define OIDC_JWKS_KEYS_MAX 64
+/* Longest pipeline identity a resolver records ("<organization_id>/<pipeline_id>"), in bytes. */
+#define OIDC_PIPELINE_MAX 159
 /* Largest JWKS document accepted, in bytes. */
 #define OIDC_JWKS_MAX_BYTES (256u * 1024u)
 /* JWKS fetch timeouts, in milliseconds. */
@@ -69,7 +76,21 @@ typedef struct oidc_identity {
     char jti[128];                /* "jti" */
     char event_name[64];          /* "event_name" (push, pull_request, workflow_dispatch...) */
     int64_t exp;                  /* "exp", seconds since the epoch */
+    crcr_issuer_kind kind;        /* the kind of the issuer that matched */
+    char pipeline[OIDC_PIPELINE_MAX + 1]; /* Buildkite: "<organization_id>/<pipeline_id>" of the
+                                             mapping that named `repository`; "" for GitHub */
 } oidc_identity;
+
+/*
+ * Maps the claims of a verified token from an issuer of a kind other than GitHub (`claims`, the
+ * payload object, borrowed; exp/nbf/iat and aud already checked) to the repository it speaks for:
+ * writes id->repository ("owner/repo") and id->pipeline, and returns 0; or returns the HTTP
+ * status of the refusal (401 for a token without the claims the kind needs, 403 for one the
+ * mapping does not allow, 503 when the mapping cannot be consulted) with a reason in
+ * reason[0..reasonsz) that never contains the token. Called from several threads at once.
+ */
+typedef int (*oidc_resolver)(void *ctx, const jv *claims, oidc_identity *id, char *reason,
+                             size_t reasonsz);
 
 /**
  * Creates a verifier that trusts `issuers[0..n_issuers)` (1..OIDC_ISSUERS_MAX URLs, each https://,
@@ -81,6 +102,21 @@ typedef struct oidc_identity {
  */
 oidc_verifier *oidc_new(const char *const *issuers, size_t n_issuers, const char *audience,
                         char *err, size_t errsz);
+
+/**
+ * oidc_new() with a kind per issuer (`kinds[0..n_issuers)`; NULL: all CRCR_ISSUER_GITHUB). The
+ * same URL may not be given twice. Tokens of an issuer whose kind has no resolver (below) are
+ * refused as from an unsupported issuer.
+ */
+oidc_verifier *oidc_new_kinds(const char *const *issuers, const crcr_issuer_kind *kinds,
+                              size_t n_issuers, const char *audience, char *err, size_t errsz);
+
+/**
+ * Sets the resolver of the issuers of `kind` (not CRCR_ISSUER_GITHUB, whose tokens name their
+ * repository) with its context, which must outlive the verifier. Call before the first
+ * oidc_verify(); not thread-safe against it.
+ */
+void oidc_set_resolver(oidc_verifier *v, crcr_issuer_kind kind, oidc_resolver fn, void *ctx);
 
 /**
  * Frees the verifier, its cached keys and its curl handles. Accepts NULL. No other thread may be
@@ -99,11 +135,11 @@ bool oidc_token_present(const char *authorization);
  * the issuer's JWKS, blocking for up to OIDC_JWKS_TIMEOUT_MS.
  *
  * Returns 0 and fills *out when the token is valid. Otherwise returns the HTTP status to answer
- * (401; 500 only for a NULL verifier/out or an allocation failure), clears *out, and writes to
- * `reason` (if not NULL) one of:
+ * (401; a resolver's 401, 403 or 503; 500 only for a NULL verifier/out or an allocation failure),
+ * clears *out, and writes to `reason` (if not NULL) one of:
  *   "Missing authorization token", "Invalid authorization token", "Unsupported OIDC issuer: <iss>",
  *   "Token expired", "Token not yet valid", "Token issued in the future", "Invalid audience",
- *   "GitHub OIDC token missing 'repository' claim", "Internal error".
+ *   "GitHub OIDC token missing 'repository' claim", "Internal error", or the resolver's reason.
  * The reason never contains the token.
  */
 int oidc_verify(oidc_verifier *v, const char *authorization, int64_t now_s, oidc_identity *out,

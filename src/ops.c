@@ -50,6 +50,39 @@ static crcr_err gauge(buf_t *b, const char *name, const char *type, const char *
     return e;
 }
 
+/* The four gauges of a document source (allowlist_source.h): <prefix>_loaded, _age_seconds,
+ * _<count> and _refresh_failing. `article` and `noun` name the document in the help texts. */
+static crcr_err source_gauges(buf_t *b, allowlist_source *src, int64_t now, const char *prefix,
+                              const char *article, const char *noun, const char *count,
+                              const char *count_help)
+{
+    allowlist_status as;
+    memset(&as, 0, sizeof(as));
+    if (src)
+        allowlist_source_status(src, &as);
+    double age = as.loaded && as.loaded_at > 0 && as.loaded_at < now
+                     ? (double)(now - as.loaded_at) / 1000.0
+                     : 0;
+    char name[64], help[160];
+    snprintf(name, sizeof(name), "%s_loaded", prefix);
+    snprintf(help, sizeof(help), "1 when %s %s is in force.", article, noun);
+    crcr_err e = gauge(b, name, "gauge", help, as.loaded ? 1 : 0);
+    snprintf(name, sizeof(name), "%s_age_seconds", prefix);
+    snprintf(help, sizeof(help), "Seconds since the %s in force was loaded or confirmed unchanged.",
+             noun);
+    if (!e)
+        e = gauge(b, name, "gauge", help, age);
+    snprintf(name, sizeof(name), "%s_%s", prefix, count);
+    if (!e)
+        e = gauge(b, name, "gauge", count_help, (double)as.repos);
+    snprintf(name, sizeof(name), "%s_refresh_failing", prefix);
+    snprintf(help, sizeof(help),
+             "1 when the last %s load failed (the previous one stays in force).", noun);
+    if (!e)
+        e = gauge(b, name, "gauge", help, as.last_error[0] ? 1 : 0);
+    return e;
+}
+
 static crcr_err app_metrics(crcr_app *app, buf_t *b)
 {
     int64_t now = clock_now_ms();
@@ -150,28 +183,13 @@ static crcr_err app_metrics(crcr_app *app, buf_t *b)
         e = metrics_sample(b, "crcr_github_cache_lookups_total", l, (double)caches[i].n);
     }
 
-    /* Allowlist. */
-    allowlist_status as;
-    memset(&as, 0, sizeof(as));
-    if (app->allow)
-        allowlist_source_status(app->allow, &as);
-    double as_age = as.loaded && as.loaded_at > 0 && as.loaded_at < now
-                        ? (double)(now - as.loaded_at) / 1000.0
-                        : 0;
+    /* Allowlist, and the CI providers map when there is one. */
     if (!e)
-        e = gauge(b, "crcr_allowlist_loaded", "gauge", "1 when an allowlist is in force.",
-                  as.loaded ? 1 : 0);
-    if (!e)
-        e = gauge(b, "crcr_allowlist_age_seconds", "gauge",
-                  "Seconds since the allowlist in force was loaded or confirmed unchanged.",
-                  as_age);
-    if (!e)
-        e = gauge(b, "crcr_allowlist_repos", "gauge", "Repositories in the allowlist in force.",
-                  (double)as.repos);
-    if (!e)
-        e = gauge(b, "crcr_allowlist_refresh_failing", "gauge",
-                  "1 when the last allowlist load failed (the previous one stays in force).",
-                  as.last_error[0] ? 1 : 0);
+        e = source_gauges(b, app->allow, now, "crcr_allowlist", "an", "allowlist", "repos",
+                          "Repositories in the allowlist in force.");
+    if (!e && app->providers)
+        e = source_gauges(b, app->providers, now, "crcr_ci_providers", "a", "CI providers map",
+                          "pipelines", "Buildkite pipelines in the CI providers map in force.");
     return e;
 }
 

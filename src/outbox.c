@@ -26,6 +26,7 @@
 #include "limits.h"
 #include "log.h"
 #include "metrics.h"
+#include "oncall.h"
 #include "store.h"
 
 #define OUTBOX_MAX_WORKERS 256
@@ -503,6 +504,103 @@ static void run_rerun_suite(outbox *ob, store_job *job, outcome *o, char *note, 
     snprintf(note, notesz, "%zu re-run%s queued", n_found, n_found == 1 ? "" : "s");
 }
 
+/* Comments per listing page: 30 of GitHub's largest (65536 characters) fit CRCR_GH_RESPONSE_MAX. */
+#define COMMENT_PAGE_SIZE 30
+/* Pages looked at for the marker (3000 comments); past them the comment is posted. */
+#define COMMENT_MAX_PAGES 100
+/* Life of the record that a PR has its comment: a PR open longer is caught by the marker. */
+#define COMMENT_RECORD_TTL_MS (400LL * 24 * 3600 * 1000)
+
+/*
+ * The on-call comment on the upstream PR (oncall.h), once per (PR, downstream repo):
+ *   1. the store's kv records that it is there: done, nothing sent;
+ *   2. the PR's comments (paginated, at most COMMENT_MAX_PAGES pages) hold the marker of the repo,
+ *      ours or upstream's bot's: recorded, done;
+ *   3. otherwise the comment is posted and, once GitHub took it, recorded.
+ * A crash between 3 and its record is caught by 2 when the row runs again. Rows of one (PR, repo)
+ * run one after another (their sequence key). Dry-run records nothing.
+ */
+static void run_comment(outbox *ob, store_job *job, outcome *o, char *note, size_t notesz)
+{
+    oncall_row row;
+    if (!oncall_row_parse(job->body.data, job->body.len, &row)) {
+        o->verdict = OUTBOX_PERMANENT;
+        snprintf(o->error, sizeof(o->error), "comment row without a PR, repo or text");
+        return;
+    }
+    o->verdict = OUTBOX_DONE;
+    buf_t key, val, req;
+    buf_init(&key, ONCALL_KEY_MAX);
+    buf_init(&val, 64);
+    buf_init(&req, ONCALL_ROW_MAX);
+    bool found = false, listed = false;
+    char path[CRCR_REPO_NAME_MAX + 96];
+    if (!ob->cfg->oncall_comments || !ob->gh) {
+        if (!ob->cfg->oncall_comments)
+            snprintf(note, notesz, "on-call comments are off (CRCR_ONCALL_COMMENTS=0)");
+    } else if (oncall_record_key(job->target, row.pr, row.repo, &key) != CRCR_OK) {
+        o->verdict = OUTBOX_PERMANENT;
+        snprintf(o->error, sizeof(o->error), "comment record key too long");
+    } else if (store_kv_get(ob->st, buf_cstr(&key), &val, clock_now_ms()) == CRCR_OK) {
+        snprintf(note, notesz, "already commented (recorded)");
+    } else {
+        for (int page = 1; page <= COMMENT_MAX_PAGES && !found && !listed; page++) {
+            snprintf(path, sizeof(path), "/repos/%s/issues/%lld/comments?per_page=%d&page=%d",
+                     job->target, (long long)row.pr, COMMENT_PAGE_SIZE, page);
+            gh_resp r;
+            gh_resp_init(&r);
+            send_as_installation(ob, job, "GET", path, NULL, 0, "comment listing", o,
+                                 clock_now_ms(), &r);
+            jv *doc = o->verdict == OUTBOX_DONE
+                          ? jv_parse(r.body.data ? r.body.data : "", r.body.len, NULL, 0)
+                          : NULL;
+            gh_resp_free(&r);
+            if (o->verdict != OUTBOX_DONE)
+                break;
+            if (!jv_is_arr(doc)) {
+                o->verdict = OUTBOX_RETRY;
+                snprintf(o->error, sizeof(o->error), "comment listing: not a JSON array");
+                jv_free(doc);
+                break;
+            }
+            size_t n = jv_arr_len(doc);
+            for (size_t i = 0; i < n && !found; i++) {
+                const jv *b = jv_get(jv_arr_at(doc, i), "body");
+                found = oncall_has_marker(jv_str(b), jv_str_len(b), row.repo);
+            }
+            listed = n < COMMENT_PAGE_SIZE;
+            jv_free(doc);
+        }
+        if (o->verdict == OUTBOX_DONE && !found) {
+            snprintf(path, sizeof(path), "/repos/%s/issues/%lld/comments", job->target,
+                     (long long)row.pr);
+            crcr_err e = buf_puts(&req, "{\"body\":");
+            if (!e)
+                e = jv_quote(&req, row.comment, strlen(row.comment));
+            if (!e)
+                e = buf_putc(&req, '}');
+            if (e) {
+                o->verdict = OUTBOX_PERMANENT;
+                snprintf(o->error, sizeof(o->error), "comment: %s", crcr_strerror(e));
+            } else {
+                send_as_installation(ob, job, "POST", path, req.data, req.len, "comment", o,
+                                     clock_now_ms(), NULL);
+            }
+        }
+        if (o->verdict == OUTBOX_DONE) {
+            snprintf(note, notesz, found ? "already commented (marker on the PR)" : "commented");
+            if (store_kv_put(ob->st, buf_cstr(&key), "1", 1,
+                             clock_now_ms() + COMMENT_RECORD_TTL_MS) != CRCR_OK)
+                LOG_WARN("outbox.comment_unrecorded", "repo", row.repo, "reason",
+                         "store unavailable; the marker on the PR still prevents a repeat", NULL);
+        }
+    }
+    buf_free(&key);
+    buf_free(&val);
+    buf_free(&req);
+    oncall_row_free(&row);
+}
+
 /* Forwards a result to the external HUD in the upstream wire format. */
 static void run_hud_forward(outbox *ob, store_job *job, outcome *o)
 {
@@ -553,6 +651,8 @@ static void process(outbox *ob, store_job *job, uint64_t *rng)
     } else if (strcmp(job->kind, "hud_forward") == 0) {
         run_hud_forward(ob, job, &o);
         max_attempts = ob->cfg->hud_max_retries + 1;
+    } else if (strcmp(job->kind, "comment") == 0) {
+        run_comment(ob, job, &o, note_buf, sizeof(note_buf));
     } else {
         snprintf(o.error, sizeof(o.error), "unknown outbox kind '%s'", job->kind);
     }

@@ -11,6 +11,9 @@
  *                403 "already running" counts as success
  *   rerun_suite  list the suite's check runs, queue one full `rerun` per downstream run (L3+)
  *   hud_forward  POST {HUD_API_URL}/crcr/results with x-hud-internal-bot (HUD_MAX_RETRIES)
+ *   comment      the on-call comment on the upstream PR (oncall.h), once per (PR, repo): the
+ *                store's kv record, else GET /repos/{upstream}/issues/{pr}/comments (paginated)
+ *                for the marker, else POST there, then the record
  * One retry policy for every kind of row:
  *   - network errors, 5xx, 408 and 401 (a credential refused even after the client renewed its
  *     token: clock skew or a rotation in progress): quick retries first, from CRCR_RETRY_BASE_MS

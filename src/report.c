@@ -10,7 +10,7 @@
  *    that (it writes %.17g floats and no DEL escape), and json.h offers only the compact form.
  *    Values still come from json.h (jv_*), the only JSON parser.
  *  - The OIDC token is minted with one HTTP GET (what @actions/core's getIDToken() does), so the
- *    action needs neither node nor actions/github-script.
+ *    action needs neither node nor actions/github-script. On Buildkite the agent mints it.
  * Minting, sending and retrying are in report_send.c.
  */
 #include "report.h"
@@ -392,7 +392,9 @@ static crcr_err build_workflow(const report_opts *o, const report_env *env, cons
         env->server_url && *env->server_url ? env->server_url : "https://github.com";
     buf_t url;
     buf_init(&url, REPORT_MAX_TEXT * 2);
-    crcr_err e = buf_printf(&url, "%s/%s/actions/runs/%s", server, env->repository, env->run_id);
+    crcr_err e = env->run_url ? buf_puts(&url, env->run_url)
+                              : buf_printf(&url, "%s/%s/actions/runs/%s", server, env->repository,
+                                           env->run_id);
     if (e) {
         buf_free(&url);
         return fail(err, errsz, e, "the run URL is too long");
@@ -448,21 +450,45 @@ static crcr_err build_workflow(const report_opts *o, const report_env *env, cons
     return CRCR_OK;
 }
 
+/* True when s is set, at most REPORT_MAX_TEXT bytes of UTF-8 (and not empty when `nonempty`). */
+static bool text_ok(const char *s, bool nonempty)
+{
+    return s && (!nonempty || *s) && strlen(s) <= REPORT_MAX_TEXT && span_utf8(span_of(s));
+}
+
+/* The Buildkite variables the body needs (report_env_load mapped them). */
+static crcr_err check_buildkite_env(const report_env *env, char *err, size_t errsz)
+{
+    if (!all_digits(env->run_id, 32))
+        return fail(err, errsz, CRCR_E_CONFIG, "BUILDKITE_BUILD_NUMBER is not set or not a number");
+    if (!all_digits(env->run_attempt, 16))
+        return fail(err, errsz, CRCR_E_CONFIG, "BUILDKITE_RETRY_COUNT is not a number: '%.32s'",
+                    env->retry_count ? env->retry_count : "");
+    if (!text_ok(env->workflow, true))
+        return fail(err, errsz, CRCR_E_CONFIG, "BUILDKITE_PIPELINE_SLUG is not set");
+    if (!text_ok(env->run_url, true))
+        return fail(err, errsz, CRCR_E_CONFIG, "BUILDKITE_BUILD_URL is not set");
+    return CRCR_OK;
+}
+
 /* Checks the environment values the body needs; returns the job name to use in *job. */
 static crcr_err check_env(const report_opts *o, const report_env *env, const char **job, char *err,
                           size_t errsz)
 {
+    crcr_err e = env->buildkite ? check_buildkite_env(env, err, errsz) : CRCR_OK;
+    if (e)
+        return e;
     if (!all_digits(env->run_id, 32))
         return fail(err, errsz, CRCR_E_CONFIG,
                     "GITHUB_RUN_ID is not set or not a number: crcr report runs inside a GitHub "
-                    "Actions job");
+                    "Actions job (or a Buildkite step, BUILDKITE=true)");
     if (!all_digits(env->run_attempt, 16))
         return fail(err, errsz, CRCR_E_CONFIG, "GITHUB_RUN_ATTEMPT is not set or not a number");
-    if (!env->workflow || strlen(env->workflow) > REPORT_MAX_TEXT ||
-        !span_utf8(span_of(env->workflow)))
+    if (!text_ok(env->workflow, false))
         return fail(err, errsz, CRCR_E_CONFIG, "GITHUB_WORKFLOW is not set");
-    if (!env->repository || !*env->repository || strlen(env->repository) >= CRCR_REPO_NAME_MAX ||
-        !strchr(env->repository, '/') || !span_utf8(span_of(env->repository)))
+    if (!env->run_url &&
+        (!env->repository || !*env->repository || strlen(env->repository) >= CRCR_REPO_NAME_MAX ||
+         !strchr(env->repository, '/') || !span_utf8(span_of(env->repository))))
         return fail(err, errsz, CRCR_E_CONFIG, "GITHUB_REPOSITORY is not set or not owner/repo");
     if (env->server_url &&
         (strlen(env->server_url) > REPORT_MAX_TEXT || !span_utf8(span_of(env->server_url))))
@@ -527,11 +553,18 @@ crcr_err report_build_body(const report_opts *o, const report_env *env, const ch
     } else {
         if (!event_json)
             return fail(err, errsz, CRCR_E_CONFIG, "no event file (GITHUB_EVENT_PATH)");
+        /* On Buildkite without an event file the text is the client_payload itself. */
+        bool payload_only = env->buildkite && !(env->event_path && *env->event_path);
+        const char *what = payload_only ? "CLIENT_PAYLOAD" : "GITHUB_EVENT_PATH";
         char jerr[160] = "";
         event = jv_parse(event_json, n, jerr, sizeof(jerr));
         if (!event)
-            return fail(err, errsz, CRCR_E_CONFIG, "GITHUB_EVENT_PATH: not valid JSON: %s", jerr);
-        root = jv_get(event, "client_payload");
+            return fail(err, errsz, CRCR_E_CONFIG, "%s: not valid JSON: %s", what, jerr);
+        root = payload_only ? event : jv_get(event, "client_payload");
+        if (payload_only && !jv_is_obj(root)) {
+            jv_free(event);
+            return fail(err, errsz, CRCR_E_CONFIG, "CLIENT_PAYLOAD: not a JSON object");
+        }
         if (!jv_is_obj(root)) {
             jv_free(event);
             return fail(err, errsz, CRCR_E_CONFIG,
@@ -591,6 +624,12 @@ static void usage(FILE *to)
           "  --audience A       OIDC audience (default " REPORT_DEFAULT_AUDIENCE ")\n"
           "  --max-time S       total seconds including retries (default 120)\n"
           "  --dry-run          print the URL and the body; mint and send nothing\n"
+          "\n"
+          "On a Buildkite agent (BUILDKITE=true) the run is the build (BUILDKITE_BUILD_NUMBER,\n"
+          "attempt BUILDKITE_RETRY_COUNT + 1), the workflow the pipeline slug, the job the\n"
+          "step's label or key, the conclusion (when not given) the command's exit status;\n"
+          "the token comes from buildkite-agent oidc request-token, the client_payload from\n"
+          "CLIENT_PAYLOAD.\n"
           "\n"
           "429, 5xx and network errors are retried (Retry-After honoured, else 1, 2, 4.. s)\n"
           "until --max-time. Exit status: 0 for a 2xx answer, 1 for any other answer or\n"
@@ -675,18 +714,67 @@ static bool read_event_file(const char *path, buf_t *out)
     return ok;
 }
 
-/* Fills env from the process environment. */
-static void env_from_process(report_env *env)
+/* `s` when set and not empty, else NULL. */
+static const char *nonempty(const char *s)
 {
-    env->event_path = getenv("GITHUB_EVENT_PATH");
-    env->run_id = getenv("GITHUB_RUN_ID");
-    env->run_attempt = getenv("GITHUB_RUN_ATTEMPT");
-    env->workflow = getenv("GITHUB_WORKFLOW");
-    env->job = getenv("GITHUB_JOB");
-    env->server_url = getenv("GITHUB_SERVER_URL");
-    env->repository = getenv("GITHUB_REPOSITORY");
-    env->token_url = getenv("ACTIONS_ID_TOKEN_REQUEST_URL");
-    env->token_secret = getenv("ACTIONS_ID_TOKEN_REQUEST_TOKEN");
+    return s && *s ? s : NULL;
+}
+
+/* The Buildkite half of report_env_load (report_callback_buildkite.sh's mapping). */
+static void env_buildkite(report_env *env, report_getenv_fn get)
+{
+    env->buildkite = true;
+    env->run_id = get("BUILDKITE_BUILD_NUMBER");
+    env->retry_count = get("BUILDKITE_RETRY_COUNT");
+    const char *rc = nonempty(env->retry_count) ? env->retry_count : "0";
+    env->run_attempt = NULL;
+    if (all_digits(rc, 9)) { /* at most 999999999 retries: + 1 stays in range */
+        snprintf(env->attempt_buf, sizeof(env->attempt_buf), "%ld", strtol(rc, NULL, 10) + 1);
+        env->run_attempt = env->attempt_buf;
+    }
+    env->workflow = get("BUILDKITE_PIPELINE_SLUG");
+    env->job = nonempty(get("BUILDKITE_LABEL"));
+    if (!env->job)
+        env->job = nonempty(get("BUILDKITE_STEP_KEY"));
+    if (!env->job)
+        env->job = "unknown";
+    env->run_url = get("BUILDKITE_BUILD_URL");
+    env->exit_status = get("BUILDKITE_COMMAND_EXIT_STATUS");
+    env->client_payload = get("CLIENT_PAYLOAD");
+    env->server_url = env->repository = NULL;
+    env->token_url = env->token_secret = NULL;
+}
+
+void report_env_load(report_env *env, report_getenv_fn get)
+{
+    memset(env, 0, sizeof(*env));
+    env->event_path = get("GITHUB_EVENT_PATH");
+    const char *bk = get("BUILDKITE");
+    if (bk && strcmp(bk, "true") == 0) {
+        env_buildkite(env, get);
+        return;
+    }
+    env->run_id = get("GITHUB_RUN_ID");
+    env->run_attempt = get("GITHUB_RUN_ATTEMPT");
+    env->workflow = get("GITHUB_WORKFLOW");
+    env->job = get("GITHUB_JOB");
+    env->server_url = get("GITHUB_SERVER_URL");
+    env->repository = get("GITHUB_REPOSITORY");
+    env->token_url = get("ACTIONS_ID_TOKEN_REQUEST_URL");
+    env->token_secret = get("ACTIONS_ID_TOKEN_REQUEST_TOKEN");
+}
+
+const char *report_buildkite_conclusion(const report_env *env)
+{
+    if (!env->buildkite || !nonempty(env->exit_status))
+        return NULL;
+    return strcmp(env->exit_status, "0") == 0 ? "success" : "failure";
+}
+
+/* getenv() as a report_getenv_fn. */
+static const char *process_getenv(const char *name)
+{
+    return getenv(name);
 }
 
 /* Parses --max-time into o->max_time_s. Returns false for a bad value. */
@@ -736,6 +824,12 @@ int report_main(int argc, char **argv)
         o.callback_url = getenv("CRCR_CALLBACK_URL");
     if (!o.check_run_id || trimmed(o.check_run_id).n == 0)
         o.check_run_id = getenv("CRCR_CHECK_RUN_ID");
+    report_env env;
+    report_env_load(&env, process_getenv);
+    /* A Buildkite step's conclusion, when not given: its command's exit status (as upstream). */
+    if (o.status && strcmp(o.status, "completed") == 0 && trimmed(o.conclusion).n == 0 &&
+        report_buildkite_conclusion(&env))
+        o.conclusion = report_buildkite_conclusion(&env);
 
     char err[512] = "";
     if (check_opts(&o, err, sizeof(err)) != CRCR_OK) {
@@ -769,15 +863,28 @@ int report_main(int argc, char **argv)
         return 2;
     }
 
-    report_env env;
-    env_from_process(&env);
     if (env.token_secret && *env.token_secret)
         log_add_secret(env.token_secret);
 
     buf_t event;
     buf_init(&event, 0);
     bool have_event = false;
-    if (!is_self_report(&o)) {
+    if (!is_self_report(&o) && env.buildkite && !nonempty(env.event_path)) {
+        if (!nonempty(env.client_payload)) {
+            fprintf(stderr, "Error: CLIENT_PAYLOAD is not set: on Buildkite, pass the dispatch's "
+                            "client_payload JSON in CLIENT_PAYLOAD (or report a nightly/periodic "
+                            "run with --delivery-id and --event-type)\n");
+            return 1;
+        }
+        buf_init(&event, REPORT_MAX_EVENT_BYTES);
+        if (buf_puts(&event, env.client_payload) != CRCR_OK) {
+            fprintf(stderr, "Error: CLIENT_PAYLOAD is larger than %u bytes\n",
+                    REPORT_MAX_EVENT_BYTES);
+            buf_free(&event);
+            return 1;
+        }
+        have_event = true;
+    } else if (!is_self_report(&o)) {
         if (!env.event_path || !*env.event_path) {
             fprintf(stderr, "Error: GITHUB_EVENT_PATH is not set: crcr report runs inside a "
                             "GitHub Actions job\n");

@@ -8,6 +8,11 @@
  * can switch without the relay seeing a difference. On top of it, crcr mints the OIDC token
  * itself and retries network errors, 429 and 5xx within a total time budget, honouring
  * Retry-After (safe because crcr's callbacks are idempotent).
+ *
+ * On a Buildkite agent (BUILDKITE=true) it maps Buildkite's variables as upstream's
+ * report_callback_buildkite.sh does (the run is the build, the attempt the retry count + 1, the
+ * workflow the pipeline slug, the job the step's label or key, the URL the build's) and mints the
+ * token with `buildkite-agent oidc request-token --audience <audience> --lifetime 300`.
  */
 #ifndef CRCR_REPORT_H
 #define CRCR_REPORT_H
@@ -58,7 +63,7 @@ typedef struct {
     bool dry_run;             /* print the body and the URL, send nothing */
 } report_opts;
 
-/* The GitHub Actions environment, borrowed strings; NULL when unset. */
+/* The CI environment, borrowed strings (NULL when unset), except attempt_buf. */
 typedef struct {
     const char *event_path;   /* GITHUB_EVENT_PATH */
     const char *run_id;       /* GITHUB_RUN_ID */
@@ -69,13 +74,36 @@ typedef struct {
     const char *repository;   /* GITHUB_REPOSITORY (owner/repo) */
     const char *token_url;    /* ACTIONS_ID_TOKEN_REQUEST_URL */
     const char *token_secret; /* ACTIONS_ID_TOKEN_REQUEST_TOKEN (never printed) */
+
+    /* Buildkite (BUILDKITE=true): run_id is BUILDKITE_BUILD_NUMBER (the callback needs a number;
+     * upstream's wrapper sends the build's UUID), run_attempt BUILDKITE_RETRY_COUNT + 1 (in
+     * attempt_buf), workflow BUILDKITE_PIPELINE_SLUG, job BUILDKITE_LABEL, else
+     * BUILDKITE_STEP_KEY, else "unknown"; repository is not used. */
+    bool buildkite;
+    const char *run_url;        /* workflow.url verbatim: BUILDKITE_BUILD_URL; NULL: GitHub's */
+    const char *exit_status;    /* BUILDKITE_COMMAND_EXIT_STATUS: the conclusion when none given */
+    const char *retry_count;    /* BUILDKITE_RETRY_COUNT as given (for the message) */
+    const char *client_payload; /* CLIENT_PAYLOAD: the dispatch's client_payload JSON, read when
+                                   there is no GITHUB_EVENT_PATH (upstream's variable) */
+    char attempt_buf[24];
 } report_env;
+
+/* A getter of environment variables (getenv, or a table in tests). */
+typedef const char *(*report_getenv_fn)(const char *name);
+
+/* Fills *env from `get`: the GitHub Actions variables, or Buildkite's when BUILDKITE is "true". */
+void report_env_load(report_env *env, report_getenv_fn get);
+
+/* The conclusion of a Buildkite step from BUILDKITE_COMMAND_EXIT_STATUS: "success" for "0",
+ * "failure" for any other value, NULL when it is unset or empty. */
+const char *report_buildkite_conclusion(const report_env *env);
 
 /*
  * Builds the callback body (pure: no I/O, the clock is `now_ms`).
  *
- * `event_json[0..n)` is the GITHUB_EVENT_PATH file's content; it is only read outside self-report
- * mode (may be NULL in self-report mode). The body is event.client_payload with key order and
+ * `event_json[0..n)` is the GITHUB_EVENT_PATH file's content (on Buildkite without an event file:
+ * the CLIENT_PAYLOAD text, the client_payload itself); it is only read outside self-report mode
+ * (may be NULL in self-report mode). The body is event.client_payload with key order and
  * every field (callback_token, trimmed, ...) kept, or the self-report envelope, plus the key
  * "workflow" (replacing an existing one in place, as Python's dict assignment does), serialised
  * exactly as Python's json.dumps() would (", " and ": " separators, non-ASCII as \uXXXX, floats in
@@ -114,7 +142,8 @@ int report_main(int argc, char **argv);
 
 /*
  * The sending half of report_main (report_send.c): checks the OIDC token request variables of
- * `env`, mints a token, POSTs `body` to `url` (already vetted) and retries within o->max_time_s.
+ * `env` (on Buildkite: runs buildkite-agent instead), mints a token, POSTs `body` to `url`
+ * (already vetted) and retries within o->max_time_s.
  * Prints progress and the outcome; returns the exit code as report_main does. Calls
  * curl_global_init()/cleanup itself.
  */

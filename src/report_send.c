@@ -1,16 +1,23 @@
 /*
  * report_send.c - the sending half of `crcr report`: mints the GitHub Actions OIDC token (one GET,
- * what @actions/core's getIDToken() does) and POSTs the callback body to the relay over
- * http_client.h; see report.h. Retry timing follows the relay's contract: 429 and 5xx and
- * transport errors are retried (callbacks are idempotent in crcr), waiting Retry-After when given.
+ * what @actions/core's getIDToken() does; on Buildkite the output of `buildkite-agent oidc
+ * request-token`) and POSTs the callback body to the relay over http_client.h; see report.h.
+ * Retry timing follows the relay's contract: 429 and 5xx and transport errors are retried
+ * (callbacks are idempotent in crcr), waiting Retry-After when given.
  */
 #include "report.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <curl/curl.h>
 #include <openssl/crypto.h>
@@ -35,6 +42,11 @@
 #define REPORT_MAX_RETRY_WAIT_S 60L
 /* GitHub's OIDC tokens live 5 minutes: mint a new one before a retry once this one is older. */
 #define REPORT_REMINT_AFTER_MS (4L * 60L * 1000L)
+/* The Buildkite agent and the lifetime asked of its tokens (upstream's wrapper: 300 s). */
+#define REPORT_BUILDKITE_AGENT "buildkite-agent"
+#define REPORT_BUILDKITE_LIFETIME "300"
+
+extern char **environ;
 
 long report_retry_delay_s(unsigned attempt, long retry_after_s)
 {
@@ -145,6 +157,28 @@ static long attempt_timeout_ms(const report_run *run)
     return r > 0 ? (long)r : 0;
 }
 
+/* Keeps `tok[0..n)` (trailing blanks and line ends removed) as run->jwt. STEP_OK, or STEP_FAIL
+ * with the reason when it is not a usable token. */
+static step_result keep_token(report_run *run, const char *tok, size_t n, const char *from)
+{
+    while (n > 0 && (tok[n - 1] == '\n' || tok[n - 1] == '\r' || tok[n - 1] == ' '))
+        n--;
+    if (n == 0 || !http_header_token_ok(tok, n, REPORT_MAX_OIDC_TOKEN)) {
+        snprintf(run->why, sizeof(run->why), "%s gave no usable token", from);
+        return STEP_FAIL;
+    }
+    run->jwt = malloc(n + 1);
+    if (!run->jwt) {
+        snprintf(run->why, sizeof(run->why), "out of memory");
+        return STEP_FAIL;
+    }
+    memcpy(run->jwt, tok, n);
+    run->jwt[n] = '\0';
+    log_add_secret(run->jwt);
+    run->minted_ms = clock_mono_ms();
+    return STEP_OK;
+}
+
 /* Mints the OIDC token: GET <url>&audience=<aud> with "Authorization: bearer <request token>";
  * the answer is {"value": "<jwt>"}. On STEP_OK run->jwt holds it. */
 static step_result mint(report_run *run)
@@ -179,25 +213,99 @@ static step_result mint(report_run *run)
     } else {
         jv *doc = jv_parse(buf_cstr(&answer), answer.len, NULL, 0);
         const jv *val = jv_get(doc, "value");
-        if (jv_is_str(val) &&
-            http_header_token_ok(jv_str(val), jv_str_len(val), REPORT_MAX_OIDC_TOKEN)) {
-            run->jwt = strdup(jv_str(val));
-            if (run->jwt) {
-                log_add_secret(run->jwt);
-                run->minted_ms = clock_mono_ms();
-                res = STEP_OK;
-            } else {
-                snprintf(run->why, sizeof(run->why), "out of memory");
-            }
-        } else {
+        if (jv_is_str(val))
+            res = keep_token(run, jv_str(val), jv_str_len(val), "the OIDC token endpoint");
+        else
             snprintf(run->why, sizeof(run->why),
                      "the OIDC token endpoint's answer has no usable \"value\"");
-        }
         jv_free(doc);
     }
     if (answer.data)
         OPENSSL_cleanse(answer.data, answer.len); /* held the token */
     buf_free(&answer);
+    return res;
+}
+
+/* Reads the agent's stdout (fd) into out[0..cap) until EOF or the attempt's deadline. Returns
+ * the bytes read, or -1 on timeout, -2 when it printed more than cap. */
+static long read_agent(report_run *run, int fd, char *out, size_t cap)
+{
+    size_t n = 0;
+    for (;;) {
+        long left = attempt_timeout_ms(run);
+        if (left <= 0)
+            return -1;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        int pr = poll(&p, 1, left > 1000 ? 1000 : (int)left);
+        if (pr < 0 && errno != EINTR)
+            return -1;
+        if (pr <= 0)
+            continue;
+        if (n == cap)
+            return -2;
+        ssize_t r = read(fd, out + n, cap - n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return (long)n;
+        n += (size_t)r;
+    }
+}
+
+/* Mints a Buildkite OIDC token: `buildkite-agent oidc request-token --audience <aud> --lifetime
+ * 300`, its stdout the token (its stderr goes to the job's log). On STEP_OK run->jwt holds it.
+ * A missing agent or a failing one is final; one that outlives the attempt is killed and retried.
+ */
+static step_result mint_buildkite(report_run *run)
+{
+    const char *aud = run->o->audience ? run->o->audience : REPORT_DEFAULT_AUDIENCE;
+    char *argv[] = {
+        REPORT_BUILDKITE_AGENT,    "oidc", "request-token", "--audience", (char *)aud, "--lifetime",
+        REPORT_BUILDKITE_LIFETIME, NULL};
+    int fds[2];
+    if (pipe(fds) != 0) {
+        snprintf(run->why, sizeof(run->why), "cannot run %s: %s", REPORT_BUILDKITE_AGENT,
+                 strerror(errno));
+        return STEP_FAIL;
+    }
+    fcntl(fds[0], F_SETFD, FD_CLOEXEC);
+    fcntl(fds[1], F_SETFD, FD_CLOEXEC);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
+    pid_t pid;
+    int se = posix_spawnp(&pid, REPORT_BUILDKITE_AGENT, &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    close(fds[1]);
+    if (se != 0) {
+        close(fds[0]);
+        snprintf(run->why, sizeof(run->why), "cannot run %s (is it on PATH?): %s",
+                 REPORT_BUILDKITE_AGENT, strerror(se));
+        return STEP_FAIL;
+    }
+    char tok[REPORT_MAX_OIDC_TOKEN + 2];
+    long n = read_agent(run, fds[0], tok, sizeof(tok));
+    close(fds[0]);
+    if (n < 0)
+        kill(pid, SIGKILL);
+    int st = 0;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    step_result res = STEP_FAIL;
+    if (n == -1) {
+        snprintf(run->why, sizeof(run->why), "%s oidc request-token did not answer in time",
+                 REPORT_BUILDKITE_AGENT);
+        res = STEP_RETRY;
+    } else if (n == -2) {
+        snprintf(run->why, sizeof(run->why), "%s printed more than %u bytes",
+                 REPORT_BUILDKITE_AGENT, REPORT_MAX_OIDC_TOKEN);
+    } else if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        snprintf(run->why, sizeof(run->why), "%s oidc request-token failed (exit status %d)",
+                 REPORT_BUILDKITE_AGENT, WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+    } else {
+        res = keep_token(run, tok, (size_t)n, REPORT_BUILDKITE_AGENT " oidc request-token");
+    }
+    OPENSSL_cleanse(tok, sizeof(tok));
     return res;
 }
 
@@ -261,7 +369,7 @@ static int send_with_retries(report_run *run)
         run->answered = false;
         if (!run->jwt || clock_mono_ms() - run->minted_ms > REPORT_REMINT_AFTER_MS) {
             drop_jwt(run);
-            s = mint(run);
+            s = run->env->buildkite ? mint_buildkite(run) : mint(run);
         }
         if (s == STEP_OK) {
             s = post_once(run);
@@ -287,22 +395,32 @@ static int send_with_retries(report_run *run)
     }
 }
 
-int report_send(const report_opts *o, const report_env *env, const char *url, const buf_t *body)
+/* Checks the GitHub Actions token request variables; prints why and returns false when they
+ * cannot be used. */
+static bool actions_token_env_ok(const report_env *env)
 {
     if (!env->token_url || !*env->token_url || !env->token_secret || !*env->token_secret) {
         fprintf(stderr, "Error: OIDC token request variables are missing: does the job have "
                         "permissions: id-token: write?\n");
-        return 1;
+        return false;
     }
     if (strlen(env->token_url) > REPORT_MAX_URL / 2 || !config_url_allowed(env->token_url)) {
         fprintf(stderr, "Error: ACTIONS_ID_TOKEN_REQUEST_URL must be an https:// URL\n");
-        return 1;
+        return false;
     }
     if (!http_header_token_ok(env->token_secret, strlen(env->token_secret),
                               REPORT_MAX_REQUEST_TOKEN)) {
         fprintf(stderr, "Error: ACTIONS_ID_TOKEN_REQUEST_TOKEN is malformed\n");
-        return 1;
+        return false;
     }
+    return true;
+}
+
+int report_send(const report_opts *o, const report_env *env, const char *url, const buf_t *body)
+{
+    /* On Buildkite the agent mints the token: there are no request variables to check. */
+    if (!env->buildkite && !actions_token_env_ok(env))
+        return 1;
 
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
         fprintf(stderr, "Error: cannot initialise libcurl\n");

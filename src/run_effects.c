@@ -7,6 +7,7 @@
 #include "clock.h"
 #include "json.h"
 #include "limits.h"
+#include "oncall.h"
 
 /* The labels of a stored webhook (only pull_request.labels is built). */
 static const char *const LABEL_PATHS[] = {"pull_request.labels"};
@@ -43,29 +44,38 @@ bool run_effects_check_wanted(const run_effects_env *env, const allowlist *al, c
     return store_wanted_get(env->st, head_sha, repo, since) == CRCR_OK;
 }
 
-static void metric_json(buf_t *b, int64_t ms)
+static crcr_err metric_json(buf_t *b, int64_t ms)
 {
     if (ms < 0)
-        buf_puts(b, "null");
-    else
-        buf_printf(b, "%lld.%03lld", (long long)(ms / 1000), (long long)(ms % 1000));
+        return buf_puts(b, "null");
+    return buf_printf(b, "%lld.%03lld", (long long)(ms / 1000), (long long)(ms % 1000));
 }
 
 /* The upstream HUD wire format: {"trusted":{...},"untrusted":{"callback_payload":<body>}}. */
 crcr_err run_effects_hud_body(buf_t *out, const char *repo, crcr_level level, int64_t queue_ms,
                               int64_t exec_ms, const char *callback_json, size_t callback_len)
 {
-    crcr_err err = buf_puts(out, "{\"trusted\":{\"ci_metrics\":{\"queue_time\":");
-    metric_json(out, queue_ms);
-    buf_puts(out, ",\"execution_time\":");
-    metric_json(out, exec_ms);
-    buf_puts(out, "},\"verified_repo\":");
-    jv_quote(out, repo, strlen(repo));
-    buf_puts(out, ",\"downstream_repo_level\":");
+    /* Every append counts: a body cut in the middle must not pass as whole. */
     const char *ln = crcr_level_name(level);
-    jv_quote(out, ln, strlen(ln));
-    buf_puts(out, "},\"untrusted\":{\"callback_payload\":");
-    buf_append(out, callback_json, callback_len);
+    crcr_err err = buf_puts(out, "{\"trusted\":{\"ci_metrics\":{\"queue_time\":");
+    if (!err)
+        err = metric_json(out, queue_ms);
+    if (!err)
+        err = buf_puts(out, ",\"execution_time\":");
+    if (!err)
+        err = metric_json(out, exec_ms);
+    if (!err)
+        err = buf_puts(out, "},\"verified_repo\":");
+    if (!err)
+        err = jv_quote(out, repo, strlen(repo));
+    if (!err)
+        err = buf_puts(out, ",\"downstream_repo_level\":");
+    if (!err)
+        err = jv_quote(out, ln, strlen(ln));
+    if (!err)
+        err = buf_puts(out, "},\"untrusted\":{\"callback_payload\":");
+    if (!err)
+        err = buf_append(out, callback_json, callback_len);
     if (!err)
         err = buf_puts(out, "}}");
     return err;
@@ -77,6 +87,8 @@ void run_effect_bodies_init(run_effect_bodies *b, size_t callback_len)
     buf_init(&b->check_key, 4 * CRCR_JOB_NAME_MAX + 256);
     buf_init(&b->hud, callback_len + 8192);
     buf_init(&b->hud_key, 4 * CRCR_JOB_NAME_MAX + 256);
+    buf_init(&b->oncall, ONCALL_ROW_MAX);
+    buf_init(&b->oncall_key, ONCALL_KEY_MAX);
 }
 
 void run_effect_bodies_free(run_effect_bodies *b)
@@ -85,6 +97,54 @@ void run_effect_bodies_free(run_effect_bodies *b)
     buf_free(&b->check_key);
     buf_free(&b->hud);
     buf_free(&b->hud_key);
+    buf_free(&b->oncall);
+    buf_free(&b->oncall_key);
+}
+
+bool run_effects_oncall_job(const crcr_config *cfg, const allowlist *al, const checks_run *check,
+                            buf_t *body, buf_t *key, store_new_job *job)
+{
+    if (!cfg->oncall_comments || !al || !check || check->pr_number <= 0 || !check->status ||
+        strcmp(check->status, "completed") != 0 || !oncall_alerting(check->conclusion))
+        return false;
+    const allowlist_entry *entry = allowlist_find(al, check->repo);
+    if (!entry || entry->n_oncalls == 0)
+        return false;
+    buf_reset(body);
+    buf_reset(key);
+    buf_t name, details, text;
+    buf_init(&name, 4 * CRCR_JOB_NAME_MAX + CRCR_REPO_NAME_MAX);
+    buf_init(&details, CRCR_REPO_NAME_MAX + 64);
+    buf_init(&text, ONCALL_COMMENT_MAX);
+    crcr_err err = checks_name(check, &name);
+    if (!err)
+        err = checks_details_url(check, &details);
+    oncall_failure f = {
+        .repo = check->repo,
+        .check_name = buf_cstr(&name),
+        .details_url = buf_cstr(&details),
+        .head_sha = check->head_sha,
+        .conclusion = check->conclusion,
+        .oncalls = entry->oncalls,
+        .n_oncalls = entry->n_oncalls,
+    };
+    if (!err)
+        err = oncall_comment(&f, &text); /* CRCR_E_NOT_FOUND: no on-call is a valid handle */
+    if (!err)
+        err = oncall_row_body(check->pr_number, check->repo, buf_cstr(&text), text.len, body);
+    if (!err)
+        err = oncall_seq_key(check->pr_number, check->repo, key);
+    if (!err)
+        *job = (store_new_job){.kind = "comment",
+                               .target = cfg->upstream_repo,
+                               .seq_key = key->data,
+                               .body = body->data,
+                               .body_len = body->len,
+                               .due_at = clock_now_ms()};
+    buf_free(&name);
+    buf_free(&details);
+    buf_free(&text);
+    return err == CRCR_OK;
 }
 
 crcr_err run_effects_build(const run_effects_env *env, const checks_run *check,
@@ -106,6 +166,9 @@ crcr_err run_effects_build(const run_effects_env *env, const checks_run *check,
                                        .body = bodies->check.data,
                                        .body_len = bodies->check.len,
                                        .due_at = now};
+        if (*n < max && run_effects_oncall_job(env->cfg, env->al, check, &bodies->oncall,
+                                               &bodies->oncall_key, &jobs[*n]))
+            (*n)++;
     }
     if (env->cfg->hud_api_url && *n < max) {
         crcr_err err = run_effects_hud_body(&bodies->hud, key->repo, level, queue_ms, exec_ms,

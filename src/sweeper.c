@@ -149,7 +149,8 @@ void sweeper_run(const sweeper_deps *d, const char *owner, int64_t now, sweeper_
     store_zombies(d->st, now - d->cfg->zombie_timeout_s * 1000, SWEEP_BATCH, collect, l);
     for (size_t i = 0; i < l->n; i++) {
         zombie *z = &l->items[i];
-        sweep_effects c = {.env = {d->st, d->cfg}, .z = z, .level = allowlist_level(al, z->repo)};
+        sweep_effects c = {
+            .env = {d->st, d->cfg, al}, .z = z, .level = allowlist_level(al, z->repo)};
         if (c.level == CRCR_LEVEL_NONE)
             c.level = (crcr_level)z->level;
         c.check_run = zombie_wants_check_run(&c.env, al, z);

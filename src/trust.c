@@ -20,14 +20,22 @@ static void add_pin(void *vctx, const store_identity_row *r)
     char when[40];
     clock_iso8601(r->pinned_at, when, sizeof(when));
     buf_t *b = c->out;
+    /* Every append counts: a document cut in the middle must not pass as whole. */
     crcr_err e = buf_puts(b, c->n++ ? ",{\"repo\":" : "{\"repo\":");
-    jv_quote(b, r->repo, strlen(r->repo));
-    buf_puts(b, ",\"repository_id\":");
-    jv_quote(b, r->repository_id, strlen(r->repository_id));
-    buf_puts(b, ",\"owner_id\":");
-    jv_quote(b, r->owner_id, strlen(r->owner_id));
-    buf_puts(b, ",\"pinned_at\":");
-    jv_quote(b, when, strlen(when));
+    if (!e)
+        e = jv_quote(b, r->repo, strlen(r->repo));
+    if (!e)
+        e = buf_puts(b, ",\"repository_id\":");
+    if (!e)
+        e = jv_quote(b, r->repository_id, strlen(r->repository_id));
+    if (!e)
+        e = buf_puts(b, ",\"owner_id\":");
+    if (!e)
+        e = jv_quote(b, r->owner_id, strlen(r->owner_id));
+    if (!e)
+        e = buf_puts(b, ",\"pinned_at\":");
+    if (!e)
+        e = jv_quote(b, when, strlen(when));
     if (!e)
         e = buf_putc(b, '}');
     if (e && !c->err)

@@ -15,6 +15,8 @@
 #include "limits.h"
 #include "log.h"
 #include "metrics.h"
+#include "oncall.h"
+#include "run_effects.h"
 #include "sig.h"
 #include "store.h"
 
@@ -143,6 +145,52 @@ static void accept_dispatch(crcr_app *app, const http_request *req, http_respons
     allowlist_free(al);
 }
 
+/* Files a push's commits list, at most WEBHOOK_PUSH_PATHS_MAX (GitHub lists at most 20 commits
+ * in a push payload; each names the files it added, modified or removed). */
+#define WEBHOOK_PUSH_PATHS_MAX 4096u
+
+static size_t add_paths(const jv *commit, const char **out, size_t n)
+{
+    static const char *const lists[] = {"added", "modified", "removed"};
+    for (size_t l = 0; l < sizeof(lists) / sizeof(lists[0]); l++) {
+        const jv *files = jv_get(commit, lists[l]);
+        for (size_t i = 0; i < jv_arr_len(files) && n < WEBHOOK_PUSH_PATHS_MAX; i++) {
+            const char *f = jv_str(jv_arr_at(files, i));
+            if (f)
+                out[n++] = f;
+        }
+    }
+    return n;
+}
+
+/* A push that changed the allowlist's file (or the CI providers map's) on the branch its URL
+ * names: that source reloads now instead of after its TTL, and with a shared store every
+ * instance follows (allowlist_source_watches). */
+static void push_refresh(crcr_app *app, const char *delivery, const jv *doc)
+{
+    const char *repo = jv_path_str(doc, "repository.full_name");
+    const char *ref = jv_path_str(doc, "ref");
+    if (!repo || !ref)
+        return;
+    const char **paths = malloc(WEBHOOK_PUSH_PATHS_MAX * sizeof(*paths));
+    if (!paths)
+        return;
+    size_t n = 0;
+    const jv *commits = jv_get(doc, "commits");
+    for (size_t i = 0; i < jv_arr_len(commits); i++)
+        n = add_paths(jv_arr_at(commits, i), paths, n);
+    n = add_paths(jv_get(doc, "head_commit"), paths, n);
+    allowlist_source *sources[] = {app->allow, app->providers};
+    static const char *const names[] = {"allowlist", "ci_providers"};
+    for (size_t k = 0; k < sizeof(sources) / sizeof(sources[0]); k++) {
+        if (allowlist_source_watches(sources[k], repo, ref, paths, n)) {
+            LOG_INFO("webhook.push_refresh", "delivery", delivery, "source", names[k], NULL);
+            allowlist_source_reload(sources[k]);
+        }
+    }
+    free(paths);
+}
+
 void webhook_classify(const char *event, const jv *doc, const char *upstream_repo, webhook_route *r)
 {
     memset(r, 0, sizeof(*r));
@@ -226,12 +274,35 @@ typedef struct backfill_ctx {
     crcr_app *app;
     int64_t pr_number;
     const char *head_sha;
-    store_new_job jobs[LABEL_BACKFILL_MAX];
+    store_new_job jobs[2 * LABEL_BACKFILL_MAX]; /* the check runs, then the on-call comments */
     buf_t bodies[LABEL_BACKFILL_MAX];
     buf_t keys[LABEL_BACKFILL_MAX]; /* ordering keys, shared with the callbacks' check runs */
     size_t n;
     buf_t names; /* JSON array items of "repo/job" */
+    const allowlist *al;
+    store_new_job oncall_jobs[LABEL_BACKFILL_MAX]; /* comments a completed failure causes */
+    buf_t oncall_bodies[LABEL_BACKFILL_MAX];
+    buf_t oncall_keys[LABEL_BACKFILL_MAX];
+    size_t n_oncall;
 } backfill_ctx;
+
+/* A back-filled check run that completed with a failure pings the on-calls, as one created by
+ * its callback would have (run_effects_oncall_job). */
+static void backfill_oncall(backfill_ctx *c, const checks_run *r)
+{
+    if (c->n_oncall >= LABEL_BACKFILL_MAX)
+        return;
+    buf_t *b = &c->oncall_bodies[c->n_oncall];
+    buf_t *k = &c->oncall_keys[c->n_oncall];
+    buf_init(b, ONCALL_ROW_MAX);
+    buf_init(k, ONCALL_KEY_MAX);
+    if (run_effects_oncall_job(&c->app->cfg, c->al, r, b, k, &c->oncall_jobs[c->n_oncall])) {
+        c->n_oncall++;
+        return;
+    }
+    buf_free(b);
+    buf_free(k);
+}
 
 static void backfill_row(void *vctx, const store_run_row *row)
 {
@@ -271,6 +342,7 @@ static void backfill_row(void *vctx, const store_run_row *row)
         buf_putc(&c->names, ',');
     jv_quote(&c->names, name, strlen(name));
     c->n++;
+    backfill_oncall(c, &r);
 }
 
 /* pull_request labeled ciflow/crcr/<device>: mark the head sha wanted for the device's repos and
@@ -299,6 +371,7 @@ static void handle_label(crcr_app *app, const http_request *req, http_response *
         return;
     }
     c->app = app;
+    c->al = al;
     c->pr_number = pr;
     c->head_sha = sha;
     buf_init(&c->names, 64 * 1024);
@@ -318,12 +391,18 @@ static void handle_label(crcr_app *app, const http_request *req, http_response *
         buf_init(&ok, c->names.len + 64);
         buf_printf(&ok, "{\"ok\":true,\"created_check_runs\":%s}", buf_cstr(&c->names));
         LOG_INFO("webhook.label", "delivery", delivery, "device", device, NULL);
-        persist_and_answer(app, req, resp, event, delivery, doc, c->jobs, c->n, buf_cstr(&ok));
+        memcpy(&c->jobs[c->n], c->oncall_jobs, c->n_oncall * sizeof(c->oncall_jobs[0]));
+        persist_and_answer(app, req, resp, event, delivery, doc, c->jobs, c->n + c->n_oncall,
+                           buf_cstr(&ok));
         buf_free(&ok);
     }
     for (size_t i = 0; i < c->n; i++) {
         buf_free(&c->bodies[i]);
         buf_free(&c->keys[i]);
+    }
+    for (size_t i = 0; i < c->n_oncall; i++) {
+        buf_free(&c->oncall_bodies[i]);
+        buf_free(&c->oncall_keys[i]);
     }
     buf_free(&c->names);
     free(c);
@@ -397,6 +476,8 @@ const char *const webhook_json_paths[] = {
     "check_run.external_id",
     "check_run.name",
     "check_suite.id",
+    "commits",
+    "head_commit",
 };
 const size_t webhook_json_paths_n = sizeof(webhook_json_paths) / sizeof(webhook_json_paths[0]);
 
@@ -464,6 +545,9 @@ void webhook_handle(void *ctx, const http_request *req, http_response *resp)
         reject(app, resp, 400, "Invalid JSON body", delivery);
         return;
     }
+
+    if (strcmp(event, "push") == 0)
+        push_refresh(app, delivery, doc);
 
     webhook_route r;
     webhook_classify(event, doc, app->cfg.upstream_repo, &r);

@@ -7,6 +7,8 @@
  *   3. ping -> 200 {"ok":true,"pong":true}
  *   4. body not a JSON object -> 400 "Invalid JSON body"
  *   5. repository.full_name other than UPSTREAM_REPO (case-insensitive) -> 200 {"ignored":true}
+ *   5b. a signed push that changed the allowlist's file (or the CI providers map's) on the branch
+ *      of its URL makes that source reload now (allowlist_source_watches), whatever else it does
  *   6. routing: pull_request opened/reopened/synchronize/closed and push -> dispatch;
  *      pull_request labeled ciflow/crcr/<device> -> mark the head sha wanted for the device's L3
  *      repos and back-fill check runs of jobs already reported (200 {"ok":true,

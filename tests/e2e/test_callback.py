@@ -110,26 +110,35 @@ class PR:
 
 class Stack:
     """Fake GitHub + OIDC issuer + fake HUD + the relay. `env` extends/overrides the relay
-    environment (None removes a variable)."""
+    environment (None removes a variable). `extra_issuers` more GitHub-kind issuers,
+    `buildkite_issuers` Buildkite-kind ones (CRCR_OIDC_ISSUERS entries buildkite=URL);
+    `gh_files` {(owner/repo, path, ref): text} the fake GitHub serves from the start."""
 
     def __init__(self, env=None, allowlist=ALLOWLIST, hud=True, issuer_keys=None, gh_kw=None,
-                 extra_issuers=0):
+                 extra_issuers=0, buildkite_issuers=0, gh_files=None):
         self.env_extra = dict(env or {})
         self.allowlist = allowlist
         self.want_hud = hud
         self.issuer_keys = issuer_keys
         self.gh_kw = gh_kw or {}
         self.n_extra_issuers = extra_issuers
+        self.n_buildkite_issuers = buildkite_issuers
+        self.gh_files = dict(gh_files or {})
         self.gh = self.issuer = self.hud = self.relay = None
         self.extra_issuers = []
+        self.buildkite_issuers = []
 
     def start(self):
         try:
             with open(R.APP_PUB, encoding="ascii") as f:
                 self.gh = F.FakeGitHub(app_id=APP_ID, public_key=f.read(), **self.gh_kw).start()
+            for (repo, path, ref), text in self.gh_files.items():
+                self.gh.set_file(repo, path, ref, text)
             self.issuer = O.OIDCIssuer(keys=self.issuer_keys).start()
             self.extra_issuers = [O.OIDCIssuer(keys={"x%d" % i: R.APP_KEY}).start()
                                   for i in range(self.n_extra_issuers)]
+            self.buildkite_issuers = [O.OIDCIssuer(keys={"bk%d" % i: R.OIDC_KEY}).start()
+                                      for i in range(self.n_buildkite_issuers)]
             if self.want_hud:
                 self.hud = H.FakeHUD(bot_key=HUD_KEY).start()
             env = {
@@ -139,7 +148,9 @@ class Stack:
                 "CRCR_RETRY_BASE_MS": "100",
                 "CRCR_RETRY_MAX_MS": "400",
                 "CRCR_OIDC_ISSUERS": ",".join([self.issuer.url] +
-                                              [i.url for i in self.extra_issuers]),
+                                              [i.url for i in self.extra_issuers] +
+                                              ["buildkite=" + i.url
+                                               for i in self.buildkite_issuers]),
                 "RATE_LIMIT_PER_MIN": "10000",
                 "HUD_MAX_RETRIES": "3",
             }
@@ -154,7 +165,8 @@ class Stack:
         return self
 
     def close(self):
-        for thing in ([self.relay, self.hud, self.gh, self.issuer] + self.extra_issuers):
+        for thing in ([self.relay, self.hud, self.gh, self.issuer] + self.extra_issuers +
+                      self.buildkite_issuers):
             if thing is None:
                 continue
             try:

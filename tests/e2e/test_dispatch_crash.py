@@ -2,11 +2,11 @@
 mid fan-out, against the fake GitHub, on SQLite or (with CRCR_E2E_PG_URI) on PostgreSQL.
 
 The kill lands in the middle by construction: the fake answers the first PASS dispatches, then
-holds every further one, and a relay is killed once each worker waits on a held request. At that
-moment the held requests are exactly what the relays have in flight (every earlier answer was
-recorded: a worker records its outcome before it claims its next row). The held requests are then
-answered (GitHub may have carried out what a dead client sent), so each pair the dead relay had
-in flight is dispatched exactly twice and every other pair exactly once.
+carries out every further one but holds its answer back (fakegh's hold), and a relay is killed
+once each worker waits on a held answer. At that moment the held requests are exactly what the
+relays have in flight (every earlier answer was recorded: a worker records its outcome before it
+claims its next row), and GitHub has carried them out, so each pair the dead relay had in flight
+is dispatched exactly twice and every other pair exactly once.
 
 - The only instance SIGKILLed and restarted: every pair is dispatched within 10 s of the restart,
   with the default lease (CRCR_LEASE_SECONDS=120): SQLite re-queues the dead process's rows at
@@ -51,17 +51,24 @@ class CrashTestBase(GitHubRelayMixin, unittest.TestCase):
             deliveries.append(r.delivery)
         return deliveries
 
+    def hold_dispatches(self):
+        """From the (PASS+1)-th dispatch on, the fake carries each out and holds its answer."""
+        hold = self.gh.hold("POST", DISPATCH_PATH, count=None, skip=PASS)
+        self.addCleanup(hold.release)
+        return hold
+
     def kill_mid_fan_out(self, victim, hold, workers):
-        """Kills `victim` once `workers` requests are held (every worker of every relay waits on
+        """Kills `victim` once `workers` answers are held (every worker of every relay waits on
         GitHub), then lets the fake answer them. Returns (kill time, pairs held)."""
-        held = self.gh.wait_held(hold, workers, timeout=60)
-        self.assertEqual(held, workers, "the workers never all waited on GitHub" + self.diag())
+        self.assertTrue(wait_until(lambda: len(hold.held) >= workers, 60),
+                        "the workers never all waited on GitHub" + self.diag())
         victim.kill()
         kill_time = time.monotonic()
-        before = self.gh.requests("POST", DISPATCH_PATH)
-        in_flight = {pair_of(x) for x in before if x.fault is hold}
+        self.assertEqual(len(hold.held), workers)
+        in_flight = {pair_of(x) for x in hold.held}
         self.assertEqual(len(in_flight), workers)
-        self.assertEqual(sum(1 for x in before if x.status == 204), PASS)
+        answered = [x for x in self.gh.requests("POST", DISPATCH_PATH) if x.status == 204]
+        self.assertEqual(len(answered), PASS)
         hold.release()
         return kill_time, in_flight
 
@@ -93,8 +100,7 @@ class CrashTest(CrashTestBase):
     def test_sigkill_of_the_only_instance_recovers_in_seconds_and_repeats_only_in_flight(self):
         self.start_pair(allowlist=allowlist_yaml(l1=REPOS[:4], l2=REPOS[4:]),
                         env={"MAX_DISPATCH_WORKERS": str(WORKERS)})
-        hold = self.gh.fault_hold(DISPATCH_PATH, method="POST", after=PASS)
-        self.addCleanup(hold.release)
+        hold = self.hold_dispatches()
         deliveries = self.post_all()
         expected = {(d, t) for d in deliveries for t in REPOS}
         _, in_flight = self.kill_mid_fan_out(self.relay, hold, WORKERS)
@@ -127,8 +133,7 @@ class TwoInstanceCrashTest(CrashTestBase):
         self.addCleanup(b.close)
         self.addCleanup(R.check_clean_exit, self, b)
         b.start()
-        hold = gh.fault_hold(DISPATCH_PATH, method="POST", after=PASS)
-        self.addCleanup(hold.release)
+        hold = self.hold_dispatches()
         deliveries = self.post_all()
         expected = {(d, t) for d in deliveries for t in REPOS}
         kill_time, in_flight = self.kill_mid_fan_out(a, hold, 2 * WORKERS)

@@ -547,24 +547,25 @@ class FakeGitHubFaultTest(FakeGitHubTestBase):
         self.assertIsNone(second.fault)  # count=1: the second answer was not delayed
         self.assertEqual(f.hits, 1)
 
-    def test_hold_lets_after_requests_through_then_holds_until_released(self):
-        hold = self.gh.fault_hold("/x", after=2)
+    def test_hold_can_let_the_first_requests_through_and_hold_all_the_others(self):
+        hold = self.gh.hold(path_re="/x", count=None, after=False, skip=2)
         self.assertEqual([self.call("GET", "/x")[0] for _ in range(2)], [404, 404])
         answers = []
         threads = [threading.Thread(target=lambda: answers.append(self.call("GET", "/x")[0]))
                    for _ in range(3)]
         for t in threads:
             t.start()
-        self.assertEqual(self.gh.wait_held(hold, 3, timeout=10), 3)
+        deadline = time.monotonic() + 10
+        while len(hold.held) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self.assertEqual(len(hold.held), 3)
         self.assertEqual(answers, [])  # nothing answered while held
-        self.assertEqual(sum(1 for r in self.gh.requests() if r.status is None), 3)
         hold.release()
         for t in threads:
             t.join(10)
         self.assertEqual(answers, [404, 404, 404])
-        self.assertEqual((hold.hits, hold.held), (3, 0))
         self.assertEqual(self.call("GET", "/x")[0], 404)  # released: holds no more
-        self.assertIsNone(self.gh.requests()[-1].fault)
+        self.assertEqual(len(hold.held), 3)
 
     def test_keyed_draws_do_not_depend_on_the_order_requests_arrive_in(self):
         def statuses(order):
@@ -687,6 +688,85 @@ class FakeGitHubChecksAndContentsTest(FakeGitHubTestBase):
         self.assertEqual(self.call("GET", "/repos/pytorch/pytorch/contents/nope.yml")[0], 404)
         # Default ref is main.
         self.assertEqual(self.call("GET", path.split("?")[0])[0], 200)
+
+
+class FakeGitHubCommentsAndHoldsTest(FakeGitHubTestBase):
+    def setUp(self):
+        super().setUp()
+        self.auth = {"Authorization": "Bearer " + self.token_for("org1/repo1")}
+        self.path = "/repos/org1/repo1/issues/77/comments"
+
+    def test_comments_are_created_listed_and_paginated_like_github(self):
+        seeded = self.gh.add_comment("org1/repo1", 77, "<!-- crcr-oncall:a/b -->\nold")
+        self.assertEqual(seeded["user"], {"login": "pytorch-bot[bot]", "id": seeded["user"]["id"],
+                                          "type": "Bot"})
+        for i in range(4):
+            st, _, body = self.call("POST", self.path, {"body": "c%d" % i}, self.auth)
+            self.assertEqual(st, 201, body)
+            c = json.loads(body)
+            self.assertEqual((c["body"], c["user"]["login"]), ("c%d" % i, "crcr-test[bot]"))
+            self.assertGreater(c["id"], 2**32)
+        self.assertEqual([c["body"] for c in self.gh.comments("ORG1/repo1", 77)],
+                         ["<!-- crcr-oncall:a/b -->\nold", "c0", "c1", "c2", "c3"])
+        self.assertEqual(self.gh.comments("org1/repo1", 78), [])
+        st, h, body = self.call("GET", self.path + "?per_page=2&page=1", headers=self.auth)
+        self.assertEqual(st, 200)
+        self.assertEqual(len(json.loads(body)), 2)
+        self.assertIn('page=2>; rel="next"', h["link"])
+        self.assertIn('page=3>; rel="last"', h["link"])
+        st, h, body = self.call("GET", self.path + "?per_page=2&page=3", headers=self.auth)
+        self.assertEqual([c["body"] for c in json.loads(body)], ["c3"])
+        self.assertNotIn("link", h)
+        st, _, body = self.call("GET", self.path, headers=self.auth)
+        self.assertEqual(len(json.loads(body)), 5)  # default per_page 30
+        # GitHub's validation and authentication.
+        for bad in ({}, {"body": ""}, {"body": 5}, {"body": "x" * 65537}):
+            self.assertEqual(self.call("POST", self.path, bad, self.auth)[0], 422)
+        self.assertEqual(self.call("POST", self.path, b"{", self.auth)[0], 400)
+        self.assertEqual(self.call("POST", self.path, {"body": "x"})[0], 401)
+        self.assertEqual(self.call("GET", self.path)[0], 401)
+        self.assertEqual(len(self.gh.comments("org1/repo1", 77)), 5)
+        self.assertEqual(len(self.gh.wait_comments("org1/repo1", 77, 5, timeout=0)), 5)
+
+    def _call_in_thread(self, *args):
+        out = {}
+        t = threading.Thread(target=lambda: out.setdefault("r", self.call(*args)), daemon=True)
+        t.start()
+        return t, out
+
+    def test_hold_after_applies_the_effect_then_waits_for_the_release(self):
+        hold = self.gh.hold("POST", r"/issues/\d+/comments$")
+        t, out = self._call_in_thread("POST", self.path, {"body": "held"}, self.auth)
+        self.assertTrue(hold.wait_reached(10))
+        self.assertEqual([c["body"] for c in self.gh.comments("org1/repo1", 77)], ["held"])
+        t.join(0.2)
+        self.assertTrue(t.is_alive(), "answered before the release")
+        self.assertIsNone(hold.held[0].status)
+        hold.release()
+        t.join(10)
+        self.assertEqual(out["r"][0], 201)
+        # count=1: the next request is not held.
+        self.assertEqual(self.call("POST", self.path, {"body": "free"}, self.auth)[0], 201)
+
+    def test_hold_before_does_nothing_until_the_release(self):
+        hold = self.gh.hold("POST", r"/issues/\d+/comments$", after=False)
+        t, out = self._call_in_thread("POST", self.path, {"body": "later"}, self.auth)
+        self.assertTrue(hold.wait_reached(10))
+        self.assertEqual(self.gh.comments("org1/repo1", 77), [])
+        hold.release()
+        t.join(10)
+        self.assertEqual(out["r"][0], 201)
+        self.assertEqual(len(self.gh.comments("org1/repo1", 77)), 1)
+
+    def test_a_held_client_that_went_away_does_not_break_the_fake(self):
+        hold = self.gh.hold("GET", r"/comments$")
+        sock = socket.create_connection(("127.0.0.1", self.gh.port))
+        sock.sendall(("GET %s HTTP/1.1\r\nHost: x\r\nAuthorization: %s\r\n\r\n"
+                      % (self.path, self.auth["Authorization"])).encode())
+        self.assertTrue(hold.wait_reached(10))
+        sock.close()
+        hold.release()
+        self.assertEqual(self.call("GET", self.path, headers=self.auth)[0], 200)
 
 
 if __name__ == "__main__":

@@ -505,36 +505,50 @@ class HudLoadTest(unittest.TestCase):
         cls.w = hud_fill.HudWorld().start()
         cls.addClassCleanup(cls.w.close)
 
+    def webhook_latencies(self, n=20):
+        relay = self.w.relay
+        payload = R.load_example("pull_request.opened")
+        out = []
+        for _ in range(n):
+            t0 = time.monotonic()
+            r = relay.webhook("pull_request", payload)
+            out.append((time.monotonic() - t0, r.status))
+        return out
+
     def test_50_concurrent_hud_loads_do_not_delay_webhooks(self):
         relay = self.w.relay
+        # The same 20 webhooks without HUD load first: what this machine gives right now.
+        idle = sorted(t for t, _ in self.webhook_latencies())
         # The loads come from another process, so that the webhook client's own timing does not
         # wait for this interpreter's lock behind 50 client threads.
         results = multiprocessing.Queue()
         go = multiprocessing.Event()
         loads = multiprocessing.Process(target=hud_loads, args=(relay.port, 50, go, results))
         loads.start()
-        lat = []
-        payload = R.load_example("pull_request.opened")
         go.set()
-        for _ in range(20):
-            t0 = time.monotonic()
-            r = relay.webhook("pull_request", payload)
-            lat.append((time.monotonic() - t0, r.status))
+        lat = self.webhook_latencies()
         statuses = results.get(timeout=60)
         loads.join(10)
         codes = sorted(s for s, _ in statuses)
-        worst = max(t for t, _ in lat)
-        note("50 concurrent HUD loads: %d rendered, %d shed (503); 20 webhooks meanwhile, "
-             "slowest %.1f ms, median %.1f ms" % (codes.count(200), codes.count(503),
-                                                 worst * 1000,
-                                                 sorted(t for t, _ in lat)[10] * 1000))
+        loaded = sorted(t for t, _ in lat)
+        note("50 concurrent HUD loads: %d rendered, %d shed (503); 20 webhooks meanwhile: "
+             "slowest %.1f ms, median %.1f ms (without the loads: slowest %.1f ms, median %.1f ms)"
+             % (codes.count(200), codes.count(503), loaded[-1] * 1000, loaded[10] * 1000,
+                idle[-1] * 1000, idle[10] * 1000))
         self.assertEqual(len(codes), 50)
         self.assertEqual({s for _, s in lat}, {202})
         self.assertTrue(set(codes) <= {200, 503}, codes)
         self.assertTrue(all(ra == "1" for s, ra in statuses if s == 503))
-        # AddressSanitizer makes the webhook path itself several times slower (idle webhooks
-        # reach 50 ms there): twice the bound, as for memory.
-        self.assertLess(worst, 0.100 * (2 if sanitized(relay.proc.pid) else 1))
+        # Under 100 ms (twice that under AddressSanitizer, which slows the webhook path itself).
+        # On a machine busy with other work, where webhooks alone already take about that long,
+        # the HUD must not make them slower than that machine makes them: a median within twice
+        # the unloaded one (plus 20 ms) and a slowest within twice the unloaded slowest (+ 50 ms).
+        bound = 0.100 * (2 if sanitized(relay.proc.pid) else 1)
+        if loaded[-1] >= bound:
+            self.assertLessEqual(loaded[10], 2 * idle[10] + 0.020,
+                                 "the HUD load slowed the median webhook")
+            self.assertLessEqual(loaded[-1], 2 * idle[-1] + 0.050,
+                                 "the HUD load slowed the slowest webhook")
 
     def cache_hits(self):
         r = self.w.relay.get("/metrics")

@@ -335,19 +335,19 @@ class MultiInstanceTest(unittest.TestCase):
     def test_sigkill_of_one_instance_loses_nothing(self):
         # The default lease: the dead instance's rows must come back by liveness, not by lease.
         a, b = self.start_cluster(CRCR_LEASE_SECONDS="120")
-        # After 250 dispatches the fake holds every further one: the kill lands when every
+        # After 250 dispatches the fake holds every further answer: the kill lands when every
         # worker of both instances waits on GitHub, whatever the machine's speed.
-        hold = self.gh.fault_hold(DISPATCH_PATH, method="POST", after=250)
+        hold = self.gh.hold("POST", DISPATCH_PATH, count=None, skip=250)
         self.addCleanup(hold.release)
         deliveries = self.post_alternately(N_DELIVERIES)
         expected = {(d, t) for d in deliveries for t in REPOS}
-        self.assertEqual(self.gh.wait_held(hold, 2 * WORKERS, 60), 2 * WORKERS,
-                         "the workers never all waited on GitHub" + self.diag())
+        self.assertTrue(wait_until(lambda: len(hold.held) >= 2 * WORKERS, 60),
+                        "the workers never all waited on GitHub" + self.diag())
         a.kill()
         in_flight = {(json.loads(x.body)["client_payload"]["delivery_id"],
-                      "/".join(x.path.split("/")[2:4]))
-                     for x in self.gh.requests("POST", DISPATCH_PATH) if x.fault is hold}
-        hold.release()  # A's requests are answered too: B sends A's WORKERS pairs again
+                      "/".join(x.path.split("/")[2:4])) for x in hold.held}
+        self.assertEqual(len(in_flight), 2 * WORKERS)
+        hold.release()  # GitHub carried out A's requests too: B sends A's WORKERS pairs again
         self.wait_pairs(expected, timeout=90)
         self.assertTrue(wait_until(lambda: sum(c > 1 for c in pair_counts(self.gh).values())
                                    >= WORKERS, 60), "A's rows were not taken over" + self.diag())

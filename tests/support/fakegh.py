@@ -13,15 +13,17 @@ validation rules where they matter to the relay:
   POST /repos/{o}/{r}/actions/runs/{id}/rerun           installation token          -> 201 / 403
   POST /repos/{o}/{r}/actions/runs/{id}/rerun-failed-jobs
   GET  /repos/{o}/{r}/contents/{path}?ref=R             no auth needed; ETag / If-None-Match
+  GET  /repos/{o}/{r}/issues/{n}/comments               installation token, paginated (Link)
+  POST /repos/{o}/{r}/issues/{n}/comments               installation token          -> 201
 
-Every request is recorded (see Recorded). Fault rules (add_fault and the fault_* helpers) replace,
-delay or hold answers, in order, optionally with a probability drawn from a seeded random.Random
-(or, with `key`, from the seed, the request's key and how many requests of that key came before:
-the same draws whatever order requests arrive in), for a bounded count, after letting `after`
-requests through. A held request waits until rule.release() (wait_held(rule, n) waits for n of
-them): tests put a kill in the middle of what the relay has in flight by construction.
-`latency_ms` delays every answer (benchmarks). `time_offset` shifts the fake's clock (token and JWT
-expiry) without sleeping.
+Every request is recorded (see Recorded). Fault rules (add_fault and the fault_* helpers) replace
+or delay answers, in order, optionally with a probability drawn from a seeded random.Random (or,
+with `key`, from the seed, the request's key and how many requests of that key came before: the
+same draws whatever order requests arrive in), for a bounded count. `latency_ms` delays every
+answer (benchmarks). `time_offset` shifts the fake's clock (token and JWT expiry) without
+sleeping. Holds (hold()) keep matching answers back until the test
+releases them, before or after the route took effect: a test can stop a client deterministically
+between GitHub doing something and the client learning of it.
 
 Example:
     gh = FakeGitHub(app_id=12345, public_key=open(".../app.pub.pem").read()).start()
@@ -61,6 +63,9 @@ ALREADY_RUNNING_MESSAGE = "This workflow is already running"
 
 INSTALLATION_ID_BASE = 3_000_000_000  # > 2^31: catches 32-bit truncation
 CHECK_RUN_ID_BASE = 2**32 + 1_000  # > 2^32
+COMMENT_ID_BASE = 2**33 + 7  # issue comment ids, > 2^32 too
+COMMENT_MAX_BODY = 65536  # characters of one issue comment
+APP_BOT_LOGIN = "crcr-test[bot]"  # the App's comments are authored by its bot user
 DISPATCH_MAX_BODY = 65536  # "the total size of the JSON payload must be less than 64KB"
 DISPATCH_MAX_EVENT_TYPE = 100
 DISPATCH_MAX_PROPERTIES = 10
@@ -103,20 +108,13 @@ class Recorded:
                                     " (%s)" % self.note if self.note else "")
 
 
-# A held request is answered after this at the latest, so that no test can hang the fake.
-HOLD_MAX_S = 120
-
-
 class Fault:
     """A fault rule. status None means "delay only, then answer normally"; status 0 means
     "close the connection without answering". Header values may be callables (evaluated per
-    answer, e.g. a reset time). `hold`: matching requests wait for release() (then the status,
-    or the normal answer); `held` counts those waiting. `after`: that many matching requests
-    pass first. `key(rec)`: with a probability, the draw for a request is made from (seed, key,
-    how many requests of that key the rule saw before), not from a shared stream."""
+    answer, e.g. a reset time)."""
 
     def __init__(self, method, path_re, status, headers, body, probability, count, delay_ms, rng,
-                 name, hold=False, after=0, key=None, seed=None):
+                 name, key=None, seed=None):
         self.method = method.upper() if method else None
         self.path_re = re.compile(path_re) if isinstance(path_re, str) else path_re
         self.status = status
@@ -126,15 +124,11 @@ class Fault:
         self.remaining = count
         self.delay_ms = delay_ms
         self.rng = rng
-        self.name = name or ("hold" if hold else "fault %s" % status)
+        self.name = name or ("fault %s" % status)
         self.hits = 0
-        self.hold = hold
-        self.held = 0
-        self.after = after
-        self.key = key
+        self.key = key  # f(Recorded) -> a hashable key of the request's own draws, or None
         self.seed = seed
         self._seen = {}  # key -> requests of that key seen so far
-        self._gate = threading.Event()
 
     def _draw(self, rec, default_rng):
         if self.key is None:
@@ -151,9 +145,6 @@ class Fault:
             return False
         if self.remaining is not None and self.remaining <= 0:
             return False
-        if self.after > 0:
-            self.after -= 1
-            return False
         if self.probability < 1.0:
             if self._draw(rec, default_rng) >= self.probability:
                 return False
@@ -162,13 +153,50 @@ class Fault:
             self.remaining -= 1
         return True
 
-    def release(self):
-        """Answers every held request and stops holding (the rule applies no more)."""
-        self.remaining = 0
-        self._gate.set()
-
     def __repr__(self):
         return "<Fault %s hits=%d remaining=%s>" % (self.name, self.hits, self.remaining)
+
+
+class Hold:
+    """Answers held back by FakeGitHub.hold(). `reached` is set once a matching request is being
+    held (after its route ran when `after`), `held` lists those requests; release() lets every
+    held and future matching answer go. The first `skip` matching requests pass."""
+
+    def __init__(self, method, path_re, count, after, timeout, skip=0):
+        self.method = method.upper() if method else None
+        self.path_re = re.compile(path_re) if isinstance(path_re, str) else path_re
+        self.skip = skip
+        self.remaining = count
+        self.after = after
+        self.timeout = timeout
+        self.reached = threading.Event()
+        self.held = []
+        self._go = threading.Event()
+
+    def _applies(self, method, path):  # called with the fake's lock held
+        if self.method and self.method != method:
+            return False
+        if self.path_re is not None and not self.path_re.search(path):
+            return False
+        if self.skip > 0:
+            self.skip -= 1
+            return False
+        if self.remaining is not None and self.remaining <= 0:
+            return False
+        if self.remaining is not None:
+            self.remaining -= 1
+        return True
+
+    def _wait(self, rec):
+        self.held.append(rec)
+        self.reached.set()
+        self._go.wait(self.timeout)
+
+    def wait_reached(self, timeout=10.0):
+        return self.reached.wait(timeout)
+
+    def release(self):
+        self._go.set()
 
 
 class _Server(ThreadingHTTPServer):
@@ -288,6 +316,9 @@ class FakeGitHub:
         self._already_running = set()
         self._reruns = []
         self._files = {}  # (repo lower, path, ref) -> bytes
+        self._comments = {}  # (repo lower, issue number) -> list of comment dicts
+        self._next_comment_id = COMMENT_ID_BASE
+        self._holds = []
         self._rl_used = 0
         self._rl_window = 0
         self._cond = threading.Condition(self._lock)
@@ -310,9 +341,8 @@ class FakeGitHub:
         srv, self._server = self._server, None
         if srv is None:
             return
-        with self._lock:
-            for f in self._faults:
-                f._gate.set()  # held requests end
+        for h in list(self._holds):
+            h.release()
         srv.shutdown()
         with srv.sockets_lock:
             socks = list(srv.open_sockets)
@@ -359,6 +389,7 @@ class FakeGitHub:
             self._dispatches.clear()
             self._check_runs.clear()
             self._reruns.clear()
+            self._comments.clear()
 
     def wait_requests(self, n, method=None, path_re=None, timeout=10.0):
         """Waits until at least n matching requests were answered; returns them (maybe fewer)."""
@@ -468,12 +499,11 @@ class FakeGitHub:
     # ------------------------------------------------------------------ faults
 
     def add_fault(self, method=None, path_re=None, status=None, headers=None, body=None,
-                  probability=1.0, count=None, delay_ms=0, seed=None, name=None, hold=False,
-                  after=0, key=None):
+                  probability=1.0, count=None, delay_ms=0, seed=None, name=None, key=None):
         """Adds a rule (checked in order; the first that applies answers). Returns the Fault,
         whose .hits counts the requests it took. `seed` gives the rule its own Random; with
         `key` (a function of the Recorded request) each draw is made from the seed, the key and
-        the key's count instead. `hold`, `after`: see Fault."""
+        how many requests of that key came before instead."""
         rng = random.Random(seed) if seed is not None else None
         if isinstance(body, (dict, list)):
             body = _json_bytes(body)
@@ -486,31 +516,14 @@ class FakeGitHub:
                 phrase = "Error"
             body = _json_bytes({"message": phrase, "documentation_url": DOCS})
         f = Fault(method, path_re, status, headers, body, probability, count, delay_ms, rng, name,
-                  hold=hold, after=after, key=key, seed=seed)
+                  key=key, seed=seed)
         with self._lock:
             self._faults.append(f)
         return f
 
     def clear_faults(self):
-        """Removes every rule (and answers the requests held by one)."""
         with self._lock:
-            for f in self._faults:
-                f.release()
             self._faults.clear()
-
-    def fault_hold(self, path_re=None, method=None, after=0, count=None):
-        """Holds matching requests (after letting `after` of them through) until rule.release();
-        then they are answered normally."""
-        return self.add_fault(method, path_re, None, None, None, 1.0, count, 0, None, None,
-                              hold=True, after=after)
-
-    def wait_held(self, rule, n, timeout=10.0):
-        """Waits until `rule` holds at least n requests; returns how many it holds."""
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while rule.held < n and time.monotonic() < deadline:
-                self._cond.wait(min(0.05, max(0.0, deadline - time.monotonic())))
-            return rule.held
 
     def fault_5xx(self, path_re=None, status=502, method=None, count=1, probability=1.0,
                   seed=None, key=None):
@@ -576,17 +589,6 @@ class FakeGitHub:
                     return f
         return None
 
-    def _hold(self, fault):
-        with self._cond:
-            fault.held += 1
-            self._cond.notify_all()
-        try:
-            fault._gate.wait(HOLD_MAX_S)
-        finally:
-            with self._cond:
-                fault.held -= 1
-                self._cond.notify_all()
-
     def _rate_headers(self):
         with self._lock:
             now = int(self.now())
@@ -627,8 +629,6 @@ class FakeGitHub:
         fault = self._match_fault(rec)
         if fault is not None:
             rec.fault = fault
-            if fault.hold:
-                self._hold(fault)
             if fault.delay_ms:
                 time.sleep(fault.delay_ms / 1000.0)
             if fault.status == 0:
@@ -645,11 +645,16 @@ class FakeGitHub:
                 fh = {k: (v() if callable(v) else v) for k, v in fault.headers.items()}
                 self._answer(h, rec, fault.status, fh, fault.body)
                 return
+        hold = self._take_hold(h.command, raw_path)
+        if hold is not None and not hold.after:
+            hold._wait(rec)
         try:
             status, extra, body = self._route(h.command, raw_path, rec)
         except Exception as e:  # a bug in the fake: answer 500 and say why in the record
             status, extra, body = 500, {}, {"message": "fake error: %r" % e}
             rec.note = "fake error: %r" % e
+        if hold is not None and hold.after:
+            hold._wait(rec)
         out_headers = self._rate_headers()
         out_headers["x-github-request-id"] = "FAKE:%08X" % (id(rec) & 0xFFFFFFFF)
         if isinstance(body, (dict, list)):
@@ -746,6 +751,10 @@ class FakeGitHub:
          re.compile(r"^/repos/([^/]+)/([^/]+)/actions/runs/(\d+)/(rerun|rerun-failed-jobs)$"),
          "_r_rerun"),
         ("GET", re.compile(r"^/repos/([^/]+)/([^/]+)/contents/(.*)$"), "_r_contents"),
+        ("GET", re.compile(r"^/repos/([^/]+)/([^/]+)/issues/(\d+)/comments$"),
+         "_r_list_comments"),
+        ("POST", re.compile(r"^/repos/([^/]+)/([^/]+)/issues/(\d+)/comments$"),
+         "_r_create_comment"),
     ]
 
     def _route(self, method, path, rec):
@@ -754,6 +763,122 @@ class FakeGitHub:
             if mo and (m == method or (m == "GET" and method == "HEAD")):
                 return getattr(self, fn)(rec, *[unquote(g) for g in mo.groups()])
         return 404, {}, {"message": "Not Found", "documentation_url": DOCS}
+
+    # ------------------------------------------------------------------ issue comments
+
+    def _new_comment(self, owner_repo, number, body, login, user_type, app=False):
+        with self._cond:
+            cid = self._next_comment_id
+            self._next_comment_id += 1
+            now = _iso(self.now())
+            c = {
+                "id": cid,
+                "node_id": "IC_%d" % cid,
+                "url": "%s/repos/%s/issues/comments/%d" % (self.url, owner_repo, cid),
+                "html_url": "https://github.com/%s/pull/%d#issuecomment-%d"
+                            % (owner_repo, number, cid),
+                "issue_url": "%s/repos/%s/issues/%d" % (self.url, owner_repo, number),
+                "body": body,
+                "user": {"login": login, "id": 100 + cid % 1000, "type": user_type},
+                "created_at": now,
+                "updated_at": now,
+                "author_association": "NONE",
+                "performed_via_github_app": {"slug": "crcr-test"} if app else None,
+            }
+            self._comments.setdefault((owner_repo.lower(), int(number)), []).append(c)
+            self._cond.notify_all()
+            return dict(c)
+
+    def add_comment(self, repo, number, body, login="pytorch-bot[bot]", user_type="Bot"):
+        """Puts a comment on issue/PR `number` of `repo` as someone else (e.g. upstream's bot with
+        its marker). Returns the comment dict."""
+        return self._new_comment(repo, int(number), body, login, user_type)
+
+    def comments(self, repo, number):
+        """The comments of issue/PR `number` of `repo`, oldest first (dicts id, body, user, ...)."""
+        with self._lock:
+            return [dict(c) for c in self._comments.get((repo.lower(), int(number)), [])]
+
+    def wait_comments(self, repo, number, n, timeout=10.0):
+        """Waits until `repo`#`number` has at least n comments; returns them (maybe fewer)."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                got = self.comments(repo, number)
+                left = deadline - time.monotonic()
+                if len(got) >= n or left <= 0:
+                    return got
+                self._cond.wait(min(left, 0.1))
+
+    @staticmethod
+    def _listing_page(rec):
+        """(per_page, page) as GitHub reads a listing's query (per_page 1..100, default 30);
+        None when one is not an integer."""
+        q = rec.query
+        try:
+            return max(1, min(100, int(q.get("per_page", "30")))), max(1, int(q.get("page", "1")))
+        except ValueError:
+            return None
+
+    def _r_list_comments(self, rec, owner, repo, number):
+        why = self._token_for_repo(rec, owner, repo)
+        if why:
+            return self._unauthorized_token(rec, why)
+        paging = self._listing_page(rec)
+        if paging is None:
+            return self._invalid("Invalid request.\n\nper_page and page must be integers.")
+        per_page, page = paging
+        with self._lock:
+            every = self._comments.get(((owner + "/" + repo).lower(), int(number)), [])
+            chunk = [dict(c) for c in every[(page - 1) * per_page : page * per_page]]
+            pages = max(1, -(-len(every) // per_page))
+        base = "%s/repos/%s/%s/issues/%s/comments?per_page=%d&page=" % (self.url, owner, repo,
+                                                                          number, per_page)
+        links = []
+        if page < pages:
+            links.append('<%s%d>; rel="next"' % (base, page + 1))
+            links.append('<%s%d>; rel="last"' % (base, pages))
+        return 200, ({"link": ", ".join(links)} if links else {}), chunk
+
+    def _r_create_comment(self, rec, owner, repo, number):
+        why = self._token_for_repo(rec, owner, repo)
+        if why:
+            return self._unauthorized_token(rec, why)
+        try:
+            req = json.loads(rec.body)
+        except (ValueError, UnicodeDecodeError):
+            rec.note = "invalid JSON"
+            return 400, {}, {"message": "Problems parsing JSON", "documentation_url": DOCS}
+        body = req.get("body") if isinstance(req, dict) else None
+        if not isinstance(body, str) or not body:
+            rec.note = "no body"
+            return self._invalid('Invalid request.\n\n"body" wasn\'t supplied.')
+        if len(body) > COMMENT_MAX_BODY:
+            rec.note = "body too long"
+            return self._invalid("Validation Failed: body is too long (maximum is %d characters)"
+                                 % COMMENT_MAX_BODY)
+        return 201, {}, self._new_comment(owner + "/" + repo, int(number), body, APP_BOT_LOGIN,
+                                          "Bot", app=True)
+
+    # ------------------------------------------------------------------ holds
+
+    def hold(self, method=None, path_re=None, count=1, after=True, timeout=60.0, skip=0):
+        """Holds the answers of the next `count` matching requests (None: all) until
+        Hold.release(), after letting `skip` of them through. With after=True the route runs
+        first (a POST takes effect, then its answer waits); with after=False nothing happens until
+        the release. A held answer goes out after `timeout` seconds at the latest (a forgotten
+        hold never wedges the fake). Returns the Hold."""
+        h = Hold(method, path_re, count, after, timeout, skip)
+        with self._lock:
+            self._holds.append(h)
+        return h
+
+    def _take_hold(self, method, path):
+        with self._lock:
+            for h in self._holds:
+                if h._applies(method, path):
+                    return h
+        return None
 
     def _unauthorized_jwt(self, rec, why):
         rec.note = why

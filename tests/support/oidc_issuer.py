@@ -15,6 +15,11 @@ is started with CRCR_OIDC_ISSUERS=<issuer.url>.
     iss.forged("alg_none", "org2/repo2")        # forgeries the relay must refuse
     iss.stop()
 
+Buildkite-shaped tokens (no "repository": organization_id/pipeline_id and the build's claims,
+for an issuer the relay trusts as CRCR_OIDC_ISSUERS=buildkite=<issuer.url>):
+
+    tok = iss.buildkite_token(BK_ORG, BK_PIPELINE, build_branch="main")
+
 Forgeries (`forged(kind, repo)`):
     wrong_key      RS256 with a key that is not in the JWKS, claiming kid "k1"
     unknown_kid    RS256 with a key that is not in the JWKS, under a kid the JWKS lacks
@@ -207,6 +212,40 @@ class OIDCIssuer:
             else:
                 c[k] = v
         return c
+
+    def buildkite_claims(self, organization_id, pipeline_id, ttl=DEFAULT_TTL, now=None, **extra):
+        """Buildkite agent OIDC token claims (buildkite-agent oidc request-token) for a job of
+        the pipeline `pipeline_id` of `organization_id`: no "repository". `extra` overrides or
+        adds claims; a value of None (an id too) removes the claim."""
+        now = int(time.time() if now is None else now)
+        branch = extra.get("build_branch") or "main"
+        c = {
+            "iss": self.url,
+            "sub": "organization:acme:pipeline:vllm-ci:ref:refs/heads/%s:commit:%s:step:build"
+                   % (branch, "0" * 40),
+            "aud": self.audience,
+            "iat": now - 5,
+            "nbf": now - 5,
+            "exp": now + ttl,
+            "organization_slug": "acme",
+            "pipeline_slug": "vllm-ci",
+            "build_number": 42,
+            "build_branch": branch,
+            "build_commit": "0" * 40,
+            "build_source": "schedule",
+            "step_key": "build",
+            "job_id": str(uuid.uuid4()),
+            "agent_id": str(uuid.uuid4()),
+            "organization_id": organization_id,
+            "pipeline_id": pipeline_id,
+            "runner_environment": "buildkite-hosted",
+        }
+        c.update(extra)
+        return {k: v for k, v in c.items() if v is not None}
+
+    def buildkite_token(self, organization_id, pipeline_id, kid=None, **extra):
+        """A valid Buildkite-shaped token (see buildkite_claims() for `extra`)."""
+        return self.sign(self.buildkite_claims(organization_id, pipeline_id, **extra), kid=kid)
 
     def sign(self, claims, kid=None, key=None, alg="RS256", header=None):
         """Signs `claims` (RS256 with the key of `kid`, or with `key` under `kid`)."""

@@ -184,8 +184,14 @@ static void test_defaults_without_file_or_environment(void **state)
     assert_int_equal(cfg.listen_port, 8000);
     assert_string_equal(cfg.store_uri, "sqlite:crcr.db");
     assert_string_equal(cfg.github_api_url, "https://api.github.com");
-    assert_int_equal(cfg.n_oidc_issuers, 1);
+    /* Both upstream issuers: GitHub Actions and Buildkite. */
+    assert_int_equal(cfg.n_oidc_issuers, 2);
     assert_string_equal(cfg.oidc_issuers[0], "https://token.actions.githubusercontent.com");
+    assert_int_equal(cfg.oidc_issuer_kinds[0], CRCR_ISSUER_GITHUB);
+    assert_string_equal(cfg.oidc_issuers[1], "https://agent.buildkite.com");
+    assert_int_equal(cfg.oidc_issuer_kinds[1], CRCR_ISSUER_BUILDKITE);
+    assert_null(cfg.ci_providers_url);
+    assert_null(cfg.ci_providers_file);
     assert_string_equal(cfg.oidc_audience, "pytorch-cross-repo-ci-relay");
     assert_int_equal(cfg.callback_token, CRCR_CB_TOKEN_OPTIONAL);
     assert_null(cfg.admin_token);
@@ -590,24 +596,77 @@ static void test_config_url_allowed_loopback_rules(void **state)
 
 static void test_allowlist_url_must_be_github_or_loopback(void **state)
 {
-    static const char *ok[] = {"https://github.com/pytorch/pytorch/blob/main/.github/allow.yml",
-                               "http://127.0.0.1:8123/o/r/blob/main/allow.yml"};
-    for (size_t i = 0; i < 2; i++) {
-        const char *env[] = {"ALLOWLIST_URL", ok[i], NULL};
-        crcr_config cfg;
-        char err[256];
-        assert_int_equal(load(&cfg, NULL, env, err, sizeof(err)), CRCR_OK);
-        assert_string_equal(cfg.allowlist_url, ok[i]);
-        config_free(&cfg);
+    static const char *keys[] = {"ALLOWLIST_URL", "CI_PROVIDERS_URL"};
+    for (size_t k = 0; k < 2; k++) {
+        static const char *ok[] = {"https://github.com/pytorch/pytorch/blob/main/.github/allow.yml",
+                                   "http://127.0.0.1:8123/o/r/blob/main/allow.yml"};
+        for (size_t i = 0; i < 2; i++) {
+            const char *env[] = {keys[k], ok[i], NULL};
+            crcr_config cfg;
+            char err[256];
+            assert_int_equal(load(&cfg, NULL, env, err, sizeof(err)), CRCR_OK);
+            assert_string_equal(k ? cfg.ci_providers_url : cfg.allowlist_url, ok[i]);
+            config_free(&cfg);
+        }
+        static const char *bad[] = {"http://github.com/o/r/blob/main/a.yml",
+                                    "https://github.com.evil.com/o/r/blob/main/a.yml",
+                                    "https://evil.com/o/r/blob/main/a.yml"};
+        for (size_t i = 0; i < 3; i++) {
+            const char *env[] = {keys[k], bad[i], NULL};
+            char err[256], want[64];
+            snprintf(want, sizeof(want), "%s: must be", keys[k]);
+            expect_fail(env, want, err, sizeof(err));
+        }
     }
-    static const char *bad[] = {"http://github.com/o/r/blob/main/a.yml",
-                                "https://github.com.evil.com/o/r/blob/main/a.yml",
-                                "https://evil.com/o/r/blob/main/a.yml"};
-    for (size_t i = 0; i < 3; i++) {
-        const char *env[] = {"ALLOWLIST_URL", bad[i], NULL};
-        char err[256];
-        expect_fail(env, "ALLOWLIST_URL: must be", err, sizeof(err));
-    }
+}
+
+static void test_ci_providers_file_is_kept(void **state)
+{
+    const char *env[] = {"CI_PROVIDERS_FILE", "/etc/crcr/ci_providers.yml", NULL};
+    crcr_config cfg;
+    char err[256];
+    assert_int_equal(load(&cfg, NULL, env, err, sizeof(err)), CRCR_OK);
+    assert_string_equal(cfg.ci_providers_file, "/etc/crcr/ci_providers.yml");
+    config_free(&cfg);
+}
+
+static void test_oidc_issuer_kinds(void **state)
+{
+    const char *env[] = {"CRCR_OIDC_ISSUERS",
+                         " buildkite = https://agent.buildkite.com/ , github=http://127.0.0.1:5,"
+                         "https://a.example/x?y=1,BuildKite=http://localhost:9",
+                         NULL};
+    crcr_config cfg;
+    char err[256];
+    assert_int_equal(load(&cfg, NULL, env, err, sizeof(err)), CRCR_OK);
+    assert_int_equal(cfg.n_oidc_issuers, 4);
+    assert_string_equal(cfg.oidc_issuers[0], "https://agent.buildkite.com");
+    assert_int_equal(cfg.oidc_issuer_kinds[0], CRCR_ISSUER_BUILDKITE);
+    assert_string_equal(cfg.oidc_issuers[1], "http://127.0.0.1:5");
+    assert_int_equal(cfg.oidc_issuer_kinds[1], CRCR_ISSUER_GITHUB);
+    /* An '=' after the scheme belongs to the URL. */
+    assert_string_equal(cfg.oidc_issuers[2], "https://a.example/x?y=1");
+    assert_int_equal(cfg.oidc_issuer_kinds[2], CRCR_ISSUER_GITHUB);
+    assert_string_equal(cfg.oidc_issuers[3], "http://localhost:9");
+    assert_int_equal(cfg.oidc_issuer_kinds[3], CRCR_ISSUER_BUILDKITE);
+    /* config describe writes the kinds back. */
+    buf_t d;
+    buf_init(&d, 64 * 1024);
+    assert_int_equal(config_describe(&cfg, &d), CRCR_OK);
+    assert_non_null(strstr(buf_cstr(&d),
+                           "\nCRCR_OIDC_ISSUERS=buildkite=https://agent.buildkite.com,"
+                           "http://127.0.0.1:5,https://a.example/x?y=1,"
+                           "buildkite=http://localhost:9\n"));
+    buf_free(&d);
+    config_free(&cfg);
+
+    const char *bad[] = {"CRCR_OIDC_ISSUERS", "https://a.example,gitlab=https://gitlab.com", NULL};
+    expect_fail(bad, "CRCR_OIDC_ISSUERS: issuer 2: unknown kind", err, sizeof(err));
+    const char *twice[] = {"CRCR_OIDC_ISSUERS", "https://a.example/,buildkite=https://a.example",
+                           NULL};
+    expect_fail(twice, "CRCR_OIDC_ISSUERS: issuer 2 is listed twice", err, sizeof(err));
+    const char *insecure[] = {"CRCR_OIDC_ISSUERS", "buildkite=http://agent.buildkite.com", NULL};
+    expect_fail(insecure, "CRCR_OIDC_ISSUERS: issuer 1 must be https://", err, sizeof(err));
 }
 
 static void test_listen_addresses(void **state)
@@ -1047,6 +1106,8 @@ int main(void)
         cmocka_unit_test_setup(test_too_many_or_no_oidc_issuers, test_setup),
         cmocka_unit_test_setup(test_config_url_allowed_loopback_rules, test_setup),
         cmocka_unit_test_setup(test_allowlist_url_must_be_github_or_loopback, test_setup),
+        cmocka_unit_test_setup(test_ci_providers_file_is_kept, test_setup),
+        cmocka_unit_test_setup(test_oidc_issuer_kinds, test_setup),
         cmocka_unit_test_setup(test_listen_addresses, test_setup),
         cmocka_unit_test_setup(test_callback_token_and_log_level_values, test_setup),
         cmocka_unit_test_setup(test_upstream_repo_must_be_owner_slash_repo, test_setup),

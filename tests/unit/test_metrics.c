@@ -449,6 +449,9 @@ static void github_paths_are_classified_by_endpoint(void **state)
         {"/repos/o/r/actions/runs/77/rerun", "reruns"},
         {"/repos/o/r/actions/runs/77/rerun-failed-jobs", "reruns"},
         {"/repos/o/r/contents/.github/allowlist.yml?ref=main", "contents"},
+        {"/repos/pytorch/pytorch/issues/123/comments?per_page=30&page=2", "comments"},
+        {"/repos/o/r/issues/123", "other"},
+        {"/repos/o/r/issues/comments/5", "other"},
         {"/repos/o/r/pulls/1", "other"},
         {"/repos/o", "other"},
         {"/", "other"},
@@ -537,8 +540,10 @@ static void outbox_results_are_counted_by_kind(void **state)
     metrics_outbox_result("dispatch", "retry");
     metrics_outbox_result("dispatch", "retry");
     metrics_outbox_result("hud_forward", "dead");
-    metrics_outbox_result("comment", "sent"); /* unknown kind */
+    metrics_outbox_result("comment", "sent");
+    metrics_outbox_result("telegram", "sent"); /* unknown kind */
     char *t = render();
+    assert_true(value_of(t, "crcr_outbox_jobs_total{kind=\"comment\",result=\"sent\"}") == 1);
     assert_true(value_of(t, "crcr_outbox_jobs_total{kind=\"dispatch\",result=\"retry\"}") == 2);
     assert_true(value_of(t, "crcr_outbox_jobs_total{kind=\"dispatch\",result=\"sent\"}") == 1);
     assert_true(value_of(t, "crcr_outbox_jobs_total{kind=\"hud_forward\",result=\"dead\"}") == 1);

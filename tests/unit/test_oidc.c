@@ -1086,6 +1086,139 @@ static void test_check_claims_directly(void **state)
     jv_free(c);
 }
 
+/* ---------------------------------------------------------------- issuer kinds */
+
+static atomic_int g_resolver_calls;
+
+/* A resolver for the tests: pipeline "p1" of organization "o1" is acme/accel, "p-none" names no
+ * repository (a buggy resolver), anything else is refused 403. */
+static int test_resolver(void *ctx, const jv *claims, oidc_identity *id, char *reason,
+                         size_t reasonsz)
+{
+    atomic_fetch_add(&g_resolver_calls, 1);
+    assert_string_equal((const char *)ctx, "ctx");
+    const char *p = jv_str(jv_get(claims, "pipeline_id"));
+    if (p && strcmp(p, "p1") == 0) {
+        snprintf(id->repository, sizeof(id->repository), "acme/accel");
+        snprintf(id->pipeline, sizeof(id->pipeline), "o1/p1");
+        return 0;
+    }
+    if (p && strcmp(p, "p-none") == 0)
+        return 0;
+    snprintf(reason, reasonsz, "pipeline %s is not mapped", p ? p : "(none)");
+    return 403;
+}
+
+/* A verifier trusting the fixture's issuer as a Buildkite issuer. */
+static oidc_verifier *buildkite_verifier(fixture *f)
+{
+    char err[256] = "";
+    const char *iss[] = {f->srv->issuer};
+    crcr_issuer_kind kinds[] = {CRCR_ISSUER_BUILDKITE};
+    oidc_verifier *v = oidc_new_kinds(iss, kinds, 1, AUD, err, sizeof(err));
+    assert_non_null(v);
+    return v;
+}
+
+/* Verifies a token with Buildkite-shaped claims (plus `extra`) signed by k1. */
+static int verify_buildkite(oidc_verifier *v, fixture *f, int64_t exp_off, const char *extra,
+                            oidc_identity *id, char *reason, size_t reasonsz)
+{
+    char more[512];
+    snprintf(more, sizeof(more),
+             ",\"organization_id\":\"o1\",\"build_branch\":\"main\",\"pipeline_slug\":\"ci\"%s",
+             extra);
+    char *claims = claims_full(f->srv->issuer, "\"" AUD "\"", exp_off, more);
+    char *tok = sign_token(g_k1, "k1", claims);
+    char *h = bearer(tok);
+    int rc = oidc_verify(v, h, NOW, id, reason, reasonsz);
+    assert_null(strstr(reason, tok));
+    free(h);
+    free(tok);
+    free(claims);
+    return rc;
+}
+
+static void test_buildkite_issuer_takes_the_repository_from_its_resolver(void **state)
+{
+    fixture *f = *state;
+    oidc_verifier *v = buildkite_verifier(f);
+    oidc_identity id;
+    char reason[256];
+    /* No resolver: nothing can name the repository, so the issuer is as good as unknown (and its
+     * keys are not even fetched). */
+    atomic_store(&g_resolver_calls, 0);
+    assert_int_equal(
+        verify_buildkite(v, f, 300, ",\"pipeline_id\":\"p1\"", &id, reason, sizeof(reason)), 401);
+    assert_non_null(strstr(reason, "Unsupported OIDC issuer"));
+    assert_int_equal(atomic_load(&f->srv->fetches), 0);
+
+    oidc_set_resolver(v, CRCR_ISSUER_BUILDKITE, test_resolver, "ctx");
+    /* claims_full() also writes GitHub's repository claims: a Buildkite issuer ignores them. */
+    assert_int_equal(
+        verify_buildkite(v, f, 300, ",\"pipeline_id\":\"p1\"", &id, reason, sizeof(reason)), 0);
+    assert_string_equal(id.repository, "acme/accel");
+    assert_string_equal(id.pipeline, "o1/p1");
+    assert_int_equal(id.kind, CRCR_ISSUER_BUILDKITE);
+    assert_string_equal(id.repository_id, "");
+    assert_string_equal(id.repository_owner_id, "");
+    assert_string_equal(id.issuer, f->srv->issuer);
+    assert_string_equal(id.jti, "6f3c-11ee");
+    assert_int_equal(atomic_load(&g_resolver_calls), 1);
+
+    /* The resolver's refusal, status and reason, is the answer. */
+    assert_int_equal(
+        verify_buildkite(v, f, 300, ",\"pipeline_id\":\"p2\"", &id, reason, sizeof(reason)), 403);
+    assert_string_equal(reason, "pipeline p2 is not mapped");
+    assert_string_equal(id.repository, "");
+    /* Times and audience are checked before the resolver is asked. */
+    atomic_store(&g_resolver_calls, 0);
+    assert_int_equal(
+        verify_buildkite(v, f, -3600, ",\"pipeline_id\":\"p1\"", &id, reason, sizeof(reason)), 401);
+    assert_string_equal(reason, "Token expired");
+    assert_int_equal(atomic_load(&g_resolver_calls), 0);
+    /* A resolver that names no repository is refused, never trusted. */
+    assert_int_equal(
+        verify_buildkite(v, f, 300, ",\"pipeline_id\":\"p-none\"", &id, reason, sizeof(reason)),
+        500);
+    uint64_t ok = 0, bad = 0;
+    oidc_stats(v, NULL, &ok, &bad);
+    assert_int_equal(ok, 1);
+    assert_int_equal(bad, 4);
+    oidc_free(v);
+}
+
+static void test_github_issuer_never_asks_a_resolver(void **state)
+{
+    fixture *f = *state;
+    oidc_set_resolver(f->v, CRCR_ISSUER_BUILDKITE, test_resolver, "ctx");
+    oidc_set_resolver(f->v, CRCR_ISSUER_GITHUB, test_resolver, "ctx"); /* ignored */
+    atomic_store(&g_resolver_calls, 0);
+    oidc_identity id;
+    char reason[256];
+    assert_int_equal(
+        verify_buildkite(f->v, f, 300, ",\"pipeline_id\":\"p1\"", &id, reason, sizeof(reason)), 0);
+    assert_string_equal(id.repository, "pytorch/vllm-ci");
+    assert_string_equal(id.repository_id, "123456789");
+    assert_int_equal(id.kind, CRCR_ISSUER_GITHUB);
+    assert_string_equal(id.pipeline, "");
+    assert_int_equal(atomic_load(&g_resolver_calls), 0);
+}
+
+static void test_new_kinds_refuses_duplicates_and_unknown_kinds(void **state)
+{
+    (void)state;
+    char err[256];
+    const char *two[] = {"https://agent.buildkite.com", "https://agent.buildkite.com/"};
+    crcr_issuer_kind kinds[] = {CRCR_ISSUER_GITHUB, CRCR_ISSUER_BUILDKITE};
+    assert_null(oidc_new_kinds(two, kinds, 2, AUD, err, sizeof(err)));
+    assert_non_null(strstr(err, "listed twice"));
+    const char *one[] = {"https://agent.buildkite.com"};
+    crcr_issuer_kind bad[] = {(crcr_issuer_kind)7};
+    assert_null(oidc_new_kinds(one, bad, 1, AUD, err, sizeof(err)));
+    assert_non_null(strstr(err, "unknown kind"));
+}
+
 int main(void)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -1128,7 +1261,10 @@ int main(void)
         T(test_set_jwks_installs_keys_without_fetching),
         T(test_reasons_and_logs_never_contain_the_token),
         T(test_eight_threads_verify_concurrently_with_one_fetch),
+        T(test_buildkite_issuer_takes_the_repository_from_its_resolver),
+        T(test_github_issuer_never_asks_a_resolver),
         cmocka_unit_test(test_new_refuses_bad_issuers_and_audience),
+        cmocka_unit_test(test_new_kinds_refuses_duplicates_and_unknown_kinds),
         cmocka_unit_test(test_check_claims_directly),
     };
 #undef T

@@ -426,9 +426,147 @@ static void retry_delay_honours_retry_after_else_doubles_capped(void **state)
     assert_int_equal(report_retry_delay_s(0, 3600), 60);
 }
 
+/* ---- Buildkite (report_callback_buildkite.sh's mapping) ---- */
+
+/* A fake environment: NULL-terminated name/value pairs in g_vars. */
+static const char *const *g_vars;
+
+static const char *fake_getenv(const char *name)
+{
+    for (size_t i = 0; g_vars[i]; i += 2)
+        if (strcmp(g_vars[i], name) == 0)
+            return g_vars[i + 1];
+    return NULL;
+}
+
+static const char *const BUILDKITE_VARS[] = {
+    "BUILDKITE", "true", "BUILDKITE_BUILD_NUMBER", "4242", "BUILDKITE_BUILD_ID",
+    "0190f7e2-aaaa-bbbb-cccc-000000000001", "BUILDKITE_RETRY_COUNT", "2", "BUILDKITE_PIPELINE_SLUG",
+    "vllm-ci", "BUILDKITE_LABEL", ":pytorch: Nightly", "BUILDKITE_STEP_KEY", "nightly",
+    "BUILDKITE_BUILD_URL", "https://buildkite.com/acme/vllm-ci/builds/4242",
+    "BUILDKITE_COMMAND_EXIT_STATUS", "3",
+    /* GitHub's variables are not looked at on Buildkite. */
+    "GITHUB_RUN_ID", "1", "GITHUB_REPOSITORY", "x/y", NULL};
+
+static void buildkite_variables_are_mapped_like_upstreams_wrapper(void **state)
+{
+    g_vars = BUILDKITE_VARS;
+    report_env env;
+    report_env_load(&env, fake_getenv);
+    assert_true(env.buildkite);
+    assert_string_equal(env.run_id, "4242");
+    assert_string_equal(env.run_attempt, "3"); /* retry count + 1 */
+    assert_string_equal(env.workflow, "vllm-ci");
+    assert_string_equal(env.job, ":pytorch: Nightly");
+    assert_string_equal(env.run_url, "https://buildkite.com/acme/vllm-ci/builds/4242");
+    assert_null(env.repository);
+    assert_null(env.token_url);
+    assert_string_equal(report_buildkite_conclusion(&env), "failure");
+
+    report_opts o = opts_status("completed", "success");
+    o.delivery_id = "0123456789abcdef0123456789abcdef01234567";
+    o.event_type = "nightly";
+    jv *doc = build_ok(&o, &env, NULL);
+    const jv *wf = jv_get(doc, "workflow");
+    assert_string_equal(jv_path_str(wf, "name"), "vllm-ci");
+    assert_string_equal(jv_path_str(wf, "url"), "https://buildkite.com/acme/vllm-ci/builds/4242");
+    assert_string_equal(jv_path_str(wf, "run_id"), "4242");
+    assert_string_equal(jv_path_str(wf, "run_attempt"), "3");
+    assert_string_equal(jv_path_str(wf, "job_name"), ":pytorch: Nightly");
+    assert_string_equal(jv_path_str(wf, "check_run_id"), "4242-3");
+    jv_free(doc);
+}
+
+static void buildkite_job_name_falls_back_to_step_key_then_unknown(void **state)
+{
+    static const char *const no_label[] = {"BUILDKITE",
+                                           "true",
+                                           "BUILDKITE_LABEL",
+                                           "",
+                                           "BUILDKITE_STEP_KEY",
+                                           "gpu",
+                                           "BUILDKITE_RETRY_COUNT",
+                                           "",
+                                           NULL};
+    g_vars = no_label;
+    report_env env;
+    report_env_load(&env, fake_getenv);
+    assert_string_equal(env.job, "gpu");
+    assert_string_equal(env.run_attempt, "1"); /* no retry count: the first attempt */
+    assert_null(report_buildkite_conclusion(&env));
+    static const char *const nothing[] = {"BUILDKITE", "true", NULL};
+    g_vars = nothing;
+    report_env_load(&env, fake_getenv);
+    assert_string_equal(env.job, "unknown");
+    static const char *const zero[] = {"BUILDKITE", "true", "BUILDKITE_COMMAND_EXIT_STATUS", "0",
+                                       NULL};
+    g_vars = zero;
+    report_env_load(&env, fake_getenv);
+    assert_string_equal(report_buildkite_conclusion(&env), "success");
+    /* Not Buildkite: GitHub's variables. */
+    static const char *const gha[] = {"BUILDKITE", "false", "GITHUB_RUN_ID", "7", NULL};
+    g_vars = gha;
+    report_env_load(&env, fake_getenv);
+    assert_false(env.buildkite);
+    assert_string_equal(env.run_id, "7");
+    assert_null(report_buildkite_conclusion(&env));
+}
+
+static void buildkite_environment_problems_name_buildkite_variables(void **state)
+{
+    report_opts o = opts_status("in_progress", NULL);
+    o.delivery_id = NULL;
+    static const struct {
+        const char *var, *value, *needle;
+    } cases[] = {
+        {"BUILDKITE_BUILD_NUMBER", "0190f7e2-uuid", "BUILDKITE_BUILD_NUMBER"},
+        {"BUILDKITE_RETRY_COUNT", "-1", "BUILDKITE_RETRY_COUNT is not a number: '-1'"},
+        {"BUILDKITE_PIPELINE_SLUG", "", "BUILDKITE_PIPELINE_SLUG"},
+        {"BUILDKITE_BUILD_URL", "", "BUILDKITE_BUILD_URL"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const char *vars[sizeof(BUILDKITE_VARS) / sizeof(BUILDKITE_VARS[0])];
+        memcpy(vars, BUILDKITE_VARS, sizeof(vars));
+        for (size_t k = 0; vars[k]; k += 2)
+            if (strcmp(vars[k], cases[i].var) == 0)
+                vars[k + 1] = cases[i].value;
+        g_vars = vars;
+        report_env env;
+        report_env_load(&env, fake_getenv);
+        assert_build_fails(&o, &env, "{}", CRCR_E_CONFIG, cases[i].needle);
+    }
+}
+
+static void buildkite_client_payload_is_the_root_without_an_event_file(void **state)
+{
+    g_vars = BUILDKITE_VARS;
+    report_env env;
+    report_env_load(&env, fake_getenv);
+    report_opts o = opts_status("in_progress", NULL);
+    jv *doc =
+        build_ok(&o, &env,
+                 "{\"event_type\":\"pull_request\",\"delivery_id\":\"d-9\",\"callback_token\":"
+                 "\"v1.x\",\"payload\":{\"action\":\"opened\"}}");
+    assert_string_equal(jv_path_str(doc, "delivery_id"), "d-9");
+    assert_string_equal(jv_path_str(doc, "callback_token"), "v1.x");
+    assert_string_equal(jv_path_str(doc, "workflow.status"), "in_progress");
+    jv_free(doc);
+    assert_build_fails(&o, &env, "[1]", CRCR_E_CONFIG, "CLIENT_PAYLOAD: not a JSON object");
+    assert_build_fails(&o, &env, "{", CRCR_E_CONFIG, "CLIENT_PAYLOAD: not valid JSON");
+    /* With an event file (a Buildkite build a GitHub workflow started), its client_payload. */
+    env.event_path = "/some/event.json";
+    doc = build_ok(&o, &env, EVENT);
+    assert_string_equal(jv_path_str(doc, "delivery_id"), "d-1");
+    jv_free(doc);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(buildkite_variables_are_mapped_like_upstreams_wrapper),
+        cmocka_unit_test(buildkite_job_name_falls_back_to_step_key_then_unknown),
+        cmocka_unit_test(buildkite_environment_problems_name_buildkite_variables),
+        cmocka_unit_test(buildkite_client_payload_is_the_root_without_an_event_file),
         cmocka_unit_test(in_progress_body_is_byte_identical_to_report_callback_py),
         cmocka_unit_test(in_progress_has_null_conclusion_started_at_and_null_completed_at),
         cmocka_unit_test(completed_has_conclusion_completed_at_and_null_started_at),

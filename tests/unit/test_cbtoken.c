@@ -1,0 +1,183 @@
+/*
+ * test_cbtoken.c - the relay-signed callback token (src/cbtoken.c): the exact construction of
+ * cbtoken.h recomputed here with OpenSSL, the binding to delivery, repo (case-insensitive), head
+ * sha and PR number, rotation with the previous secret, and malformed tokens.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
+#include "cbtoken.h"
+
+#define SECRET "webhook-secret-now"
+#define PREVIOUS "webhook-secret-before"
+#define DELIVERY "72d3162e-cc78-11e3-81ab-4c9367dc0958"
+#define REPO "Example-Org/Accelerator-CI"
+#define SHA "0123456789abcdef0123456789abcdef01234567"
+#define PR 4242
+
+/* The token as cbtoken.h defines it, built independently of cbtoken.c. */
+static void reference_token(const char *secret, const char *msg, char out[CBTOKEN_SIZE])
+{
+    static const char label[] = "crcr callback token key v1";
+    unsigned char key[32], mac[32];
+    unsigned int klen = 0, mlen = 0;
+    assert_non_null(HMAC(EVP_sha256(), secret, (int)strlen(secret), (const unsigned char *)label,
+                         strlen(label), key, &klen));
+    assert_int_equal(klen, 32);
+    assert_non_null(
+        HMAC(EVP_sha256(), key, (int)klen, (const unsigned char *)msg, strlen(msg), mac, &mlen));
+    assert_int_equal(mlen, 32);
+    int n = snprintf(out, CBTOKEN_SIZE, "v1.");
+    for (unsigned i = 0; i < 32; i++)
+        n += snprintf(out + n, (size_t)(CBTOKEN_SIZE - n), "%02x", mac[i]);
+    assert_int_equal(n, CBTOKEN_SIZE - 1);
+}
+
+static void make(const char *secret, const char *delivery, const char *repo, const char *sha,
+                 int64_t pr, char out[CBTOKEN_SIZE])
+{
+    memset(out, 'Z', CBTOKEN_SIZE);
+    cbtoken_make(secret, delivery, repo, sha, pr, out);
+    assert_int_equal(out[CBTOKEN_SIZE - 1], '\0');
+}
+
+static bool verify(const char *secret, const char *previous, const char *tok)
+{
+    return cbtoken_verify(secret, previous, tok, DELIVERY, REPO, SHA, PR);
+}
+
+static void token_is_v1_hmac_of_the_documented_message(void **state)
+{
+    char tok[CBTOKEN_SIZE], want[CBTOKEN_SIZE];
+    make(SECRET, DELIVERY, REPO, SHA, PR, tok);
+    /* The repo is lower-cased in the message; fields are joined by newlines. */
+    reference_token(SECRET, "v1\n" DELIVERY "\nexample-org/accelerator-ci\n" SHA "\n4242", want);
+    assert_string_equal(tok, want);
+    assert_int_equal(strlen(tok), CBTOKEN_SIZE - 1);
+    assert_memory_equal(tok, "v1.", 3);
+    for (size_t i = 3; i < strlen(tok); i++)
+        assert_non_null(strchr("0123456789abcdef", tok[i]));
+}
+
+static void a_push_without_pr_and_a_missing_sha_are_part_of_the_message(void **state)
+{
+    char tok[CBTOKEN_SIZE], want[CBTOKEN_SIZE];
+    make(SECRET, "d1", "o/r", SHA, 0, tok);
+    reference_token(SECRET, "v1\nd1\no/r\n" SHA "\n0", want);
+    assert_string_equal(tok, want);
+    /* A NULL head sha is the empty field. */
+    make(SECRET, "d1", "o/r", NULL, 7, tok);
+    reference_token(SECRET, "v1\nd1\no/r\n\n7", want);
+    assert_string_equal(tok, want);
+    char empty[CBTOKEN_SIZE];
+    make(SECRET, "d1", "o/r", "", 7, empty);
+    assert_string_equal(tok, empty);
+}
+
+static void the_same_inputs_give_the_same_token_and_it_verifies(void **state)
+{
+    char a[CBTOKEN_SIZE], b[CBTOKEN_SIZE];
+    make(SECRET, DELIVERY, REPO, SHA, PR, a);
+    make(SECRET, DELIVERY, REPO, SHA, PR, b);
+    assert_string_equal(a, b);
+    assert_true(verify(SECRET, NULL, a));
+    assert_true(verify(SECRET, PREVIOUS, a));
+}
+
+static void the_repo_is_compared_case_insensitively(void **state)
+{
+    char tok[CBTOKEN_SIZE];
+    make(SECRET, DELIVERY, "example-org/accelerator-ci", SHA, PR, tok);
+    assert_true(cbtoken_verify(SECRET, NULL, tok, DELIVERY, "EXAMPLE-ORG/ACCELERATOR-CI", SHA, PR));
+    assert_true(verify(SECRET, NULL, tok)); /* REPO is mixed case */
+}
+
+static void every_bound_field_changes_the_token(void **state)
+{
+    char tok[CBTOKEN_SIZE];
+    make(SECRET, DELIVERY, REPO, SHA, PR, tok);
+    assert_false(cbtoken_verify(SECRET, NULL, tok, "another-delivery", REPO, SHA, PR));
+    assert_false(cbtoken_verify(SECRET, NULL, tok, DELIVERY, "example-org/other-ci", SHA, PR));
+    assert_false(cbtoken_verify(SECRET, NULL, tok, DELIVERY, REPO,
+                                "1123456789abcdef0123456789abcdef01234567", PR));
+    assert_false(cbtoken_verify(SECRET, NULL, tok, DELIVERY, REPO, SHA, PR + 1));
+    assert_false(cbtoken_verify(SECRET, NULL, tok, DELIVERY, REPO, SHA, 0));
+    assert_false(cbtoken_verify(SECRET, NULL, tok, DELIVERY, REPO, NULL, PR));
+    /* Another secret signs another token. */
+    char other[CBTOKEN_SIZE];
+    make("a-different-secret", DELIVERY, REPO, SHA, PR, other);
+    assert_string_not_equal(tok, other);
+    assert_false(verify(SECRET, NULL, other));
+}
+
+static void a_token_of_the_previous_secret_passes_during_rotation(void **state)
+{
+    char old[CBTOKEN_SIZE], now[CBTOKEN_SIZE], stranger[CBTOKEN_SIZE];
+    make(PREVIOUS, DELIVERY, REPO, SHA, PR, old);
+    make(SECRET, DELIVERY, REPO, SHA, PR, now);
+    make("never-configured", DELIVERY, REPO, SHA, PR, stranger);
+    assert_true(verify(SECRET, PREVIOUS, old));
+    assert_true(verify(SECRET, PREVIOUS, now));
+    assert_false(verify(SECRET, NULL, old)); /* rotation over: the old one is refused */
+    assert_false(verify(SECRET, PREVIOUS, stranger));
+    /* Only a previous secret configured still verifies what it signed. */
+    assert_true(verify(NULL, PREVIOUS, old));
+    assert_false(verify(NULL, PREVIOUS, now));
+    assert_false(verify(NULL, NULL, now));
+    /* The previous secret is bound to the same fields. */
+    assert_false(cbtoken_verify(SECRET, PREVIOUS, old, DELIVERY, REPO, SHA, PR + 1));
+}
+
+static void malformed_tokens_are_refused(void **state)
+{
+    char tok[CBTOKEN_SIZE];
+    make(SECRET, DELIVERY, REPO, SHA, PR, tok);
+    assert_false(verify(SECRET, PREVIOUS, NULL));
+    assert_false(verify(SECRET, PREVIOUS, ""));
+    assert_false(verify(SECRET, PREVIOUS, "v1."));
+    assert_false(verify(SECRET, PREVIOUS, "v1.tok"));
+
+    char bad[CBTOKEN_SIZE + 8];
+    snprintf(bad, sizeof(bad), "%.*s", CBTOKEN_SIZE - 2, tok); /* one digit short */
+    assert_false(verify(SECRET, PREVIOUS, bad));
+    snprintf(bad, sizeof(bad), "%s0", tok); /* one digit more */
+    assert_false(verify(SECRET, PREVIOUS, bad));
+    snprintf(bad, sizeof(bad), "%s", tok);
+    bad[CBTOKEN_SIZE - 2] = bad[CBTOKEN_SIZE - 2] == '0' ? '1' : '0'; /* last digit flipped */
+    assert_false(verify(SECRET, PREVIOUS, bad));
+    snprintf(bad, sizeof(bad), "%s", tok);
+    bad[1] = '2'; /* another version, same MAC */
+    assert_false(verify(SECRET, PREVIOUS, bad));
+    snprintf(bad, sizeof(bad), "%s", tok);
+    for (size_t i = 3; bad[i]; i++) /* the same MAC in upper case */
+        if (bad[i] >= 'a' && bad[i] <= 'f')
+            bad[i] = (char)(bad[i] - 'a' + 'A');
+    assert_string_not_equal(bad, tok); /* the fixed inputs give a MAC with letters */
+    assert_false(verify(SECRET, PREVIOUS, bad));
+    /* A token with a NUL inside is as long as its C string. */
+    snprintf(bad, sizeof(bad), "%s", tok);
+    bad[10] = '\0';
+    assert_false(verify(SECRET, PREVIOUS, bad));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(token_is_v1_hmac_of_the_documented_message),
+        cmocka_unit_test(a_push_without_pr_and_a_missing_sha_are_part_of_the_message),
+        cmocka_unit_test(the_same_inputs_give_the_same_token_and_it_verifies),
+        cmocka_unit_test(the_repo_is_compared_case_insensitively),
+        cmocka_unit_test(every_bound_field_changes_the_token),
+        cmocka_unit_test(a_token_of_the_previous_secret_passes_during_rotation),
+        cmocka_unit_test(malformed_tokens_are_refused),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
