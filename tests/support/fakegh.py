@@ -188,6 +188,8 @@ class Hold:
         return True
 
     def _wait(self, rec):
+        if self._go.is_set():  # released: passes, not held
+            return
         self.held.append(rec)
         self.reached.set()
         self._go.wait(self.timeout)
