@@ -189,9 +189,10 @@ static const key_def k_keys[K_COUNT] = {
                                   "Seconds deliveries and finished outbox rows are kept."},
     [K_CRCR_LOG] = {"CRCR_LOG", "info", false, NOT_INT,
                     "Log level: debug, info, warn, error, off."},
-    [K_CRCR_RETRY_BASE_MS] = {"CRCR_RETRY_BASE_MS", "60000", false, 1, CONFIG_INT_MAX,
-                              "First retry delay of an outbound call, in ms (doubles per "
-                              "attempt, with jitter)."},
+    [K_CRCR_RETRY_BASE_MS] = {"CRCR_RETRY_BASE_MS", "1000", false, 1, CONFIG_INT_MAX,
+                              "First retry delay of a transient failure, in ms; doubles per "
+                              "attempt, with jitter, up to 2 minutes, then the long tail "
+                              "(1 minute doubling per attempt)."},
     [K_CRCR_RETRY_MAX_MS] = {"CRCR_RETRY_MAX_MS", "21600000", false, 1, CONFIG_INT_MAX,
                              "Cap of one retry delay, in ms; at least CRCR_RETRY_BASE_MS."},
     [K_CRCR_LEASE_SECONDS] = {"CRCR_LEASE_SECONDS", "120", false, 1, CONFIG_INT_MAX,

@@ -70,7 +70,7 @@ typedef struct crcr_config {
     long sweep_s;                      /* CRCR_SWEEP_SECONDS, default 600 */
     long retention_s;                  /* CRCR_RETENTION_SECONDS, default 604800 */
     crcr_log_level log_level;          /* CRCR_LOG, default info */
-    long retry_base_ms;                /* CRCR_RETRY_BASE_MS, first retry delay, default 60000 */
+    long retry_base_ms;                /* CRCR_RETRY_BASE_MS, first retry delay, default 1000 */
     long retry_max_ms; /* CRCR_RETRY_MAX_MS, cap of one retry delay, default 21600000 (6 h) */
     long lease_s;      /* CRCR_LEASE_SECONDS, outbox claim lease, default 120 */
 

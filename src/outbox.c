@@ -88,16 +88,42 @@ outbox_verdict outbox_classify(long status, long retry_after_s, long rl_remainin
     return OUTBOX_PERMANENT;
 }
 
+/* `base` * 2^(attempts-1), stopping once it reaches `limit` (no overflow for any attempts). */
+static int64_t doubled(int64_t base, int attempts, int64_t limit)
+{
+    int64_t d = base;
+    for (int i = 1; i < attempts && d < limit; i++)
+        d *= 2;
+    return d;
+}
+
+/* `d` capped at max_ms, jittered into [d/2, d]. */
+static int64_t jittered(int64_t d, long max_ms, double rnd)
+{
+    if (d > max_ms)
+        d = max_ms;
+    return d / 2 + (int64_t)((double)(d - d / 2) * rnd);
+}
+
 int64_t outbox_backoff_ms(long base_ms, long max_ms, int attempts, double rnd)
 {
     if (attempts < 1)
         attempts = 1;
-    int64_t d = base_ms;
-    for (int i = 1; i < attempts && d < max_ms; i++)
-        d *= 2;
-    if (d > max_ms)
-        d = max_ms;
-    return d / 2 + (int64_t)((double)(d - d / 2) * rnd);
+    int64_t d = doubled(base_ms, attempts, max_ms);
+    if (d > OUTBOX_QUICK_MAX_MS) { /* past the quick retries: the long tail */
+        int64_t tail = doubled(OUTBOX_TAIL_BASE_MS, attempts, max_ms);
+        if (tail > d)
+            d = tail;
+    }
+    return jittered(d, max_ms, rnd);
+}
+
+int64_t outbox_rate_limit_pause_ms(long max_ms, int attempts, double rnd)
+{
+    if (attempts < 1)
+        attempts = 1;
+    int64_t d = jittered(doubled(OUTBOX_TAIL_BASE_MS, attempts, max_ms), max_ms, rnd);
+    return d < OUTBOX_DEFAULT_PAUSE_S * 1000 ? OUTBOX_DEFAULT_PAUSE_S * 1000 : d;
 }
 
 /* A small per-thread xorshift generator; jitter needs spread, not secrecy. */
@@ -676,8 +702,9 @@ static void process(outbox *ob, store_job *job, uint64_t *rng)
                 until = now + (int64_t)o.retry_after_s * 1000;
             else if (o.rl_remaining == 0 && o.rl_reset > 0)
                 until = o.rl_reset * 1000;
-            else
-                until = now + OUTBOX_DEFAULT_PAUSE_S * 1000;
+            else /* no time named: at least a minute, backing off (GitHub's guidance) */
+                until = now + outbox_rate_limit_pause_ms(ob->cfg->retry_max_ms, attempt,
+                                                         next_random(rng));
             if (until < now)
                 until = now;
             if (o.installation > 0)
@@ -724,6 +751,9 @@ static void *worker(void *arg)
         int64_t now = clock_now_ms();
         crcr_err e = store_claim(ob->st, now, (int64_t)ob->cfg->lease_s * 1000, &job);
         if (e == CRCR_OK) {
+            if (job.reclaimed) /* a row left running by a worker that died or lost its lease */
+                LOG_INFO("outbox.reclaimed", "delivery", job.delivery_id, "repo", job.target,
+                         "kind", job.kind, "reason", job.reclaimed, NULL);
             process(ob, &job, &rng);
             store_job_free(&job);
             continue;

@@ -16,13 +16,18 @@
  *                for the marker, else POST there, then the record
  * One retry policy for every kind of row:
  *   - network errors, 5xx, 408 and 401 (a credential refused even after the client renewed its
- *     token: clock skew or a rotation in progress): exponential backoff from CRCR_RETRY_BASE_MS,
- *     doubling, capped at CRCR_RETRY_MAX_MS, with jitter (half fixed, half random), never earlier
- *     than Retry-After;
+ *     token: clock skew or a rotation in progress): quick retries first, from CRCR_RETRY_BASE_MS
+ *     (1 s) doubling while a delay stays within OUTBOX_QUICK_MAX_MS (2 min), so that a bad
+ *     gateway costs seconds; then the long tail, OUTBOX_TAIL_BASE_MS (1 min) doubling per attempt,
+ *     so that CRCR_MAX_ATTEMPTS (12) still spans most of a day; every delay capped at
+ *     CRCR_RETRY_MAX_MS, with jitter (half fixed, half random), never earlier than Retry-After
+ *     (outbox_backoff_ms, the table in docs/configuration.md);
  *   - 429, and 403 that is a primary or secondary rate limit: the whole installation pauses until
- *     Retry-After, or x-ratelimit-reset when x-ratelimit-remaining is 0, or 60 s otherwise; rows of
- *     a paused installation wait without spending an attempt; pauses are kept in the store's kv
- *     too, so a restart or another instance sharing the store honours them;
+ *     Retry-After, or x-ratelimit-reset when x-ratelimit-remaining is 0; when GitHub names no time,
+ *     at least a minute, doubling with the row's attempts (GitHub's guidance;
+ *     outbox_rate_limit_pause_ms); rows of a paused installation wait without spending an attempt;
+ *     pauses are kept in the store's kv too, so a restart or another instance sharing the store
+ *     honours them;
  *   - 404 (App not installed), 422 and other 4xx: permanent, the row is dead with the reason;
  *   - after CRCR_MAX_ATTEMPTS attempts the row is dead ("gave up").
  * Leases: a claim leases the row for CRCR_LEASE_SECONDS. Right before each request a worker
@@ -74,9 +79,22 @@ typedef enum {
 outbox_verdict outbox_classify(long status, long retry_after_s, long rl_remaining,
                                const char *body);
 
-/* Delay in ms before attempt number `attempts` (1 = first retry): base * 2^(attempts-1) capped at
- * max_ms, then jittered into [delay/2, delay] with `rnd` in [0,1). */
+/* Quick retries last while one delay stays within this; after it comes the long tail. */
+#define OUTBOX_QUICK_MAX_MS 120000
+/* Base of the long tail: retry k of the tail waits OUTBOX_TAIL_BASE_MS * 2^(k-1). */
+#define OUTBOX_TAIL_BASE_MS 60000
+
+/* Delay in ms before retry number `attempts` (1 = the first retry) of a transient failure:
+ * base * 2^(attempts-1) while that is at most OUTBOX_QUICK_MAX_MS, else the long tail's
+ * OUTBOX_TAIL_BASE_MS * 2^(attempts-1) (never less than the former); capped at max_ms, then
+ * jittered into [delay/2, delay] with `rnd` in [0,1). */
 int64_t outbox_backoff_ms(long base_ms, long max_ms, int attempts, double rnd);
+
+/* Pause in ms of an installation after a rate-limit answer that names no time (no Retry-After,
+ * no x-ratelimit-reset with x-ratelimit-remaining 0), at the row's retry number `attempts`: the
+ * long tail (OUTBOX_TAIL_BASE_MS doubling, capped at max_ms, jittered), and never less than a
+ * minute, however small max_ms is. */
+int64_t outbox_rate_limit_pause_ms(long max_ms, int attempts, double rnd);
 
 /* Starts the workers. `gh` NULL means dry-run (every row is recorded as `dry_run`). `allow` is
  * read by re-run suites (only L3+ repos are re-run). All pointers must outlive the outbox. */

@@ -21,9 +21,10 @@
 #include "err.h"
 
 /* Version 1: the first release. Version 2: repo_identity (pins of callback identities) and
- * budgets (byte budgets such as the nightly one). A store is upgraded in place at open; a newer
+ * budgets (byte budgets such as the nightly one). Version 3: the instance holding a claimed outbox
+ * row (PostgreSQL; nothing changes on SQLite). A store is upgraded in place at open; a newer
  * store than the binary knows is refused. */
-#define CRCR_SCHEMA_VERSION 2
+#define CRCR_SCHEMA_VERSION 3
 
 typedef struct store store;
 
@@ -46,9 +47,11 @@ bool store_missing(const char *uri, char *err, size_t errsz);
 crcr_err store_backup(const char *uri, const char *dest, int *version, char *err, size_t errsz);
 /* Closes; NULL is fine. */
 void store_close(store *st);
-/* Called once by `crcr serve` at start: rows a crashed predecessor left `running` become due now
- * (SQLite: one serving process per file, enforced by a lock held until store_close; CRCR_E_STATE
- * when another process serves the file); shared stores rely on leases instead. */
+/* Called once by `crcr serve` at start, before any claim. SQLite: rows a crashed predecessor left
+ * `running` become due now (one serving process per file, enforced by a lock held until
+ * store_close; CRCR_E_STATE when another process serves the file). PostgreSQL: this process
+ * becomes an instance whose claims are tied to its liveness (see store_claim); nothing is taken
+ * from the instances sharing the store. */
 crcr_err store_recover(store *st);
 /* CRCR_OK when the store answers a trivial query. */
 crcr_err store_ping(store *st);
@@ -97,12 +100,27 @@ typedef struct store_job {
     int64_t pr_number;   /* the delivery's PR number, 0 when none */
     char *head_sha;      /* the delivery's head sha (push: after), NULL when none */
     int64_t lease_until; /* the lease this claim holds: the fence of finish/retry/renew */
+    /* PostgreSQL, for a `running` row taken over: why (static text), "lease_expired" or
+     * "holder_gone" (the instance that held it is no longer alive); NULL otherwise, and always
+     * on SQLite (whose rows left running come back at start, see store_recover) */
+    const char *reclaimed;
 } store_job;
 
 void store_job_free(store_job *job);
 
-/* Claims the earliest due row (queued and due, or running with an expired lease) and leases it
- * until now + lease_ms. CRCR_E_NOT_FOUND when nothing is due. */
+/*
+ * Claims the earliest due row and leases it until now + lease_ms. Due: queued with its time come,
+ * or running under a lease that has expired, or (PostgreSQL) running for an instance that is no
+ * longer alive. A claim belongs to the process that took it, not to a connection: on PostgreSQL
+ * store_recover makes the process an instance, alive while the session of its listener
+ * connection holds the instance's advisory lock (the server drops it the moment the process dies),
+ * so rows of a dead instance are claimable again within a second, while a live instance keeps
+ * its rows until their lease runs out, whichever pooled connection finishes them. On a server
+ * that started less than a minute before the claiming instance took its lock, liveness verdicts
+ * wait until that lock is a few seconds old (after a server restart every instance needs a moment
+ * to take its lock again). Rows claimed without an instance (a store without store_recover) rely
+ * on their lease alone. CRCR_E_NOT_FOUND when nothing is due.
+ */
 crcr_err store_claim(store *st, int64_t now, int64_t lease_ms, store_job *out);
 
 /* The earliest next_attempt_at among queued rows; CRCR_E_NOT_FOUND when there is none. */

@@ -4,8 +4,14 @@
  * Same semantics as store_sqlite.c, operation for operation; what differs is how several
  * processes stay correct on one database:
  *  - outbox rows are claimed with `FOR UPDATE SKIP LOCKED` and a lease, so instances never take
- *    the same row and a crashed instance's rows come back when their lease expires (store_recover
- *    is therefore a no-op here);
+ *    the same row. A claim records its instance (outbox.owner): store_recover gives the serving
+ *    process an id (a sequence) and its listener connection takes the session advisory lock
+ *    (PG_LIVE_CLASS, id), held for the life of that session. The lock, not a connection of the
+ *    pool, is the instance's liveness: the server drops it as soon as the process dies (its socket
+ *    closes; server-side TCP keepalives cover a vanished host), and a claimer sees that with a
+ *    shared try-lock on the owner's key, so a dead instance's rows are claimable within a second
+ *    instead of after their lease, while a live instance keeps its rows whichever pooled
+ *    connection finishes them. The lease stays the fence of finish/retry/renew;
  *  - a callback transition and a rate-limit hit take a transaction-scoped advisory lock on their
  *    key, so concurrent identical callbacks on different instances apply exactly once;
  *  - named leases (periodic work) are one atomic INSERT ... ON CONFLICT ... WHERE;
@@ -57,6 +63,18 @@
 /* Advisory lock key serialising schema creation/migration across starting instances. */
 #define PG_MIGRATION_LOCK 7165426221306201601LL
 #define PG_CHANNEL "crcr_outbox"
+/* Advisory lock class of instance liveness: an instance holds (class, its id) ('crcr'). */
+#define PG_LIVE_CLASS 1668440946
+/* An instance judges others' liveness only once it has held its own lock this long: after a
+ * server restart every instance needs a moment (its listener's reconnect) to take its lock again.
+ * No wait when the server had been up PG_LIVE_SERVER_UP_MS when the lock was taken (a restarted
+ * instance on a server that stayed up: the usual crash). */
+#define PG_LIVE_GRACE_MS 3000
+#define PG_LIVE_SERVER_UP_MS 60000
+/* Ids tried by store_recover. An id is taken only when another schema of the same database (its
+ * own sequence) handed out the same number; a shared key can only delay a takeover to the
+ * lease, never make a live instance look dead. */
+#define PG_LIVE_ID_TRIES 16
 
 typedef struct pg_store {
     struct store base;
@@ -68,8 +86,13 @@ typedef struct pg_store {
     bool *busy;       /* slot lent out */
     atomic_bool down; /* the last connection attempt failed (logged once per outage) */
     pthread_mutex_t lmu;
-    PGconn *listener; /* LISTEN connection of store_wait_for_work, guarded by lmu */
+    PGconn *listener; /* LISTEN connection of store_wait_for_work and the instance's liveness
+                         session, guarded by lmu */
     int64_t listen_retry_at;
+    atomic_int live_id;         /* this instance's id (store_recover); 0: not an instance */
+    _Atomic int64_t live_since; /* clock_mono_ms() when the listener took the instance lock;
+                                   0 while it is not held */
+    atomic_bool live_server_up; /* the server had been up PG_LIVE_SERVER_UP_MS by then */
 } pg_store;
 
 static pg_store *PS(store *st)
@@ -501,6 +524,12 @@ static const char *const MIGRATIONS[] = {
     /* The callback rate limit counts hits per repo in O(1), as on SQLite (run_state.h). */
     "CREATE TABLE IF NOT EXISTS rate_counts(repo text NOT NULL, n bigint NOT NULL);"
     "CREATE UNIQUE INDEX IF NOT EXISTS rate_counts_key ON rate_counts(lower(repo));",
+    /* 2 -> 3: the instance holding a running outbox row, and instance ids. rate_counts again:
+     * databases made version 2 before it was part of 1 -> 2 have none. */
+    "ALTER TABLE outbox ADD COLUMN IF NOT EXISTS owner integer;"
+    "CREATE SEQUENCE IF NOT EXISTS outbox_owner_seq AS integer CYCLE;"
+    "CREATE TABLE IF NOT EXISTS rate_counts(repo text NOT NULL, n bigint NOT NULL);"
+    "CREATE UNIQUE INDEX IF NOT EXISTS rate_counts_key ON rate_counts(lower(repo));",
 };
 _Static_assert(sizeof(MIGRATIONS) / sizeof(MIGRATIONS[0]) == CRCR_SCHEMA_VERSION,
                "one PostgreSQL migration per schema version");
@@ -572,10 +601,129 @@ static crcr_err pg_ping(store *st)
     return with_conn(PS(st), "ping", op_ping, NULL);
 }
 
+/* ---- instance liveness ---- */
+
+/* Takes this instance's lock in the session of `c` (the listener), with server-side TCP
+ * keepalives there so that the server also notices a vanished host within seconds. Caller holds
+ * lmu. true when held (live_since set). */
+static bool live_lock(pg_store *s, PGconn *c)
+{
+    int id = atomic_load(&s->live_id);
+    if (!id || !c)
+        return false;
+    /* Ignored (and harmless) on a Unix-domain socket. */
+    PGresult *r = PQexec(c, "SET tcp_keepalives_idle = 5; SET tcp_keepalives_interval = 2; "
+                            "SET tcp_keepalives_count = 3");
+    PQclear(r);
+    char v[3][24];
+    snprintf(v[0], sizeof(v[0]), "%d", PG_LIVE_CLASS);
+    snprintf(v[1], sizeof(v[1]), "%d", id);
+    snprintf(v[2], sizeof(v[2]), "%d", PG_LIVE_SERVER_UP_MS);
+    const char *const vals[3] = {v[0], v[1], v[2]};
+    r = PQexecParams(c,
+                     "SELECT pg_try_advisory_lock($1::integer, $2::integer), "
+                     "pg_postmaster_start_time() < now() - $3::bigint * interval '1 millisecond'",
+                     3, NULL, vals, NULL, NULL, 0);
+    bool held =
+        PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1 && PQgetvalue(r, 0, 0)[0] == 't';
+    bool up = held && PQgetvalue(r, 0, 1)[0] == 't';
+    PQclear(r);
+    if (held) {
+        atomic_store(&s->live_server_up, up);
+        int64_t now = clock_mono_ms();
+        atomic_store(&s->live_since, now > 0 ? now : 1);
+    }
+    return held;
+}
+
+/* Closes the listener (its session's lock goes with it). Caller holds lmu. */
+static void listener_drop(pg_store *s)
+{
+    atomic_store(&s->live_since, 0);
+    PQfinish(s->listener);
+    s->listener = NULL;
+}
+
+/* Opens the listener: LISTEN crcr_outbox and, for an instance, its lock (when that fails the
+ * waiting loop tries again). Caller holds lmu and stores the connection in s->listener, which owns
+ * it (listener_drop, pg_close). NULL with the reason in `why`. */
+static PGconn *listener_open(pg_store *s, char *why, size_t whysz)
+{
+    PGconn *c = pg_connect(s->uri, why, whysz);
+    if (!c)
+        return NULL;
+    PGresult *r = PQexec(c, "LISTEN " PG_CHANNEL);
+    bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+    PQclear(r);
+    if (!ok) {
+        one_line(PQerrorMessage(c), why, whysz);
+        PQfinish(c);
+        return NULL;
+    }
+    live_lock(s, c);
+    return c;
+}
+
+/* The one integer a parameterless query answers into *v; CRCR_E_NOT_FOUND for no row or NULL. */
+static crcr_err scalar_i64(pgx *x, const char *sql, int64_t *v)
+{
+    PGresult *r = q(x, sql, NULL);
+    if (!r)
+        return CRCR_E_STORE;
+    crcr_err e = CRCR_E_NOT_FOUND;
+    if (PQntuples(r) == 1 && !PQgetisnull(r, 0, 0)) {
+        *v = r_i64(r, 0, 0, 0);
+        e = CRCR_OK;
+    }
+    PQclear(r);
+    return e;
+}
+
+static crcr_err op_next_instance(pgx *x, void *arg)
+{
+    crcr_err e = scalar_i64(x, "SELECT nextval('outbox_owner_seq')::bigint", arg);
+    return e == CRCR_E_NOT_FOUND ? CRCR_E_STORE : e;
+}
+
+/* Makes the serving process an instance (see store_claim in store.h). Nothing is requeued: the
+ * rows of an instance that died are claimable as soon as its lock is gone. */
 static crcr_err pg_recover(store *st)
 {
-    (void)st; /* several instances share the outbox: rows left running come back by lease */
-    return CRCR_OK;
+    pg_store *s = PS(st);
+    for (int i = 0; i < PG_LIVE_ID_TRIES; i++) {
+        int64_t id = 0;
+        crcr_err e = with_conn(s, "recover", op_next_instance, &id);
+        if (e)
+            return e;
+        pthread_mutex_lock(&s->lmu);
+        atomic_store(&s->live_id, (int)id);
+        bool held;
+        if (s->listener && PQstatus(s->listener) == CONNECTION_OK) {
+            held = live_lock(s, s->listener);
+        } else {
+            char why[PG_ERRTEXT_MAX] = "";
+            if (s->listener)
+                listener_drop(s);
+            s->listener = listener_open(s, why, sizeof(why));
+            if (!s->listener) {
+                atomic_store(&s->live_id, 0);
+                pthread_mutex_unlock(&s->lmu);
+                LOG_ERROR("store.pg.instance_failed", "error", why, NULL);
+                return CRCR_E_STORE;
+            }
+            held = atomic_load(&s->live_since) != 0;
+        }
+        pthread_mutex_unlock(&s->lmu);
+        if (held) {
+            char ids[24];
+            snprintf(ids, sizeof(ids), "%lld", (long long)id);
+            LOG_INFO("store.pg.instance", "id", ids, NULL);
+            return CRCR_OK;
+        }
+    }
+    atomic_store(&s->live_id, 0);
+    LOG_ERROR("store.pg.instance_failed", "error", "no free instance id", NULL);
+    return CRCR_E_STORE;
 }
 
 static const char INSERT_JOB[] =
@@ -653,23 +801,43 @@ typedef struct claim_args {
     store_job *out;
 } claim_args;
 
+/*
+ * A running row is due when its lease expired or, once this instance may judge (PG_LIVE_GRACE_MS),
+ * when another instance's lock on its owner is not held: a shared try-lock on the owner's key
+ * succeeds exactly then (held only to the end of this statement). An instance never judges
+ * itself, and a claim made while this process holds no lock records no owner (lease only).
+ */
 static crcr_err op_claim(pgx *x, void *arg)
 {
     claim_args *a = arg;
+    pg_store *s = x->s;
+    int id = atomic_load(&s->live_id);
+    int64_t since = atomic_load(&s->live_since);
+    bool held = id > 0 && since > 0;
+    bool may_judge =
+        held && (atomic_load(&s->live_server_up) || clock_mono_ms() - since >= PG_LIVE_GRACE_MS);
     pgp p = {0};
     p_i64(&p, a->now + a->lease_ms);
     p_i64(&p, a->now);
-    PGresult *r = q(x,
-                    "WITH c AS (UPDATE outbox SET state='running', lease_until=$1 WHERE id = "
-                    "(SELECT id FROM outbox o WHERE ((state='queued' AND next_attempt_at<=$2) OR "
-                    "(state='running' AND lease_until<$2)) AND (o.seq_key IS NULL OR NOT EXISTS "
-                    "(SELECT 1 FROM outbox p WHERE p.seq_key=o.seq_key AND p.id<o.id AND "
-                    "p.state IN ('queued','running'))) ORDER BY next_attempt_at, id LIMIT 1 "
-                    "FOR UPDATE SKIP LOCKED) RETURNING id, kind, delivery_id, target, attempts, "
-                    "body) SELECT c.id, c.kind, c.delivery_id, c.target, c.attempts, c.body, "
-                    "d.event, d.payload, d.pr_number, d.head_sha FROM c LEFT JOIN deliveries d "
-                    "ON d.delivery_id = c.delivery_id",
-                    &p);
+    p_i64_or_null(&p, held ? id : 0, 0);
+    p_text(&p, may_judge ? "true" : "false");
+    p_i64(&p, PG_LIVE_CLASS);
+    PGresult *r =
+        q(x,
+          "WITH c AS (UPDATE outbox u SET state='running', lease_until=$1, "
+          "owner=$3::integer FROM (SELECT id, state, lease_until FROM outbox o WHERE "
+          "((state='queued' AND next_attempt_at<=$2) OR (state='running' AND "
+          "(lease_until<$2 OR ($4::boolean AND o.owner IS NOT NULL AND o.owner IS "
+          "DISTINCT FROM $3::integer AND pg_try_advisory_xact_lock_shared($5::integer, "
+          "o.owner))))) AND (o.seq_key IS NULL OR NOT EXISTS (SELECT 1 FROM outbox p "
+          "WHERE p.seq_key=o.seq_key AND p.id<o.id AND p.state IN ('queued','running'))) "
+          "ORDER BY next_attempt_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) w WHERE "
+          "u.id=w.id RETURNING u.id, u.kind, u.delivery_id, u.target, u.attempts, u.body, "
+          "w.state AS was_state, w.lease_until AS was_lease) SELECT c.id, c.kind, "
+          "c.delivery_id, c.target, c.attempts, c.body, d.event, d.payload, d.pr_number, "
+          "d.head_sha, c.was_state, c.was_lease FROM c LEFT JOIN deliveries d ON "
+          "d.delivery_id = c.delivery_id",
+          &p);
     pgp_free(&p);
     if (!r)
         return CRCR_E_STORE;
@@ -692,6 +860,9 @@ static crcr_err op_claim(pgx *x, void *arg)
         e = buf_append(&out->payload, PQgetvalue(r, 0, 7), r_len(r, 0, 7));
     out->pr_number = r_i64(r, 0, 8, 0);
     out->head_sha = r_dup(r, 0, 9);
+    const char *was = r_text(r, 0, 10);
+    if (was && strcmp(was, "running") == 0)
+        out->reclaimed = r_i64(r, 0, 11, 0) < a->now ? "lease_expired" : "holder_gone";
     if (!e && (!out->kind || !out->target))
         e = CRCR_E_NOMEM;
     PQclear(r);
@@ -714,17 +885,7 @@ static crcr_err pg_claim(store *st, int64_t now, int64_t lease_ms, store_job *ou
 
 static crcr_err op_next_due(pgx *x, void *arg)
 {
-    int64_t *due = arg;
-    PGresult *r = q(x, "SELECT min(next_attempt_at) FROM outbox WHERE state='queued'", NULL);
-    if (!r)
-        return CRCR_E_STORE;
-    crcr_err e = CRCR_E_NOT_FOUND;
-    if (PQntuples(r) == 1 && !PQgetisnull(r, 0, 0)) {
-        *due = r_i64(r, 0, 0, 0);
-        e = CRCR_OK;
-    }
-    PQclear(r);
-    return e;
+    return scalar_i64(x, "SELECT min(next_attempt_at) FROM outbox WHERE state='queued'", arg);
 }
 
 static crcr_err pg_next_due(store *st, int64_t *due)
@@ -754,11 +915,12 @@ static crcr_err op_job_finish(pgx *x, void *arg)
     p_i64(&p, a->id);
     p_i64(&p, a->lease);
     int64_t rows = 0;
-    crcr_err e = qexec(x,
-                       "UPDATE outbox SET state=$1, attempts=attempts+1, last_status=$2::integer, "
-                       "last_error=$3, note=$4, body=COALESCE($5::bytea, body), done_at=$6, "
-                       "lease_until=NULL WHERE id=$7 AND state='running' AND lease_until=$8",
-                       &p, &rows);
+    crcr_err e =
+        qexec(x,
+              "UPDATE outbox SET state=$1, attempts=attempts+1, last_status=$2::integer, "
+              "last_error=$3, note=$4, body=COALESCE($5::bytea, body), done_at=$6, "
+              "lease_until=NULL, owner=NULL WHERE id=$7 AND state='running' AND lease_until=$8",
+              &p, &rows);
     return !e && rows == 0 ? CRCR_E_STATE : e; /* 0 rows: the lease was lost (store.h) */
 }
 
@@ -788,11 +950,12 @@ static crcr_err op_job_retry(pgx *x, void *arg)
     p_i64(&p, a->id);
     p_i64(&p, a->lease);
     int64_t rows = 0;
-    crcr_err e = qexec(x,
-                       "UPDATE outbox SET state='queued', attempts=attempts+$1::integer, "
-                       "next_attempt_at=$2, last_status=$3::integer, last_error=$4, "
-                       "lease_until=NULL WHERE id=$5 AND state='running' AND lease_until=$6",
-                       &p, &rows);
+    crcr_err e =
+        qexec(x,
+              "UPDATE outbox SET state='queued', attempts=attempts+$1::integer, "
+              "next_attempt_at=$2, last_status=$3::integer, last_error=$4, "
+              "lease_until=NULL, owner=NULL WHERE id=$5 AND state='running' AND lease_until=$6",
+              &p, &rows);
     return !e && rows == 0 ? CRCR_E_STATE : e;
 }
 
@@ -856,7 +1019,8 @@ static crcr_err op_redeliver(pgx *x, void *arg)
         p_text(&u, a->repo);
         e = qexec(x,
                   "UPDATE outbox SET state='queued', attempts=0, next_attempt_at=$1, "
-                  "done_at=NULL, lease_until=NULL, last_error=NULL, last_status=NULL, note=NULL "
+                  "done_at=NULL, lease_until=NULL, owner=NULL, last_error=NULL, last_status=NULL, "
+                  "note=NULL "
                   "WHERE kind='dispatch' AND delivery_id=$2 AND state<>'running' AND "
                   "($3::text IS NULL OR lower(target)=lower($3::text))",
                   &u, &rows);
@@ -1920,24 +2084,13 @@ static crcr_err pg_wait_for_work(store *st, int64_t timeout_ms)
 {
     pg_store *s = PS(st);
     pthread_mutex_lock(&s->lmu);
-    if (s->listener && PQstatus(s->listener) != CONNECTION_OK) {
-        PQfinish(s->listener);
-        s->listener = NULL;
-    }
+    if (s->listener && PQstatus(s->listener) != CONNECTION_OK)
+        listener_drop(s);
     if (!s->listener) {
         int64_t now = clock_mono_ms();
         if (now >= s->listen_retry_at) {
             char why[PG_ERRTEXT_MAX] = "";
-            PGconn *c = pg_connect(s->uri, why, sizeof(why));
-            if (c) {
-                PGresult *r = PQexec(c, "LISTEN " PG_CHANNEL);
-                if (PQresultStatus(r) != PGRES_COMMAND_OK) {
-                    one_line(PQerrorMessage(c), why, sizeof(why));
-                    PQfinish(c);
-                    c = NULL;
-                }
-                PQclear(r);
-            }
+            PGconn *c = listener_open(s, why, sizeof(why));
             s->listener = c;
             if (!c) {
                 s->listen_retry_at = now + PG_LISTEN_RETRY_MS;
@@ -1952,6 +2105,11 @@ static crcr_err pg_wait_for_work(store *st, int64_t timeout_ms)
         sleep_ms(timeout_ms);
         return CRCR_E_STORE;
     }
+    /* The lock could not be taken when the listener (re)connected: the session that held it had
+     * not ended yet (the server notices a dropped connection late). Until then it protects this
+     * instance's rows; claims made meanwhile record no owner. */
+    if (atomic_load(&s->live_id) && !atomic_load(&s->live_since))
+        live_lock(s, s->listener);
     crcr_err e = CRCR_E_NOT_FOUND;
     if (drain_notifies(s->listener)) {
         e = CRCR_OK;
@@ -1960,8 +2118,7 @@ static crcr_err pg_wait_for_work(store *st, int64_t timeout_ms)
         int rc = poll(&pfd, 1, timeout_ms > 0 ? (int)timeout_ms : 0);
         if (rc > 0) {
             if (!PQconsumeInput(s->listener)) {
-                PQfinish(s->listener);
-                s->listener = NULL;
+                listener_drop(s);
                 e = CRCR_E_STORE;
             } else if (drain_notifies(s->listener)) {
                 e = CRCR_OK;

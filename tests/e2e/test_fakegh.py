@@ -547,6 +547,51 @@ class FakeGitHubFaultTest(FakeGitHubTestBase):
         self.assertIsNone(second.fault)  # count=1: the second answer was not delayed
         self.assertEqual(f.hits, 1)
 
+    def test_hold_can_let_the_first_requests_through_and_hold_all_the_others(self):
+        hold = self.gh.hold(path_re="/x", count=None, after=False, skip=2)
+        self.assertEqual([self.call("GET", "/x")[0] for _ in range(2)], [404, 404])
+        answers = []
+        threads = [threading.Thread(target=lambda: answers.append(self.call("GET", "/x")[0]))
+                   for _ in range(3)]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 10
+        while len(hold.held) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self.assertEqual(len(hold.held), 3)
+        self.assertEqual(answers, [])  # nothing answered while held
+        hold.release()
+        for t in threads:
+            t.join(10)
+        self.assertEqual(answers, [404, 404, 404])
+        self.assertEqual(self.call("GET", "/x")[0], 404)  # released: holds no more
+        self.assertEqual(len(hold.held), 3)
+
+    def test_keyed_draws_do_not_depend_on_the_order_requests_arrive_in(self):
+        def statuses(order):
+            gh = fakegh.FakeGitHub(APP_ID, relay.APP_PUB).start()
+            try:
+                gh.add_fault(path_re="/k/", status=502, probability=0.3, seed=5,
+                             key=lambda rec: rec.path)
+                c = http.client.HTTPConnection("127.0.0.1", gh.port, timeout=10)
+                out = {}
+                for path in order:
+                    c.request("GET", path)
+                    r = c.getresponse()
+                    r.read()
+                    out.setdefault(path, []).append(r.status)
+                c.close()
+                return out
+            finally:
+                gh.stop()
+
+        paths = ["/k/%d" % i for i in range(20)]
+        forward = statuses([p for _ in range(10) for p in paths])
+        backward = statuses([p for p in reversed(paths) for _ in range(10)])
+        self.assertEqual(forward, backward)
+        fails = sum(v.count(502) for v in forward.values())
+        self.assertTrue(30 <= fails <= 90, fails)
+
     def test_drop_fault_closes_without_answer(self):
         self.gh.fault_drop("/x", count=1)
         with self.assertRaises((http.client.HTTPException, ConnectionError)):

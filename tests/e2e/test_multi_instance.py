@@ -5,9 +5,12 @@ and the loopback OIDC issuer.
   transitions of every dispatched run reported to both instances at the same moment: every pair
   is dispatched exactly once, every transition is applied exactly once (one answer without
   "duplicate", one with), and every L4 check run is created exactly once.
-- One instance SIGKILLed mid fan-out: the other dispatches everything (at least once; rows the
-  dead one had claimed come back when their lease expires) and every transition still applies
-  exactly once.
+- One instance SIGKILLed mid fan-out (every worker of both waiting on a dispatch the fake GitHub
+  holds): the other dispatches everything, taking the dead one's rows over by liveness long before
+  their lease ends, repeating only what the dead one had in flight, and every transition still
+  applies exactly once.
+- One instance SIGKILLed in the middle of the callbacks (the reporter holds the second half of
+  them until the kill): every transition applies exactly once.
 - The same delivery posted to both instances at the same moment: one 202, one duplicate, one set
   of dispatches.
 - PostgreSQL stopped for 10 s under a steady stream of webhooks: they are answered 503 and
@@ -236,10 +239,11 @@ class MultiInstanceTest(unittest.TestCase):
                         break
         return got
 
-    def report_every_dispatch(self, deliveries, live, both_every=1):
+    def report_every_dispatch(self, deliveries, live, both_every=1, gate=None):
         """in_progress then completed for every dispatched pair. Every `both_every`-th pair is
         posted to all `live` instances at the same moment, the others to one instance in turn.
-        Returns {(delivery, repo, status): [answers]}."""
+        `gate` (done_at, hold_from, done, go): pairs from `hold_from` on wait for `go`, and `done`
+        is set once `done_at` pairs are reported. Returns {(delivery, repo, status): [answers]}."""
         job_of = {d: i for i, d in enumerate(deliveries)}
         seen = {}
         for d in self.gh.dispatches():
@@ -247,8 +251,13 @@ class MultiInstanceTest(unittest.TestCase):
             seen.setdefault((cp["delivery_id"], d["repo"]), cp)
         out = {}
 
+        finished = [0]
+        lock = threading.Lock()
+
         def one(args):
             n, ((delivery, repo), cp) = args
+            if gate and n >= gate[1]:
+                gate[3].wait(120)
             res = {}
             for k, status in enumerate(("in_progress", "completed")):
                 targets = live() if callable(live) else live
@@ -256,6 +265,10 @@ class MultiInstanceTest(unittest.TestCase):
                     targets = [targets[(n + k) % len(targets)]]
                 body = self.callback_body(cp, status, job_of[delivery])
                 res[status] = self.report_both(repo, body, targets)
+            with lock:
+                finished[0] += 1
+                if gate and finished[0] >= gate[0]:
+                    gate[2].set()
             return delivery, repo, res
 
         with ThreadPoolExecutor(16) as pool:
@@ -320,23 +333,33 @@ class MultiInstanceTest(unittest.TestCase):
         self.assertTrue(a.running() and b.running())
 
     def test_sigkill_of_one_instance_loses_nothing(self):
-        a, b = self.start_cluster()
-        # Slow dispatches so that the kill lands in the middle of the fan-out.
-        self.gh.fault_delay(DISPATCH_PATH, delay_ms=100, method="POST")
+        # The default lease: the dead instance's rows must come back by liveness, not by lease.
+        a, b = self.start_cluster(CRCR_LEASE_SECONDS="120")
+        # After 250 dispatches the fake holds every further answer: the kill lands when every
+        # worker of both instances waits on GitHub, whatever the machine's speed.
+        hold = self.gh.hold("POST", DISPATCH_PATH, count=None, skip=250)
+        self.addCleanup(hold.release)
         deliveries = self.post_alternately(N_DELIVERIES)
         expected = {(d, t) for d in deliveries for t in REPOS}
-        reached = wait_until(lambda: len(self.gh.requests("POST", DISPATCH_PATH)) >= 250, 60)
-        self.assertTrue(reached, "fan-out too slow" + self.diag())
+        self.assertTrue(wait_until(lambda: len(hold.held) >= 2 * WORKERS, 60),
+                        "the workers never all waited on GitHub" + self.diag())
         a.kill()
-        self.assertLess(len(pair_counts(self.gh)), 900, "the kill came too late to matter")
-        self.gh.clear_faults()
-        # Rows the dead instance had claimed come back after their lease.
+        in_flight = {(json.loads(x.body)["client_payload"]["delivery_id"],
+                      "/".join(x.path.split("/")[2:4])) for x in hold.held}
+        self.assertEqual(len(in_flight), 2 * WORKERS)
+        hold.release()  # GitHub carried out A's requests too: B sends A's WORKERS pairs again
         self.wait_pairs(expected, timeout=90)
+        self.assertTrue(wait_until(lambda: sum(c > 1 for c in pair_counts(self.gh).values())
+                                   >= WORKERS, 60), "A's rows were not taken over" + self.diag())
         self.assertTrue(self.gh.wait_idle(1.0, 30))
         counts = pair_counts(self.gh)
         self.assertEqual(set(counts), expected)
-        self.assertLessEqual(sum(c - 1 for c in counts.values()), WORKERS,
-                             "more repeats than dispatches the dead instance had in flight")
+        repeats = {p for p, c in counts.items() if c > 1}
+        self.assertLessEqual(repeats, in_flight, "a repeat of a pair that was not in flight")
+        self.assertEqual(len(repeats), WORKERS,
+                         "other repeats than the dispatches the dead instance had in flight")
+        self.assertEqual(b.log_text().count("reason=holder_gone"), WORKERS,
+                         "taken over by liveness, not after the lease")
 
         # Callbacks: B is the only live instance; each transition is posted twice at once.
         answers = self.report_every_dispatch(deliveries, [b, b], both_every=10)
@@ -351,17 +374,25 @@ class MultiInstanceTest(unittest.TestCase):
         expected = {(d, t) for d in deliveries for t in REPOS}
         self.wait_pairs(expected, timeout=60)
         self.assertTrue(self.gh.wait_idle(0.5, 30))
-        killed_at = []
-        killer = threading.Timer(1.0, lambda: (a.kill(), killed_at.append(time.monotonic())))
-        killer.start()
-        self.addCleanup(killer.cancel)
+        # The reporter holds the second half of the pairs until A is dead, and A is killed once
+        # all but the last few of the first half are reported (those may still be in flight):
+        # the kill lands in the middle of the callbacks by construction.
+        half = len(expected) // 2
+        first_half_done, go = threading.Event(), threading.Event()
+        self.addCleanup(go.set)
+
+        def killer():
+            if first_half_done.wait(120):
+                a.kill()
+            go.set()
+
+        k = threading.Thread(target=killer)
+        k.start()
         answers = self.report_every_dispatch(
-            deliveries, lambda: [r for r in (a, b) if r.running()] or [b], both_every=2)
-        finished_at = time.monotonic()
-        killer.join()
+            deliveries, lambda: [r for r in (a, b) if r.running()] or [b], both_every=2,
+            gate=(half - 8, half, first_half_done, go))
+        k.join()
         self.assertFalse(a.running())
-        self.assertTrue(killed_at and killed_at[0] < finished_at - 0.5,
-                        "the kill did not land in the middle of the callbacks")
         # A transition whose answer died with A shows up as a duplicate on B: applied once.
         self.assertAppliedOnce(answers, allow_lost_answer=True)
         self.assertRunsCompleted(deliveries)

@@ -17,9 +17,11 @@ validation rules where they matter to the relay:
   POST /repos/{o}/{r}/issues/{n}/comments               installation token          -> 201
 
 Every request is recorded (see Recorded). Fault rules (add_fault and the fault_* helpers) replace
-or delay answers, in order, optionally with a probability drawn from a seeded random.Random, for a
-bounded count. `latency_ms` delays every answer (benchmarks). `time_offset` shifts the fake's clock
-(token and JWT expiry) without sleeping. Holds (hold()) keep matching answers back until the test
+or delay answers, in order, optionally with a probability drawn from a seeded random.Random (or,
+with `key`, from the seed, the request's key and how many requests of that key came before: the
+same draws whatever order requests arrive in), for a bounded count. `latency_ms` delays every
+answer (benchmarks). `time_offset` shifts the fake's clock (token and JWT expiry) without
+sleeping. Holds (hold()) keep matching answers back until the test
 releases them, before or after the route took effect: a test can stop a client deterministically
 between GitHub doing something and the client learning of it.
 
@@ -112,7 +114,7 @@ class Fault:
     answer, e.g. a reset time)."""
 
     def __init__(self, method, path_re, status, headers, body, probability, count, delay_ms, rng,
-                 name):
+                 name, key=None, seed=None):
         self.method = method.upper() if method else None
         self.path_re = re.compile(path_re) if isinstance(path_re, str) else path_re
         self.status = status
@@ -124,16 +126,27 @@ class Fault:
         self.rng = rng
         self.name = name or ("fault %s" % status)
         self.hits = 0
+        self.key = key  # f(Recorded) -> a hashable key of the request's own draws, or None
+        self.seed = seed
+        self._seen = {}  # key -> requests of that key seen so far
 
-    def _applies(self, method, path, default_rng):
-        if self.method and self.method != method:
+    def _draw(self, rec, default_rng):
+        if self.key is None:
+            return (self.rng or default_rng).random()
+        k = self.key(rec)
+        n = self._seen.get(k, 0)
+        self._seen[k] = n + 1
+        return random.Random("%r|%r|%d" % (self.seed, k, n)).random()
+
+    def _applies(self, rec, default_rng):
+        if self.method and self.method != rec.method:
             return False
-        if self.path_re is not None and not self.path_re.search(path):
+        if self.path_re is not None and not self.path_re.search(rec.path):
             return False
         if self.remaining is not None and self.remaining <= 0:
             return False
         if self.probability < 1.0:
-            if (self.rng or default_rng).random() >= self.probability:
+            if self._draw(rec, default_rng) >= self.probability:
                 return False
         self.hits += 1
         if self.remaining is not None:
@@ -147,11 +160,12 @@ class Fault:
 class Hold:
     """Answers held back by FakeGitHub.hold(). `reached` is set once a matching request is being
     held (after its route ran when `after`), `held` lists those requests; release() lets every
-    held and future matching answer go."""
+    held and future matching answer go. The first `skip` matching requests pass."""
 
-    def __init__(self, method, path_re, count, after, timeout):
+    def __init__(self, method, path_re, count, after, timeout, skip=0):
         self.method = method.upper() if method else None
         self.path_re = re.compile(path_re) if isinstance(path_re, str) else path_re
+        self.skip = skip
         self.remaining = count
         self.after = after
         self.timeout = timeout
@@ -164,6 +178,9 @@ class Hold:
             return False
         if self.path_re is not None and not self.path_re.search(path):
             return False
+        if self.skip > 0:
+            self.skip -= 1
+            return False
         if self.remaining is not None and self.remaining <= 0:
             return False
         if self.remaining is not None:
@@ -171,6 +188,8 @@ class Hold:
         return True
 
     def _wait(self, rec):
+        if self._go.is_set():  # released: passes, not held
+            return
         self.held.append(rec)
         self.reached.set()
         self._go.wait(self.timeout)
@@ -482,9 +501,11 @@ class FakeGitHub:
     # ------------------------------------------------------------------ faults
 
     def add_fault(self, method=None, path_re=None, status=None, headers=None, body=None,
-                  probability=1.0, count=None, delay_ms=0, seed=None, name=None):
+                  probability=1.0, count=None, delay_ms=0, seed=None, name=None, key=None):
         """Adds a rule (checked in order; the first that applies answers). Returns the Fault,
-        whose .hits counts the requests it took. `seed` gives the rule its own Random."""
+        whose .hits counts the requests it took. `seed` gives the rule its own Random; with
+        `key` (a function of the Recorded request) each draw is made from the seed, the key and
+        how many requests of that key came before instead."""
         rng = random.Random(seed) if seed is not None else None
         if isinstance(body, (dict, list)):
             body = _json_bytes(body)
@@ -496,7 +517,8 @@ class FakeGitHub:
             except ValueError:
                 phrase = "Error"
             body = _json_bytes({"message": phrase, "documentation_url": DOCS})
-        f = Fault(method, path_re, status, headers, body, probability, count, delay_ms, rng, name)
+        f = Fault(method, path_re, status, headers, body, probability, count, delay_ms, rng, name,
+                  key=key, seed=seed)
         with self._lock:
             self._faults.append(f)
         return f
@@ -506,10 +528,10 @@ class FakeGitHub:
             self._faults.clear()
 
     def fault_5xx(self, path_re=None, status=502, method=None, count=1, probability=1.0,
-                  seed=None):
+                  seed=None, key=None):
         body = {"message": "Server Error"} if status != 503 else {"message": "Service Unavailable"}
         return self.add_fault(method, path_re, status, {"content-type": "application/json"}, body,
-                              probability, count, 0, seed, "%d" % status)
+                              probability, count, 0, seed, "%d" % status, key=key)
 
     def fault_429(self, path_re=None, retry_after=1, method=None, count=1):
         return self.add_fault(method, path_re, 429,
@@ -562,10 +584,10 @@ class FakeGitHub:
 
     # ------------------------------------------------------------------ request handling
 
-    def _match_fault(self, method, path):
+    def _match_fault(self, rec):
         with self._lock:
             for f in self._faults:
-                if f._applies(method, path, self._rng):
+                if f._applies(rec, self._rng):
                     return f
         return None
 
@@ -606,7 +628,7 @@ class FakeGitHub:
 
         if self.latency_ms:
             time.sleep(self.latency_ms / 1000.0)
-        fault = self._match_fault(h.command, raw_path)
+        fault = self._match_fault(rec)
         if fault is not None:
             rec.fault = fault
             if fault.delay_ms:
@@ -842,12 +864,13 @@ class FakeGitHub:
 
     # ------------------------------------------------------------------ holds
 
-    def hold(self, method=None, path_re=None, count=1, after=True, timeout=60.0):
-        """Holds the answers of the next `count` matching requests until Hold.release(). With
-        after=True the route runs first (a POST takes effect, then its answer waits); with
-        after=False nothing happens until the release. A held answer goes out after `timeout`
-        seconds at the latest (a forgotten hold never wedges the fake). Returns the Hold."""
-        h = Hold(method, path_re, count, after, timeout)
+    def hold(self, method=None, path_re=None, count=1, after=True, timeout=60.0, skip=0):
+        """Holds the answers of the next `count` matching requests (None: all) until
+        Hold.release(), after letting `skip` of them through. With after=True the route runs
+        first (a POST takes effect, then its answer waits); with after=False nothing happens until
+        the release. A held answer goes out after `timeout` seconds at the latest (a forgotten
+        hold never wedges the fake). Returns the Hold."""
+        h = Hold(method, path_re, count, after, timeout, skip)
         with self._lock:
             self._holds.append(h)
         return h

@@ -201,7 +201,7 @@ static void test_defaults_without_file_or_environment(void **state)
     assert_int_equal(cfg.sweep_s, 600);
     assert_int_equal(cfg.retention_s, 604800);
     assert_int_equal(cfg.log_level, CRCR_LOG_INFO);
-    assert_int_equal(cfg.retry_base_ms, 60000);
+    assert_int_equal(cfg.retry_base_ms, 1000);
     assert_int_equal(cfg.retry_max_ms, 21600000);
     assert_int_equal(cfg.lease_s, 120);
     config_free(&cfg);

@@ -1811,6 +1811,102 @@ static void recover_requeues_running_rows_only_for_a_single_process_store(void *
     store_job_free(&j);
 }
 
+/* A store that serves (store_recover done), as `crcr serve` opens it. */
+static store *open_instance(void)
+{
+    store *st = open_store();
+    assert_int_equal(store_recover(st), CRCR_OK);
+    return st;
+}
+
+/* Claims at `now` until a row comes or `timeout_ms` of real time passed (a dead holder's
+ * liveness is seen by the server, not at a given instant). */
+static crcr_err claim_within(store *st, int64_t now, int64_t timeout_ms, store_job *j)
+{
+    int64_t t0 = clock_mono_ms();
+    for (;;) {
+        crcr_err e = store_claim(st, now, 60000, j);
+        if (e != CRCR_E_NOT_FOUND || clock_mono_ms() - t0 >= timeout_ms)
+            return e;
+        usleep(20 * 1000);
+    }
+}
+
+static void claims_of_a_dead_holder_come_back_before_their_lease_and_a_live_ones_stay(void **state)
+{
+    const char *t0[] = {"a/zero"}, *t1[] = {"a/one"};
+    store_job j, mine;
+    if (!g_pg) {
+        /* One serving process per file: a live holder keeps its rows, its successor takes them
+         * over at start. */
+        store *a = *state;
+        assert_int_equal(store_recover(a), CRCR_OK);
+        assert_int_equal(ingest(a, "d0", 1000, t0, 1), CRCR_OK);
+        assert_int_equal(store_claim(a, 1000, 60000, &mine), CRCR_OK);
+        store *b = open_store();
+        assert_int_equal(store_recover(b), CRCR_E_STATE); /* a serves the file */
+        assert_int_equal(store_claim(b, 2000, 60000, &j), CRCR_E_NOT_FOUND);
+        assert_int_equal(store_claim(a, 2000, 60000, &j), CRCR_E_NOT_FOUND);
+        store_close(a); /* gone without finishing, as in a crash */
+        *state = b;
+        assert_int_equal(store_recover(b), CRCR_OK);
+        assert_int_equal(store_claim(b, 2000, 60000, &j), CRCR_OK); /* long before 61000 */
+        assert_int_equal(j.id, mine.id);
+        assert_int_equal(store_job_finish(b, &j, "sent", 204, NULL, NULL, NULL, 0, 2100), CRCR_OK);
+        store_job_free(&j);
+        store_job_free(&mine);
+        return;
+    }
+    store *a = *state;
+    assert_int_equal(store_recover(a), CRCR_OK);
+    store *b = open_instance();
+    /* An instance that claims a row and dies: its lock goes with its session. */
+    store *c = open_instance();
+    assert_int_equal(ingest(a, "d0", 1000, t0, 1), CRCR_OK);
+    store_job gone;
+    assert_int_equal(store_claim(c, 1000, 60000, &gone), CRCR_OK);
+    assert_int_equal(store_claim(b, 2000, 60000, &j), CRCR_E_NOT_FOUND); /* c is alive */
+    store_close(c);
+    int64_t t = clock_mono_ms();
+    assert_int_equal(claim_within(b, 2000, 10000, &j), CRCR_OK); /* lease until 61000 */
+    assert_true(clock_mono_ms() - t < 10000);
+    assert_int_equal(j.id, gone.id);
+    assert_non_null(j.reclaimed);
+    assert_string_equal(j.reclaimed, "holder_gone");
+    assert_int_equal(store_job_finish(b, &j, "sent", 204, NULL, NULL, NULL, 0, 2100), CRCR_OK);
+    store_job_free(&j);
+    store_job_free(&gone);
+
+    /* A live instance keeps its row, even when every pooled connection it used is gone: the
+     * claim belongs to the instance, whose lock lives on its listener's session. */
+    assert_int_equal(ingest(a, "d1", 3000, t1, 1), CRCR_OK);
+    assert_int_equal(store_claim(a, 3000, 60000, &mine), CRCR_OK);
+    assert_int_equal(store_claim(b, 4000, 60000, &j), CRCR_E_NOT_FOUND);
+    assert_int_equal(store_claim(a, 4000, 60000, &j), CRCR_E_NOT_FOUND); /* never its own */
+    char sql[512];
+    snprintf(sql, sizeof(sql),
+             "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE "
+             "application_name='%s' AND pid <> pg_backend_pid() AND pid NOT IN (SELECT pid FROM "
+             "pg_locks WHERE locktype='advisory' AND classid=1668440946 AND granted)",
+             g_app_name);
+    assert_true(raw(sql) >= 1);
+    assert_int_equal(claim_within(b, 5000, 500, &j), CRCR_E_NOT_FOUND);
+    /* It finishes on a fresh connection, under its lease. */
+    assert_int_equal(store_job_finish(a, &mine, "sent", 204, NULL, NULL, NULL, 0, 5000), CRCR_OK);
+    store_job_free(&mine);
+    /* Past its lease a row is due whatever its holder (the fence of a slow holder). */
+    assert_int_equal(ingest(a, "d2", 6000, t0, 1), CRCR_OK);
+    assert_int_equal(store_claim(a, 6000, 100, &mine), CRCR_OK);
+    assert_int_equal(store_claim(b, 6101, 60000, &j), CRCR_OK);
+    assert_non_null(j.reclaimed);
+    assert_string_equal(j.reclaimed, "lease_expired");
+    assert_int_equal(store_job_finish(a, &mine, "sent", 204, NULL, NULL, NULL, 0, 6200),
+                     CRCR_E_STATE);
+    store_job_free(&j);
+    store_job_free(&mine);
+    store_close(b);
+}
+
 static void wait_for_work_wakes_on_rows_written_by_another_instance(void **state)
 {
     store *st = *state;
@@ -1923,6 +2019,7 @@ int main(void)
         T(budget_take_under_concurrency_never_exceeds_the_limit),
         T(claim_by_concurrent_workers_hands_out_each_row_once),
         T(recover_requeues_running_rows_only_for_a_single_process_store),
+        T(claims_of_a_dead_holder_come_back_before_their_lease_and_a_live_ones_stay),
         T(wait_for_work_wakes_on_rows_written_by_another_instance),
         T(a_dropped_connection_is_replaced_without_an_error),
         cmocka_unit_test(a_bad_uri_is_a_configuration_error),
