@@ -1,9 +1,9 @@
 /*
  * fuzz_ci_providers.c - libFuzzer target for the CI providers map (ci_providers_parse, through
- * the allowlist's YAML reader allowlist_yaml_to_jv) and the Buildkite check: the input is
+ * the allowlist's YAML reader yaml_doc_to_jv) and the Buildkite check: the input is
  * ci_providers.yml.
  *
- * Invariants checked (abort on violation), restated from ci_providers.h and allowlist.h:
+ * Invariants checked (abort on violation), restated from ci_providers.h and yaml_doc.h:
  *   - the YAML reader: CRCR_OK with a JSON value, or an error with no value and a non-empty error
  *     text whose every line ends in '\n';
  *   - the map: CRCR_OK with a map, or CRCR_E_INVALID / CRCR_E_TOO_LARGE / CRCR_E_NOMEM with none
@@ -31,6 +31,7 @@
 #include "json.h"
 #include "limits.h"
 #include "oidc.h"
+#include "yaml_doc.h"
 
 #define FZ_ERRORS_MAX (256u * 1024u)
 
@@ -88,7 +89,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     buf_init(&errors, FZ_ERRORS_MAX);
 
     jv *doc = NULL;
-    crcr_err yrc = allowlist_yaml_to_jv(text, size, CRCR_CI_PROVIDERS_MAX_BYTES, &doc, &errors);
+    crcr_err yrc = yaml_doc_to_jv(text, size, CRCR_CI_PROVIDERS_MAX_BYTES, &doc, &errors);
     if (yrc == CRCR_OK) {
         CHECK(doc != NULL && errors.len == 0);
     } else {

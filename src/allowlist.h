@@ -20,7 +20,6 @@
 
 #include "buf.h"
 #include "err.h"
-#include "json.h"
 
 typedef enum {
     CRCR_LEVEL_NONE = 0,
@@ -47,18 +46,6 @@ typedef struct allowlist allowlist;
  * `errors` (if not NULL) receives one line per problem, "LINE:COL: message\n".
  */
 crcr_err allowlist_parse(const char *yaml, size_t len, allowlist **out, buf_t *errors);
-
-/*
- * The allowlist's YAML reader for other YAML inputs held to the same rules (ci_providers.c):
- * libyaml's event API, anchors, aliases and a second document refused, nesting deeper than
- * CRCR_ALLOWLIST_MAX_DEPTH and more than CRCR_ALLOWLIST_MAX_NODES nodes refused, `len` at most
- * `max_bytes`. The document becomes a JSON value: mappings objects (a key must be a string and
- * appear once), sequences arrays, scalars strings (never numbers or booleans), null scalars and
- * an empty document null. On success *out is a new reference (jv_free); on failure the result
- * and `errors` are as for allowlist_parse().
- */
-crcr_err allowlist_yaml_to_jv(const char *yaml, size_t len, size_t max_bytes, jv **out,
-                              buf_t *errors);
 
 /* Takes another reference (atomic; the allowlist is shared between threads) and returns `al`. */
 allowlist *allowlist_ref(allowlist *al);

@@ -2,7 +2,7 @@
  * ci_providers.c - the CI providers map (ci_providers.yml) and the Buildkite resolver; see
  * ci_providers.h.
  *
- * The YAML goes through the allowlist's bounded reader (allowlist_yaml_to_jv) into a JSON value,
+ * The YAML goes through the allowlist's bounded reader (yaml_doc_to_jv) into a JSON value,
  * which is then validated entry by entry into a sorted array of pipelines: a lookup is a binary
  * search on "<organization_id>/<pipeline_id>". A map is immutable once built and reference-
  * counted, so the source swaps it atomically and a callback keeps the map it looked at.
@@ -17,6 +17,7 @@
 
 #include "ids.h"
 #include "limits.h"
+#include "yaml_doc.h"
 
 /* Problems reported per parse; more would only bury the first ones. */
 #define CI_PROVIDERS_MAX_ERRORS 20u
@@ -319,7 +320,7 @@ crcr_err ci_providers_parse(const char *yaml, size_t len, ci_providers **out, bu
 {
     *out = NULL;
     jv *doc = NULL;
-    crcr_err rc = allowlist_yaml_to_jv(yaml, len, CRCR_CI_PROVIDERS_MAX_BYTES, &doc, errors);
+    crcr_err rc = yaml_doc_to_jv(yaml, len, CRCR_CI_PROVIDERS_MAX_BYTES, &doc, errors);
     if (rc)
         return rc;
     pstate p = {.errors = errors};

@@ -20,7 +20,7 @@
  * so that a typo cannot silently drop a restriction: an entry mapping with a key other than
  * `repo` and `required_claims`, a repository that is not GitHub's owner/repo syntax, a key with
  * an empty, over-long or non-printable part, and a required value that is not a string are
- * errors. The YAML is read by the allowlist's reader (allowlist_yaml_to_jv: no anchors or aliases,
+ * errors. The YAML is read by the allowlist's reader (yaml_doc_to_jv: no anchors or aliases,
  * depth and node limits), the file is at most CRCR_CI_PROVIDERS_MAX_BYTES, and there are at most
  * CRCR_CI_PROVIDERS_MAX_PIPELINES entries, CI_PROVIDERS_MAX_CLAIMS rules per entry and
  * CI_PROVIDERS_MAX_VALUES values per rule. A parse builds a complete immutable map or nothing.

@@ -1,13 +1,13 @@
 /*
- * config.c - loads, validates and describes the relay's configuration; see config.h.
+ * config.c - loads and validates the relay's configuration; see config.h.
  *
- * One static table lists every variable with its default, whether it is a secret, its integer
- * range and a one-line description. The table drives loading (a key not in it is an error in a
- * config file), config_describe() and so docs/configuration.md, which a unit test keeps in step.
+ * The table of variables (config_keys.c) drives loading: a key not in it is an error in a config
+ * file, and every variable is read by its kind (string, URL, integer within its range...), then by
+ * the rules that are its own (take_key() below). config_keys.c also describes a loaded
+ * configuration (config_describe()); config_url.c checks the addresses (URLs, store URIs).
  *
- * The KEY=VALUE reader and the URL host check are hand-written: the format is a dozen lines of
- * rules (comments, optional quotes, `\n` escapes), and URL parsers in packaged libraries (libcurl's
- * CURLU) accept more than we want to allow and do not answer "is this host loopback".
+ * The KEY=VALUE reader is hand-written: the format is a dozen lines of rules (comments, optional
+ * quotes, `\n` escapes).
  */
 #include "config.h"
 
@@ -26,6 +26,8 @@
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 
+#include "config_keys.h"
+#include "config_url.h"
 #include "ids.h"
 #include "limits.h"
 
@@ -40,214 +42,6 @@
 /* Longest GitHub App id or client id. */
 #define CONFIG_APP_ID_MAX 64u
 /* Longest URL accepted for any URL variable. */
-#define CONFIG_URL_MAX 2048u
-/* Integer variables without a tighter range are capped here, so that callers may multiply seconds
- * by 1000 in 64-bit arithmetic and cast counts to int without overflow. */
-#define CONFIG_INT_MAX 2147483647LL
-
-typedef enum {
-    K_GITHUB_APP_ID,
-    K_GITHUB_APP_SECRET,
-    K_GITHUB_APP_SECRET_PREVIOUS,
-    K_GITHUB_APP_PRIVATE_KEY,
-    K_GITHUB_APP_PRIVATE_KEY_FILE,
-    K_UPSTREAM_REPO,
-    K_ALLOWLIST_URL,
-    K_ALLOWLIST_FILE,
-    K_ALLOWLIST_TTL_SECONDS,
-    K_CI_PROVIDERS_URL,
-    K_CI_PROVIDERS_FILE,
-    K_CRCR_STATUS_TTL,
-    K_RATE_LIMIT_PER_MIN,
-    K_ZOMBIE_TIMEOUT_SECONDS,
-    K_HUD_API_URL,
-    K_HUD_BOT_KEY,
-    K_HUD_MAX_RETRIES,
-    K_MAX_DISPATCH_WORKERS,
-    K_CRCR_LISTEN,
-    K_CRCR_STORE,
-    K_GITHUB_API_URL,
-    K_CRCR_OIDC_ISSUERS,
-    K_CRCR_OIDC_AUDIENCE,
-    K_CRCR_CALLBACK_TOKEN,
-    K_CRCR_ADMIN_TOKEN,
-    K_CRCR_MAX_BODY,
-    K_CRCR_DISPATCH_BUDGET,
-    K_CRCR_MAX_ATTEMPTS,
-    K_CRCR_SWEEP_SECONDS,
-    K_CRCR_RETENTION_SECONDS,
-    K_CRCR_LOG,
-    K_CRCR_RETRY_BASE_MS,
-    K_CRCR_RETRY_MAX_MS,
-    K_CRCR_LEASE_SECONDS,
-    K_CRCR_REQUEST_DEADLINE_SECONDS,
-    K_CRCR_STORE_POOL,
-    K_CRCR_HTTP_THREADS,
-    K_CRCR_HEALTH_L2_SUCCESS_PCT,
-    K_CRCR_HEALTH_L3_SUCCESS_PCT,
-    K_CRCR_HEALTH_L4_SUCCESS_PCT,
-    K_CRCR_HEALTH_PR_HOURS,
-    K_CRCR_MAX_CALLBACK_BODY,
-    K_CRCR_NIGHTLY_DAILY_BYTES,
-    K_CRCR_HUD_CONCURRENCY,
-    K_CRCR_HUD_CACHE_MS,
-    K_CRCR_ONCALL_COMMENTS,
-    K_COUNT
-} key_id;
-
-typedef struct {
-    const char *name;
-    const char *def; /* the default as text; NULL when unset by default */
-    bool secret;     /* never printed, never quoted in an error */
-    long long min;   /* integer range; min > max marks a variable that is not an integer */
-    long long max;
-    const char *desc;
-} key_def;
-
-#define NOT_INT 1, 0
-#define STR(n) #n
-#define XSTR(n) STR(n)
-
-static const key_def k_keys[K_COUNT] = {
-    [K_GITHUB_APP_ID] = {"GITHUB_APP_ID", NULL, false, NOT_INT,
-                         "GitHub App id (digits) or client id (Iv...). Without an id and a private "
-                         "key the relay runs in dry-run."},
-    [K_GITHUB_APP_SECRET] = {"GITHUB_APP_SECRET", NULL, true, NOT_INT,
-                             "Webhook secret (X-Hub-Signature-256). `crcr serve` requires it; "
-                             "when set it must not be empty."},
-    [K_GITHUB_APP_SECRET_PREVIOUS] = {"GITHUB_APP_SECRET_PREVIOUS", NULL, true, NOT_INT,
-                                      "Previous webhook secret, also accepted while a rotation "
-                                      "is in progress."},
-    [K_GITHUB_APP_PRIVATE_KEY] = {"GITHUB_APP_PRIVATE_KEY", NULL, true, NOT_INT,
-                                  "App private key as PEM text (RSA, PKCS#1 or PKCS#8). Literal "
-                                  "`\\n` sequences are turned into newlines."},
-    [K_GITHUB_APP_PRIVATE_KEY_FILE] = {"GITHUB_APP_PRIVATE_KEY_FILE", NULL, false, NOT_INT,
-                                       "Path of a PEM file holding the App private key; "
-                                       "excludes GITHUB_APP_PRIVATE_KEY."},
-    [K_UPSTREAM_REPO] = {"UPSTREAM_REPO", "pytorch/pytorch", false, NOT_INT,
-                         "owner/repo whose webhooks are relayed (compared case-insensitively)."},
-    [K_ALLOWLIST_URL] = {"ALLOWLIST_URL", NULL, false, NOT_INT,
-                         "GitHub blob URL of the allowlist "
-                         "(https://github.com/OWNER/REPO/blob/REF/PATH)."},
-    [K_ALLOWLIST_FILE] = {"ALLOWLIST_FILE", NULL, false, NOT_INT,
-                          "Local allowlist file; wins over ALLOWLIST_URL."},
-    [K_ALLOWLIST_TTL_SECONDS] = {"ALLOWLIST_TTL_SECONDS", "900", false, 1, CONFIG_INT_MAX,
-                                 "Seconds before the allowlist (and the CI providers map) is "
-                                 "fetched again."},
-    [K_CI_PROVIDERS_URL] = {"CI_PROVIDERS_URL", NULL, false, NOT_INT,
-                            "GitHub blob URL of ci_providers.yml, the map from Buildkite "
-                            "pipelines to repositories; unset: no pipeline is mapped."},
-    [K_CI_PROVIDERS_FILE] = {"CI_PROVIDERS_FILE", NULL, false, NOT_INT,
-                             "Local ci_providers.yml; wins over CI_PROVIDERS_URL."},
-    [K_CRCR_STATUS_TTL] =
-        {"CRCR_STATUS_TTL", "259200", false, 1, CONFIG_INT_MAX,
-         "Seconds the callback state of a dispatched run is kept (GitHub may keep a run "
-         "pending for 3 days)."},
-    [K_RATE_LIMIT_PER_MIN] = {"RATE_LIMIT_PER_MIN", "100", false, 1, CONFIG_INT_MAX,
-                              "Callbacks accepted per downstream repo per 60 s window."},
-    [K_ZOMBIE_TIMEOUT_SECONDS] = {"ZOMBIE_TIMEOUT_SECONDS", "21600", false, 1, CONFIG_INT_MAX,
-                                  "Seconds after which an in-progress run is marked timed_out."},
-    [K_HUD_API_URL] = {"HUD_API_URL", NULL, false, NOT_INT,
-                       "External HUD API base URL; unset or empty turns HUD forwarding off."},
-    [K_HUD_BOT_KEY] = {"HUD_BOT_KEY", NULL, true, NOT_INT,
-                       "Key sent to the external HUD (x-hud-internal-bot)."},
-    [K_HUD_MAX_RETRIES] = {"HUD_MAX_RETRIES", "3", false, 0, 16,
-                           "Retries of one HUD write on 5xx or network errors."},
-    [K_MAX_DISPATCH_WORKERS] = {"MAX_DISPATCH_WORKERS", "32", false, 1, 1024,
-                                "Outbox worker threads."},
-    [K_CRCR_LISTEN] = {"CRCR_LISTEN", "127.0.0.1:8000", false, NOT_INT,
-                       "Listen address: IPV4:PORT, [IPV6]:PORT or localhost:PORT; port 0 lets "
-                       "the OS choose."},
-    [K_CRCR_STORE] = {"CRCR_STORE", "sqlite:crcr.db", false, NOT_INT,
-                      "Store: sqlite:PATH or a postgresql:// (postgres://) URI. A password in the "
-                      "URI is never printed."},
-    [K_GITHUB_API_URL] = {"GITHUB_API_URL", "https://api.github.com", false, NOT_INT,
-                          "GitHub REST API base URL."},
-    [K_CRCR_OIDC_ISSUERS] = {"CRCR_OIDC_ISSUERS",
-                             "https://token.actions.githubusercontent.com,"
-                             "buildkite=https://agent.buildkite.com",
-                             false, NOT_INT,
-                             "Comma-separated OIDC issuers trusted for callbacks (at most " XSTR(
-                                 CRCR_MAX_ISSUERS) "): URL (GitHub Actions tokens) or "
-                                                   "buildkite=URL (Buildkite tokens)."},
-    [K_CRCR_OIDC_AUDIENCE] = {"CRCR_OIDC_AUDIENCE", "pytorch-cross-repo-ci-relay", false, NOT_INT,
-                              "Audience (aud) required in callback OIDC tokens."},
-    [K_CRCR_CALLBACK_TOKEN] = {"CRCR_CALLBACK_TOKEN", "optional", false, NOT_INT,
-                               "optional: a callback without callback_token is accepted; "
-                               "required: it is rejected. A wrong token is always rejected."},
-    [K_CRCR_ADMIN_TOKEN] = {"CRCR_ADMIN_TOKEN", NULL, true, NOT_INT,
-                            "Bearer token of the admin API; unset turns the admin API off."},
-    [K_CRCR_MAX_BODY] = {"CRCR_MAX_BODY", "26214400", false, 1024, 100LL * 1024 * 1024,
-                         "Largest request body in bytes (413 beyond)."},
-    [K_CRCR_DISPATCH_BUDGET] = {"CRCR_DISPATCH_BUDGET", "65000", false, 1024, 65535,
-                                "Largest repository_dispatch body in bytes before trimming."},
-    [K_CRCR_MAX_ATTEMPTS] = {"CRCR_MAX_ATTEMPTS", "12", false, 1, 1000,
-                             "Attempts of one outbound call before its outbox row is dead."},
-    [K_CRCR_SWEEP_SECONDS] = {"CRCR_SWEEP_SECONDS", "600", false, 1, CONFIG_INT_MAX,
-                              "Seconds between sweeper passes."},
-    [K_CRCR_RETENTION_SECONDS] = {"CRCR_RETENTION_SECONDS", "604800", false, 1, CONFIG_INT_MAX,
-                                  "Seconds deliveries and finished outbox rows are kept."},
-    [K_CRCR_LOG] = {"CRCR_LOG", "info", false, NOT_INT,
-                    "Log level: debug, info, warn, error, off."},
-    [K_CRCR_RETRY_BASE_MS] = {"CRCR_RETRY_BASE_MS", "1000", false, 1, CONFIG_INT_MAX,
-                              "First retry delay of a transient failure, in ms; doubles per "
-                              "attempt, with jitter, up to 2 minutes, then the long tail "
-                              "(1 minute doubling per attempt)."},
-    [K_CRCR_RETRY_MAX_MS] = {"CRCR_RETRY_MAX_MS", "21600000", false, 1, CONFIG_INT_MAX,
-                             "Cap of one retry delay, in ms; at least CRCR_RETRY_BASE_MS."},
-    [K_CRCR_LEASE_SECONDS] = {"CRCR_LEASE_SECONDS", "120", false, 1, CONFIG_INT_MAX,
-                              "Seconds a worker holds a claimed outbox row before another may "
-                              "take it."},
-    [K_CRCR_REQUEST_DEADLINE_SECONDS] = {"CRCR_REQUEST_DEADLINE_SECONDS", "15", false, 1, 3600,
-                                         "Seconds one HTTP request may take, from the accept (or "
-                                         "the previous answer on a kept-alive connection) to its "
-                                         "answer; slower connections are closed."},
-    [K_CRCR_STORE_POOL] = {"CRCR_STORE_POOL", "0", false, 0, 256,
-                           "PostgreSQL connections per instance (a postgresql:// store). 0: "
-                           "MAX_DISPATCH_WORKERS + HTTP threads + CRCR_HUD_CONCURRENCY + 2 "
-                           "(capped at 256), so that no outbox worker waits for a connection "
-                           "while its lease runs. The server needs instances x (pool + 1)."},
-    [K_CRCR_HTTP_THREADS] = {"CRCR_HTTP_THREADS", "0", false, 0, 256,
-                             "Threads serving HTTP requests. 0: 4 per CPU available to the "
-                             "process (affinity and cgroup quota), at least 8. A request "
-                             "holds its thread while its webhook is committed; concurrent "
-                             "webhooks share one commit, so more threads than CPUs means fewer "
-                             "commits under load."},
-    [K_CRCR_HEALTH_L2_SUCCESS_PCT] = {"CRCR_HEALTH_L2_SUCCESS_PCT", "70", false, 0, 100,
-                                      "Level health: L2 needs a weekly success rate above this "
-                                      "percentage."},
-    [K_CRCR_HEALTH_L3_SUCCESS_PCT] = {"CRCR_HEALTH_L3_SUCCESS_PCT", "90", false, 0, 100,
-                                      "Level health: L3 needs a success rate above this "
-                                      "percentage."},
-    [K_CRCR_HEALTH_L4_SUCCESS_PCT] = {"CRCR_HEALTH_L4_SUCCESS_PCT", "95", false, 0, 100,
-                                      "Level health: L4 needs a success rate above this "
-                                      "percentage."},
-    [K_CRCR_HEALTH_PR_HOURS] = {"CRCR_HEALTH_PR_HOURS", "3", false, 1, 168,
-                                "Level health: L2 and above need every PR's runs done within this "
-                                "many hours."},
-    [K_CRCR_MAX_CALLBACK_BODY] = {"CRCR_MAX_CALLBACK_BODY", "1048576", false, 1024,
-                                  100LL * 1024 * 1024,
-                                  "Largest callback body in bytes (413 beyond; at most "
-                                  "CRCR_MAX_BODY). A callback echoes one webhook, which is far "
-                                  "smaller; nightly/periodic reports are held to 64 KiB."},
-    [K_CRCR_NIGHTLY_DAILY_BYTES] = {"CRCR_NIGHTLY_DAILY_BYTES", "16777216", false, 0,
-                                    CONFIG_INT_MAX,
-                                    "Bytes of nightly/periodic reports one downstream repo may "
-                                    "have stored per UTC day; past it such callbacks get 429 "
-                                    "with Retry-After (the next UTC midnight). 0: no limit."},
-    [K_CRCR_HUD_CONCURRENCY] = {"CRCR_HUD_CONCURRENCY", "2", false, 1, 64,
-                                "HUD pages and /api/v1 answers rendered at once, on threads of "
-                                "their own; up to 8 per slot wait, further ones get 503 with "
-                                "Retry-After. Webhooks and callbacks never wait behind them."},
-    [K_CRCR_HUD_CACHE_MS] = {"CRCR_HUD_CACHE_MS", "2000", false, 0, 600000,
-                             "Milliseconds a rendered HUD page or /api/v1 answer is served "
-                             "again from memory (per path and query, 32 MiB in all). 0: off."},
-    [K_CRCR_ONCALL_COMMENTS] = {"CRCR_ONCALL_COMMENTS", "1", false, 0, 1,
-                                "1: when a crcr check run completes with failure, cancelled or "
-                                "timed_out, comment once per PR and downstream repo on the "
-                                "upstream PR, mentioning the repo's on-calls from the allowlist. "
-                                "0: off."},
-};
 
 /* The raw text of every variable while loading. */
 typedef struct {
@@ -275,6 +69,13 @@ static crcr_err fail(char *err, size_t errsz, const char *fmt, ...)
     return CRCR_E_CONFIG;
 }
 
+/* Writes "WHAT: out of memory" into err (if any) and returns CRCR_E_NOMEM. */
+static crcr_err fail_nomem(char *err, size_t errsz, const char *what)
+{
+    fail(err, errsz, "%s: out of memory", what);
+    return CRCR_E_NOMEM;
+}
+
 /* Copies a non-secret value into out for quoting in an error: control bytes become '?', and a
  * long value is cut with "...". */
 static void quote_value(const char *v, char out[CONFIG_QUOTE_MAX + 4])
@@ -289,6 +90,14 @@ static void quote_value(const char *v, char out[CONFIG_QUOTE_MAX + 4])
         i += 3;
     }
     out[i] = '\0';
+}
+
+/* fail() with "WHAT: 'VALUE'", the non-secret value quoted by quote_value(). */
+static crcr_err fail_quoting(char *err, size_t errsz, const char *what, const char *v)
+{
+    char q[CONFIG_QUOTE_MAX + 4];
+    quote_value(v, q);
+    return fail(err, errsz, "%s: '%s'", what, q);
 }
 
 /* Frees a string after wiping it. Accepts NULL. */
@@ -354,7 +163,7 @@ static int read_small_file(const char *path, size_t max, buf_t *out)
 static int key_index(const char *name, size_t n)
 {
     for (int i = 0; i < K_COUNT; i++)
-        if (strlen(k_keys[i].name) == n && memcmp(k_keys[i].name, name, n) == 0)
+        if (strlen(config_keys[i].name) == n && memcmp(config_keys[i].name, name, n) == 0)
             return i;
     return -1;
 }
@@ -449,7 +258,7 @@ static crcr_err read_config_file(const char *path, raw_values *raw, char *err, s
             break;
         }
         if (raw->file_val[id]) {
-            e = fail(err, errsz, "%s:%u: %s is set twice", path, lineno, k_keys[id].name);
+            e = fail(err, errsz, "%s:%u: %s is set twice", path, lineno, config_keys[id].name);
             break;
         }
         const char *v = eq + 1;
@@ -463,10 +272,8 @@ static crcr_err read_config_file(const char *path, raw_values *raw, char *err, s
             ve--;
         }
         raw->file_val[id] = unescape(v, (size_t)(ve - v));
-        if (!raw->file_val[id]) {
-            e = CRCR_E_NOMEM;
-            fail(err, errsz, "%s: out of memory", path);
-        }
+        if (!raw->file_val[id])
+            e = fail_nomem(err, errsz, path);
         p = next;
     }
 out:
@@ -486,7 +293,7 @@ static const char *given(const raw_values *raw, key_id id)
 static const char *value_or_default(const raw_values *raw, key_id id)
 {
     const char *v = given(raw, id);
-    return v ? v : k_keys[id].def;
+    return v ? v : config_keys[id].def;
 }
 
 /* Copies the variable's value (or default) into *out; NULL stays NULL. */
@@ -497,17 +304,15 @@ static crcr_err take_string(const raw_values *raw, key_id id, char **out, char *
     if (!v)
         return CRCR_OK;
     *out = strdup(v);
-    if (!*out) {
-        fail(err, errsz, "%s: out of memory", k_keys[id].name);
-        return CRCR_E_NOMEM;
-    }
+    if (!*out)
+        return fail_nomem(err, errsz, config_keys[id].name);
     return CRCR_OK;
 }
 
 /* Parses an integer variable within its table range. */
 static crcr_err take_int(const raw_values *raw, key_id id, long long *out, char *err, size_t errsz)
 {
-    const key_def *k = &k_keys[id];
+    const key_def *k = &config_keys[id];
     const char *v = value_or_default(raw, id);
     char q[CONFIG_QUOTE_MAX + 4];
     quote_value(v, q);
@@ -529,128 +334,25 @@ static crcr_err take_int(const raw_values *raw, key_id id, long long *out, char 
     return CRCR_OK;
 }
 
-/* Strips trailing '/' from a URL in place (keeps "scheme://"). */
-static void strip_trailing_slashes(char *url)
-{
-    size_t n = strlen(url);
-    const char *sep = strstr(url, "://");
-    size_t floor = sep ? (size_t)(sep - url) + 3 : 0;
-    while (n > floor && url[n - 1] == '/')
-        url[--n] = '\0';
-}
-
-/* The host part of an http(s) URL. */
-typedef struct {
-    bool https;
-    const char *host; /* into the URL; without brackets for IPv6 */
-    size_t host_len;
-} url_parts;
-
-/* Splits an http:// or https:// URL far enough to know its host. Rejects whitespace and control
- * bytes anywhere, an empty host, unbalanced brackets and a non-numeric or too large port. */
-static bool url_split(const char *url, url_parts *u)
-{
-    if (!url || strlen(url) > CONFIG_URL_MAX)
-        return false;
-    for (const char *c = url; *c; c++)
-        if ((unsigned char)*c <= ' ' || *c == 0x7f || *c == '\\')
-            return false;
-    const char *rest;
-    if (strncasecmp(url, "https://", 8) == 0) {
-        u->https = true;
-        rest = url + 8;
-    } else if (strncasecmp(url, "http://", 7) == 0) {
-        u->https = false;
-        rest = url + 7;
-    } else {
-        return false;
-    }
-    size_t alen = strcspn(rest, "/?#");
-    const char *auth = rest;
-    const char *aend = rest + alen;
-    /* Userinfo ends at the last '@' of the authority. */
-    for (const char *c = aend; c > auth; c--) {
-        if (c[-1] == '@') {
-            auth = c;
-            break;
-        }
-    }
-    const char *port = NULL;
-    if (auth < aend && *auth == '[') {
-        const char *rb = memchr(auth, ']', (size_t)(aend - auth));
-        if (!rb)
-            return false;
-        u->host = auth + 1;
-        u->host_len = (size_t)(rb - auth - 1);
-        if (rb + 1 < aend) {
-            if (rb[1] != ':')
-                return false;
-            port = rb + 2;
-        }
-    } else {
-        const char *colon = memchr(auth, ':', (size_t)(aend - auth));
-        u->host = auth;
-        u->host_len = (size_t)((colon ? colon : aend) - auth);
-        if (colon)
-            port = colon + 1;
-        if (memchr(auth, '[', (size_t)(aend - auth)) || memchr(auth, ']', (size_t)(aend - auth)))
-            return false;
-    }
-    if (u->host_len == 0)
-        return false;
-    if (port) {
-        size_t plen = (size_t)(aend - port);
-        if (plen == 0 || plen > 5)
-            return false;
-        long pv = 0;
-        for (size_t i = 0; i < plen; i++) {
-            if (port[i] < '0' || port[i] > '9')
-                return false;
-            pv = pv * 10 + (port[i] - '0');
-        }
-        if (pv > 65535)
-            return false;
-    }
-    return true;
-}
-
-/* True for localhost, a dotted-quad 127.x.x.x and ::1. */
-static bool host_is_loopback(const char *host, size_t len)
-{
-    char h[64];
-    if (len == 0 || len >= sizeof(h))
-        return false;
-    memcpy(h, host, len);
-    h[len] = '\0';
-    if (strcasecmp(h, "localhost") == 0)
-        return true;
-    struct in_addr a4;
-    if (inet_pton(AF_INET, h, &a4) == 1)
-        return (ntohl(a4.s_addr) >> 24) == 127;
-    struct in6_addr a6;
-    if (inet_pton(AF_INET6, h, &a6) == 1)
-        return memcmp(&a6, &in6addr_loopback, sizeof(a6)) == 0;
-    return false;
-}
-
-bool config_url_allowed(const char *url)
-{
-    url_parts u;
-    if (!url_split(url, &u))
-        return false;
-    return u.https || host_is_loopback(u.host, u.host_len);
-}
-
-/* Copies a URL variable (trailing '/' stripped) after checking config_url_allowed. */
+/* Copies a URL variable after checking it: a V_URL one by config_url_allowed (trailing '/'
+ * stripped), a V_BLOB_URL one (ALLOWLIST_URL, CI_PROVIDERS_URL) by config_blob_url_allowed. */
 static crcr_err take_url(const raw_values *raw, key_id id, char **out, char *err, size_t errsz)
 {
     crcr_err e = take_string(raw, id, out, err, errsz);
     if (e || !*out)
         return e;
-    strip_trailing_slashes(*out);
+    const char *name = config_keys[id].name;
+    if (config_keys[id].kind == V_BLOB_URL) {
+        if (!config_blob_url_allowed(*out))
+            return fail(err, errsz,
+                        "%s: must be an https://github.com/ blob URL (http:// only for loopback "
+                        "hosts)",
+                        name);
+        return CRCR_OK;
+    }
+    config_url_strip_slashes(*out);
     if (!config_url_allowed(*out))
-        return fail(err, errsz, "%s: must be https:// (http:// only for loopback hosts)",
-                    k_keys[id].name);
+        return fail(err, errsz, "%s: must be https:// (http:// only for loopback hosts)", name);
     return CRCR_OK;
 }
 
@@ -706,10 +408,8 @@ static crcr_err take_private_key(raw_values *raw, crcr_config *cfg, char *err, s
         }
         size_t n = 0;
         cfg->private_key_pem = buf_detach(&pem, &n);
-        if (!cfg->private_key_pem) {
-            fail(err, errsz, "GITHUB_APP_PRIVATE_KEY_FILE: out of memory");
-            return CRCR_E_NOMEM;
-        }
+        if (!cfg->private_key_pem)
+            return fail_nomem(err, errsz, "GITHUB_APP_PRIVATE_KEY_FILE");
         return CRCR_OK;
     }
     if (!text)
@@ -719,19 +419,15 @@ static crcr_err take_private_key(raw_values *raw, crcr_config *cfg, char *err, s
      * newlines). */
     if (!strchr(text, '\n') && strstr(text, "\\n")) {
         raw->pem_scratch = unescape(text, strlen(text));
-        if (!raw->pem_scratch) {
-            fail(err, errsz, "GITHUB_APP_PRIVATE_KEY: out of memory");
-            return CRCR_E_NOMEM;
-        }
+        if (!raw->pem_scratch)
+            return fail_nomem(err, errsz, "GITHUB_APP_PRIVATE_KEY");
         text = raw->pem_scratch;
     }
     if (!is_rsa_private_key_pem(text, strlen(text)))
         return fail(err, errsz, "GITHUB_APP_PRIVATE_KEY: not an RSA private key in PEM format");
     cfg->private_key_pem = strdup(text);
-    if (!cfg->private_key_pem) {
-        fail(err, errsz, "GITHUB_APP_PRIVATE_KEY: out of memory");
-        return CRCR_E_NOMEM;
-    }
+    if (!cfg->private_key_pem)
+        return fail_nomem(err, errsz, "GITHUB_APP_PRIVATE_KEY");
     return CRCR_OK;
 }
 
@@ -781,16 +477,8 @@ static crcr_err take_listen(const raw_values *raw, crcr_config *cfg, char *err, 
         hlen = (size_t)(colon - v);
         port = colon + 1;
     }
-    size_t plen = strlen(port);
-    long pv = 0;
-    bool port_ok = plen > 0 && plen <= 5;
-    for (size_t i = 0; port_ok && i < plen; i++) {
-        if (port[i] < '0' || port[i] > '9')
-            port_ok = false;
-        else
-            pv = pv * 10 + (port[i] - '0');
-    }
-    if (!port_ok || pv > 65535)
+    long pv;
+    if (!config_port_parse(port, strlen(port), &pv))
         return fail(err, errsz, "CRCR_LISTEN: port must be a number from 0 to 65535: '%s'", q);
 
     char h[INET6_ADDRSTRLEN + 1];
@@ -806,80 +494,15 @@ static crcr_err take_listen(const raw_values *raw, crcr_config *cfg, char *err, 
         return fail(err, errsz, "CRCR_LISTEN: not a numeric IP address or localhost: '%s'", q);
     }
     cfg->listen_host = strdup(h);
-    if (!cfg->listen_host) {
-        fail(err, errsz, "CRCR_LISTEN: out of memory");
-        return CRCR_E_NOMEM;
-    }
+    if (!cfg->listen_host)
+        return fail_nomem(err, errsz, "CRCR_LISTEN");
     cfg->listen_port = (int)pv;
     return CRCR_OK;
 }
 
-/* Where the password of a postgresql:// URI starts (userinfo "user:PASSWORD@"), with its
- * length; false when there is none. */
-static bool pg_uri_password(const char *uri, size_t *off, size_t *len)
+/* CRCR_STORE: sqlite:PATH or a postgresql:// (postgres://) URI. */
+static crcr_err check_store(const char *s, char *err, size_t errsz)
 {
-    const char *rest = strstr(uri, "://");
-    if (!rest)
-        return false;
-    rest += 3;
-    size_t alen = strcspn(rest, "/?#");
-    const char *at = NULL;
-    for (size_t i = alen; i > 0; i--) {
-        if (rest[i - 1] == '@') {
-            at = rest + i - 1;
-            break;
-        }
-    }
-    if (!at)
-        return false;
-    const char *colon = memchr(rest, ':', (size_t)(at - rest));
-    if (!colon)
-        return false;
-    *off = (size_t)(colon + 1 - uri);
-    *len = (size_t)(at - colon - 1);
-    return true;
-}
-
-/* Where the value of a "password=" query parameter of a URI starts, with its length. */
-static bool pg_query_password(const char *uri, size_t *off, size_t *len)
-{
-    const char *q = strchr(uri, '?');
-    while (q) {
-        q++;
-        if (strncmp(q, "password=", 9) == 0) {
-            *off = (size_t)(q + 9 - uri);
-            *len = strcspn(q + 9, "&#");
-            return true;
-        }
-        q = strchr(q, '&');
-    }
-    return false;
-}
-
-/* Registers the passwords inside a store URI as log secrets. */
-static void register_store_secrets(const char *uri)
-{
-    size_t off, len;
-    char tmp[512];
-    if (pg_uri_password(uri, &off, &len) && len > 0 && len < sizeof(tmp)) {
-        memcpy(tmp, uri + off, len);
-        tmp[len] = '\0';
-        log_add_secret(tmp);
-    }
-    if (pg_query_password(uri, &off, &len) && len > 0 && len < sizeof(tmp)) {
-        memcpy(tmp, uri + off, len);
-        tmp[len] = '\0';
-        log_add_secret(tmp);
-    }
-    OPENSSL_cleanse(tmp, sizeof(tmp));
-}
-
-static crcr_err take_store(const raw_values *raw, crcr_config *cfg, char *err, size_t errsz)
-{
-    crcr_err e = take_string(raw, K_CRCR_STORE, &cfg->store_uri, err, errsz);
-    if (e)
-        return e;
-    const char *s = cfg->store_uri;
     /* The value is never quoted: a postgresql:// URI may hold a password. */
     if (strncmp(s, "sqlite:", 7) == 0) {
         if (!s[7])
@@ -890,24 +513,6 @@ static crcr_err take_store(const raw_values *raw, crcr_config *cfg, char *err, s
         return CRCR_OK;
     return fail(err, errsz,
                 "CRCR_STORE: unknown scheme (expected sqlite:PATH or postgresql://...)");
-}
-
-/* ALLOWLIST_URL, CI_PROVIDERS_URL: https://github.com/... (any scheme to a loopback host, for
- * tests). */
-static crcr_err take_blob_url(const raw_values *raw, key_id id, char **out, char *err, size_t errsz)
-{
-    crcr_err e = take_string(raw, id, out, err, errsz);
-    if (e || !*out)
-        return e;
-    url_parts u;
-    bool ok = url_split(*out, &u) &&
-              (host_is_loopback(u.host, u.host_len) ||
-               (u.https && u.host_len == 10 && strncasecmp(u.host, "github.com", 10) == 0));
-    if (!ok)
-        return fail(err, errsz,
-                    "%s: must be an https://github.com/ blob URL (http:// only for loopback hosts)",
-                    k_keys[id].name);
-    return CRCR_OK;
 }
 
 const char *crcr_issuer_kind_name(crcr_issuer_kind kind)
@@ -964,12 +569,10 @@ static crcr_err take_issuers(const raw_values *raw, crcr_config *cfg, char *err,
                             cfg->n_oidc_issuers + 1);
             cfg->oidc_issuer_kinds[cfg->n_oidc_issuers] = kind;
             char *iss = dup_n(s, len);
-            if (!iss) {
-                fail(err, errsz, "CRCR_OIDC_ISSUERS: out of memory");
-                return CRCR_E_NOMEM;
-            }
+            if (!iss)
+                return fail_nomem(err, errsz, "CRCR_OIDC_ISSUERS");
             cfg->oidc_issuers[cfg->n_oidc_issuers++] = iss;
-            strip_trailing_slashes(iss);
+            config_url_strip_slashes(iss);
             if (!config_url_allowed(iss))
                 return fail(err, errsz,
                             "CRCR_OIDC_ISSUERS: issuer %zu must be https:// (http:// only for "
@@ -989,170 +592,120 @@ static crcr_err take_issuers(const raw_values *raw, crcr_config *cfg, char *err,
     return CRCR_OK;
 }
 
-/* Fills cfg from the collected raw values, stopping at the first bad one. */
-static crcr_err fill(raw_values *raw, crcr_config *cfg, char *err, size_t errsz)
+/* CRCR_CALLBACK_TOKEN: optional or required, in any case. */
+static crcr_err take_callback_token(const raw_values *raw, crcr_config *cfg, char *err,
+                                    size_t errsz)
+{
+    const char *cb = value_or_default(raw, K_CRCR_CALLBACK_TOKEN);
+    if (strcasecmp(cb, "optional") == 0)
+        cfg->callback_token = CRCR_CB_TOKEN_OPTIONAL;
+    else if (strcasecmp(cb, "required") == 0)
+        cfg->callback_token = CRCR_CB_TOKEN_REQUIRED;
+    else
+        return fail_quoting(err, errsz, "CRCR_CALLBACK_TOKEN: expected optional or required", cb);
+    return CRCR_OK;
+}
+
+/* The rules of single variables, on top of their kind's; reads the V_OWN and V_PEM ones. */
+static crcr_err take_own(raw_values *raw, crcr_config *cfg, key_id id, char *err, size_t errsz)
 {
     crcr_err e;
-    long long n;
-
-    /* GitHub App identity. */
-    if ((e = take_string(raw, K_GITHUB_APP_ID, &cfg->app_id, err, errsz)))
-        return e;
-    if (cfg->app_id && !app_id_valid(cfg->app_id)) {
-        char q[CONFIG_QUOTE_MAX + 4];
-        quote_value(cfg->app_id, q);
-        return fail(err, errsz, "GITHUB_APP_ID: not an App id (digits) or client id (Iv...): '%s'",
-                    q);
-    }
-    if (raw->val[K_GITHUB_APP_SECRET] && !*raw->val[K_GITHUB_APP_SECRET])
-        return fail(err, errsz, "GITHUB_APP_SECRET: is set but empty");
-    if ((e = take_string(raw, K_GITHUB_APP_SECRET, &cfg->app_secret, err, errsz)))
-        return e;
-    if ((e = take_string(raw, K_GITHUB_APP_SECRET_PREVIOUS, &cfg->app_secret_previous, err, errsz)))
-        return e;
-    if ((e = take_private_key(raw, cfg, err, errsz)))
-        return e;
-    if (cfg->app_id && !cfg->private_key_pem)
-        return fail(err, errsz,
-                    "GITHUB_APP_PRIVATE_KEY: required when GITHUB_APP_ID is set (or set "
-                    "GITHUB_APP_PRIVATE_KEY_FILE)");
-    if (!cfg->app_id && cfg->private_key_pem)
-        return fail(err, errsz, "GITHUB_APP_ID: required when a private key is set");
-    cfg->dry_run = !(cfg->app_id && cfg->private_key_pem);
-
-    /* Upstream variables. */
-    if ((e = take_string(raw, K_UPSTREAM_REPO, &cfg->upstream_repo, err, errsz)))
-        return e;
-    if (!ids_full_name_valid(cfg->upstream_repo)) {
-        char q[CONFIG_QUOTE_MAX + 4];
-        quote_value(cfg->upstream_repo, q);
-        return fail(err, errsz, "UPSTREAM_REPO: expected OWNER/REPO: '%s'", q);
-    }
-    if ((e = take_blob_url(raw, K_ALLOWLIST_URL, &cfg->allowlist_url, err, errsz)))
-        return e;
-    if ((e = take_string(raw, K_ALLOWLIST_FILE, &cfg->allowlist_file, err, errsz)))
-        return e;
-    if ((e = take_blob_url(raw, K_CI_PROVIDERS_URL, &cfg->ci_providers_url, err, errsz)))
-        return e;
-    if ((e = take_string(raw, K_CI_PROVIDERS_FILE, &cfg->ci_providers_file, err, errsz)))
-        return e;
-    if ((e = take_int(raw, K_ALLOWLIST_TTL_SECONDS, &n, err, errsz)))
-        return e;
-    cfg->allowlist_ttl_s = (long)n;
-    if ((e = take_int(raw, K_CRCR_STATUS_TTL, &n, err, errsz)))
-        return e;
-    cfg->status_ttl_s = (long)n;
-    if ((e = take_int(raw, K_RATE_LIMIT_PER_MIN, &n, err, errsz)))
-        return e;
-    cfg->rate_limit_per_min = (long)n;
-    if ((e = take_int(raw, K_ZOMBIE_TIMEOUT_SECONDS, &n, err, errsz)))
-        return e;
-    cfg->zombie_timeout_s = (long)n;
-    if ((e = take_url(raw, K_HUD_API_URL, &cfg->hud_api_url, err, errsz)))
-        return e;
-    if ((e = take_string(raw, K_HUD_BOT_KEY, &cfg->hud_bot_key, err, errsz)))
-        return e;
-    if ((e = take_int(raw, K_HUD_MAX_RETRIES, &n, err, errsz)))
-        return e;
-    cfg->hud_max_retries = (long)n;
-    if ((e = take_int(raw, K_MAX_DISPATCH_WORKERS, &n, err, errsz)))
-        return e;
-    cfg->max_dispatch_workers = (long)n;
-
-    /* crcr's own. */
-    if ((e = take_listen(raw, cfg, err, errsz)))
-        return e;
-    if ((e = take_store(raw, cfg, err, errsz)))
-        return e;
-    if ((e = take_url(raw, K_GITHUB_API_URL, &cfg->github_api_url, err, errsz)))
-        return e;
-    if ((e = take_issuers(raw, cfg, err, errsz)))
-        return e;
-    if ((e = take_string(raw, K_CRCR_OIDC_AUDIENCE, &cfg->oidc_audience, err, errsz)))
-        return e;
-
-    const char *cb = value_or_default(raw, K_CRCR_CALLBACK_TOKEN);
-    if (strcasecmp(cb, "optional") == 0) {
-        cfg->callback_token = CRCR_CB_TOKEN_OPTIONAL;
-    } else if (strcasecmp(cb, "required") == 0) {
-        cfg->callback_token = CRCR_CB_TOKEN_REQUIRED;
-    } else {
-        char q[CONFIG_QUOTE_MAX + 4];
-        quote_value(cb, q);
-        return fail(err, errsz, "CRCR_CALLBACK_TOKEN: expected optional or required: '%s'", q);
-    }
-    if ((e = take_string(raw, K_CRCR_ADMIN_TOKEN, &cfg->admin_token, err, errsz)))
-        return e;
-    if ((e = take_int(raw, K_CRCR_MAX_BODY, &n, err, errsz)))
-        return e;
-    cfg->max_body = (size_t)n;
-    if ((e = take_int(raw, K_CRCR_DISPATCH_BUDGET, &n, err, errsz)))
-        return e;
-    cfg->dispatch_budget = (size_t)n;
-    if ((e = take_int(raw, K_CRCR_MAX_ATTEMPTS, &n, err, errsz)))
-        return e;
-    cfg->max_attempts = (long)n;
-    if ((e = take_int(raw, K_CRCR_SWEEP_SECONDS, &n, err, errsz)))
-        return e;
-    cfg->sweep_s = (long)n;
-    if ((e = take_int(raw, K_CRCR_RETENTION_SECONDS, &n, err, errsz)))
-        return e;
-    cfg->retention_s = (long)n;
-
-    const char *lvl = value_or_default(raw, K_CRCR_LOG);
-    if (log_level_parse(lvl, &cfg->log_level) != 0) {
-        char q[CONFIG_QUOTE_MAX + 4];
-        quote_value(lvl, q);
-        return fail(err, errsz, "CRCR_LOG: expected debug, info, warn, error or off: '%s'", q);
-    }
-    if ((e = take_int(raw, K_CRCR_RETRY_BASE_MS, &n, err, errsz)))
-        return e;
-    cfg->retry_base_ms = (long)n;
-    if ((e = take_int(raw, K_CRCR_RETRY_MAX_MS, &n, err, errsz)))
-        return e;
-    cfg->retry_max_ms = (long)n;
-    if (cfg->retry_max_ms < cfg->retry_base_ms)
-        return fail(err, errsz, "CRCR_RETRY_MAX_MS: must not be less than CRCR_RETRY_BASE_MS");
-    if ((e = take_int(raw, K_CRCR_LEASE_SECONDS, &n, err, errsz)))
-        return e;
-    cfg->lease_s = (long)n;
-    if ((e = take_int(raw, K_CRCR_REQUEST_DEADLINE_SECONDS, &n, err, errsz)))
-        return e;
-    cfg->request_deadline_s = (long)n;
-    if ((e = take_int(raw, K_CRCR_STORE_POOL, &n, err, errsz)))
-        return e;
-    cfg->store_pool = (long)n;
-    if ((e = take_int(raw, K_CRCR_HTTP_THREADS, &n, err, errsz)))
-        return e;
-    cfg->http_threads = (long)n;
-    static const key_id health_keys[] = {K_CRCR_HEALTH_L2_SUCCESS_PCT, K_CRCR_HEALTH_L3_SUCCESS_PCT,
-                                         K_CRCR_HEALTH_L4_SUCCESS_PCT};
-    for (int lv = 2; lv <= 4; lv++) {
-        if ((e = take_int(raw, health_keys[lv - 2], &n, err, errsz)))
+    const char *v;
+    switch (id) {
+    case K_GITHUB_APP_ID:
+        if (cfg->app_id && !app_id_valid(cfg->app_id))
+            return fail_quoting(err, errsz,
+                                "GITHUB_APP_ID: not an App id (digits) or client id (Iv...)",
+                                cfg->app_id);
+        return CRCR_OK;
+    case K_GITHUB_APP_SECRET:
+        if (raw->val[K_GITHUB_APP_SECRET] && !*raw->val[K_GITHUB_APP_SECRET])
+            return fail(err, errsz, "GITHUB_APP_SECRET: is set but empty");
+        return CRCR_OK;
+    case K_GITHUB_APP_PRIVATE_KEY: /* and GITHUB_APP_PRIVATE_KEY_FILE */
+        if ((e = take_private_key(raw, cfg, err, errsz)))
             return e;
-        cfg->health_success_pct[lv] = (long)n;
+        if (cfg->app_id && !cfg->private_key_pem)
+            return fail(err, errsz,
+                        "GITHUB_APP_PRIVATE_KEY: required when GITHUB_APP_ID is set (or set "
+                        "GITHUB_APP_PRIVATE_KEY_FILE)");
+        if (!cfg->app_id && cfg->private_key_pem)
+            return fail(err, errsz, "GITHUB_APP_ID: required when a private key is set");
+        cfg->dry_run = !(cfg->app_id && cfg->private_key_pem);
+        return CRCR_OK;
+    case K_UPSTREAM_REPO:
+        if (!ids_full_name_valid(cfg->upstream_repo))
+            return fail_quoting(err, errsz, "UPSTREAM_REPO: expected OWNER/REPO",
+                                cfg->upstream_repo);
+        return CRCR_OK;
+    case K_CRCR_LISTEN:
+        return take_listen(raw, cfg, err, errsz);
+    case K_CRCR_STORE:
+        return check_store(cfg->store_uri, err, errsz);
+    case K_CRCR_OIDC_ISSUERS:
+        return take_issuers(raw, cfg, err, errsz);
+    case K_CRCR_CALLBACK_TOKEN:
+        return take_callback_token(raw, cfg, err, errsz);
+    case K_CRCR_LOG:
+        v = value_or_default(raw, K_CRCR_LOG);
+        if (log_level_parse(v, &cfg->log_level) != 0)
+            return fail_quoting(err, errsz, "CRCR_LOG: expected debug, info, warn, error or off",
+                                v);
+        return CRCR_OK;
+    case K_CRCR_RETRY_MAX_MS:
+        if (cfg->retry_max_ms < cfg->retry_base_ms)
+            return fail(err, errsz, "CRCR_RETRY_MAX_MS: must not be less than CRCR_RETRY_BASE_MS");
+        return CRCR_OK;
+    case K_CRCR_MAX_CALLBACK_BODY:
+        if (cfg->max_callback_body > cfg->max_body) /* the smaller of the two caps applies */
+            cfg->max_callback_body = cfg->max_body;
+        return CRCR_OK;
+    default:
+        return CRCR_OK;
     }
-    if ((e = take_int(raw, K_CRCR_HEALTH_PR_HOURS, &n, err, errsz)))
-        return e;
-    cfg->health_pr_hours = (long)n;
-    if ((e = take_int(raw, K_CRCR_MAX_CALLBACK_BODY, &n, err, errsz)))
-        return e;
-    cfg->max_callback_body = (size_t)n;
-    if (cfg->max_callback_body > cfg->max_body) /* the smaller of the two caps applies */
-        cfg->max_callback_body = cfg->max_body;
-    if ((e = take_int(raw, K_CRCR_NIGHTLY_DAILY_BYTES, &n, err, errsz)))
-        return e;
-    cfg->nightly_daily_bytes = (int64_t)n;
-    if ((e = take_int(raw, K_CRCR_HUD_CONCURRENCY, &n, err, errsz)))
-        return e;
-    cfg->hud_concurrency = (long)n;
-    if ((e = take_int(raw, K_CRCR_HUD_CACHE_MS, &n, err, errsz)))
-        return e;
-    cfg->hud_cache_ms = (long)n;
-    if ((e = take_int(raw, K_CRCR_ONCALL_COMMENTS, &n, err, errsz)))
-        return e;
-    cfg->oncall_comments = n != 0;
-    return CRCR_OK;
+}
+
+/* Reads one variable into cfg by its kind (config_keys.h), then by its own rules. */
+static crcr_err take_key(raw_values *raw, crcr_config *cfg, key_id id, char *err, size_t errsz)
+{
+    crcr_err e = CRCR_OK;
+    long long n = 0;
+    switch (config_keys[id].kind) {
+    case V_STRING:
+        e = take_string(raw, id, config_key_str(cfg, id), err, errsz);
+        break;
+    case V_URL:
+    case V_BLOB_URL:
+        e = take_url(raw, id, config_key_str(cfg, id), err, errsz);
+        break;
+    case V_LONG:
+    case V_SIZE:
+    case V_INT64:
+    case V_BOOL:
+        if (!(e = take_int(raw, id, &n, err, errsz)))
+            config_key_set_int(cfg, id, n);
+        break;
+    case V_OWN:
+    case V_PEM:
+        break;
+    }
+    return e ? e : take_own(raw, cfg, id, err, errsz);
+}
+
+/* Fills cfg from the collected raw values in table order, stopping at the first bad one; but
+ * ALLOWLIST_TTL_SECONDS is read after CI_PROVIDERS_FILE, the order in which crcr has always
+ * reported their problems. */
+static crcr_err fill(raw_values *raw, crcr_config *cfg, char *err, size_t errsz)
+{
+    crcr_err e = CRCR_OK;
+    for (int i = 0; i < K_COUNT && !e; i++) {
+        if (i == K_ALLOWLIST_TTL_SECONDS)
+            continue;
+        e = take_key(raw, cfg, (key_id)i, err, errsz);
+        if (!e && i == K_CI_PROVIDERS_FILE)
+            e = take_key(raw, cfg, K_ALLOWLIST_TTL_SECONDS, err, errsz);
+    }
+    return e;
 }
 
 const char *config_getenv(void *ctx, const char *key)
@@ -1173,7 +726,7 @@ crcr_err config_load(crcr_config *cfg, const char *file, config_getter get, void
     if (file)
         e = read_config_file(file, &raw, err, errsz);
     for (int i = 0; i < K_COUNT && !e; i++) {
-        const char *v = get ? get(ctx, k_keys[i].name) : NULL;
+        const char *v = get ? get(ctx, config_keys[i].name) : NULL;
         raw.val[i] = v ? v : raw.file_val[i];
     }
     if (!e)
@@ -1191,7 +744,7 @@ crcr_err config_load(crcr_config *cfg, const char *file, config_getter get, void
     log_add_secret(cfg->app_secret_previous);
     log_add_secret(cfg->admin_token);
     log_add_secret(cfg->hud_bot_key);
-    register_store_secrets(cfg->store_uri);
+    config_store_add_secrets(cfg->store_uri);
     return CRCR_OK;
 }
 
@@ -1199,257 +752,13 @@ void config_free(crcr_config *cfg)
 {
     if (!cfg)
         return;
-    free(cfg->app_id);
-    free_wiped(cfg->app_secret);
-    free_wiped(cfg->app_secret_previous);
-    free_wiped(cfg->private_key_pem);
-    free(cfg->upstream_repo);
-    free(cfg->allowlist_url);
-    free(cfg->allowlist_file);
-    free(cfg->ci_providers_url);
-    free(cfg->ci_providers_file);
-    free(cfg->hud_api_url);
-    free_wiped(cfg->hud_bot_key);
+    for (int i = 0; i < K_COUNT; i++) { /* every string is wiped, not only the secrets */
+        char **s = config_key_str(cfg, (key_id)i);
+        if (s)
+            free_wiped(*s);
+    }
     free(cfg->listen_host);
-    free_wiped(cfg->store_uri);
-    free(cfg->github_api_url);
     for (size_t i = 0; i < cfg->n_oidc_issuers && i < CRCR_MAX_ISSUERS; i++)
         free(cfg->oidc_issuers[i]);
-    free(cfg->oidc_audience);
-    free_wiped(cfg->admin_token);
     memset(cfg, 0, sizeof(*cfg));
-}
-
-/* Appends a value on one line: newlines and backslashes are escaped as the file reader reads
- * them back. */
-static crcr_err put_plain(buf_t *out, const char *v)
-{
-    crcr_err e = CRCR_OK;
-    for (const char *c = v ? v : ""; *c && !e; c++) {
-        if (*c == '\n')
-            e = buf_puts(out, "\\n");
-        else if (*c == '\\')
-            e = buf_puts(out, "\\\\");
-        else if (*c == '\r')
-            e = buf_puts(out, "?");
-        else
-            e = buf_putc(out, *c);
-    }
-    return e;
-}
-
-crcr_err config_redact_store(const char *uri, buf_t *out)
-{
-    if (!uri)
-        return CRCR_OK;
-    size_t off1 = 0, len1 = 0, off2 = 0, len2 = 0;
-    bool p1 = pg_uri_password(uri, &off1, &len1);
-    bool p2 = pg_query_password(uri, &off2, &len2);
-    crcr_err e = CRCR_OK;
-    for (size_t i = 0; uri[i] && !e;) {
-        if (p1 && i == off1) {
-            e = buf_puts(out, "***");
-            i += len1;
-        } else if (p2 && i == off2) {
-            e = buf_puts(out, "***");
-            i += len2;
-        } else {
-            e = buf_putc(out, uri[i++]);
-        }
-    }
-    return e;
-}
-
-/* Appends the store URI with any password replaced by "***". */
-static crcr_err put_store(buf_t *out, const char *uri)
-{
-    if (!uri)
-        return CRCR_OK;
-    buf_t tmp;
-    buf_init(&tmp, strlen(uri) + 16);
-    crcr_err e = config_redact_store(uri, &tmp);
-    if (!e)
-        e = put_plain(out, buf_cstr(&tmp));
-    buf_free(&tmp);
-    return e;
-}
-
-crcr_err config_describe(const crcr_config *cfg, buf_t *out)
-{
-    crcr_err e = CRCR_OK;
-    for (int i = 0; i < K_COUNT && !e; i++) {
-        const key_def *k = &k_keys[i];
-        e = buf_printf(out, "%s=", k->name);
-        if (e)
-            break;
-        const char *s = NULL;
-        const void *secret = NULL;
-        long long num = -1;
-        switch ((key_id)i) {
-        case K_GITHUB_APP_ID:
-            s = cfg->app_id;
-            break;
-        case K_GITHUB_APP_SECRET:
-            secret = cfg->app_secret;
-            break;
-        case K_GITHUB_APP_SECRET_PREVIOUS:
-            secret = cfg->app_secret_previous;
-            break;
-        case K_GITHUB_APP_PRIVATE_KEY:
-            secret = cfg->private_key_pem;
-            break;
-        case K_GITHUB_APP_PRIVATE_KEY_FILE:
-            s = NULL;
-            break; /* the path is not kept */
-        case K_UPSTREAM_REPO:
-            s = cfg->upstream_repo;
-            break;
-        case K_ALLOWLIST_URL:
-            s = cfg->allowlist_url;
-            break;
-        case K_ALLOWLIST_FILE:
-            s = cfg->allowlist_file;
-            break;
-        case K_ALLOWLIST_TTL_SECONDS:
-            num = cfg->allowlist_ttl_s;
-            break;
-        case K_CI_PROVIDERS_URL:
-            s = cfg->ci_providers_url;
-            break;
-        case K_CI_PROVIDERS_FILE:
-            s = cfg->ci_providers_file;
-            break;
-        case K_CRCR_STATUS_TTL:
-            num = cfg->status_ttl_s;
-            break;
-        case K_RATE_LIMIT_PER_MIN:
-            num = cfg->rate_limit_per_min;
-            break;
-        case K_ZOMBIE_TIMEOUT_SECONDS:
-            num = cfg->zombie_timeout_s;
-            break;
-        case K_HUD_API_URL:
-            s = cfg->hud_api_url;
-            break;
-        case K_HUD_BOT_KEY:
-            secret = cfg->hud_bot_key;
-            break;
-        case K_HUD_MAX_RETRIES:
-            num = cfg->hud_max_retries;
-            break;
-        case K_MAX_DISPATCH_WORKERS:
-            num = cfg->max_dispatch_workers;
-            break;
-        case K_CRCR_LISTEN:
-            if (cfg->listen_host && strchr(cfg->listen_host, ':'))
-                e = buf_printf(out, "[%s]:%d", cfg->listen_host, cfg->listen_port);
-            else if (cfg->listen_host)
-                e = buf_printf(out, "%s:%d", cfg->listen_host, cfg->listen_port);
-            break;
-        case K_CRCR_STORE:
-            e = put_store(out, cfg->store_uri);
-            break;
-        case K_GITHUB_API_URL:
-            s = cfg->github_api_url;
-            break;
-        case K_CRCR_OIDC_ISSUERS:
-            for (size_t j = 0; j < cfg->n_oidc_issuers && j < CRCR_MAX_ISSUERS && !e; j++) {
-                if (j > 0)
-                    e = buf_putc(out, ',');
-                if (!e && cfg->oidc_issuer_kinds[j] != CRCR_ISSUER_GITHUB)
-                    e = buf_printf(out, "%s=", crcr_issuer_kind_name(cfg->oidc_issuer_kinds[j]));
-                if (!e)
-                    e = put_plain(out, cfg->oidc_issuers[j]);
-            }
-            break;
-        case K_CRCR_OIDC_AUDIENCE:
-            s = cfg->oidc_audience;
-            break;
-        case K_CRCR_CALLBACK_TOKEN:
-            s = cfg->callback_token == CRCR_CB_TOKEN_REQUIRED ? "required" : "optional";
-            break;
-        case K_CRCR_ADMIN_TOKEN:
-            secret = cfg->admin_token;
-            break;
-        case K_CRCR_MAX_BODY:
-            num = (long long)cfg->max_body;
-            break;
-        case K_CRCR_DISPATCH_BUDGET:
-            num = (long long)cfg->dispatch_budget;
-            break;
-        case K_CRCR_MAX_ATTEMPTS:
-            num = cfg->max_attempts;
-            break;
-        case K_CRCR_SWEEP_SECONDS:
-            num = cfg->sweep_s;
-            break;
-        case K_CRCR_RETENTION_SECONDS:
-            num = cfg->retention_s;
-            break;
-        case K_CRCR_LOG: {
-            static const char *names[] = {"debug", "info", "warn", "error", "off"};
-            unsigned lv = (unsigned)cfg->log_level;
-            s = lv < sizeof(names) / sizeof(names[0]) ? names[lv] : "info";
-            break;
-        }
-        case K_CRCR_RETRY_BASE_MS:
-            num = cfg->retry_base_ms;
-            break;
-        case K_CRCR_RETRY_MAX_MS:
-            num = cfg->retry_max_ms;
-            break;
-        case K_CRCR_LEASE_SECONDS:
-            num = cfg->lease_s;
-            break;
-        case K_CRCR_REQUEST_DEADLINE_SECONDS:
-            num = cfg->request_deadline_s;
-            break;
-        case K_CRCR_STORE_POOL:
-            num = cfg->store_pool;
-            break;
-        case K_CRCR_HTTP_THREADS:
-            num = cfg->http_threads;
-            break;
-        case K_CRCR_HEALTH_L2_SUCCESS_PCT:
-            num = cfg->health_success_pct[2];
-            break;
-        case K_CRCR_HEALTH_L3_SUCCESS_PCT:
-            num = cfg->health_success_pct[3];
-            break;
-        case K_CRCR_HEALTH_L4_SUCCESS_PCT:
-            num = cfg->health_success_pct[4];
-            break;
-        case K_CRCR_HEALTH_PR_HOURS:
-            num = cfg->health_pr_hours;
-            break;
-        case K_CRCR_MAX_CALLBACK_BODY:
-            num = (long long)cfg->max_callback_body;
-            break;
-        case K_CRCR_NIGHTLY_DAILY_BYTES:
-            num = cfg->nightly_daily_bytes;
-            break;
-        case K_CRCR_HUD_CONCURRENCY:
-            num = cfg->hud_concurrency;
-            break;
-        case K_CRCR_HUD_CACHE_MS:
-            num = cfg->hud_cache_ms;
-            break;
-        case K_CRCR_ONCALL_COMMENTS:
-            num = cfg->oncall_comments ? 1 : 0;
-            break;
-        case K_COUNT:
-            break;
-        }
-        if (e)
-            break;
-        if (k->secret)
-            e = buf_puts(out, secret ? "(set)" : "(unset)");
-        else if (k->min <= k->max)
-            e = buf_printf(out, "%lld", num);
-        else if (s)
-            e = put_plain(out, s);
-        if (!e)
-            e = buf_putc(out, '\n');
-    }
-    return e;
 }
