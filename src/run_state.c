@@ -52,24 +52,24 @@ run_outcome run_state_next(const run_prev *prev, const store_run_update *u, int6
     return RUN_APPLY;
 }
 
-static run_param text(const char *s)
+static store_param text(const char *s)
 {
-    return (run_param){.kind = RUN_P_TEXT, .is_null = s == NULL, .text = s};
+    return (store_param){.kind = STORE_P_TEXT, .is_null = s == NULL, .text = s};
 }
 
-static run_param integer(int64_t v)
+static store_param integer(int64_t v)
 {
-    return (run_param){.kind = RUN_P_INT, .i = v};
+    return (store_param){.kind = STORE_P_INT, .i = v};
 }
 
 /* An integer, or NULL when it equals `null_value` (0 for times, -1 for measures). */
-static run_param integer_or_null(int64_t v, int64_t null_value)
+static store_param integer_or_null(int64_t v, int64_t null_value)
 {
-    return (run_param){.kind = RUN_P_INT, .is_null = v == null_value, .i = v};
+    return (store_param){.kind = STORE_P_INT, .is_null = v == null_value, .i = v};
 }
 
 void run_row_params(const store_run_update *u, const store_run_result *res,
-                    run_param out[RUN_UPSERT_PARAMS])
+                    store_param out[RUN_UPSERT_PARAMS])
 {
     bool completed = is(u->status, "completed");
     int k = 0;
@@ -95,14 +95,14 @@ void run_row_params(const store_run_update *u, const store_run_result *res,
     out[k++] = integer_or_null(u->test_passed, -1);
     out[k++] = integer_or_null(u->test_failed, -1);
     out[k++] = integer_or_null(u->test_skipped, -1);
-    out[k++] = (run_param){.kind = RUN_P_BLOB,
-                           .is_null = u->payload == NULL,
-                           .blob = u->payload,
-                           .len = u->payload ? u->payload_len : 0};
+    out[k++] = (store_param){.kind = STORE_P_BLOB,
+                             .is_null = u->payload == NULL,
+                             .blob = u->payload,
+                             .len = u->payload ? u->payload_len : 0};
     out[k++] = integer(u->now);
 }
 
-void run_row_fill(store_run_row *r, const run_row_source *s)
+void run_row_fill(store_run_row *r, const store_row_source *s)
 {
     void *src = s->src;
     r->delivery_id = s->text(src, 0);
@@ -128,6 +128,20 @@ void run_row_fill(store_run_row *r, const run_row_source *s)
     r->test_failed = s->i64(src, 20, -1);
     r->test_skipped = s->i64(src, 21, -1);
     r->payload = s->blob(src, RUN_PAYLOAD_COLUMN, &r->payload_len);
+}
+
+int run_prev_row(void *ctx, const store_row_source *s)
+{
+    run_prev *prev = ctx;
+    const char *state = s->text(s->src, 0), *conclusion = s->text(s->src, 1);
+    memset(prev, 0, sizeof(*prev));
+    prev->exists = true;
+    snprintf(prev->state, sizeof(prev->state), "%s", state ? state : "");
+    prev->has_conclusion = conclusion != NULL;
+    if (conclusion)
+        snprintf(prev->conclusion, sizeof(prev->conclusion), "%s", conclusion);
+    prev->started_at = s->i64(s->src, 2, 0);
+    return 1;
 }
 
 int run_list_limit(const store_run_filter *f)

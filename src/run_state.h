@@ -3,11 +3,11 @@
  * for it: DISPATCHED -> IN_PROGRESS -> COMPLETED per (delivery, repo, run_id, run_attempt,
  * workflow, job).
  *
- * The stores read the key's current row inside their transaction (under the key's lock), call
- * run_state_next() and write what it decided with the same parameters in the same order
- * (run_row_params); listings fill store_run_row from the same column order (RUN_COLUMNS,
- * run_row_fill). Nothing here touches a database: the transition rules have one home and a
- * table-driven unit test (tests/unit/test_run_state.c).
+ * The stores read the key's current row inside their transaction (under the key's lock;
+ * RUN_PREV_COLUMNS, run_prev_row), call run_state_next() and write what it decided with the same
+ * parameters in the same order (run_row_params); listings fill store_run_row from the same column
+ * order (RUN_COLUMNS, run_row_fill). Nothing here touches a database: the transition rules have
+ * one home and a table-driven unit test (tests/unit/test_run_state.c).
  *
  * Rules (upstream reference §2.6.5, plus crcr's idempotence, contract §3.5):
  *   in_progress over nothing         -> applied; queue time = now - dispatched
@@ -27,6 +27,7 @@
 #include <stdint.h>
 
 #include "store.h"
+#include "store_impl.h"
 
 /* The key's current row, as the store read it. */
 typedef struct run_prev {
@@ -66,33 +67,20 @@ run_outcome run_state_next(const run_prev *prev, const store_run_update *u, int6
     "completed_at, queue_ms, exec_ms, test_passed, test_failed, test_skipped, payload, updated_at"
 #define RUN_UPSERT_PARAMS 24
 
-typedef enum { RUN_P_TEXT, RUN_P_INT, RUN_P_BLOB } run_param_kind;
-
-/* One bound value; `is_null` for SQL NULL. Borrowed from the update for the call. */
-typedef struct run_param {
-    run_param_kind kind;
-    bool is_null;
-    const char *text;
-    int64_t i;
-    const void *blob;
-    size_t len;
-} run_param;
-
-/* The upsert's values for an applied transition (RUN_APPLY) with its decided `res`. */
+/* The upsert's values for an applied transition (RUN_APPLY) with its decided `res`, borrowed from
+ * the update for the call. */
 void run_row_params(const store_run_update *u, const store_run_result *res,
-                    run_param out[RUN_UPSERT_PARAMS]);
+                    store_param out[RUN_UPSERT_PARAMS]);
 
-/* Where a listing's row comes from: accessors over a backend's result row. `i64` gives `dflt`
- * for NULL; `blob` sets *len (0 for NULL). */
-typedef struct run_row_source {
-    const char *(*text)(void *src, int col);
-    int64_t (*i64)(void *src, int col, int64_t dflt);
-    const void *(*blob)(void *src, int col, size_t *len);
-    void *src;
-} run_row_source;
+/* Fills `r` from the columns RUN_COLUMNS (the payload from column 22) of a listing's row. */
+void run_row_fill(store_run_row *r, const store_row_source *s);
 
-/* Fills `r` from the columns RUN_COLUMNS (the payload from column 22). */
-void run_row_fill(store_run_row *r, const run_row_source *s);
+/* Columns of the key's current row, as run_prev_row reads them. */
+#define RUN_PREV_COLUMNS "state, conclusion, started_at"
+
+/* A store_row_fn: fills the run_prev `prev` from a row of RUN_PREV_COLUMNS (the key's row exists)
+ * and stops. */
+int run_prev_row(void *prev, const store_row_source *s);
 
 /* A listing's row count and offset from a filter: 1000 by default, at most 100,000. */
 int run_list_limit(const store_run_filter *f);

@@ -1,4 +1,5 @@
-/* store.c - picks the backend from the URI and forwards every call to it; see store.h. */
+/* store.c - picks the backend from the URI and forwards every call to it; see store.h. Also the
+ * pieces both backends share when reading rows back (store_impl.h). */
 #include "store.h"
 
 #include <stdio.h>
@@ -7,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "run_state.h"
 #include "store_impl.h"
 
 /* Longest working directory named in a "no store" message. */
@@ -83,7 +85,7 @@ crcr_err store_ping(store *st)
 
 crcr_err store_ingest(store *st, const store_delivery *d, const store_new_job *jobs, size_t n)
 {
-    return st->ops->ingest(st, d, jobs, n);
+    return st->ops->outbox->ingest(st, d, jobs, n);
 }
 
 void store_job_free(store_job *job)
@@ -102,27 +104,27 @@ void store_job_free(store_job *job)
 
 crcr_err store_claim(store *st, int64_t now, int64_t lease_ms, store_job *out)
 {
-    return st->ops->claim(st, now, lease_ms, out);
+    return st->ops->outbox->claim(st, now, lease_ms, out);
 }
 
 crcr_err store_next_due(store *st, int64_t *due)
 {
-    return st->ops->next_due(st, due);
+    return st->ops->outbox->next_due(st, due);
 }
 
 crcr_err store_job_finish(store *st, const store_job *job, const char *state, long http_status,
                           const char *error, const char *note, const char *body, size_t body_len,
                           int64_t now)
 {
-    return st->ops->job_finish(st, job->id, job->lease_until, state, http_status, error, note, body,
-                               body_len, now);
+    return st->ops->outbox->job_finish(st, job->id, job->lease_until, state, http_status, error,
+                                       note, body, body_len, now);
 }
 
 crcr_err store_job_retry(store *st, const store_job *job, int64_t next_at, bool count_attempt,
                          long http_status, const char *error)
 {
-    return st->ops->job_retry(st, job->id, job->lease_until, next_at, count_attempt, http_status,
-                              error);
+    return st->ops->outbox->job_retry(st, job->id, job->lease_until, next_at, count_attempt,
+                                      http_status, error);
 }
 
 crcr_err store_job_renew(store *st, store_job *job, int64_t now, int64_t lease_ms)
@@ -130,7 +132,7 @@ crcr_err store_job_renew(store *st, store_job *job, int64_t now, int64_t lease_m
     int64_t until = now + lease_ms;
     if (until <= job->lease_until)
         return CRCR_OK; /* a lease never shrinks */
-    crcr_err e = st->ops->job_renew(st, job->id, job->lease_until, until);
+    crcr_err e = st->ops->outbox->job_renew(st, job->id, job->lease_until, until);
     if (!e)
         job->lease_until = until;
     return e;
@@ -138,13 +140,16 @@ crcr_err store_job_renew(store *st, store_job *job, int64_t now, int64_t lease_m
 
 crcr_err store_redeliver(store *st, const char *delivery_id, const char *repo, int64_t now, int *n)
 {
-    return st->ops->redeliver(st, delivery_id, repo, now, n);
+    *n = 0;
+    return st->ops->outbox->redeliver(st, delivery_id, repo, now, n);
 }
 
 crcr_err store_list_deliveries(store *st, const store_filter *f,
                                int (*fn)(void *ctx, const store_delivery_row *row), void *ctx)
 {
-    return st->ops->list_deliveries(st, f, fn, ctx);
+    static const store_filter none = {0};
+    store_rows rows = {.delivery = fn, .ctx = ctx};
+    return st->ops->outbox->list_deliveries(st, f ? f : &none, &rows);
 }
 
 crcr_err store_get_delivery(store *st, const char *delivery_id,
@@ -152,88 +157,114 @@ crcr_err store_get_delivery(store *st, const char *delivery_id,
                                         const char *payload, size_t payload_len),
                             void (*jfn)(void *ctx, const store_job_row *row), void *ctx)
 {
-    return st->ops->get_delivery(st, delivery_id, dfn, jfn, ctx);
+    store_delivery_read delivery = {.dfn = dfn, .ctx = ctx};
+    store_rows jobs = {.job = jfn, .ctx = ctx};
+    return st->ops->outbox->get_delivery(st, delivery_id, &delivery, &jobs);
 }
 
 crcr_err store_outbox_stats_get(store *st, store_outbox_stats *out)
 {
-    return st->ops->outbox_stats(st, out);
+    memset(out, 0, sizeof(*out));
+    return st->ops->outbox->outbox_stats(st, out);
 }
 
 crcr_err store_kv_get(store *st, const char *key, buf_t *value, int64_t now)
 {
-    return st->ops->kv_get(st, key, value, now);
+    store_kv_read k = {.value = value};
+    crcr_err e = st->ops->outbox->kv_get(st, key, now, &k);
+    if (e) /* a failed read is not "no value" */
+        return e;
+    return k.found ? k.err : CRCR_E_NOT_FOUND;
 }
 
 crcr_err store_kv_put(store *st, const char *key, const char *value, size_t len, int64_t expires_at)
 {
-    return st->ops->kv_put(st, key, value, len, expires_at);
+    return st->ops->outbox->kv_put(st, key, value, len, expires_at);
 }
 
 crcr_err store_retention(store *st, int64_t before, int *n)
 {
-    return st->ops->retention(st, before, n);
+    *n = 0;
+    return st->ops->outbox->retention(st, before, n);
 }
 
 crcr_err store_run_apply(store *st, const store_run_update *u, store_effects_fn effects, void *ctx,
                          store_run_result *res, char *reason, size_t reasonsz)
 {
-    return st->ops->run_apply(st, u, effects, ctx, res, reason, reasonsz);
+    store_run_call call = {u, effects, ctx, res, reason, reasonsz};
+    memset(res, 0, sizeof(*res));
+    res->queue_ms = -1;
+    res->exec_ms = -1;
+    return st->ops->runs->run_apply(st, &call);
 }
 
 crcr_err store_runs_for_sha(store *st, const char *head_sha, const char *repo,
                             void (*fn)(void *ctx, const store_run_row *row), void *ctx)
 {
-    return st->ops->runs_for_sha(st, head_sha, repo, fn, ctx);
+    store_rows rows = {.run = fn, .ctx = ctx};
+    return st->ops->runs->runs_for_sha(st, head_sha, repo, &rows);
 }
 
 crcr_err store_zombies(store *st, int64_t started_before, int limit,
                        void (*fn)(void *ctx, const store_run_row *row), void *ctx)
 {
-    return st->ops->zombies(st, started_before, limit, fn, ctx);
+    store_rows rows = {.run = fn, .ctx = ctx};
+    return st->ops->runs->zombies(st, started_before, limit > 0 ? limit : 100, &rows);
 }
 
 crcr_err store_wanted_set(store *st, const char *head_sha, const char *repo, int64_t now)
 {
-    return st->ops->wanted_set(st, head_sha, repo, now);
+    return st->ops->runs->wanted_set(st, head_sha, repo, now);
 }
 
 crcr_err store_wanted_get(store *st, const char *head_sha, const char *repo, int64_t since)
 {
-    return st->ops->wanted_get(st, head_sha, repo, since);
+    store_scalar mark = {0};
+    crcr_err e = st->ops->runs->wanted_get(st, head_sha, repo, since, &mark);
+    if (e)
+        return e;
+    return mark.found ? CRCR_OK : CRCR_E_NOT_FOUND;
 }
 
 crcr_err store_rate_hit(store *st, const char *repo, int64_t now, int64_t window_ms, long limit,
                         bool *allowed, int64_t *retry_after_ms)
 {
-    return st->ops->rate_hit(st, repo, now, window_ms, limit, allowed, retry_after_ms);
+    return st->ops->runs->rate_hit(st, repo, now, window_ms, limit, allowed, retry_after_ms);
 }
 
 crcr_err store_enqueue(store *st, const char *delivery_id, const store_new_job *jobs, size_t n)
 {
-    return st->ops->enqueue(st, delivery_id, jobs, n);
+    return st->ops->outbox->enqueue(st, delivery_id, jobs, n);
 }
 
 crcr_err store_lease(store *st, const char *name, const char *owner, int64_t now, int64_t ttl_ms,
                      bool *held)
 {
-    return st->ops->lease(st, name, owner, now, ttl_ms, held);
+    char key[128];
+    snprintf(key, sizeof(key), "lease:%s", name);
+    *held = false;
+    return st->ops->outbox->lease(st, key, owner, now, ttl_ms, held);
 }
 
 crcr_err store_list_runs(store *st, const store_run_filter *f,
                          void (*fn)(void *ctx, const store_run_row *row), void *ctx)
 {
-    return st->ops->list_runs(st, f, fn, ctx);
+    static const store_run_filter none = {0};
+    store_rows rows = {.run = fn, .ctx = ctx};
+    return st->ops->runs->list_runs(st, f ? f : &none, &rows);
 }
 
 crcr_err store_callback_rejected(store *st, const char *repo, int64_t now, int status)
 {
-    return st->ops->callback_rejected(st, repo, now, status);
+    return st->ops->runs->callback_rejected(st, repo, now, status);
 }
 
 crcr_err store_callback_rejections(store *st, const char *repo, int64_t since, int64_t *n)
 {
-    return st->ops->callback_rejections(st, repo, since, n);
+    store_scalar count = {0};
+    crcr_err e = st->ops->runs->callback_rejections(st, repo, since, &count);
+    *n = e ? 0 : count.v;
+    return e;
 }
 
 crcr_err store_wait_for_work(store *st, int64_t timeout_ms)
@@ -246,36 +277,56 @@ crcr_err store_wait_for_work(store *st, int64_t timeout_ms)
 crcr_err store_dispatch_get(store *st, const char *delivery_id, const char *repo, bool with_payload,
                             store_dispatch *out)
 {
-    return st->ops->dispatch_get(st, delivery_id, repo, with_payload, out);
+    store_dispatch_read d = {.out = out, .with_payload = with_payload};
+    out->dispatched_at = out->pr_number = 0;
+    out->head_sha[0] = out->event[0] = '\0';
+    crcr_err e = st->ops->runs->dispatch_get(st, delivery_id, repo, &d);
+    if (!e && !d.found)
+        e = CRCR_E_NOT_FOUND;
+    return e ? e : d.err;
 }
 
 crcr_err store_identity_pin(store *st, const char *repo, const char *repository_id,
                             const char *owner_id, int64_t now, store_pin_outcome *outcome,
                             void (*seen)(void *ctx, const store_identity_row *row), void *ctx)
 {
-    return st->ops->identity_pin(st, repo, repository_id ? repository_id : "",
-                                 owner_id ? owner_id : "", now, outcome, seen, ctx);
+    store_pin_check c = {.repository_id = repository_id ? repository_id : "",
+                         .owner_id = owner_id ? owner_id : "",
+                         .seen = seen,
+                         .ctx = ctx};
+    crcr_err e = st->ops->runs->identity_pin(st, repo, now, &c);
+    if (!e)
+        *outcome = c.found ? c.outcome : STORE_PIN_NONE;
+    return e;
 }
 
 crcr_err store_identity_list(store *st, void (*fn)(void *ctx, const store_identity_row *row),
                              void *ctx)
 {
-    return st->ops->identity_list(st, fn, ctx);
+    store_rows rows = {.identity = fn, .ctx = ctx};
+    return st->ops->runs->identity_list(st, &rows);
 }
 
 crcr_err store_identity_reset(store *st, const char *repo)
 {
-    return st->ops->identity_reset(st, repo);
+    int64_t n = 0;
+    crcr_err e = st->ops->runs->identity_reset(st, repo, &n);
+    if (e)
+        return e;
+    return n > 0 ? CRCR_OK : CRCR_E_NOT_FOUND;
 }
 
 crcr_err store_budget_take(store *st, const char *name, int64_t amount, int64_t limit,
                            int64_t expires_at, bool *allowed)
 {
-    return st->ops->budget_take(st, name, amount, limit, expires_at, allowed);
+    *allowed = false;
+    if (amount > limit)
+        return CRCR_OK; /* never within the budget: nothing to take */
+    return st->ops->runs->budget_take(st, name, amount, limit, expires_at, allowed);
 }
 
-void store_stats_count(store_outbox_stats *out, const char *state, int64_t count,
-                       int64_t oldest_due)
+static void stats_count(store_outbox_stats *out, const char *state, int64_t count,
+                        int64_t oldest_due)
 {
     if (!state)
         return;
@@ -291,4 +342,168 @@ void store_stats_count(store_outbox_stats *out, const char *state, int64_t count
     } else if (strcmp(state, "dead") == 0) {
         out->dead = count;
     }
+}
+
+/* ---- rows read back (store_impl.h) ---- */
+
+char *store_row_dup(const store_row_source *s, int col)
+{
+    const char *t = s->text(s->src, col);
+    return t ? strdup(t) : NULL;
+}
+
+crcr_err store_row_append(const store_row_source *s, int col, buf_t *out)
+{
+    size_t len;
+    const void *p = s->blob(s->src, col, &len);
+    return p && len ? buf_append(out, p, len) : CRCR_OK;
+}
+
+static void delivery_fill(store_delivery_row *r, const store_row_source *s)
+{
+    void *src = s->src;
+    r->delivery_id = s->text(src, 0);
+    r->event = s->text(src, 1);
+    r->action = s->text(src, 2);
+    r->upstream_repo = s->text(src, 3);
+    r->pr_number = s->i64(src, 4, 0);
+    r->head_sha = s->text(src, 5);
+    r->ref = s->text(src, 6);
+    r->received_at = s->i64(src, 7, 0);
+    r->payload_bytes = (size_t)s->i64(src, 8, 0);
+    r->status = s->text(src, 9);
+}
+
+int store_delivery_read_row(void *ctx, const store_row_source *s)
+{
+    store_delivery_read *d = ctx;
+    d->found = true;
+    if (d->dfn) {
+        store_delivery_row r;
+        delivery_fill(&r, s);
+        size_t len;
+        const void *payload = s->blob(s->src, DELIVERY_PAYLOAD_COLUMN, &len);
+        d->dfn(d->ctx, &r, payload, len);
+    }
+    return 1;
+}
+
+static void job_fill(store_job_row *r, const store_row_source *s)
+{
+    void *src = s->src;
+    r->id = s->i64(src, 0, 0);
+    r->kind = s->text(src, 1);
+    r->delivery_id = s->text(src, 2);
+    r->target = s->text(src, 3);
+    r->state = s->text(src, 4);
+    r->last_error = s->text(src, 5);
+    r->note = s->text(src, 6);
+    r->attempts = (int)s->i64(src, 7, 0);
+    r->last_status = (long)s->i64(src, 8, 0);
+    r->next_attempt_at = s->i64(src, 9, 0);
+    r->created_at = s->i64(src, 10, 0);
+    r->done_at = s->i64(src, 11, 0);
+    r->body = s->blob(src, 12, &r->body_len);
+}
+
+static void identity_fill(store_identity_row *r, const store_row_source *s)
+{
+    void *src = s->src;
+    r->repo = s->text(src, 0);
+    r->repository_id = s->text(src, 1);
+    r->owner_id = s->text(src, 2);
+    r->pinned_at = s->i64(src, 3, 0);
+    r->last_seen_at = s->i64(src, 4, 0);
+}
+
+int store_listing_row(void *rows, const store_row_source *s)
+{
+    const store_rows *to = rows;
+    if (to->delivery) {
+        store_delivery_row r;
+        delivery_fill(&r, s);
+        return to->delivery(to->ctx, &r);
+    }
+    if (to->job) {
+        store_job_row r;
+        job_fill(&r, s);
+        to->job(to->ctx, &r);
+    } else if (to->run) {
+        store_run_row r;
+        run_row_fill(&r, s);
+        to->run(to->ctx, &r);
+    } else if (to->identity) {
+        store_identity_row r;
+        identity_fill(&r, s);
+        to->identity(to->ctx, &r);
+    }
+    return 0;
+}
+
+int store_claim_row(void *ctx, const store_row_source *s)
+{
+    store_claim_read *c = ctx;
+    store_job *out = c->out;
+    c->found = true;
+    out->id = s->i64(s->src, 0, 0);
+    out->kind = store_row_dup(s, 1);
+    out->delivery_id = store_row_dup(s, 2);
+    out->target = store_row_dup(s, 3);
+    out->attempts = (int)s->i64(s->src, 4, 0);
+    c->err = store_row_append(s, 5, &out->body);
+    return 0;
+}
+
+int store_stats_row(void *out, const store_row_source *s)
+{
+    stats_count(out, s->text(s->src, 0), s->i64(s->src, 1, 0), s->i64(s->src, 2, 0));
+    return 0;
+}
+
+int store_kv_row(void *ctx, const store_row_source *s)
+{
+    store_kv_read *k = ctx;
+    size_t len;
+    const void *p = s->blob(s->src, 0, &len);
+    k->found = true;
+    k->err = buf_append(k->value, p ? p : "", len);
+    return 1;
+}
+
+int store_scalar_row(void *ctx, const store_row_source *s)
+{
+    store_scalar *r = ctx;
+    r->found = s->text(s->src, 0) != NULL;
+    r->v = s->i64(s->src, 0, 0);
+    return 1;
+}
+
+int store_dispatch_row(void *ctx, const store_row_source *s)
+{
+    store_dispatch_read *d = ctx;
+    store_dispatch *out = d->out;
+    const char *sha = s->text(s->src, 2), *event = s->text(s->src, 3);
+    d->found = true;
+    out->dispatched_at = s->i64(s->src, 0, 0);
+    out->pr_number = s->i64(s->src, 1, 0);
+    snprintf(out->head_sha, sizeof(out->head_sha), "%s", sha ? sha : "");
+    snprintf(out->event, sizeof(out->event), "%s", event ? event : "");
+    if (d->with_payload)
+        d->err = store_row_append(s, 4, &out->payload);
+    return 1;
+}
+
+int store_pin_row(void *ctx, const store_row_source *s)
+{
+    store_pin_check *c = ctx;
+    store_identity_row r;
+    identity_fill(&r, s);
+    bool same = *c->repository_id && *c->owner_id &&
+                strcmp(r.repository_id, c->repository_id) == 0 &&
+                strcmp(r.owner_id, c->owner_id) == 0;
+    c->found = true;
+    c->outcome = same ? STORE_PIN_MATCH : STORE_PIN_MISMATCH;
+    if (!same && c->seen)
+        c->seen(c->ctx, &r);
+    return 1;
 }

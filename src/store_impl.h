@@ -1,18 +1,177 @@
 /*
- * store_impl.h - what a store backend provides (internal to store*.c).
+ * store_impl.h - what a store backend provides, and what both backends share (internal to
+ * store*.c and run_state.c).
  *
- * store.c owns the public functions; each forwards to the backend's operation of the same name.
- * A backend embeds `struct store` as its first member so that the pointer casts both ways.
+ * store.c owns the public functions; each does what both backends would (defaults, outputs
+ * zeroed, a filter never NULL, the caller's callbacks wrapped as store_rows) and forwards to the
+ * backend's operation of the same name. A backend embeds `struct store` as its first member so
+ * that the pointer casts both ways.
+ *
+ * Both backends write statement parameters with the ARG_* macros and hand each result row, as a
+ * store_row_source, to the row functions below (store.c): the column lists (the _COLUMNS
+ * macros) and their reading into the public row types have one home. Nothing here allocates
+ * except store_row_dup, whose copy the caller owns.
  */
 #ifndef CRCR_STORE_IMPL_H
 #define CRCR_STORE_IMPL_H
 
 #include "store.h"
 
-typedef struct store_ops {
-    void (*close)(store *st);
-    crcr_err (*recover)(store *st);
-    crcr_err (*ping)(store *st);
+/* ---- statement parameters, written the same way for both backends ---- */
+
+typedef enum { STORE_P_TEXT, STORE_P_INT, STORE_P_BLOB } store_param_kind;
+
+/* One value bound to a statement's parameter (?N, $N: N is its index + 1); `is_null` for SQL
+ * NULL. Borrowed: what it points to must outlive the statement's run. */
+typedef struct store_param {
+    store_param_kind kind;
+    bool is_null;
+    const char *text;
+    int64_t i;
+    const void *blob;
+    size_t len;
+} store_param;
+
+#define ARG_TEXT(v) ((store_param){.kind = STORE_P_TEXT, .is_null = (v) == NULL, .text = (v)})
+#define ARG_INT(v) ((store_param){.kind = STORE_P_INT, .i = (v)})
+/* An integer, or SQL NULL unless `cond`. */
+#define ARG_INT_IF(cond, v) ((store_param){.kind = STORE_P_INT, .is_null = !(cond), .i = (v)})
+/* Bytes (BLOB, BYTEA); SQL NULL when `p` is NULL. */
+#define ARG_BLOB(p, n)                                                                             \
+    ((store_param){.kind = STORE_P_BLOB, .is_null = (p) == NULL, .blob = (p), .len = (n)})
+/* `values, count` of a list of the above: the (v, n) parameters of the backends' helpers. */
+#define ARGS(...)                                                                                  \
+    (const store_param[]){__VA_ARGS__},                                                            \
+        (int)(sizeof((const store_param[]){__VA_ARGS__}) / sizeof(store_param))
+
+/* ---- rows read back, the same way by both backends ---- */
+
+/* Where a row comes from: accessors over a backend's result row. `text` gives NULL for NULL, `i64`
+ * gives `dflt`, `blob` NULL with *len 0. Pointers are the backend's, valid until its next row. */
+typedef struct store_row_source {
+    const char *(*text)(void *src, int col);
+    int64_t (*i64)(void *src, int col, int64_t dflt);
+    const void *(*blob)(void *src, int col, size_t *len);
+    void *src;
+} store_row_source;
+
+/* What a backend's statement helpers call for each row of a result: a non-zero return stops the
+ * statement there. The row functions below are of this kind. */
+typedef int (*store_row_fn)(void *ctx, const store_row_source *row);
+
+/* A heap copy of a text column (caller frees); NULL for SQL NULL or when out of memory. */
+char *store_row_dup(const store_row_source *s, int col);
+/* Appends a blob column to `out` (nothing for NULL or empty). */
+crcr_err store_row_append(const store_row_source *s, int col, buf_t *out);
+
+/* Columns of a delivery in store_delivery_row order, from `deliveries d`; DELIVERY_PAYLOAD_COLUMN
+ * is where a query that adds ", d.payload" finds it (store_delivery_read_row). */
+#define DELIVERY_COLUMNS                                                                           \
+    "d.delivery_id, d.event, d.action, d.upstream_repo, d.pr_number, d.head_sha, d.ref, "          \
+    "d.received_at, d.payload_bytes, d.status"
+#define DELIVERY_PAYLOAD_COLUMN 10
+/* Columns of an outbox row in store_job_row order. */
+#define JOB_COLUMNS                                                                                \
+    "id, kind, delivery_id, target, state, last_error, note, attempts, last_status, "              \
+    "next_attempt_at, created_at, done_at, body"
+/* Columns of a pin in store_identity_row order. */
+#define IDENTITY_COLUMNS "repo, repository_id, owner_id, pinned_at, last_seen_at"
+/* The dispatch record of a delivery to a repo, from `outbox o JOIN deliveries d`, then the
+ * delivery's payload when it is wanted (NULL otherwise), as store_dispatch_row reads them. */
+#define DISPATCH_COLUMNS "COALESCE(o.done_at, o.created_at), d.pr_number, d.head_sha, d.event"
+
+/* The caller's callback of a listing (set the one the listing calls) and its context. */
+typedef struct store_rows {
+    int (*delivery)(void *ctx, const store_delivery_row *row); /* non-zero stops */
+    void (*job)(void *ctx, const store_job_row *row);
+    void (*run)(void *ctx, const store_run_row *row);
+    void (*identity)(void *ctx, const store_identity_row *row);
+    void *ctx;
+} store_rows;
+
+/* The row function of a listing, ctx a store_rows: reads the row of the callback that is set
+ * from the columns of its _COLUMNS macro (runs: RUN_COLUMNS, run_state.h) and passes it on. */
+int store_listing_row(void *rows, const store_row_source *s);
+
+/* A claimed outbox row (id, kind, delivery_id, target, attempts, body) into `out`, ctx a
+ * store_claim_read; the body is appended to out->body. Goes on (a RETURNING statement must run
+ * to its end). */
+typedef struct store_claim_read {
+    store_job *out;
+    bool found;
+    crcr_err err; /* of the body's copy */
+} store_claim_read;
+int store_claim_row(void *ctx, const store_row_source *s);
+
+/* Adds one `SELECT state, count(*), min(next_attempt_at) ... GROUP BY state` row to the
+ * store_outbox_stats `out` (both backends' outbox statistics). */
+int store_stats_row(void *out, const store_row_source *s);
+
+/* The delivery of store_get_delivery (DELIVERY_COLUMNS, then its payload), ctx a
+ * store_delivery_read: `found`, and passed to `dfn` when set. Stops. */
+typedef struct store_delivery_read {
+    void (*dfn)(void *ctx, const store_delivery_row *row, const char *payload, size_t len);
+    void *ctx;
+    bool found;
+} store_delivery_read;
+int store_delivery_read_row(void *ctx, const store_row_source *s);
+
+/* A kv value (one column) appended to `value`, ctx a store_kv_read. Stops. */
+typedef struct store_kv_read {
+    buf_t *value;
+    bool found;
+    crcr_err err; /* of the append */
+} store_kv_read;
+int store_kv_row(void *ctx, const store_row_source *s);
+
+/* One value a statement answers: `found` when it gave a row whose first column is not NULL (its
+ * `text` is NULL only then), `v` that column. store_scalar_row (ctx: a store_scalar) stops at the
+ * first row. */
+typedef struct store_scalar {
+    bool found;
+    int64_t v;
+} store_scalar;
+int store_scalar_row(void *ctx, const store_row_source *s);
+
+/* A dispatch record (DISPATCH_COLUMNS) into `out`, its payload appended when `with_payload`;
+ * ctx: a store_dispatch_read. */
+typedef struct store_dispatch_read {
+    store_dispatch *out;
+    bool with_payload;
+    bool found;
+    crcr_err err; /* of the payload's copy */
+} store_dispatch_read;
+int store_dispatch_row(void *ctx, const store_row_source *s);
+
+/* store_identity_pin's check of a pinned row (IDENTITY_COLUMNS), ctx a store_pin_check: a match
+ * needs both ids, equal; `seen` (may be NULL) is told of a mismatch. */
+typedef struct store_pin_check {
+    const char *repository_id, *owner_id;
+    void (*seen)(void *ctx, const store_identity_row *row);
+    void *ctx;
+    bool found;
+    store_pin_outcome outcome;
+} store_pin_check;
+int store_pin_row(void *ctx, const store_row_source *s);
+
+/* ---- the operations a backend provides ---- */
+
+/* The operations come in groups, as the backends' files define them; what store.c has already
+ * done for an operation is said beside it. */
+
+/* store_run_apply's arguments as one, which the backends pass on through their callbacks; `res`
+ * is initialised (zero, queue_ms = exec_ms = -1). */
+typedef struct store_run_call {
+    const store_run_update *u;
+    store_effects_fn effects;
+    void *ctx;
+    store_run_result *res;
+    char *reason;
+    size_t reasonsz;
+} store_run_call;
+
+/* Deliveries, the outbox, kv and leases, retention. */
+typedef struct store_outbox_ops {
     crcr_err (*ingest)(store *st, const store_delivery *d, const store_new_job *jobs, size_t n);
     crcr_err (*claim)(store *st, int64_t now, int64_t lease_ms, store_job *out);
     crcr_err (*next_due)(store *st, int64_t *due);
@@ -23,60 +182,72 @@ typedef struct store_ops {
     crcr_err (*job_retry)(store *st, int64_t id, int64_t lease, int64_t next_at, bool count_attempt,
                           long http_status, const char *error);
     crcr_err (*job_renew)(store *st, int64_t id, int64_t lease, int64_t new_lease);
+    /* *n is 0 until it succeeds. */
     crcr_err (*redeliver)(store *st, const char *delivery_id, const char *repo, int64_t now,
                           int *n);
-    crcr_err (*list_deliveries)(store *st, const store_filter *f,
-                                int (*fn)(void *ctx, const store_delivery_row *row), void *ctx);
-    crcr_err (*get_delivery)(store *st, const char *delivery_id,
-                             void (*dfn)(void *ctx, const store_delivery_row *row,
-                                         const char *payload, size_t payload_len),
-                             void (*jfn)(void *ctx, const store_job_row *row), void *ctx);
-    crcr_err (*outbox_stats)(store *st, store_outbox_stats *out);
-    crcr_err (*kv_get)(store *st, const char *key, buf_t *value, int64_t now);
+    crcr_err (*enqueue)(store *st, const char *delivery_id, const store_new_job *jobs, size_t n);
+    /* `f` is never NULL. */
+    crcr_err (*list_deliveries)(store *st, const store_filter *f, store_rows *rows);
+    /* The delivery to store_delivery_read_row, then its outbox rows in id order to `jobs` when
+     * jobs->job is set; CRCR_E_NOT_FOUND for an unknown id. */
+    crcr_err (*get_delivery)(store *st, const char *delivery_id, store_delivery_read *delivery,
+                             store_rows *jobs);
+    crcr_err (*outbox_stats)(store *st, store_outbox_stats *out); /* out zeroed */
+    /* The live value to store_kv_row. */
+    crcr_err (*kv_get)(store *st, const char *key, int64_t now, store_kv_read *value);
     crcr_err (*kv_put)(store *st, const char *key, const char *value, size_t len,
                        int64_t expires_at);
-    crcr_err (*retention)(store *st, int64_t before, int *n);
-    crcr_err (*run_apply)(store *st, const store_run_update *u, store_effects_fn effects, void *ctx,
-                          store_run_result *res, char *reason, size_t reasonsz);
-    crcr_err (*runs_for_sha)(store *st, const char *head_sha, const char *repo,
-                             void (*fn)(void *ctx, const store_run_row *row), void *ctx);
-    crcr_err (*zombies)(store *st, int64_t started_before, int limit,
-                        void (*fn)(void *ctx, const store_run_row *row), void *ctx);
-    crcr_err (*wanted_set)(store *st, const char *head_sha, const char *repo, int64_t now);
-    crcr_err (*wanted_get)(store *st, const char *head_sha, const char *repo, int64_t since);
+    /* `key` is the kv key of the named lease; *held is false. */
+    crcr_err (*lease)(store *st, const char *key, const char *owner, int64_t now, int64_t ttl_ms,
+                      bool *held);
+    crcr_err (*retention)(store *st, int64_t before, int *n); /* *n is 0 */
+} store_outbox_ops;
+
+/* Callback runs and what they are checked against. */
+typedef struct store_run_ops {
+    crcr_err (*run_apply)(store *st, store_run_call *call);
     crcr_err (*rate_hit)(store *st, const char *repo, int64_t now, int64_t window_ms, long limit,
                          bool *allowed, int64_t *retry_after_ms);
-    crcr_err (*enqueue)(store *st, const char *delivery_id, const store_new_job *jobs, size_t n);
-    crcr_err (*lease)(store *st, const char *name, const char *owner, int64_t now, int64_t ttl_ms,
-                      bool *held);
-    crcr_err (*list_runs)(store *st, const store_run_filter *f,
-                          void (*fn)(void *ctx, const store_run_row *row), void *ctx);
+    crcr_err (*runs_for_sha)(store *st, const char *head_sha, const char *repo, store_rows *rows);
+    /* `limit` is above 0. */
+    crcr_err (*zombies)(store *st, int64_t started_before, int limit, store_rows *rows);
+    /* `f` is never NULL. */
+    crcr_err (*list_runs)(store *st, const store_run_filter *f, store_rows *rows);
+    crcr_err (*wanted_set)(store *st, const char *head_sha, const char *repo, int64_t now);
+    /* A mark to store_scalar_row. */
+    crcr_err (*wanted_get)(store *st, const char *head_sha, const char *repo, int64_t since,
+                           store_scalar *mark);
     crcr_err (*callback_rejected)(store *st, const char *repo, int64_t now, int status);
-    crcr_err (*callback_rejections)(store *st, const char *repo, int64_t since, int64_t *n);
+    /* The count to store_scalar_row. */
+    crcr_err (*callback_rejections)(store *st, const char *repo, int64_t since, store_scalar *n);
+    /* The record to store_dispatch_row (its `out` cleared). */
     crcr_err (*dispatch_get)(store *st, const char *delivery_id, const char *repo,
-                             bool with_payload, store_dispatch *out);
-    crcr_err (*identity_pin)(store *st, const char *repo, const char *repository_id,
-                             const char *owner_id, int64_t now, store_pin_outcome *outcome,
-                             void (*seen)(void *ctx, const store_identity_row *row), void *ctx);
-    crcr_err (*identity_list)(store *st, void (*fn)(void *ctx, const store_identity_row *row),
-                              void *ctx);
-    crcr_err (*identity_reset)(store *st, const char *repo);
+                             store_dispatch_read *d);
+    /* The pin of `repo` to store_pin_row, created first with the check's ids when the name has
+     * none and both ids are given (check->found false: no pin). */
+    crcr_err (*identity_pin)(store *st, const char *repo, int64_t now, store_pin_check *check);
+    crcr_err (*identity_list)(store *st, store_rows *rows);
+    crcr_err (*identity_reset)(store *st, const char *repo, int64_t *n); /* *n: pins deleted */
+    /* Only called when amount <= limit; *allowed is false. */
     crcr_err (*budget_take)(store *st, const char *name, int64_t amount, int64_t limit,
                             int64_t expires_at, bool *allowed);
+} store_run_ops;
+
+typedef struct store_ops {
+    void (*close)(store *st);
+    crcr_err (*recover)(store *st);
+    crcr_err (*ping)(store *st);
     /* Optional (NULL when the backend has no cross-process wake-up, e.g. SQLite): waits up to
      * timeout_ms for new outbox rows written by any process. CRCR_OK when woken, CRCR_E_NOT_FOUND
      * on timeout, CRCR_E_STORE when the database is away (after waiting out the timeout). */
     crcr_err (*wait_for_work)(store *st, int64_t timeout_ms);
+    const store_outbox_ops *outbox;
+    const store_run_ops *runs;
 } store_ops;
 
 struct store {
     const store_ops *ops;
 };
-
-/* Adds one `SELECT state, count(*), min(next_attempt_at) ... GROUP BY state` row to *out (both
- * backends' outbox statistics). */
-void store_stats_count(store_outbox_stats *out, const char *state, int64_t count,
-                       int64_t oldest_due);
 
 /* Backend constructors: `location` is the URI without its scheme prefix for SQLite
  * ("sqlite:PATH" -> "PATH") and the whole URI for PostgreSQL. */

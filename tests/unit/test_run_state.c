@@ -111,7 +111,7 @@ static void row_params_are_the_upsert_columns_in_order(void **state)
                           .payload_len = 2,
                           .now = NOW};
     store_run_result res = {.dispatched_at = 0, .started_at = NOW, .queue_ms = -1, .exec_ms = -1};
-    run_param p[RUN_UPSERT_PARAMS];
+    store_param p[RUN_UPSERT_PARAMS];
     run_row_params(&u, &res, p);
     assert_string_equal(p[0].text, "d");
     assert_string_equal(p[4].text, "build");
@@ -124,7 +124,7 @@ static void row_params_are_the_upsert_columns_in_order(void **state)
     assert_true(p[17].is_null && p[18].is_null);
     assert_int_equal(p[19].i, 3);
     assert_true(p[20].is_null);
-    assert_int_equal(p[22].kind, RUN_P_BLOB);
+    assert_int_equal(p[22].kind, STORE_P_BLOB);
     assert_int_equal(p[22].len, 2);
     assert_int_equal(p[23].i, NOW);
     u.status = "completed";

@@ -1,0 +1,130 @@
+/*
+ * store_pg.h - what the files of the PostgreSQL store share (internal to store_pg*.c): the store's
+ * struct, the pool's borrowed connections, the statement helpers and the operations each file
+ * defines for the table in store_pg.c.
+ *
+ *   store_pg.c         connections and the pool, statements, schema and migrations, open/close
+ *   store_pg_live.c    the listener connection: instance liveness (store_recover) and waking
+ *                      workers (store_wait_for_work)
+ *   store_pg_outbox.c  deliveries, the outbox (ingest, claims, finish/retry/renew, redeliver,
+ *                      listings, statistics), kv and leases, retention
+ *   store_pg_runs.c    run transitions, the rate limit, runs listings, zombies, labels,
+ *                      rejections, dispatch records, identity pins, budgets
+ *
+ * An operation runs on one borrowed connection (pg_with_conn), retried once on a fresh one when
+ * the connection broke before anything reached the caller; single statements go through pg_run.
+ */
+#ifndef CRCR_STORE_PG_H
+#define CRCR_STORE_PG_H
+
+#include <libpq-fe.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "limits.h"
+#include "run_state.h"
+#include "store_impl.h"
+
+/* Parameters of one statement (the runs upsert has 24). */
+#define PG_PARAMS_MAX 32
+/* A claimed row's body or payload; the same cap as the SQLite store. */
+#define PG_JOB_BYTES_MAX (CRCR_MAX_BODY_DEFAULT * 4u)
+/* Longest PostgreSQL error text put into a log line. */
+#define PG_ERRTEXT_MAX 300
+/* Channel of NOTIFY at commit of new outbox rows, which the listener waits on. */
+#define PG_CHANNEL "crcr_outbox"
+/* Advisory lock class of instance liveness: an instance holds (class, its id) ('crcr'). */
+#define PG_LIVE_CLASS 1668440946
+/* An instance judges others' liveness only once it has held its own lock this long: after a
+ * server restart every instance needs a moment (its listener's reconnect) to take its lock again.
+ * No wait when the server had been up PG_LIVE_SERVER_UP_MS when the lock was taken (a restarted
+ * instance on a server that stayed up: the usual crash). */
+#define PG_LIVE_GRACE_MS 3000
+#define PG_LIVE_SERVER_UP_MS 60000
+
+typedef struct pg_store {
+    struct store base;
+    char *uri; /* owned */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    size_t n;         /* pool size */
+    PGconn **conns;   /* owned, NULL until first used or after a failure */
+    bool *busy;       /* slot lent out */
+    atomic_bool down; /* the last connection attempt failed (logged once per outage) */
+    pthread_mutex_t lmu;
+    PGconn *listener; /* LISTEN connection of store_wait_for_work and the instance's liveness
+                         session, guarded by lmu */
+    int64_t listen_retry_at;
+    atomic_int live_id;         /* this instance's id (store_recover); 0: not an instance */
+    _Atomic int64_t live_since; /* clock_mono_ms() when the listener took the instance lock;
+                                   0 while it is not held */
+    atomic_bool live_server_up; /* the server had been up PG_LIVE_SERVER_UP_MS by then */
+} pg_store;
+
+static inline pg_store *pg_store_of(store *st)
+{
+    return (pg_store *)st;
+}
+
+/* One borrowed connection and what an operation did with it. */
+typedef struct pgx {
+    pg_store *s;
+    PGconn *c;
+    size_t slot;
+    const char *op;
+    bool called_back; /* a caller-visible callback ran: the operation must not be repeated */
+} pgx;
+
+/* ---- connections ---- */
+
+/* Opens a connection for `uri` (caller owns it: PQfinish), or NULL with the reason in `why`. */
+PGconn *pg_connect(const char *uri, char *why, size_t whysz);
+/* Copies a libpq message onto one line, bounded, for a log field. */
+void pg_one_line(const char *msg, char *out, size_t outsz);
+
+typedef crcr_err (*pg_op)(pgx *x, void *arg);
+
+/* Runs `fn` on a borrowed connection. When it fails because the connection broke (the server
+ * restarted, the network dropped it) and nothing of it reached the caller (x->called_back), it
+ * runs once more on a fresh connection: a stale pooled connection must not turn into an error. */
+crcr_err pg_with_conn(pg_store *s, const char *op, pg_op fn, void *arg);
+/* pg_with_conn with `fn` inside a transaction: COMMIT when it returns CRCR_OK, else ROLLBACK. */
+crcr_err pg_with_tx(pg_store *s, const char *op, pg_op fn, void *arg);
+
+/* ---- statements ---- */
+
+/* Runs `sql` with v[0..n) as $1..$n, results in binary, calling `row` (may be NULL) with each row
+ * of the result (store_impl.h) until it returns non-zero. *rows (may be NULL) receives the rows
+ * the statement changed or returned. CRCR_E_STORE (logged) when it fails. */
+crcr_err pg_query(pgx *x, const char *sql, const store_param *v, int n, store_row_fn row, void *ctx,
+                  int64_t *rows);
+/* One statement as a whole operation (pg_with_conn under `op`). */
+crcr_err pg_run(pg_store *s, const char *op, const char *sql, const store_param *v, int n,
+                store_row_fn row, void *ctx, int64_t *rows);
+/* The result of `sql` itself (caller PQclear()s), to read after further statements; NULL
+ * (logged) when it failed. */
+PGresult *pg_result(pgx *x, const char *sql, const store_param *v, int n);
+/* Calls `row` with each row of `r` until it returns non-zero. */
+void pg_each(const PGresult *r, store_row_fn row, void *ctx);
+/* Runs a parameterless command (BEGIN, COMMIT, NOTIFY ...). */
+crcr_err pg_cmd(pgx *x, const char *sql);
+/* Ends the transaction: COMMIT when err is CRCR_OK and !discard, ROLLBACK otherwise. */
+crcr_err pg_finish_tx(pgx *x, crcr_err err, bool discard);
+
+/* ---- operations ---- */
+
+/* Inserts outbox rows of `delivery_id` inside the caller's transaction; an existing dispatch row
+ * of the same target is kept (not an error). A job without due_at is due `now`. Signals waiting
+ * workers at commit. */
+crcr_err pg_insert_jobs(pgx *x, const char *delivery_id, const store_new_job *jobs, size_t n,
+                        int64_t now);
+
+/* The operations of store_pg_live.c, store_pg_outbox.c and store_pg_runs.c. */
+crcr_err pg_recover(store *st);
+crcr_err pg_wait_for_work(store *st, int64_t timeout_ms);
+extern const store_outbox_ops PG_OUTBOX_OPS;
+extern const store_run_ops PG_RUN_OPS;
+
+#endif

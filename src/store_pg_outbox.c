@@ -1,0 +1,433 @@
+/*
+ * store_pg_outbox.c - the PostgreSQL store's deliveries and outbox: ingest, claims (SKIP LOCKED,
+ * tied to the claiming instance's liveness), finish/retry/renew under the claim's lease,
+ * redeliver, the delivery listings and outbox statistics, the kv cache and named leases,
+ * retention. Writes that add outbox rows NOTIFY the listeners at commit. See store_pg.c for the
+ * connections and what keeps several instances correct.
+ */
+#include <libpq-fe.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "clock.h"
+#include "store_pg.h"
+
+crcr_err pg_insert_jobs(pgx *x, const char *delivery_id, const store_new_job *jobs, size_t n,
+                        int64_t now)
+{
+    for (size_t i = 0; i < n; i++) {
+        const store_new_job *j = &jobs[i];
+        crcr_err e =
+            pg_query(x,
+                     "INSERT INTO outbox(kind, delivery_id, target, body, state, "
+                     "attempts, next_attempt_at, created_at, seq_key) VALUES ($1, $2, "
+                     "$3, $4::bytea, 'queued', 0, $5, $6, $7) ON CONFLICT DO NOTHING",
+                     ARGS(ARG_TEXT(j->kind), ARG_TEXT(delivery_id), ARG_TEXT(j->target),
+                          ARG_BLOB(j->body, j->body_len), ARG_INT(j->due_at ? j->due_at : now),
+                          ARG_INT(now), ARG_TEXT(j->seq_key)),
+                     NULL, NULL, NULL);
+        if (e)
+            return e;
+    }
+    return n ? pg_cmd(x, "NOTIFY " PG_CHANNEL) : CRCR_OK;
+}
+
+/* ---- ingest ---- */
+
+/* Outbox rows to add: an ingest's with its delivery, or rows of an existing delivery. */
+typedef struct jobs_args {
+    const store_delivery *d;
+    const char *delivery_id;
+    const store_new_job *jobs;
+    size_t n;
+} jobs_args;
+
+static crcr_err op_ingest(pgx *x, void *arg)
+{
+    jobs_args *a = arg;
+    const store_delivery *d = a->d;
+    int64_t rows = 0;
+    crcr_err e = pg_query(
+        x,
+        "INSERT INTO deliveries(delivery_id, event, action, upstream_repo, pr_number, head_sha, "
+        "ref, received_at, payload, payload_bytes, status) VALUES ($1, $2, $3, $4, $5, $6, $7, "
+        "$8, $9::bytea, $10, $11) ON CONFLICT (delivery_id) DO NOTHING",
+        ARGS(ARG_TEXT(d->delivery_id), ARG_TEXT(d->event), ARG_TEXT(d->action),
+             ARG_TEXT(d->upstream_repo), ARG_INT(d->pr_number), ARG_TEXT(d->head_sha),
+             ARG_TEXT(d->ref), ARG_INT(d->received_at),
+             ARG_BLOB(d->payload ? d->payload : "", d->payload_len),
+             ARG_INT((int64_t)d->payload_len), ARG_TEXT(d->status ? d->status : "queued")),
+        NULL, NULL, &rows);
+    if (!e && rows == 0)
+        e = CRCR_E_DUPLICATE;
+    return e ? e : pg_insert_jobs(x, d->delivery_id, a->jobs, a->n, d->received_at);
+}
+
+static crcr_err pg_ingest(store *st, const store_delivery *d, const store_new_job *jobs, size_t n)
+{
+    jobs_args a = {.d = d, .jobs = jobs, .n = n};
+    return pg_with_tx(pg_store_of(st), "ingest", op_ingest, &a);
+}
+
+static crcr_err op_enqueue(pgx *x, void *arg)
+{
+    jobs_args *a = arg;
+    return pg_insert_jobs(x, a->delivery_id, a->jobs, a->n, a->n ? a->jobs[0].due_at : 0);
+}
+
+static crcr_err pg_enqueue(store *st, const char *delivery_id, const store_new_job *jobs, size_t n)
+{
+    jobs_args a = {.delivery_id = delivery_id, .jobs = jobs, .n = n};
+    return pg_with_tx(pg_store_of(st), "enqueue", op_enqueue, &a);
+}
+
+/* ---- claims and the claimed row's fences ---- */
+
+typedef struct claim_args {
+    int64_t now, lease_ms;
+    store_claim_read read;
+} claim_args;
+
+/* The claimed row (store_claim_row), then its delivery's fields and what it was before. */
+static int claimed_row(void *ctx, const store_row_source *s)
+{
+    claim_args *a = ctx;
+    store_job *out = a->read.out;
+    store_claim_row(&a->read, s);
+    out->lease_until = a->now + a->lease_ms;
+    out->event = store_row_dup(s, 6);
+    if (!a->read.err)
+        a->read.err = store_row_append(s, 7, &out->payload);
+    out->pr_number = s->i64(s->src, 8, 0);
+    out->head_sha = store_row_dup(s, 9);
+    const char *was = s->text(s->src, 10);
+    if (was && strcmp(was, "running") == 0)
+        out->reclaimed = s->i64(s->src, 11, 0) < a->now ? "lease_expired" : "holder_gone";
+    return 1;
+}
+
+/*
+ * A running row is due when its lease expired or, once this instance may judge (PG_LIVE_GRACE_MS),
+ * when another instance's lock on its owner is not held: a shared try-lock on the owner's key
+ * succeeds exactly then (held only to the end of this statement). An instance never judges
+ * itself, and a claim made while this process holds no lock records no owner (lease only).
+ */
+static crcr_err op_claim(pgx *x, void *arg)
+{
+    claim_args *a = arg;
+    pg_store *s = x->s;
+    int id = atomic_load(&s->live_id);
+    int64_t since = atomic_load(&s->live_since);
+    bool held = id > 0 && since > 0;
+    bool may_judge =
+        held && (atomic_load(&s->live_server_up) || clock_mono_ms() - since >= PG_LIVE_GRACE_MS);
+    crcr_err e =
+        pg_query(x,
+                 "WITH c AS (UPDATE outbox u SET state='running', lease_until=$1, "
+                 "owner=$3::integer FROM (SELECT id, state, lease_until FROM outbox o WHERE "
+                 "((state='queued' AND next_attempt_at<=$2) OR (state='running' AND "
+                 "(lease_until<$2 OR ($4::boolean AND o.owner IS NOT NULL AND o.owner IS "
+                 "DISTINCT FROM $3::integer AND pg_try_advisory_xact_lock_shared($5::integer, "
+                 "o.owner))))) AND (o.seq_key IS NULL OR NOT EXISTS (SELECT 1 FROM outbox p "
+                 "WHERE p.seq_key=o.seq_key AND p.id<o.id AND p.state IN ('queued','running'))) "
+                 "ORDER BY next_attempt_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) w WHERE "
+                 "u.id=w.id RETURNING u.id, u.kind, u.delivery_id, u.target, u.attempts, u.body, "
+                 "w.state AS was_state, w.lease_until AS was_lease) SELECT c.id, c.kind, "
+                 "c.delivery_id, c.target, c.attempts, c.body, d.event, d.payload, d.pr_number, "
+                 "d.head_sha, c.was_state, c.was_lease FROM c LEFT JOIN deliveries d ON "
+                 "d.delivery_id = c.delivery_id",
+                 ARGS(ARG_INT(a->now + a->lease_ms), ARG_INT(a->now), ARG_INT_IF(held, id),
+                      ARG_TEXT(may_judge ? "true" : "false"), ARG_INT(PG_LIVE_CLASS)),
+                 claimed_row, a, NULL);
+    if (e)
+        return e;
+    if (!a->read.found)
+        return CRCR_E_NOT_FOUND;
+    e = a->read.err;
+    if (!e && (!a->read.out->kind || !a->read.out->target))
+        e = CRCR_E_NOMEM;
+    /* The row is leased now: a retry must not claim a second one on the caller's behalf. */
+    x->called_back = true;
+    return e;
+}
+
+static crcr_err pg_claim(store *st, int64_t now, int64_t lease_ms, store_job *out)
+{
+    memset(out, 0, sizeof(*out));
+    buf_init(&out->body, PG_JOB_BYTES_MAX);
+    buf_init(&out->payload, PG_JOB_BYTES_MAX);
+    claim_args a = {.now = now, .lease_ms = lease_ms, .read = {.out = out}};
+    crcr_err e = pg_with_conn(pg_store_of(st), "claim", op_claim, &a);
+    if (e)
+        store_job_free(out);
+    return e;
+}
+
+static crcr_err pg_next_due(store *st, int64_t *due)
+{
+    store_scalar min = {0};
+    crcr_err e = pg_run(pg_store_of(st), "next_due",
+                        "SELECT min(next_attempt_at) FROM outbox WHERE state='queued'", NULL, 0,
+                        store_scalar_row, &min, NULL);
+    if (e)
+        return e;
+    if (!min.found)
+        return CRCR_E_NOT_FOUND;
+    *due = min.v;
+    return CRCR_OK;
+}
+
+/* An update of a claimed row under its lease (the fences of store.h): CRCR_E_STATE when it
+ * changed nothing, the lease was lost. */
+static crcr_err fenced(store *st, const char *op, const char *sql, const store_param *v, int n)
+{
+    int64_t rows = 0;
+    crcr_err e = pg_run(pg_store_of(st), op, sql, v, n, NULL, NULL, &rows);
+    return !e && rows == 0 ? CRCR_E_STATE : e;
+}
+
+static crcr_err pg_job_finish(store *st, int64_t id, int64_t lease, const char *state,
+                              long http_status, const char *error, const char *note,
+                              const char *body, size_t body_len, int64_t now)
+{
+    return fenced(st, "finish",
+                  "UPDATE outbox SET state=$1, attempts=attempts+1, last_status=$2::integer, "
+                  "last_error=$3, note=$4, body=COALESCE($5::bytea, body), done_at=$6, "
+                  "lease_until=NULL, owner=NULL WHERE id=$7 AND state='running' AND lease_until=$8",
+                  ARGS(ARG_TEXT(state), ARG_INT_IF(http_status > 0, http_status),
+                       ARG_TEXT(error && *error ? error : NULL),
+                       ARG_TEXT(note && *note ? note : NULL), ARG_BLOB(body, body_len),
+                       ARG_INT(now), ARG_INT(id), ARG_INT(lease)));
+}
+
+static crcr_err pg_job_retry(store *st, int64_t id, int64_t lease, int64_t next_at,
+                             bool count_attempt, long http_status, const char *error)
+{
+    return fenced(st, "retry",
+                  "UPDATE outbox SET state='queued', attempts=attempts+$1::integer, "
+                  "next_attempt_at=$2, last_status=$3::integer, last_error=$4, "
+                  "lease_until=NULL, owner=NULL WHERE id=$5 AND state='running' AND lease_until=$6",
+                  ARGS(ARG_INT(count_attempt ? 1 : 0), ARG_INT(next_at),
+                       ARG_INT_IF(http_status > 0, http_status),
+                       ARG_TEXT(error && *error ? error : NULL), ARG_INT(id), ARG_INT(lease)));
+}
+
+static crcr_err pg_job_renew(store *st, int64_t id, int64_t lease, int64_t new_lease)
+{
+    return fenced(st, "renew",
+                  "UPDATE outbox SET lease_until=$1 WHERE id=$2 AND state='running' AND "
+                  "lease_until=$3",
+                  ARGS(ARG_INT(new_lease), ARG_INT(id), ARG_INT(lease)));
+}
+
+typedef struct redeliver_args {
+    const char *delivery_id, *repo;
+    int64_t now;
+    int64_t rows;
+} redeliver_args;
+
+static crcr_err op_redeliver(pgx *x, void *arg)
+{
+    redeliver_args *a = arg;
+    int64_t found = 0;
+    /* FOR SHARE: retention must not delete the delivery under the re-queued rows. */
+    crcr_err e = pg_query(x, "SELECT 1 FROM deliveries WHERE delivery_id=$1 FOR SHARE",
+                          ARGS(ARG_TEXT(a->delivery_id)), NULL, NULL, &found);
+    if (!e && found == 0)
+        e = CRCR_E_NOT_FOUND;
+    a->rows = 0;
+    if (!e)
+        e = pg_query(x,
+                     "UPDATE outbox SET state='queued', attempts=0, next_attempt_at=$1, "
+                     "done_at=NULL, lease_until=NULL, owner=NULL, last_error=NULL, "
+                     "last_status=NULL, note=NULL WHERE kind='dispatch' AND delivery_id=$2 AND "
+                     "state<>'running' AND ($3::text IS NULL OR lower(target)=lower($3::text))",
+                     ARGS(ARG_INT(a->now), ARG_TEXT(a->delivery_id), ARG_TEXT(a->repo)), NULL, NULL,
+                     &a->rows);
+    if (!e && a->rows == 0 && a->repo) {
+        /* A repo that had no row for this delivery (added to the allowlist since): create one. */
+        e = pg_query(x,
+                     "INSERT INTO outbox(kind, delivery_id, target, state, attempts, "
+                     "next_attempt_at, created_at) VALUES ('dispatch', $1, $2, 'queued', 0, $3, "
+                     "$3) ON CONFLICT DO NOTHING",
+                     ARGS(ARG_TEXT(a->delivery_id), ARG_TEXT(a->repo), ARG_INT(a->now)), NULL, NULL,
+                     &a->rows);
+    }
+    if (!e && a->rows > 0)
+        e = pg_cmd(x, "NOTIFY " PG_CHANNEL);
+    return e;
+}
+
+static crcr_err pg_redeliver(store *st, const char *delivery_id, const char *repo, int64_t now,
+                             int *n)
+{
+    redeliver_args a = {delivery_id, repo, now, 0};
+    crcr_err e = pg_with_tx(pg_store_of(st), "redeliver", op_redeliver, &a);
+    if (!e)
+        *n = (int)a.rows;
+    return e;
+}
+
+/* ---- listings ---- */
+
+static crcr_err pg_list_deliveries(store *st, const store_filter *f, store_rows *rows)
+{
+    return pg_run(pg_store_of(st), "list",
+                  "SELECT " DELIVERY_COLUMNS " FROM deliveries d WHERE ($1::text IS NULL OR "
+                  "EXISTS (SELECT 1 FROM outbox o WHERE o.delivery_id=d.delivery_id AND "
+                  "o.state=$1::text)) AND ($2::text IS NULL OR EXISTS (SELECT 1 FROM outbox o "
+                  "WHERE o.delivery_id=d.delivery_id AND lower(o.target)=lower($2::text))) "
+                  "AND ($4::bigint=0 OR d.pr_number=$4::bigint) "
+                  "ORDER BY d.received_at DESC, d.seq DESC LIMIT $3",
+                  ARGS(ARG_TEXT(f->state), ARG_TEXT(f->repo), ARG_INT(f->limit > 0 ? f->limit : 50),
+                       ARG_INT(f->pr_number)),
+                  store_listing_row, rows, NULL);
+}
+
+typedef struct get_args {
+    const char *delivery_id;
+    store_delivery_read *delivery;
+    store_rows *jobs;
+} get_args;
+
+static crcr_err op_get_delivery(pgx *x, void *arg)
+{
+    get_args *a = arg;
+    PGresult *d = pg_result(x,
+                            "SELECT " DELIVERY_COLUMNS ", d.payload FROM deliveries d WHERE "
+                            "d.delivery_id=$1",
+                            ARGS(ARG_TEXT(a->delivery_id)));
+    if (!d)
+        return CRCR_E_STORE;
+    if (PQntuples(d) == 0) {
+        PQclear(d);
+        return CRCR_E_NOT_FOUND;
+    }
+    PGresult *j = NULL;
+    if (a->jobs->job) {
+        /* Both reads first: a failure must not follow a callback. */
+        j = pg_result(x, "SELECT " JOB_COLUMNS " FROM outbox WHERE delivery_id=$1 ORDER BY id",
+                      ARGS(ARG_TEXT(a->delivery_id)));
+        if (!j) {
+            PQclear(d);
+            return CRCR_E_STORE;
+        }
+    }
+    x->called_back = true;
+    pg_each(d, store_delivery_read_row, a->delivery);
+    if (j)
+        pg_each(j, store_listing_row, a->jobs);
+    PQclear(j);
+    PQclear(d);
+    return CRCR_OK;
+}
+
+static crcr_err pg_get_delivery(store *st, const char *delivery_id, store_delivery_read *delivery,
+                                store_rows *jobs)
+{
+    get_args a = {delivery_id, delivery, jobs};
+    return pg_with_conn(pg_store_of(st), "get", op_get_delivery, &a);
+}
+
+static crcr_err pg_outbox_stats(store *st, store_outbox_stats *out)
+{
+    return pg_run(pg_store_of(st), "stats",
+                  "SELECT state, count(*), min(next_attempt_at) FROM outbox GROUP BY state", NULL,
+                  0, store_stats_row, out, NULL);
+}
+
+/* ---- kv and leases ---- */
+
+static crcr_err pg_kv_get(store *st, const char *key, int64_t now, store_kv_read *value)
+{
+    return pg_run(pg_store_of(st), "kv_get",
+                  "SELECT value FROM kv WHERE key=$1 AND (expires_at=0 OR expires_at>$2)",
+                  ARGS(ARG_TEXT(key), ARG_INT(now)), store_kv_row, value, NULL);
+}
+
+static crcr_err pg_kv_put(store *st, const char *key, const char *value, size_t len,
+                          int64_t expires_at)
+{
+    return pg_run(pg_store_of(st), "kv_put",
+                  "INSERT INTO kv(key, value, expires_at) VALUES ($1, $2::bytea, $3) ON CONFLICT "
+                  "(key) DO UPDATE SET value=excluded.value, expires_at=excluded.expires_at",
+                  ARGS(ARG_TEXT(key), ARG_BLOB(value, len), ARG_INT(expires_at)), NULL, NULL, NULL);
+}
+
+static crcr_err pg_lease(store *st, const char *key, const char *owner, int64_t now, int64_t ttl_ms,
+                         bool *held)
+{
+    int64_t rows = 0;
+    /* One statement: taken when free, expired, or already ours; otherwise nothing changes. */
+    crcr_err e = pg_run(
+        pg_store_of(st), "lease",
+        "INSERT INTO kv(key, value, expires_at) VALUES ($1, $2::bytea, $3) ON "
+        "CONFLICT (key) DO UPDATE SET value=excluded.value, "
+        "expires_at=excluded.expires_at WHERE kv.value=excluded.value OR "
+        "kv.expires_at < $4",
+        ARGS(ARG_TEXT(key), ARG_BLOB(owner, strlen(owner)), ARG_INT(now + ttl_ms), ARG_INT(now)),
+        NULL, NULL, &rows);
+    *held = !e && rows > 0;
+    return e;
+}
+
+/* ---- retention ---- */
+
+typedef struct retention_args {
+    int64_t before, deleted;
+} retention_args;
+
+static crcr_err op_retention(pgx *x, void *arg)
+{
+    retention_args *a = arg;
+    static const char *const steps[] = {
+        /* Deliveries old enough and with nothing left to send go, with their outbox rows. */
+        "WITH old AS (SELECT delivery_id FROM deliveries d WHERE received_at < $1 AND NOT "
+        "EXISTS (SELECT 1 FROM outbox o WHERE o.delivery_id=d.delivery_id AND o.state IN "
+        "('queued','running')) FOR UPDATE), gone AS (DELETE FROM outbox WHERE delivery_id IN "
+        "(SELECT delivery_id FROM old)) DELETE FROM deliveries WHERE delivery_id IN (SELECT "
+        "delivery_id FROM old)",
+        "DELETE FROM kv WHERE expires_at<>0 AND expires_at < $1",
+        "DELETE FROM runs WHERE updated_at < $1 AND state<>'in_progress'",
+        "DELETE FROM labels_wanted WHERE created_at < $1",
+        "DELETE FROM callback_rejections WHERE at < $1",
+        "DELETE FROM budgets WHERE expires_at < $1",
+        /* Finished rows of no delivery (nightly HUD forwards) go after the same time. */
+        "DELETE FROM outbox o WHERE o.done_at < $1 AND o.state IN ('sent','dry_run','dead') AND "
+        "NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.delivery_id=o.delivery_id)",
+    };
+    crcr_err e = CRCR_OK;
+    for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]) && !e; i++)
+        e = pg_query(x, steps[i], ARGS(ARG_INT(a->before)), NULL, NULL,
+                     i == 0 ? &a->deleted : NULL);
+    return e;
+}
+
+static crcr_err pg_retention(store *st, int64_t before, int *n)
+{
+    retention_args a = {before, 0};
+    crcr_err e = pg_with_tx(pg_store_of(st), "retention", op_retention, &a);
+    if (!e)
+        *n = (int)a.deleted;
+    return e;
+}
+
+/* This file's operations (store_impl.h). */
+const store_outbox_ops PG_OUTBOX_OPS = {
+    .ingest = pg_ingest,
+    .claim = pg_claim,
+    .next_due = pg_next_due,
+    .job_finish = pg_job_finish,
+    .job_retry = pg_job_retry,
+    .job_renew = pg_job_renew,
+    .redeliver = pg_redeliver,
+    .enqueue = pg_enqueue,
+    .list_deliveries = pg_list_deliveries,
+    .get_delivery = pg_get_delivery,
+    .outbox_stats = pg_outbox_stats,
+    .kv_get = pg_kv_get,
+    .kv_put = pg_kv_put,
+    .lease = pg_lease,
+    .retention = pg_retention,
+};

@@ -1,0 +1,416 @@
+/*
+ * store_sqlite_outbox.c - the SQLite store's deliveries and outbox: ingest (through the group
+ * commit), claims, finish/retry/renew under the claim's lease, redeliver, the delivery listings
+ * and outbox statistics, the kv cache and named leases, retention. See store_sqlite.c for the
+ * connections and the durability of each kind of write.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "limits.h"
+#include "store_sqlite.h"
+
+/* A claimed row's body or payload at the most. */
+#define SQ_JOB_BYTES_MAX (CRCR_MAX_BODY_DEFAULT * 4u)
+
+/* sq_step for an insert whose constraint violation is an answer: CRCR_E_DUPLICATE, not logged. */
+static crcr_err insert_step(sqlite_store *s, sqlite3_stmt *q, const char *op, const store_param *v,
+                            int n)
+{
+    int rc = sq_step_raw(q, v, n, NULL, NULL);
+    if (rc == SQLITE_CONSTRAINT)
+        return CRCR_E_DUPLICATE;
+    return rc == SQLITE_DONE ? CRCR_OK : sq_fail(s->db, op);
+}
+
+/* Inserts one outbox row (s->mu held); CRCR_E_DUPLICATE for a dispatch row that exists. */
+static crcr_err insert_job(sqlite_store *s, const char *delivery_id, const store_new_job *job,
+                           int64_t due, int64_t created, const char *op)
+{
+    sqlite3_stmt *q = sq_stmt(s, SQ_INS_JOB,
+                              "INSERT INTO outbox(kind, delivery_id, target, body, state, "
+                              "attempts, next_attempt_at, created_at, seq_key) VALUES "
+                              "(?,?,?,?,'queued',0,?,?,?)");
+    if (!q)
+        return CRCR_E_STORE;
+    return insert_step(s, q, op,
+                       ARGS(ARG_TEXT(job->kind), ARG_TEXT(delivery_id), ARG_TEXT(job->target),
+                            ARG_BLOB(job->body, job->body_len), ARG_INT(due), ARG_INT(created),
+                            ARG_TEXT(job->seq_key)));
+}
+
+crcr_err sq_insert_jobs(sqlite_store *s, const char *delivery_id, const store_new_job *jobs,
+                        size_t n, int64_t now)
+{
+    for (size_t i = 0; i < n; i++) {
+        crcr_err err = insert_job(s, delivery_id, &jobs[i], jobs[i].due_at ? jobs[i].due_at : now,
+                                  now, "insert_jobs");
+        if (err && err != CRCR_E_DUPLICATE) /* a dispatch row that exists already is kept */
+            return err;
+    }
+    return CRCR_OK;
+}
+
+/* ---- ingest ---- */
+
+/* Writes one delivery and its rows inside the caller's transaction (s->mu held). */
+static crcr_err ingest_one(sqlite_store *s, const store_delivery *d, const store_new_job *jobs,
+                           size_t n)
+{
+    sqlite3_stmt *q = sq_stmt(s, SQ_INS_DELIVERY,
+                              "INSERT INTO deliveries(delivery_id, event, action, upstream_repo, "
+                              "pr_number, head_sha, ref, received_at, payload, payload_bytes, "
+                              "status) VALUES (?,?,?,?,?,?,?,?,?,?,?)");
+    if (!q)
+        return CRCR_E_STORE;
+    crcr_err err = insert_step(
+        s, q, "ingest.delivery",
+        ARGS(ARG_TEXT(d->delivery_id), ARG_TEXT(d->event), ARG_TEXT(d->action),
+             ARG_TEXT(d->upstream_repo), ARG_INT(d->pr_number), ARG_TEXT(d->head_sha),
+             ARG_TEXT(d->ref), ARG_INT(d->received_at), ARG_BLOB(d->payload, d->payload_len),
+             ARG_INT((int64_t)d->payload_len), ARG_TEXT(d->status ? d->status : "queued")));
+    for (size_t i = 0; i < n && !err; i++) {
+        err = insert_job(s, d->delivery_id, &jobs[i], jobs[i].due_at, d->received_at, "ingest.job");
+        if (err == CRCR_E_DUPLICATE) /* within one delivery a repeated row is a failure */
+            err = sq_fail(s->db, "ingest.job");
+    }
+    return err;
+}
+
+typedef struct ingest_args {
+    const store_delivery *d;
+    const store_new_job *jobs;
+    size_t n;
+} ingest_args;
+
+static crcr_err ingest_apply(sqlite_store *s, sq_group_req *r)
+{
+    const ingest_args *a = r->arg;
+    return ingest_one(s, a->d, a->jobs, a->n);
+}
+
+/* Concurrent ingests share one durable commit (sq_group_commit). */
+static crcr_err sq_ingest(store *st, const store_delivery *d, const store_new_job *jobs, size_t n)
+{
+    ingest_args a = {.d = d, .jobs = jobs, .n = n};
+    sq_group_req me = {.apply = ingest_apply, .arg = &a};
+    return sq_group_commit(sq_store(st), &me);
+}
+
+/* ---- claims and the claimed row's fences ---- */
+
+static int claimed_delivery(void *ctx, const store_row_source *s)
+{
+    store_claim_read *c = ctx;
+    store_job *out = c->out;
+    out->event = store_row_dup(s, 0);
+    c->err = store_row_append(s, 1, &out->payload);
+    out->pr_number = s->i64(s->src, 2, 0);
+    out->head_sha = store_row_dup(s, 3);
+    return 1;
+}
+
+/* Claims: a row whose lease ran out (its worker died: few rows, read from the state range of
+ * outbox_due), else the earliest due queued row in outbox_due's order (next_attempt_at, then
+ * rowid = id). Two statements, each walking one index range in order: one statement with an OR
+ * over both made SQLite sort every due row on every claim (5.5 ms a claim with 20,000 queued
+ * rows, quadratic in a fan-out's size; 5.5 us now). */
+static crcr_err sq_claim(store *st, int64_t now, int64_t lease_ms, store_job *out)
+{
+    static const struct {
+        int slot;
+        const char *sql;
+    } claims[] = {
+        {SQ_CLAIM_EXPIRED,
+         "UPDATE outbox SET state='running', lease_until=?1 WHERE id = (SELECT id FROM outbox o "
+         "WHERE state='running' AND lease_until<?2 ORDER BY next_attempt_at, id LIMIT 1) "
+         "RETURNING id, kind, delivery_id, target, attempts, body"},
+        {SQ_CLAIM,
+         "UPDATE outbox SET state='running', lease_until=?1 WHERE id = (SELECT id FROM outbox o "
+         "WHERE state='queued' AND next_attempt_at<=?2 AND (o.seq_key IS NULL OR NOT EXISTS "
+         "(SELECT 1 FROM outbox p WHERE p.seq_key=o.seq_key AND p.id<o.id AND p.state IN "
+         "('queued','running'))) ORDER BY next_attempt_at, id LIMIT 1) RETURNING id, kind, "
+         "delivery_id, target, attempts, body"},
+    };
+    sqlite_store *s = sq_store(st);
+    memset(out, 0, sizeof(*out));
+    buf_init(&out->body, SQ_JOB_BYTES_MAX);
+    buf_init(&out->payload, SQ_JOB_BYTES_MAX);
+    store_claim_read c = {.out = out};
+    crcr_err err = CRCR_OK;
+    pthread_mutex_lock(&s->mu);
+    for (size_t i = 0; i < sizeof(claims) / sizeof(claims[0]) && !err && !c.found; i++)
+        err = sq_cached(s, claims[i].slot, "claim", claims[i].sql,
+                        ARGS(ARG_INT(now + lease_ms), ARG_INT(now)), store_claim_row, &c);
+    if (!err && !c.found)
+        err = CRCR_E_NOT_FOUND;
+    if (!err) {
+        out->lease_until = now + lease_ms;
+        err = c.err;
+    }
+    if (!err && (!out->kind || !out->target))
+        err = CRCR_E_NOMEM;
+    if (!err && out->delivery_id) {
+        sqlite3_stmt *p = sq_stmt(s, SQ_CLAIM_DELIVERY,
+                                  "SELECT event, payload, pr_number, head_sha FROM deliveries "
+                                  "WHERE delivery_id=?");
+        if (!p)
+            err = CRCR_E_STORE;
+        else /* a failed read leaves the delivery's fields empty, as a missing delivery does */
+            (void)sq_step_raw(p, ARGS(ARG_TEXT(out->delivery_id)), claimed_delivery, &c);
+        if (!err)
+            err = c.err;
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (err)
+        store_job_free(out);
+    return err;
+}
+
+static crcr_err sq_next_due(store *st, int64_t *due)
+{
+    store_scalar min = {0};
+    crcr_err err = sq_locked(sq_store(st), SQ_NEXT_DUE, "next_due",
+                             "SELECT min(next_attempt_at) FROM outbox WHERE state='queued'", NULL,
+                             0, store_scalar_row, &min, NULL);
+    if (err)
+        return err;
+    if (!min.found)
+        return CRCR_E_NOT_FOUND;
+    *due = min.v;
+    return CRCR_OK;
+}
+
+/* An update of a claimed row under its lease (the fences of store.h): CRCR_E_STATE when it
+ * changed nothing, the lease was lost. */
+static crcr_err fenced(sqlite_store *s, int slot, const char *op, const char *sql,
+                       const store_param *v, int n)
+{
+    int changes = 0;
+    crcr_err err = sq_locked(s, slot, op, sql, v, n, NULL, NULL, &changes);
+    return !err && changes == 0 ? CRCR_E_STATE : err;
+}
+
+static crcr_err sq_job_finish(store *st, int64_t id, int64_t lease, const char *state,
+                              long http_status, const char *error, const char *note,
+                              const char *body, size_t body_len, int64_t now)
+{
+    return fenced(sq_store(st), SQ_FINISH, "finish",
+                  "UPDATE outbox SET state=?1, attempts=attempts+1, last_status=?2, "
+                  "last_error=?3, note=?4, body=COALESCE(?5, body), done_at=?6, "
+                  "lease_until=NULL WHERE id=?7 AND state='running' AND lease_until=?8",
+                  ARGS(ARG_TEXT(state), ARG_INT_IF(http_status > 0, http_status),
+                       ARG_TEXT(error && *error ? error : NULL),
+                       ARG_TEXT(note && *note ? note : NULL), ARG_BLOB(body, body_len),
+                       ARG_INT(now), ARG_INT(id), ARG_INT(lease)));
+}
+
+static crcr_err sq_job_retry(store *st, int64_t id, int64_t lease, int64_t next_at,
+                             bool count_attempt, long http_status, const char *error)
+{
+    return fenced(sq_store(st), SQ_RETRY, "retry",
+                  "UPDATE outbox SET state='queued', attempts=attempts+?1, next_attempt_at=?2, "
+                  "last_status=?3, last_error=?4, lease_until=NULL WHERE id=?5 AND "
+                  "state='running' AND lease_until=?6",
+                  ARGS(ARG_INT(count_attempt ? 1 : 0), ARG_INT(next_at),
+                       ARG_INT_IF(http_status > 0, http_status),
+                       ARG_TEXT(error && *error ? error : NULL), ARG_INT(id), ARG_INT(lease)));
+}
+
+static crcr_err sq_job_renew(store *st, int64_t id, int64_t lease, int64_t new_lease)
+{
+    return fenced(sq_store(st), SQ_RENEW, "renew",
+                  "UPDATE outbox SET lease_until=?1 WHERE id=?2 AND state='running' AND "
+                  "lease_until=?3",
+                  ARGS(ARG_INT(new_lease), ARG_INT(id), ARG_INT(lease)));
+}
+
+static crcr_err sq_redeliver(store *st, const char *delivery_id, const char *repo, int64_t now,
+                             int *n)
+{
+    sqlite_store *s = sq_store(st);
+    crcr_err err = sq_begin(s);
+    if (err)
+        return err;
+    store_scalar found = {0};
+    err = sq_run(s->db, "redeliver", "SELECT 1 FROM deliveries WHERE delivery_id=?",
+                 ARGS(ARG_TEXT(delivery_id)), store_scalar_row, &found);
+    if (!err && !found.found)
+        err = CRCR_E_NOT_FOUND;
+    int rows = 0;
+    if (!err) {
+        err = sq_run(s->db, "redeliver",
+                     "UPDATE outbox SET state='queued', attempts=0, next_attempt_at=?1, "
+                     "done_at=NULL, lease_until=NULL, last_error=NULL, last_status=NULL, "
+                     "note=NULL WHERE kind='dispatch' AND delivery_id=?2 AND "
+                     "state<>'running' AND (?3 IS NULL OR lower(target)=lower(?3))",
+                     ARGS(ARG_INT(now), ARG_TEXT(delivery_id), ARG_TEXT(repo)), NULL, NULL);
+        rows = err ? 0 : sqlite3_changes(s->db);
+    }
+    if (!err && rows == 0 && repo) {
+        /* A repo that had no row for this delivery (added to the allowlist since): create one. */
+        err = sq_run(s->db, "redeliver",
+                     "INSERT INTO outbox(kind, delivery_id, target, state, attempts, "
+                     "next_attempt_at, created_at) VALUES ('dispatch',?1,?2,'queued',0,"
+                     "?3,?3) ON CONFLICT DO NOTHING",
+                     ARGS(ARG_TEXT(delivery_id), ARG_TEXT(repo), ARG_INT(now)), NULL, NULL);
+        rows = err ? 0 : sqlite3_changes(s->db);
+    }
+    err = sq_end(s, err);
+    if (!err)
+        *n = rows;
+    return err;
+}
+
+static crcr_err sq_enqueue(store *st, const char *delivery_id, const store_new_job *jobs, size_t n)
+{
+    sqlite_store *s = sq_store(st);
+    crcr_err err = sq_begin(s);
+    if (err)
+        return err;
+    int64_t now = n ? jobs[0].due_at : 0;
+    return sq_end(s, sq_insert_jobs(s, delivery_id, jobs, n, now));
+}
+
+/* ---- listings (on the readers) ---- */
+
+static crcr_err sq_list_deliveries(store *st, const store_filter *f, store_rows *rows)
+{
+    /* A PR filter is written as a plain equality so that deliveries_pr serves it. */
+    char sql[1024];
+    snprintf(sql, sizeof(sql),
+             "SELECT " DELIVERY_COLUMNS " FROM deliveries d WHERE "
+             "(?1 IS NULL OR EXISTS (SELECT 1 FROM outbox o WHERE o.delivery_id=d.delivery_id AND "
+             "o.state=?1)) AND (?2 IS NULL OR EXISTS (SELECT 1 FROM outbox o WHERE "
+             "o.delivery_id=d.delivery_id AND lower(o.target)=lower(?2))) AND %s "
+             "ORDER BY d.received_at DESC, d.rowid DESC LIMIT ?3",
+             f->pr_number ? "d.pr_number=?4" : "?4=0");
+    return sq_listing(sq_store(st), "list", sql,
+                      ARGS(ARG_TEXT(f->state), ARG_TEXT(f->repo),
+                           ARG_INT(f->limit > 0 ? f->limit : 50), ARG_INT(f->pr_number)),
+                      store_listing_row, rows);
+}
+
+static crcr_err sq_get_delivery(store *st, const char *delivery_id, store_delivery_read *delivery,
+                                store_rows *jobs)
+{
+    sqlite_store *s = sq_store(st);
+    int slot;
+    sqlite3 *db = sq_reader(s, &slot);
+    /* Without dfn only the rows are wanted: the primary key's index answers "does it exist"
+     * without reading the delivery row (tens of KB of payload before `status`). */
+    crcr_err err = sq_run(db, "get",
+                          delivery->dfn ? "SELECT " DELIVERY_COLUMNS ", d.payload FROM deliveries "
+                                          "d WHERE d.delivery_id=?"
+                                        : "SELECT 1 FROM deliveries WHERE delivery_id=?",
+                          ARGS(ARG_TEXT(delivery_id)), store_delivery_read_row, delivery);
+    if (!err && !delivery->found)
+        err = CRCR_E_NOT_FOUND;
+    if (!err && jobs->job)
+        err =
+            sq_run(db, "get", "SELECT " JOB_COLUMNS " FROM outbox WHERE delivery_id=? ORDER BY id",
+                   ARGS(ARG_TEXT(delivery_id)), store_listing_row, jobs);
+    sq_reader_done(s, slot);
+    return err;
+}
+
+static crcr_err sq_outbox_stats(store *st, store_outbox_stats *out)
+{
+    return sq_listing(sq_store(st), "stats",
+                      "SELECT state, count(*), min(next_attempt_at) FROM outbox GROUP BY state",
+                      NULL, 0, store_stats_row, out);
+}
+
+/* ---- kv and leases ---- */
+
+static crcr_err sq_kv_get(store *st, const char *key, int64_t now, store_kv_read *value)
+{
+    return sq_locked(sq_store(st), SQ_KV_GET, "kv_get",
+                     "SELECT value FROM kv WHERE key=? AND (expires_at=0 OR expires_at>?)",
+                     ARGS(ARG_TEXT(key), ARG_INT(now)), store_kv_row, value, NULL);
+}
+
+static crcr_err sq_kv_put(store *st, const char *key, const char *value, size_t len,
+                          int64_t expires_at)
+{
+    return sq_locked(sq_store(st), SQ_KV_PUT, "kv_put",
+                     "INSERT INTO kv(key, value, expires_at) VALUES (?,?,?) ON CONFLICT(key) DO "
+                     "UPDATE SET value=excluded.value, expires_at=excluded.expires_at",
+                     ARGS(ARG_TEXT(key), ARG_BLOB(value, len), ARG_INT(expires_at)), NULL, NULL,
+                     NULL);
+}
+
+static crcr_err sq_lease(store *st, const char *key, const char *owner, int64_t now, int64_t ttl_ms,
+                         bool *held)
+{
+    int changes = 0;
+    crcr_err err = sq_locked(
+        sq_store(st), SQ_ONCE, "lease",
+        "INSERT INTO kv(key, value, expires_at) VALUES (?1, ?2, ?3) ON "
+        "CONFLICT(key) DO UPDATE SET value=excluded.value, "
+        "expires_at=excluded.expires_at WHERE kv.value=excluded.value OR "
+        "kv.expires_at < ?4",
+        ARGS(ARG_TEXT(key), ARG_BLOB(owner, strlen(owner)), ARG_INT(now + ttl_ms), ARG_INT(now)),
+        NULL, NULL, &changes);
+    *held = !err && changes > 0;
+    return err;
+}
+
+/* ---- retention ---- */
+
+static crcr_err sq_retention(store *st, int64_t before, int *n)
+{
+    sqlite_store *s = sq_store(st);
+    /* Deliveries old enough and with nothing left to send go, with their outbox rows. */
+    static const char *const steps[] = {
+        "CREATE TEMP TABLE IF NOT EXISTS old_deliveries(id TEXT PRIMARY KEY)",
+        "DELETE FROM old_deliveries",
+        "INSERT INTO old_deliveries SELECT delivery_id FROM deliveries d WHERE received_at < ?1 "
+        "AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.delivery_id=d.delivery_id AND "
+        "o.state IN ('queued','running'))",
+        "DELETE FROM outbox WHERE delivery_id IN (SELECT id FROM old_deliveries)",
+        "DELETE FROM deliveries WHERE delivery_id IN (SELECT id FROM old_deliveries)",
+        "DELETE FROM kv WHERE expires_at<>0 AND expires_at < ?1",
+        "DELETE FROM runs WHERE updated_at < ?1 AND state<>'in_progress'",
+        "DELETE FROM labels_wanted WHERE created_at < ?1",
+        "DELETE FROM callback_rejections WHERE at < ?1",
+        "DELETE FROM budgets WHERE expires_at < ?1",
+        /* Finished rows of no delivery (nightly HUD forwards) go after the same time. */
+        "DELETE FROM outbox WHERE done_at < ?1 AND state IN ('sent','dry_run','dead') AND NOT "
+        "EXISTS (SELECT 1 FROM deliveries d WHERE d.delivery_id=outbox.delivery_id)",
+    };
+    crcr_err err = sq_begin(s);
+    if (err)
+        return err;
+    int deleted = 0;
+    for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]) && !err; i++) {
+        /* A step without ?1 ignores the value. */
+        err = sq_run(s->db, "retention", steps[i], ARGS(ARG_INT(before)), NULL, NULL);
+        if (!err && i == 4)
+            deleted = sqlite3_changes(s->db);
+    }
+    err = sq_end(s, err);
+    if (!err)
+        *n = deleted;
+    return err;
+}
+
+/* This file's operations (store_impl.h). */
+const store_outbox_ops SQ_OUTBOX_OPS = {
+    .ingest = sq_ingest,
+    .claim = sq_claim,
+    .next_due = sq_next_due,
+    .job_finish = sq_job_finish,
+    .job_retry = sq_job_retry,
+    .job_renew = sq_job_renew,
+    .redeliver = sq_redeliver,
+    .enqueue = sq_enqueue,
+    .list_deliveries = sq_list_deliveries,
+    .get_delivery = sq_get_delivery,
+    .outbox_stats = sq_outbox_stats,
+    .kv_get = sq_kv_get,
+    .kv_put = sq_kv_put,
+    .lease = sq_lease,
+    .retention = sq_retention,
+};
