@@ -28,7 +28,7 @@ const net = require('node:net');
 const tls = require('node:tls');
 
 // ------------------------------------------------------------------------------------------
-// Limits and defaults: the same values as src/report.h, src/report.c, src/limits.h and
+// Limits and defaults: the same values as src/report.h, src/report.c, src/crcr_limits.h and
 // src/json.c, so that both implementations accept and refuse the same inputs.
 
 const UPSTREAM_CALLBACK_URL =

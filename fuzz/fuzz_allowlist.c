@@ -27,7 +27,7 @@
 
 #include "allowlist.h"
 #include "buf.h"
-#include "limits.h"
+#include "crcr_limits.h"
 #include "fuzz_check.h"
 
 /* Caps of the harness's own buffers (the parser reports at most 50 problems of < 1 KiB each). */

@@ -22,7 +22,7 @@
 
 #include "callback.h"
 #include "json.h"
-#include "limits.h"
+#include "crcr_limits.h"
 #include "fuzz_check.h"
 
 /* A detail buffer as large as the handler's (512 bytes in callback.c), and a tiny one. */

@@ -29,7 +29,7 @@
 #include "fuzz_check.h"
 #include "ids.h"
 #include "json.h"
-#include "limits.h"
+#include "crcr_limits.h"
 #include "oidc.h"
 #include "yaml_doc.h"
 

@@ -31,7 +31,7 @@
 #include <strings.h>
 
 #include "json.h"
-#include "limits.h"
+#include "crcr_limits.h"
 #include "webhook.h"
 #include "fuzz_check.h"
 

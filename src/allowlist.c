@@ -19,7 +19,7 @@
 #include <strings.h>
 
 #include "ids.h"
-#include "limits.h"
+#include "crcr_limits.h"
 #include "yaml_doc.h"
 
 /* Longest L3 device name (it becomes the label "ciflow/crcr/<device>"). */

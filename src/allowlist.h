@@ -9,7 +9,7 @@
  * Every top-level key must be one of L1..L4: any other (`l1:`, `L5:`, a typo) is an error, so a
  * misspelt level never reads as an empty one. A missing or null level is empty. Repos are compared
  * case-insensitively and may appear once across all levels. Anchors and aliases are refused, and
- * size, depth, node count and entries per level are capped (limits.h). A parsed allowlist is
+ * size, depth, node count and entries per level are capped (crcr_limits.h). A parsed allowlist is
  * immutable and may be shared by threads; reloading builds a new one.
  */
 #ifndef CRCR_ALLOWLIST_H

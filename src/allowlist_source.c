@@ -47,7 +47,7 @@
 #include "gh_contents.h"
 #include "ids.h"
 #include "json.h"
-#include "limits.h"
+#include "crcr_limits.h"
 #include "log.h"
 
 /* After a failed load, the next attempt comes after this long (or the TTL, if shorter). */

@@ -10,7 +10,7 @@
 #include <openssl/hmac.h>
 
 #include "buf.h"
-#include "limits.h"
+#include "crcr_limits.h"
 
 static const char KEY_LABEL[] = "crcr callback token key v1";
 

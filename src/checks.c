@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "json.h"
-#include "limits.h"
+#include "crcr_limits.h"
 
 crcr_err checks_name(const checks_run *r, buf_t *out)
 {

@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "ids.h"
-#include "limits.h"
+#include "crcr_limits.h"
 #include "yaml_doc.h"
 
 /* Problems reported per parse; more would only bury the first ones. */

@@ -8,7 +8,7 @@
 
 #include "buf.h"
 #include "cli.h"
-#include "limits.h"
+#include "crcr_limits.h"
 
 /* Repos listed per level by `crcr allowlist check` before "... and N more". */
 #define ALLOWLIST_SUMMARY_MAX 25u

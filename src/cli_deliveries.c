@@ -32,7 +32,7 @@
 #include "http_client.h"
 #include "json.h"
 #include "ids.h"
-#include "limits.h"
+#include "crcr_limits.h"
 #include "delivery_doc.h"
 #include "store.h"
 

@@ -7,7 +7,7 @@
 #include "cli.h"
 #include "clock.h"
 #include "config.h"
-#include "limits.h"
+#include "crcr_limits.h"
 
 static void print_pin(void *ctx, const store_identity_row *r)
 {

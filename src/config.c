@@ -29,7 +29,7 @@
 #include "config_keys.h"
 #include "config_url.h"
 #include "ids.h"
-#include "limits.h"
+#include "crcr_limits.h"
 
 /* A --config file is a few dozen lines; a PEM written on one line is ~2.5 KB. */
 #define CONFIG_FILE_MAX_BYTES (1024u * 1024u)

@@ -31,7 +31,7 @@
 #include <string.h>
 
 #include "json.h"
-#include "limits.h"
+#include "crcr_limits.h"
 
 /* Longest callback_token accepted (the relay's own HMAC token is well under 200 bytes). */
 #define DISPATCH_CALLBACK_TOKEN_MAX 1024u

@@ -9,7 +9,7 @@
 
 #include "ids.h"
 #include "json.h"
-#include "limits.h"
+#include "crcr_limits.h"
 #include "log.h"
 
 static const char BLOB_EXPECTED[] = "Expected: https://github.com/<owner>/<repo>/blob/<ref>/<path>";

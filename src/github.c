@@ -31,7 +31,7 @@
 #include "json.h"
 #include "jwt.h"
 #include "http_client.h"
-#include "limits.h"
+#include "crcr_limits.h"
 #include "log.h"
 #include "metrics.h"
 

@@ -41,7 +41,7 @@
 #include "allowlist.h"
 #include "buf.h"
 #include "err.h"
-#include "limits.h"
+#include "crcr_limits.h"
 #include "store.h"
 
 #define HEALTH_WINDOW_DEFAULT_MS (7LL * 24 * 3600 * 1000)

@@ -20,7 +20,7 @@
 
 #include <openssl/crypto.h>
 
-#include "limits.h" /* also the system <limits.h>: LONG_MAX */
+#include "crcr_limits.h" /* also the system <limits.h>: LONG_MAX */
 
 /* ---------------------------------------------------------------- dates */
 

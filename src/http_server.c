@@ -54,7 +54,7 @@
 
 #include "cpus.h"
 #include "json.h"
-#include "limits.h"
+#include "crcr_limits.h"
 #include "log.h"
 #include "metrics.h"
 #include "page_cache.h"

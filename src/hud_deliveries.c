@@ -12,7 +12,7 @@
 #include "html.h"
 #include "hud_html.h"
 #include "ids.h"
-#include "limits.h"
+#include "crcr_limits.h"
 
 /* Deliveries listed by /crcr/deliveries (?limit=). */
 #define HUD_DELIVERIES_DEFAULT 50

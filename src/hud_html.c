@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "limits.h"
+#include "crcr_limits.h"
 
 void h_job_label(hout *o, const hrun *r)
 {

@@ -13,7 +13,7 @@
 #include "clock.h"
 #include "html.h"
 #include "ids.h"
-#include "limits.h"
+#include "crcr_limits.h"
 #include "log.h"
 
 /* The headers of every HUD page: a strict CSP (no inline script or style), no sniffing, no

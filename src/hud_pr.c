@@ -15,7 +15,7 @@
 #include "clock.h"
 #include "html.h"
 #include "hud_html.h"
-#include "limits.h"
+#include "crcr_limits.h"
 
 /* Runs and deliveries read for one PR page. */
 #define HUD_PR_MAX_RUNS 5000

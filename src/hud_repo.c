@@ -18,7 +18,7 @@
 #include "clock.h"
 #include "html.h"
 #include "hud_html.h"
-#include "limits.h"
+#include "crcr_limits.h"
 
 /* PR (or nightly) rows per page of the repo matrix, and the last page that may be asked for. */
 #define HUD_PAGE_ROWS 25

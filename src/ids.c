@@ -3,7 +3,7 @@
 
 #include <string.h>
 
-#include "limits.h"
+#include "crcr_limits.h"
 
 static bool alnum(char c)
 {

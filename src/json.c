@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "limits.h"
+#include "crcr_limits.h"
 
 crcr_err jv_prescan(const char *text, size_t len, unsigned max_depth, unsigned long max_values)
 {

@@ -47,7 +47,7 @@
 #include <string.h>
 
 #include "ids.h"
-#include "limits.h"
+#include "crcr_limits.h"
 #include "siphash.h"
 #include "utf8.h"
 

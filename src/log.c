@@ -18,7 +18,7 @@
 
 #include <openssl/crypto.h>
 
-#include "limits.h"
+#include "crcr_limits.h"
 
 #define LOG_MAX_SECRETS 16
 

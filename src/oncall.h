@@ -30,7 +30,7 @@
 #include "buf.h"
 #include "err.h"
 #include "json.h"
-#include "limits.h"
+#include "crcr_limits.h"
 
 /* Bytes of one downstream-controlled string shown in a comment (longer ones end in "..."). */
 #define ONCALL_TEXT_MAX 200u

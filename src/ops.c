@@ -25,7 +25,7 @@
 #include "clock.h"
 #include "delivery_doc.h"
 #include "ids.h"
-#include "limits.h"
+#include "crcr_limits.h"
 #include "log.h"
 #include "metrics.h"
 #include "outbox.h"

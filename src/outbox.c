@@ -23,7 +23,7 @@
 #include "checks.h"
 #include "dispatch.h"
 #include "json.h"
-#include "limits.h"
+#include "crcr_limits.h"
 #include "log.h"
 #include "metrics.h"
 #include "oncall.h"

@@ -29,7 +29,7 @@
 #include "config.h"
 #include "http_client.h"
 #include "json.h"
-#include "limits.h"
+#include "crcr_limits.h"
 #include "opts.h"
 #include "log.h"
 #include "utf8.h"

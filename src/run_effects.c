@@ -6,7 +6,7 @@
 
 #include "clock.h"
 #include "json.h"
-#include "limits.h"
+#include "crcr_limits.h"
 #include "oncall.h"
 
 /* The labels of a stored webhook (only pull_request.labels is built). */

@@ -23,7 +23,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "limits.h"
+#include "crcr_limits.h"
 #include "run_state.h"
 #include "store_impl.h"
 

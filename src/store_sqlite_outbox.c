@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "limits.h"
+#include "crcr_limits.h"
 #include "store_sqlite.h"
 
 /* A claimed row's body or payload at the most. */

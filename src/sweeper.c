@@ -8,7 +8,7 @@
 #include "checks.h"
 #include "clock.h"
 #include "json.h"
-#include "limits.h"
+#include "crcr_limits.h"
 #include "log.h"
 #include "run_effects.h"
 

@@ -6,7 +6,7 @@
 
 #include "clock.h"
 #include "json.h"
-#include "limits.h"
+#include "crcr_limits.h"
 
 typedef struct doc_ctx {
     buf_t *out;

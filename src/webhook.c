@@ -12,7 +12,7 @@
 #include "clock.h"
 #include "ids.h"
 #include "json.h"
-#include "limits.h"
+#include "crcr_limits.h"
 #include "log.h"
 #include "metrics.h"
 #include "oncall.h"

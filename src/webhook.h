@@ -27,7 +27,7 @@
 
 #include "http_server.h"
 #include "json.h"
-#include "limits.h"
+#include "crcr_limits.h"
 
 typedef enum {
     WEBHOOK_IGNORE = 0, /* 200 {"ignored":true} (reason optional) */

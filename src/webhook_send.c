@@ -19,7 +19,7 @@
 
 #include "buf.h"
 #include "http_client.h"
-#include "limits.h"
+#include "crcr_limits.h"
 #include "opts.h"
 #include "sig.h"
 

@@ -16,7 +16,7 @@
 #include <string.h>
 #include <yaml.h>
 
-#include "limits.h"
+#include "crcr_limits.h"
 
 /* Problems recorded per parse; more would only bury the first ones. */
 #define YAML_DOC_MAX_PROBLEMS 50u

@@ -3,7 +3,7 @@
  *
  * libyaml's event API builds a small tree of nodes: anchors, aliases and a second document are
  * refused, nesting deeper than CRCR_ALLOWLIST_MAX_DEPTH and more than CRCR_ALLOWLIST_MAX_NODES
- * nodes too (limits.h). Problems are collected with their LINE:COL (at most 49 and a last "too
+ * nodes too (crcr_limits.h). Problems are collected with their LINE:COL (at most 49 and a last "too
  * many problems"), for the reader and for the rules of the format read on top of it, and written
  * out sorted by position. A yaml_doc owns its nodes and problems until yaml_doc_finish().
  */

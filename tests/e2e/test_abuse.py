@@ -45,7 +45,7 @@ RSS_LIMIT_MB = 200
 # jansson's many small allocations about double in a sanitizer build. The 200 MB bound is the
 # release build's; a sanitizer build is held to twice that, which still catches unbounded growth.
 ASAN_RSS_FACTOR = 2
-# Values under the JSON value cap (limits.h CRCR_JSON_MAX_VALUES) in the costliest shape found:
+# Values under the JSON value cap (crcr_limits.h CRCR_JSON_MAX_VALUES) in the costliest shape found:
 # empty objects (jansson allocates an object and its hashtable for each).
 NEAR_CAP_VALUES = 499_990
 

@@ -21,7 +21,7 @@
 
 #include "allowlist.h"
 #include "cli.h"
-#include "limits.h"
+#include "crcr_limits.h"
 
 /* ---------------------------------------------------------------------------------------- */
 /* Helpers. */

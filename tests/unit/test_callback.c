@@ -21,7 +21,7 @@
 
 #include "callback.h"
 #include "json.h"
-#include "limits.h"
+#include "crcr_limits.h"
 
 /* What the crcr callback action posts for a pull_request job that has started. */
 static const char pr_body[] =

@@ -15,7 +15,7 @@
 
 #include "checks.h"
 #include "json.h"
-#include "limits.h"
+#include "crcr_limits.h"
 
 static checks_run a_run(void)
 {

@@ -16,7 +16,7 @@
 
 #include "ci_providers.h"
 #include "clock.h"
-#include "limits.h"
+#include "crcr_limits.h"
 #include "log.h"
 
 #define ORG "org-uuid-123"

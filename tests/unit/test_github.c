@@ -30,7 +30,7 @@
 #include "github.h"
 #include "json.h"
 #include "jwt.h"
-#include "limits.h"
+#include "crcr_limits.h"
 
 #ifndef CRCR_VERSION
 #define CRCR_VERSION "dev"

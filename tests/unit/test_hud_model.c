@@ -14,7 +14,7 @@
 
 #include "hud_model.h"
 #include "json.h"
-#include "limits.h"
+#include "crcr_limits.h"
 
 static void integer_arguments_are_digits_within_bounds(void **state)
 {

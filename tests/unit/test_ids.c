@@ -12,7 +12,7 @@
 #include <cmocka.h>
 
 #include "ids.h"
-#include "limits.h"
+#include "crcr_limits.h"
 
 /* `n` copies of `c` followed by `tail` into out. */
 static const char *repeat(char *out, size_t outsz, char c, size_t n, const char *tail)

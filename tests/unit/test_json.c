@@ -14,7 +14,7 @@
 #include "json.h"
 #include "siphash.h"
 #include "webhook.h"
-#include "limits.h"
+#include "crcr_limits.h"
 
 static jv *parse(const char *s)
 {

@@ -19,7 +19,7 @@
 
 #include "buf.h"
 #include "json.h"
-#include "limits.h"
+#include "crcr_limits.h"
 #include "webhook.h"
 
 #define UPSTREAM "pytorch/pytorch"

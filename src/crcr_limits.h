@@ -1,13 +1,9 @@
 /*
- * limits.h - every protocol input's named limit, in one place.
+ * crcr_limits.h - every protocol input's named limit, in one place.
  *
  * A limit that an operator may want to change is also a configuration variable (config.h); the
  * value here is then its default. Everything else is fixed at compile time on purpose.
  */
-/* This file's name shadows the system <limits.h> for every file built with -Isrc (OpenSSL's
- * headers include it too), so it first pulls in the real one. */
-#include_next <limits.h>
-
 #ifndef CRCR_LIMITS_H
 #define CRCR_LIMITS_H
 
