@@ -6,6 +6,7 @@
  * config_describe() and so docs/configuration.md, which a unit test keeps in step.
  */
 #include "config_keys.h"
+#include "crcr_limits.h"
 
 #include <stdint.h>
 #include <string.h>
@@ -69,7 +70,7 @@ const key_def config_keys[K_COUNT] = {
                        "Key sent to the external HUD (x-hud-internal-bot)."},
     [K_HUD_MAX_RETRIES] = {"HUD_MAX_RETRIES", "3", false, 0, 16, AS(V_LONG, hud_max_retries),
                            "Retries of one HUD write on 5xx or network errors."},
-    [K_MAX_DISPATCH_WORKERS] = {"MAX_DISPATCH_WORKERS", "32", false, 1, 1024,
+    [K_MAX_DISPATCH_WORKERS] = {"MAX_DISPATCH_WORKERS", "32", false, 1, CRCR_MAX_DISPATCH_WORKERS,
                                 AS(V_LONG, max_dispatch_workers), "Outbox worker threads."},
     [K_CRCR_LISTEN] = {"CRCR_LISTEN", "127.0.0.1:8000", false, NOT_INT, OWN,
                        "Listen address: IPV4:PORT, [IPV6]:PORT or localhost:PORT; port 0 lets "

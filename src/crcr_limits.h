@@ -11,6 +11,8 @@
 #define CRCR_MAX_BODY_DEFAULT (25u * 1024u * 1024u)
 /* Bytes of request line and headers a request may have; beyond it the answer is 431. */
 #define CRCR_MAX_HEADER_BYTES (32u * 1024u)
+/* Outbox worker threads at most (MAX_DISPATCH_WORKERS's upper bound). */
+#define CRCR_MAX_DISPATCH_WORKERS 1024
 /* Simultaneous connections accepted by the HTTP server. */
 #define CRCR_MAX_CONNECTIONS 2048u
 /* Seconds a connection may stay idle before MHD closes it. */

@@ -29,7 +29,6 @@
 #include "oncall.h"
 #include "store.h"
 
-#define OUTBOX_MAX_WORKERS 256
 #define OUTBOX_POLL_MS 1000
 #define OUTBOX_PAUSES_MAX 1024
 #define OUTBOX_DEFAULT_PAUSE_S 60
@@ -44,7 +43,7 @@ struct outbox {
     store *st;
     gh_client *gh;
     allowlist_source *allow;
-    pthread_t threads[OUTBOX_MAX_WORKERS];
+    pthread_t threads[CRCR_MAX_DISPATCH_WORKERS];
     size_t n_threads;
     pthread_t waker; /* relays the store's cross-process wake-ups (PostgreSQL NOTIFY) */
     bool has_waker;
@@ -814,8 +813,8 @@ outbox *outbox_start(const crcr_config *cfg, store *st, gh_client *gh, allowlist
     pthread_mutex_init(&ob->mu, NULL);
     pthread_cond_init(&ob->cv, NULL);
     size_t n = cfg->max_dispatch_workers > 0 ? (size_t)cfg->max_dispatch_workers : 1;
-    if (n > OUTBOX_MAX_WORKERS)
-        n = OUTBOX_MAX_WORKERS;
+    if (n > CRCR_MAX_DISPATCH_WORKERS)
+        n = CRCR_MAX_DISPATCH_WORKERS;
     for (size_t i = 0; i < n; i++) {
         if (pthread_create(&ob->threads[i], NULL, worker, ob) != 0) {
             snprintf(err, errsz, "cannot start outbox worker %zu", i);
