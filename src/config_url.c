@@ -167,13 +167,15 @@ static bool pg_uri_password(const char *uri, size_t *off, size_t *len)
     return true;
 }
 
-/* Where the value of a "password=" query parameter of a URI starts, with its length. */
-static bool pg_query_password(const char *uri, size_t *off, size_t *len)
+/* Where the value of the first "password=" query parameter of a URI whose value starts at byte
+ * `from` or later starts, with its length. libpq takes the last of repeated parameters, so callers
+ * walk them all. */
+static bool pg_query_password(const char *uri, size_t from, size_t *off, size_t *len)
 {
     const char *q = strchr(uri, '?');
     while (q) {
         q++;
-        if (strncmp(q, "password=", 9) == 0) {
+        if (strncmp(q, "password=", 9) == 0 && (size_t)(q + 9 - uri) >= from) {
             *off = (size_t)(q + 9 - uri);
             *len = strcspn(q + 9, "&#");
             return true;
@@ -200,7 +202,7 @@ void config_store_add_secrets(const char *uri)
     size_t off, len;
     if (pg_uri_password(uri, &off, &len))
         add_secret_n(uri + off, len);
-    if (pg_query_password(uri, &off, &len))
+    for (size_t from = 0; pg_query_password(uri, from, &off, &len); from = off + len + 1)
         add_secret_n(uri + off, len);
 }
 
@@ -210,15 +212,18 @@ crcr_err config_redact_store(const char *uri, buf_t *out)
         return CRCR_OK;
     size_t off1 = 0, len1 = 0, off2 = 0, len2 = 0;
     bool p1 = pg_uri_password(uri, &off1, &len1);
-    bool p2 = pg_query_password(uri, &off2, &len2);
+    bool p2 = pg_query_password(uri, 0, &off2, &len2);
     crcr_err e = CRCR_OK;
+    /* Each password is replaced once: an empty one would otherwise be met again at the same i. */
     for (size_t i = 0; uri[i] && !e;) {
         if (p1 && i == off1) {
             e = buf_puts(out, "***");
             i += len1;
+            p1 = false;
         } else if (p2 && i == off2) {
             e = buf_puts(out, "***");
             i += len2;
+            p2 = pg_query_password(uri, off2 + len2 + 1, &off2, &len2);
         } else {
             e = buf_putc(out, uri[i++]);
         }

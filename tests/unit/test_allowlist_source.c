@@ -1,9 +1,9 @@
 /*
  * test_allowlist_source.c - where the allowlist comes from (src/allowlist_source.c).
  *
- * Blob URL parsing, and the file source end to end: first load, refresh on TTL and on reload(),
- * a broken refresh keeping the last good allowlist, status and log events. Fetching through the
- * contents API is covered by the end-to-end tests against a fake GitHub; here a small in-process
+ * ALLOWLIST_URL's blob URL, and the file source end to end: first load, refresh on TTL and on
+ * reload(), a broken refresh keeping the last good allowlist, status and log events. Blob URLs and
+ * the contents API themselves are test_gh_contents.c's; here a small in-process
  * fake contents API serves the URL source for the several-instances behaviour (lease, shared
  * copy in a SQLite store, stale copies, start-up with GitHub down).
  */
@@ -31,109 +31,23 @@
 #include "store.h"
 
 /* ---------------------------------------------------------------------------------------- */
-/* Blob URLs. */
+/* Blob URLs (gh_blob_url_parse: test_gh_contents.c). */
 
-typedef struct blob {
-    int rc;
+static void test_blob_url_is_parsed_as_allowlist_url(void **state)
+{
     char owner_repo[141], ref[256], path[512], err[512];
-} blob;
-
-static blob parse_url(const char *url)
-{
-    blob b;
-    memset(&b, 0, sizeof(b));
-    b.rc = allowlist_parse_blob_url(url, b.owner_repo, sizeof(b.owner_repo), b.ref, sizeof(b.ref),
-                                    b.path, sizeof(b.path), b.err, sizeof(b.err));
-    return b;
-}
-
-static void assert_blob(const char *url, const char *owner_repo, const char *ref, const char *path)
-{
-    blob b = parse_url(url);
-    if (b.rc != 0)
-        fail_msg("expected %s to parse, got: %s", url, b.err);
-    assert_string_equal(b.owner_repo, owner_repo);
-    assert_string_equal(b.ref, ref);
-    assert_string_equal(b.path, path);
-}
-
-static void test_blob_url_good_forms(void **state)
-{
-    assert_blob("https://github.com/pytorch/pytorch/blob/main/.github/allowlist.yml",
-                "pytorch/pytorch", "main", ".github/allowlist.yml");
-    assert_blob("https://github.com/o/r/blob/0123abc/f.yaml", "o/r", "0123abc", "f.yaml");
-    /* Upstream strips slashes around the path; query and fragment are not part of it. */
-    assert_blob("https://github.com/example-org/relay.config/blob/v1.2/a/b/c.yml/?plain=1#L3",
-                "example-org/relay.config", "v1.2", "a/b/c.yml");
-    /* Scheme and host are case-insensitive; escapes are decoded (and re-encoded at fetch). */
-    assert_blob("HTTPS://GitHub.com/o/r/blob/release%2F2.5/my%20dir/list%2Byml", "o/r",
-                "release/2.5", "my dir/list+yml");
-}
-
-static void assert_bad_url(const char *url, const char *reason)
-{
-    blob b = parse_url(url);
-    if (b.rc == 0)
-        fail_msg("expected %s to be refused", url ? url : "(null)");
-    assert_int_equal(b.rc, -1);
-    assert_true(strncmp(b.err, "ALLOWLIST_URL: invalid GitHub blob URL", 38) == 0);
-    assert_non_null(strstr(b.err, reason));
-    const char *expected = "Expected: https://github.com/<owner>/<repo>/blob/<ref>/<path>";
-    assert_string_equal(b.err + strlen(b.err) - strlen(expected), expected);
-}
-
-static void test_blob_url_bad_forms(void **state)
-{
-    assert_bad_url(NULL, "empty");
-    assert_bad_url("", "empty");
-    assert_bad_url("github.com/o/r/blob/main/f", "no scheme");
-    assert_bad_url("http://github.com/o/r/blob/main/f", "the scheme must be https");
-    assert_bad_url("ftp://github.com/o/r/blob/main/f", "the scheme must be https");
-    assert_bad_url("https://gitlab.com/o/r/blob/main/f", "the host must be exactly github.com");
-    assert_bad_url("https://www.github.com/o/r/blob/main/f", "exactly github.com");
-    assert_bad_url("https://github.com.evil.example/o/r/blob/main/f", "exactly github.com");
-    assert_bad_url("https://github.com:443/o/r/blob/main/f", "exactly github.com");
-    assert_bad_url("https://raw.githubusercontent.com/o/r/main/f", "exactly github.com");
-    assert_bad_url("https://github.com/o/r/blob/main", "fewer than 5 path parts");
-    assert_bad_url("https://github.com/o/r/tree/main/f", "the third path part must be 'blob'");
-    assert_bad_url("https://github.com/o/r/raw/main/f", "the third path part must be 'blob'");
-    assert_bad_url("https://github.com/o//r/blob/main/f", "an empty path part");
-    assert_bad_url("https://github.com/my_org/r/blob/main/f", "not a valid owner/repo");
-    assert_bad_url("https://github.com/o/../blob/main/f", "not a valid owner/repo");
-    assert_bad_url("https://github.com/o/r%2Fx/blob/main/f", "not a valid owner/repo");
-    assert_bad_url("https://github.com/o/r/blob/main/../../orgs/x", "'.' and '..'");
-    assert_bad_url("https://github.com/o/r/blob/main/%2E%2E/x", "'.' and '..'");
-    assert_bad_url("https://github.com/o/r/blob/main/a%2Fb", "an encoded '/'");
-    assert_bad_url("https://github.com/o/r/blob/main/a%zz", "bad percent-escape");
-    assert_bad_url("https://github.com/o/r/blob/main/a%4", "bad percent-escape");
-    assert_bad_url("https://github.com/o/r/blob/main/a%0Ab", "control characters");
-}
-
-static void test_blob_url_error_never_echoes_credentials(void **state)
-{
-    blob b = parse_url("https://user:ghp_secret123@github.com/o/r/blob/main/f");
-    assert_int_equal(b.rc, -1);
-    assert_null(strstr(b.err, "ghp_secret123"));
-    assert_non_null(strstr(b.err, "exactly github.com"));
-    /* Without credentials the URL is named. */
-    b = parse_url("https://gitlab.com/o/r/blob/main/f");
-    assert_non_null(strstr(b.err, "'https://gitlab.com/o/r/blob/main/f'"));
-}
-
-static void test_blob_url_respects_caller_buffers(void **state)
-{
-    char owner_repo[4], ref[64], path[64], err[256];
-    assert_int_equal(allowlist_parse_blob_url("https://github.com/owner/repo/blob/main/f",
+    assert_int_equal(allowlist_parse_blob_url("https://github.com/o/r/blob/release%2F2.5/a/b.yml",
                                               owner_repo, sizeof(owner_repo), ref, sizeof(ref),
                                               path, sizeof(path), err, sizeof(err)),
+                     0);
+    assert_string_equal(owner_repo, "o/r");
+    assert_string_equal(ref, "release/2.5");
+    assert_string_equal(path, "a/b.yml");
+    assert_int_equal(allowlist_parse_blob_url("https://github.com/o/r/tree/main/f", owner_repo,
+                                              sizeof(owner_repo), ref, sizeof(ref), path,
+                                              sizeof(path), err, sizeof(err)),
                      -1);
-    assert_non_null(strstr(err, "buffer"));
-    char small_err[8];
-    assert_int_equal(allowlist_parse_blob_url("nope", owner_repo, sizeof(owner_repo), ref,
-                                              sizeof(ref), path, sizeof(path), small_err,
-                                              sizeof(small_err)),
-                     -1);
-    assert_int_equal(strlen(small_err), sizeof(small_err) - 1);
+    assert_true(strncmp(err, "ALLOWLIST_URL: invalid GitHub blob URL", 38) == 0);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -1036,10 +950,7 @@ static void test_a_file_source_ignores_the_store(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_blob_url_good_forms),
-        cmocka_unit_test(test_blob_url_bad_forms),
-        cmocka_unit_test(test_blob_url_error_never_echoes_credentials),
-        cmocka_unit_test(test_blob_url_respects_caller_buffers),
+        cmocka_unit_test(test_blob_url_is_parsed_as_allowlist_url),
         cmocka_unit_test_setup_teardown(test_nothing_is_loaded_before_load, setup, teardown),
         cmocka_unit_test_setup_teardown(test_file_source_loads, setup, teardown),
         cmocka_unit_test_setup_teardown(test_first_load_of_a_broken_file_fails_with_line_col, setup,

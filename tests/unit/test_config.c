@@ -1,7 +1,8 @@
 /*
- * test_config.c - configuration loading: defaults, file syntax, environment precedence, every
- * class of bad value, secrets kept out of errors and output, private keys, URL rules, and
- * docs/configuration.md listing every variable.
+ * test_config.c - configuration loading (src/config.c): defaults, file syntax, environment
+ * precedence, every class of bad value, secrets kept out of errors and output, private keys and
+ * the URL variables. The address syntax is test_config_url.c's; the table of variables,
+ * config_describe() and docs/configuration.md are test_config_keys.c's.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -468,22 +469,8 @@ static void test_store_password_is_masked_in_describe_and_logs(void **state)
     assert_null(strstr(d, "Pg-Secret"));
     free(d);
 
-    /* The form `crcr serve` logs at start (relay.started): short passwords too, which the log
-     * scrubber would let through (it skips values under 6 bytes). */
-    const char *uris[][2] = {
-        {"postgresql://crcr:pw@db/crcr", "postgresql://crcr:***@db/crcr"},
-        {"postgres://u:p@h:5432/d?sslmode=verify-full&password=x",
-         "postgres://u:***@h:5432/d?sslmode=verify-full&password=***"},
-        {"sqlite:/var/lib/crcr/crcr.db", "sqlite:/var/lib/crcr/crcr.db"},
-    };
-    for (size_t i = 0; i < sizeof(uris) / sizeof(uris[0]); i++) {
-        buf_t r;
-        buf_init(&r, 4096);
-        assert_int_equal(config_redact_store(uris[i][0], &r), CRCR_OK);
-        assert_string_equal(buf_cstr(&r), uris[i][1]);
-        buf_free(&r);
-    }
-
+    /* Loading registered both passwords as log secrets (config_redact_store()'s forms are
+     * test_config_url.c's). */
     buf_t out;
     buf_init(&out, 4096);
     const char *line = "connect failed: password Pg-Secret-1 and Pg-Secret-2";
@@ -548,50 +535,6 @@ static void test_too_many_or_no_oidc_issuers(void **state)
     expect_fail(env, "CRCR_OIDC_ISSUERS: more than 8 issuers", err, sizeof(err));
     const char *env2[] = {"CRCR_OIDC_ISSUERS", " , ,", NULL};
     expect_fail(env2, "CRCR_OIDC_ISSUERS: no issuer", err, sizeof(err));
-}
-
-static void test_config_url_allowed_loopback_rules(void **state)
-{
-    static const char *ok[] = {
-        "http://127.0.0.1:9/",     "http://localhost",
-        "http://LOCALHOST:80/x",   "http://[::1]:8",
-        "http://127.255.0.9/path", "https://anything",
-        "https://api.github.com",  "HTTPS://example.com:443/a",
-        "http://u:p@127.0.0.1:5/", "https://[2001:db8::1]:443",
-        "http://localhost?q=1",
-    };
-    static const char *bad[] = {
-        "http://example.com",
-        "http://127.0.0.1.evil.com",
-        "http://127.0.0.1.evil.com:80/",
-        "http://evil.com#@127.0.0.1",
-        "http://127.0.0.1@evil.com",
-        "http://127.0.0.1:80@evil.com/",
-        "http://[::1].evil.com/",
-        "http://[::2]:8",
-        "http://128.0.0.1",
-        "http://127.1",
-        "http://localhost.evil.com",
-        "http://0.0.0.0:8000",
-        "http://",
-        "https://",
-        "https://:443/",
-        "https://host:99999/",
-        "https://host:8a/",
-        "https://host:/",
-        "https://exa mple.com",
-        "http://evil.com\\@127.0.0.1",
-        "ftp://127.0.0.1",
-        "127.0.0.1",
-        "",
-        NULL,
-    };
-    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++)
-        if (!config_url_allowed(ok[i]))
-            fail_msg("expected allowed: %s", ok[i]);
-    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
-        if (config_url_allowed(bad[i]))
-            fail_msg("expected rejected: %s", bad[i] ? bad[i] : "(null)");
 }
 
 static void test_allowlist_url_must_be_github_or_loopback(void **state)
@@ -974,111 +917,6 @@ static void test_secret_values_never_appear_in_errors(void **state)
     }
 }
 
-static void test_describe_output_loads_back_as_a_config_file(void **state)
-{
-    const char *env[] = {"UPSTREAM_REPO",
-                         "acme/widgets",
-                         "CRCR_LISTEN",
-                         "[::1]:9001",
-                         "ALLOWLIST_FILE",
-                         "/tmp/a\\b\nc.yml",
-                         "CRCR_LOG",
-                         "debug",
-                         "CRCR_OIDC_ISSUERS",
-                         "https://a.example,http://127.0.0.1:1",
-                         NULL};
-    crcr_config cfg;
-    char err[256];
-    assert_int_equal(load(&cfg, NULL, env, err, sizeof(err)), CRCR_OK);
-    char *d = describe(&cfg);
-
-    /* Drop secret placeholders; everything else must read back to the same configuration. */
-    buf_t file;
-    buf_init(&file, 64 * 1024);
-    for (char *line = d; *line;) {
-        char *nl = strchr(line, '\n');
-        assert_non_null(nl);
-        *nl = '\0';
-        if (!strstr(line, "=(set)") && !strstr(line, "=(unset)"))
-            assert_int_equal(buf_printf(&file, "%s\n", line), CRCR_OK);
-        line = nl + 1;
-    }
-    char *path = write_temp(buf_cstr(&file));
-    crcr_config again;
-    assert_int_equal(load(&again, path, NULL, err, sizeof(err)), CRCR_OK);
-    assert_string_equal(again.allowlist_file, "/tmp/a\\b\nc.yml");
-    assert_string_equal(again.listen_host, "::1");
-    assert_int_equal(again.listen_port, 9001);
-    char *d2 = describe(&again);
-    char *d1 = describe(&cfg);
-    assert_string_equal(d1, d2);
-    free(d1);
-    free(d2);
-    config_free(&again);
-    remove_temp(path);
-    buf_free(&file);
-    free(d);
-    config_free(&cfg);
-}
-
-/* ---- docs ------------------------------------------------------------------------------- */
-
-static char *read_docs(void)
-{
-    const char *data = getenv("CRCR_TEST_DATA");
-    if (!data)
-        fail_msg("CRCR_TEST_DATA is not set (ctest sets it to <repo>/tests/data)");
-    char path[1024];
-    snprintf(path, sizeof(path), "%s/../../docs/configuration.md", data);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        fail_msg("cannot open %s", path);
-    buf_t b;
-    buf_init(&b, 1024 * 1024);
-    char chunk[4096];
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0)
-        assert_int_equal(buf_append(&b, chunk, n), CRCR_OK);
-    fclose(f);
-    size_t len;
-    return buf_detach(&b, &len);
-}
-
-static void test_docs_list_every_variable_and_default(void **state)
-{
-    char *doc = read_docs();
-    crcr_config cfg;
-    char err[256];
-    const char *none[] = {NULL};
-    assert_int_equal(load(&cfg, NULL, none, err, sizeof(err)), CRCR_OK);
-    char *d = describe(&cfg);
-    size_t keys = 0;
-    for (char *line = d; *line;) {
-        char *nl = strchr(line, '\n');
-        char *eq = strchr(line, '=');
-        assert_non_null(nl);
-        assert_non_null(eq);
-        *nl = '\0';
-        *eq = '\0';
-        char want[128];
-        snprintf(want, sizeof(want), "`%s`", line);
-        if (!strstr(doc, want))
-            fail_msg("docs/configuration.md does not mention %s", want);
-        const char *def = eq + 1;
-        if (*def && strcmp(def, "(unset)") != 0) {
-            snprintf(want, sizeof(want), "`%s`", def);
-            if (!strstr(doc, want))
-                fail_msg("docs/configuration.md does not show %s's default %s", line, want);
-        }
-        keys++;
-        line = nl + 1;
-    }
-    assert_true(keys >= 32);
-    free(d);
-    config_free(&cfg);
-    free(doc);
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1104,7 +942,6 @@ int main(void)
         cmocka_unit_test_setup(test_loopback_urls_are_accepted_and_trailing_slash_stripped,
                                test_setup),
         cmocka_unit_test_setup(test_too_many_or_no_oidc_issuers, test_setup),
-        cmocka_unit_test_setup(test_config_url_allowed_loopback_rules, test_setup),
         cmocka_unit_test_setup(test_allowlist_url_must_be_github_or_loopback, test_setup),
         cmocka_unit_test_setup(test_ci_providers_file_is_kept, test_setup),
         cmocka_unit_test_setup(test_oidc_issuer_kinds, test_setup),
@@ -1124,8 +961,6 @@ int main(void)
         cmocka_unit_test_setup(test_app_secret_optional_but_not_empty, test_setup),
         cmocka_unit_test_setup(test_secrets_never_appear_in_describe_or_logs, test_setup),
         cmocka_unit_test_setup(test_secret_values_never_appear_in_errors, test_setup),
-        cmocka_unit_test_setup(test_describe_output_loads_back_as_a_config_file, test_setup),
-        cmocka_unit_test_setup(test_docs_list_every_variable_and_default, test_setup),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -12,7 +12,6 @@
 #include <cmocka.h>
 
 #include "json.h"
-#include "siphash.h"
 #include "webhook.h"
 #include "crcr_limits.h"
 
@@ -562,34 +561,6 @@ static void select_agrees_with_parse_on_real_webhooks(void **state)
     assert_true(files >= 5);
 }
 
-/* SipHash-2-4 against the paper's reference vectors (key 00..0f, message 00..len-1), so the
- * rounds and the byte-at-a-time feeding the JSON key hash uses (1-3) are the real algorithm. */
-static void siphash_matches_reference_vectors(void **state)
-{
-    siphash_key k;
-    unsigned char kb[16], msg[16];
-    for (int i = 0; i < 16; i++)
-        kb[i] = (unsigned char)i, msg[i] = (unsigned char)i;
-    memcpy(&k.k0, kb, 8);
-    memcpy(&k.k1, kb + 8, 8);
-    assert_true(siphash(&k, 2, 4, msg, 0) == 0x726fdb47dd0e0e31ull);
-    assert_true(siphash(&k, 2, 4, msg, 1) == 0x74f839c593dc67fdull);
-    assert_true(siphash(&k, 2, 4, msg, 2) == 0x0d6c8009d9a94f5aull);
-    assert_true(siphash(&k, 2, 4, msg, 3) == 0x85676696d7fb7e2dull);
-    assert_true(siphash(&k, 2, 4, msg, 15) == 0xa129ca6149be45e5ull);
-    /* Fed in pieces: the same. */
-    siphash_state st;
-    siphash_init(&st, &k, 2, 4);
-    siphash_bytes(&st, msg, 5);
-    siphash_byte(&st, msg[5]);
-    siphash_bytes(&st, msg + 6, 9);
-    assert_true(siphash_final(&st) == 0xa129ca6149be45e5ull);
-    /* The process key is drawn once and is not all zero. */
-    const siphash_key *pk = siphash_process_key();
-    assert_ptr_equal(pk, siphash_process_key());
-    assert_true(pk->k0 != 0 || pk->k1 != 0);
-}
-
 /* The hash the validator used before (FNV-1a, 32 bits), for building an attack input. */
 static uint32_t old_fnv(const char *s, size_t n, uint32_t h)
 {
@@ -747,7 +718,6 @@ int main(void)
         cmocka_unit_test(select_whitespace_trailing_data_and_roots),
         cmocka_unit_test(select_builds_only_the_selected_paths),
         cmocka_unit_test(select_agrees_with_parse_on_real_webhooks),
-        cmocka_unit_test(siphash_matches_reference_vectors),
         cmocka_unit_test(select_work_is_linear_for_colliding_keys),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,14 +1,16 @@
 /*
  * unit_support.h - helpers several unit test files share: a temporary directory removed with its
- * contents, files, a configuration loaded from a small key/value array, a SQLite store in the
- * directory, stored deliveries and run transitions, a libcurl client for servers on loopback,
- * and a minimal relay (crcr_app) serving one front door's routes. Header-only (every test file is a
+ * contents, files, a `crcr` command run with its output captured, a configuration loaded from a
+ * small key/value array, a SQLite store in the directory, stored deliveries and run transitions, a
+ * libcurl client for servers on loopback, and a minimal relay (crcr_app) serving one front door's
+ * routes. Header-only (every test file is a
  * binary of its own), so everything is static inline. Include it after <cmocka.h>.
  */
 #ifndef CRCR_UNIT_SUPPORT_H
 #define CRCR_UNIT_SUPPORT_H
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +72,68 @@ static inline void ut_write_file(const char *path, const char *text)
     assert_non_null(f);
     assert_int_equal(fwrite(text, 1, strlen(text), f), strlen(text));
     assert_int_equal(fclose(f), 0);
+}
+
+/* ---- commands ---- */
+
+/* What a command printed and returned. */
+typedef struct ut_cmd {
+    int rc;
+    char out[16384], err[8192]; /* cut to fit */
+} ut_cmd;
+
+typedef int (*ut_main_fn)(int argc, char **argv);
+
+static inline void ut_slurp(const char *path, char *out, size_t outsz)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    size_t n = fread(out, 1, outsz - 1, f);
+    out[n] = '\0';
+    fclose(f);
+}
+
+/* Runs `fn` over argv (NULL-terminated) with stdout and stderr sent to the files "stdout" and
+ * "stderr" of `d`, and standard input read from `stdin_path` when it is not NULL. */
+static inline void ut_run(const ut_dir *d, ut_main_fn fn, char **argv, const char *stdin_path,
+                          ut_cmd *c)
+{
+    memset(c, 0, sizeof(*c));
+    int argc = 0;
+    while (argv[argc])
+        argc++;
+    char out_path[128], err_path[128];
+    ut_path(d, "stdout", out_path, sizeof(out_path));
+    ut_path(d, "stderr", err_path, sizeof(err_path));
+    fflush(stdout);
+    fflush(stderr);
+    int saved_out = dup(1), saved_err = dup(2), saved_in = dup(0);
+    int fo = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    int fe = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    int fi = stdin_path ? open(stdin_path, O_RDONLY) : -1;
+    assert_true(saved_out >= 0 && saved_err >= 0 && saved_in >= 0 && fo >= 0 && fe >= 0);
+    assert_true(!stdin_path || fi >= 0);
+    dup2(fo, 1);
+    dup2(fe, 2);
+    if (fi >= 0)
+        dup2(fi, 0);
+    clearerr(stdin);
+    c->rc = fn(argc, argv);
+    fflush(stdout);
+    fflush(stderr);
+    dup2(saved_out, 1);
+    dup2(saved_err, 2);
+    dup2(saved_in, 0);
+    clearerr(stdin);
+    close(saved_out);
+    close(saved_err);
+    close(saved_in);
+    close(fo);
+    close(fe);
+    if (fi >= 0)
+        close(fi);
+    ut_slurp(out_path, c->out, sizeof(c->out));
+    ut_slurp(err_path, c->err, sizeof(c->err));
 }
 
 /* ---- configuration ---- */
