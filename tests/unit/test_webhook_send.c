@@ -208,7 +208,7 @@ static void test_equals_forms_environment_secret_and_defaults(void **state)
     }
     assert_int_equal(d[14], '4');
     assert_non_null(strchr("89ab", d[19]));
-    char first[64];
+    char first[sizeof(fx->r.delivery)];
     snprintf(first, sizeof(first), "%s", d);
     /* Another run, another id; --secret wins over the environment. */
     char *again[] = {"send", payload_path(fx), url_opt, "--secret=explicit", NULL};
