@@ -21,6 +21,7 @@
 #include "allowlist.h"
 #include "cli.h"
 #include "crcr_limits.h"
+#include "unit_support.h"
 
 /* ---------------------------------------------------------------------------------------- */
 /* Helpers. */
@@ -76,24 +77,6 @@ static allowlist *parse_fixture_ok(const char *name)
     return al;
 }
 
-/* Checks that every line is "LINE:COL: message" with positive numbers. */
-static void assert_error_lines(const char *errors)
-{
-    assert_true(*errors != '\0');
-    const char *s = errors;
-    while (*s) {
-        char *end;
-        long line = strtol(s, &end, 10);
-        assert_true(end != s && line >= 1 && *end == ':');
-        s = end + 1;
-        long col = strtol(s, &end, 10);
-        assert_true(end != s && col >= 1 && end[0] == ':' && end[1] == ' ' && end[2] != '\n');
-        const char *nl = strchr(end, '\n');
-        assert_non_null(nl); /* every line ends with '\n' */
-        s = nl + 1;
-    }
-}
-
 /* Parses `len` bytes that must be refused with `want`; returns the error text (caller frees). */
 static char *parse_bad_n(const char *yaml, size_t len, crcr_err want)
 {
@@ -103,7 +86,7 @@ static char *parse_bad_n(const char *yaml, size_t len, crcr_err want)
     crcr_err rc = allowlist_parse(yaml, len, &al, &errors);
     assert_int_equal(rc, want);
     assert_null(al);
-    assert_error_lines(buf_cstr(&errors));
+    ut_assert_error_lines(buf_cstr(&errors));
     size_t n;
     return buf_detach(&errors, &n);
 }
@@ -618,7 +601,7 @@ static void test_truncated_inputs_never_crash_or_half_load(void **state)
             valid++;
         } else {
             assert_null(al);
-            assert_error_lines(buf_cstr(&errors));
+            ut_assert_error_lines(buf_cstr(&errors));
         }
         allowlist_free(al);
         buf_free(&errors);

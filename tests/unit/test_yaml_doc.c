@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "crcr_limits.h"
+#include "unit_support.h"
 #include "yaml_doc.h"
 
 /* ---------------------------------------------------------------------------------------- */
@@ -47,24 +48,6 @@ static const char *json_of(const char *yaml)
     return to_json(yaml, strlen(yaml), CRCR_ALLOWLIST_MAX_BYTES);
 }
 
-/* Checks that every line is "LINE:COL: message" with positive numbers. */
-static void assert_error_lines(const char *errors)
-{
-    assert_true(*errors != '\0');
-    const char *s = errors;
-    while (*s) {
-        char *end;
-        long line = strtol(s, &end, 10);
-        assert_true(end != s && line >= 1 && *end == ':');
-        s = end + 1;
-        long col = strtol(s, &end, 10);
-        assert_true(end != s && col >= 1 && end[0] == ':' && end[1] == ' ' && end[2] != '\n');
-        const char *nl = strchr(end, '\n');
-        assert_non_null(nl);
-        s = nl + 1;
-    }
-}
-
 /* yaml_doc_to_jv() on `len` bytes that must be refused with `want`; the problems (caller
  * frees). */
 static char *refused_n(const char *yaml, size_t len, size_t max, crcr_err want)
@@ -79,7 +62,7 @@ static char *refused_n(const char *yaml, size_t len, size_t max, crcr_err want)
         fail_msg("expected %s, got %s:\n%s", crcr_strerror(want), crcr_strerror(rc),
                  buf_cstr(&errors));
     assert_null(doc);
-    assert_error_lines(buf_cstr(&errors));
+    ut_assert_error_lines(buf_cstr(&errors));
     size_t n;
     return buf_detach(&errors, &n);
 }
@@ -323,7 +306,7 @@ static void test_truncated_inputs_never_crash_or_half_load(void **state)
         } else {
             assert_int_equal(rc, CRCR_E_INVALID);
             assert_null(doc);
-            assert_error_lines(buf_cstr(&errors));
+            ut_assert_error_lines(buf_cstr(&errors));
         }
         jv_free(doc);
         buf_free(&errors);

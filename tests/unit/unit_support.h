@@ -27,6 +27,27 @@
 #include "http_server.h"
 #include "store.h"
 
+/* ---- problem lists ---- */
+
+/* Checks that every line is "LINE:COL: message" with positive numbers (the YAML
+ * readers' problem lists). */
+static inline void ut_assert_error_lines(const char *errors)
+{
+    assert_true(*errors != '\0');
+    const char *s = errors;
+    while (*s) {
+        char *end;
+        long line = strtol(s, &end, 10);
+        assert_true(end != s && line >= 1 && *end == ':');
+        s = end + 1;
+        long col = strtol(s, &end, 10);
+        assert_true(end != s && col >= 1 && end[0] == ':' && end[1] == ' ' && end[2] != '\n');
+        const char *nl = strchr(end, '\n');
+        assert_non_null(nl); /* every line ends with '\n' */
+        s = nl + 1;
+    }
+}
+
 /* ---- files ---- */
 
 typedef struct ut_dir {
