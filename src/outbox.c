@@ -778,8 +778,8 @@ static void *worker(void *arg)
     return NULL;
 }
 
-/* Turns new rows written by other processes into a notify; ends at once for a store without
- * cross-process wake-ups (SQLite). */
+/* Turns new rows written by other processes into wake-ups of as many workers; ends at once for a
+ * store without cross-process wake-ups (SQLite). */
 static void *waker(void *arg)
 {
     outbox *ob = arg;
@@ -789,11 +789,12 @@ static void *waker(void *arg)
         pthread_mutex_unlock(&ob->mu);
         if (stop)
             break;
-        crcr_err e = store_wait_for_work(ob->st, OUTBOX_POLL_MS / 2);
+        size_t rows = 0;
+        crcr_err e = store_wait_for_work(ob->st, OUTBOX_POLL_MS / 2, &rows);
         if (e == CRCR_E_INVALID)
             break;
         if (e == CRCR_OK)
-            outbox_notify(ob);
+            outbox_wake(ob, rows); /* as many workers as rows (all when unknown) */
     }
     return NULL;
 }

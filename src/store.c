@@ -267,11 +267,12 @@ crcr_err store_callback_rejections(store *st, const char *repo, int64_t since, i
     return e;
 }
 
-crcr_err store_wait_for_work(store *st, int64_t timeout_ms)
+crcr_err store_wait_for_work(store *st, int64_t timeout_ms, size_t *rows)
 {
+    *rows = 0;
     if (!st->ops->wait_for_work)
         return CRCR_E_INVALID;
-    return st->ops->wait_for_work(st, timeout_ms);
+    return st->ops->wait_for_work(st, timeout_ms, rows);
 }
 
 crcr_err store_dispatch_get(store *st, const char *delivery_id, const char *repo, bool with_payload,

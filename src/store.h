@@ -372,12 +372,14 @@ crcr_err store_identity_reset(store *st, const char *repo);
 crcr_err store_budget_take(store *st, const char *name, int64_t amount, int64_t limit,
                            int64_t expires_at, bool *allowed);
 
-/* Waits up to timeout_ms for new outbox rows written by any process (PostgreSQL: LISTEN/NOTIFY):
- * CRCR_OK when woken, CRCR_E_NOT_FOUND on timeout, CRCR_E_STORE when the database is away (after
- * waiting out the timeout), CRCR_E_INVALID at once for a store without cross-process wake-ups
- * (SQLite: an in-process notify is all a single-process store needs). Used by the outbox's
- * wake-up thread. */
-crcr_err store_wait_for_work(store *st, int64_t timeout_ms);
+/* Waits up to timeout_ms for new outbox rows written by other processes (PostgreSQL:
+ * LISTEN/NOTIFY): CRCR_OK when woken, with *rows the number of rows announced (SIZE_MAX: unknown,
+ * e.g. after the listener reconnected, when notifications may have been missed); CRCR_E_NOT_FOUND
+ * on timeout; CRCR_E_STORE when the database is away (after waiting out the timeout);
+ * CRCR_E_INVALID at once for a store without cross-process wake-ups (SQLite: an in-process notify
+ * is all a single-process store needs). Rows this process wrote itself are not announced: its
+ * writers wake their own workers. Used by the outbox's wake-up thread. */
+crcr_err store_wait_for_work(store *st, int64_t timeout_ms, size_t *rows);
 
 /* Callbacks refused after authentication (for the level-health callback error rate). */
 crcr_err store_callback_rejected(store *st, const char *repo, int64_t now, int status);

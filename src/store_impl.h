@@ -238,9 +238,8 @@ typedef struct store_ops {
     crcr_err (*recover)(store *st);
     crcr_err (*ping)(store *st);
     /* Optional (NULL when the backend has no cross-process wake-up, e.g. SQLite): waits up to
-     * timeout_ms for new outbox rows written by any process. CRCR_OK when woken, CRCR_E_NOT_FOUND
-     * on timeout, CRCR_E_STORE when the database is away (after waiting out the timeout). */
-    crcr_err (*wait_for_work)(store *st, int64_t timeout_ms);
+     * timeout_ms for new outbox rows written by other processes (see store_wait_for_work). */
+    crcr_err (*wait_for_work)(store *st, int64_t timeout_ms, size_t *rows);
     const store_outbox_ops *outbox;
     const store_run_ops *runs;
 } store_ops;

@@ -18,8 +18,10 @@
  *  - a callback transition and a rate-limit hit take a transaction-scoped advisory lock on their
  *    key, so concurrent identical callbacks on different instances apply exactly once;
  *  - named leases (periodic work) are one atomic INSERT ... ON CONFLICT ... WHERE;
- *  - writes that add outbox rows send NOTIFY crcr_outbox at commit, and store_wait_for_work
- *    waits on a dedicated LISTEN connection, so idle workers of every instance wake at once.
+ *  - writes that add outbox rows send NOTIFY crcr_outbox at commit with the writer's tag and the
+ *    number of rows, and store_wait_for_work waits on a dedicated LISTEN connection: other
+ *    instances wake as many idle workers as rows were added (not all of them: every woken worker
+ *    runs a claim), the writer's own process skips its notification (its writers wake it).
  *
  * Connections: a pool of CRCR_STORE_POOL connections (sized by app.c), opened lazily. Each
  * operation borrows one for its duration. A connection found broken is dropped and the operation
@@ -34,13 +36,16 @@
  */
 #include <endian.h>
 #include <libpq-fe.h>
+#include <openssl/rand.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "clock.h"
 #include "log.h"
 #include "store_pg.h"
 #include "utf8.h"
@@ -449,6 +454,13 @@ crcr_err pg_cmd(pgx *x, const char *sql)
     return err;
 }
 
+crcr_err pg_notify_rows(pgx *x, int64_t rows)
+{
+    char sql[sizeof("NOTIFY " PG_CHANNEL ", ':'") + PG_TAG_HEX + 24];
+    snprintf(sql, sizeof(sql), "NOTIFY " PG_CHANNEL ", '%s:%lld'", x->s->tag, (long long)rows);
+    return pg_cmd(x, sql);
+}
+
 crcr_err pg_finish_tx(pgx *x, crcr_err err, bool discard)
 {
     if (err || discard) {
@@ -618,6 +630,26 @@ static const store_ops PG_OPS = {
 
 /* The pool size (CRCR_STORE_POOL, validated by config.c; `crcr serve` turns 0 into its own
  * default): 1..PG_POOL_MAX, 0 for PG_POOL_DEFAULT (the command-line tools). */
+/* A random tag for this handle's NOTIFY payloads (PG_CHANNEL): listeners tell their own
+ * process's notifications from others' by it. Not a secret; a clock-and-pid fallback when the
+ * kernel has no randomness yet only risks a tag shared with another process, which costs that
+ * process's listener its wake-ups until the 1 s poll. */
+static void writer_tag(char out[PG_TAG_HEX + 1])
+{
+    unsigned char raw[PG_TAG_HEX / 2];
+    if (RAND_bytes(raw, (int)sizeof(raw)) != 1) {
+        uint64_t v = (uint64_t)clock_mono_ms() * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid();
+        for (size_t i = 0; i < sizeof(raw); i++)
+            raw[i] = (unsigned char)(v >> (8 * (i % 8)));
+    }
+    static const char hex[] = "0123456789abcdef";
+    for (size_t i = 0; i < sizeof(raw); i++) {
+        out[2 * i] = hex[raw[i] >> 4];
+        out[2 * i + 1] = hex[raw[i] & 15];
+    }
+    out[PG_TAG_HEX] = '\0';
+}
+
 static crcr_err pool_size(long pool, size_t *n, char *err, size_t errsz)
 {
     *n = PG_POOL_DEFAULT;
@@ -660,6 +692,7 @@ crcr_err store_pg_open(const char *uri, long pool, store **out, char *err, size_
     pthread_cond_init(&s->cv, NULL);
     pthread_mutex_init(&s->lmu, NULL);
     s->n = n;
+    writer_tag(s->tag);
     s->uri = strdup(uri);
     s->conns = calloc(n, sizeof(*s->conns));
     s->busy = calloc(n, sizeof(*s->busy));

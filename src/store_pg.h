@@ -33,8 +33,12 @@
 #define PG_JOB_BYTES_MAX (CRCR_MAX_BODY_DEFAULT * 4u)
 /* Longest PostgreSQL error text put into a log line. */
 #define PG_ERRTEXT_MAX 300
-/* Channel of NOTIFY at commit of new outbox rows, which the listener waits on. */
+/* Channel of NOTIFY at commit of new outbox rows, which the listener waits on. The payload is
+ * "<writer tag>:<rows>": listeners skip their own process's notifications (its writers wake its
+ * workers directly) and wake as many workers as rows were added, not all of them. */
 #define PG_CHANNEL "crcr_outbox"
+/* Hex digits of a process's writer tag (random per store handle). */
+#define PG_TAG_HEX 16
 /* Advisory lock class of instance liveness: an instance holds (class, its id) ('crcr'). */
 #define PG_LIVE_CLASS 1668440946
 /* An instance judges others' liveness only once it has held its own lock this long: after a
@@ -61,6 +65,7 @@ typedef struct pg_store {
     _Atomic int64_t live_since; /* clock_mono_ms() when the listener took the instance lock;
                                    0 while it is not held */
     atomic_bool live_server_up; /* the server had been up PG_LIVE_SERVER_UP_MS by then */
+    char tag[PG_TAG_HEX + 1];   /* this handle's writer tag in NOTIFY payloads (PG_CHANNEL) */
 } pg_store;
 
 static inline pg_store *pg_store_of(store *st)
@@ -85,6 +90,10 @@ PGconn *pg_connect(const char *uri, char *why, size_t whysz);
 void pg_one_line(const char *msg, char *out, size_t outsz);
 
 typedef crcr_err (*pg_op)(pgx *x, void *arg);
+
+/* Announces `rows` new outbox rows to every listener at commit (NOTIFY PG_CHANNEL with this
+ * handle's tag). */
+crcr_err pg_notify_rows(pgx *x, int64_t rows);
 
 /* Runs `fn` on a borrowed connection. When it fails because the connection broke (the server
  * restarted, the network dropped it) and nothing of it reached the caller (x->called_back), it
@@ -123,7 +132,7 @@ crcr_err pg_insert_jobs(pgx *x, const char *delivery_id, const store_new_job *jo
 
 /* The operations of store_pg_live.c, store_pg_outbox.c and store_pg_runs.c. */
 crcr_err pg_recover(store *st);
-crcr_err pg_wait_for_work(store *st, int64_t timeout_ms);
+crcr_err pg_wait_for_work(store *st, int64_t timeout_ms, size_t *rows);
 extern const store_outbox_ops PG_OUTBOX_OPS;
 extern const store_run_ops PG_RUN_OPS;
 

@@ -9,7 +9,10 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "clock.h"
@@ -133,12 +136,28 @@ crcr_err pg_recover(store *st)
 /* ---- waking workers ---- */
 
 /* Takes every pending notification; true when there was at least one. */
-static bool drain_notifies(PGconn *c)
+/* Reads the notifications that arrived on `c` and adds the rows other processes announced to
+ * *rows (SIZE_MAX when one carries no count). This process's own ("<s->tag>:<n>") are skipped:
+ * its writers woke its workers already. true when one came from another process. */
+static bool drain_notifies(pg_store *s, PGconn *c, size_t *rows)
 {
     bool any = false;
+    size_t taglen = strlen(s->tag);
     PGnotify *n;
     while ((n = PQnotifies(c)) != NULL) {
+        const char *p = n->extra ? n->extra : "";
+        if (strncmp(p, s->tag, taglen) == 0 && p[taglen] == ':') {
+            PQfreemem(n);
+            continue;
+        }
         any = true;
+        const char *colon = strchr(p, ':');
+        char *end = NULL;
+        long long v = colon ? strtoll(colon + 1, &end, 10) : -1;
+        if (!colon || end == colon + 1 || *end != '\0' || v < 0)
+            *rows = SIZE_MAX;
+        else if (*rows != SIZE_MAX)
+            *rows = (uint64_t)v >= SIZE_MAX - *rows ? SIZE_MAX : *rows + (size_t)v;
         PQfreemem(n);
     }
     return any;
@@ -153,14 +172,15 @@ static void sleep_ms(int64_t ms)
 }
 
 /*
- * Waits up to timeout_ms for a NOTIFY on crcr_outbox from any instance. CRCR_OK: new outbox rows
- * may be due (also right after the listener (re)connected, since notifications may have been
- * missed). CRCR_E_NOT_FOUND: the time passed. CRCR_E_STORE: the database is away (after waiting
- * out the timeout, so that callers can loop without spinning).
+ * Waits up to timeout_ms for a NOTIFY on crcr_outbox from another process. CRCR_OK: new outbox
+ * rows may be due, *rows of them (SIZE_MAX right after the listener (re)connected, since
+ * notifications may have been missed). CRCR_E_NOT_FOUND: the time passed. CRCR_E_STORE: the
+ * database is away (after waiting out the timeout, so that callers can loop without spinning).
  */
-crcr_err pg_wait_for_work(store *st, int64_t timeout_ms)
+crcr_err pg_wait_for_work(store *st, int64_t timeout_ms, size_t *rows)
 {
     pg_store *s = pg_store_of(st);
+    *rows = 0;
     pthread_mutex_lock(&s->lmu);
     if (s->listener && PQstatus(s->listener) != CONNECTION_OK)
         listener_drop(s);
@@ -177,6 +197,7 @@ crcr_err pg_wait_for_work(store *st, int64_t timeout_ms)
         }
         if (s->listener) {
             pthread_mutex_unlock(&s->lmu);
+            *rows = SIZE_MAX; /* notifications may have been missed while it was away */
             return CRCR_OK;
         }
         pthread_mutex_unlock(&s->lmu);
@@ -189,7 +210,7 @@ crcr_err pg_wait_for_work(store *st, int64_t timeout_ms)
     if (atomic_load(&s->live_id) && !atomic_load(&s->live_since))
         live_lock(s, s->listener);
     crcr_err e = CRCR_E_NOT_FOUND;
-    if (drain_notifies(s->listener)) {
+    if (drain_notifies(s, s->listener, rows)) {
         e = CRCR_OK;
     } else {
         struct pollfd pfd = {.fd = PQsocket(s->listener), .events = POLLIN};
@@ -198,7 +219,7 @@ crcr_err pg_wait_for_work(store *st, int64_t timeout_ms)
             if (!PQconsumeInput(s->listener)) {
                 listener_drop(s);
                 e = CRCR_E_STORE;
-            } else if (drain_notifies(s->listener)) {
+            } else if (drain_notifies(s, s->listener, rows)) {
                 e = CRCR_OK;
             }
         }

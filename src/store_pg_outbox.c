@@ -30,7 +30,7 @@ crcr_err pg_insert_jobs(pgx *x, const char *delivery_id, const store_new_job *jo
         if (e)
             return e;
     }
-    return n ? pg_cmd(x, "NOTIFY " PG_CHANNEL) : CRCR_OK;
+    return n ? pg_notify_rows(x, (int64_t)n) : CRCR_OK;
 }
 
 /* ---- ingest ---- */
@@ -255,7 +255,7 @@ static crcr_err op_redeliver(pgx *x, void *arg)
                      &a->rows);
     }
     if (!e && a->rows > 0)
-        e = pg_cmd(x, "NOTIFY " PG_CHANNEL);
+        e = pg_notify_rows(x, a->rows);
     return e;
 }
 

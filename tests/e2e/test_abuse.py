@@ -169,6 +169,9 @@ class SlowAttack:
         self.proc = multiprocessing.Process(target=self._main, daemon=True)
         self.lifetimes = []
         self.connect_failures = 0
+        # Longest time between two looks at the sockets: how late the attacker may notice a close
+        # (a thousand reconnects after a mass cut take a while on a busy machine).
+        self.max_gap = 0.0
         self._stopped = False
 
     def start(self):
@@ -188,7 +191,7 @@ class SlowAttack:
         self._stopped = True
         self._halt.set()
         if self._recv.poll(15):
-            self.lifetimes, self.connect_failures = self._recv.recv()
+            self.lifetimes, self.connect_failures, self.max_gap = self._recv.recv()
         self.proc.join(5)
         if self.proc.is_alive():
             self.proc.kill()
@@ -197,6 +200,7 @@ class SlowAttack:
 
     def _main(self):
         raise_fd_limit(4096)
+        self._reopen = []
         self.sel = selectors.DefaultSelector()
         self.conns = {}  # socket -> [kind, connected_at, index]
         for i in range(self.n_header):
@@ -204,12 +208,19 @@ class SlowAttack:
         for i in range(self.n_body):
             self._open("body", i)
         next_tick = time.monotonic()
+        last_look = None
         while not self._halt.is_set():
             n = len(self.conns)
             self._open_now.value = n
             if n > self._max_open.value:
                 self._max_open.value = n
-            for key, _ in self.sel.select(timeout=0.05):
+            ready = self.sel.select(timeout=0.05)
+            seen = time.monotonic()
+            if last_look is not None:
+                self.max_gap = max(self.max_gap, seen - last_look)
+            last_look = seen
+            closed = []
+            for key, _ in ready:
                 s = key.fileobj
                 try:
                     s.recv(4096)
@@ -218,7 +229,13 @@ class SlowAttack:
                 except OSError:
                     pass
                 # EOF, a reset, or an answer (the server gave up on the request): closed.
-                self._closed(s, time.monotonic())
+                closed.append(s)
+            # Every close of this look is timed at the look, then the connections are reopened.
+            for s in closed:
+                self._closed(s, seen, reopen=False)
+            for s_kind, s_i in self._reopen:
+                self._open(s_kind, s_i)
+            self._reopen = []
             now = time.monotonic()
             if now >= next_tick:
                 next_tick = now + self.interval
@@ -232,7 +249,7 @@ class SlowAttack:
                         self._closed(s, now)
         for s in list(self.conns):
             s.close()
-        self._send.send((self.lifetimes, self.connect_failures))
+        self._send.send((self.lifetimes, self.connect_failures, self.max_gap))
 
     def _open(self, kind, i):
         try:
@@ -257,13 +274,17 @@ class SlowAttack:
         self.conns[s] = [kind, time.monotonic(), i]
         self.sel.register(s, selectors.EVENT_READ)
 
-    def _closed(self, s, now):
+    def _closed(self, s, now, reopen=True):
         kind, t0, i = self.conns.pop(s)
         self.sel.unregister(s)
         s.close()
         self.lifetimes.append(now - t0)
-        if not self._halt.is_set():
+        if self._halt.is_set():
+            return
+        if reopen:
             self._open(kind, i)
+        else:
+            self._reopen.append((kind, i))
 
 
 class LegitClient(threading.Thread):
@@ -347,8 +368,9 @@ class SlowConnectionTest(RelayMixin, unittest.TestCase):
                                            len(failed)))
         if lives:
             note("slow connection lifetimes until cut: min %.2f s, median %.2f s, max %.2f s "
-                 "(deadline %d s, %d cut)" % (lives[0], percentile(lives, 50), lives[-1],
-                                              self.DEADLINE, len(lives)))
+                 "(deadline %d s, %d cut; the attacker looked at its sockets at least every %.2f s)"
+                 % (lives[0], percentile(lives, 50), lives[-1], self.DEADLINE, len(lives),
+                    attack.max_gap))
         reaped = scrape(relay, "crcr_http_requests_reaped_total")
         note("crcr_http_requests_reaped_total %d" % reaped)
 
@@ -360,10 +382,13 @@ class SlowConnectionTest(RelayMixin, unittest.TestCase):
         # Each slow connection was cut by the total deadline, although it was never idle.
         self.assertGreaterEqual(len(lives), self.SLOW_HEADER + self.SLOW_BODY)
         self.assertGreaterEqual(lives[0], self.DEADLINE - 0.5, "cut before the deadline")
-        # Measured at the attacker, so this includes its own lag in noticing the close (its loop
-        # walks a thousand sockets); the reaper itself ticks every 0.25 s.
-        self.assertLessEqual(lives[-1], self.DEADLINE + 3.0, "a slow connection outlived the "
-                             "deadline by more than the reaper's tick and the attacker's lag")
+        # Measured at the attacker, so this includes its own lag in noticing the close: at most
+        # the longest time between two of its looks at the sockets (max_gap: its loop walks a
+        # thousand sockets and reopens every cut one, slower on a busy machine); the reaper itself
+        # ticks every 0.25 s.
+        self.assertLessEqual(lives[-1], self.DEADLINE + 3.0 + attack.max_gap,
+                             "a slow connection outlived the deadline by more than the reaper's "
+                             "tick and the attacker's lag (max gap %.2f s)" % attack.max_gap)
         self.assertGreaterEqual(reaped, self.SLOW_HEADER + self.SLOW_BODY)
         self.assertAlive(relay)
 

@@ -1912,25 +1912,35 @@ static void wait_for_work_wakes_on_rows_written_by_another_instance(void **state
     store *st = *state;
     if (!g_pg) {
         /* One process per SQLite file: the in-process notify is the wake-up. */
-        assert_int_equal(store_wait_for_work(st, 10), CRCR_E_INVALID);
+        size_t rows = 1;
+        assert_int_equal(store_wait_for_work(st, 10, &rows), CRCR_E_INVALID);
+        assert_int_equal(rows, 0);
         return;
     }
     store *other = open_store();
     /* The first call (re)connects the listener and reports possible missed work. */
     int64_t t0 = clock_mono_ms();
-    while (store_wait_for_work(st, 50) != CRCR_E_NOT_FOUND)
+    size_t reconnected = 0;
+    while (store_wait_for_work(st, 50, &reconnected) != CRCR_E_NOT_FOUND)
         assert_true(clock_mono_ms() - t0 < 5000);
-    const char *t[] = {"a/one"};
-    assert_int_equal(ingest(other, "from-other", 1000, t, 1), CRCR_OK);
+    const char *t[] = {"a/one", "a/two", "a/three"};
+    assert_int_equal(ingest(other, "from-other", 1000, t, 3), CRCR_OK);
     t0 = clock_mono_ms();
-    assert_int_equal(store_wait_for_work(st, 5000), CRCR_OK);
+    size_t rows = 0;
+    assert_int_equal(store_wait_for_work(st, 5000, &rows), CRCR_OK);
     assert_true(clock_mono_ms() - t0 < 2000);
+    assert_int_equal(rows, 3); /* as many workers to wake as rows, not all of them */
     /* Nothing new: the wait times out. */
-    assert_int_equal(store_wait_for_work(st, 100), CRCR_E_NOT_FOUND);
+    assert_int_equal(store_wait_for_work(st, 100, &rows), CRCR_E_NOT_FOUND);
+    /* Rows this process wrote are not announced to it: its writers woke its own workers. */
+    assert_int_equal(ingest(st, "from-self", 1000, t, 1), CRCR_OK);
+    assert_int_equal(store_wait_for_work(st, 300, &rows), CRCR_E_NOT_FOUND);
+    assert_int_equal(rows, 0);
     /* Redeliver and enqueue wake too. */
     int n = 0;
     assert_int_equal(store_redeliver(other, "from-other", "b/two", 2000, &n), CRCR_OK);
-    assert_int_equal(store_wait_for_work(st, 5000), CRCR_OK);
+    assert_int_equal(store_wait_for_work(st, 5000, &rows), CRCR_OK);
+    assert_int_equal(rows, 1);
     store_close(other);
 }
 
