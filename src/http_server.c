@@ -811,7 +811,12 @@ http_server *http_server_start(const http_server_opts *opts, const http_route *r
     struct sockaddr_storage ss;
     memset(&ss, 0, sizeof(ss));
     socklen_t ss_len = sizeof(struct sockaddr_in);
-    unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC |
+    /* poll(), not epoll: libmicrohttpd 0.9.75's MHD_quiesce_daemon races its own epoll threads
+     * (each removes the listen socket from the epoll set; the loser's ENOENT is a panic, an
+     * abort at shutdown, seen in the ASan suite), while with poll() quiesce only wakes them.
+     * poll() costs O(connections of the thread) per wake-up: at most CRCR_MAX_CONNECTIONS
+     * (2,048) spread over the thread pool. */
+    unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC |
                          MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
     struct sockaddr_in *sin = (struct sockaddr_in *)&ss;
     struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&ss;
@@ -913,9 +918,12 @@ void http_server_stop(http_server *srv, int grace_ms)
 {
     if (!srv)
         return;
+    /* No new connections from here on. The listen socket stays open until MHD_stop_daemon has
+     * joined MHD's threads (MHD_quiesce_daemon's contract: a thread may still use it); it only
+     * stops listening now, so that connections are refused, not queued. */
     MHD_socket fd = MHD_quiesce_daemon(srv->d);
     if (fd != MHD_INVALID_SOCKET)
-        close(fd);
+        shutdown(fd, SHUT_RDWR);
     int64_t until = now_ms() + grace_ms;
     while (atomic_load(&srv->inflight) > 0 && now_ms() < until) {
         struct timespec ts = {0, 10 * 1000 * 1000};
@@ -924,5 +932,7 @@ void http_server_stop(http_server *srv, int grace_ms)
     reaper_stop(srv);
     workpool_stop(srv->pool); /* resumes every suspended connection: MHD must not stop with one */
     MHD_stop_daemon(srv->d);  /* CLOSED notifications unlink every remaining entry */
+    if (fd != MHD_INVALID_SOCKET)
+        close(fd);
     server_free(srv);
 }
