@@ -73,7 +73,7 @@
  * log); the count is in crcr_http_requests_reaped_total either way. */
 #define HTTP_REAPER_LOG_MS 10000
 /* File descriptors kept free for everything but client connections (store, GitHub client pool,
- * epoll, log) when the process limit is raised to fit max_connections. */
+ * ITC pipes, log) when the process limit is raised to fit max_connections. */
 #define HTTP_FD_RESERVE 256u
 /* Largest response a handler may build. */
 #define HTTP_MAX_RESPONSE (64u * 1024u * 1024u)

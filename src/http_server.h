@@ -13,7 +13,7 @@
  * only (no body byte read yet); it answers requests that lack the credentials the route needs, so
  * that they cost a header lookup and their body is never read.
  *
- * Threads. Handlers run on MHD's pool threads (CRCR_HTTP_THREADS, epoll); a store commit blocks
+ * Threads. Handlers run on MHD's pool threads (CRCR_HTTP_THREADS, poll()); a store commit blocks
  * such a thread for a few milliseconds. Routes flagged HTTP_ROUTE_OFFLOAD (the HUD: reads that may
  * take tens of milliseconds) run on a small separate pool instead (opts.offload_threads at once,
  * a short queue behind them, 503 with Retry-After past it): their connection is suspended while
