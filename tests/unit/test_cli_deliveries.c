@@ -277,10 +277,7 @@ static void test_redeliver_to_a_repo_off_the_allowlist_needs_force(void **state)
     assert_int_equal(rows.n, 2);
 
     /* Locally, without an allowlist to check against: refused too. */
-    char path[128];
-    char text[256];
-    snprintf(text, sizeof(text), "CRCR_STORE=sqlite:%s/crcr.db\n", fx->a.dir.path);
-    ut_write_file(ut_path(&fx->a.dir, "crcr.env", path, sizeof(path)), text);
+    ut_write_store_config(&fx->a.dir);
     c = deliveries(fx, LOCAL, typo);
     assert_int_equal(c.rc, 2);
     assert_non_null(strstr(c.err, "cannot check it against the allowlist: no ALLOWLIST_FILE or "

@@ -193,9 +193,7 @@ static void test_thresholds_come_from_the_configuration(void **state)
 static void test_without_an_allowlist_levels_come_from_the_runs(void **state)
 {
     fixture *fx = *state;
-    char path[128], text[256];
-    snprintf(text, sizeof(text), "CRCR_STORE=sqlite:%s/crcr.db\n", fx->dir.path);
-    ut_write_file(ut_path(&fx->dir, "crcr.env", path, sizeof(path)), text);
+    ut_write_store_config(&fx->dir);
     const char *words[] = {NULL};
     ut_cmd c;
     health(fx, words, &c);
@@ -208,6 +206,7 @@ static void test_without_an_allowlist_levels_come_from_the_runs(void **state)
     assert_null(strstr(c.out, "example-org/two"));
 
     /* A broken allowlist file: the same, with its problem named. */
+    char path[128];
     ut_write_file(ut_path(&fx->dir, "allowlist.yml", path, sizeof(path)), "L4: [&a x]\n");
     write_config(fx, "");
     health(fx, words, &c);

@@ -28,10 +28,7 @@ static int setup(void **state)
 {
     ut_store_setup(state);
     fixture *fx = *state;
-    char path[128], text[256];
-    snprintf(text, sizeof(text), "CRCR_STORE=sqlite:%s/crcr.db\n", fx->dir.path);
-    ut_write_file(ut_path(&fx->dir, "crcr.env", path, sizeof(path)), text);
-    unsetenv("CRCR_STORE");
+    ut_write_store_config(&fx->dir);
     const char *targets[] = {"example-org/two", NULL};
     ut_ingest(fx->st, "del-1", 1, SHA, "{\"n\":1}", targets, T0);
     return 0;

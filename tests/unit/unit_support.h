@@ -216,6 +216,16 @@ static inline int ut_store_teardown(void **state)
     return 0;
 }
 
+/* Writes `dir`/crcr.env naming the SQLite store `dir`/crcr.db: a --config file for the commands
+ * (the environment would override it, so CRCR_STORE is unset). */
+static inline void ut_write_store_config(ut_dir *dir)
+{
+    char path[128], text[256];
+    snprintf(text, sizeof(text), "CRCR_STORE=sqlite:%s/crcr.db\n", dir->path);
+    ut_write_file(ut_path(dir, "crcr.env", path, sizeof(path)), text);
+    unsetenv("CRCR_STORE");
+}
+
 /* Stores a pull_request delivery with one dispatch row per target (NULL-terminated). */
 static inline void ut_ingest(store *st, const char *id, int64_t pr, const char *sha,
                              const char *payload, const char *const *targets, int64_t at)
