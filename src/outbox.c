@@ -1,10 +1,12 @@
 /*
  * outbox.c - worker threads over the store's outbox; see outbox.h for the retry policy.
  *
- * Each worker loops: claim one due row, carry it out, record the outcome. When nothing is due it
- * sleeps on a condition variable until the next row's due time, a notify, or a 1 s poll (rows
- * can also become due because a lease expired). Rows are never held in memory across loops, so a
- * crash loses nothing: the row stays `running` until the store hands it out again.
+ * Each worker loops: take a claimed row, carry it out, record the outcome. Claims are made by one
+ * worker at a time for all idle ones, a batch per store transaction (worker()). When nothing is
+ * due a worker sleeps on a condition variable until the next row's due time, a wake-up, or a 1 s
+ * poll (rows can also become due because a lease expired). A claimed row waits in memory only
+ * for an idle worker; a crash loses nothing: the row stays `running` until the store hands it
+ * out again.
  */
 #include "outbox.h"
 
@@ -31,6 +33,8 @@
 
 #define OUTBOX_POLL_MS 1000
 #define OUTBOX_PAUSES_MAX 1024
+/* Rows one claim takes at the most (one store transaction); also the hand-over queue's size. */
+#define OUTBOX_BATCH_MAX 32
 #define OUTBOX_DEFAULT_PAUSE_S 60
 
 typedef struct pause_entry {
@@ -50,7 +54,11 @@ struct outbox {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool stopping;
-    unsigned long generation; /* bumped by notify */
+    bool claiming;                       /* a worker is claiming for all (see worker()) */
+    bool pending;                        /* rows may be due that no claim has looked for yet */
+    size_t idle;                         /* workers waiting on cv */
+    store_job handoff[OUTBOX_BATCH_MAX]; /* claimed rows waiting for a worker, owned here */
+    size_t handoff_n;
     pause_entry pauses[OUTBOX_PAUSES_MAX];
     size_t n_pauses;
     atomic_uint_fast64_t sent, dry_run, retried, dead, pauses_count;
@@ -733,48 +741,100 @@ static void process(outbox *ob, store_job *job, uint64_t *rng)
     dispatch_output_free(&out);
 }
 
+/* Processes one claimed row and frees it. */
+static void run_job(outbox *ob, store_job *job, uint64_t *rng)
+{
+    if (job->reclaimed) /* a row left running by a worker that died or lost its lease */
+        LOG_INFO("outbox.reclaimed", "delivery", job->delivery_id, "repo", job->target, "kind",
+                 job->kind, "reason", job->reclaimed, NULL);
+    process(ob, job, rng);
+    store_job_free(job);
+}
+
+/* Wakes up to `n` idle workers (ob->mu held). */
+static void wake_idle(outbox *ob, size_t n)
+{
+    if (n >= ob->idle)
+        pthread_cond_broadcast(&ob->cv);
+    else
+        for (size_t i = 0; i < n; i++)
+            pthread_cond_signal(&ob->cv);
+}
+
+/*
+ * One worker claims for all (ob->claiming): as many rows as there are idle workers plus itself,
+ * in one store transaction, keeps the first and hands the others over (ob->handoff), waking one
+ * idle worker per row. A wake-up (outbox_wake) marks rows as pending and wakes one worker to
+ * claim; a worker that finishes a row takes a handed-over one, else claims when rows are pending
+ * (or its timer ran out: a due time, the 1 s poll), else sleeps. A claim that filled its batch
+ * leaves rows pending (there may be more). Claims per row fell from one transaction each, plus
+ * an empty one per woken worker, to one per batch (bench/RESULTS.md).
+ */
 static void *worker(void *arg)
 {
     outbox *ob = arg;
     uint64_t rng = (uint64_t)clock_mono_ms() ^ (uint64_t)(uintptr_t)&rng;
     if (!rng)
         rng = 88172645463325252ULL;
-    for (;;) {
-        pthread_mutex_lock(&ob->mu);
-        bool stop = ob->stopping;
-        unsigned long gen = ob->generation;
-        pthread_mutex_unlock(&ob->mu);
-        if (stop)
-            break;
-        store_job job;
-        int64_t now = clock_now_ms();
-        crcr_err e = store_claim(ob->st, now, (int64_t)ob->cfg->lease_s * 1000, &job);
-        if (e == CRCR_OK) {
-            if (job.reclaimed) /* a row left running by a worker that died or lost its lease */
-                LOG_INFO("outbox.reclaimed", "delivery", job.delivery_id, "repo", job.target,
-                         "kind", job.kind, "reason", job.reclaimed, NULL);
-            process(ob, &job, &rng);
-            store_job_free(&job);
+    store_job batch[OUTBOX_BATCH_MAX];
+    int64_t wake_at = 0; /* this worker's timer: claim once it has passed */
+    pthread_mutex_lock(&ob->mu);
+    while (!ob->stopping) {
+        if (ob->handoff_n > 0) {
+            store_job job = ob->handoff[--ob->handoff_n];
+            pthread_mutex_unlock(&ob->mu);
+            run_job(ob, &job, &rng);
+            pthread_mutex_lock(&ob->mu);
             continue;
         }
-        int64_t wait = OUTBOX_POLL_MS;
-        int64_t due = 0;
-        if (e == CRCR_E_NOT_FOUND && store_next_due(ob->st, &due) == CRCR_OK && due - now < wait)
-            wait = due - now;
-        if (wait < 5)
-            wait = 5;
+        int64_t now = clock_now_ms();
+        if (!ob->claiming && (ob->pending || now >= wake_at)) {
+            ob->claiming = true;
+            ob->pending = false;
+            size_t want = 1 + ob->idle;
+            if (want > OUTBOX_BATCH_MAX)
+                want = OUTBOX_BATCH_MAX;
+            pthread_mutex_unlock(&ob->mu);
+            size_t n = 0;
+            crcr_err e =
+                store_claim_batch(ob->st, now, (int64_t)ob->cfg->lease_s * 1000, batch, want, &n);
+            int64_t wait = OUTBOX_POLL_MS;
+            int64_t due = 0;
+            if (e == CRCR_E_NOT_FOUND && store_next_due(ob->st, &due) == CRCR_OK &&
+                due - now < wait)
+                wait = due - now;
+            if (wait < 5)
+                wait = 5;
+            pthread_mutex_lock(&ob->mu);
+            ob->claiming = false;
+            if (n == want)
+                ob->pending = true; /* a full batch: there may be more */
+            for (size_t i = 1; i < n; i++)
+                ob->handoff[ob->handoff_n++] = batch[i];
+            /* a helper per handed-over row, and one to claim when rows are pending */
+            wake_idle(ob, (n > 1 ? n - 1 : 0) + (ob->pending ? 1 : 0));
+            if (n > 0) {
+                pthread_mutex_unlock(&ob->mu);
+                run_job(ob, &batch[0], &rng);
+                pthread_mutex_lock(&ob->mu);
+            } else {
+                wake_at = now + wait;
+            }
+            continue;
+        }
+        if (wake_at <= now) /* another worker is claiming: it claims for this one too */
+            wake_at = now + OUTBOX_POLL_MS;
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
+        int64_t wait = wake_at - now;
         int64_t ns = (int64_t)ts.tv_nsec + (wait % 1000) * 1000000;
         ts.tv_sec += (time_t)(wait / 1000 + ns / 1000000000);
         ts.tv_nsec = (long)(ns % 1000000000);
-        pthread_mutex_lock(&ob->mu);
-        while (!ob->stopping && ob->generation == gen) {
-            if (pthread_cond_timedwait(&ob->cv, &ob->mu, &ts) != 0)
-                break;
-        }
-        pthread_mutex_unlock(&ob->mu);
+        ob->idle++;
+        (void)pthread_cond_timedwait(&ob->cv, &ob->mu, &ts);
+        ob->idle--;
     }
+    pthread_mutex_unlock(&ob->mu);
     return NULL;
 }
 
@@ -838,14 +898,11 @@ void outbox_wake(outbox *ob, size_t n)
     if (!ob || n == 0)
         return;
     pthread_mutex_lock(&ob->mu);
-    ob->generation++;
-    /* Wake as many idle workers as there are new rows, not all of them: every woken worker runs
-     * a claim transaction, and empty claims were a fifth of the ingest path (bench/RESULTS.md). */
-    if (n >= ob->n_threads)
-        pthread_cond_broadcast(&ob->cv);
-    else
-        for (size_t i = 0; i < n; i++)
-            pthread_cond_signal(&ob->cv);
+    /* One worker claims the new rows for every idle one (worker()); while a claim runs, its
+     * claimer sees `pending` when it ends and claims again or wakes a worker to. */
+    ob->pending = true;
+    if (!ob->claiming)
+        pthread_cond_signal(&ob->cv);
     pthread_mutex_unlock(&ob->mu);
 }
 
@@ -861,6 +918,13 @@ void outbox_stop(outbox *ob)
         pthread_join(ob->threads[i], NULL);
     if (ob->has_waker)
         pthread_join(ob->waker, NULL);
+    /* Rows claimed for workers that stopped first go back to the queue at once (another instance
+     * may take them), without counting an attempt. */
+    for (size_t i = 0; i < ob->handoff_n; i++) {
+        (void)store_job_retry(ob->st, &ob->handoff[i], clock_now_ms(), false, 0,
+                              "claimed, not started before the relay stopped");
+        store_job_free(&ob->handoff[i]);
+    }
     pthread_cond_destroy(&ob->cv);
     pthread_mutex_destroy(&ob->mu);
     free(ob);

@@ -104,7 +104,21 @@ void store_job_free(store_job *job)
 
 crcr_err store_claim(store *st, int64_t now, int64_t lease_ms, store_job *out)
 {
-    return st->ops->outbox->claim(st, now, lease_ms, out);
+    size_t n = 0;
+    memset(out, 0, sizeof(*out));
+    return store_claim_batch(st, now, lease_ms, out, 1, &n);
+}
+
+crcr_err store_claim_batch(store *st, int64_t now, int64_t lease_ms, store_job *out, size_t max,
+                           size_t *n)
+{
+    *n = 0;
+    if (max == 0)
+        return CRCR_E_INVALID;
+    crcr_err e = st->ops->outbox->claim(st, now, lease_ms, out, max, n);
+    if (!e && *n == 0)
+        e = CRCR_E_NOT_FOUND;
+    return e;
 }
 
 crcr_err store_next_due(store *st, int64_t *due)

@@ -123,6 +123,12 @@ void store_job_free(store_job *job);
  */
 crcr_err store_claim(store *st, int64_t now, int64_t lease_ms, store_job *out);
 
+/* store_claim for up to `max` rows at once (one transaction), in the order single claims would
+ * take them; two rows of one seq_key are never in one batch. out[0..*n) are owned by the caller
+ * (store_job_free each). CRCR_E_NOT_FOUND (and *n = 0) when nothing is due. */
+crcr_err store_claim_batch(store *st, int64_t now, int64_t lease_ms, store_job *out, size_t max,
+                           size_t *n);
+
 /* The earliest next_attempt_at among queued rows; CRCR_E_NOT_FOUND when there is none. */
 crcr_err store_next_due(store *st, int64_t *due);
 

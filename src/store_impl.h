@@ -173,7 +173,9 @@ typedef struct store_run_call {
 /* Deliveries, the outbox, kv and leases, retention. */
 typedef struct store_outbox_ops {
     crcr_err (*ingest)(store *st, const store_delivery *d, const store_new_job *jobs, size_t n);
-    crcr_err (*claim)(store *st, int64_t now, int64_t lease_ms, store_job *out);
+    /* up to `max` rows into out[0..*n) (store_claim_batch) */
+    crcr_err (*claim)(store *st, int64_t now, int64_t lease_ms, store_job *out, size_t max,
+                      size_t *n);
     crcr_err (*next_due)(store *st, int64_t *due);
     /* finish/retry/renew: `lease` is the claim's lease_until, the fence (store.h). */
     crcr_err (*job_finish)(store *st, int64_t id, int64_t lease, const char *state,

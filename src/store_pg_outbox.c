@@ -86,36 +86,55 @@ static crcr_err pg_enqueue(store *st, const char *delivery_id, const store_new_j
 
 typedef struct claim_args {
     int64_t now, lease_ms;
-    store_claim_read read;
+    store_job *out; /* room for max rows */
+    size_t max, n;
+    crcr_err err; /* of a copy */
 } claim_args;
 
-/* The claimed row (store_claim_row), then its delivery's fields and what it was before. */
+/* One claimed row (store_claim_row), then its delivery's fields and what it was before. */
 static int claimed_row(void *ctx, const store_row_source *s)
 {
     claim_args *a = ctx;
-    store_job *out = a->read.out;
-    store_claim_row(&a->read, s);
+    if (a->n >= a->max) /* cannot happen (LIMIT max); keeps the array bounded all the same */
+        return 0;
+    store_job *out = &a->out[a->n++];
+    memset(out, 0, sizeof(*out));
+    buf_init(&out->body, PG_JOB_BYTES_MAX);
+    buf_init(&out->payload, PG_JOB_BYTES_MAX);
+    store_claim_read read = {.out = out};
+    store_claim_row(&read, s);
+    crcr_err err = read.err;
     out->lease_until = a->now + a->lease_ms;
     out->event = store_row_dup(s, 6);
-    if (!a->read.err)
-        a->read.err = store_row_append(s, 7, &out->payload);
+    if (!err)
+        err = store_row_append(s, 7, &out->payload);
     out->pr_number = s->i64(s->src, 8, 0);
     out->head_sha = store_row_dup(s, 9);
     const char *was = s->text(s->src, 10);
     if (was && strcmp(was, "running") == 0)
         out->reclaimed = s->i64(s->src, 11, 0) < a->now ? "lease_expired" : "holder_gone";
-    return 1;
+    if (!err && (!out->kind || !out->target))
+        err = CRCR_E_NOMEM;
+    if (err && !a->err)
+        a->err = err;
+    return 0;
 }
 
 /*
- * A running row is due when its lease expired or, once this instance may judge (PG_LIVE_GRACE_MS),
- * when another instance's lock on its owner is not held: a shared try-lock on the owner's key
- * succeeds exactly then (held only to the end of this statement). An instance never judges
- * itself, and a claim made while this process holds no lock records no owner (lease only).
+ * Up to `max` due rows in one statement. A running row is due when its lease expired or, once
+ * this instance may judge (PG_LIVE_GRACE_MS), when another instance's lock on its owner is not
+ * held: a shared try-lock on the owner's key succeeds exactly then (held only to the end of this
+ * statement). An instance never judges itself, and a claim made while this process holds no lock
+ * records no owner (lease only). Two rows of one seq_key are never claimed together: the later
+ * sees the earlier queued or running.
  */
 static crcr_err op_claim(pgx *x, void *arg)
 {
     claim_args *a = arg;
+    for (size_t i = 0; i < a->n; i++) /* rows of an attempt that failed (nothing was claimed) */
+        store_job_free(&a->out[i]);
+    a->n = 0;
+    a->err = CRCR_OK;
     pg_store *s = x->s;
     int id = atomic_load(&s->live_id);
     int64_t since = atomic_load(&s->live_since);
@@ -131,36 +150,35 @@ static crcr_err op_claim(pgx *x, void *arg)
                  "DISTINCT FROM $3::integer AND pg_try_advisory_xact_lock_shared($5::integer, "
                  "o.owner))))) AND (o.seq_key IS NULL OR NOT EXISTS (SELECT 1 FROM outbox p "
                  "WHERE p.seq_key=o.seq_key AND p.id<o.id AND p.state IN ('queued','running'))) "
-                 "ORDER BY next_attempt_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) w WHERE "
+                 "ORDER BY next_attempt_at, id LIMIT $6 FOR UPDATE SKIP LOCKED) w WHERE "
                  "u.id=w.id RETURNING u.id, u.kind, u.delivery_id, u.target, u.attempts, u.body, "
-                 "w.state AS was_state, w.lease_until AS was_lease) SELECT c.id, c.kind, "
+                 "w.state AS was_state, w.lease_until AS was_lease, u.next_attempt_at) SELECT "
+                 "c.id, c.kind, "
                  "c.delivery_id, c.target, c.attempts, c.body, d.event, d.payload, d.pr_number, "
                  "d.head_sha, c.was_state, c.was_lease FROM c LEFT JOIN deliveries d ON "
-                 "d.delivery_id = c.delivery_id",
+                 "d.delivery_id = c.delivery_id ORDER BY c.next_attempt_at, c.id",
                  ARGS(ARG_INT(a->now + a->lease_ms), ARG_INT(a->now), ARG_INT_IF(held, id),
-                      ARG_TEXT(may_judge ? "true" : "false"), ARG_INT(PG_LIVE_CLASS)),
+                      ARG_TEXT(may_judge ? "true" : "false"), ARG_INT(PG_LIVE_CLASS),
+                      ARG_INT((int64_t)a->max)),
                  claimed_row, a, NULL);
     if (e)
         return e;
-    if (!a->read.found)
+    if (a->n == 0)
         return CRCR_E_NOT_FOUND;
-    e = a->read.err;
-    if (!e && (!a->read.out->kind || !a->read.out->target))
-        e = CRCR_E_NOMEM;
-    /* The row is leased now: a retry must not claim a second one on the caller's behalf. */
+    /* The rows are leased now: a retry must not claim more on the caller's behalf. */
     x->called_back = true;
-    return e;
+    return a->err;
 }
 
-static crcr_err pg_claim(store *st, int64_t now, int64_t lease_ms, store_job *out)
+static crcr_err pg_claim(store *st, int64_t now, int64_t lease_ms, store_job *out, size_t max,
+                         size_t *n)
 {
-    memset(out, 0, sizeof(*out));
-    buf_init(&out->body, PG_JOB_BYTES_MAX);
-    buf_init(&out->payload, PG_JOB_BYTES_MAX);
-    claim_args a = {.now = now, .lease_ms = lease_ms, .read = {.out = out}};
+    claim_args a = {.now = now, .lease_ms = lease_ms, .out = out, .max = max};
     crcr_err e = pg_with_conn(pg_store_of(st), "claim", op_claim, &a);
     if (e)
-        store_job_free(out);
+        for (size_t i = 0; i < a.n; i++)
+            store_job_free(&out[i]);
+    *n = e ? 0 : a.n;
     return e;
 }
 

@@ -303,12 +303,17 @@ static crcr_err end_durable(sqlite_store *s, crcr_err err)
  * nobody returns before the commit that holds its writes. When the transaction is lost (commit
  * failure, or an error that made SQLite roll it back), every request of the group fails with
  * CRCR_E_STORE: nothing of it is stored, whatever its own result was. A single caller commits
- * alone.
+ * alone. The outbox's outcomes (finish, retry) go through it too, marked `relaxed`: they share the
+ * commit of whatever is being written, and a group of only such requests commits without the
+ * fsync.
  */
 static void commit_group(sqlite_store *s, sq_group_req *batch)
 {
+    bool durable = false;
+    for (sq_group_req *r = batch; r && !durable; r = r->next)
+        durable = !r->relaxed;
     pthread_mutex_lock(&s->mu);
-    crcr_err txerr = begin_durable(s);
+    crcr_err txerr = durable ? begin_durable(s) : sq_exec(s, "BEGIN IMMEDIATE");
     bool open = !txerr;
     for (sq_group_req *r = batch; r; r = r->next) {
         if (txerr || sq_exec(s, "SAVEPOINT grp") != CRCR_OK) {
@@ -323,8 +328,12 @@ static void commit_group(sqlite_store *s, sq_group_req *batch)
         if (sqlite3_get_autocommit(s->db)) /* SQLite ended the transaction on an error */
             txerr = CRCR_E_STORE;
     }
-    if (open)
+    if (open && durable)
         txerr = end_durable(s, txerr);
+    else if (open && (txerr || sq_exec(s, "COMMIT") != CRCR_OK)) {
+        sq_exec(s, "ROLLBACK");
+        txerr = CRCR_E_STORE;
+    }
     if (txerr)
         for (sq_group_req *r = batch; r; r = r->next)
             r->result = CRCR_E_STORE;

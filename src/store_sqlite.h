@@ -65,6 +65,8 @@ typedef struct sqlite_store sqlite_store;
 typedef struct sq_group_req {
     crcr_err (*apply)(sqlite_store *s, struct sq_group_req *r);
     void *arg;
+    bool relaxed; /* need not survive a power loss (outbox bookkeeping): a group of only such
+                   * requests commits with synchronous=NORMAL */
     bool keep;
     crcr_err result;
     bool done; /* guarded by gmu */

@@ -1027,6 +1027,57 @@ static void claim_keeps_rows_of_one_seq_key_in_creation_order(void **state)
     store_job_free(&other);
 }
 
+/* A batch is what single claims would hand out one after the other: due order, each row with its
+ * delivery, never the second row of a seq_key while the first is unfinished, at most `max`. */
+static void claim_batch_takes_due_rows_in_order_up_to_its_size(void **state)
+{
+    store *st = *state;
+    const char *ta[] = {"x/1", "x/2", "x/3"};
+    const char *tb[] = {"y/1"};
+    assert_int_equal(ingest(st, "b", 2000, tb, 1), CRCR_OK);
+    assert_int_equal(ingest(st, "a", 1000, ta, 3), CRCR_OK);
+    store_new_job jobs[] = {
+        {.kind = "hud_forward", .target = "hud", .seq_key = "run-9", .due_at = 1500},
+        {.kind = "hud_forward", .target = "hud", .seq_key = "run-9", .due_at = 1500},
+    };
+    assert_int_equal(store_enqueue(st, "b", jobs, 2), CRCR_OK);
+    store_job b[8];
+    size_t n = 99;
+    assert_int_equal(store_claim_batch(st, 999, 60000, b, 8, &n), CRCR_E_NOT_FOUND);
+    assert_int_equal(n, 0);
+
+    assert_int_equal(store_claim_batch(st, 5000, 60000, b, 2, &n), CRCR_OK);
+    assert_int_equal(n, 2);
+    assert_string_equal(b[0].delivery_id, "a");
+    assert_string_equal(b[1].delivery_id, "a");
+    assert_int_not_equal(b[0].id, b[1].id);
+    for (size_t i = 0; i < n; i++) { /* the payload read once, given to each row */
+        assert_int_equal(b[i].payload.len, 7);
+        assert_memory_equal(b[i].payload.data, "{\"x\":1}", 7);
+        assert_string_equal(b[i].head_sha, "sha42");
+        assert_int_equal(b[i].pr_number, 42);
+        assert_string_equal(b[i].event, "pull_request");
+        assert_int_equal(b[i].lease_until, 65000);
+        store_job_free(&b[i]);
+    }
+
+    assert_int_equal(store_claim_batch(st, 5000, 60000, b, 8, &n), CRCR_OK);
+    assert_int_equal(n, 3); /* x/3, the first of run-9, y/1: not the second of run-9 */
+    assert_string_equal(b[0].target, "x/3");
+    assert_string_equal(b[1].kind, "hud_forward");
+    assert_string_equal(b[2].target, "y/1");
+    assert_string_equal(b[2].event, "pull_request");
+    assert_int_equal(b[2].payload.len, 7);
+    assert_int_equal(store_claim_batch(st, 5000, 60000, b + 3, 8 - 3, &n), CRCR_E_NOT_FOUND);
+    assert_int_equal(store_job_finish(st, &b[1], "sent", 200, NULL, NULL, NULL, 0, 5001), CRCR_OK);
+    assert_int_equal(store_claim_batch(st, 5001, 60000, b + 3, 8 - 3, &n), CRCR_OK);
+    assert_int_equal(n, 1);
+    assert_string_equal(b[3].kind, "hud_forward");
+    assert_int_equal(b[3].id, b[1].id + 1);
+    for (size_t i = 0; i < 4; i++)
+        store_job_free(&b[i]);
+}
+
 static void list_deliveries_filters_by_pull_request(void **state)
 {
     store *st = *state;
@@ -1720,27 +1771,31 @@ typedef struct claimer {
     store *st;
     pthread_barrier_t *go;
     int64_t ids[256];
-    size_t n;
+    size_t n, batch;
     crcr_err err;
 } claimer;
 
+/* Claims until nothing is due, in batches of 1 to 4 rows (by thread), finishing each row. */
 static void *claim_all(void *arg)
 {
     claimer *c = arg;
     pthread_barrier_wait(c->go);
     for (;;) {
-        store_job j;
-        crcr_err e = store_claim(c->st, 10000, 60000, &j);
+        store_job j[4];
+        size_t n = 0;
+        crcr_err e = store_claim_batch(c->st, 10000, 60000, j, c->batch, &n);
         if (e == CRCR_E_NOT_FOUND)
             break;
         if (e) {
             c->err = e;
             break;
         }
-        if (c->n < 256)
-            c->ids[c->n++] = j.id;
-        store_job_finish(c->st, &j, "sent", 204, NULL, NULL, NULL, 0, 10001);
-        store_job_free(&j);
+        for (size_t i = 0; i < n; i++) {
+            if (c->n < 256)
+                c->ids[c->n++] = j[i].id;
+            store_job_finish(c->st, &j[i], "sent", 204, NULL, NULL, NULL, 0, 10001);
+            store_job_free(&j[i]);
+        }
     }
     return NULL;
 }
@@ -1768,6 +1823,7 @@ static void claim_by_concurrent_workers_hands_out_each_row_once(void **state)
     for (int i = 0; i < THREADS; i++) {
         c[i].st = st;
         c[i].go = &go;
+        c[i].batch = 1 + (size_t)i % 4;
         pthread_create(&th[i], NULL, claim_all, &c[i]);
     }
     int64_t all[DELIVERIES * TARGETS + 8 * 256];
@@ -2002,6 +2058,7 @@ int main(void)
         T(list_deliveries_filters_by_state_and_repo_newest_first),
         T(enqueue_adds_rows_but_never_a_second_dispatch_of_a_target),
         T(claim_keeps_rows_of_one_seq_key_in_creation_order),
+        T(claim_batch_takes_due_rows_in_order_up_to_its_size),
         T(list_deliveries_filters_by_pull_request),
         T(kv_values_are_bytes_with_expiry),
         T(lease_has_one_holder_until_it_expires),
