@@ -340,21 +340,28 @@ static void commit_group(sqlite_store *s, sq_group_req *batch)
     pthread_mutex_unlock(&s->mu);
 }
 
+/* Each waiter sleeps on its own semaphore and is woken once: when its request is done, or to
+ * lead the next group. One condition variable for all woke every waiter at every commit. */
 crcr_err sq_group_commit(sqlite_store *s, sq_group_req *me)
 {
+    sem_init(&me->wake, 0, 0);
     pthread_mutex_lock(&s->gmu);
     if (s->gtail)
         s->gtail->next = me;
     else
         s->ghead = me;
     s->gtail = me;
-    while (!me->done) {
-        if (s->gleading) {
-            pthread_cond_wait(&s->gcv, &s->gmu);
-            continue;
-        }
-        /* Lead: take up to SQ_GROUP_MAX queued requests (this one is among them). */
-        s->gleading = true;
+    bool lead = !s->gleading;
+    s->gleading = true;
+    pthread_mutex_unlock(&s->gmu);
+    if (!lead) {
+        while (sem_wait(&me->wake) != 0) /* EINTR */
+            ;
+        /* Done, or handed the lead: the leader before gives it to the head of the queue. */
+    }
+    if (!me->done) {
+        pthread_mutex_lock(&s->gmu);
+        /* Lead: take up to SQ_GROUP_MAX queued requests (this one is at their head). */
         sq_group_req *batch = s->ghead, *last = batch;
         for (size_t k = 1; k < SQ_GROUP_MAX && last->next; k++)
             last = last->next;
@@ -365,14 +372,20 @@ crcr_err sq_group_commit(sqlite_store *s, sq_group_req *me)
         pthread_mutex_unlock(&s->gmu);
         commit_group(s, batch);
         pthread_mutex_lock(&s->gmu);
+        sq_group_req *next_leader = s->ghead;
+        if (!next_leader)
+            s->gleading = false;
+        pthread_mutex_unlock(&s->gmu);
         for (sq_group_req *r = batch, *nx; r; r = nx) {
-            nx = r->next; /* r lives on its caller's stack: read before marking it done */
+            nx = r->next; /* r lives on its caller's stack: read before waking it */
             r->done = true;
+            if (r != me)
+                sem_post(&r->wake);
         }
-        s->gleading = false;
-        pthread_cond_broadcast(&s->gcv);
+        if (next_leader)
+            sem_post(&next_leader->wake);
     }
-    pthread_mutex_unlock(&s->gmu);
+    sem_destroy(&me->wake);
     return me->result;
 }
 
@@ -393,7 +406,6 @@ static void sq_close(store *st)
         close(s->serve_lock);
     pthread_mutex_destroy(&s->mu);
     pthread_mutex_destroy(&s->gmu);
-    pthread_cond_destroy(&s->gcv);
     free(s);
 }
 
@@ -532,7 +544,6 @@ crcr_err store_sqlite_open(const char *path, store **out, char *err, size_t errs
     s->serve_lock = -1;
     pthread_mutex_init(&s->mu, NULL);
     pthread_mutex_init(&s->gmu, NULL);
-    pthread_cond_init(&s->gcv, NULL);
     if (!*path) {
         snprintf(err, errsz, "CRCR_STORE: empty SQLite path");
         free(s);

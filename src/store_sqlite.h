@@ -18,6 +18,7 @@
 #define CRCR_STORE_SQLITE_H
 
 #include <pthread.h>
+#include <semaphore.h>
 #include <sqlite3.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -69,8 +70,9 @@ typedef struct sq_group_req {
                    * requests commits with synchronous=NORMAL */
     bool keep;
     crcr_err result;
-    bool done; /* guarded by gmu */
-    struct sq_group_req *next;
+    bool done;                 /* set by the leader before it posts `wake` */
+    sem_t wake;                /* posted once: done, or lead the next group */
+    struct sq_group_req *next; /* guarded by gmu */
 } sq_group_req;
 
 struct sqlite_store {
@@ -80,7 +82,6 @@ struct sqlite_store {
     sqlite3_stmt *stmts[SQ_SLOTS];
     /* Group commit (sq_group_commit): queue and leader flag, guarded by gmu. */
     pthread_mutex_t gmu;
-    pthread_cond_t gcv;
     sq_group_req *ghead, *gtail;
     bool gleading;
     int serve_lock; /* descriptor holding the serve lock (sq_recover), -1 when not taken */
