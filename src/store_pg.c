@@ -118,8 +118,10 @@ static void note_connect(pg_store *s, bool ok, const char *why)
 }
 
 /* Borrows a pooled connection into x->c (lent to the caller until release(); the pool keeps
- * ownership), connecting the slot when it has none. CRCR_E_STORE when no slot frees up within
- * PG_ACQUIRE_TIMEOUT_MS or the database cannot be reached. */
+ * ownership), connecting the slot when it has none, and sets its session's synchronous_commit
+ * to what x->relaxed asks (a free connection already set so is preferred: switching costs a
+ * round trip). CRCR_E_STORE when no slot frees up within PG_ACQUIRE_TIMEOUT_MS or the database
+ * cannot be reached. */
 static crcr_err acquire(pg_store *s, pgx *x)
 {
     struct timespec dl;
@@ -128,17 +130,23 @@ static crcr_err acquire(pg_store *s, pgx *x)
     pthread_mutex_lock(&s->mu);
     size_t pick = s->n;
     for (;;) {
-        /* A free slot with an open connection, else any free slot. */
-        for (size_t i = 0; i < s->n; i++) {
+        /* A free slot with an open connection in the right mode, else with any open
+         * connection, else any free slot. */
+        size_t open = s->n, empty = s->n;
+        for (size_t i = 0; i < s->n && pick == s->n; i++) {
             if (s->busy[i])
                 continue;
-            if (s->conns[i]) {
+            if (!s->conns[i]) {
+                if (empty == s->n)
+                    empty = i;
+            } else if (s->relaxed[i] == x->relaxed) {
                 pick = i;
-                break;
+            } else if (open == s->n) {
+                open = i;
             }
-            if (pick == s->n)
-                pick = i;
         }
+        if (pick == s->n)
+            pick = open < s->n ? open : empty;
         if (pick < s->n)
             break;
         if (pthread_cond_timedwait(&s->cv, &s->mu, &dl) != 0) {
@@ -149,6 +157,7 @@ static crcr_err acquire(pg_store *s, pgx *x)
     }
     s->busy[pick] = true;
     PGconn *c = s->conns[pick];
+    bool relaxed = s->relaxed[pick];
     s->conns[pick] = NULL;
     pthread_mutex_unlock(&s->mu);
 
@@ -160,16 +169,31 @@ static crcr_err acquire(pg_store *s, pgx *x)
         char why[PG_ERRTEXT_MAX];
         c = pg_connect(s->uri, why, sizeof(why));
         note_connect(s, c != NULL, why);
-        if (!c) {
-            pthread_mutex_lock(&s->mu);
-            s->busy[pick] = false;
-            pthread_cond_signal(&s->cv);
-            pthread_mutex_unlock(&s->mu);
-            return CRCR_E_STORE;
+        relaxed = false; /* a new session: the server's setting (on) */
+    }
+    if (c && relaxed != x->relaxed) {
+        PGresult *r = PQexec(c, x->relaxed ? "SET synchronous_commit TO off"
+                                           : "SET synchronous_commit TO DEFAULT");
+        bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+        PQclear(r);
+        if (!ok) { /* the session's mode is unknown: this connection is not used */
+            PQfinish(c);
+            c = NULL;
         }
+        relaxed = x->relaxed;
+    }
+    if (!c) {
+        pthread_mutex_lock(&s->mu);
+        s->busy[pick] = false;
+        pthread_cond_signal(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        return CRCR_E_STORE;
     }
     x->c = c;
     x->slot = pick;
+    pthread_mutex_lock(&s->mu);
+    s->relaxed[pick] = relaxed;
+    pthread_mutex_unlock(&s->mu);
     return CRCR_OK;
 }
 
@@ -190,10 +214,10 @@ static void release(pg_store *s, pgx *x)
     x->c = NULL;
 }
 
-crcr_err pg_with_conn(pg_store *s, const char *op, pg_op fn, void *arg)
+static crcr_err with_conn(pg_store *s, const char *op, bool relaxed, pg_op fn, void *arg)
 {
     for (int attempt = 0;; attempt++) {
-        pgx x = {.s = s, .op = op};
+        pgx x = {.s = s, .op = op, .relaxed = relaxed};
         crcr_err err = acquire(s, &x);
         if (err)
             return err;
@@ -204,6 +228,16 @@ crcr_err pg_with_conn(pg_store *s, const char *op, pg_op fn, void *arg)
             return err;
         LOG_WARN("store.pg.reconnect", "op", op, NULL);
     }
+}
+
+crcr_err pg_with_conn(pg_store *s, const char *op, pg_op fn, void *arg)
+{
+    return with_conn(s, op, false, fn, arg);
+}
+
+crcr_err pg_with_conn_relaxed(pg_store *s, const char *op, pg_op fn, void *arg)
+{
+    return with_conn(s, op, true, fn, arg);
 }
 
 /* ---- statements ---- */
@@ -423,6 +457,13 @@ crcr_err pg_run(pg_store *s, const char *op, const char *sql, const store_param 
     return pg_with_conn(s, op, op_run, &a);
 }
 
+crcr_err pg_run_relaxed(pg_store *s, const char *op, const char *sql, const store_param *v, int n,
+                        store_row_fn row, void *ctx, int64_t *rows)
+{
+    run_args a = {sql, v, n, row, ctx, rows};
+    return pg_with_conn_relaxed(s, op, op_run, &a);
+}
+
 typedef struct tx_args {
     pg_op fn;
     void *arg;
@@ -609,6 +650,7 @@ static void pg_close(store *st)
     PQfinish(s->listener);
     free(s->conns);
     free(s->busy);
+    free(s->relaxed);
     if (s->uri) {
         memset(s->uri, 0, strlen(s->uri)); /* may hold a password */
         free(s->uri);
@@ -696,7 +738,8 @@ crcr_err store_pg_open(const char *uri, long pool, store **out, char *err, size_
     s->uri = strdup(uri);
     s->conns = calloc(n, sizeof(*s->conns));
     s->busy = calloc(n, sizeof(*s->busy));
-    if (!s->uri || !s->conns || !s->busy) {
+    s->relaxed = calloc(n, sizeof(*s->relaxed));
+    if (!s->uri || !s->conns || !s->busy || !s->relaxed) {
         pg_close(&s->base);
         return CRCR_E_NOMEM;
     }

@@ -53,9 +53,10 @@ typedef struct pg_store {
     char *uri; /* owned */
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    size_t n;         /* pool size */
-    PGconn **conns;   /* owned, NULL until first used or after a failure */
-    bool *busy;       /* slot lent out */
+    size_t n;       /* pool size */
+    PGconn **conns; /* owned, NULL until first used or after a failure */
+    bool *busy;     /* slot lent out */
+    bool *relaxed;  /* the slot's session runs with synchronous_commit=off (pg_with_conn_relaxed) */
     atomic_bool down; /* the last connection attempt failed (logged once per outage) */
     pthread_mutex_t lmu;
     PGconn *listener; /* LISTEN connection of store_wait_for_work and the instance's liveness
@@ -79,6 +80,7 @@ typedef struct pgx {
     PGconn *c;
     size_t slot;
     const char *op;
+    bool relaxed;     /* asked for a connection with synchronous_commit=off */
     bool called_back; /* a caller-visible callback ran: the operation must not be repeated */
 } pgx;
 
@@ -99,6 +101,15 @@ crcr_err pg_notify_rows(pgx *x, int64_t rows);
  * restarted, the network dropped it) and nothing of it reached the caller (x->called_back), it
  * runs once more on a fresh connection: a stale pooled connection must not turn into an error. */
 crcr_err pg_with_conn(pg_store *s, const char *op, pg_op fn, void *arg);
+/* pg_with_conn for the outbox's bookkeeping (claims; finish, retry and renew of a claimed row):
+ * on a connection whose session has synchronous_commit=off. Its commits are not waited for on
+ * the server's disk: a crash of the server can undo the last moments of them, which puts a row
+ * back to an earlier state (sent again: at least once), never loses one; the same bargain as
+ * SQLite's synchronous=NORMAL for these writes. Everything else keeps synchronous commits. */
+crcr_err pg_with_conn_relaxed(pg_store *s, const char *op, pg_op fn, void *arg);
+/* pg_run on such a connection. */
+crcr_err pg_run_relaxed(pg_store *s, const char *op, const char *sql, const store_param *v, int n,
+                        store_row_fn row, void *ctx, int64_t *rows);
 /* pg_with_conn with `fn` inside a transaction: COMMIT when it returns CRCR_OK, else ROLLBACK. */
 crcr_err pg_with_tx(pg_store *s, const char *op, pg_op fn, void *arg);
 
