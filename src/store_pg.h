@@ -101,7 +101,8 @@ crcr_err pg_notify_rows(pgx *x, int64_t rows);
  * restarted, the network dropped it) and nothing of it reached the caller (x->called_back), it
  * runs once more on a fresh connection: a stale pooled connection must not turn into an error. */
 crcr_err pg_with_conn(pg_store *s, const char *op, pg_op fn, void *arg);
-/* pg_with_conn for the outbox's bookkeeping (claims; finish, retry and renew of a claimed row):
+/* pg_with_conn for the outbox's bookkeeping (claims; finish, retry and renew of a claimed row)
+ * and the callbacks' rate hits (a hit the server loses in a crash is one request not counted):
  * on a connection whose session has synchronous_commit=off. Its commits are not waited for on
  * the server's disk: a crash of the server can undo the last moments of them, which puts a row
  * back to an earlier state (sent again: at least once), never loses one; the same bargain as
@@ -112,6 +113,8 @@ crcr_err pg_run_relaxed(pg_store *s, const char *op, const char *sql, const stor
                         store_row_fn row, void *ctx, int64_t *rows);
 /* pg_with_conn with `fn` inside a transaction: COMMIT when it returns CRCR_OK, else ROLLBACK. */
 crcr_err pg_with_tx(pg_store *s, const char *op, pg_op fn, void *arg);
+/* pg_with_tx on a connection of pg_with_conn_relaxed. */
+crcr_err pg_with_tx_relaxed(pg_store *s, const char *op, pg_op fn, void *arg);
 
 /* ---- statements ---- */
 
