@@ -7,7 +7,6 @@
 #include "app.h"
 
 #include <curl/curl.h>
-#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,8 +31,6 @@
 /* The largest pool CRCR_STORE_POOL accepts (store_pg.c has the same cap). */
 #define APP_STORE_POOL_MAX 256
 #define APP_HTTP_THREADS_PER_CPU 4
-/* Free bytes a malloc heap keeps at its top before giving them back (see app_serve_main). */
-#define APP_MALLOC_TRIM_BYTES (1 << 20)
 #define APP_HTTP_THREADS_MIN 8
 
 static volatile sig_atomic_t g_stop;
@@ -163,13 +160,6 @@ int app_serve_main(int argc, char **argv)
             return 2;
         }
     }
-
-    /* glibc gives the top of a thread's heap back to the kernel once more than 128 KiB (the
-     * default) are free there (128 KiB by default). The outbox worker that claims a fan-out's rows
-     * allocates their payloads and the workers it hands them to free them, so that top was given
-     * back and faulted in again for every webhook: 20 page faults per webhook, 2 with a 1 MiB
-     * threshold (bench/RESULTS.md). Memory kept: at most that much per malloc arena. */
-    mallopt(M_TRIM_THRESHOLD, APP_MALLOC_TRIM_BYTES);
 
     static crcr_app app_storage;
     crcr_app *app = &app_storage;

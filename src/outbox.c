@@ -33,8 +33,11 @@
 
 #define OUTBOX_POLL_MS 1000
 #define OUTBOX_PAUSES_MAX 1024
-/* Rows one claim takes at the most (one store transaction); also the hand-over queue's size. */
-#define OUTBOX_BATCH_MAX 32
+/* Rows one claim takes at the most (one store transaction); also the hand-over queue's size.
+ * Each claimed row holds its delivery's payload until it is done: with the outbox behind a 30 KB
+ * ingest at c64, batches of 32 raised the peak RSS by 4.4 MiB, 16 by 3.5, 4 by 2.1
+ * (bench/RESULTS.md); 8 still claims a 4-target webhook's rows together. */
+#define OUTBOX_BATCH_MAX 8
 #define OUTBOX_DEFAULT_PAUSE_S 60
 
 typedef struct pause_entry {
