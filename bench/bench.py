@@ -1616,7 +1616,7 @@ class Bench:
         ("- HMAC-SHA256 verify", "sig_verify"),
         ("- selective JSON parse", "jv_parse_select"),
         ("- store: ingest (delivery + outbox rows, group commit)", "store_ingest"),
-        ("outbox: claims", "store_claim"),
+        ("outbox: claims", "store_claim_batch"),
         ("outbox: dry-run job (build the dispatch, token)", "process"),
         ("outbox: finish marks", "store_job_finish"),
         ("outbox: next due / wait for work", "store_next_due"),

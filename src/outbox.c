@@ -35,7 +35,7 @@
 #define OUTBOX_PAUSES_MAX 1024
 /* Rows one claim takes at the most (one store transaction); also the hand-over queue's size.
  * Each claimed row holds its delivery's payload until it is done: with the outbox behind a 30 KB
- * ingest at c64, batches of 32 raised the peak RSS by 4.4 MiB, 16 by 3.5, 4 by 2.1
+ * ingest at c64, batches of 32 raised the peak RSS by 4.2 MiB, 16 by 3.3, 8 by 2.9, 4 by 2.0
  * (bench/RESULTS.md); 8 still claims a 4-target webhook's rows together. */
 #define OUTBOX_BATCH_MAX 8
 #define OUTBOX_DEFAULT_PAUSE_S 60
