@@ -554,7 +554,7 @@ static void apply_transition(cb_request *c, http_response *resp, const allowlist
                  f->status, "conclusion", f->conclusion, "check_run",
                  ec.check_run ? "queued" : NULL, NULL);
         answer_status(resp, f->status, res.duplicate);
-        if (!res.duplicate) /* as many workers as jobs were queued, none when none were */
+        if (!res.duplicate) /* nothing when no job was queued */
             outbox_wake(app->ob, ec.n_jobs);
     }
     run_effect_bodies_free(&ec.bodies);

@@ -841,7 +841,7 @@ static void *worker(void *arg)
     return NULL;
 }
 
-/* Turns new rows written by other processes into wake-ups of as many workers; ends at once for a
+/* Turns new rows written by other processes into a wake-up of the workers; ends at once for a
  * store without cross-process wake-ups (SQLite). */
 static void *waker(void *arg)
 {
@@ -857,7 +857,7 @@ static void *waker(void *arg)
         if (e == CRCR_E_INVALID)
             break;
         if (e == CRCR_OK)
-            outbox_wake(ob, rows); /* as many workers as rows (all when unknown) */
+            outbox_wake(ob, rows);
     }
     return NULL;
 }

@@ -101,9 +101,10 @@ int64_t outbox_rate_limit_pause_ms(long max_ms, int attempts, double rnd);
 outbox *outbox_start(const crcr_config *cfg, store *st, gh_client *gh, allowlist_source *allow,
                      char *err, size_t errsz);
 
-/* Wakes idle workers (new rows were written; how many is unknown). */
+/* New rows were written (how many is unknown): outbox_wake with any n > 0. */
 void outbox_notify(outbox *ob);
-/* Wakes up to `n` idle workers for `n` new rows. */
+/* `n` new rows were written (0: none, nothing happens): marks rows as pending and wakes one idle
+ * worker, which claims them for every idle worker (see outbox.c). */
 void outbox_wake(outbox *ob, size_t n);
 
 /* Stops: workers finish the row they hold, then exit. Unfinished rows stay queued. NULL ok. */

@@ -20,8 +20,8 @@
  *  - named leases (periodic work) are one atomic INSERT ... ON CONFLICT ... WHERE;
  *  - writes that add outbox rows send NOTIFY crcr_outbox at commit with the writer's tag and the
  *    number of rows, and store_wait_for_work waits on a dedicated LISTEN connection: other
- *    instances wake as many idle workers as rows were added (not all of them: every woken worker
- *    runs a claim), the writer's own process skips its notification (its writers wake it).
+ *    instances wake their workers, the writer's own process skips its notification (its writers
+ *    wake it).
  *
  * Connections: a pool of CRCR_STORE_POOL connections (sized by app.c), opened lazily. Each
  * operation borrows one for its duration. A connection found broken is dropped and the operation
@@ -689,8 +689,6 @@ static const store_ops PG_OPS = {
     .runs = &PG_RUN_OPS,
 };
 
-/* The pool size (CRCR_STORE_POOL, validated by config.c; `crcr serve` turns 0 into its own
- * default): 1..PG_POOL_MAX, 0 for PG_POOL_DEFAULT (the command-line tools). */
 /* A random tag for this handle's NOTIFY payloads (PG_CHANNEL): listeners tell their own
  * process's notifications from others' by it. Not a secret; a clock-and-pid fallback when the
  * kernel has no randomness yet only risks a tag shared with another process, which costs that
@@ -711,6 +709,8 @@ static void writer_tag(char out[PG_TAG_HEX + 1])
     out[PG_TAG_HEX] = '\0';
 }
 
+/* The pool size (CRCR_STORE_POOL, validated by config.c; `crcr serve` turns 0 into its own
+ * default): 1..PG_POOL_MAX, 0 for PG_POOL_DEFAULT (the command-line tools). */
 static crcr_err pool_size(long pool, size_t *n, char *err, size_t errsz)
 {
     *n = PG_POOL_DEFAULT;

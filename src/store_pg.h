@@ -35,7 +35,7 @@
 #define PG_ERRTEXT_MAX 300
 /* Channel of NOTIFY at commit of new outbox rows, which the listener waits on. The payload is
  * "<writer tag>:<rows>": listeners skip their own process's notifications (its writers wake its
- * workers directly) and wake as many workers as rows were added, not all of them. */
+ * workers directly) and report the rows others announced (store_wait_for_work). */
 #define PG_CHANNEL "crcr_outbox"
 /* Hex digits of a process's writer tag (random per store handle). */
 #define PG_TAG_HEX 16

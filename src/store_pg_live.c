@@ -135,7 +135,6 @@ crcr_err pg_recover(store *st)
 
 /* ---- waking workers ---- */
 
-/* Takes every pending notification; true when there was at least one. */
 /* Reads the notifications that arrived on `c` and adds the rows other processes announced to
  * *rows (SIZE_MAX when one carries no count). This process's own ("<s->tag>:<n>") are skipped:
  * its writers woke its workers already. true when one came from another process. */

@@ -256,12 +256,20 @@ crcr_err sq_begin(sqlite_store *s)
     return err;
 }
 
-crcr_err sq_end(sqlite_store *s, crcr_err err)
+/* Ends the open transaction (s->mu held): commits it, or rolls it back on `err` or when the
+ * commit fails. Returns the final error. */
+static crcr_err end_tx(sqlite_store *s, crcr_err err)
 {
     if (!err && sq_exec(s, "COMMIT") != CRCR_OK)
         err = CRCR_E_STORE;
     if (err)
         sq_exec(s, "ROLLBACK");
+    return err;
+}
+
+crcr_err sq_end(sqlite_store *s, crcr_err err)
+{
+    err = end_tx(s, err);
     pthread_mutex_unlock(&s->mu);
     return err;
 }
@@ -282,12 +290,7 @@ static crcr_err begin_durable(sqlite_store *s)
 /* Ends it: commit (or roll back on `err`), then back to NORMAL. Returns the final error. */
 static crcr_err end_durable(sqlite_store *s, crcr_err err)
 {
-    if (err)
-        sq_exec(s, "ROLLBACK");
-    else if (sq_exec(s, "COMMIT") != CRCR_OK) {
-        sq_exec(s, "ROLLBACK");
-        err = CRCR_E_STORE;
-    }
+    err = end_tx(s, err);
     sq_exec(s, "PRAGMA synchronous=NORMAL");
     return err;
 }
@@ -328,12 +331,8 @@ static void commit_group(sqlite_store *s, sq_group_req *batch)
         if (sqlite3_get_autocommit(s->db)) /* SQLite ended the transaction on an error */
             txerr = CRCR_E_STORE;
     }
-    if (open && durable)
-        txerr = end_durable(s, txerr);
-    else if (open && (txerr || sq_exec(s, "COMMIT") != CRCR_OK)) {
-        sq_exec(s, "ROLLBACK");
-        txerr = CRCR_E_STORE;
-    }
+    if (open)
+        txerr = durable ? end_durable(s, txerr) : end_tx(s, txerr);
     if (txerr)
         for (sq_group_req *r = batch; r; r = r->next)
             r->result = CRCR_E_STORE;
