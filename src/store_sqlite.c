@@ -6,7 +6,8 @@
  * One connection guarded by one mutex: SQLite allows a single writer at a time anyway, and every
  * operation here is a short indexed statement, so serialising them costs less than the
  * busy-retry dance of several connections. The transactions whose commit an answer promises (a
- * webhook's 202, a callback's 200) run with synchronous=FULL, so they survive a power loss; the
+ * webhook's 202, a callback's 200) are on disk before the answer, so they survive a power loss:
+ * the group commit syncs the WAL after each such commit (see sq_group_commit); the
  * outbox bookkeeping (claims, retries, sent marks) runs with synchronous=NORMAL, which in WAL mode
  * survives a crash of the process and, after a power loss, can only roll back to an earlier state
  * of a row: the row is then sent again (at least once), never lost. Measured on the 2-core VM:
@@ -276,7 +277,8 @@ crcr_err sq_end(sqlite_store *s, crcr_err err)
 
 /* ---- group commit ---- */
 
-/* Begins a transaction whose commit must survive a power loss (see the header comment). */
+/* Begins a transaction whose commit must survive a power loss, where SQLite must sync it itself
+ * (no WAL descriptor; see the header comment). */
 static crcr_err begin_durable(sqlite_store *s)
 {
     crcr_err err = sq_exec(s, "PRAGMA synchronous=FULL");
@@ -296,27 +298,39 @@ static crcr_err end_durable(sqlite_store *s, crcr_err err)
 }
 
 /*
- * Group commit. Every ingest and every callback transition must be durable (synchronous=FULL)
- * before its answer (202, 200), and the fsync is most of such a write's time, so the writes that
- * arrive while a commit is running are written by the next one together, each inside its own
- * savepoint (a duplicate or a failed insert undoes only its own rows), under one COMMIT and one
- * fsync. The first waiting caller leads: it takes every queued request (at most SQ_GROUP_MAX),
- * applies them in arrival order (a later request sees what an earlier one wrote: two callers of
- * the same transition still make one winner and one duplicate), commits and wakes their callers;
- * nobody returns before the commit that holds its writes. When the transaction is lost (commit
- * failure, or an error that made SQLite roll it back), every request of the group fails with
- * CRCR_E_STORE: nothing of it is stored, whatever its own result was. A single caller commits
- * alone. The outbox's outcomes (finish, retry) go through it too, marked `relaxed`: they share the
- * commit of whatever is being written, and a group of only such requests commits without the
- * fsync.
+ * Group commit. Every ingest and every callback transition must be durable before its answer
+ * (202, 200), and the fsync is most of such a write's time, so the writes that arrive while a
+ * commit is running are written by the next one together, each inside its own savepoint (a
+ * duplicate or a failed insert undoes only its own rows), under one COMMIT and one fsync. The
+ * first waiting caller leads: it takes every queued request (at most SQ_GROUP_MAX), applies them
+ * in arrival order (a later request sees what an earlier one wrote: two callers of the same
+ * transition still make one winner and one duplicate), commits and wakes their callers; nobody
+ * returns before the commit that holds its writes is on disk. When the transaction is lost
+ * (commit failure, or an error that made SQLite roll it back, or the fsync failed), every
+ * request of the group fails with CRCR_E_STORE: whatever its own result was, it may not be
+ * stored. A single caller commits alone. The outbox's outcomes (finish, retry) go through it too,
+ * marked `relaxed`: they share the commit of whatever is being written, and a group of only such
+ * requests is not synced.
+ *
+ * The fsync runs after the write lock is released (commit_group returns true): the commit itself
+ * runs at synchronous=NORMAL, which in WAL mode appends the group's pages to the WAL without a
+ * sync, and the leader then fdatasync()s the WAL (s->walfd) before anyone of the group is told.
+ * The next group is led and written meanwhile, so the disk's sync latency overlaps the next
+ * group's work instead of adding to it. The WAL is append-only until a checkpoint has copied it
+ * into the database, and a checkpoint syncs the WAL first (SQLite's rule at NORMAL), so once the
+ * fdatasync returns the group's pages are on disk - as with synchronous=FULL, which syncs the
+ * same file inside COMMIT. What changes is that other connections can read a group's rows
+ * during its fdatasync: a power loss in that window can lose rows that an outbox claim has
+ * already acted on, which at-least-once allows (the caller was never answered).
  */
-static void commit_group(sqlite_store *s, sq_group_req *batch)
+static bool commit_group(sqlite_store *s, sq_group_req *batch)
 {
     bool durable = false;
     for (sq_group_req *r = batch; r && !durable; r = r->next)
         durable = !r->relaxed;
+    bool self_sync = durable && s->walfd < 0; /* SQLite syncs inside COMMIT */
     pthread_mutex_lock(&s->mu);
-    crcr_err txerr = durable ? begin_durable(s) : sq_exec(s, "BEGIN IMMEDIATE");
+    crcr_err txerr = self_sync ? begin_durable(s) : sq_exec(s, "BEGIN IMMEDIATE");
     bool open = !txerr;
     for (sq_group_req *r = batch; r; r = r->next) {
         if (txerr || sq_exec(s, "SAVEPOINT grp") != CRCR_OK) {
@@ -332,11 +346,32 @@ static void commit_group(sqlite_store *s, sq_group_req *batch)
             txerr = CRCR_E_STORE;
     }
     if (open)
-        txerr = durable ? end_durable(s, txerr) : end_tx(s, txerr);
+        txerr = self_sync ? end_durable(s, txerr) : end_tx(s, txerr);
     if (txerr)
         for (sq_group_req *r = batch; r; r = r->next)
             r->result = CRCR_E_STORE;
     pthread_mutex_unlock(&s->mu);
+    return !txerr && durable && !self_sync;
+}
+
+/* Syncs the WAL for a durable group (see above). After one failure nothing is trusted again (the
+ * kernel reports a failed write-back once and may drop its pages, so a later sync can succeed
+ * over a hole in the WAL): false from then on, as PostgreSQL stops on a failed fsync. */
+static bool sync_ok(sqlite_store *s)
+{
+    pthread_mutex_lock(&s->gmu);
+    bool failed = s->sync_failed;
+    pthread_mutex_unlock(&s->gmu);
+    if (failed)
+        return false;
+    if (fdatasync(s->walfd) == 0)
+        return true;
+    LOG_ERROR("store.fsync", "error", strerror(errno), "action",
+              "durable writes refused until the relay restarts", NULL);
+    pthread_mutex_lock(&s->gmu);
+    s->sync_failed = true;
+    pthread_mutex_unlock(&s->gmu);
+    return false;
 }
 
 /* Each waiter sleeps on its own semaphore and is woken once: when its request is done, or to
@@ -369,20 +404,23 @@ crcr_err sq_group_commit(sqlite_store *s, sq_group_req *me)
             s->gtail = NULL;
         last->next = NULL;
         pthread_mutex_unlock(&s->gmu);
-        commit_group(s, batch);
+        bool sync = commit_group(s, batch);
         pthread_mutex_lock(&s->gmu);
         sq_group_req *next_leader = s->ghead;
         if (!next_leader)
             s->gleading = false;
         pthread_mutex_unlock(&s->gmu);
+        if (next_leader) /* it writes the next group while this one's sync runs */
+            sem_post(&next_leader->wake);
+        if (sync && !sync_ok(s))
+            for (sq_group_req *r = batch; r; r = r->next)
+                r->result = CRCR_E_STORE;
         for (sq_group_req *r = batch, *nx; r; r = nx) {
             nx = r->next; /* r lives on its caller's stack: read before waking it */
             r->done = true;
             if (r != me)
                 sem_post(&r->wake);
         }
-        if (next_leader)
-            sem_post(&next_leader->wake);
     }
     sem_destroy(&me->wake);
     return me->result;
@@ -397,12 +435,15 @@ static void sq_close(store *st)
         sqlite3_finalize(s->stmts[i]);
     sqlite3_close(s->db);
     sqlite3_finalize(s->hot_dispatch);
+    sqlite3_finalize(s->hot_identity);
     for (int i = 0; i <= SQ_READERS; i++) {
         sqlite3_close(s->rdb[i]);
         pthread_mutex_destroy(&s->rmu[i]);
     }
     if (s->serve_lock >= 0)
         close(s->serve_lock);
+    if (s->walfd >= 0)
+        close(s->walfd);
     pthread_mutex_destroy(&s->mu);
     pthread_mutex_destroy(&s->gmu);
     free(s);
@@ -411,6 +452,11 @@ static void sq_close(store *st)
 static crcr_err sq_ping(store *st)
 {
     sqlite_store *s = sq_store(st);
+    pthread_mutex_lock(&s->gmu);
+    bool failed = s->sync_failed;
+    pthread_mutex_unlock(&s->gmu);
+    if (failed) /* see sync_ok */
+        return CRCR_E_STORE;
     pthread_mutex_lock(&s->mu);
     crcr_err err = sq_exec(s, "SELECT 1");
     pthread_mutex_unlock(&s->mu);
@@ -517,6 +563,23 @@ static crcr_err private_files(const char *path, char *err, size_t errsz)
     return CRCR_OK;
 }
 
+/* The WAL file for the group commit's fdatasync, read-only (fsync of any descriptor of a file
+ * flushes the file on Linux); -1 when it cannot be opened, and durable groups are then synced
+ * by SQLite itself. The writer's connection stays open until close, so SQLite neither deletes nor
+ * replaces the file meanwhile (a checkpoint may only truncate it). Closing this descriptor drops
+ * no lock: SQLite takes none on the WAL file itself. */
+static int open_wal(const char *path)
+{
+    char p[CRCR_PATH_LOCK_MAX];
+    int n = snprintf(p, sizeof(p), "%s-wal", path);
+    if (n < 0 || (size_t)n >= sizeof(p))
+        return -1;
+    int fd = open(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        LOG_WARN("store.wal_open", "path", p, "error", strerror(errno), NULL);
+    return fd;
+}
+
 /* Opens the listing connections (see the header comment). */
 static crcr_err open_readers(sqlite_store *s, const char *path, char *err, size_t errsz)
 {
@@ -541,6 +604,7 @@ crcr_err store_sqlite_open(const char *path, store **out, char *err, size_t errs
         return CRCR_E_NOMEM;
     s->base.ops = &SQLITE_OPS;
     s->serve_lock = -1;
+    s->walfd = -1;
     pthread_mutex_init(&s->mu, NULL);
     pthread_mutex_init(&s->gmu, NULL);
     if (!*path) {
@@ -599,6 +663,7 @@ crcr_err store_sqlite_open(const char *path, store **out, char *err, size_t errs
     if (on_disk) { /* the -wal and -shm files SQLite has just made */
         narrow_mode(path, "-wal");
         narrow_mode(path, "-shm");
+        s->walfd = open_wal(path);
     }
     if (on_disk && open_readers(s, path, err, errsz) != CRCR_OK) {
         sq_close(&s->base);

@@ -85,11 +85,19 @@ struct sqlite_store {
     sq_group_req *ghead, *gtail;
     bool gleading;
     int serve_lock; /* descriptor holding the serve lock (sq_recover), -1 when not taken */
+    /* The WAL file, read-only: a durable group commits at synchronous=NORMAL and is made durable
+     * by an fdatasync of this descriptor after the write lock is released (sq_group_commit);
+     * -1 (no file of its own: in-memory, URI) and such groups commit at synchronous=FULL. */
+    int walfd;
+    /* Set when an fdatasync of the WAL failed: the kernel may have dropped the pages it could not
+     * write, so no later commit can be trusted on disk; every durable group then fails and the
+     * store reports itself down (sq_ping) until the relay is restarted. Guarded by gmu. */
+    bool sync_failed;
     /* Listing connections, each with its lock; rdb[i] NULL when there are none (in-memory
      * databases), and listings then use db under mu. */
     sqlite3 *rdb[SQ_READERS + 1];
     pthread_mutex_t rmu[SQ_READERS + 1];
-    sqlite3_stmt *hot_dispatch; /* on rdb[SQ_HOT_READER], under rmu[SQ_HOT_READER] */
+    sqlite3_stmt *hot_dispatch, *hot_identity; /* on rdb[SQ_HOT_READER], under its rmu */
 };
 
 static inline sqlite_store *sq_store(store *st)

@@ -287,44 +287,55 @@ static crcr_err sq_callback_rejections(store *st, const char *repo, int64_t sinc
 
 /* ---- dispatch records, identity pins, budgets ---- */
 
-static crcr_err sq_dispatch_get(store *st, const char *delivery_id, const char *repo,
-                                store_dispatch_read *d)
+/* A read on the callback path on the hot reader (store_sqlite.h): it never waits for the
+ * writer's commit or a listing. Its statement is kept in *kept, prepared at first use; without
+ * readers (in-memory stores) it runs on the writer's connection, prepared for the call. */
+static crcr_err hot_read(sqlite_store *s, sqlite3_stmt **kept, const char *op, const char *sql,
+                         const store_param *args, int n, store_row_fn row, void *ctx)
 {
-    static const char sql[] =
-        "SELECT " DISPATCH_COLUMNS ", CASE WHEN ?3 THEN d.payload END FROM outbox o JOIN "
-        "deliveries d ON d.delivery_id=o.delivery_id WHERE o.kind='dispatch' AND "
-        "o.delivery_id=?1 AND lower(o.target)=lower(?2) LIMIT 1";
-    sqlite_store *s = sq_store(st);
-    const store_param args[] = {ARG_TEXT(delivery_id), ARG_TEXT(repo),
-                                ARG_INT(d->with_payload ? 1 : 0)};
-    /* The hot reader: a read on the callback path never waits for the writer or a listing. Its
-     * statement is kept; the writer's (without readers) is prepared for the call. */
     bool hot = s->rdb[SQ_HOT_READER] != NULL;
     sqlite3 *db = hot ? s->rdb[SQ_HOT_READER] : s->db;
     pthread_mutex_t *mu = hot ? &s->rmu[SQ_HOT_READER] : &s->mu;
     pthread_mutex_lock(mu);
     crcr_err err;
     if (!hot)
-        err = sq_run(db, "dispatch_get", sql, args, 3, store_dispatch_row, d);
-    else if (!s->hot_dispatch &&
-             sqlite3_prepare_v2(db, sql, -1, &s->hot_dispatch, NULL) != SQLITE_OK)
-        err = sq_fail(db, "dispatch_get");
+        err = sq_run(db, op, sql, args, n, row, ctx);
+    else if (!*kept && sqlite3_prepare_v2(db, sql, -1, kept, NULL) != SQLITE_OK)
+        err = sq_fail(db, op);
     else
-        err = sq_step(db, s->hot_dispatch, "dispatch_get", args, 3, store_dispatch_row, d);
+        err = sq_step(db, *kept, op, args, n, row, ctx);
     pthread_mutex_unlock(mu);
     return err;
 }
 
+static crcr_err sq_dispatch_get(store *st, const char *delivery_id, const char *repo,
+                                store_dispatch_read *d)
+{
+    sqlite_store *s = sq_store(st);
+    return hot_read(s, &s->hot_dispatch, "dispatch_get",
+                    "SELECT " DISPATCH_COLUMNS ", CASE WHEN ?3 THEN d.payload END FROM outbox o "
+                    "JOIN deliveries d ON d.delivery_id=o.delivery_id WHERE o.kind='dispatch' AND "
+                    "o.delivery_id=?1 AND lower(o.target)=lower(?2) LIMIT 1",
+                    ARGS(ARG_TEXT(delivery_id), ARG_TEXT(repo), ARG_INT(d->with_payload ? 1 : 0)),
+                    store_dispatch_row, d);
+}
+
+#define IDENTITY_GET "SELECT " IDENTITY_COLUMNS " FROM repo_identity WHERE repo=?1"
+
+/* A pinned name (every callback but a repository's first) is checked on the hot reader: the
+ * writer's lock, held through each group commit's fsync, was the longest wait of a callback. */
 static crcr_err sq_identity_pin(store *st, const char *repo, int64_t now, store_pin_check *c)
 {
     sqlite_store *s = sq_store(st);
+    crcr_err err = hot_read(s, &s->hot_identity, "identity_pin", IDENTITY_GET, ARGS(ARG_TEXT(repo)),
+                            store_pin_row, c);
+    if (err || c->found)
+        return err;
+    /* Not pinned when read: look again and pin under the writer's lock, so that of two first
+     * callbacks racing, the second sees the first one's pin. */
     pthread_mutex_lock(&s->mu);
-    crcr_err err = sq_run(s->db, "identity_pin",
-                          "SELECT " IDENTITY_COLUMNS " FROM repo_identity WHERE repo=?1",
-                          ARGS(ARG_TEXT(repo)), store_pin_row, c);
+    err = sq_run(s->db, "identity_pin", IDENTITY_GET, ARGS(ARG_TEXT(repo)), store_pin_row, c);
     if (!err && !c->found && *c->repository_id && *c->owner_id) {
-        /* First callback of this name: pin it. A concurrent pin of the same name keeps the
-         * first. */
         err = sq_run(
             s->db, "identity_pin",
             "INSERT INTO repo_identity(repo, repository_id, owner_id, pinned_at, "

@@ -26,6 +26,7 @@ import multiprocessing
 import os
 import random
 import socket
+import sqlite3
 import stat
 import sys
 import threading
@@ -137,6 +138,22 @@ def store_bytes(relay):
         if os.path.exists(p):
             total += os.path.getsize(p)
     return total
+
+
+def swept_once(relay):
+    """True once the relay's start-up sweep (200 ms after start) has taken its lease: the one
+    write a relay makes on its own, which must not land between two store_bytes() calls."""
+    path = os.path.join(relay.tmp, "crcr.db")
+    if not os.path.exists(path):  # a relay on PostgreSQL: no file to grow
+        return True
+    try:
+        db = sqlite3.connect("file:%s?mode=ro" % path, uri=True, timeout=5)
+        try:
+            return db.execute("SELECT 1 FROM kv WHERE key='lease:sweeper'").fetchone() is not None
+        finally:
+            db.close()
+    except sqlite3.Error:
+        return False
 
 
 def store_contains(relay, needle):
@@ -356,6 +373,7 @@ class NightlyBoundsTest(CallbackMixin, unittest.TestCase):
 
     def test_oversized_nightly_is_refused_and_the_store_does_not_grow(self):
         relay = self.s.relay
+        self.assertTrue(wait_until(lambda: swept_once(relay), 10), "no start-up sweep")
         before = store_bytes(relay)
         big = json.dumps(self.nightly(new_sha(), pad=2 * 1024 * 1024)).encode()
         status, body = post_unread(relay, "/github/callback",

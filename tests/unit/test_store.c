@@ -1,4 +1,5 @@
 /* Unit tests for the store interface on the SQLite backend. */
+#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -7,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -107,6 +109,52 @@ static void expired_lease_makes_row_claimable_again(void **state)
     assert_int_equal(k.id, j.id);
     store_job_free(&j);
     store_job_free(&k);
+}
+
+/* Every fdatasync of this process: crcr_core's calls bind here (linked statically) and so do
+ * SQLite's (the definition is exported to the shared libraries that call it). */
+static int g_syncs, g_sync_fail;
+int fdatasync(int fd)
+{
+    g_syncs++;
+    if (g_sync_fail) {
+        errno = EIO;
+        return -1;
+    }
+    return (int)syscall(SYS_fdatasync, fd);
+}
+
+/* A durable write (an ingest) returns after the WAL's fdatasync; outbox bookkeeping (a claim, a
+ * sent mark) syncs nothing. */
+static void durable_write_returns_after_the_wal_sync(void **state)
+{
+    fixture *f = *state;
+    const char *repos[] = {"a/1"};
+    g_syncs = 0;
+    assert_int_equal(ingest(f->st, "d1", repos, 1, 1000), CRCR_OK);
+    assert_int_equal(g_syncs, 1);
+    store_job j;
+    assert_int_equal(store_claim(f->st, 1000, 5000, &j), CRCR_OK);
+    assert_int_equal(store_job_finish(f->st, &j, "sent", 204, NULL, NULL, NULL, 0, 1100), CRCR_OK);
+    store_job_free(&j);
+    assert_int_equal(g_syncs, 1);
+}
+
+/* When the sync fails the write may not be on disk: the caller is told the store failed (its
+ * client retries), never that it was stored; and since the kernel may have dropped the pages it
+ * could not write, no later durable write is trusted either: they fail and the store reports
+ * itself down (readiness) until a restart. */
+static void failed_wal_sync_fails_the_write_and_every_later_one(void **state)
+{
+    fixture *f = *state;
+    const char *repos[] = {"a/1"};
+    assert_int_equal(store_ping(f->st), CRCR_OK);
+    g_sync_fail = 1;
+    crcr_err e = ingest(f->st, "d1", repos, 1, 1000);
+    g_sync_fail = 0;
+    assert_int_equal(e, CRCR_E_STORE);
+    assert_int_equal(ingest(f->st, "d2", repos, 1, 1000), CRCR_E_STORE);
+    assert_int_equal(store_ping(f->st), CRCR_E_STORE);
 }
 
 static void retry_reschedules_and_counts_attempts(void **state)
@@ -405,6 +453,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(ingest_then_duplicate_writes_nothing_more, setup, teardown),
         cmocka_unit_test_setup_teardown(claim_returns_due_rows_once_with_payload, setup, teardown),
         cmocka_unit_test_setup_teardown(expired_lease_makes_row_claimable_again, setup, teardown),
+        cmocka_unit_test_setup_teardown(durable_write_returns_after_the_wal_sync, setup, teardown),
+        cmocka_unit_test_setup_teardown(failed_wal_sync_fails_the_write_and_every_later_one, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(retry_reschedules_and_counts_attempts, setup, teardown),
         cmocka_unit_test_setup_teardown(finish_and_redeliver_dead_row, setup, teardown),
         cmocka_unit_test_setup_teardown(dry_run_body_is_kept, setup, teardown),
