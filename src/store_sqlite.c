@@ -312,18 +312,19 @@ static crcr_err end_durable(sqlite_store *s, crcr_err err)
  * marked `relaxed`: they share the commit of whatever is being written, and a group of only such
  * requests is not synced.
  *
- * The fsync runs after the write lock is released (commit_group returns true): the commit itself
- * runs at synchronous=NORMAL, which in WAL mode appends the group's pages to the WAL without a
- * sync, and the leader then fdatasync()s the WAL (s->walfd) before anyone of the group is told.
- * The next group is led and written meanwhile, so the disk's sync latency overlaps the next
- * group's work instead of adding to it. The WAL is append-only until a checkpoint has copied it
- * into the database, and a checkpoint syncs the WAL first (SQLite's rule at NORMAL), so once the
- * fdatasync returns the group's pages are on disk - as with synchronous=FULL, which syncs the
- * same file inside COMMIT. What changes is that other connections can read a group's rows
+ * The fsync runs after the write lock is released (commit_group returns the group's number):
+ * the commit itself runs at synchronous=NORMAL, which in WAL mode appends the group's pages to
+ * the WAL without a sync, and the leader then has the WAL (s->walfd) fdatasync()ed before anyone
+ * of the group is told (sync_ok: one sync at a time, each covering every group committed before
+ * it began). The next group is led and written meanwhile, so the disk's sync latency overlaps
+ * the next group's work instead of adding to it. The WAL is append-only until a checkpoint has
+ * copied it into the database, and a checkpoint syncs the WAL first (SQLite's rule at NORMAL), so
+ * once the fdatasync returns the group's pages are on disk - as with synchronous=FULL, which syncs
+ * the same file inside COMMIT. What changes is that other connections can read a group's rows
  * during its fdatasync: a power loss in that window can lose rows that an outbox claim has
  * already acted on, which at-least-once allows (the caller was never answered).
  */
-static bool commit_group(sqlite_store *s, sq_group_req *batch)
+static uint64_t commit_group(sqlite_store *s, sq_group_req *batch)
 {
     bool durable = false;
     for (sq_group_req *r = batch; r && !durable; r = r->next)
@@ -350,28 +351,50 @@ static bool commit_group(sqlite_store *s, sq_group_req *batch)
     if (txerr)
         for (sq_group_req *r = batch; r; r = r->next)
             r->result = CRCR_E_STORE;
+    uint64_t seq = 0;
+    if (!txerr && durable && !self_sync) { /* its WAL writes are done: number it for the sync */
+        pthread_mutex_lock(&s->smu);
+        seq = ++s->committed;
+        pthread_mutex_unlock(&s->smu);
+    }
     pthread_mutex_unlock(&s->mu);
-    return !txerr && durable && !self_sync;
+    return seq;
 }
 
-/* Syncs the WAL for a durable group (see above). After one failure nothing is trusted again (the
- * kernel reports a failed write-back once and may drop its pages, so a later sync can succeed
- * over a hole in the WAL): false from then on, as PostgreSQL stops on a failed fsync. */
-static bool sync_ok(sqlite_store *s)
+/* Makes group `seq` (its number in s->committed) durable: the sync stage. One fdatasync runs at
+ * a time and covers every group committed before it started; a group committed meanwhile waits
+ * for it, then one of the waiting leaders syncs for all of them. So the commits of one sync
+ * share it, as they did when the sync ran inside COMMIT, while the next group's writes go on.
+ * After one failure nothing is trusted again (the kernel reports a failed write-back once and
+ * may drop its pages, so a later sync can succeed over a hole in the WAL): false from then on,
+ * as PostgreSQL stops on a failed fsync. */
+static bool sync_ok(sqlite_store *s, uint64_t seq)
 {
-    pthread_mutex_lock(&s->gmu);
-    bool failed = s->sync_failed;
-    pthread_mutex_unlock(&s->gmu);
-    if (failed)
-        return false;
-    if (fdatasync(s->walfd) == 0)
-        return true;
-    LOG_ERROR("store.fsync", "error", strerror(errno), "action",
-              "durable writes refused until the relay restarts", NULL);
-    pthread_mutex_lock(&s->gmu);
-    s->sync_failed = true;
-    pthread_mutex_unlock(&s->gmu);
-    return false;
+    pthread_mutex_lock(&s->smu);
+    while (!s->sync_failed && s->synced < seq) {
+        if (s->syncing) {
+            pthread_cond_wait(&s->scv, &s->smu);
+            continue;
+        }
+        s->syncing = true;
+        uint64_t upto = s->committed;
+        pthread_mutex_unlock(&s->smu);
+        int rc = fdatasync(s->walfd);
+        int e = errno;
+        pthread_mutex_lock(&s->smu);
+        s->syncing = false;
+        if (rc == 0) {
+            s->synced = upto;
+        } else {
+            s->sync_failed = true;
+            LOG_ERROR("store.fsync", "error", strerror(e), "action",
+                      "durable writes refused until the relay restarts", NULL);
+        }
+        pthread_cond_broadcast(&s->scv);
+    }
+    bool ok = !s->sync_failed;
+    pthread_mutex_unlock(&s->smu);
+    return ok;
 }
 
 /* Each waiter sleeps on its own semaphore and is woken once: when its request is done, or to
@@ -404,7 +427,7 @@ crcr_err sq_group_commit(sqlite_store *s, sq_group_req *me)
             s->gtail = NULL;
         last->next = NULL;
         pthread_mutex_unlock(&s->gmu);
-        bool sync = commit_group(s, batch);
+        uint64_t seq = commit_group(s, batch);
         pthread_mutex_lock(&s->gmu);
         sq_group_req *next_leader = s->ghead;
         if (!next_leader)
@@ -412,7 +435,7 @@ crcr_err sq_group_commit(sqlite_store *s, sq_group_req *me)
         pthread_mutex_unlock(&s->gmu);
         if (next_leader) /* it writes the next group while this one's sync runs */
             sem_post(&next_leader->wake);
-        if (sync && !sync_ok(s))
+        if (seq && !sync_ok(s, seq))
             for (sq_group_req *r = batch; r; r = r->next)
                 r->result = CRCR_E_STORE;
         for (sq_group_req *r = batch, *nx; r; r = nx) {
@@ -446,15 +469,17 @@ static void sq_close(store *st)
         close(s->walfd);
     pthread_mutex_destroy(&s->mu);
     pthread_mutex_destroy(&s->gmu);
+    pthread_mutex_destroy(&s->smu);
+    pthread_cond_destroy(&s->scv);
     free(s);
 }
 
 static crcr_err sq_ping(store *st)
 {
     sqlite_store *s = sq_store(st);
-    pthread_mutex_lock(&s->gmu);
+    pthread_mutex_lock(&s->smu);
     bool failed = s->sync_failed;
-    pthread_mutex_unlock(&s->gmu);
+    pthread_mutex_unlock(&s->smu);
     if (failed) /* see sync_ok */
         return CRCR_E_STORE;
     pthread_mutex_lock(&s->mu);
@@ -607,6 +632,8 @@ crcr_err store_sqlite_open(const char *path, store **out, char *err, size_t errs
     s->walfd = -1;
     pthread_mutex_init(&s->mu, NULL);
     pthread_mutex_init(&s->gmu, NULL);
+    pthread_mutex_init(&s->smu, NULL);
+    pthread_cond_init(&s->scv, NULL);
     if (!*path) {
         snprintf(err, errsz, "CRCR_STORE: empty SQLite path");
         free(s);

@@ -89,10 +89,16 @@ struct sqlite_store {
      * by an fdatasync of this descriptor after the write lock is released (sq_group_commit);
      * -1 (no file of its own: in-memory, URI) and such groups commit at synchronous=FULL. */
     int walfd;
-    /* Set when an fdatasync of the WAL failed: the kernel may have dropped the pages it could not
-     * write, so no later commit can be trusted on disk; every durable group then fails and the
-     * store reports itself down (sq_ping) until the relay is restarted. Guarded by gmu. */
-    bool sync_failed;
+    /* The sync stage (sq_group_commit), guarded by smu: groups committed so far (their WAL
+     * writes done), groups the last finished fdatasync covered, whether one runs (at most one
+     * does; scv tells its end). sync_failed is set when an fdatasync of the WAL failed: the
+     * kernel may have dropped the pages it could not write, so no later commit can be trusted on
+     * disk; every durable group then fails and the store reports itself down (sq_ping) until the
+     * relay is restarted. */
+    pthread_mutex_t smu;
+    pthread_cond_t scv;
+    uint64_t committed, synced;
+    bool syncing, sync_failed;
     /* Listing connections, each with its lock; rdb[i] NULL when there are none (in-memory
      * databases), and listings then use db under mu. */
     sqlite3 *rdb[SQ_READERS + 1];

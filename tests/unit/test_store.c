@@ -1,5 +1,6 @@
 /* Unit tests for the store interface on the SQLite backend. */
 #include <errno.h>
+#include <stdbool.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -114,10 +115,23 @@ static void expired_lease_makes_row_claimable_again(void **state)
 /* Every fdatasync of this process: crcr_core's calls bind here (linked statically) and so do
  * SQLite's (the definition is exported to the shared libraries that call it). */
 static int g_syncs, g_sync_fail;
+/* g_hold: 1 = the next sync waits (then 2) until the test sets it back to 0. Under g_hmu. */
+static int g_hold;
+static pthread_mutex_t g_hmu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_hcv = PTHREAD_COND_INITIALIZER;
 int fdatasync(int fd)
 {
+    pthread_mutex_lock(&g_hmu);
     g_syncs++;
-    if (g_sync_fail) {
+    bool fail = g_sync_fail;
+    if (g_hold == 1) {
+        g_hold = 2;
+        pthread_cond_broadcast(&g_hcv);
+        while (g_hold == 2)
+            pthread_cond_wait(&g_hcv, &g_hmu);
+    }
+    pthread_mutex_unlock(&g_hmu);
+    if (fail) {
         errno = EIO;
         return -1;
     }
@@ -155,6 +169,79 @@ static void failed_wal_sync_fails_the_write_and_every_later_one(void **state)
     assert_int_equal(e, CRCR_E_STORE);
     assert_int_equal(ingest(f->st, "d2", repos, 1, 1000), CRCR_E_STORE);
     assert_int_equal(store_ping(f->st), CRCR_E_STORE);
+}
+
+typedef struct ingester {
+    store *st;
+    char id[16];
+    crcr_err result;
+} ingester;
+
+static void *ingest_one(void *arg)
+{
+    ingester *g = arg;
+    const char *repos[] = {"a/1"};
+    g->result = ingest(g->st, g->id, repos, 1, 1000);
+    return NULL;
+}
+
+/* Deliveries a separate connection sees committed. */
+static int committed_deliveries(const fixture *f)
+{
+    char path[160];
+    snprintf(path, sizeof(path), "%s/t.db", f->dir);
+    sqlite3 *db = NULL;
+    int n = -1;
+    sqlite3_stmt *q = NULL;
+    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
+        sqlite3_prepare_v2(db, "SELECT count(*) FROM deliveries", -1, &q, NULL) == SQLITE_OK &&
+        sqlite3_step(q) == SQLITE_ROW)
+        n = sqlite3_column_int(q, 0);
+    sqlite3_finalize(q);
+    sqlite3_close(db);
+    return n;
+}
+
+/* One sync at a time, covering every group committed before it began: while a slow sync runs,
+ * seven more webhooks commit (each alone: they arrive one after the other) and then share one or
+ * two syncs instead of one each. Deterministic: the first sync is held until all seven are
+ * committed. */
+static void groups_committed_during_a_sync_share_the_next(void **state)
+{
+    fixture *f = *state;
+    enum { N = 8 };
+    ingester g[N];
+    pthread_t t[N];
+    pthread_mutex_lock(&g_hmu);
+    g_hold = 1;
+    g_syncs = 0;
+    pthread_mutex_unlock(&g_hmu);
+    for (int i = 0; i < N; i++) {
+        g[i] = (ingester){.st = f->st};
+        snprintf(g[i].id, sizeof(g[i].id), "d%d", i);
+    }
+    assert_int_equal(pthread_create(&t[0], NULL, ingest_one, &g[0]), 0);
+    pthread_mutex_lock(&g_hmu);
+    while (g_hold != 2) /* the first ingest's sync has begun */
+        pthread_cond_wait(&g_hcv, &g_hmu);
+    pthread_mutex_unlock(&g_hmu);
+    for (int i = 1; i < N; i++) {
+        assert_int_equal(pthread_create(&t[i], NULL, ingest_one, &g[i]), 0);
+        for (int k = 0; k < 10000 && committed_deliveries(f) < i + 1; k++)
+            usleep(1000);
+        assert_int_equal(committed_deliveries(f), i + 1);
+    }
+    pthread_mutex_lock(&g_hmu);
+    int while_held = g_syncs;
+    g_hold = 0;
+    pthread_cond_broadcast(&g_hcv);
+    pthread_mutex_unlock(&g_hmu);
+    for (int i = 0; i < N; i++)
+        pthread_join(t[i], NULL);
+    assert_int_equal(while_held, 1); /* the others waited for the one that ran */
+    for (int i = 0; i < N; i++)
+        assert_int_equal(g[i].result, CRCR_OK);
+    assert_in_range(g_syncs, 2, 3);
 }
 
 static void retry_reschedules_and_counts_attempts(void **state)
@@ -455,6 +542,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(expired_lease_makes_row_claimable_again, setup, teardown),
         cmocka_unit_test_setup_teardown(durable_write_returns_after_the_wal_sync, setup, teardown),
         cmocka_unit_test_setup_teardown(failed_wal_sync_fails_the_write_and_every_later_one, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(groups_committed_during_a_sync_share_the_next, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(retry_reschedules_and_counts_attempts, setup, teardown),
         cmocka_unit_test_setup_teardown(finish_and_redeliver_dead_row, setup, teardown),
