@@ -164,8 +164,8 @@ static unsigned utf8_put(uint32_t cp, unsigned char *out)
     return 4;
 }
 
-/* Bytes of a word equal to zero set their high bit in the result (and only a byte above such
- * a byte may be set falsely), as do bytes below 0x20 in swar_below_space(). */
+/* Bytes of a word equal to zero set their high bit in the result; only a byte above such a byte
+ * may be set falsely, which makes plain_run() stop early, never skip a byte it must look at. */
 #define SWAR_ONES 0x0101010101010101ULL
 #define SWAR_HIGH 0x8080808080808080ULL
 static inline uint64_t swar_zero(uint64_t x)
