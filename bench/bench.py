@@ -167,6 +167,17 @@ def proc_cpu_s(pid):
         return 0.0
 
 
+def proc_io(pid):
+    """(wchar, write_bytes) of the whole process: bytes handed to write calls, and bytes sent to
+    the block layer; (0, 0) when /proc/PID/io cannot be read."""
+    try:
+        with open("/proc/%d/io" % pid) as f:
+            kv = dict(line.split(": ") for line in f.read().splitlines())
+        return int(kv["wchar"]), int(kv["write_bytes"])
+    except (OSError, KeyError, ValueError):
+        return 0, 0
+
+
 def proc_threads(pid):
     try:
         return len(os.listdir("/proc/%d/task" % pid))
@@ -1239,11 +1250,14 @@ class Bench:
                     self.post_callbacks(rl.port, paths, token, [1])
                     r = self._callbacks_run(rl, delivery, paths, token, name, duration)
                     res[name] = r
+                    n = r.get("requests") or 1
                     log("callbacks (%s store) c32: %s req/s p50 %s p99 %s non2xx %d; runs "
-                        "completed %d, in_progress %d"
+                        "completed %d, in_progress %d; written per callback %.1f KB (block "
+                        "layer %.1f KB)"
                         % (name, fmt_num(r["rps"]), fmt_ms(r["p50"]), fmt_ms(r["p99"]),
                            r["non2xx"], r["states"].get("completed", 0),
-                           r["states"].get("in_progress", 0)))
+                           r["states"].get("in_progress", 0), r["io"][0] / n / 1000,
+                           r["io"][1] / n / 1000))
                 finally:
                     self.close_relay(rl)
         finally:
@@ -1380,6 +1394,7 @@ class Bench:
                "CB_BASE": str(base), "CB_BLOCK": str(CB_BLOCK)}
         pid = rl.proc.pid
         cpu0 = proc_cpu_s(pid)
+        io0 = proc_io(pid)
         la = loadavg()
         other = None
         with PerfStat(pid, os.path.join(self.out_dir, "perf_callbacks_%s.csv" % name),
@@ -1395,6 +1410,7 @@ class Bench:
                 w["webhooks"] = self.wrk_finish(other)
                 w["webhooks"].pop("raw", None)
         w["cpu_s"] = proc_cpu_s(pid) - cpu0
+        w["io"] = [b - a for a, b in zip(io0, proc_io(pid))]
         w["perf"] = ps.counts
         w["loadavg"] = la
         w["rss_peak_kib"], w["hwm_kib"] = smp.peak_kib, proc_status(pid)["VmHWM"]
@@ -2147,20 +2163,24 @@ class Bench:
                      "completed, one L2 repo, RS256 token reused)" % (CB_BLOCK, CB_BLOCK))
             L.append("")
             L.append("| store | req/s | p50 | p90 | p99 | requests | non-2xx | runs completed |"
-                     " runs in_progress | body bytes | CPU/req | fdatasync/req | peak RSS | load |")
-            L.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+                     " runs in_progress | body bytes | CPU/req | fdatasync/req | KB written/req (write"
+                     " calls / block layer) | peak RSS | load |")
+            L.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 
             def cbline(name, w):
                 n = w.get("requests") or 0
                 pf = w.get("perf") or {}
                 fd = ("%.2f" % (pf["syscalls:sys_enter_fdatasync"] / n)
                       if n and "syscalls:sys_enter_fdatasync" in pf else "-")
-                L.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |"
+                io = w.get("io") or [0, 0]
+                kb = ("%.1f / %.1f" % (io[0] / n / 1000, io[1] / n / 1000)
+                      if n and io[0] else "-")
+                L.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |"
                          % (name, fmt_num(w["rps"]), fmt_ms(w["p50"]), fmt_ms(w["p90"]),
                             fmt_ms(w["p99"]), fmt_num(n), w["non2xx"],
                             fmt_num(w["states"].get("completed", 0)),
                             fmt_num(w["states"].get("in_progress", 0)), fmt_num(w["body_bytes"]),
-                            "%s us" % fmt_num(w["cpu_s"] / n * 1e6) if n else "-", fd,
+                            "%s us" % fmt_num(w["cpu_s"] / n * 1e6) if n else "-", fd, kb,
                             "%.1f MiB" % (w["hwm_kib"] / 1024) if w.get("hwm_kib") else "-",
                             w["loadavg"]))
 

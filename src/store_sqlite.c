@@ -656,8 +656,12 @@ crcr_err store_sqlite_open(const char *path, store **out, char *err, size_t errs
         return CRCR_E_STORE;
     }
     sqlite3_busy_timeout(s->db, 5000);
+    /* secure_delete=FAST: Debian's SQLite zeroes every freed page by default, which writes each
+     * page a transition frees (a run body's overflow chain) to the WAL; FAST zeroes deleted
+     * content only where that costs no write (docs/internals.md, "Threads and locks"). */
     crcr_err e = sq_exec(s, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; "
-                            "PRAGMA foreign_keys=OFF; PRAGMA temp_store=MEMORY;");
+                            "PRAGMA foreign_keys=OFF; PRAGMA temp_store=MEMORY; "
+                            "PRAGMA secure_delete=FAST;");
     if (!e)
         e = sq_exec(s, "BEGIN IMMEDIATE");
     if (!e)

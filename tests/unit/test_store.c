@@ -244,6 +244,67 @@ static void groups_committed_during_a_sync_share_the_next(void **state)
     assert_in_range(g_syncs, 2, 3);
 }
 
+/* Bytes appended to the store's WAL so far (no checkpoint runs in these short tests: the WAL
+ * only grows). */
+static long wal_size(const fixture *f)
+{
+    char path[160];
+    snprintf(path, sizeof(path), "%s/t.db-wal", f->dir);
+    struct stat sb;
+    return stat(path, &sb) == 0 ? (long)sb.st_size : -1;
+}
+
+static store_run_update run_update(const char *status, const char *body, size_t len)
+{
+    return (store_run_update){.key = {.delivery_id = "d1",
+                                      .repo = "org/a",
+                                      .run_id = 7,
+                                      .run_attempt = 1,
+                                      .job_name = "build"},
+                              .status = status,
+                              .conclusion = strcmp(status, "completed") == 0 ? "success" : NULL,
+                              .event_type = "pull_request",
+                              .level = 2,
+                              .pr_number = 42,
+                              .head_sha = "abc",
+                              .workflow_name = "ci",
+                              .test_passed = -1,
+                              .test_failed = -1,
+                              .test_skipped = -1,
+                              .payload = body,
+                              .payload_len = len,
+                              .now = 2000};
+}
+
+/* A callback body echoes the ~30 KB webhook. The in_progress row keeps it (the sweeper's
+ * timed_out callback is built from it); completing the run must not write it again, nor write
+ * the pages it frees (Debian's SQLite zeroes freed pages unless secure_delete is FAST): the
+ * completing transition appends a few b-tree pages to the WAL, not the body's overflow chain. */
+static void completing_a_run_does_not_rewrite_its_body(void **state)
+{
+    fixture *f = *state;
+    const char *repos[] = {"org/a"};
+    assert_int_equal(ingest(f->st, "d1", repos, 1, 1000), CRCR_OK);
+    enum { BODY = 100 * 1024 };
+    char *body = malloc(BODY);
+    assert_non_null(body);
+    for (size_t i = 0; i < BODY; i++)
+        body[i] = (char)('a' + (i * 7919) % 26);
+    store_run_result res;
+    char why[128];
+    long w0 = wal_size(f);
+    store_run_update u = run_update("in_progress", body, BODY);
+    assert_int_equal(store_run_apply(f->st, &u, NULL, NULL, &res, why, sizeof(why)), CRCR_OK);
+    long w1 = wal_size(f);
+    u = run_update("completed", body, BODY);
+    assert_int_equal(store_run_apply(f->st, &u, NULL, NULL, &res, why, sizeof(why)), CRCR_OK);
+    long w2 = wal_size(f);
+    free(body);
+    assert_true(w0 >= 0);
+    assert_true(w1 - w0 > BODY);     /* the open run's body went to the WAL */
+    assert_true(w2 - w1 < BODY / 4); /* the completion: a few pages (the code before: > BODY) */
+}
+
 static void retry_reschedules_and_counts_attempts(void **state)
 {
     fixture *f = *state;
@@ -544,6 +605,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(failed_wal_sync_fails_the_write_and_every_later_one, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(groups_committed_during_a_sync_share_the_next, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(completing_a_run_does_not_rewrite_its_body, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(retry_reschedules_and_counts_attempts, setup, teardown),
         cmocka_unit_test_setup_teardown(finish_and_redeliver_dead_row, setup, teardown),
