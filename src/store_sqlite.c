@@ -69,7 +69,8 @@ static const char SCHEMA[] =
     " PRIMARY KEY(delivery_id, repo, run_id, run_attempt, workflow_name, job_name));"
     "CREATE INDEX IF NOT EXISTS runs_sha ON runs(head_sha, repo);"
     "CREATE INDEX IF NOT EXISTS runs_state ON runs(state, started_at);"
-    "CREATE INDEX IF NOT EXISTS runs_repo ON runs(repo, updated_at);"
+    /* runs_repo(repo, updated_at) was a prefix of runs_hud: every transition wrote both. */
+    "DROP INDEX IF EXISTS runs_repo;"
     /* The HUD's listings read every column but the payload. A callback row is tens of KB (the
      * echoed webhook), so reading it from the table costs a page or more per row; this covering
      * index answers those listings from a few hundred bytes per row (see sq_list_runs). */

@@ -204,16 +204,15 @@ static crcr_err sq_zombies(store *st, int64_t started_before, int limit, store_r
 }
 
 /* The WHERE clause names only the filters that are set, so that SQLite picks the matching index
- * (runs_hud or runs_repo for a repo, runs_pr for a PR, runs_sha for a sha): a generic
+ * (runs_hud for a repo, runs_pr for a PR, runs_sha for a sha): a generic
  * "(?1 IS NULL OR repo=?1)" form makes it scan every row, and reading `updated_at` (stored after
  * the payload) walks each row's overflow pages. A repo listing without payloads is answered from
- * the covering index runs_hud alone (named, because the planner cannot tell that the smaller
- * runs_repo costs a table row of tens of KB per hit). Parameters keep their numbers whatever is
- * left out. */
+ * the covering index runs_hud alone (named, so that no other index is walked for a row of tens
+ * of KB per hit). Parameters keep their numbers whatever is left out. */
 static crcr_err sq_list_runs(store *st, const store_run_filter *f, store_rows *rows)
 {
     /* A sha or PR narrows more than a repo does: runs_sha / runs_pr then serve, named because
-     * the planner otherwise walks runs_repo to save the final sort. */
+     * the planner otherwise walks runs_hud to save the final sort. */
     bool hud_index = f->no_payload && f->repo && !f->head_sha && !f->pr_number;
     const char *index = hud_index      ? " INDEXED BY runs_hud"
                         : f->head_sha  ? " INDEXED BY runs_sha"
