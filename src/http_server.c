@@ -62,9 +62,12 @@
 
 /* MHD's per-connection memory (request line, headers and the body chunk being read). It is
  * well above CRCR_MAX_HEADER_BYTES so that an oversized header block still reaches the handler,
- * which answers crcr's JSON 431; only header blocks past about half of this (~128 KiB) are refused
- * by libmicrohttpd itself, with its own short HTML 431 body. MHD maps the pool lazily. */
-#define HTTP_CONNECTION_MEMORY (256u * 1024u)
+ * which answers crcr's JSON 431; only header blocks past about half of this (~64 KiB) are refused
+ * by libmicrohttpd itself, with its own short HTML 431 body. MHD maps the pool lazily but zeroes
+ * all of it between two requests of a keep-alive connection, so each connection holds the whole
+ * pool and each request pays a memset of it: 256 KiB cost 4.5 MiB more RSS at 32 connections and
+ * ~3 % of a callback's CPU (bench/RESULTS.md). */
+#define HTTP_CONNECTION_MEMORY (128u * 1024u)
 /* Connections the kernel queues before accept. */
 #define HTTP_LISTEN_BACKLOG 1024
 /* How often the reaper looks for requests past their deadline. */
