@@ -101,8 +101,16 @@ static const char SCHEMA[] =
 
 /* Most requests (ingests, run transitions) one group commit writes (see sq_group_commit). */
 #define SQ_GROUP_MAX 256
-/* Longest path of the serve-lock side file (the database path plus "-serve.lock"). */
-#define CRCR_PATH_LOCK_MAX 4096
+/* Longest path of a side file (the database path plus "-wal", "-shm" or "-serve.lock"). */
+#define SQ_SIDE_PATH_MAX 4096
+
+/* The path of the database's side file `suffix` in `out`; false when it is longer than
+ * SQ_SIDE_PATH_MAX. */
+static bool side_path(char out[SQ_SIDE_PATH_MAX], const char *path, const char *suffix)
+{
+    int n = snprintf(out, SQ_SIDE_PATH_MAX, "%s%s", path, suffix);
+    return n >= 0 && (size_t)n < SQ_SIDE_PATH_MAX;
+}
 
 /* ---- statements ---- */
 
@@ -495,9 +503,8 @@ static crcr_err take_serve_lock(sqlite_store *s)
     const char *db = sqlite3_db_filename(s->db, "main");
     if (!db || !*db || s->serve_lock >= 0)
         return CRCR_OK; /* in-memory or temporary database: nobody else can open it */
-    char path[CRCR_PATH_LOCK_MAX];
-    int n = snprintf(path, sizeof(path), "%s-serve.lock", db);
-    if (n < 0 || (size_t)n >= sizeof(path)) {
+    char path[SQ_SIDE_PATH_MAX];
+    if (!side_path(path, db, "-serve.lock")) {
         LOG_ERROR("store.serve_lock", "error", "database path too long", NULL);
         return CRCR_E_STORE;
     }
@@ -562,10 +569,9 @@ int sq_schema_version(sqlite3 *db)
  * opening and closing a descriptor of the database would drop SQLite's POSIX locks. */
 static void narrow_mode(const char *path, const char *suffix)
 {
-    char p[CRCR_PATH_LOCK_MAX];
-    int n = snprintf(p, sizeof(p), "%s%s", path, suffix);
+    char p[SQ_SIDE_PATH_MAX];
     struct stat sb;
-    if (n > 0 && (size_t)n < sizeof(p) && lstat(p, &sb) == 0 && S_ISREG(sb.st_mode) &&
+    if (side_path(p, path, suffix) && lstat(p, &sb) == 0 && S_ISREG(sb.st_mode) &&
         (sb.st_mode & 077))
         chmod(p, sb.st_mode & 0700);
 }
@@ -596,9 +602,8 @@ static crcr_err private_files(const char *path, char *err, size_t errsz)
  * no lock: SQLite takes none on the WAL file itself. */
 static int open_wal(const char *path)
 {
-    char p[CRCR_PATH_LOCK_MAX];
-    int n = snprintf(p, sizeof(p), "%s-wal", path);
-    if (n < 0 || (size_t)n >= sizeof(p))
+    char p[SQ_SIDE_PATH_MAX];
+    if (!side_path(p, path, "-wal"))
         return -1;
     int fd = open(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0)
