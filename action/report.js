@@ -3,7 +3,7 @@
 //
 // One file, no dependencies, no build step: only what Node 18 and later ship (fs, http, https,
 // tls), so it runs on the runner's own Node (action.yml: `using: node24`) on every GitHub-hosted
-// and self-hosted runner, any OS, without root. The body is the one `crcr report` (src/report.c)
+// and self-hosted runner, any OS, without root. The body is the one `crcr report` (src/cli/report.c)
 // builds, byte for byte: the dispatch's client_payload echoed (key order, every field, the
 // relay's callback_token) or the nightly/periodic self-report envelope, plus a "workflow" object,
 // serialised the way Python's json.dumps() writes it (what the upstream report_callback.py
@@ -28,8 +28,8 @@ const net = require('node:net');
 const tls = require('node:tls');
 
 // ------------------------------------------------------------------------------------------
-// Limits and defaults: the same values as src/report.h, src/report.c, src/crcr_limits.h and
-// src/json.c, so that both implementations accept and refuse the same inputs.
+// Limits and defaults: the same values as src/cli/report.h, src/cli/report.c, src/core/crcr_limits.h and
+// src/json/json.c, so that both implementations accept and refuse the same inputs.
 
 const UPSTREAM_CALLBACK_URL =
   'https://gwuj7w5coh4y4l66urspge6mnm0pwaxq.lambda-url.us-east-1.on.aws/github/callback/';
@@ -114,7 +114,7 @@ class Failure extends Error {}
 // ------------------------------------------------------------------------------------------
 // Small helpers
 
-// Trims the white space src/report.c trims (C isspace in the "C" locale), nothing else.
+// Trims the white space src/cli/report.c trims (C isspace in the "C" locale), nothing else.
 function trimC(s) {
   return String(s).replace(/^[ \t\n\r\f\v]+|[ \t\n\r\f\v]+$/g, '');
 }
@@ -150,7 +150,7 @@ function monoMs() {
 
 class JsonError extends Error {}
 
-// jv_prescan() of src/json.c: nesting depth and value count, counted on the raw text.
+// jv_prescan() of src/json/json.c: nesting depth and value count, counted on the raw text.
 function prescanOk(s) {
   let depth = 0;
   let values = 0;
@@ -212,7 +212,7 @@ class JsonParser {
     if (c === '"') return this.string();
     if (c === '-' || (c >= '0' && c <= '9')) v = this.number();
     else v = this.literal();
-    // jansson quirk, kept as src/json.c keeps it: the character after a number or literal is
+    // jansson quirk, kept as src/json/json.c keeps it: the character after a number or literal is
     // read and pushed back, and a pushed-back NUL is lost, so one NUL there is skipped.
     if (this.s[this.i] === '\u0000') this.i++;
     return v;
@@ -437,7 +437,7 @@ function pyDumps(v) {
 }
 
 // ------------------------------------------------------------------------------------------
-// The body (report_build_body() of src/report.c)
+// The body (report_build_body() of src/cli/report.c)
 
 // The inputs, trimmed where `crcr report` trims its options.
 function readOptions() {
@@ -478,7 +478,7 @@ function isSelfReport(o) {
   return o.deliveryId !== '' && o.eventType !== '';
 }
 
-// check_opts() of src/report.c: what can be checked on the inputs alone.
+// check_opts() of src/cli/report.c: what can be checked on the inputs alone.
 function checkOptions(o) {
   if (o.status === '') throw new Failure('the status input is required (in_progress or completed)');
   const inProgress = o.status === 'in_progress';
@@ -538,7 +538,7 @@ function readEnv() {
   };
 }
 
-// check_env() of src/report.c; returns the job name to report.
+// check_env() of src/cli/report.c; returns the job name to report.
 function checkEnv(o, env) {
   if (!allDigits(env.runId, 32)) {
     throw new Failure(
@@ -651,7 +651,7 @@ function buildBody(o, env, nowMs) {
 }
 
 // ------------------------------------------------------------------------------------------
-// URLs (config_url_allowed() of src/config.c)
+// URLs (config_url_allowed() of src/config/config.c)
 
 // True for localhost, a dotted-quad 127.x.x.x and ::1 (any spelling).
 function isLoopbackHost(host) {
@@ -852,7 +852,7 @@ function retryableStatus(status) {
 }
 
 // ------------------------------------------------------------------------------------------
-// Minting the OIDC token and sending (send_with_retries() of src/report.c)
+// Minting the OIDC token and sending (send_with_retries() of src/cli/report.c)
 
 const OK = 'ok';
 const RETRY = 'retry';

@@ -7,12 +7,11 @@
    secret-looking identifier (secret, token, signature, hmac, mac, digest, password, bearer,
    private_key) fails; use CRYPTO_memcmp. String literals and comments are ignored.
 3. clang-format: every C file is formatted as .clang-format says (skipped with --no-format).
-4. Layers: no #include "x.h" in src/ goes up the layer table of docs/internals.md; on a layer
-   marked isolated (the front doors) an include stays within the file's family; a file missing
-   from the table is a problem too.
+4. Layers: the folders of src/ are the layers (LAYERS below); no #include "x.h" goes up them; on
+   the isolated layer (the front doors) an include stays within the file's family; a file in a
+   folder that is not a layer is a problem too.
    `--self-test` shows the check failing on a deliberate upward include in a scratch tree.
 """
-import fnmatch
 import pathlib
 import re
 import subprocess
@@ -55,58 +54,73 @@ def strip_literals(text):
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
-
-def read_layers(doc):
-    """(layers, families) from docs/internals.md: [(layer, name, globs)], [(family, globs)]."""
-    layers, families, section = [], [], None
-    for line in doc.read_text(encoding="utf-8").splitlines():
-        if line.startswith("## "):
-            section = line[3:].strip()
-            continue
-        if section != "Layers" or not line.startswith("|"):
-            continue
-        cells = [c.strip() for c in line.strip("|").split("|")]
-        globs = re.findall(r"`([^`]+)`", line)
-        if len(cells) == 3 and cells[0].isdigit():
-            layers.append((int(cells[0]), cells[1], globs))
-        elif len(cells) == 2 and globs and not cells[0].startswith("-") and cells[0] != "family":
-            families.append((cells[0], globs))
-    return layers, families
-
-
-def classify(name, table):
-    for key, *_, globs in table:
-        if any(fnmatch.fnmatch(name, g) for g in globs):
-            return key
-    return None
+# The layers are the folders of src/ (docs/internals.md has a paragraph per folder). A file may
+# include a header of its own layer or below, never above. The front doors (endpoints, hud, cli)
+# are one isolated layer: there an include stays within the file's family, the folder and the
+# part of the file's name before its first '_' (hud_model.h within hud/, report.h from
+# report_send.c), so a command never reaches into another nor an endpoint into another.
+LAYERS = {
+    "core": 0,        # buffers, clock, logs, metrics, ids, HMAC, HTML escaping: nothing of the relay
+    "json": 1,        # jansson behind json.h, the selective parse, the JSON writer, bounded YAML
+    "model": 2,       # the relay's vocabularies: outbox kinds and states, run states, conclusions
+    "config": 3,      # settings, URLs, the allowlist format
+    "net": 4,         # HTTP server (libmicrohttpd) and client (libcurl)
+    "github": 5,      # the App, REST, contents, dispatch envelope, check runs, OIDC, callback token
+    "store": 6,       # the store interface and the run state machine
+    "store/sqlite": 6,
+    "store/pg": 6,
+    "relay": 7,       # outbox, run effects, sweeper, health, trust, reconciler, the relay's context
+    "endpoints": 8,   # front doors (isolated)
+    "hud": 8,
+    "cli": 8,
+    ".": 9,           # the programs: app.c (crcr serve) and main.c
+}
+ISOLATED = 8
 
 
-def check_layers(src, doc):
-    """Problems of the include rule over the .c/.h files in `src` (see the module docstring)."""
-    layers, families = read_layers(doc)
-    isolated = {n for n, name, _ in layers if "isolated" in name}
-    if not layers:
-        return [f"{doc}: no layer table under '## Layers'"]
+def layer_of(rel):
+    """(layer, folder) of a path relative to src/, or (None, folder) for a folder not in LAYERS."""
+    folder = str(rel.parent)
+    return LAYERS.get(folder), folder
+
+
+def family_of(rel):
+    return (str(rel.parent), rel.stem.split("_")[0])
+
+
+def check_layers(src):
+    """Problems of the include rule over the .c/.h files under `src` (see LAYERS)."""
     problems = []
-    for path in sorted(p for p in src.glob("*") if p.suffix in (".c", ".h")):
-        layer = classify(path.name, layers)
+    files = sorted(p for p in src.rglob("*") if p.suffix in (".c", ".h"))
+    by_name = {}
+    for path in files:
+        by_name.setdefault(path.name, []).append(path.relative_to(src))
+    for name, rels in by_name.items():
+        if len(rels) > 1:
+            problems.append(f"{name}: more than one file of that name ({', '.join(map(str, rels))})")
+    for path in files:
+        rel = path.relative_to(src)
+        layer, folder = layer_of(rel)
         if layer is None:
-            problems.append(f"{path.name}: not in the layer table of docs/internals.md")
+            problems.append(f"{rel}: folder {folder}/ is not a layer of scripts/check-source.py")
             continue
-        fam = classify(path.name, families)
         text = path.read_text(encoding="utf-8", errors="replace")
         for m in INCLUDE.finditer(text):
             inc = m.group(1)
-            if not (src / inc).exists() or pathlib.Path(inc).stem == path.stem:
+            target = by_name.get(pathlib.Path(inc).name)
+            if not target or pathlib.Path(inc).stem == path.stem:
                 continue
-            lineno = text.count("\n", 0, m.start()) + 1
-            il = classify(inc, layers)
+            irel = target[0]
+            il, ifolder = layer_of(irel)
             if il is None:
-                problems.append(f"{path.name}:{lineno}: {inc} is not in the layer table")
-            elif il > layer or (il == layer and layer in isolated and
-                                (fam is None or classify(inc, families) != fam)):
-                problems.append(f"{path.name}:{lineno}: includes {inc} (layer {il}) from layer "
-                                f"{layer}: an include must go down the layers of docs/internals.md")
+                continue  # reported for that file
+            lineno = text.count("\n", 0, m.start()) + 1
+            if il > layer:
+                problems.append(f"{rel}:{lineno}: includes {irel} (layer {il}, {ifolder}/) from layer "
+                                f"{layer} ({folder}/): an include must go down the layers")
+            elif il == layer == ISOLATED and family_of(irel) != family_of(rel):
+                problems.append(f"{rel}:{lineno}: includes {irel}: a front door includes only "
+                                f"within its family ({family_of(rel)[0]}/{family_of(rel)[1]}*)")
     return problems
 
 
@@ -114,19 +128,20 @@ def self_test():
     """The layer check fails on a deliberate upward include and passes without it."""
     with tempfile.TemporaryDirectory() as tmp:
         src = pathlib.Path(tmp)
-        doc = ROOT / "docs" / "internals.md"
-        (src / "buf.h").write_text("/* foundation */\n")
-        (src / "outbox.h").write_text('#include "buf.h"\n')
-        (src / "hud_model.h").write_text('#include "outbox.h"\n')
-        (src / "hud_pr.c").write_text('#include "hud_model.h"\n#include "buf.h"\n')
-        clean = check_layers(src, doc)
-        (src / "buf.c").write_text('#include "buf.h"\n#include "outbox.h"\n')  # upward
-        (src / "webhook.c").write_text('#include "hud_model.h"\n')  # across families
-        (src / "mystery.c").write_text("\n")
-        broken = check_layers(src, doc)
-    want = ["buf.c:2: includes outbox.h (layer 3) from layer 0",
-            "webhook.c:1: includes hud_model.h (layer 5) from layer 5",
-            "mystery.c: not in the layer table"]
+        for d in ("core", "relay", "hud", "endpoints", "mystery"):
+            (src / d).mkdir()
+        (src / "core" / "buf.h").write_text("/* foundation */\n")
+        (src / "relay" / "outbox.h").write_text('#include "buf.h"\n')
+        (src / "hud" / "hud_model.h").write_text('#include "outbox.h"\n')
+        (src / "hud" / "hud_pr.c").write_text('#include "hud_model.h"\n#include "buf.h"\n')
+        clean = check_layers(src)
+        (src / "core" / "buf.c").write_text('#include "buf.h"\n#include "outbox.h"\n')  # upward
+        (src / "endpoints" / "webhook.c").write_text('#include "hud_model.h"\n')  # across families
+        (src / "mystery" / "x.c").write_text("\n")
+        broken = check_layers(src)
+    want = ["core/buf.c:2: includes relay/outbox.h (layer 7, relay/) from layer 0",
+            "endpoints/webhook.c:1: includes hud/hud_model.h: a front door includes only",
+            "mystery/x.c: folder mystery/ is not a layer"]
     ok = clean == [] and len(broken) == 3 and all(any(w in b for b in broken) for w in want)
     print("check-source self-test:", "ok" if ok else "FAILED")
     for b in broken:
@@ -156,7 +171,7 @@ def main():
                              capture_output=True, text=True)
         if fmt.returncode != 0:
             problems.append("clang-format: files are not formatted (run clang-format -i):\n" + fmt.stderr[-4000:])
-    problems += ["layers: " + p for p in check_layers(ROOT / "src", ROOT / "docs" / "internals.md")]
+    problems += ["layers: " + p for p in check_layers(ROOT / "src")]
     for p in problems:
         print(p)
     print(f"check-source: {len(files)} files, {len(problems)} problem(s)")

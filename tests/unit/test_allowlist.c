@@ -1,5 +1,5 @@
 /*
- * test_allowlist.c - the allowlist parser and queries (src/allowlist.c).
+ * test_allowlist.c - the allowlist parser and queries (src/config/allowlist.c).
  *
  * Covers upstream test_allowlist.py (reference §3.1) one to one, the production file's shape,
  * every parse rule with its LINE:COL, the allowlist's own limits, the refcount and the

@@ -1,5 +1,5 @@
 /*
- * test_allowlist_source.c - where the allowlist comes from (src/allowlist_source.c).
+ * test_allowlist_source.c - where the allowlist comes from (src/relay/allowlist_source.c).
  *
  * ALLOWLIST_URL's blob URL, and the file source end to end: first load, refresh on TTL and on
  * reload(), a broken refresh keeping the last good allowlist, status and log events. Blob URLs and

@@ -1,5 +1,5 @@
 /*
- * test_cbtoken.c - the relay-signed callback token (src/cbtoken.c): the exact construction of
+ * test_cbtoken.c - the relay-signed callback token (src/github/cbtoken.c): the exact construction of
  * cbtoken.h recomputed here with OpenSSL, the binding to delivery, repo (case-insensitive), head
  * sha and PR number, rotation with the previous secret, and malformed tokens.
  */

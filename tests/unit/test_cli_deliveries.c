@@ -1,5 +1,5 @@
 /*
- * test_cli_deliveries.c - `crcr deliveries list|show|redeliver` (src/cli_deliveries.c) in both
+ * test_cli_deliveries.c - `crcr deliveries list|show|redeliver` (src/cli/cli_deliveries.c) in both
  * of its modes over one SQLite store: locally (a --config file naming the store and the
  * allowlist) and through a minimal relay's admin API (--url, unit_support.h's ut_app over
  * ops_routes). Both modes print the same thing; filters, the redeliver --repo allowlist check and

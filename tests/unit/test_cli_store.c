@@ -1,5 +1,5 @@
 /*
- * test_cli_store.c - `crcr store backup FILE [--config FILE]` (src/cli_store.c): a copy of a
+ * test_cli_store.c - `crcr store backup FILE [--config FILE]` (src/cli/cli_store.c): a copy of a
  * SQLite store in use that opens as the same store, an existing file never overwritten, a
  * missing store never created, the pg_dump advice for PostgreSQL with the password hidden, and
  * the usage errors with their exit status.

@@ -1,5 +1,5 @@
 /*
- * test_cli_trust.c - `crcr trust list|reset` (src/cli_trust.c) against a SQLite store in a
+ * test_cli_trust.c - `crcr trust list|reset` (src/cli/cli_trust.c) against a SQLite store in a
  * temporary directory named by a --config file: one line per pin, a reset that the store sees,
  * exit statuses and messages of usage errors, and a missing store never created.
  */

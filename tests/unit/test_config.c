@@ -1,5 +1,5 @@
 /*
- * test_config.c - configuration loading (src/config.c): defaults, file syntax, environment
+ * test_config.c - configuration loading (src/config/config.c): defaults, file syntax, environment
  * precedence, every class of bad value, secrets kept out of errors and output, private keys and
  * the URL variables. The address syntax is test_config_url.c's; the table of variables,
  * config_describe() and docs/configuration.md are test_config_keys.c's.

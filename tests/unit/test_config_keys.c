@@ -1,6 +1,6 @@
 /*
  * test_config_keys.c - the table of the configuration's variables and config_describe()
- * (src/config_keys.c): the table's own consistency (names, ranges, defaults, fields), the
+ * (src/config/config_keys.c): the table's own consistency (names, ranges, defaults, fields), the
  * accessors of integer and string fields, what `crcr config` prints for each kind of value
  * (secrets, the store URI, the listen address, issuers, escapes), its output read back as a
  * config file, and docs/configuration.md listing every variable with its default.

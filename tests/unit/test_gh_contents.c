@@ -1,5 +1,5 @@
 /*
- * test_gh_contents.c - one file of a GitHub repository (src/gh_contents.c): blob URLs accepted
+ * test_gh_contents.c - one file of a GitHub repository (src/github/gh_contents.c): blob URLs accepted
  * and refused (owner/repo rules, ref, path, percent-escapes, query and fragment, lengths, what a
  * message may echo), and gh_contents_fetch() against a fake contents API served on 127.0.0.1 by
  * the relay's own HTTP server (http_server.h): base64 content with GitHub's line breaks, the ETag

@@ -1,5 +1,5 @@
 /*
- * test_http_server.c - the HTTP front door (src/http_server.c) served on 127.0.0.1 (port 0) with a
+ * test_http_server.c - the HTTP front door (src/net/http_server.c) served on 127.0.0.1 (port 0) with a
  * few routes of its own, libcurl as the client (and a raw socket where a client must misbehave):
  * 404/405 bodies, exact and prefix routes, header and query lookups, 413 from Content-Length
  * before any body byte and for a chunked body past the cap, 431, a guard answering from the

@@ -1,5 +1,5 @@
 /*
- * test_ids.c - the identifier rules of src/ids.c: X-GitHub-Delivery ids (and nightly report ids),
+ * test_ids.c - the identifier rules of src/core/ids.c: X-GitHub-Delivery ids (and nightly report ids),
  * owners and repository names by GitHub's limits, owner/repo, hex digits, commit shas.
  */
 #include <setjmp.h>

@@ -1,5 +1,5 @@
 /*
- * test_opts.c - opts_take (src/opts.c), the "--name VALUE" / "--name=VALUE" options of the
+ * test_opts.c - opts_take (src/core/opts.c), the "--name VALUE" / "--name=VALUE" options of the
  * `crcr` commands: both forms, where the index ends up, a missing value, and words that are not
  * the option (another option, a longer name sharing the prefix, a positional argument).
  */

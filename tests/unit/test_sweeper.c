@@ -1,5 +1,5 @@
 /*
- * test_sweeper.c - zombie runs and retention (src/sweeper.c) over a real SQLite store in a
+ * test_sweeper.c - zombie runs and retention (src/relay/sweeper.c) over a real SQLite store in a
  * temporary directory, with the configuration loaded by config_load and the allowlist from a
  * file source (ALLOWLIST_FILE): a run in progress longer than ZOMBIE_TIMEOUT_SECONDS is completed
  * as timed_out through store_run_apply; L4 (and labelled or marked L3) zombies get a timed_out

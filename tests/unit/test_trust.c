@@ -1,5 +1,5 @@
 /*
- * test_trust.c - repository identity pins as operators see them (src/trust.c): the JSON document
+ * test_trust.c - repository identity pins as operators see them (src/relay/trust.c): the JSON document
  * of the admin API over pins created with store_identity_pin in a SQLite store. `crcr trust` is
  * test_cli_trust.c's.
  */

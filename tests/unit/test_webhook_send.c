@@ -1,5 +1,5 @@
 /*
- * test_webhook_send.c - `crcr webhook send` (src/webhook_send.c) against a receiver served on
+ * test_webhook_send.c - `crcr webhook send` (src/cli/webhook_send.c) against a receiver served on
  * 127.0.0.1 by the relay's own HTTP server (http_server.h): the request is the one GitHub would
  * send (headers, the file's bytes, an HMAC-SHA256 signature checked here with OpenSSL directly),
  * the answer is printed with the exit status of its class, options in both forms, the defaults

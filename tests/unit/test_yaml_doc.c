@@ -1,5 +1,5 @@
 /*
- * test_yaml_doc.c - the bounded YAML reader (src/yaml_doc.c) behind the allowlist and the CI
+ * test_yaml_doc.c - the bounded YAML reader (src/json/yaml_doc.c) behind the allowlist and the CI
  * providers map: the tree yaml_doc_build() makes, yaml_doc_to_jv()'s JSON value (strings only,
  * keys once), anchors, aliases and second documents refused, the caps on size, depth and nodes,
  * problems as sorted "LINE:COL: message" lines (at most 50), and the quoting of values in
