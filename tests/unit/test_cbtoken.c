@@ -1,6 +1,6 @@
 /*
- * test_cbtoken.c - the relay-signed callback token (src/github/cbtoken.c): the exact construction of
- * cbtoken.h recomputed here with OpenSSL, the binding to delivery, repo (case-insensitive), head
+ * test_cbtoken.c - the relay-signed callback token (src/github/cbtoken.c): the exact construction
+ * of cbtoken.h recomputed here with OpenSSL, the binding to delivery, repo (case-insensitive), head
  * sha and PR number, rotation with the previous secret, and malformed tokens.
  */
 #include <setjmp.h>

@@ -1,8 +1,9 @@
 /*
  * test_checks.c - check-run names, ordering keys and request bodies in the upstream relay's
- * shapes (src/github/checks.c): name crcr/{repo}/{workflow}/{job}, external_id "run:pr", details_url,
- * the output title rules ("In progress", the capitalised conclusion, "Completed"), JSON escaping;
- * and reading names and external ids back (checks_parse_name, checks_parse_external_id).
+ * shapes (src/github/checks.c): name crcr/{repo}/{workflow}/{job}, external_id "run:pr",
+ * details_url, the output title rules ("In progress", the capitalised conclusion, "Completed"),
+ * JSON escaping; and reading names and external ids back (checks_parse_name,
+ * checks_parse_external_id).
  */
 #include <setjmp.h>
 #include <stdarg.h>

@@ -1,6 +1,6 @@
 /*
- * test_ci_providers.c - the CI providers map (src/relay/ci_providers.c): parsing ci_providers.yml in
- * upstream's two forms with crcr's limits, the Buildkite check (upstream reference §3.10 8-24),
+ * test_ci_providers.c - the CI providers map (src/relay/ci_providers.c): parsing ci_providers.yml
+ * in upstream's two forms with crcr's limits, the Buildkite check (upstream reference §3.10 8-24),
  * the resolver over a file source (reload, last good map kept, 503 before any map).
  */
 #include <setjmp.h>

@@ -1,8 +1,8 @@
 /*
- * test_cli_health.c - `crcr health` (src/cli/cli_health.c) over a SQLite store and an allowlist named
- * by a --config file: the three formats, --repo and --window, thresholds from the configuration,
- * levels from the runs when there is no allowlist, a missing store never created, and the usage
- * errors with their exit status. The report itself is test_health.c's.
+ * test_cli_health.c - `crcr health` (src/cli/cli_health.c) over a SQLite store and an allowlist
+ * named by a --config file: the three formats, --repo and --window, thresholds from the
+ * configuration, levels from the runs when there is no allowlist, a missing store never created,
+ * and the usage errors with their exit status. The report itself is test_health.c's.
  */
 #include <setjmp.h>
 #include <stdarg.h>

@@ -1,8 +1,8 @@
 /*
- * test_config_url.c - the syntax of the configuration's addresses (src/config/config_url.c): which URLs
- * are allowed (https, http only to a loopback host: IPv4, IPv6, localhost), blob URLs, TCP ports
- * with their bounds, trailing slashes, and the passwords inside a store URI: replaced by "***"
- * wherever they are (userinfo with or without a user, query parameters, IPv6 hosts) and
+ * test_config_url.c - the syntax of the configuration's addresses (src/config/config_url.c): which
+ * URLs are allowed (https, http only to a loopback host: IPv4, IPv6, localhost), blob URLs, TCP
+ * ports with their bounds, trailing slashes, and the passwords inside a store URI: replaced by
+ * "***" wherever they are (userinfo with or without a user, query parameters, IPv6 hosts) and
  * registered as log secrets.
  */
 #include <setjmp.h>

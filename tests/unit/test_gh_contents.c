@@ -1,10 +1,10 @@
 /*
- * test_gh_contents.c - one file of a GitHub repository (src/github/gh_contents.c): blob URLs accepted
- * and refused (owner/repo rules, ref, path, percent-escapes, query and fragment, lengths, what a
- * message may echo), and gh_contents_fetch() against a fake contents API served on 127.0.0.1 by
- * the relay's own HTTP server (http_server.h): base64 content with GitHub's line breaks, the ETag
- * and a 304, errors (404, no answer, answers that are not a file), a file over the caller's cap,
- * the path and ref escaped in the request, and the anonymous retry after a refused token.
+ * test_gh_contents.c - one file of a GitHub repository (src/github/gh_contents.c): blob URLs
+ * accepted and refused (owner/repo rules, ref, path, percent-escapes, query and fragment, lengths,
+ * what a message may echo), and gh_contents_fetch() against a fake contents API served on 127.0.0.1
+ * by the relay's own HTTP server (http_server.h): base64 content with GitHub's line breaks, the
+ * ETag and a 304, errors (404, no answer, answers that are not a file), a file over the caller's
+ * cap, the path and ref escaped in the request, and the anonymous retry after a refused token.
  */
 #include <setjmp.h>
 #include <stdarg.h>

@@ -1,11 +1,12 @@
 /*
- * test_http_server.c - the HTTP front door (src/net/http_server.c) served on 127.0.0.1 (port 0) with a
- * few routes of its own, libcurl as the client (and a raw socket where a client must misbehave):
- * 404/405 bodies, exact and prefix routes, header and query lookups, 413 from Content-Length
- * before any body byte and for a chunked body past the cap, 431, a guard answering from the
- * headers (the handler never runs), HTTP_ROUTE_OFFLOAD handlers running off the MHD threads and a
- * full offload queue answering 503 with Retry-After, HTTP_ROUTE_CACHE answering repeats from the
- * page cache, and the request deadline cutting a client that never finishes its request.
+ * test_http_server.c - the HTTP front door (src/net/http_server.c) served on 127.0.0.1 (port 0)
+ * with a few routes of its own, libcurl as the client (and a raw socket where a client must
+ * misbehave): 404/405 bodies, exact and prefix routes, header and query lookups, 413 from
+ * Content-Length before any body byte and for a chunked body past the cap, 431, a guard answering
+ * from the headers (the handler never runs), HTTP_ROUTE_OFFLOAD handlers running off the MHD
+ * threads and a full offload queue answering 503 with Retry-After, HTTP_ROUTE_CACHE answering
+ * repeats from the page cache, and the request deadline cutting a client that never finishes its
+ * request.
  *
  * Handlers run on server threads and never assert (cmocka is not thread-safe): they record under
  * a mutex and the test thread checks. Waits on the server are condition variables with a

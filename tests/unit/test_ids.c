@@ -1,6 +1,6 @@
 /*
- * test_ids.c - the identifier rules of src/core/ids.c: X-GitHub-Delivery ids (and nightly report ids),
- * owners and repository names by GitHub's limits, owner/repo, hex digits, commit shas.
+ * test_ids.c - the identifier rules of src/core/ids.c: X-GitHub-Delivery ids (and nightly report
+ * ids), owners and repository names by GitHub's limits, owner/repo, hex digits, commit shas.
  */
 #include <setjmp.h>
 #include <stdarg.h>

@@ -1,6 +1,6 @@
 /*
- * test_ops.c - the operator endpoints (src/endpoints/ops.c) served by a minimal relay: a crcr_app with a
- * configuration from config_load, a SQLite store, a file allowlist and the HTTP server over
+ * test_ops.c - the operator endpoints (src/endpoints/ops.c) served by a minimal relay: a crcr_app
+ * with a configuration from config_load, a SQLite store, a file allowlist and the HTTP server over
  * ops_routes (no GitHub client, no outbox). The admin API exists only with CRCR_ADMIN_TOKEN and
  * wants exactly `Authorization: Bearer <token>`; its listing, document, redeliver and trust
  * routes check their inputs; /metrics needs no token and reads the store and the allowlist.

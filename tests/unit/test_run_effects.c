@@ -1,6 +1,6 @@
 /*
- * test_run_effects.c - what a run transition causes (src/relay/run_effects.c), over a real SQLite store
- * in a temporary directory: the upstream HUD wire format byte for byte, the jobs
+ * test_run_effects.c - what a run transition causes (src/relay/run_effects.c), over a real SQLite
+ * store in a temporary directory: the upstream HUD wire format byte for byte, the jobs
  * run_effects_build makes (a check run only when one is given, a HUD forward only when
  * HUD_API_URL is set) and that store_run_apply stores them, and run_effects_check_wanted deciding
  * from the relay's own records only: L4 yes, L2 no, L3 when the dispatched webhook carried the

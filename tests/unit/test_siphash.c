@@ -1,6 +1,6 @@
 /*
- * test_siphash.c - SipHash (src/core/siphash.h, src/core/siphash.c): the paper's reference vectors for
- * SipHash-2-4 at every length from 0 to 63, SipHash-1-3 (what the JSON validator's key table
+ * test_siphash.c - SipHash (src/core/siphash.h, src/core/siphash.c): the paper's reference vectors
+ * for SipHash-2-4 at every length from 0 to 63, SipHash-1-3 (what the JSON validator's key table
  * uses) against published vectors, byte-at-a-time and split feeding agreeing with the one-shot
  * hash, and the per-process key: drawn once, the same for every caller and thread of a process,
  * another in another process.

@@ -1,7 +1,7 @@
 /*
- * test_trust.c - repository identity pins as operators see them (src/relay/trust.c): the JSON document
- * of the admin API over pins created with store_identity_pin in a SQLite store. `crcr trust` is
- * test_cli_trust.c's.
+ * test_trust.c - repository identity pins as operators see them (src/relay/trust.c): the JSON
+ * document of the admin API over pins created with store_identity_pin in a SQLite store. `crcr
+ * trust` is test_cli_trust.c's.
  */
 #include <setjmp.h>
 #include <stdarg.h>
