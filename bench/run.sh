@@ -46,7 +46,7 @@ fi
 
 scripts/install-deps.sh
 echo "bench: building Release crcr in build-bench/"
-cmake -S . -B build-bench -G Ninja -DCMAKE_BUILD_TYPE=Release -DCRCR_E2E=OFF >/dev/null
+cmake -S . -B build-bench -G Ninja -DCMAKE_BUILD_TYPE=Release -DCRCR_E2E=OFF -DCRCR_TEST_HOOKS=OFF >/dev/null
 ninja -C build-bench crcr >/dev/null
 
 if [ ! -f bench/peer/node_modules/@octokit/webhooks/package.json ]; then

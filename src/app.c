@@ -322,7 +322,7 @@ int app_serve_main(int argc, char **argv)
     /* The first sweep runs right away: zombies left while the relay was down are old already. */
     int64_t next_sweep = clock_mono_ms();
     while (!g_stop) {
-        struct timespec ts = {0, APP_TICK_MS * 1000000L};
+        struct timespec ts = {0, clock_wait_ms(APP_TICK_MS) * 1000000L};
         nanosleep(&ts, NULL);
         if (g_reload) {
             g_reload = 0;

@@ -9,6 +9,7 @@
 #include "cli.h"
 #include "cli_deliveries.h"
 #include "cli_store.h"
+#include "clock.h"
 #include "config.h"
 #include "health.h"
 #include "help.h"
@@ -71,6 +72,11 @@ int main(int argc, char **argv)
         fputs(USAGE, stderr);
         return 2;
     }
+    char err[256];
+    if (clock_test_control_init(err, sizeof(err)) != 0) {
+        fprintf(stderr, "crcr: %s\n", err);
+        return 2;
+    }
     const char *cmd = argv[1];
     if (strcmp(cmd, "serve") == 0)
         return app_serve_main(argc - 1, argv + 1);
@@ -91,7 +97,8 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "config") == 0)
         return cmd_config(argc - 1, argv + 1);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
-        printf("crcr %s\n", CRCR_VERSION);
+        printf("crcr %s%s\n", CRCR_VERSION,
+               clock_test_hooks_built() ? " (test hooks: CRCR_TEST_CLOCK_FILE)" : "");
         return 0;
     }
     if (strcmp(cmd, "help") == 0 && argc >= 3)

@@ -31,6 +31,7 @@
 #include "json.h"
 #include "jwt.h"
 #include "http_client.h"
+#include "clock.h"
 #include "crcr_limits.h"
 #include "log.h"
 #include "metrics.h"
@@ -395,7 +396,7 @@ static crcr_err lookup_http(gh_client *gh, const char *key, int64_t *id, gh_resp
     buf_t jwt, path;
     buf_init(&jwt, GH_JWT_MAX);
     buf_init(&path, CRCR_MAX_PATH);
-    crcr_err err = gh_app_jwt(gh, (int64_t)time(NULL), &jwt);
+    crcr_err err = gh_app_jwt(gh, clock_now_ms() / 1000, &jwt);
     if (err) {
         set_error(out, "installation lookup: cannot sign the App JWT (%s)", crcr_strerror(err));
         buf_wipe_free(&jwt);
@@ -445,7 +446,7 @@ static crcr_err mint_http(gh_client *gh, int64_t inst, char tok[CRCR_TOKEN_MAX +
     buf_reset(&scratch);
     snprintf(path, sizeof(path), "/app/installations/%lld/access_tokens", (long long)inst);
 
-    crcr_err err = gh_app_jwt(gh, (int64_t)time(NULL), &jwt);
+    crcr_err err = gh_app_jwt(gh, clock_now_ms() / 1000, &jwt);
     if (err) {
         set_error(out, "token mint: cannot sign the App JWT (%s)", crcr_strerror(err));
         err = err == CRCR_E_NOMEM ? err : CRCR_E_CRYPTO;
@@ -543,7 +544,7 @@ static crcr_err inst_token(gh_client *gh, int64_t inst, char tok[CRCR_TOKEN_MAX 
     tok_entry *e;
     while ((e = tok_find(gh, inst)) && e->pending)
         pthread_cond_wait(&gh->cond, &gh->mu);
-    int64_t now = (int64_t)time(NULL);
+    int64_t now = clock_now_ms() / 1000;
     if (e && e->token && now < e->expires_at - GH_TOKEN_MARGIN_S) {
         memcpy(tok, e->token, e->len + 1);
         *gen = e->gen;
@@ -832,7 +833,7 @@ crcr_err gh_request(gh_client *gh, gh_auth auth, const char *repo, const char *m
     case GH_AUTH_APP: {
         buf_t jwt;
         buf_init(&jwt, GH_JWT_MAX);
-        err = gh_app_jwt(gh, (int64_t)time(NULL), &jwt);
+        err = gh_app_jwt(gh, clock_now_ms() / 1000, &jwt);
         if (err)
             set_error(out, "cannot sign the App JWT (%s)", crcr_strerror(err));
         else

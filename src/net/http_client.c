@@ -20,6 +20,7 @@
 
 #include <openssl/crypto.h>
 
+#include "clock.h"
 #include "crcr_limits.h" /* also the system <limits.h>: LONG_MAX */
 
 /* ---------------------------------------------------------------- dates */
@@ -402,7 +403,7 @@ static size_t on_header(char *p, size_t size, size_t nitems, void *ud)
     val[vlen] = '\0';
     int64_t num;
     if (strcasecmp(name, "retry-after") == 0) {
-        x->out->retry_after_s = http_parse_retry_after(val, (int64_t)time(NULL));
+        x->out->retry_after_s = http_parse_retry_after(val, clock_now_ms() / 1000);
     } else if (strcasecmp(name, "x-ratelimit-remaining") == 0) {
         if (parse_uint(val, &num) && num <= LONG_MAX)
             x->out->rl_remaining = (long)num;

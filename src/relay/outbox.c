@@ -829,7 +829,7 @@ static void *worker(void *arg)
             wake_at = now + OUTBOX_POLL_MS;
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        int64_t wait = wake_at - now;
+        int64_t wait = clock_wait_ms(wake_at - now);
         int64_t ns = (int64_t)ts.tv_nsec + (wait % 1000) * 1000000;
         ts.tv_sec += (time_t)(wait / 1000 + ns / 1000000000);
         ts.tv_nsec = (long)(ns % 1000000000);

@@ -38,6 +38,8 @@ import uuid
 from collections import namedtuple
 from pathlib import Path
 
+from testclock import TestClock
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DATA_DIR = Path(os.environ.get("CRCR_TEST_DATA") or (REPO_ROOT / "tests" / "data")).resolve()
 KEYS_DIR = DATA_DIR / "keys"
@@ -306,7 +308,7 @@ class Relay:
     as its store instead of a SQLite file: CI runs the end-to-end suites on both stores."""
 
     def __init__(self, env=None, args=("serve",), allowlist=DEFAULT_ALLOWLIST,
-                 secret=DEFAULT_SECRET, start_timeout=10.0, binary=None):
+                 secret=DEFAULT_SECRET, start_timeout=10.0, binary=None, clock=None):
         self.binary = binary or crcr_bin()
         self.args = list(args)
         self.extra_env = dict(env or {})
@@ -316,6 +318,10 @@ class Relay:
         self.db_path = os.path.join(self.tmp, "crcr.db")
         self.allowlist_path = os.path.join(self.tmp, "allowlist.yml")
         self.log_path = os.path.join(self.tmp, "relay.log")
+        # The relay's clock, which the test moves (testclock.py); pass one TestClock to several
+        # relays so that they move together.
+        self.own_clock = clock is None
+        self.clock = clock if clock is not None else TestClock(self.tmp)
         self.store_uri = "sqlite:" + self.db_path
         self.pg_base = os.environ.get("CRCR_E2E_PG_URI") or None
         self.pg_db = None
@@ -343,6 +349,7 @@ class Relay:
             # installed has /etc/crcr/crcr.env, which must not leak into the tests.
             "CRCR_DEFAULT_CONFIG": "",
         })
+        env.update(self.clock.env())
         if self.port is not None:
             env["CRCR_LISTEN"] = "127.0.0.1:%d" % self.port
         for src in (self.extra_env, extra or {}):
@@ -456,6 +463,8 @@ class Relay:
         finally:
             if self.running():
                 self.kill()
+            if self.own_clock:
+                self.clock.close()
             shutil.rmtree(self.tmp, ignore_errors=True)
             if self.pg_db:
                 try:
