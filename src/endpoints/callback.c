@@ -28,6 +28,7 @@
 #include "outbox.h"
 #include "run_effects.h"
 #include "store.h"
+#include "vocab.h"
 
 #define CALLBACK_RATE_WINDOW_MS 60000
 #define CALLBACK_CONCLUSION_MAX 64u
@@ -144,7 +145,8 @@ bool callback_parse(const jv *body, cb_fields *f, char *detail, size_t dsz)
             return false;
         }
     }
-    if (strcmp(f->status, "in_progress") != 0 && strcmp(f->status, "completed") != 0) {
+    crcr_run_status status = run_status_parse(f->status);
+    if (status != RUN_STATUS_IN_PROGRESS && status != RUN_STATUS_COMPLETED) {
         /* At most 39 bytes of the status, cut on a UTF-8 character boundary. */
         char shown[40];
         size_t n = strlen(f->status);
@@ -163,7 +165,7 @@ bool callback_parse(const jv *body, cb_fields *f, char *detail, size_t dsz)
         snprintf(detail, dsz, "workflow.conclusion too long");
         return false;
     }
-    if (strcmp(f->status, "in_progress") == 0)
+    if (status == RUN_STATUS_IN_PROGRESS)
         f->conclusion = NULL;
     f->artifact_url = jv_path_str(wf, "artifact_url");
     if (f->artifact_url && strlen(f->artifact_url) > CALLBACK_URL_MAX)
@@ -175,7 +177,7 @@ bool callback_parse(const jv *body, cb_fields *f, char *detail, size_t dsz)
     if (jv_is_obj(tr)) {
         int_like(jv_get(tr, "passed"), &f->passed);
         int_like(jv_get(tr, "failed"), &f->failed);
-        int_like(jv_get(tr, "skipped"), &f->skipped);
+        int_like(jv_get(tr, "skipped"), &f->skipped); /* vocab-ok: a test count, not a conclusion */
     }
     const jv *payload = jv_get(body, "payload");
     int_like(jv_path(payload, "pull_request.number"), &f->pr_number);
@@ -286,7 +288,7 @@ typedef struct cb_request {
  * named shape and size (issue 12): a commit sha as delivery id, CALLBACK_NIGHTLY_MAX_BODY bytes. */
 static void check_nightly(cb_request *c)
 {
-    if (strcmp(c->f.status, "completed") != 0) {
+    if (run_status_parse(c->f.status) != RUN_STATUS_COMPLETED) {
         snprintf(c->detail, sizeof(c->detail),
                  "nightly/periodic callbacks must have status 'completed', got '%s'", c->f.status);
         c->refusal = 400;
@@ -551,8 +553,8 @@ static void apply_transition(cb_request *c, http_response *resp, const allowlist
         metrics_callback_result(res.duplicate ? "duplicate" : "accepted");
         LOG_INFO(res.duplicate ? "callback.duplicate" : "callback.accepted", "delivery",
                  f->delivery_id, "repo", c->repo, "run", run_s, "job", f->job_name, "status",
-                 f->status, "conclusion", f->conclusion, "check_run",
-                 ec.check_run ? "queued" : NULL, NULL);
+                 f->status, "conclusion", f->conclusion, ob_kind_name(OB_KIND_CHECK_RUN),
+                 ec.check_run ? ob_state_name(OB_STATE_QUEUED) : NULL, NULL);
         answer_status(resp, f->status, res.duplicate);
         if (!res.duplicate) /* nothing when no job was queued */
             outbox_wake(app->ob, ec.n_jobs);

@@ -19,10 +19,14 @@
 #include "run_effects.h"
 #include "sig.h"
 #include "store.h"
+#include "vocab.h"
+
+/* The X-GitHub-Event of a check run's re-run request (not the outbox kind of the same name). */
+#define EVENT_CHECK_RUN "check_run" /* vocab-ok: a webhook event name */
 
 static bool event_supported(const char *ev)
 {
-    static const char *const events[] = {"pull_request", "push", "check_run", "check_suite",
+    static const char *const events[] = {"pull_request", "push", EVENT_CHECK_RUN, "check_suite",
                                          "ping"};
     for (size_t i = 0; i < sizeof(events) / sizeof(events[0]); i++) {
         if (strcmp(ev, events[i]) == 0)
@@ -90,7 +94,8 @@ static void accept_dispatch(crcr_app *app, const http_request *req, http_respons
     allowlist_repos_at_or_above(al, CRCR_LEVEL_L1, repos, n);
     int64_t now = clock_now_ms();
     for (size_t i = 0; i < n; i++)
-        jobs[i] = (store_new_job){.kind = "dispatch", .target = repos[i], .due_at = now};
+        jobs[i] = (store_new_job){
+            .kind = ob_kind_name(OB_KIND_DISPATCH), .target = repos[i], .due_at = now};
 
     int64_t pr = 0;
     const jv *num = jv_path(doc, "pull_request.number");
@@ -110,7 +115,7 @@ static void accept_dispatch(crcr_app *app, const http_request *req, http_respons
         .received_at = now,
         .payload = req->body,
         .payload_len = req->body_len,
-        .status = "queued",
+        .status = ob_state_name(OB_STATE_QUEUED),
     };
     crcr_err e = store_ingest(app->st, &d, jobs, n);
     if (e == CRCR_E_DUPLICATE) {
@@ -218,7 +223,7 @@ void webhook_classify(const char *event, const jv *doc, const char *upstream_rep
     }
     if (strcmp(action, "rerequested") != 0)
         return;
-    if (strcmp(event, "check_run") == 0) {
+    if (strcmp(event, EVENT_CHECK_RUN) == 0) {
         r->run_id = checks_parse_external_id(jv_path_str(doc, "check_run.external_id"));
         if (!checks_parse_name(jv_path_str(doc, "check_run.name"), r->repo, sizeof(r->repo)) ||
             r->run_id <= 0) {
@@ -253,7 +258,7 @@ static void persist_and_answer(crcr_app *app, const http_request *req, http_resp
         .received_at = clock_now_ms(),
         .payload = req->body,
         .payload_len = req->body_len,
-        .status = "queued",
+        .status = ob_state_name(OB_STATE_QUEUED),
     };
     crcr_err e = store_ingest(app->st, &d, jobs, n);
     if (e == CRCR_E_DUPLICATE) {
@@ -308,7 +313,8 @@ static void backfill_row(void *vctx, const store_run_row *row)
 {
     backfill_ctx *c = vctx;
     if (c->n >= LABEL_BACKFILL_MAX || !row->state ||
-        (strcmp(row->state, "in_progress") != 0 && strcmp(row->state, "completed") != 0))
+        (run_status_parse(row->state) != RUN_STATUS_IN_PROGRESS &&
+         run_status_parse(row->state) != RUN_STATUS_COMPLETED))
         return;
     checks_run r = {
         .repo = row->repo,
@@ -329,7 +335,7 @@ static void backfill_row(void *vctx, const store_run_row *row)
         buf_free(k);
         return;
     }
-    c->jobs[c->n] = (store_new_job){.kind = "check_run",
+    c->jobs[c->n] = (store_new_job){.kind = ob_kind_name(OB_KIND_CHECK_RUN),
                                     .target = c->app->cfg.upstream_repo,
                                     .seq_key = k->data,
                                     .body = b->data,
@@ -428,7 +434,7 @@ static void handle_check_run_rerun(crcr_app *app, const http_request *req, http_
     allowlist_free(al);
     char body[64];
     snprintf(body, sizeof(body), "{\"run_id\":%lld,\"failed_only\":true}", (long long)run_id);
-    store_new_job job = {.kind = "rerun",
+    store_new_job job = {.kind = ob_kind_name(OB_KIND_RERUN),
                          .target = canonical,
                          .body = body,
                          .body_len = strlen(body),
@@ -451,7 +457,7 @@ static void handle_suite_rerun(crcr_app *app, const http_request *req, http_resp
     int64_t suite = r->suite_id;
     char body[64];
     snprintf(body, sizeof(body), "{\"check_suite_id\":%lld}", (long long)suite);
-    store_new_job job = {.kind = "rerun_suite",
+    store_new_job job = {.kind = ob_kind_name(OB_KIND_RERUN_SUITE),
                          .target = app->cfg.upstream_repo,
                          .body = body,
                          .body_len = strlen(body),

@@ -8,6 +8,7 @@
 #include "json.h"
 #include "crcr_limits.h"
 #include "oncall.h"
+#include "vocab.h"
 
 /* The labels of a stored webhook (only pull_request.labels is built). */
 static const char *const LABEL_PATHS[] = {"pull_request.labels"};
@@ -104,8 +105,9 @@ void run_effect_bodies_free(run_effect_bodies *b)
 bool run_effects_oncall_job(const crcr_config *cfg, const allowlist *al, const checks_run *check,
                             buf_t *body, buf_t *key, store_new_job *job)
 {
-    if (!cfg->oncall_comments || !al || !check || check->pr_number <= 0 || !check->status ||
-        strcmp(check->status, "completed") != 0 || !oncall_alerting(check->conclusion))
+    if (!cfg->oncall_comments || !al || !check || check->pr_number <= 0 ||
+        run_status_parse(check->status) != RUN_STATUS_COMPLETED ||
+        !oncall_alerting(check->conclusion))
         return false;
     const allowlist_entry *entry = allowlist_find(al, check->repo);
     if (!entry || entry->n_oncalls == 0)
@@ -135,7 +137,7 @@ bool run_effects_oncall_job(const crcr_config *cfg, const allowlist *al, const c
     if (!err)
         err = oncall_seq_key(check->pr_number, check->repo, key);
     if (!err)
-        *job = (store_new_job){.kind = "comment",
+        *job = (store_new_job){.kind = ob_kind_name(OB_KIND_COMMENT),
                                .target = cfg->upstream_repo,
                                .seq_key = key->data,
                                .body = body->data,
@@ -160,7 +162,7 @@ crcr_err run_effects_build(const run_effects_env *env, const checks_run *check,
             err = checks_seq_key(check, &bodies->check_key);
         if (err)
             return err;
-        jobs[(*n)++] = (store_new_job){.kind = "check_run",
+        jobs[(*n)++] = (store_new_job){.kind = ob_kind_name(OB_KIND_CHECK_RUN),
                                        .target = env->cfg->upstream_repo,
                                        .seq_key = bodies->check_key.data,
                                        .body = bodies->check.data,
@@ -180,7 +182,7 @@ crcr_err run_effects_build(const run_effects_env *env, const checks_run *check,
                              key->job_name ? key->job_name : "");
         if (err)
             return err;
-        jobs[(*n)++] = (store_new_job){.kind = "hud_forward",
+        jobs[(*n)++] = (store_new_job){.kind = ob_kind_name(OB_KIND_HUD_FORWARD),
                                        .target = "hud",
                                        .seq_key = bodies->hud_key.data,
                                        .body = bodies->hud.data,
