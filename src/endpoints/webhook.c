@@ -72,6 +72,39 @@ static bool pr_action_dispatches(const char *action)
     return false;
 }
 
+/*
+ * The delivery row of a verified webhook, one rule for every path that stores one (dispatches,
+ * label back-fills, re-runs): the PR number from pull_request.number, else the top-level
+ * `number`; the head sha from pull_request.head.sha, else the top-level `after` (a push's new
+ * head); the ref. The sha fallback is the dispatch path's rule and the right one for all: the
+ * head sha is what the dispatch record gives callbacks (store_dispatch: "push: after"), what the
+ * callback token binds and what the HUD groups by; a label or re-run event names no `after`, so
+ * for them the fallback changes nothing. Strings are borrowed from `doc` and `req`.
+ */
+static store_delivery delivery_row(const http_request *req, const char *event, const char *delivery,
+                                   const jv *doc, int64_t now)
+{
+    int64_t pr = 0;
+    if (!jv_int(jv_path(doc, "pull_request.number"), &pr))
+        jv_int(jv_get(doc, "number"), &pr);
+    const char *head_sha = jv_path_str(doc, "pull_request.head.sha");
+    if (!head_sha)
+        head_sha = jv_path_str(doc, "after");
+    return (store_delivery){
+        .delivery_id = delivery,
+        .event = event,
+        .action = jv_path_str(doc, "action"),
+        .upstream_repo = jv_path_str(doc, "repository.full_name"),
+        .pr_number = pr,
+        .head_sha = head_sha,
+        .ref = jv_path_str(doc, "ref"),
+        .received_at = now,
+        .payload = req->body,
+        .payload_len = req->body_len,
+        .status = ob_state_name(OB_STATE_QUEUED),
+    };
+}
+
 /* Persists the delivery with one dispatch row per allowlisted repo and answers. */
 static void accept_dispatch(crcr_app *app, const http_request *req, http_response *resp,
                             const char *event, const char *delivery, const jv *doc)
@@ -97,26 +130,7 @@ static void accept_dispatch(crcr_app *app, const http_request *req, http_respons
         jobs[i] = (store_new_job){
             .kind = ob_kind_name(OB_KIND_DISPATCH), .target = repos[i], .due_at = now};
 
-    int64_t pr = 0;
-    const jv *num = jv_path(doc, "pull_request.number");
-    if (!jv_int(num, &pr))
-        jv_int(jv_get(doc, "number"), &pr);
-    const char *head_sha = jv_path_str(doc, "pull_request.head.sha");
-    if (!head_sha)
-        head_sha = jv_path_str(doc, "after");
-    store_delivery d = {
-        .delivery_id = delivery,
-        .event = event,
-        .action = jv_path_str(doc, "action"),
-        .upstream_repo = jv_path_str(doc, "repository.full_name"),
-        .pr_number = pr,
-        .head_sha = head_sha,
-        .ref = jv_path_str(doc, "ref"),
-        .received_at = now,
-        .payload = req->body,
-        .payload_len = req->body_len,
-        .status = ob_state_name(OB_STATE_QUEUED),
-    };
+    store_delivery d = delivery_row(req, event, delivery, doc, now);
     crcr_err e = store_ingest(app->st, &d, jobs, n);
     if (e == CRCR_E_DUPLICATE) {
         metrics_webhook_result("duplicate");
@@ -246,20 +260,7 @@ static void persist_and_answer(crcr_app *app, const http_request *req, http_resp
                                const char *event, const char *delivery, const jv *doc,
                                const store_new_job *jobs, size_t n, const char *ok_json)
 {
-    int64_t pr = 0;
-    jv_int(jv_path(doc, "pull_request.number"), &pr);
-    store_delivery d = {
-        .delivery_id = delivery,
-        .event = event,
-        .action = jv_path_str(doc, "action"),
-        .upstream_repo = jv_path_str(doc, "repository.full_name"),
-        .pr_number = pr,
-        .head_sha = jv_path_str(doc, "pull_request.head.sha"),
-        .received_at = clock_now_ms(),
-        .payload = req->body,
-        .payload_len = req->body_len,
-        .status = ob_state_name(OB_STATE_QUEUED),
-    };
+    store_delivery d = delivery_row(req, event, delivery, doc, clock_now_ms());
     crcr_err e = store_ingest(app->st, &d, jobs, n);
     if (e == CRCR_E_DUPLICATE) {
         metrics_webhook_result("duplicate");
