@@ -329,19 +329,13 @@ static void backfill_row(void *vctx, const store_run_row *row)
     };
     buf_t *b = &c->bodies[c->n];
     buf_t *k = &c->keys[c->n];
-    buf_init(b, 64 * 1024);
-    buf_init(k, 4 * CRCR_JOB_NAME_MAX + 256);
-    if (checks_body(&r, b) != CRCR_OK || checks_seq_key(&r, k) != CRCR_OK) {
+    buf_init(b, RUN_EFFECTS_CHECK_BODY_MAX);
+    buf_init(k, RUN_EFFECTS_KEY_MAX);
+    if (run_effects_check_job(&c->app->cfg, &r, b, k, &c->jobs[c->n]) != CRCR_OK) {
         buf_free(b);
         buf_free(k);
         return;
     }
-    c->jobs[c->n] = (store_new_job){.kind = ob_kind_name(OB_KIND_CHECK_RUN),
-                                    .target = c->app->cfg.upstream_repo,
-                                    .seq_key = k->data,
-                                    .body = b->data,
-                                    .body_len = b->len,
-                                    .due_at = clock_now_ms()};
     char name[CRCR_REPO_NAME_MAX + CRCR_JOB_NAME_MAX + 2];
     snprintf(name, sizeof(name), "%s/%s", row->repo,
              row->job_name && *row->job_name ? row->job_name : row->workflow_name);

@@ -84,10 +84,10 @@ crcr_err run_effects_hud_body(buf_t *out, const char *repo, crcr_level level, in
 
 void run_effect_bodies_init(run_effect_bodies *b, size_t callback_len)
 {
-    buf_init(&b->check, 64 * 1024);
-    buf_init(&b->check_key, 4 * CRCR_JOB_NAME_MAX + 256);
+    buf_init(&b->check, RUN_EFFECTS_CHECK_BODY_MAX);
+    buf_init(&b->check_key, RUN_EFFECTS_KEY_MAX);
     buf_init(&b->hud, callback_len + 8192);
-    buf_init(&b->hud_key, 4 * CRCR_JOB_NAME_MAX + 256);
+    buf_init(&b->hud_key, RUN_EFFECTS_KEY_MAX);
     buf_init(&b->oncall, ONCALL_ROW_MAX);
     buf_init(&b->oncall_key, ONCALL_KEY_MAX);
 }
@@ -100,6 +100,24 @@ void run_effect_bodies_free(run_effect_bodies *b)
     buf_free(&b->hud_key);
     buf_free(&b->oncall);
     buf_free(&b->oncall_key);
+}
+
+crcr_err run_effects_check_job(const crcr_config *cfg, const checks_run *check, buf_t *body,
+                               buf_t *key, store_new_job *job)
+{
+    buf_reset(body);
+    buf_reset(key);
+    crcr_err err = checks_body(check, body);
+    if (!err)
+        err = checks_seq_key(check, key);
+    if (!err)
+        *job = (store_new_job){.kind = ob_kind_name(OB_KIND_CHECK_RUN),
+                               .target = cfg->upstream_repo,
+                               .seq_key = key->data,
+                               .body = body->data,
+                               .body_len = body->len,
+                               .due_at = clock_now_ms()};
+    return err;
 }
 
 bool run_effects_oncall_job(const crcr_config *cfg, const allowlist *al, const checks_run *check,
@@ -157,17 +175,11 @@ crcr_err run_effects_build(const run_effects_env *env, const checks_run *check,
     *n = 0;
     int64_t now = clock_now_ms();
     if (check && *n < max) {
-        crcr_err err = checks_body(check, &bodies->check);
-        if (!err)
-            err = checks_seq_key(check, &bodies->check_key);
+        crcr_err err =
+            run_effects_check_job(env->cfg, check, &bodies->check, &bodies->check_key, &jobs[*n]);
         if (err)
             return err;
-        jobs[(*n)++] = (store_new_job){.kind = ob_kind_name(OB_KIND_CHECK_RUN),
-                                       .target = env->cfg->upstream_repo,
-                                       .seq_key = bodies->check_key.data,
-                                       .body = bodies->check.data,
-                                       .body_len = bodies->check.len,
-                                       .due_at = now};
+        (*n)++;
         if (*n < max && run_effects_oncall_job(env->cfg, env->al, check, &bodies->oncall,
                                                &bodies->oncall_key, &jobs[*n]))
             (*n)++;
