@@ -277,7 +277,8 @@ typedef struct cb_request {
     crcr_level level;
     cb_fields f;
     bool nightly;
-    store_dispatch dispatch; /* PR/push: the relay's record of what it sent to `repo` */
+    store_dispatch dispatch; /* PR/push: the relay's record of what it sent to `repo` (its
+                                payload only at L3; freed by callback_handle) */
     int refusal;             /* 0, or the status of the refusal in `detail` */
     char detail[512];
     const char *log_event;  /* log line of the refusal, NULL for none */
@@ -310,7 +311,14 @@ static void check_nightly(cb_request *c)
  * take the head sha and the PR number from the relay's record, never from the body. */
 static void check_dispatched(cb_request *c)
 {
-    crcr_err e = store_dispatch_get(c->app->st, c->f.delivery_id, c->repo, false, &c->dispatch);
+    /* The one read of the record per callback: with the dispatched webhook at L3, whose check run
+     * depends on its labels (run_effects_check_wanted); the transition trusts its time
+     * (store_run_update.dispatched_at). */
+    bool labels = c->level == CRCR_LEVEL_L3;
+    buf_init(&c->dispatch.payload, labels ? c->app->cfg.max_body : 0);
+    crcr_err e = store_dispatch_get(c->app->st, c->f.delivery_id, c->repo, labels, &c->dispatch);
+    if (e == CRCR_E_TOO_LARGE) /* found, with a webhook past today's cap: read as unlabelled */
+        e = CRCR_OK;
     if (e == CRCR_E_NOT_FOUND) {
         snprintf(c->detail, sizeof(c->detail), "callback rejected: no matching dispatch record");
         c->refusal = 400;
@@ -489,8 +497,9 @@ static void apply_transition(cb_request *c, http_response *resp, const allowlist
         .repo = c->repo,
         .level = c->level,
         .f = &eff,
-        .check_run = !c->nightly && run_effects_check_wanted(&env, al, c->repo, c->level,
-                                                             f->delivery_id, head_sha),
+        .check_run =
+            !c->nightly && run_effects_check_wanted(&env, al, c->repo, c->level, f->delivery_id,
+                                                    head_sha, &c->dispatch),
         .raw_body = c->req->body,
         .raw_len = c->req->body_len,
     };
@@ -518,6 +527,7 @@ static void apply_transition(cb_request *c, http_response *resp, const allowlist
         .payload_len = c->nightly ? 0 : c->req->body_len,
         .now = clock_now_ms(),
         .single_shot = c->nightly,
+        .dispatched_at = c->nightly ? 0 : c->dispatch.dispatched_at,
         .rate_limit = hit_in_apply ? app->cfg.rate_limit_per_min : 0,
         .rate_window_ms = CALLBACK_RATE_WINDOW_MS,
     };
@@ -631,6 +641,7 @@ void callback_handle(void *ctx, const http_request *req, http_response *resp)
     }
     apply_transition(&c, resp, al, hit_in_apply);
 out:
+    buf_free(&c.dispatch.payload);
     allowlist_free(al);
     jv_free(body);
 }

@@ -13,31 +13,44 @@
 /* The labels of a stored webhook (only pull_request.labels is built). */
 static const char *const LABEL_PATHS[] = {"pull_request.labels"};
 
+/* Whether the dispatched webhook `payload` carried a label of `repo`'s device. */
+static bool payload_labelled(const allowlist *al, const char *repo, const buf_t *payload)
+{
+    if (!payload->len)
+        return false;
+    jv *doc = jv_parse_select(payload->data, payload->len, LABEL_PATHS, 1, NULL, 0);
+    const jv *labels = jv_path(doc, "pull_request.labels");
+    const char *names[CRCR_LABELS_MAX];
+    size_t n = 0;
+    for (size_t i = 0; i < jv_arr_len(labels) && n < CRCR_LABELS_MAX; i++) {
+        const char *name = jv_path_str(jv_arr_at(labels, i), "name");
+        if (name)
+            names[n++] = name;
+    }
+    bool labelled = allowlist_needs_check_run(al, repo, names, n);
+    jv_free(doc);
+    return labelled;
+}
+
 bool run_effects_check_wanted(const run_effects_env *env, const allowlist *al, const char *repo,
-                              crcr_level level, const char *delivery_id, const char *head_sha)
+                              crcr_level level, const char *delivery_id, const char *head_sha,
+                              const store_dispatch *dispatch)
 {
     if (level < CRCR_LEVEL_L3 || !head_sha || !*head_sha)
         return false;
     if (level == CRCR_LEVEL_L4)
         return true;
     /* The PR carried the device's label in the webhook the relay dispatched. */
-    store_dispatch d;
-    buf_init(&d.payload, env->cfg->max_body);
     bool labelled = false;
-    if (store_dispatch_get(env->st, delivery_id, repo, true, &d) == CRCR_OK && d.payload.len) {
-        jv *doc = jv_parse_select(d.payload.data, d.payload.len, LABEL_PATHS, 1, NULL, 0);
-        const jv *labels = jv_path(doc, "pull_request.labels");
-        const char *names[CRCR_LABELS_MAX];
-        size_t n = 0;
-        for (size_t i = 0; i < jv_arr_len(labels) && n < CRCR_LABELS_MAX; i++) {
-            const char *name = jv_path_str(jv_arr_at(labels, i), "name");
-            if (name)
-                names[n++] = name;
-        }
-        labelled = allowlist_needs_check_run(al, repo, names, n);
-        jv_free(doc);
+    if (dispatch) {
+        labelled = payload_labelled(al, repo, &dispatch->payload);
+    } else {
+        store_dispatch d;
+        buf_init(&d.payload, env->cfg->max_body);
+        if (store_dispatch_get(env->st, delivery_id, repo, true, &d) == CRCR_OK)
+            labelled = payload_labelled(al, repo, &d.payload);
+        buf_free(&d.payload);
     }
-    buf_free(&d.payload);
     if (labelled)
         return true;
     /* Reopened PRs carry stale labels: the label event's mark decides (upstream fallback). */

@@ -83,8 +83,12 @@ bool run_effects_oncall_job(const crcr_config *cfg, const allowlist *al, const c
                             buf_t *body, buf_t *key, store_new_job *job);
 
 /* Whether a run of `repo` (at `level` now) on the dispatched delivery `delivery_id`, head sha
- * `head_sha`, gets a check run on the upstream PR (see above). */
+ * `head_sha`, gets a check run on the upstream PR (see above). `dispatch` is the delivery's
+ * dispatch record to `repo` with its payload when the caller has read it (a callback reads it
+ * once, with the payload at L3, the only level whose answer depends on the labels); NULL: it is
+ * read here when needed (the sweeper). */
 bool run_effects_check_wanted(const run_effects_env *env, const allowlist *al, const char *repo,
-                              crcr_level level, const char *delivery_id, const char *head_sha);
+                              crcr_level level, const char *delivery_id, const char *head_sha,
+                              const store_dispatch *dispatch);
 
 #endif

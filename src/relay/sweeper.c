@@ -133,7 +133,7 @@ static bool zombie_wants_check_run(const run_effects_env *env, const allowlist *
         return false;
     /* L4 always; L3 when the dispatched webhook carried the device's label, or the sha is marked
      * wanted: the relay's records decide, not the echoed callback body. */
-    return run_effects_check_wanted(env, al, z->repo, cur, z->delivery_id, z->head_sha);
+    return run_effects_check_wanted(env, al, z->repo, cur, z->delivery_id, z->head_sha, NULL);
 }
 
 void sweeper_run(const sweeper_deps *d, const char *owner, int64_t now, sweeper_result *res)
