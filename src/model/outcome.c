@@ -41,38 +41,34 @@ const char *outcome_chip_class(crcr_outcome o)
     return o >= 0 && o < OUTCOME_COUNT ? OUTCOME_CHIPS[o] : OUTCOME_CHIPS[OUTCOME_OTHER];
 }
 
+/* An outbox state's label and class for people; a queued row that has failed an attempt is
+ * "retrying" instead. */
+static const struct {
+    const char *label, *cls;
+} OB_STATE_PEOPLE[OB_STATE_COUNT] = {
+    [OB_STATE_UNKNOWN] = {"unknown", "state-other"},
+    [OB_STATE_QUEUED] = {"queued", "state-queued"},
+    [OB_STATE_RUNNING] = {"sending", "state-running"},
+    [OB_STATE_SENT] = {"sent", "state-sent"},
+    [OB_STATE_DRY_RUN] = {"dry-run", "state-dry_run"},
+    [OB_STATE_DEAD] = {"dead", "state-dead"},
+};
+
+static int ob_state_index(crcr_ob_state s)
+{
+    return s > OB_STATE_UNKNOWN && s < OB_STATE_COUNT ? (int)s : OB_STATE_UNKNOWN;
+}
+
 const char *ob_state_label(crcr_ob_state s, int attempts)
 {
-    switch (s) {
-    case OB_STATE_QUEUED:
-        return attempts > 0 ? "retrying" : "queued";
-    case OB_STATE_RUNNING:
-        return "sending";
-    case OB_STATE_SENT:
-        return "sent";
-    case OB_STATE_DRY_RUN:
-        return "dry-run";
-    case OB_STATE_DEAD:
-        return "dead";
-    default:
-        return "unknown";
-    }
+    if (s == OB_STATE_QUEUED && attempts > 0)
+        return "retrying";
+    return OB_STATE_PEOPLE[ob_state_index(s)].label;
 }
 
 const char *ob_state_class(crcr_ob_state s, int attempts)
 {
-    switch (s) {
-    case OB_STATE_QUEUED:
-        return attempts > 0 ? "state-retrying" : "state-queued";
-    case OB_STATE_RUNNING:
-        return "state-running";
-    case OB_STATE_SENT:
-        return "state-sent";
-    case OB_STATE_DRY_RUN:
-        return "state-dry_run";
-    case OB_STATE_DEAD:
-        return "state-dead";
-    default:
-        return "state-other";
-    }
+    if (s == OB_STATE_QUEUED && attempts > 0)
+        return "state-retrying";
+    return OB_STATE_PEOPLE[ob_state_index(s)].cls;
 }

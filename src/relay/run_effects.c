@@ -115,6 +115,19 @@ void run_effect_bodies_free(run_effect_bodies *b)
     buf_free(&b->oncall_key);
 }
 
+/* A row of `kind` on the upstream repository, due now, with its body and ordering key (borrowed
+ * from `body` and `key`). */
+static store_new_job upstream_row(const crcr_config *cfg, crcr_ob_kind kind, const buf_t *body,
+                                  const buf_t *key)
+{
+    return (store_new_job){.kind = ob_kind_name(kind),
+                           .target = cfg->upstream_repo,
+                           .seq_key = key->data,
+                           .body = body->data,
+                           .body_len = body->len,
+                           .due_at = clock_now_ms()};
+}
+
 crcr_err run_effects_check_job(const crcr_config *cfg, const checks_run *check, buf_t *body,
                                buf_t *key, store_new_job *job)
 {
@@ -124,12 +137,7 @@ crcr_err run_effects_check_job(const crcr_config *cfg, const checks_run *check, 
     if (!err)
         err = checks_seq_key(check, key);
     if (!err)
-        *job = (store_new_job){.kind = ob_kind_name(OB_KIND_CHECK_RUN),
-                               .target = cfg->upstream_repo,
-                               .seq_key = key->data,
-                               .body = body->data,
-                               .body_len = body->len,
-                               .due_at = clock_now_ms()};
+        *job = upstream_row(cfg, OB_KIND_CHECK_RUN, body, key);
     return err;
 }
 
@@ -168,12 +176,7 @@ bool run_effects_oncall_job(const crcr_config *cfg, const allowlist *al, const c
     if (!err)
         err = oncall_seq_key(check->pr_number, check->repo, key);
     if (!err)
-        *job = (store_new_job){.kind = ob_kind_name(OB_KIND_COMMENT),
-                               .target = cfg->upstream_repo,
-                               .seq_key = key->data,
-                               .body = body->data,
-                               .body_len = body->len,
-                               .due_at = clock_now_ms()};
+        *job = upstream_row(cfg, OB_KIND_COMMENT, body, key);
     buf_free(&name);
     buf_free(&details);
     buf_free(&text);

@@ -366,6 +366,14 @@ static void stats_count(store_outbox_stats *out, const char *state, int64_t coun
     }
 }
 
+void store_schema_too_new(char *err, size_t errsz, int64_t version)
+{
+    snprintf(err, errsz,
+             "CRCR_STORE: schema version %lld is newer than this crcr understands (%d); "
+             "upgrade crcr",
+             (long long)version, CRCR_SCHEMA_VERSION);
+}
+
 /* ---- rows read back (store_impl.h) ---- */
 
 char *store_row_dup(const store_row_source *s, int col)

@@ -688,10 +688,7 @@ crcr_err store_sqlite_open(const char *path, store **out, char *err, size_t errs
         e = CRCR_E_STORE;
     if (!e && v > CRCR_SCHEMA_VERSION) {
         sq_exec(s, "ROLLBACK");
-        snprintf(err, errsz,
-                 "CRCR_STORE: schema version %d is newer than this crcr understands (%d); "
-                 "upgrade crcr",
-                 v, CRCR_SCHEMA_VERSION);
+        store_schema_too_new(err, errsz, v);
         sq_close(&s->base);
         return CRCR_E_CONFIG;
     }
