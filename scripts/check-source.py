@@ -11,6 +11,13 @@
    the isolated layer (the front doors) an include stays within the file's family; a file in a
    folder that is not a layer is a problem too.
    `--self-test` shows the check failing on a deliberate upward include in a scratch tree.
+5. Vocabularies: no outbox kind, outbox state, run status or conclusion (the name tables of
+   src/model/vocab.c) is spelled as a whole string literal in src/ outside src/model/; words
+   inside longer literals (SQL, messages) are fine. A literal that equals a word but is another
+   concept (a webhook event called check_run, a test count called skipped) carries a marker
+   `vocab-ok: <why>` in a comment on its line or the line above. In the store's SQL, every word
+   compared with or inserted into a `kind` or `state` column must be in the tables.
+   `--self-test` shows it failing on a deliberate literal and an unknown SQL word.
 """
 import pathlib
 import re
@@ -124,8 +131,126 @@ def check_layers(src):
     return problems
 
 
+# ---- vocabularies (rule 5) ----
+
+VOCAB_FILE = pathlib.Path("model") / "vocab.c"
+# The name tables of the concepts the rule covers (the model's other tables, such as outcome.c's
+# words for people, are not vocabularies of stored data).
+VOCAB_TABLES = {"OB_KIND_NAMES": "kind", "OB_STATE_NAMES": "state", "RUN_STATUS_NAMES": "state",
+                "CONCLUSION_NAMES": "conclusion"}
+VOCAB_MARK = re.compile(r"vocab-ok:\s*\S")
+C_STRING = re.compile(r'"((?:[^"\\\n]|\\.)*)"')
+
+
+def vocab_words(src):
+    """{table: set of words} read from src/model/vocab.c's name tables."""
+    path = src / VOCAB_FILE
+    text = path.read_text(encoding="utf-8") if path.exists() else ""
+    out = {}
+    for name in VOCAB_TABLES:
+        m = re.search(r"\b%s\s*\[[^\]]*\]\s*=\s*\{(.*?)\};" % name, text, re.S)
+        out[name] = set(C_STRING.findall(m.group(1))) if m else set()
+    return out
+
+
+def literals(text):
+    """(line number, content) of every string literal outside comments and char literals."""
+    out, i, n, line = [], 0, len(text), 1
+    while i < n:
+        c = text[i]
+        if text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+        elif text.startswith("//", i):
+            j = text.find("\n", i)
+            j = n if j < 0 else j
+        elif c in "\"'":
+            j = i + 1
+            while j < n and text[j] != c and text[j] != "\n":
+                j += 2 if text[j] == "\\" else 1
+            if c == '"':
+                out.append((line, text[i + 1:j]))
+            j += 1
+        elif c == "#" and (i == 0 or text[i - 1] == "\n") and text.startswith("include", i + 1):
+            j = text.find("\n", i)  # #include "x.h" names a file
+            j = n if j < 0 else j
+        else:
+            j = i + 1
+        line += text.count("\n", i, j)
+        i = j
+    return out
+
+
+# Joined SQL of one statement: adjacent literals with only blanks and macro names between them.
+SQL_RUN = re.compile(r'"(?:[^"\\\n]|\\.)*"(?:(?:\s|\b[A-Z_][A-Z0-9_]*\b)*"(?:[^"\\\n]|\\.)*")*')
+SQL_CMP = re.compile(r"\b(kind|state)\s*(?:=|<>|!=)\s*'([^']*)'", re.I)
+SQL_IN = re.compile(r"\b(kind|state)\s+(?:NOT\s+)?IN\s*\(([^)]*)\)", re.I)
+SQL_INSERT = re.compile(r"INSERT\s+INTO\s+\w+\s*\(([^)]*)\)\s*VALUES\s*\(([^)]*)\)", re.I)
+
+
+def sql_words(text):
+    """(line, column, word) of every quoted word compared with or inserted into kind/state."""
+    out = []
+    code = strip_comments(text)
+    for m in SQL_RUN.finditer(code):
+        line = code.count("\n", 0, m.start()) + 1
+        sql = " ".join(C_STRING.findall(m.group(0)))
+        for c in SQL_CMP.finditer(sql):
+            out.append((line, c.group(1).lower(), c.group(2)))
+        for c in SQL_IN.finditer(sql):
+            out += [(line, c.group(1).lower(), w) for w in re.findall(r"'([^']*)'", c.group(2))]
+        for c in SQL_INSERT.finditer(sql):
+            cols = [x.strip().lower() for x in c.group(1).split(",")]
+            vals = [x.strip() for x in c.group(2).split(",")]
+            for col, val in zip(cols, vals):
+                if col in ("kind", "state") and val.startswith("'"):
+                    out.append((line, col, val.strip("'")))
+    return out
+
+
+def strip_comments(text):
+    """Blanks out comments only, keeping line structure and literals."""
+    return re.sub(r"/\*.*?\*/|//[^\n]*", lambda m: re.sub(r"[^\n]", " ", m.group(0)),
+                  text, flags=re.S)
+
+
+def check_vocab(src):
+    """Problems of rule 5 over the .c/.h files under `src`."""
+    tables = vocab_words(src)
+    words = set().union(*tables.values())
+    if not words:
+        return [f"{VOCAB_FILE}: no vocabulary tables found ({', '.join(VOCAB_TABLES)})"]
+    allowed = {col: set() for col in ("kind", "state")}
+    for name, col in VOCAB_TABLES.items():
+        if col in allowed:
+            allowed[col] |= tables[name]
+    problems = []
+    for path in sorted(p for p in src.rglob("*") if p.suffix in (".c", ".h")):
+        rel = path.relative_to(src)
+        if rel.parts[0] == "model":
+            continue
+        text = path.read_text(encoding="utf-8", errors="replace")
+        lines = text.splitlines()
+        for lineno, lit in literals(text):
+            if lit not in words:
+                continue
+            here = lines[lineno - 1] if lineno <= len(lines) else ""
+            above = lines[lineno - 2] if lineno >= 2 else ""
+            if VOCAB_MARK.search(here) or VOCAB_MARK.search(above):
+                continue
+            problems.append(f'{rel}:{lineno}: "{lit}" spelled as a literal: use the model\'s '
+                            f"name ({VOCAB_FILE}), or mark another concept with vocab-ok: <why>")
+        if rel.parts[0] == "store":
+            for lineno, col, word in sql_words(text):
+                if word not in allowed[col]:
+                    problems.append(f"{rel}:{lineno}: SQL {col} '{word}' is not a word of "
+                                    f"{VOCAB_FILE}")
+    return problems
+
+
 def self_test():
-    """The layer check fails on a deliberate upward include and passes without it."""
+    """The layer check fails on a deliberate upward include and passes without it; the vocabulary
+    check fails on a deliberate literal and an unknown SQL word and passes without them."""
     with tempfile.TemporaryDirectory() as tmp:
         src = pathlib.Path(tmp)
         for d in ("core", "relay", "hud", "endpoints", "mystery"):
@@ -143,12 +268,56 @@ def self_test():
             "endpoints/webhook.c:1: includes hud/hud_model.h: a front door includes only",
             "mystery/x.c: folder mystery/ is not a layer"]
     ok = clean == [] and len(broken) == 3 and all(any(w in b for b in broken) for w in want)
-    print("check-source self-test:", "ok" if ok else "FAILED")
-    for b in broken:
+    vclean, vbroken = vocab_self_test()
+    vwant = ['relay/outbox.c:6: "in_progress" spelled as a literal',
+             "store/store_x.c:2: SQL state 'queud' is not a word",
+             "store/store_x.c:3: SQL kind 'dispach' is not a word"]
+    vok = vclean == [] and len(vbroken) == 3 and all(any(w in b for b in vbroken) for w in vwant)
+    print("check-source self-test:", "ok" if ok and vok else "FAILED")
+    for b in broken + vbroken:
         print("  caught:", b)
-    if clean:
-        print("  unexpected:", clean)
-    return 0 if ok else 1
+    if clean or vclean:
+        print("  unexpected:", clean + vclean)
+    return 0 if ok and vok else 1
+
+
+VOCAB_SELF_TEST_TABLES = (
+    'static const char *const OB_KIND_NAMES[2] = {[1] = "dispatch"};\n'
+    'static const char *const OB_STATE_NAMES[3] = {[1] = "queued", [2] = "running"};\n'
+    'static const char *const RUN_STATUS_NAMES[2] = {[1] = "in_progress"};\n'
+    'static const char *const CONCLUSION_NAMES[2] = {[1] = "success"};\n')
+# Words inside longer literals, comments, an include and a marked literal: all fine.
+VOCAB_SELF_TEST_CLEAN = (
+    '#include "dispatch.h"\n'
+    'const char *a = "queued up", *b = "in_progress after %s"; /* "running" */\n'
+    'int c = \'"\';\n'
+    '/* vocab-ok: the webhook event of that name */\n'
+    'const char *d = "dispatch";\n')
+VOCAB_SELF_TEST_SQL = (
+    'const char *q = "UPDATE outbox SET state=\'running\' WHERE kind=\'dispatch\' AND "\n'
+    '    "state IN (\'queued\', \'running\')";\n'
+    'const char *r = "INSERT INTO outbox(kind, target, state) VALUES (\'dispatch\', ?, "\n'
+    '    "\'queued\')";\n')
+
+
+def vocab_self_test():
+    """(problems of a clean scratch tree, problems once it spells words it must not)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        src = pathlib.Path(tmp)
+        for d in ("model", "relay", "store"):
+            (src / d).mkdir()
+        (src / "model" / "vocab.c").write_text(VOCAB_SELF_TEST_TABLES)
+        (src / "relay" / "outbox.c").write_text(VOCAB_SELF_TEST_CLEAN)
+        (src / "store" / "store_x.c").write_text(VOCAB_SELF_TEST_SQL)
+        clean = check_vocab(src)
+        (src / "relay" / "outbox.c").write_text(
+            VOCAB_SELF_TEST_CLEAN + 'const char *e = "in_progress";\n')  # line 6
+        (src / "store" / "store_x.c").write_text(
+            'const char *q = "SELECT 1";\n'
+            'const char *r = "UPDATE outbox SET state=\'queud\'";\n'
+            'const char *s = "INSERT INTO outbox(kind, target) VALUES (\'dispach\', ?)";\n')
+        broken = check_vocab(src)
+    return clean, broken
 
 
 def main():
@@ -172,6 +341,7 @@ def main():
         if fmt.returncode != 0:
             problems.append("clang-format: files are not formatted (run clang-format -i):\n" + fmt.stderr[-4000:])
     problems += ["layers: " + p for p in check_layers(ROOT / "src")]
+    problems += ["vocabulary: " + p for p in check_vocab(ROOT / "src")]
     for p in problems:
         print(p)
     print(f"check-source: {len(files)} files, {len(problems)} problem(s)")

@@ -35,6 +35,7 @@
 #include "crcr_limits.h"
 #include "delivery_doc.h"
 #include "store.h"
+#include "vocab.h"
 
 /* Largest admin API answer read (a listing of DDOC_LIST_MAX deliveries is a few MB). */
 #define CLI_MAX_ANSWER (64u * 1024u * 1024u)
@@ -131,7 +132,7 @@ static int parse_opts(int argc, char **argv, cli_opts *o)
         fprintf(stderr, "crcr deliveries: --format: expected text or json\n");
         return -1;
     }
-    if (o->status && !ddoc_state_valid(o->status)) {
+    if (o->status && ob_state_parse(o->status) == OB_STATE_UNKNOWN) {
         fprintf(stderr, "crcr: --status: expected queued, running, sent, dry_run or dead\n");
         return -1;
     }

@@ -33,6 +33,7 @@
 #include "opts.h"
 #include "log.h"
 #include "utf8.h"
+#include "vocab.h"
 
 /* Upstream's self-report envelope names the upstream repository literally. */
 #define REPORT_UPSTREAM_REPO "pytorch/pytorch"
@@ -320,8 +321,9 @@ static crcr_err check_opts(const report_opts *o, char *err, size_t errsz)
 {
     if (!o->status)
         return fail(err, errsz, CRCR_E_INVALID, "--status is required (in_progress|completed)");
-    bool in_progress = strcmp(o->status, "in_progress") == 0;
-    if (!in_progress && strcmp(o->status, "completed") != 0)
+    crcr_run_status status = run_status_parse(o->status);
+    bool in_progress = status == RUN_STATUS_IN_PROGRESS;
+    if (!in_progress && status != RUN_STATUS_COMPLETED)
         return fail(err, errsz, CRCR_E_INVALID,
                     "--status must be 'in_progress' or 'completed', got '%.64s'", o->status);
     span did = trimmed(o->delivery_id), evt = trimmed(o->event_type);
@@ -384,7 +386,7 @@ static crcr_err set_span(jv *obj, const char *key, span s)
 static crcr_err build_workflow(const report_opts *o, const report_env *env, const char *job,
                                int64_t now_ms, jv **out, char *err, size_t errsz)
 {
-    bool in_progress = strcmp(o->status, "in_progress") == 0;
+    bool in_progress = run_status_parse(o->status) == RUN_STATUS_IN_PROGRESS;
     bool self = is_self_report(o);
     char now[32];
     clock_iso8601(now_ms, now, sizeof(now));
@@ -768,7 +770,8 @@ const char *report_buildkite_conclusion(const report_env *env)
 {
     if (!env->buildkite || !nonempty(env->exit_status))
         return NULL;
-    return strcmp(env->exit_status, "0") == 0 ? "success" : "failure";
+    return conclusion_name(strcmp(env->exit_status, "0") == 0 ? CONCLUSION_SUCCESS
+                                                              : CONCLUSION_FAILURE);
 }
 
 /* getenv() as a report_getenv_fn. */
@@ -827,7 +830,7 @@ int report_main(int argc, char **argv)
     report_env env;
     report_env_load(&env, process_getenv);
     /* A Buildkite step's conclusion, when not given: its command's exit status (as upstream). */
-    if (o.status && strcmp(o.status, "completed") == 0 && trimmed(o.conclusion).n == 0 &&
+    if (run_status_parse(o.status) == RUN_STATUS_COMPLETED && trimmed(o.conclusion).n == 0 &&
         report_buildkite_conclusion(&env))
         o.conclusion = report_buildkite_conclusion(&env);
 

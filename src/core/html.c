@@ -141,57 +141,6 @@ void h_link(hout *o, const char *url, const char *text, const char *cls)
     h_raw(o, "</a>");
 }
 
-const char *html_chip_class(const char *state, const char *conclusion)
-{
-    if (!state || strcmp(state, "completed") != 0)
-        return "chip-running";
-    if (!conclusion)
-        return "chip-other";
-    if (strcmp(conclusion, "success") == 0)
-        return "chip-success";
-    if (strcmp(conclusion, "failure") == 0)
-        return "chip-failure";
-    if (strcmp(conclusion, "cancelled") == 0)
-        return "chip-cancelled";
-    if (strcmp(conclusion, "timed_out") == 0)
-        return "chip-timed_out";
-    return "chip-other";
-}
-
-const char *html_outbox_class(const char *state, int attempts)
-{
-    if (!state)
-        return "state-other";
-    if (strcmp(state, "queued") == 0)
-        return attempts > 0 ? "state-retrying" : "state-queued";
-    if (strcmp(state, "running") == 0)
-        return "state-running";
-    if (strcmp(state, "sent") == 0)
-        return "state-sent";
-    if (strcmp(state, "dry_run") == 0)
-        return "state-dry_run";
-    if (strcmp(state, "dead") == 0)
-        return "state-dead";
-    return "state-other";
-}
-
-const char *html_outbox_label(const char *state, int attempts)
-{
-    if (!state)
-        return "unknown";
-    if (strcmp(state, "queued") == 0)
-        return attempts > 0 ? "retrying" : "queued";
-    if (strcmp(state, "running") == 0)
-        return "sending";
-    if (strcmp(state, "sent") == 0)
-        return "sent";
-    if (strcmp(state, "dry_run") == 0)
-        return "dry-run";
-    if (strcmp(state, "dead") == 0)
-        return "dead";
-    return "unknown";
-}
-
 void html_duration(int64_t ms, char *out, size_t n)
 {
     if (ms < 0) {

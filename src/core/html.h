@@ -5,7 +5,8 @@
  * Security rules (§8): every string that did not come from this program's own source is written
  * through h_text() (HTML-escaped: & < > " ' become entities), also inside attributes; a link is
  * written only for an https:// URL without spaces or control characters (anything else is shown
- * as text); CSS classes derived from stored data go through a fixed mapping, never the raw value.
+ * as text); CSS classes derived from stored data go through a fixed mapping, never the raw value
+ * (outcome.h holds the tables of runs and outbox rows).
  * Pages carry HTML_CSP, so no inline script or style can run even if a bug let markup through.
  *
  * Writers are sticky: after the first error (buffer cap, memory) every further call does
@@ -54,15 +55,6 @@ bool html_url_ok(const char *url);
 
 /* Appends escaped `s` to a plain buffer (for callers without an hout). */
 crcr_err html_escape(buf_t *b, const char *s);
-
-/* The chip class of a run: "chip-success", "chip-failure", "chip-cancelled", "chip-timed_out",
- * "chip-running" (not completed) or "chip-other". Never derived from the raw text. */
-const char *html_chip_class(const char *state, const char *conclusion);
-/* The class of an outbox state: "state-queued", "state-retrying" (queued after a failed
- * attempt), "state-running", "state-sent", "state-dry_run", "state-dead" or "state-other". */
-const char *html_outbox_class(const char *state, int attempts);
-/* The words shown for an outbox state ("retrying" for a queued row with attempts). */
-const char *html_outbox_label(const char *state, int attempts);
 
 /* "-" for ms < 0; "350ms", "45s", "3m 20s", "1h 02m", "2d 03h". */
 void html_duration(int64_t ms, char *out, size_t n);

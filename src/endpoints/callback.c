@@ -28,6 +28,7 @@
 #include "outbox.h"
 #include "run_effects.h"
 #include "store.h"
+#include "vocab.h"
 
 #define CALLBACK_RATE_WINDOW_MS 60000
 #define CALLBACK_CONCLUSION_MAX 64u
@@ -144,7 +145,8 @@ bool callback_parse(const jv *body, cb_fields *f, char *detail, size_t dsz)
             return false;
         }
     }
-    if (strcmp(f->status, "in_progress") != 0 && strcmp(f->status, "completed") != 0) {
+    crcr_run_status status = run_status_parse(f->status);
+    if (status != RUN_STATUS_IN_PROGRESS && status != RUN_STATUS_COMPLETED) {
         /* At most 39 bytes of the status, cut on a UTF-8 character boundary. */
         char shown[40];
         size_t n = strlen(f->status);
@@ -163,7 +165,7 @@ bool callback_parse(const jv *body, cb_fields *f, char *detail, size_t dsz)
         snprintf(detail, dsz, "workflow.conclusion too long");
         return false;
     }
-    if (strcmp(f->status, "in_progress") == 0)
+    if (status == RUN_STATUS_IN_PROGRESS)
         f->conclusion = NULL;
     f->artifact_url = jv_path_str(wf, "artifact_url");
     if (f->artifact_url && strlen(f->artifact_url) > CALLBACK_URL_MAX)
@@ -175,7 +177,7 @@ bool callback_parse(const jv *body, cb_fields *f, char *detail, size_t dsz)
     if (jv_is_obj(tr)) {
         int_like(jv_get(tr, "passed"), &f->passed);
         int_like(jv_get(tr, "failed"), &f->failed);
-        int_like(jv_get(tr, "skipped"), &f->skipped);
+        int_like(jv_get(tr, "skipped"), &f->skipped); /* vocab-ok: a test count, not a conclusion */
     }
     const jv *payload = jv_get(body, "payload");
     int_like(jv_path(payload, "pull_request.number"), &f->pr_number);
@@ -275,7 +277,8 @@ typedef struct cb_request {
     crcr_level level;
     cb_fields f;
     bool nightly;
-    store_dispatch dispatch; /* PR/push: the relay's record of what it sent to `repo` */
+    store_dispatch dispatch; /* PR/push: the relay's record of what it sent to `repo` (its
+                                payload only at L3; freed by callback_handle) */
     int refusal;             /* 0, or the status of the refusal in `detail` */
     char detail[512];
     const char *log_event;  /* log line of the refusal, NULL for none */
@@ -286,7 +289,7 @@ typedef struct cb_request {
  * named shape and size (issue 12): a commit sha as delivery id, CALLBACK_NIGHTLY_MAX_BODY bytes. */
 static void check_nightly(cb_request *c)
 {
-    if (strcmp(c->f.status, "completed") != 0) {
+    if (run_status_parse(c->f.status) != RUN_STATUS_COMPLETED) {
         snprintf(c->detail, sizeof(c->detail),
                  "nightly/periodic callbacks must have status 'completed', got '%s'", c->f.status);
         c->refusal = 400;
@@ -308,7 +311,14 @@ static void check_nightly(cb_request *c)
  * take the head sha and the PR number from the relay's record, never from the body. */
 static void check_dispatched(cb_request *c)
 {
-    crcr_err e = store_dispatch_get(c->app->st, c->f.delivery_id, c->repo, false, &c->dispatch);
+    /* The one read of the record per callback: with the dispatched webhook at L3, whose check run
+     * depends on its labels (run_effects_check_wanted); the transition trusts its time
+     * (store_run_update.dispatched_at). */
+    bool labels = c->level == CRCR_LEVEL_L3;
+    buf_init(&c->dispatch.payload, labels ? c->app->cfg.max_body : 0);
+    crcr_err e = store_dispatch_get(c->app->st, c->f.delivery_id, c->repo, labels, &c->dispatch);
+    if (e == CRCR_E_TOO_LARGE) /* found, with a webhook past today's cap: read as unlabelled */
+        e = CRCR_OK;
     if (e == CRCR_E_NOT_FOUND) {
         snprintf(c->detail, sizeof(c->detail), "callback rejected: no matching dispatch record");
         c->refusal = 400;
@@ -487,8 +497,9 @@ static void apply_transition(cb_request *c, http_response *resp, const allowlist
         .repo = c->repo,
         .level = c->level,
         .f = &eff,
-        .check_run = !c->nightly && run_effects_check_wanted(&env, al, c->repo, c->level,
-                                                             f->delivery_id, head_sha),
+        .check_run =
+            !c->nightly && run_effects_check_wanted(&env, al, c->repo, c->level, f->delivery_id,
+                                                    head_sha, &c->dispatch),
         .raw_body = c->req->body,
         .raw_len = c->req->body_len,
     };
@@ -516,6 +527,7 @@ static void apply_transition(cb_request *c, http_response *resp, const allowlist
         .payload_len = c->nightly ? 0 : c->req->body_len,
         .now = clock_now_ms(),
         .single_shot = c->nightly,
+        .dispatched_at = c->nightly ? 0 : c->dispatch.dispatched_at,
         .rate_limit = hit_in_apply ? app->cfg.rate_limit_per_min : 0,
         .rate_window_ms = CALLBACK_RATE_WINDOW_MS,
     };
@@ -551,8 +563,8 @@ static void apply_transition(cb_request *c, http_response *resp, const allowlist
         metrics_callback_result(res.duplicate ? "duplicate" : "accepted");
         LOG_INFO(res.duplicate ? "callback.duplicate" : "callback.accepted", "delivery",
                  f->delivery_id, "repo", c->repo, "run", run_s, "job", f->job_name, "status",
-                 f->status, "conclusion", f->conclusion, "check_run",
-                 ec.check_run ? "queued" : NULL, NULL);
+                 f->status, "conclusion", f->conclusion, ob_kind_name(OB_KIND_CHECK_RUN),
+                 ec.check_run ? ob_state_name(OB_STATE_QUEUED) : NULL, NULL);
         answer_status(resp, f->status, res.duplicate);
         if (!res.duplicate) /* nothing when no job was queued */
             outbox_wake(app->ob, ec.n_jobs);
@@ -629,6 +641,7 @@ void callback_handle(void *ctx, const http_request *req, http_response *resp)
     }
     apply_transition(&c, resp, al, hit_in_apply);
 out:
+    buf_free(&c.dispatch.payload);
     allowlist_free(al);
     jv_free(body);
 }

@@ -30,6 +30,7 @@
 #include "metrics.h"
 #include "outbox.h"
 #include "trust.h"
+#include "vocab.h"
 
 #define OPS_DELIVERIES_PATH "/api/v1/admin/deliveries"
 #define OPS_TRUST_PATH "/api/v1/admin/trust"
@@ -125,15 +126,15 @@ static crcr_err app_metrics(crcr_app *app, buf_t *b)
         e = metrics_family(b, "crcr_outbox_rows", "gauge",
                            "Outbox rows by state (queued is the depth; dead needs an operator).");
         const struct {
-            const char *state;
+            crcr_ob_state state;
             int64_t n;
-        } rows[] = {{"queued", os.queued},
-                    {"running", os.running},
-                    {"sent", os.sent},
-                    {"dry_run", os.dry_run},
-                    {"dead", os.dead}};
+        } rows[] = {{OB_STATE_QUEUED, os.queued},
+                    {OB_STATE_RUNNING, os.running},
+                    {OB_STATE_SENT, os.sent},
+                    {OB_STATE_DRY_RUN, os.dry_run},
+                    {OB_STATE_DEAD, os.dead}};
         for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]) && !e; i++) {
-            const char *l[] = {"state", rows[i].state, NULL};
+            const char *l[] = {"state", ob_state_name(rows[i].state), NULL};
             e = metrics_sample(b, "crcr_outbox_rows", l, (double)rows[i].n);
         }
         double age = os.oldest_due > 0 && os.oldest_due < now ? (double)(now - os.oldest_due) : 0;
@@ -282,7 +283,7 @@ static void admin_list(void *ctx, const http_request *req, http_response *resp)
     const char *limit = http_req_query(req, "limit");
     const char *pr = http_req_query(req, "pr");
     if (status && *status) {
-        if (!ddoc_state_valid(status)) {
+        if (ob_state_parse(status) == OB_STATE_UNKNOWN) {
             http_resp_detail(resp, 400, "status: expected queued, running, sent, dry_run or dead");
             return;
         }

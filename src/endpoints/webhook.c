@@ -19,10 +19,14 @@
 #include "run_effects.h"
 #include "sig.h"
 #include "store.h"
+#include "vocab.h"
+
+/* The X-GitHub-Event of a check run's re-run request (not the outbox kind of the same name). */
+#define EVENT_CHECK_RUN "check_run" /* vocab-ok: a webhook event name */
 
 static bool event_supported(const char *ev)
 {
-    static const char *const events[] = {"pull_request", "push", "check_run", "check_suite",
+    static const char *const events[] = {"pull_request", "push", EVENT_CHECK_RUN, "check_suite",
                                          "ping"};
     for (size_t i = 0; i < sizeof(events) / sizeof(events[0]); i++) {
         if (strcmp(ev, events[i]) == 0)
@@ -68,6 +72,39 @@ static bool pr_action_dispatches(const char *action)
     return false;
 }
 
+/*
+ * The delivery row of a verified webhook, one rule for every path that stores one (dispatches,
+ * label back-fills, re-runs): the PR number from pull_request.number, else the top-level
+ * `number`; the head sha from pull_request.head.sha, else the top-level `after` (a push's new
+ * head); the ref. The sha fallback is the dispatch path's rule and the right one for all: the
+ * head sha is what the dispatch record gives callbacks (store_dispatch: "push: after"), what the
+ * callback token binds and what the HUD groups by; a label or re-run event names no `after`, so
+ * for them the fallback changes nothing. Strings are borrowed from `doc` and `req`.
+ */
+static store_delivery delivery_row(const http_request *req, const char *event, const char *delivery,
+                                   const jv *doc, int64_t now)
+{
+    int64_t pr = 0;
+    if (!jv_int(jv_path(doc, "pull_request.number"), &pr))
+        jv_int(jv_get(doc, "number"), &pr);
+    const char *head_sha = jv_path_str(doc, "pull_request.head.sha");
+    if (!head_sha)
+        head_sha = jv_path_str(doc, "after");
+    return (store_delivery){
+        .delivery_id = delivery,
+        .event = event,
+        .action = jv_path_str(doc, "action"),
+        .upstream_repo = jv_path_str(doc, "repository.full_name"),
+        .pr_number = pr,
+        .head_sha = head_sha,
+        .ref = jv_path_str(doc, "ref"),
+        .received_at = now,
+        .payload = req->body,
+        .payload_len = req->body_len,
+        .status = ob_state_name(OB_STATE_QUEUED),
+    };
+}
+
 /* Persists the delivery with one dispatch row per allowlisted repo and answers. */
 static void accept_dispatch(crcr_app *app, const http_request *req, http_response *resp,
                             const char *event, const char *delivery, const jv *doc)
@@ -90,28 +127,10 @@ static void accept_dispatch(crcr_app *app, const http_request *req, http_respons
     allowlist_repos_at_or_above(al, CRCR_LEVEL_L1, repos, n);
     int64_t now = clock_now_ms();
     for (size_t i = 0; i < n; i++)
-        jobs[i] = (store_new_job){.kind = "dispatch", .target = repos[i], .due_at = now};
+        jobs[i] = (store_new_job){
+            .kind = ob_kind_name(OB_KIND_DISPATCH), .target = repos[i], .due_at = now};
 
-    int64_t pr = 0;
-    const jv *num = jv_path(doc, "pull_request.number");
-    if (!jv_int(num, &pr))
-        jv_int(jv_get(doc, "number"), &pr);
-    const char *head_sha = jv_path_str(doc, "pull_request.head.sha");
-    if (!head_sha)
-        head_sha = jv_path_str(doc, "after");
-    store_delivery d = {
-        .delivery_id = delivery,
-        .event = event,
-        .action = jv_path_str(doc, "action"),
-        .upstream_repo = jv_path_str(doc, "repository.full_name"),
-        .pr_number = pr,
-        .head_sha = head_sha,
-        .ref = jv_path_str(doc, "ref"),
-        .received_at = now,
-        .payload = req->body,
-        .payload_len = req->body_len,
-        .status = "queued",
-    };
+    store_delivery d = delivery_row(req, event, delivery, doc, now);
     crcr_err e = store_ingest(app->st, &d, jobs, n);
     if (e == CRCR_E_DUPLICATE) {
         metrics_webhook_result("duplicate");
@@ -218,7 +237,7 @@ void webhook_classify(const char *event, const jv *doc, const char *upstream_rep
     }
     if (strcmp(action, "rerequested") != 0)
         return;
-    if (strcmp(event, "check_run") == 0) {
+    if (strcmp(event, EVENT_CHECK_RUN) == 0) {
         r->run_id = checks_parse_external_id(jv_path_str(doc, "check_run.external_id"));
         if (!checks_parse_name(jv_path_str(doc, "check_run.name"), r->repo, sizeof(r->repo)) ||
             r->run_id <= 0) {
@@ -241,20 +260,7 @@ static void persist_and_answer(crcr_app *app, const http_request *req, http_resp
                                const char *event, const char *delivery, const jv *doc,
                                const store_new_job *jobs, size_t n, const char *ok_json)
 {
-    int64_t pr = 0;
-    jv_int(jv_path(doc, "pull_request.number"), &pr);
-    store_delivery d = {
-        .delivery_id = delivery,
-        .event = event,
-        .action = jv_path_str(doc, "action"),
-        .upstream_repo = jv_path_str(doc, "repository.full_name"),
-        .pr_number = pr,
-        .head_sha = jv_path_str(doc, "pull_request.head.sha"),
-        .received_at = clock_now_ms(),
-        .payload = req->body,
-        .payload_len = req->body_len,
-        .status = "queued",
-    };
+    store_delivery d = delivery_row(req, event, delivery, doc, clock_now_ms());
     crcr_err e = store_ingest(app->st, &d, jobs, n);
     if (e == CRCR_E_DUPLICATE) {
         metrics_webhook_result("duplicate");
@@ -308,7 +314,8 @@ static void backfill_row(void *vctx, const store_run_row *row)
 {
     backfill_ctx *c = vctx;
     if (c->n >= LABEL_BACKFILL_MAX || !row->state ||
-        (strcmp(row->state, "in_progress") != 0 && strcmp(row->state, "completed") != 0))
+        (run_status_parse(row->state) != RUN_STATUS_IN_PROGRESS &&
+         run_status_parse(row->state) != RUN_STATUS_COMPLETED))
         return;
     checks_run r = {
         .repo = row->repo,
@@ -322,19 +329,13 @@ static void backfill_row(void *vctx, const store_run_row *row)
     };
     buf_t *b = &c->bodies[c->n];
     buf_t *k = &c->keys[c->n];
-    buf_init(b, 64 * 1024);
-    buf_init(k, 4 * CRCR_JOB_NAME_MAX + 256);
-    if (checks_body(&r, b) != CRCR_OK || checks_seq_key(&r, k) != CRCR_OK) {
+    buf_init(b, RUN_EFFECTS_CHECK_BODY_MAX);
+    buf_init(k, RUN_EFFECTS_KEY_MAX);
+    if (run_effects_check_job(&c->app->cfg, &r, b, k, &c->jobs[c->n]) != CRCR_OK) {
         buf_free(b);
         buf_free(k);
         return;
     }
-    c->jobs[c->n] = (store_new_job){.kind = "check_run",
-                                    .target = c->app->cfg.upstream_repo,
-                                    .seq_key = k->data,
-                                    .body = b->data,
-                                    .body_len = b->len,
-                                    .due_at = clock_now_ms()};
     char name[CRCR_REPO_NAME_MAX + CRCR_JOB_NAME_MAX + 2];
     snprintf(name, sizeof(name), "%s/%s", row->repo,
              row->job_name && *row->job_name ? row->job_name : row->workflow_name);
@@ -428,7 +429,7 @@ static void handle_check_run_rerun(crcr_app *app, const http_request *req, http_
     allowlist_free(al);
     char body[64];
     snprintf(body, sizeof(body), "{\"run_id\":%lld,\"failed_only\":true}", (long long)run_id);
-    store_new_job job = {.kind = "rerun",
+    store_new_job job = {.kind = ob_kind_name(OB_KIND_RERUN),
                          .target = canonical,
                          .body = body,
                          .body_len = strlen(body),
@@ -451,7 +452,7 @@ static void handle_suite_rerun(crcr_app *app, const http_request *req, http_resp
     int64_t suite = r->suite_id;
     char body[64];
     snprintf(body, sizeof(body), "{\"check_suite_id\":%lld}", (long long)suite);
-    store_new_job job = {.kind = "rerun_suite",
+    store_new_job job = {.kind = ob_kind_name(OB_KIND_RERUN_SUITE),
                          .target = app->cfg.upstream_repo,
                          .body = body,
                          .body_len = strlen(body),

@@ -8,6 +8,7 @@
 
 #include "json.h"
 #include "crcr_limits.h"
+#include "vocab.h"
 
 crcr_err checks_name(const checks_run *r, buf_t *out)
 {
@@ -43,7 +44,7 @@ static void title_case(const char *in, char *out, size_t outsz)
 
 crcr_err checks_body(const checks_run *r, buf_t *out)
 {
-    bool completed = r->status && strcmp(r->status, "completed") == 0;
+    bool completed = run_status_parse(r->status) == RUN_STATUS_COMPLETED;
     buf_t name, details, ext, summary;
     buf_init(&name, 4 * CRCR_JOB_NAME_MAX + CRCR_REPO_NAME_MAX);
     buf_init(&details, 512);
@@ -74,7 +75,9 @@ crcr_err checks_body(const checks_run *r, buf_t *out)
     if (!err)
         err = jv_set(o, "head_sha", jv_new_str(r->head_sha ? r->head_sha : ""));
     if (!err)
-        err = jv_set(o, "status", jv_new_str(completed ? "completed" : "in_progress"));
+        err = jv_set(
+            o, "status",
+            jv_new_str(run_status_name(completed ? RUN_STATUS_COMPLETED : RUN_STATUS_IN_PROGRESS)));
     if (!err && completed && r->conclusion && *r->conclusion)
         err = jv_set(o, "conclusion", jv_new_str(r->conclusion));
     if (!err)

@@ -30,6 +30,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <openssl/crypto.h>
+
+#include "cbtoken.h"
 #include "json.h"
 #include "crcr_limits.h"
 
@@ -570,4 +573,23 @@ crcr_err dispatch_build(const dispatch_input *in, dispatch_output *out, char *er
         out->trimmed = false;
     }
     return rc;
+}
+
+crcr_err dispatch_row_body(const crcr_config *cfg, const dispatch_src *src, dispatch_output *out,
+                           char *err, size_t errsz)
+{
+    char token[CBTOKEN_SIZE];
+    cbtoken_make(cfg->app_secret ? cfg->app_secret : "", src->delivery_id ? src->delivery_id : "",
+                 src->target, src->head_sha, src->pr_number, token);
+    dispatch_input in = {
+        .event = src->event ? src->event : "",
+        .delivery_id = src->delivery_id ? src->delivery_id : "",
+        .payload = src->payload,
+        .payload_len = src->payload_len,
+        .callback_token = token,
+        .budget = cfg->dispatch_budget,
+    };
+    crcr_err e = dispatch_build(&in, out, err, errsz);
+    OPENSSL_cleanse(token, sizeof(token));
+    return e;
 }

@@ -20,8 +20,10 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "buf.h"
+#include "config.h"
 #include "err.h"
 
 typedef struct dispatch_input {
@@ -48,5 +50,23 @@ void dispatch_output_free(dispatch_output *o);
  * payload is not a JSON object.
  */
 crcr_err dispatch_build(const dispatch_input *in, dispatch_output *out, char *err, size_t errsz);
+
+/* What a dispatch outbox row's request is built from: the row's delivery and target (borrowed). */
+typedef struct dispatch_src {
+    const char *event, *delivery_id;
+    const char *payload;
+    size_t payload_len;
+    const char *target, *head_sha;
+    int64_t pr_number;
+} dispatch_src;
+
+/* Builds the exact repository_dispatch body a dispatch row sends: dispatch_build's envelope around
+ * the delivery's payload, trimmed to CRCR_DISPATCH_BUDGET, with the relay-signed callback token
+ * (cbtoken.h) for the row's target, delivery, head sha and PR under GITHUB_APP_SECRET. `out` is
+ * initialised by dispatch_output_init and owned by the caller. The outbox workers use it to send,
+ * and the delivery document (delivery_doc.h) to show a dry-run row's request, which is not
+ * stored: the same bytes while GITHUB_APP_SECRET and CRCR_DISPATCH_BUDGET are unchanged. */
+crcr_err dispatch_row_body(const crcr_config *cfg, const dispatch_src *src, dispatch_output *out,
+                           char *err, size_t errsz);
 
 #endif

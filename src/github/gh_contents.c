@@ -1,12 +1,12 @@
 /* gh_contents.c - blob URLs and the contents API; see gh_contents.h. */
 #include "gh_contents.h"
 
-#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
+#include "base64.h"
 #include "ids.h"
 #include "json.h"
 #include "crcr_limits.h"
@@ -164,51 +164,6 @@ static crcr_err url_encode(buf_t *out, const char *s, bool keep_slash)
     return rc;
 }
 
-/* Decodes base64 text with embedded line breaks into a new buffer (caller frees *out). */
-static crcr_err b64_decode(const char *in, size_t n, unsigned char **out, size_t *outlen)
-{
-    *out = NULL;
-    *outlen = 0;
-    char *clean = malloc(n + 1);
-    if (!clean)
-        return CRCR_E_NOMEM;
-    size_t c = 0;
-    for (size_t i = 0; i < n; i++) {
-        char ch = in[i];
-        if (ch == '\n' || ch == '\r' || ch == ' ' || ch == '\t')
-            continue;
-        bool ok = (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') ||
-                  (ch >= '0' && ch <= '9') || ch == '+' || ch == '/' || ch == '=';
-        /* '=' only as the last one or two characters. */
-        if (!ok || (c && clean[c - 1] == '=' && ch != '=')) {
-            free(clean);
-            return CRCR_E_INVALID;
-        }
-        clean[c++] = ch;
-    }
-    size_t pad = 0;
-    while (pad < c && pad < 3 && clean[c - 1 - pad] == '=')
-        pad++;
-    if (c % 4 != 0 || pad > 2 || c > CRCR_GH_RESPONSE_MAX) {
-        free(clean);
-        return CRCR_E_INVALID;
-    }
-    unsigned char *dst = malloc(c / 4 * 3 + 1);
-    if (!dst) {
-        free(clean);
-        return CRCR_E_NOMEM;
-    }
-    int got = c ? EVP_DecodeBlock(dst, (const unsigned char *)clean, (int)c) : 0;
-    free(clean);
-    if (got < 0 || (size_t)got < pad) {
-        free(dst);
-        return CRCR_E_INVALID;
-    }
-    *out = dst;
-    *outlen = (size_t)got - pad;
-    return CRCR_OK;
-}
-
 /* Extracts and decodes the file (of at most `max` bytes) from a contents API answer. */
 static gh_contents_result contents_answer(const gh_resp *r, size_t max, buf_t *text, crcr_err *rc,
                                           char *why, size_t whysz)
@@ -235,22 +190,21 @@ static gh_contents_result contents_answer(const gh_resp *r, size_t max, buf_t *t
         } else if (!enc || strcmp(enc, "base64") != 0 || !jv_is_str(content)) {
             snprintf(why, whysz, "contents API: expected base64 content");
         } else {
-            unsigned char *bytes;
-            size_t n;
-            *rc = b64_decode(jv_str(content), jv_str_len(content), &bytes, &n);
+            buf_t bytes; /* the decoded file, at most as long as the answer it came in */
+            buf_init(&bytes, CRCR_GH_RESPONSE_MAX);
+            *rc = base64_decode(jv_str(content), jv_str_len(content), &bytes);
             if (*rc) {
                 snprintf(why, whysz, "contents API: %s",
                          *rc == CRCR_E_INVALID ? "invalid base64 content" : crcr_strerror(*rc));
             } else {
-                if (n > max)
-                    n = max + 1u; /* the parser reports the size */
-                *rc = buf_append(text, bytes, n);
-                free(bytes);
+                size_t n = bytes.len > max ? max + 1u : bytes.len; /* the parser reports the size */
+                *rc = buf_append(text, bytes.data ? bytes.data : "", n);
                 if (*rc)
                     snprintf(why, whysz, "contents API: %s", crcr_strerror(*rc));
                 else
                     res = GH_CONTENTS_NEW;
             }
+            buf_free(&bytes);
         }
     }
     jv_free(doc);

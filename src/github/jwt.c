@@ -16,6 +16,8 @@
 #include <openssl/pem.h>
 #include <openssl/rsa.h>
 
+#include "base64.h"
+
 /* The encoded header every token we sign carries: base64url of {"alg":"RS256","typ":"JWT"}. */
 #define JWT_RS256_HEADER_JSON "{\"alg\":\"RS256\",\"typ\":\"JWT\"}"
 /* Largest JWK exponent accepted, in bytes (65537 needs 3). */
@@ -63,54 +65,6 @@ crcr_err jwt_b64url_encode(const void *in, size_t n, buf_t *out)
         quad[2] = b64url_alphabet[(v >> 6) & 63];
         err = buf_append(&tmp, quad, 3);
     }
-    if (!err)
-        err = buf_append(out, tmp.data ? tmp.data : "", tmp.len);
-    buf_wipe_free(&tmp);
-    return err;
-}
-
-/* The 6-bit value of a base64url character, or -1. */
-static int b64url_value(unsigned char c)
-{
-    if (c >= 'A' && c <= 'Z')
-        return c - 'A';
-    if (c >= 'a' && c <= 'z')
-        return c - 'a' + 26;
-    if (c >= '0' && c <= '9')
-        return c - '0' + 52;
-    if (c == '-')
-        return 62;
-    if (c == '_')
-        return 63;
-    return -1;
-}
-
-crcr_err jwt_b64url_decode(const char *in, size_t n, buf_t *out)
-{
-    if (n % 4 == 1)
-        return CRCR_E_INVALID;
-    buf_t tmp;
-    buf_init(&tmp, n / 4 * 3 + 2);
-    crcr_err err = CRCR_OK;
-    unsigned acc = 0;
-    int bits = 0;
-    for (size_t i = 0; i < n && !err; i++) {
-        int v = b64url_value((unsigned char)in[i]);
-        if (v < 0) {
-            err = CRCR_E_INVALID;
-            break;
-        }
-        acc = (acc << 6) | (unsigned)v;
-        bits += 6;
-        if (bits >= 8) {
-            bits -= 8;
-            err = buf_putc(&tmp, (char)((acc >> bits) & 0xff));
-            acc &= (1u << bits) - 1;
-        }
-    }
-    /* Leftover bits must be zero, so that every byte string has exactly one encoding. */
-    if (!err && acc != 0)
-        err = CRCR_E_INVALID;
     if (!err)
         err = buf_append(out, tmp.data ? tmp.data : "", tmp.len);
     buf_wipe_free(&tmp);
@@ -192,7 +146,7 @@ static crcr_err decode_json_segment(const char *s, size_t n, jv **out)
 {
     buf_t raw;
     buf_init(&raw, CRCR_JWT_MAX);
-    crcr_err err = jwt_b64url_decode(s, n, &raw);
+    crcr_err err = base64url_decode(s, n, &raw);
     if (!err) {
         jv *v = jv_parse(buf_cstr(&raw), raw.len, NULL, 0);
         if (!v || !jv_is_obj(v)) {
@@ -228,7 +182,7 @@ crcr_err jwt_decode(const char *token, size_t len, jwt_parts *out)
     if (!err)
         err = decode_json_segment(dot1 + 1, plen, &out->payload);
     if (!err)
-        err = jwt_b64url_decode(dot2 + 1, slen, &out->signature);
+        err = base64url_decode(dot2 + 1, slen, &out->signature);
     if (!err)
         err = buf_append(&out->signing_input, token, (size_t)(dot2 - token));
     return err;
@@ -285,9 +239,9 @@ crcr_err jwt_rsa_public_from_jwk(const char *n_b64, const char *e_b64, EVP_PKEY 
     EVP_PKEY_CTX *ctx = NULL;
     EVP_PKEY *key = NULL;
 
-    crcr_err err = jwt_b64url_decode(n_b64, nlen, &nb);
+    crcr_err err = base64url_decode(n_b64, nlen, &nb);
     if (!err)
-        err = jwt_b64url_decode(e_b64, elen, &eb);
+        err = base64url_decode(e_b64, elen, &eb);
     if (!err && (nb.len == 0 || eb.len == 0))
         err = CRCR_E_INVALID;
     if (!err) {

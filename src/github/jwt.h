@@ -1,6 +1,7 @@
 /*
  * jwt.h - the small JWT toolkit crcr needs: RS256 signing (GitHub App JWT) and RS256
- * verification (GitHub Actions OIDC tokens on callbacks), base64url, and RSA key loading.
+ * verification (GitHub Actions OIDC tokens on callbacks), base64url encoding (decoding is
+ * base64.h's, shared with the contents API), and RSA key loading.
  *
  * Hand-written on OpenSSL 3 EVP instead of using libjwt: libjwt has a CVE history (Debian 12 ships
  * a fix for CVE-2024-25189, a timing leak through strcmp), its API changed incompatibly across
@@ -46,11 +47,6 @@ typedef struct jwt_parts {
 /* Appends the unpadded base64url encoding of `in[0..n)` to `out` (within out's cap). On error
  * `out` is unchanged. */
 crcr_err jwt_b64url_encode(const void *in, size_t n, buf_t *out);
-
-/* Appends the bytes encoded by the unpadded base64url text `in[0..n)` to `out`. Rejects '=',
- * characters outside the URL-safe alphabet, impossible lengths and non-zero trailing bits
- * (CRCR_E_INVALID). On error `out` is unchanged. */
-crcr_err jwt_b64url_decode(const char *in, size_t n, buf_t *out);
 
 /* Signs `claims_json` (a JSON object text, used verbatim) with RS256 under the header
  * {"alg":"RS256","typ":"JWT"} and appends the compact token to `out`. `key` must be an RSA

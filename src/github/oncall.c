@@ -8,6 +8,7 @@
 
 #include "ids.h"
 #include "utf8.h"
+#include "vocab.h"
 
 #define ONCALL_PREFIX "<!-- crcr-oncall:"
 #define ONCALL_SUFFIX " -->"
@@ -15,17 +16,16 @@
 /* Bytes of all mentions: every on-call a maximal "@org/team" and a space. */
 #define ONCALL_MENTIONS_MAX (CRCR_ALLOWLIST_MAX_ONCALLS * (CRCR_REPO_NAME_MAX + 2u))
 
-static const char *const ALERTING[] = {"failure", "cancelled", "timed_out"};
-
 bool oncall_alerting(const char *conclusion)
 {
-    if (!conclusion)
+    switch (conclusion_parse(conclusion)) {
+    case CONCLUSION_FAILURE:
+    case CONCLUSION_CANCELLED:
+    case CONCLUSION_TIMED_OUT:
+        return true;
+    default:
         return false;
-    for (size_t i = 0; i < sizeof(ALERTING) / sizeof(ALERTING[0]); i++) {
-        if (strcmp(conclusion, ALERTING[i]) == 0)
-            return true;
     }
-    return false;
 }
 
 bool oncall_mention(const char *oncall, buf_t *out)

@@ -19,7 +19,8 @@
  * credentials before they are shown. Query parameters are parsed strictly and bounded; a bad one
  * is answered 400.
  *
- * This file is the routing; the pages are hud_overview.c, hud_repo.c, hud_pr.c and
+ * This file is the routing, one table (HUD_ROUTES) from which the HTTP server's routes are made
+ * and every request finds its page; the pages are hud_overview.c, hud_repo.c, hud_pr.c and
  * hud_deliveries.c, over the shared model (hud_model.h), HTML pieces (hud_html.h) and the
  * request's arena (arena.h).
  */
@@ -81,124 +82,124 @@ static bool names_listed_repo(const hud_req *r, const char *rest)
     return listed;
 }
 
-/* GET /crcr and everything under /crcr/. */
-static void page_handle(void *ctx, const http_request *req, http_response *resp)
+/* ---- the pages, as the routing table calls them (`rest`: the path past the route's) ---- */
+
+static void page_overview(hud_req *r, const char *rest)
 {
-    const char *path = req->path;
-    if (strcmp(path, "/crcr/static/style.css") == 0) {
-        serve_css(resp);
-        return;
-    }
-    hud_req r;
-    hud_begin(&r, ctx, req, resp, false);
-    const char *rest = strcmp(path, "/crcr") == 0 ? "" : path + strlen("/crcr/");
-    if (!*rest)
-        hud_overview(&r);
-    else if (names_listed_repo(&r, rest))
-        hud_repo(&r, rest);
-    else if (strcmp(rest, "deliveries") == 0)
-        hud_deliveries_list(&r);
-    else if (strncmp(rest, "deliveries/", 11) == 0)
-        hud_delivery(&r, rest + 11);
-    else if (strncmp(rest, "pr/", 3) == 0)
-        hud_pr(&r, rest + 3);
-    else if (strncmp(rest, "static/", 7) == 0)
-        hud_answer_error(&r, 404, "Not found");
-    else
-        hud_repo(&r, rest);
-    hud_end(&r);
+    hud_overview(r);
 }
 
-/* GET /api/v1/... */
-static void api_handle(void *ctx, const http_request *req, http_response *resp)
+static void page_deliveries(hud_req *r, const char *rest)
 {
-    hud_req r;
-    hud_begin(&r, ctx, req, resp, true);
-    const char *path = req->path;
-    if (strcmp(path, "/api/v1/repos") == 0) {
-        hud_overview(&r);
-    } else if (strncmp(path, "/api/v1/repos/", 14) == 0) {
-        hud_repo(&r, path + 14);
-    } else if (strncmp(path, "/api/v1/pr/", 11) == 0) {
-        hud_pr(&r, path + 11);
-    } else if (strcmp(path, "/api/v1/deliveries") == 0) {
-        hud_deliveries_list(&r);
-    } else if (strncmp(path, "/api/v1/deliveries/", 19) == 0) {
-        hud_delivery(&r, path + 19);
-    } else if (strcmp(path, "/api/v1/health") == 0) {
-        int64_t window;
-        health_report rep;
-        if (hud_query_window(req, &window) != 0) {
-            hud_answer_error(&r, 400, "window: expected e.g. 7d, 36h or 90m, between 1h and 90d");
-        } else {
-            crcr_err e = hud_build_report(&r, NULL, window, &rep);
-            if (!e) {
-                e = health_report_json(&rep, &r.out);
-                health_report_free(&rep);
-            }
-            hud_answer_out(&r, e);
+    hud_deliveries_list(r);
+}
+
+static void page_not_found(hud_req *r, const char *rest)
+{
+    hud_answer_error(r, 404, "Not found");
+}
+
+static void page_css(hud_req *r, const char *rest)
+{
+    serve_css(r->resp);
+}
+
+static void page_health(hud_req *r, const char *rest)
+{
+    int64_t window;
+    health_report rep;
+    if (hud_query_window(r->req, &window) != 0) {
+        hud_answer_error(r, 400, "window: expected e.g. 7d, 36h or 90m, between 1h and 90d");
+        return;
+    }
+    crcr_err e = hud_build_report(r, NULL, window, &rep);
+    if (!e) {
+        e = health_report_json(&rep, &r->out);
+        health_report_free(&rep);
+    }
+    hud_answer_out(r, e);
+}
+
+/* The HUD's one routing table. A request goes to the route that matches its path best: an exact
+ * path first, else the longest prefix (http_server's rule); `rest` is what follows the route's
+ * path. The routes marked `mount` are the ones registered with the HTTP server (hud_routes): the
+ * others are reached under the "/crcr/" mount. A `word` route (deliveries, pr/, static/) gives
+ * way to an allowlisted repository of that owner (names_listed_repo). */
+typedef struct hud_route {
+    const char *path; /* exact, or a prefix ending in '/' */
+    bool prefix;
+    bool api;   /* JSON under /api/v1 (else HTML) */
+    bool mount; /* an HTTP server route */
+    bool word;  /* under /crcr/: an allowlisted owner/repo of that name wins */
+    void (*page)(hud_req *r, const char *rest);
+} hud_route;
+
+static const hud_route HUD_ROUTES[] = {
+    /* path                    prefix api    mount  word   page */
+    {"/crcr", false, false, true, false, page_overview},
+    {"/crcr/", false, false, false, false, page_overview},
+    {"/crcr/static/style.css", false, false, false, false, page_css},
+    {"/crcr/deliveries", false, false, false, true, page_deliveries},
+    {"/crcr/deliveries/", true, false, false, true, hud_delivery},
+    {"/crcr/pr/", true, false, false, true, hud_pr},
+    {"/crcr/static/", true, false, false, true, page_not_found},
+    {"/crcr/", true, false, true, false, hud_repo},
+    {"/api/v1/repos", false, true, true, false, page_overview},
+    {"/api/v1/repos/", true, true, true, false, hud_repo},
+    {"/api/v1/pr/", true, true, true, false, hud_pr},
+    {"/api/v1/deliveries", false, true, true, false, page_deliveries},
+    {"/api/v1/deliveries/", true, true, true, false, hud_delivery},
+    {"/api/v1/health", false, true, true, false, page_health},
+};
+#define HUD_N_ROUTES (sizeof(HUD_ROUTES) / sizeof(HUD_ROUTES[0]))
+/* The mount every `word` route lies under (the repository pages' own prefix). */
+#define HUD_PAGES "/crcr/"
+
+/* The route of `path` (NULL: none; an API path the HTTP server hands over always has one). */
+static const hud_route *route_of(const char *path)
+{
+    const hud_route *best = NULL;
+    size_t best_len = 0;
+    for (size_t i = 0; i < HUD_N_ROUTES; i++) {
+        const hud_route *t = &HUD_ROUTES[i];
+        size_t n = strlen(t->path);
+        if (!t->prefix && strcmp(path, t->path) == 0)
+            return t;
+        if (t->prefix && n > best_len && strncmp(path, t->path, n) == 0) {
+            best = t;
+            best_len = n;
         }
-    } else {
+    }
+    return best;
+}
+
+/* GET under every mount: one match in the table, then the page. */
+static void hud_handle(void *ctx, const http_request *req, http_response *resp)
+{
+    const hud_route *t = route_of(req->path);
+    hud_req r;
+    hud_begin(&r, ctx, req, resp, t ? t->api : true);
+    if (!t) {
         hud_answer_error(&r, 404, "Not found");
+    } else if (t->word && names_listed_repo(&r, req->path + strlen(HUD_PAGES))) {
+        hud_repo(&r, req->path + strlen(HUD_PAGES));
+    } else {
+        t->page(&r, req->path + strlen(t->path));
     }
     hud_end(&r);
 }
 
 size_t hud_routes(struct crcr_app *app, http_route *out, size_t max)
 {
-    const http_route routes[] = {
-        {.method = "GET",
-         .path = "/crcr",
-         .prefix = false,
-         .max_body = 0,
-         .fn = page_handle,
-         .ctx = app},
-        {.method = "GET",
-         .path = "/crcr/",
-         .prefix = true,
-         .max_body = 0,
-         .fn = page_handle,
-         .ctx = app},
-        {.method = "GET",
-         .path = "/api/v1/repos",
-         .prefix = false,
-         .max_body = 0,
-         .fn = api_handle,
-         .ctx = app},
-        {.method = "GET",
-         .path = "/api/v1/repos/",
-         .prefix = true,
-         .max_body = 0,
-         .fn = api_handle,
-         .ctx = app},
-        {.method = "GET",
-         .path = "/api/v1/pr/",
-         .prefix = true,
-         .max_body = 0,
-         .fn = api_handle,
-         .ctx = app},
-        {.method = "GET",
-         .path = "/api/v1/deliveries",
-         .prefix = false,
-         .max_body = 0,
-         .fn = api_handle,
-         .ctx = app},
-        {.method = "GET",
-         .path = "/api/v1/deliveries/",
-         .prefix = true,
-         .max_body = 0,
-         .fn = api_handle,
-         .ctx = app},
-        {.method = "GET",
-         .path = "/api/v1/health",
-         .prefix = false,
-         .max_body = 0,
-         .fn = api_handle,
-         .ctx = app},
-    };
-    size_t n = sizeof(routes) / sizeof(routes[0]);
-    if (n > max)
-        n = max;
-    memcpy(out, routes, n * sizeof(*out));
+    size_t n = 0;
+    for (size_t i = 0; i < HUD_N_ROUTES && n < max; i++) {
+        if (HUD_ROUTES[i].mount)
+            out[n++] = (http_route){.method = "GET",
+                                    .path = HUD_ROUTES[i].path,
+                                    .prefix = HUD_ROUTES[i].prefix,
+                                    .max_body = 0,
+                                    .fn = hud_handle,
+                                    .ctx = app};
+    }
     return n;
 }

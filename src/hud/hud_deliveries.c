@@ -18,8 +18,6 @@
 #define HUD_DELIVERIES_DEFAULT 50
 #define HUD_DELIVERIES_MAX 200
 
-static const char *const OUTBOX_STATES[] = {"queued", "running", "sent", "dry_run", "dead"};
-
 /* The list and every delivery's jobs are freed before it returns; strings are the arena's. */
 void hud_deliveries_list(hud_req *r)
 {
@@ -28,14 +26,10 @@ void hud_deliveries_list(hud_req *r)
     char repo[CRCR_REPO_NAME_MAX] = "";
     if (state && !*state)
         state = NULL;
-    if (state) {
-        bool ok = false;
-        for (size_t i = 0; i < sizeof(OUTBOX_STATES) / sizeof(*OUTBOX_STATES); i++)
-            ok = ok || strcmp(state, OUTBOX_STATES[i]) == 0;
-        if (!ok) {
-            hud_answer_error(r, 400, "state: expected queued, running, sent, dry_run or dead");
-            return;
-        }
+    crcr_ob_state want = ob_state_parse(state);
+    if (state && want == OB_STATE_UNKNOWN) {
+        hud_answer_error(r, 400, "state: expected queued, running, sent, dry_run or dead");
+        return;
     }
     if (repo_q && *repo_q && !hud_parse_repo(repo_q, strlen(repo_q), repo, sizeof(repo))) {
         hud_answer_error(r, 400, "repo: expected owner/repo");
@@ -84,9 +78,9 @@ void hud_deliveries_list(hud_req *r)
               "<a href=\"/api/v1/deliveries\">JSON</a></p>");
     h_raw(&o, "<form class=\"filters\" method=\"get\" action=\"/crcr/deliveries\"><label>State"
               "<select name=\"state\"><option value=\"\">any</option>");
-    for (size_t i = 0; i < sizeof(OUTBOX_STATES) / sizeof(*OUTBOX_STATES); i++)
-        h_rawf(&o, "<option value=\"%s\"%s>%s</option>", OUTBOX_STATES[i],
-               state && strcmp(state, OUTBOX_STATES[i]) == 0 ? " selected" : "", OUTBOX_STATES[i]);
+    for (int s = OB_STATE_UNKNOWN + 1; s < OB_STATE_COUNT; s++)
+        h_rawf(&o, "<option value=\"%s\"%s>%s</option>", ob_state_name((crcr_ob_state)s),
+               s == (int)want ? " selected" : "", ob_state_name((crcr_ob_state)s));
     h_raw(&o, "</select></label><label>Repo<input name=\"repo\" placeholder=\"owner/repo\" "
               "value=\"");
     h_text(&o, repo);
@@ -214,7 +208,7 @@ void hud_delivery(hud_req *r, const char *id)
         else
             h_raw(&o, "-");
         h_raw(&o, "</td><td class=\"nowrap\">");
-        if (j->state && strcmp(j->state, "queued") == 0) {
+        if (ob_state_parse(j->state) == OB_STATE_QUEUED) {
             h_raw(&o, "next ");
             h_ago(&o, j->next_attempt_at, r->now);
         } else if (j->done_at) {
@@ -231,8 +225,9 @@ void hud_delivery(hud_req *r, const char *id)
             h_raw(&o, "</span> ");
         }
         if (j->note) {
-            h_raw(&o, strcmp(j->kind, "dispatch") == 0 ? "<span class=\"note-trim\">trimmed: "
-                                                       : "<span>");
+            h_raw(&o, ob_kind_parse(j->kind) == OB_KIND_DISPATCH
+                          ? "<span class=\"note-trim\">trimmed: "
+                          : "<span>");
             h_text(&o, j->note);
             h_raw(&o, "</span>");
         }

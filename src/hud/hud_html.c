@@ -19,9 +19,10 @@ void h_job_label(hout *o, const hrun *r)
 
 void h_chip(hout *o, const hrun *r, int attempts)
 {
-    const char *cls = html_chip_class(r->state, r->conclusion);
+    crcr_outcome oc = outcome_of(r->state, r->conclusion);
+    const char *cls = outcome_chip_class(oc);
     const char *text =
-        strcmp(cls, "chip-running") == 0 ? "running" : (r->conclusion ? r->conclusion : "done");
+        oc == OUTCOME_RUNNING ? outcome_name(oc) : (r->conclusion ? r->conclusion : "done");
     char when[48], exec[32], title[160];
     html_time(hud_run_time(r), when, sizeof(when));
     html_duration(r->exec_ms, exec, sizeof(exec));
@@ -113,8 +114,9 @@ void h_card(hout *o, const char *id, const char *key)
 
 void h_state(hout *o, const ddoc_job *j)
 {
-    h_rawf(o, "<span class=\"state %s\">%s</span>", html_outbox_class(j->state, j->attempts),
-           html_outbox_label(j->state, j->attempts));
+    crcr_ob_state s = ob_state_parse(j->state);
+    h_rawf(o, "<span class=\"state %s\">%s</span>", ob_state_class(s, j->attempts),
+           ob_state_label(s, j->attempts));
 }
 
 void h_dispatch_targets(hout *o, const ddoc_delivery *d, int64_t now)
@@ -123,11 +125,12 @@ void h_dispatch_targets(hout *o, const ddoc_delivery *d, int64_t now)
     h_raw(o, "<ul class=\"targets\">");
     for (size_t i = 0; i < d->n_jobs; i++) {
         const ddoc_job *j = &d->jobs[i];
-        if (!j->kind || strcmp(j->kind, "dispatch") != 0)
+        if (ob_kind_parse(j->kind) != OB_KIND_DISPATCH)
             continue;
         any = true;
-        const char *cls = html_outbox_class(j->state, j->attempts);
-        const char *label = html_outbox_label(j->state, j->attempts);
+        crcr_ob_state s = ob_state_parse(j->state);
+        const char *cls = ob_state_class(s, j->attempts);
+        const char *label = ob_state_label(s, j->attempts);
         h_rawf(o, "<li class=\"%s\" data-state=\"%s\" data-target=\"", cls, label);
         h_text(o, j->target);
         h_raw(o, "\" title=\"");
@@ -138,13 +141,13 @@ void h_dispatch_targets(hout *o, const ddoc_delivery *d, int64_t now)
         }
         h_raw(o, "\">");
         h_text(o, j->target);
-        if (strcmp(cls, "state-sent") != 0) {
+        if (s != OB_STATE_SENT) {
             h_rawf(o, " <span class=\"state %s\">%s</span>", cls, label);
-            if (strcmp(cls, "state-retrying") == 0) {
+            if (s == OB_STATE_QUEUED && j->attempts > 0) { /* retrying */
                 h_raw(o, " next ");
                 h_ago(o, j->next_attempt_at, now);
             }
-            if (strcmp(cls, "state-dead") == 0 && j->last_error) {
+            if (s == OB_STATE_DEAD && j->last_error) {
                 h_raw(o, " <span class=\"err\">");
                 h_text(o, j->last_error);
                 h_raw(o, "</span>");

@@ -19,6 +19,7 @@
 #include "health.h"
 #include "http_server.h"
 #include "jw.h"
+#include "outcome.h"
 #include "store.h"
 
 /* Most bytes one page or API answer may have, and most memory one request's copies may use. */
@@ -90,7 +91,8 @@ typedef struct run_list {
 void hud_collect_run(void *ctx, const store_run_row *r);
 /* When the run last changed: the latest of dispatched, started and completed. */
 int64_t hud_run_time(const hrun *r);
-/* The result word of a run: success, failure, cancelled, timed_out, running or other. */
+/* The result word of a run: its outcome's name (outcome.h): success, failure, cancelled,
+ * timed_out, running or other. */
 const char *hud_run_result(const hrun *r);
 /* The run as an API object (with its repo and level when `with_repo`). */
 void hud_run_json(jw *w, const hrun *r, bool with_repo);

@@ -55,11 +55,11 @@ static void jw_relay(jw *w, const relay_health *h)
     if (h->ob_ok) {
         jw_obj(w);
         jw_kint(w, "backlog", h->ob.queued + h->ob.running);
-        jw_kint(w, "queued", h->ob.queued);
-        jw_kint(w, "running", h->ob.running);
-        jw_kint(w, "sent", h->ob.sent);
-        jw_kint(w, "dry_run", h->ob.dry_run);
-        jw_kint(w, "dead", h->ob.dead);
+        jw_kint(w, ob_state_name(OB_STATE_QUEUED), h->ob.queued);
+        jw_kint(w, ob_state_name(OB_STATE_RUNNING), h->ob.running);
+        jw_kint(w, ob_state_name(OB_STATE_SENT), h->ob.sent);
+        jw_kint(w, ob_state_name(OB_STATE_DRY_RUN), h->ob.dry_run);
+        jw_kint(w, ob_state_name(OB_STATE_DEAD), h->ob.dead);
         jw_ktime(w, "oldest_due_at", h->ob.oldest_due);
         jw_obj_end(w);
     } else {
@@ -75,7 +75,7 @@ static void jw_relay(jw *w, const relay_health *h)
     jw_key(w, "last_error");
     jw_str(w, h->as.last_error[0] ? h->as.last_error : NULL);
     jw_obj_end(w);
-    jw_kbool(w, "dry_run", h->dry_run);
+    jw_kbool(w, "dry_run", h->dry_run); /* vocab-ok: the relay's dry-run mode, not a row state */
     jw_ktime(w, "started_at", h->started_at);
     jw_obj_end(w);
 }

@@ -137,7 +137,7 @@ static void pr_json(hud_req *r, pr_model *m)
             jw_key(&w, "dispatches");
             jw_arr(&w);
             for (size_t j = 0; j < m->dl.v[i].n_jobs; j++)
-                if (strcmp(m->dl.v[i].jobs[j].kind, "dispatch") == 0)
+                if (ob_kind_parse(m->dl.v[i].jobs[j].kind) == OB_KIND_DISPATCH)
                     ddoc_write_job(&w, &m->dl.v[i].jobs[j], DDOC_HUD);
             jw_arr_end(&w);
             jw_obj_end(&w);
@@ -155,7 +155,7 @@ static void pr_json(hud_req *r, pr_model *m)
             if (!same_sha(m->dl.v[i].head_sha, sha))
                 continue;
             for (size_t j = 0; j < m->dl.v[i].n_jobs; j++)
-                if (strcmp(m->dl.v[i].jobs[j].kind, "check_run") == 0)
+                if (ob_kind_parse(m->dl.v[i].jobs[j].kind) == OB_KIND_CHECK_RUN)
                     ddoc_write_job(&w, &m->dl.v[i].jobs[j], DDOC_HUD);
         }
         jw_arr_end(&w);
@@ -262,7 +262,7 @@ static void pr_html(hud_req *r, pr_model *m)
                 continue;
             for (size_t j = 0; j < d->n_jobs; j++) {
                 const ddoc_job *jb = &d->jobs[j];
-                if (strcmp(jb->kind, "check_run") != 0)
+                if (ob_kind_parse(jb->kind) != OB_KIND_CHECK_RUN)
                     continue;
                 nc++;
                 h_raw(&o, "<tr><td class=\"mono\">");
@@ -349,9 +349,8 @@ static void pr_blocking(hud_req *r, int64_t pr)
                         strcmp(rl.v[p]->job, run->job) == 0;
             if (older)
                 continue;
-            bool running = !run->state || strcmp(run->state, "completed") != 0;
-            bool failed = run->conclusion && strcmp(run->conclusion, "failure") == 0;
-            if (!running && !failed)
+            crcr_outcome oc = outcome_of(run->state, run->conclusion);
+            if (oc != OUTCOME_RUNNING && oc != OUTCOME_FAILURE)
                 continue;
             if (!open) {
                 jw_obj(&w);
@@ -366,7 +365,7 @@ static void pr_blocking(hud_req *r, int64_t pr)
             jw_kstr(&w, "job", run->job);
             jw_kstr(&w, "state", run->state);
             jw_kstr(&w, "conclusion", run->conclusion);
-            jw_kstr(&w, "reason", running ? "still running" : "failed");
+            jw_kstr(&w, "reason", oc == OUTCOME_RUNNING ? "still running" : "failed");
             jw_kstr(&w, "details_url", run->details_url);
             jw_obj_end(&w);
         }

@@ -147,10 +147,10 @@ static crcr_err trend_build(trend *tr, const hrun *const *runs, size_t n_runs, i
             b = HUD_TREND_BUCKETS - 1;
         bucket_of[i] = (size_t)b;
         tr->runs[b]++;
-        health_outcome oc = health_outcome_of(r->state, r->conclusion);
-        if (oc == HEALTH_SUCCESS)
+        crcr_outcome oc = outcome_of(r->state, r->conclusion);
+        if (oc == OUTCOME_SUCCESS)
             tr->success[b]++;
-        if (oc != HEALTH_CANCELLED)
+        if (oc != OUTCOME_CANCELLED)
             tr->rate_runs[b]++;
     }
     for (int b = 0; b < HUD_TREND_BUCKETS; b++) {
@@ -407,8 +407,8 @@ static void repo_json(hud_req *r, repo_model *m)
     for (int b = 0; b < HUD_TREND_BUCKETS; b++) {
         jw_obj(&w);
         jw_ktime(&w, "start", m->tr.start[b]);
-        jw_kint(&w, "completed", m->tr.runs[b]);
-        jw_kint(&w, "success", m->tr.success[b]);
+        jw_kint(&w, run_status_name(RUN_STATUS_COMPLETED), m->tr.runs[b]);
+        jw_kint(&w, outcome_name(OUTCOME_SUCCESS), m->tr.success[b]);
         jw_knum(&w, "success_rate_pct",
                 m->tr.rate_runs[b] ? 100.0 * (double)m->tr.success[b] / (double)m->tr.rate_runs[b]
                                    : -1,

@@ -8,10 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "html.h"
+#include "dispatch.h"
 #include "json.h"
 #include "log.h"
-#include "outbox.h"
+#include "outcome.h"
 #include "utf8.h"
 
 /* ---- loading ---- */
@@ -116,7 +116,7 @@ bool ddoc_add_job(arena *a, ddoc_delivery *d, const store_job_row *j, ddoc_view 
     }
     /* A check run's body is the request we send to GitHub: name, sha, status, conclusion,
      * details, external id. Only those three fields are shown. */
-    if (j->kind && strcmp(j->kind, "check_run") == 0 && j->body && j->body_len &&
+    if (ob_kind_parse(j->kind) == OB_KIND_CHECK_RUN && j->body && j->body_len &&
         j->body_len <= DDOC_CHECK_BODY_MAX) {
         jv *doc = jv_parse(j->body, j->body_len, NULL, 0);
         if (doc) {
@@ -161,7 +161,7 @@ void ddoc_write_job(jw *w, const ddoc_job *j, ddoc_view v)
     jw_kstr(w, "target", j->target);
     jw_kstr(w, "state", j->state);
     if (hud)
-        jw_kstr(w, "dispatch_state", html_outbox_label(j->state, j->attempts));
+        jw_kstr(w, "dispatch_state", ob_state_label(ob_state_parse(j->state), j->attempts));
     jw_kint(w, "attempts", j->attempts);
     jw_key(w, "last_status");
     j->last_status ? jw_int(w, j->last_status) : jw_null(w);
@@ -170,13 +170,13 @@ void ddoc_write_job(jw *w, const ddoc_job *j, ddoc_view v)
     if (hud)
         jw_ktime(w, "created_at", j->created_at);
     jw_key(w, "next_attempt_at");
-    if (!hud || (j->state && strcmp(j->state, "queued") == 0))
+    if (!hud || ob_state_parse(j->state) == OB_STATE_QUEUED)
         jw_time(w, j->next_attempt_at);
     else
         jw_null(w);
     jw_ktime(w, "done_at", j->done_at);
-    if (hud && j->kind && strcmp(j->kind, "check_run") == 0) {
-        jw_key(w, "check_run");
+    if (hud && ob_kind_parse(j->kind) == OB_KIND_CHECK_RUN) {
+        jw_key(w, ob_kind_name(OB_KIND_CHECK_RUN));
         jw_obj(w);
         jw_kstr(w, "name", j->check_name);
         jw_kstr(w, "status", j->check_status);
@@ -238,15 +238,15 @@ static void admin_delivery(void *ctx, const store_delivery_row *r, const char *p
     c->payload_len = n;
 }
 
-/* A dry-run dispatch row stores no body (outbox.c): its request is rebuilt here, exactly as the
- * worker built it. NULL when it cannot be (the row then shows "body": null); else a copy owned
- * by the arena. */
+/* A dry-run dispatch row stores no body (outbox.c): its request is rebuilt here by the rule the
+ * worker sends with (dispatch_row_body). NULL when it cannot be (the row then shows "body": null);
+ * else a copy owned by the arena. */
 static const char *dry_run_body(const admin_ctx *c, const store_job_row *j, size_t *len)
 {
-    if (!c->cfg || !c->payload || j->body_len || !j->kind || strcmp(j->kind, "dispatch") != 0 ||
-        !j->state || strcmp(j->state, "dry_run") != 0)
+    if (!c->cfg || !c->payload || j->body_len || ob_kind_parse(j->kind) != OB_KIND_DISPATCH ||
+        ob_state_parse(j->state) != OB_STATE_DRY_RUN)
         return NULL;
-    outbox_dispatch_src src = {
+    dispatch_src src = {
         .event = c->d->event,
         .delivery_id = c->d->delivery_id,
         .payload = c->payload,
@@ -259,7 +259,7 @@ static const char *dry_run_body(const admin_ctx *c, const store_job_row *j, size
     dispatch_output_init(&out);
     char err[256];
     const char *body = NULL;
-    if (outbox_dispatch_body(c->cfg, &src, &out, err, sizeof(err)) == CRCR_OK) {
+    if (dispatch_row_body(c->cfg, &src, &out, err, sizeof(err)) == CRCR_OK) {
         body = text_dup(c->a, buf_cstr(&out.body), out.body.len);
         *len = out.body.len;
     }
@@ -328,16 +328,6 @@ crcr_err ddoc_admin_list(store *st, const store_filter *f, buf_t *out)
 }
 
 /* ---- as jv documents, for the admin API and `crcr deliveries` ---- */
-
-bool ddoc_state_valid(const char *state)
-{
-    static const char *const states[] = {"queued", "running", "sent", "dry_run", "dead"};
-    for (size_t i = 0; state && i < sizeof(states) / sizeof(states[0]); i++) {
-        if (strcmp(state, states[i]) == 0)
-            return true;
-    }
-    return false;
-}
 
 /* The documents are written by delivery_doc.c and handed on as a jv, so that the admin API and
  * `crcr deliveries` print them as they print any document (jv_dump). Text that jansson cannot

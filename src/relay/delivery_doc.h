@@ -11,12 +11,12 @@
  * payload_bytes, status) is the same in both views. An outbox row differs by audience:
  *   - DDOC_HUD, shown without authentication: no body (a dispatch body carries the callback
  *     token); error texts and notes scrubbed of credentials and cut at DDOC_ERROR_MAX;
- *     "dispatch_state" (html_outbox_label) and "created_at"; "next_attempt_at" only while the row
- *     is queued; a check run's name, status and conclusion as "check_run".
+ *     "dispatch_state" (ob_state_label, outcome.h) and "created_at"; "next_attempt_at" only while
+ * the row is queued; a check run's name, status and conclusion as "check_run".
  *   - DDOC_ADMIN, behind the admin token: texts as stored, "next_attempt_at" always, and "body":
  *     the request body (null when empty, not well-formed UTF-8 or holding a NUL; a dry-run
  *     dispatch row stores none, so its body is rebuilt exactly as the worker built it, see
- *     outbox_dispatch_body).
+ *     dispatch_row_body in dispatch.h).
  */
 #ifndef CRCR_DELIVERY_DOC_H
 #define CRCR_DELIVERY_DOC_H
@@ -95,8 +95,5 @@ crcr_err ddoc_admin_list(store *st, const store_filter *f, buf_t *out);
  * failure. */
 crcr_err ddoc_admin_jv(store *st, const crcr_config *cfg, const char *id, jv **out);
 crcr_err ddoc_admin_list_jv(store *st, const store_filter *f, jv **out);
-
-/* True for an outbox state a listing may filter on (queued|running|sent|dry_run|dead). */
-bool ddoc_state_valid(const char *state);
 
 #endif

@@ -17,23 +17,6 @@
 #include "html.h"
 #include "jw.h"
 
-health_outcome health_outcome_of(const char *state, const char *conclusion)
-{
-    if (!state || strcmp(state, "completed") != 0)
-        return HEALTH_RUNNING;
-    if (!conclusion)
-        return HEALTH_OTHER;
-    if (strcmp(conclusion, "success") == 0)
-        return HEALTH_SUCCESS;
-    if (strcmp(conclusion, "failure") == 0)
-        return HEALTH_FAILURE;
-    if (strcmp(conclusion, "cancelled") == 0)
-        return HEALTH_CANCELLED;
-    if (strcmp(conclusion, "timed_out") == 0)
-        return HEALTH_TIMED_OUT;
-    return HEALTH_OTHER;
-}
-
 uint64_t health_group_key(int64_t pr_number, const char *head_sha)
 {
     uint64_t h = 1469598103934665603ULL;
@@ -57,7 +40,7 @@ health_run health_run_of(const char *state, const char *conclusion, const char *
     bool nightly =
         event_type && (strcmp(event_type, "nightly") == 0 || strcmp(event_type, "periodic") == 0);
     return (health_run){
-        .outcome = health_outcome_of(state, conclusion),
+        .outcome = outcome_of(state, conclusion),
         .nightly = nightly,
         .group = health_group_key(pr_number, head_sha),
         .dispatched_at = dispatched_at,
@@ -134,10 +117,10 @@ crcr_err health_compute(const health_run *runs, size_t n, int64_t rejected, heal
             last = r->dispatched_at;
         if (last > out->last_run_at)
             out->last_run_at = last;
-        bool completed = r->outcome != HEALTH_RUNNING;
+        bool completed = r->outcome != OUTCOME_RUNNING;
         if (r->started_at > 0)
             out->callbacks_accepted++;
-        if (completed && r->outcome != HEALTH_TIMED_OUT)
+        if (completed && r->outcome != OUTCOME_TIMED_OUT)
             out->callbacks_accepted++;
         if (r->nightly) {
             out->nightly++;
@@ -145,20 +128,19 @@ crcr_err health_compute(const health_run *runs, size_t n, int64_t rejected, heal
         }
         out->runs++;
         switch (r->outcome) {
-        case HEALTH_RUNNING:
+        case OUTCOME_RUNNING:
             out->running++;
             break;
-        case HEALTH_SUCCESS:
+        case OUTCOME_SUCCESS:
             out->success++;
             break;
-        case HEALTH_CANCELLED:
+        case OUTCOME_CANCELLED:
             out->cancelled++;
             break;
-        case HEALTH_TIMED_OUT:
+        case OUTCOME_TIMED_OUT:
             out->timed_out++;
             break;
-        case HEALTH_FAILURE:
-        case HEALTH_OTHER:
+        default: /* OUTCOME_FAILURE, OUTCOME_OTHER */
             out->failure++;
             break;
         }
@@ -573,12 +555,13 @@ crcr_err health_entry_json(const health_entry *e, buf_t *out)
     jw_key(&w, "device");
     jw_str(&w, e->device[0] ? e->device : NULL);
     jw_kint(&w, "runs", s->runs);
-    jw_kint(&w, "completed", s->completed);
-    jw_kint(&w, "success", s->success);
-    jw_kint(&w, "failure", s->failure);
-    jw_kint(&w, "cancelled", s->cancelled);
-    jw_kint(&w, "timed_out", s->timed_out);
-    jw_kint(&w, "running", s->running);
+    /* The counts by outcome, named as the API's `result` names them (outcome.h). */
+    jw_kint(&w, run_status_name(RUN_STATUS_COMPLETED), s->completed);
+    jw_kint(&w, outcome_name(OUTCOME_SUCCESS), s->success);
+    jw_kint(&w, outcome_name(OUTCOME_FAILURE), s->failure);
+    jw_kint(&w, outcome_name(OUTCOME_CANCELLED), s->cancelled);
+    jw_kint(&w, outcome_name(OUTCOME_TIMED_OUT), s->timed_out);
+    jw_kint(&w, outcome_name(OUTCOME_RUNNING), s->running);
     jw_kint(&w, "nightly", s->nightly);
     jw_knum(&w, "success_rate_pct", s->success_pct, 1);
     jw_knum(&w, "timeout_rate_pct", s->timeout_pct, 1);

@@ -42,6 +42,7 @@
 #include "buf.h"
 #include "err.h"
 #include "crcr_limits.h"
+#include "outcome.h"
 #include "store.h"
 
 #define HEALTH_WINDOW_DEFAULT_MS (7LL * 24 * 3600 * 1000)
@@ -61,21 +62,10 @@
 /* Most runs read per repo for one report. */
 #define HEALTH_MAX_RUNS_PER_REPO 100000
 
-typedef enum {
-    HEALTH_RUNNING = 0, /* not completed yet */
-    HEALTH_SUCCESS,
-    HEALTH_FAILURE,
-    HEALTH_CANCELLED,
-    HEALTH_TIMED_OUT,
-    HEALTH_OTHER /* any other conclusion (neutral, skipped, startup_failure, none...) */
-} health_outcome;
-
-/* The outcome of a run from its stored state and conclusion. */
-health_outcome health_outcome_of(const char *state, const char *conclusion);
-
 /* One run, as the computation sees it. */
 typedef struct health_run {
-    health_outcome outcome;
+    crcr_outcome outcome;  /* outcome_of() its stored status and conclusion; OTHER counts as a
+                              failure */
     bool nightly;          /* nightly/periodic self-report */
     uint64_t group;        /* same value = same PR head (see health_group_key) */
     int64_t dispatched_at; /* ms, 0 when unknown */

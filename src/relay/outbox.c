@@ -20,7 +20,6 @@
 
 #include <openssl/crypto.h>
 
-#include "cbtoken.h"
 #include "clock.h"
 #include "checks.h"
 #include "dispatch.h"
@@ -30,6 +29,7 @@
 #include "metrics.h"
 #include "oncall.h"
 #include "store.h"
+#include "vocab.h"
 
 #define OUTBOX_POLL_MS 1000
 #define OUTBOX_PAUSES_MAX 1024
@@ -66,6 +66,9 @@ struct outbox {
     size_t n_pauses;
     atomic_uint_fast64_t sent, dry_run, retried, dead, pauses_count;
 };
+
+/* The key of the lease_lost log line that says whether the request went out. */
+#define LOG_KEY_SENT "sent" /* vocab-ok: a log key, not the outbox state */
 
 /* Case-insensitive substring test (strcasestr is a GNU extension). */
 static bool contains_nocase(const char *hay, const char *needle)
@@ -331,30 +334,11 @@ static void send_as_installation(outbox *ob, store_job *job, const char *method,
         gh_resp_free(&r);
 }
 
-crcr_err outbox_dispatch_body(const crcr_config *cfg, const outbox_dispatch_src *src,
-                              dispatch_output *out, char *err, size_t errsz)
-{
-    char token[CBTOKEN_SIZE];
-    cbtoken_make(cfg->app_secret ? cfg->app_secret : "", src->delivery_id ? src->delivery_id : "",
-                 src->target, src->head_sha, src->pr_number, token);
-    dispatch_input in = {
-        .event = src->event ? src->event : "",
-        .delivery_id = src->delivery_id ? src->delivery_id : "",
-        .payload = src->payload,
-        .payload_len = src->payload_len,
-        .callback_token = token,
-        .budget = cfg->dispatch_budget,
-    };
-    crcr_err e = dispatch_build(&in, out, err, errsz);
-    OPENSSL_cleanse(token, sizeof(token));
-    return e;
-}
-
 /* Carries out a dispatch row; `out` receives the request body. */
 static void run_dispatch(outbox *ob, store_job *job, outcome *o, dispatch_output *out, int64_t now)
 {
     char err[256] = "";
-    outbox_dispatch_src src = {
+    dispatch_src src = {
         .event = job->event,
         .delivery_id = job->delivery_id,
         .payload = buf_cstr(&job->payload),
@@ -363,7 +347,7 @@ static void run_dispatch(outbox *ob, store_job *job, outcome *o, dispatch_output
         .head_sha = job->head_sha,
         .pr_number = job->pr_number,
     };
-    crcr_err e = outbox_dispatch_body(ob->cfg, &src, out, err, sizeof(err));
+    crcr_err e = dispatch_row_body(ob->cfg, &src, out, err, sizeof(err));
     if (e) {
         o->verdict = OUTBOX_PERMANENT;
         snprintf(o->error, sizeof(o->error), "cannot build dispatch: %s",
@@ -376,8 +360,8 @@ static void run_dispatch(outbox *ob, store_job *job, outcome *o, dispatch_output
     }
     char path[CRCR_REPO_NAME_MAX + 32];
     snprintf(path, sizeof(path), "/repos/%s/dispatches", job->target);
-    send_as_installation(ob, job, "POST", path, buf_cstr(&out->body), out->body.len, "dispatch", o,
-                         now, NULL);
+    send_as_installation(ob, job, "POST", path, buf_cstr(&out->body), out->body.len,
+                         ob_kind_name(OB_KIND_DISPATCH), o, now, NULL);
 }
 
 /* A check run on the upstream PR: the row's body is the request body. */
@@ -413,8 +397,8 @@ static void run_rerun(outbox *ob, store_job *job, outcome *o, char *note, size_t
         return;
     }
     char path[CRCR_REPO_NAME_MAX + 96];
-    snprintf(path, sizeof(path), "/repos/%s/actions/runs/%lld/%s", job->target, (long long)run_id,
-             failed_only ? "rerun-failed-jobs" : "rerun");
+    snprintf(path, sizeof(path), "/repos/%s/actions/runs/%lld/rerun%s", job->target,
+             (long long)run_id, failed_only ? "-failed-jobs" : "");
     gh_resp r;
     gh_resp_init(&r);
     send_as_installation(ob, job, "POST", path, NULL, 0, "re-run", o, now, &r);
@@ -499,7 +483,7 @@ static void run_rerun_suite(outbox *ob, store_job *job, outcome *o, char *note, 
     for (size_t k = 0; k < n_found; k++) {
         snprintf(bodies[k], sizeof(bodies[k]), "{\"run_id\":%lld,\"failed_only\":false}",
                  (long long)found[k].run_id);
-        jobs[k] = (store_new_job){.kind = "rerun",
+        jobs[k] = (store_new_job){.kind = ob_kind_name(OB_KIND_RERUN),
                                   .target = found[k].repo,
                                   .body = bodies[k],
                                   .body_len = strlen(bodies[k]),
@@ -593,8 +577,8 @@ static void run_comment(outbox *ob, store_job *job, outcome *o, char *note, size
                 o->verdict = OUTBOX_PERMANENT;
                 snprintf(o->error, sizeof(o->error), "comment: %s", crcr_strerror(e));
             } else {
-                send_as_installation(ob, job, "POST", path, req.data, req.len, "comment", o,
-                                     clock_now_ms(), NULL);
+                send_as_installation(ob, job, "POST", path, req.data, req.len,
+                                     ob_kind_name(OB_KIND_COMMENT), o, clock_now_ms(), NULL);
             }
         }
         if (o->verdict == OUTBOX_DONE) {
@@ -650,21 +634,29 @@ static void process(outbox *ob, store_job *job, uint64_t *rng)
     dispatch_output_init(&out);
     char note_buf[128] = "";
     long max_attempts = ob->cfg->max_attempts;
-    if (strcmp(job->kind, "dispatch") == 0) {
+    switch (ob_kind_parse(job->kind)) {
+    case OB_KIND_DISPATCH:
         run_dispatch(ob, job, &o, &out, now);
-    } else if (strcmp(job->kind, "check_run") == 0) {
+        break;
+    case OB_KIND_CHECK_RUN:
         run_check_run(ob, job, &o, now);
-    } else if (strcmp(job->kind, "rerun") == 0) {
+        break;
+    case OB_KIND_RERUN:
         run_rerun(ob, job, &o, note_buf, sizeof(note_buf), now);
-    } else if (strcmp(job->kind, "rerun_suite") == 0) {
+        break;
+    case OB_KIND_RERUN_SUITE:
         run_rerun_suite(ob, job, &o, note_buf, sizeof(note_buf), now);
-    } else if (strcmp(job->kind, "hud_forward") == 0) {
+        break;
+    case OB_KIND_HUD_FORWARD:
         run_hud_forward(ob, job, &o);
         max_attempts = ob->cfg->hud_max_retries + 1;
-    } else if (strcmp(job->kind, "comment") == 0) {
+        break;
+    case OB_KIND_COMMENT:
         run_comment(ob, job, &o, note_buf, sizeof(note_buf));
-    } else {
+        break;
+    default:
         snprintf(o.error, sizeof(o.error), "unknown outbox kind '%s'", job->kind);
+        break;
     }
     now = clock_now_ms();
     const char *note = out.trimmed ? buf_cstr(&out.trimmed_note) : (note_buf[0] ? note_buf : NULL);
@@ -678,18 +670,19 @@ static void process(outbox *ob, store_job *job, uint64_t *rng)
     } else if (o.verdict == OUTBOX_DONE) {
         bool dry = ob->gh == NULL;
         /* A dry-run dispatch stores no body: showing the row rebuilds the exact request from
-         * the stored delivery (outbox_dispatch_body); writing 30 KB per target here was half of
+         * the stored delivery (dispatch_row_body); writing 30 KB per target here was half of
          * the dry-run ingest cost (bench/RESULTS.md). Other kinds store their body already. */
-        fe = store_job_finish(ob->st, job, dry ? "dry_run" : "sent", o.status, NULL, note, NULL, 0,
-                              now);
+        const char *done = ob_state_name(dry ? OB_STATE_DRY_RUN : OB_STATE_SENT);
+        fe = store_job_finish(ob->st, job, done, o.status, NULL, note, NULL, 0, now);
         atomic_fetch_add(dry ? &ob->dry_run : &ob->sent, 1);
-        metrics_outbox_result(job->kind, dry ? "dry_run" : "sent");
+        metrics_outbox_result(job->kind, done);
         LOG_INFO(dry ? "outbox.dry_run" : "outbox.sent", "delivery", job->delivery_id, "repo",
                  job->target, "kind", job->kind, "attempt", attempt_s, "trimmed", note, NULL);
     } else if (o.verdict == OUTBOX_PERMANENT) {
-        fe = store_job_finish(ob->st, job, "dead", o.status, o.error, note, NULL, 0, now);
+        fe = store_job_finish(ob->st, job, ob_state_name(OB_STATE_DEAD), o.status, o.error, note,
+                              NULL, 0, now);
         atomic_fetch_add(&ob->dead, 1);
-        metrics_outbox_result(job->kind, "dead");
+        metrics_outbox_result(job->kind, ob_state_name(OB_STATE_DEAD));
         LOG_WARN("outbox.dead", "delivery", job->delivery_id, "repo", job->target, "kind",
                  job->kind, "reason", o.error, NULL);
     } else if (o.status == -1) {
@@ -698,9 +691,10 @@ static void process(outbox *ob, store_job *job, uint64_t *rng)
     } else if (attempt >= max_attempts) {
         char reason[512];
         snprintf(reason, sizeof(reason), "gave up after %d attempts: %s", attempt, o.error);
-        fe = store_job_finish(ob->st, job, "dead", o.status, reason, note, NULL, 0, now);
+        fe = store_job_finish(ob->st, job, ob_state_name(OB_STATE_DEAD), o.status, reason, note,
+                              NULL, 0, now);
         atomic_fetch_add(&ob->dead, 1);
-        metrics_outbox_result(job->kind, "dead");
+        metrics_outbox_result(job->kind, ob_state_name(OB_STATE_DEAD));
         LOG_WARN("outbox.dead", "delivery", job->delivery_id, "repo", job->target, "kind",
                  job->kind, "reason", reason, NULL);
     } else {
@@ -738,7 +732,7 @@ static void process(outbox *ob, store_job *job, uint64_t *rng)
     if (fe == CRCR_E_STATE) {
         metrics_outbox_result(job->kind, "lease_lost");
         LOG_WARN("outbox.lease_lost", "delivery", job->delivery_id, "repo", job->target, "kind",
-                 job->kind, "attempt", attempt_s, "sent",
+                 job->kind, "attempt", attempt_s, LOG_KEY_SENT,
                  o.verdict == OUTBOX_LEASE_LOST ? "no" : "yes", NULL);
     }
     dispatch_output_free(&out);

@@ -49,23 +49,6 @@
 
 typedef struct outbox outbox;
 
-/* What a dispatch request is built from: the row's delivery and target (borrowed). */
-typedef struct outbox_dispatch_src {
-    const char *event, *delivery_id;
-    const char *payload;
-    size_t payload_len;
-    const char *target, *head_sha;
-    int64_t pr_number;
-} outbox_dispatch_src;
-
-/* Builds the exact repository_dispatch body a dispatch row sends (envelope, trimming to
- * CRCR_DISPATCH_BUDGET, callback token) into `out` (initialised by dispatch_output_init, owned by
- * the caller). The workers use it to send, and `deliveries show` to show a dry-run row's request,
- * which is not stored: the same bytes while GITHUB_APP_SECRET and CRCR_DISPATCH_BUDGET are
- * unchanged. */
-crcr_err outbox_dispatch_body(const crcr_config *cfg, const outbox_dispatch_src *src,
-                              dispatch_output *out, char *err, size_t errsz);
-
 /* How one answer is handled (exposed for unit tests). */
 typedef enum {
     OUTBOX_DONE,       /* success */

@@ -8,35 +8,49 @@
 #include "json.h"
 #include "crcr_limits.h"
 #include "oncall.h"
+#include "vocab.h"
 
 /* The labels of a stored webhook (only pull_request.labels is built). */
 static const char *const LABEL_PATHS[] = {"pull_request.labels"};
 
+/* Whether the dispatched webhook `payload` carried a label of `repo`'s device. */
+static bool payload_labelled(const allowlist *al, const char *repo, const buf_t *payload)
+{
+    if (!payload->len)
+        return false;
+    jv *doc = jv_parse_select(payload->data, payload->len, LABEL_PATHS, 1, NULL, 0);
+    const jv *labels = jv_path(doc, "pull_request.labels");
+    const char *names[CRCR_LABELS_MAX];
+    size_t n = 0;
+    for (size_t i = 0; i < jv_arr_len(labels) && n < CRCR_LABELS_MAX; i++) {
+        const char *name = jv_path_str(jv_arr_at(labels, i), "name");
+        if (name)
+            names[n++] = name;
+    }
+    bool labelled = allowlist_needs_check_run(al, repo, names, n);
+    jv_free(doc);
+    return labelled;
+}
+
 bool run_effects_check_wanted(const run_effects_env *env, const allowlist *al, const char *repo,
-                              crcr_level level, const char *delivery_id, const char *head_sha)
+                              crcr_level level, const char *delivery_id, const char *head_sha,
+                              const store_dispatch *dispatch)
 {
     if (level < CRCR_LEVEL_L3 || !head_sha || !*head_sha)
         return false;
     if (level == CRCR_LEVEL_L4)
         return true;
     /* The PR carried the device's label in the webhook the relay dispatched. */
-    store_dispatch d;
-    buf_init(&d.payload, env->cfg->max_body);
     bool labelled = false;
-    if (store_dispatch_get(env->st, delivery_id, repo, true, &d) == CRCR_OK && d.payload.len) {
-        jv *doc = jv_parse_select(d.payload.data, d.payload.len, LABEL_PATHS, 1, NULL, 0);
-        const jv *labels = jv_path(doc, "pull_request.labels");
-        const char *names[CRCR_LABELS_MAX];
-        size_t n = 0;
-        for (size_t i = 0; i < jv_arr_len(labels) && n < CRCR_LABELS_MAX; i++) {
-            const char *name = jv_path_str(jv_arr_at(labels, i), "name");
-            if (name)
-                names[n++] = name;
-        }
-        labelled = allowlist_needs_check_run(al, repo, names, n);
-        jv_free(doc);
+    if (dispatch) {
+        labelled = payload_labelled(al, repo, &dispatch->payload);
+    } else {
+        store_dispatch d;
+        buf_init(&d.payload, env->cfg->max_body);
+        if (store_dispatch_get(env->st, delivery_id, repo, true, &d) == CRCR_OK)
+            labelled = payload_labelled(al, repo, &d.payload);
+        buf_free(&d.payload);
     }
-    buf_free(&d.payload);
     if (labelled)
         return true;
     /* Reopened PRs carry stale labels: the label event's mark decides (upstream fallback). */
@@ -83,10 +97,10 @@ crcr_err run_effects_hud_body(buf_t *out, const char *repo, crcr_level level, in
 
 void run_effect_bodies_init(run_effect_bodies *b, size_t callback_len)
 {
-    buf_init(&b->check, 64 * 1024);
-    buf_init(&b->check_key, 4 * CRCR_JOB_NAME_MAX + 256);
+    buf_init(&b->check, RUN_EFFECTS_CHECK_BODY_MAX);
+    buf_init(&b->check_key, RUN_EFFECTS_KEY_MAX);
     buf_init(&b->hud, callback_len + 8192);
-    buf_init(&b->hud_key, 4 * CRCR_JOB_NAME_MAX + 256);
+    buf_init(&b->hud_key, RUN_EFFECTS_KEY_MAX);
     buf_init(&b->oncall, ONCALL_ROW_MAX);
     buf_init(&b->oncall_key, ONCALL_KEY_MAX);
 }
@@ -101,11 +115,38 @@ void run_effect_bodies_free(run_effect_bodies *b)
     buf_free(&b->oncall_key);
 }
 
+/* A row of `kind` on the upstream repository, due now, with its body and ordering key (borrowed
+ * from `body` and `key`). */
+static store_new_job upstream_row(const crcr_config *cfg, crcr_ob_kind kind, const buf_t *body,
+                                  const buf_t *key)
+{
+    return (store_new_job){.kind = ob_kind_name(kind),
+                           .target = cfg->upstream_repo,
+                           .seq_key = key->data,
+                           .body = body->data,
+                           .body_len = body->len,
+                           .due_at = clock_now_ms()};
+}
+
+crcr_err run_effects_check_job(const crcr_config *cfg, const checks_run *check, buf_t *body,
+                               buf_t *key, store_new_job *job)
+{
+    buf_reset(body);
+    buf_reset(key);
+    crcr_err err = checks_body(check, body);
+    if (!err)
+        err = checks_seq_key(check, key);
+    if (!err)
+        *job = upstream_row(cfg, OB_KIND_CHECK_RUN, body, key);
+    return err;
+}
+
 bool run_effects_oncall_job(const crcr_config *cfg, const allowlist *al, const checks_run *check,
                             buf_t *body, buf_t *key, store_new_job *job)
 {
-    if (!cfg->oncall_comments || !al || !check || check->pr_number <= 0 || !check->status ||
-        strcmp(check->status, "completed") != 0 || !oncall_alerting(check->conclusion))
+    if (!cfg->oncall_comments || !al || !check || check->pr_number <= 0 ||
+        run_status_parse(check->status) != RUN_STATUS_COMPLETED ||
+        !oncall_alerting(check->conclusion))
         return false;
     const allowlist_entry *entry = allowlist_find(al, check->repo);
     if (!entry || entry->n_oncalls == 0)
@@ -135,12 +176,7 @@ bool run_effects_oncall_job(const crcr_config *cfg, const allowlist *al, const c
     if (!err)
         err = oncall_seq_key(check->pr_number, check->repo, key);
     if (!err)
-        *job = (store_new_job){.kind = "comment",
-                               .target = cfg->upstream_repo,
-                               .seq_key = key->data,
-                               .body = body->data,
-                               .body_len = body->len,
-                               .due_at = clock_now_ms()};
+        *job = upstream_row(cfg, OB_KIND_COMMENT, body, key);
     buf_free(&name);
     buf_free(&details);
     buf_free(&text);
@@ -155,17 +191,11 @@ crcr_err run_effects_build(const run_effects_env *env, const checks_run *check,
     *n = 0;
     int64_t now = clock_now_ms();
     if (check && *n < max) {
-        crcr_err err = checks_body(check, &bodies->check);
-        if (!err)
-            err = checks_seq_key(check, &bodies->check_key);
+        crcr_err err =
+            run_effects_check_job(env->cfg, check, &bodies->check, &bodies->check_key, &jobs[*n]);
         if (err)
             return err;
-        jobs[(*n)++] = (store_new_job){.kind = "check_run",
-                                       .target = env->cfg->upstream_repo,
-                                       .seq_key = bodies->check_key.data,
-                                       .body = bodies->check.data,
-                                       .body_len = bodies->check.len,
-                                       .due_at = now};
+        (*n)++;
         if (*n < max && run_effects_oncall_job(env->cfg, env->al, check, &bodies->oncall,
                                                &bodies->oncall_key, &jobs[*n]))
             (*n)++;
@@ -180,7 +210,7 @@ crcr_err run_effects_build(const run_effects_env *env, const checks_run *check,
                              key->job_name ? key->job_name : "");
         if (err)
             return err;
-        jobs[(*n)++] = (store_new_job){.kind = "hud_forward",
+        jobs[(*n)++] = (store_new_job){.kind = ob_kind_name(OB_KIND_HUD_FORWARD),
                                        .target = "hud",
                                        .seq_key = bodies->hud_key.data,
                                        .body = bodies->hud.data,

@@ -24,7 +24,12 @@
 #include "buf.h"
 #include "checks.h"
 #include "config.h"
+#include "crcr_limits.h"
 #include "store.h"
+
+/* Caps of a check run's request body and of an outbox ordering key. */
+#define RUN_EFFECTS_CHECK_BODY_MAX (64u * 1024u)
+#define RUN_EFFECTS_KEY_MAX (4u * CRCR_JOB_NAME_MAX + 256u)
 
 /* What building effects needs from the relay. */
 typedef struct run_effects_env {
@@ -62,6 +67,13 @@ crcr_err run_effects_build(const run_effects_env *env, const checks_run *check,
                            int64_t exec_ms, const char *callback_json, size_t callback_len,
                            run_effect_bodies *bodies, store_new_job *jobs, size_t max, size_t *n);
 
+/* The check-run row of `check` on the upstream PR (its body from checks_body, its ordering key
+ * from checks_seq_key, due now): fills *job, whose body and key live in `body` (cap
+ * RUN_EFFECTS_CHECK_BODY_MAX) and `key` (cap RUN_EFFECTS_KEY_MAX), both emptied first. The one
+ * builder of check-run rows: run_effects_build and the label back-fill (webhook.c). */
+crcr_err run_effects_check_job(const crcr_config *cfg, const checks_run *check, buf_t *body,
+                               buf_t *key, store_new_job *job);
+
 /* The on-call comment row of the check run `check`, when CRCR_ONCALL_COMMENTS is on, `check` is
  * completed with failure, cancelled or timed_out on a PR (pr_number > 0), and its repo has
  * on-calls in `al` that are valid handles: fills *job, whose body and key live in `body` (cap
@@ -71,8 +83,12 @@ bool run_effects_oncall_job(const crcr_config *cfg, const allowlist *al, const c
                             buf_t *body, buf_t *key, store_new_job *job);
 
 /* Whether a run of `repo` (at `level` now) on the dispatched delivery `delivery_id`, head sha
- * `head_sha`, gets a check run on the upstream PR (see above). */
+ * `head_sha`, gets a check run on the upstream PR (see above). `dispatch` is the delivery's
+ * dispatch record to `repo` with its payload when the caller has read it (a callback reads it
+ * once, with the payload at L3, the only level whose answer depends on the labels); NULL: it is
+ * read here when needed (the sweeper). */
 bool run_effects_check_wanted(const run_effects_env *env, const allowlist *al, const char *repo,
-                              crcr_level level, const char *delivery_id, const char *head_sha);
+                              crcr_level level, const char *delivery_id, const char *head_sha,
+                              const store_dispatch *dispatch);
 
 #endif

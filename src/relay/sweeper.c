@@ -11,6 +11,7 @@
 #include "crcr_limits.h"
 #include "log.h"
 #include "run_effects.h"
+#include "vocab.h"
 
 #define SWEEP_BATCH 100
 #define SWEEP_LEASE_MS (5 * 60 * 1000)
@@ -90,8 +91,8 @@ static void timed_out_payload(const zombie *z, int64_t now, buf_t *out)
     if (jv_is_obj(wf)) {
         char ts[32];
         clock_iso8601(now, ts, sizeof(ts));
-        jv_set(wf, "status", jv_new_str("completed"));
-        jv_set(wf, "conclusion", jv_new_str("timed_out"));
+        jv_set(wf, "status", jv_new_str(run_status_name(RUN_STATUS_COMPLETED)));
+        jv_set(wf, "conclusion", jv_new_str(conclusion_name(CONCLUSION_TIMED_OUT)));
         jv_set(wf, "completed_at", jv_new_str(ts));
     }
     if (jv_dump(doc, out) != CRCR_OK) {
@@ -110,8 +111,8 @@ static crcr_err sweep_effects_fn(void *vctx, const store_run_result *res, store_
         .workflow_name = c->z->workflow_name,
         .job_name = c->z->job_name,
         .head_sha = c->z->head_sha,
-        .status = "completed",
-        .conclusion = "timed_out",
+        .status = run_status_name(RUN_STATUS_COMPLETED),
+        .conclusion = conclusion_name(CONCLUSION_TIMED_OUT),
         .run_id = c->z->run_id,
         .pr_number = c->z->pr_number,
     };
@@ -132,7 +133,7 @@ static bool zombie_wants_check_run(const run_effects_env *env, const allowlist *
         return false;
     /* L4 always; L3 when the dispatched webhook carried the device's label, or the sha is marked
      * wanted: the relay's records decide, not the echoed callback body. */
-    return run_effects_check_wanted(env, al, z->repo, cur, z->delivery_id, z->head_sha);
+    return run_effects_check_wanted(env, al, z->repo, cur, z->delivery_id, z->head_sha, NULL);
 }
 
 void sweeper_run(const sweeper_deps *d, const char *owner, int64_t now, sweeper_result *res)
@@ -164,8 +165,8 @@ void sweeper_run(const sweeper_deps *d, const char *owner, int64_t now, sweeper_
                     .run_attempt = z->run_attempt,
                     .workflow_name = z->workflow_name,
                     .job_name = z->job_name},
-            .status = "completed",
-            .conclusion = "timed_out",
+            .status = run_status_name(RUN_STATUS_COMPLETED),
+            .conclusion = conclusion_name(CONCLUSION_TIMED_OUT),
             .event_type = z->event_type,
             .level = z->level,
             .pr_number = z->pr_number,
@@ -188,7 +189,8 @@ void sweeper_run(const sweeper_deps *d, const char *owner, int64_t now, sweeper_
         if (e == CRCR_OK || e == CRCR_E_STATE) {
             res->cleaned += e == CRCR_OK && !rr.duplicate;
             LOG_INFO("sweeper.timed_out", "delivery", z->delivery_id, "repo", z->repo, "run", run_s,
-                     "job", z->job_name, "check_run", c.check_run ? "queued" : NULL, NULL);
+                     "job", z->job_name, ob_kind_name(OB_KIND_CHECK_RUN),
+                     c.check_run ? ob_state_name(OB_STATE_QUEUED) : NULL, NULL);
         } else {
             res->errors++;
             LOG_WARN("sweeper.error", "delivery", z->delivery_id, "repo", z->repo, "run", run_s,
@@ -205,7 +207,7 @@ void sweeper_run(const sweeper_deps *d, const char *owner, int64_t now, sweeper_
         char a[16], b[16];
         snprintf(a, sizeof(a), "%d", res->cleaned);
         snprintf(b, sizeof(b), "%d", res->deleted);
-        LOG_INFO("sweeper.done", "timed_out", a, "deleted", b, NULL);
+        LOG_INFO("sweeper.done", conclusion_name(CONCLUSION_TIMED_OUT), a, "deleted", b, NULL);
         if (d->ob)
             outbox_notify(d->ob);
     }

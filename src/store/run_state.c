@@ -4,22 +4,20 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "vocab.h"
+
 #define RUN_LIST_DEFAULT 1000
 #define RUN_LIST_MAX 100000
-
-static bool is(const char *a, const char *b)
-{
-    return strcmp(a, b) == 0;
-}
 
 run_outcome run_state_next(const run_prev *prev, const store_run_update *u, int64_t dispatched_at,
                            store_run_result *res, char *reason, size_t reasonsz)
 {
     const char *state = prev->exists ? prev->state : "";
+    crcr_run_status was = run_status_parse(state);
     res->dispatched_at = dispatched_at;
     res->started_at = prev->exists ? prev->started_at : 0;
-    if (!is(u->status, "completed")) {
-        if (is(state, "in_progress")) {
+    if (run_status_parse(u->status) != RUN_STATUS_COMPLETED) {
+        if (was == RUN_STATUS_IN_PROGRESS) {
             res->duplicate = true;
             return RUN_DUPLICATE;
         }
@@ -32,9 +30,10 @@ run_outcome run_state_next(const run_prev *prev, const store_run_update *u, int6
             res->queue_ms = u->now > dispatched_at ? u->now - dispatched_at : 0;
         return RUN_APPLY;
     }
-    if (is(state, "completed")) {
-        bool same = (!u->conclusion && !prev->has_conclusion) ||
-                    (u->conclusion && prev->has_conclusion && is(u->conclusion, prev->conclusion));
+    if (was == RUN_STATUS_COMPLETED) {
+        bool same =
+            (!u->conclusion && !prev->has_conclusion) ||
+            (u->conclusion && prev->has_conclusion && strcmp(u->conclusion, prev->conclusion) == 0);
         if (same) {
             res->duplicate = true;
             return RUN_DUPLICATE;
@@ -43,7 +42,7 @@ run_outcome run_state_next(const run_prev *prev, const store_run_update *u, int6
                  prev->has_conclusion ? prev->conclusion : "null");
         return RUN_INVALID;
     }
-    if (!u->single_shot && !is(state, "in_progress")) {
+    if (!u->single_shot && was != RUN_STATUS_IN_PROGRESS) {
         snprintf(reason, reasonsz, "completed without prior in_progress");
         return RUN_INVALID;
     }
@@ -71,7 +70,7 @@ static store_param integer_or_null(int64_t v, int64_t null_value)
 void run_row_params(const store_run_update *u, const store_run_result *res,
                     store_param out[RUN_UPSERT_PARAMS])
 {
-    bool completed = is(u->status, "completed");
+    bool completed = run_status_parse(u->status) == RUN_STATUS_COMPLETED;
     int k = 0;
     out[k++] = text(u->key.delivery_id);
     out[k++] = text(u->key.repo);

@@ -10,6 +10,7 @@
 
 #include "run_state.h"
 #include "store_impl.h"
+#include "vocab.h"
 
 /* Longest working directory named in a "no store" message. */
 #define STORE_CWD_MAX 1024
@@ -343,20 +344,34 @@ crcr_err store_budget_take(store *st, const char *name, int64_t amount, int64_t 
 static void stats_count(store_outbox_stats *out, const char *state, int64_t count,
                         int64_t oldest_due)
 {
-    if (!state)
-        return;
-    if (strcmp(state, "queued") == 0) {
+    switch (ob_state_parse(state)) {
+    case OB_STATE_QUEUED:
         out->queued = count;
         out->oldest_due = oldest_due;
-    } else if (strcmp(state, "running") == 0) {
+        break;
+    case OB_STATE_RUNNING:
         out->running = count;
-    } else if (strcmp(state, "sent") == 0) {
+        break;
+    case OB_STATE_SENT:
         out->sent = count;
-    } else if (strcmp(state, "dry_run") == 0) {
+        break;
+    case OB_STATE_DRY_RUN:
         out->dry_run = count;
-    } else if (strcmp(state, "dead") == 0) {
+        break;
+    case OB_STATE_DEAD:
         out->dead = count;
+        break;
+    default:
+        break;
     }
+}
+
+void store_schema_too_new(char *err, size_t errsz, int64_t version)
+{
+    snprintf(err, errsz,
+             "CRCR_STORE: schema version %lld is newer than this crcr understands (%d); "
+             "upgrade crcr",
+             (long long)version, CRCR_SCHEMA_VERSION);
 }
 
 /* ---- rows read back (store_impl.h) ---- */

@@ -237,6 +237,10 @@ typedef struct store_run_update {
     size_t payload_len;
     int64_t now;
     bool single_shot; /* nightly/periodic: no dispatch record; one completed row per key */
+    /* The dispatch record's time (store_dispatch.dispatched_at) when the caller has read the
+     * record already (a callback checks it first): the transition trusts it and reads no
+     * record. 0: the transition reads the record itself (CRCR_E_NOT_FOUND without one). */
+    int64_t dispatched_at;
     /* When rate_limit > 0, a store_rate_hit() for key.repo at `now` over rate_window_ms is
      * counted first, in the same transaction where the backend can (SQLite); a refused hit
      * applies nothing (res->rate_limited). A counted hit stays counted whatever the transition's
@@ -265,7 +269,8 @@ typedef crcr_err (*store_effects_fn)(void *ctx, const store_run_result *res, sto
  * new state and inserts the side-effect jobs from `effects` (may be NULL) in one transaction.
  * Returns CRCR_OK (res->duplicate tells an exact repeat, with no write and no jobs;
  * res->rate_limited a refused rate hit, see rate_limit),
- * CRCR_E_NOT_FOUND when no dispatch of this delivery to this repo exists (not for single_shot),
+ * CRCR_E_NOT_FOUND when no dispatch of this delivery to this repo exists (not for single_shot,
+ * nor when u->dispatched_at says the caller found one),
  * CRCR_E_STATE for an invalid transition (reason says which), CRCR_E_STORE on failure.
  */
 crcr_err store_run_apply(store *st, const store_run_update *u, store_effects_fn effects, void *ctx,

@@ -61,6 +61,10 @@ typedef int (*store_row_fn)(void *ctx, const store_row_source *row);
 
 /* A heap copy of a text column (caller frees); NULL for SQL NULL or when out of memory. */
 char *store_row_dup(const store_row_source *s, int col);
+
+/* The open's refusal of a store whose schema `version` is newer than CRCR_SCHEMA_VERSION (both
+ * backends answer it with CRCR_E_CONFIG). */
+void store_schema_too_new(char *err, size_t errsz, int64_t version);
 /* Appends a blob column to `out` (nothing for NULL or empty). */
 crcr_err store_row_append(const store_row_source *s, int col, buf_t *out);
 

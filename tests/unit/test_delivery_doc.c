@@ -13,8 +13,8 @@
 #include <cmocka.h>
 
 #include "delivery_doc.h"
+#include "dispatch.h"
 #include "json.h"
-#include "outbox.h"
 
 #define T0 1800000000000LL
 #define ISO0 "2027-01-15T08:00:00Z"
@@ -247,15 +247,15 @@ static void a_dry_run_dispatch_shows_the_body_the_worker_would_send(void **state
     char secret[] = "webhook-secret-for-the-test";
     cfg.app_secret = secret;
     cfg.dispatch_budget = 65000;
-    outbox_dispatch_src src = {.event = "push",
-                               .delivery_id = "d2",
-                               .payload = "{\"number\":7}",
-                               .payload_len = 12,
-                               .target = "o/dry",
-                               .head_sha = "abc1234"};
+    dispatch_src src = {.event = "push",
+                        .delivery_id = "d2",
+                        .payload = "{\"number\":7}",
+                        .payload_len = 12,
+                        .target = "o/dry",
+                        .head_sha = "abc1234"};
     dispatch_output out;
     dispatch_output_init(&out);
-    assert_int_equal(outbox_dispatch_body(&cfg, &src, &out, err, sizeof(err)), CRCR_OK);
+    assert_int_equal(dispatch_row_body(&cfg, &src, &out, err, sizeof(err)), CRCR_OK);
     buf_t want;
     buf_init(&want, 1u << 20);
     buf_puts(&want, "\"body\":");

@@ -24,7 +24,7 @@ typedef struct history {
     size_t n;
 } history;
 
-static void add(history *h, health_outcome o, int count)
+static void add(history *h, crcr_outcome o, int count)
 {
     for (int i = 0; i < count; i++) {
         int64_t base = 1000000 + (int64_t)h->n * 10 * MIN_MS;
@@ -32,9 +32,9 @@ static void add(history *h, health_outcome o, int count)
                                      .group = 1000 + h->n,
                                      .dispatched_at = base,
                                      .started_at = base + MIN_MS,
-                                     .completed_at = o == HEALTH_RUNNING ? 0 : base + 5 * MIN_MS,
+                                     .completed_at = o == OUTCOME_RUNNING ? 0 : base + 5 * MIN_MS,
                                      .queue_ms = MIN_MS,
-                                     .exec_ms = o == HEALTH_RUNNING ? -1 : 4 * MIN_MS};
+                                     .exec_ms = o == OUTCOME_RUNNING ? -1 : 4 * MIN_MS};
         h->n++;
     }
 }
@@ -42,14 +42,14 @@ static void add(history *h, health_outcome o, int count)
 /* One PR head of two runs, dispatched at 0 and finishing at `total_ms`. */
 static void add_head(history *h, uint64_t group, int64_t total_ms)
 {
-    h->runs[h->n++] = (health_run){.outcome = HEALTH_SUCCESS,
+    h->runs[h->n++] = (health_run){.outcome = OUTCOME_SUCCESS,
                                    .group = group,
                                    .dispatched_at = 5000,
                                    .started_at = 6000,
                                    .completed_at = 5000 + total_ms / 2,
                                    .queue_ms = 1000,
                                    .exec_ms = 1000};
-    h->runs[h->n++] = (health_run){.outcome = HEALTH_SUCCESS,
+    h->runs[h->n++] = (health_run){.outcome = OUTCOME_SUCCESS,
                                    .group = group,
                                    .dispatched_at = 5000 + 10,
                                    .started_at = 7000,
@@ -73,8 +73,8 @@ static health_verdict judge(const history *h, crcr_level level, health_stats *s)
 static health_verdict judge_rate(int success, int total, crcr_level level)
 {
     history *h = calloc(1, sizeof(*h));
-    add(h, HEALTH_SUCCESS, success);
-    add(h, HEALTH_FAILURE, total - success);
+    add(h, OUTCOME_SUCCESS, success);
+    add(h, OUTCOME_FAILURE, total - success);
     health_stats s;
     health_verdict v = judge(h, level, &s);
     free(h);
@@ -84,12 +84,12 @@ static health_verdict judge_rate(int success, int total, crcr_level level)
 static void success_rate_excludes_cancelled_and_counts_timeouts_as_failures(void **state)
 {
     history h = {0};
-    add(&h, HEALTH_SUCCESS, 8);
-    add(&h, HEALTH_FAILURE, 1);
-    add(&h, HEALTH_TIMED_OUT, 1);
-    add(&h, HEALTH_CANCELLED, 5);
-    add(&h, HEALTH_OTHER, 0);
-    add(&h, HEALTH_RUNNING, 2);
+    add(&h, OUTCOME_SUCCESS, 8);
+    add(&h, OUTCOME_FAILURE, 1);
+    add(&h, OUTCOME_TIMED_OUT, 1);
+    add(&h, OUTCOME_CANCELLED, 5);
+    add(&h, OUTCOME_OTHER, 0);
+    add(&h, OUTCOME_RUNNING, 2);
     health_stats s;
     judge(&h, CRCR_LEVEL_L2, &s);
     assert_int_equal(s.runs, 17);
@@ -105,8 +105,8 @@ static void success_rate_excludes_cancelled_and_counts_timeouts_as_failures(void
 static void other_conclusions_count_against_the_success_rate(void **state)
 {
     history h = {0};
-    add(&h, HEALTH_SUCCESS, 9);
-    add(&h, HEALTH_OTHER, 1);
+    add(&h, OUTCOME_SUCCESS, 9);
+    add(&h, OUTCOME_OTHER, 1);
     health_stats s;
     judge(&h, CRCR_LEVEL_L2, &s);
     assert_int_equal(s.failure, 1);
@@ -172,8 +172,8 @@ static void fewer_than_ten_counted_runs_is_at_risk_whatever_the_rate(void **stat
     assert_int_equal(judge_rate(10, 10, CRCR_LEVEL_L3).status, HEALTH_HEALTHY);
     /* cancelled runs are not in the denominator */
     history h = {0};
-    add(&h, HEALTH_SUCCESS, 9);
-    add(&h, HEALTH_CANCELLED, 20);
+    add(&h, OUTCOME_SUCCESS, 9);
+    add(&h, OUTCOME_CANCELLED, 20);
     health_stats s;
     assert_int_equal(judge(&h, CRCR_LEVEL_L2, &s).status, HEALTH_AT_RISK);
 }
@@ -181,7 +181,7 @@ static void fewer_than_ten_counted_runs_is_at_risk_whatever_the_rate(void **stat
 static void pr_head_time_limit_is_inclusive_at_three_hours(void **state)
 {
     history h = {0};
-    add(&h, HEALTH_SUCCESS, 20);
+    add(&h, OUTCOME_SUCCESS, 20);
     add_head(&h, 1, 3 * HOUR_MS);
     health_stats s;
     health_verdict v = judge(&h, CRCR_LEVEL_L2, &s);
@@ -191,7 +191,7 @@ static void pr_head_time_limit_is_inclusive_at_three_hours(void **state)
     assert_non_null(strstr(v.reason, "close to"));
 
     history g = {0};
-    add(&g, HEALTH_SUCCESS, 20);
+    add(&g, OUTCOME_SUCCESS, 20);
     add_head(&g, 1, 3 * HOUR_MS + 1);
     v = judge(&g, CRCR_LEVEL_L3, &s);
     assert_int_equal(v.status, HEALTH_BELOW_LEVEL);
@@ -199,7 +199,7 @@ static void pr_head_time_limit_is_inclusive_at_three_hours(void **state)
     assert_non_null(strstr(v.reason, "slowest PR head"));
 
     history k = {0};
-    add(&k, HEALTH_SUCCESS, 20);
+    add(&k, OUTCOME_SUCCESS, 20);
     add_head(&k, 1, 2 * HOUR_MS);
     assert_int_equal(judge(&k, CRCR_LEVEL_L3, &s).status, HEALTH_HEALTHY);
 }
@@ -208,7 +208,7 @@ static void a_pr_head_still_running_is_not_timed_yet(void **state)
 {
     history h = {0};
     add_head(&h, 7, 10 * HOUR_MS);
-    h.runs[1].outcome = HEALTH_RUNNING;
+    h.runs[1].outcome = OUTCOME_RUNNING;
     h.runs[1].completed_at = 0;
     add_head(&h, 8, 30 * MIN_MS);
     health_stats s;
@@ -221,7 +221,7 @@ static void a_pr_head_still_running_is_not_timed_yet(void **state)
 static void percentiles_are_nearest_rank(void **state)
 {
     history h = {0};
-    add(&h, HEALTH_SUCCESS, 10);
+    add(&h, OUTCOME_SUCCESS, 10);
     for (size_t i = 0; i < 10; i++) {
         h.runs[i].queue_ms = (int64_t)(i + 1) * 1000;
         h.runs[i].exec_ms = (int64_t)(10 - i) * 100;
@@ -237,9 +237,9 @@ static void percentiles_are_nearest_rank(void **state)
 static void callback_rejection_rate_counts_both_transitions_of_a_run(void **state)
 {
     history h = {0};
-    add(&h, HEALTH_SUCCESS, 3);   /* 2 callbacks each */
-    add(&h, HEALTH_RUNNING, 1);   /* 1 */
-    add(&h, HEALTH_TIMED_OUT, 1); /* in_progress only: the sweeper completed it */
+    add(&h, OUTCOME_SUCCESS, 3);   /* 2 callbacks each */
+    add(&h, OUTCOME_RUNNING, 1);   /* 1 */
+    add(&h, OUTCOME_TIMED_OUT, 1); /* in_progress only: the sweeper completed it */
     health_stats s;
     assert_int_equal(health_compute(h.runs, h.n, 2, &s), CRCR_OK);
     assert_int_equal(s.callbacks_accepted, 8);
@@ -250,8 +250,8 @@ static void callback_rejection_rate_counts_both_transitions_of_a_run(void **stat
 static void nightly_runs_are_counted_apart_from_the_rates(void **state)
 {
     history h = {0};
-    add(&h, HEALTH_SUCCESS, 10);
-    add(&h, HEALTH_FAILURE, 5);
+    add(&h, OUTCOME_SUCCESS, 10);
+    add(&h, OUTCOME_FAILURE, 5);
     for (size_t i = 10; i < 15; i++)
         h.runs[i].nightly = true;
     health_stats s;
@@ -509,8 +509,8 @@ static void configured_thresholds_replace_the_defaults(void **state)
     assert_true(t.pr_total_max_ms == 5LL * 3600 * 1000);
 
     history *h = calloc(1, sizeof(*h));
-    add(h, HEALTH_SUCCESS, 85);
-    add(h, HEALTH_FAILURE, 15);
+    add(h, OUTCOME_SUCCESS, 85);
+    add(h, OUTCOME_FAILURE, 15);
     health_stats s;
     assert_int_equal(health_compute(h->runs, h->n, 0, &s), CRCR_OK);
     health_verdict v;

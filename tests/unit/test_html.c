@@ -1,5 +1,6 @@
-/* Unit tests for the HUD's output helpers: escaping, links only for https, fixed class tables,
- * durations and the SVG chart. (The JSON writer's tests are in test_jw.c.) */
+/* Unit tests for the HUD's output helpers: escaping, links only for https, durations and the SVG
+ * chart. (The JSON writer's tests are in test_jw.c; the fixed class tables of runs and outbox
+ * rows are in test_model.c.) */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -96,31 +97,6 @@ static void url_parts_are_percent_encoded(void **state)
     h_url_part(&t.o, "a b/\"<>&?#%~._-Z9");
     assert_string_equal(out_str(&t), "a%20b%2F%22%3C%3E%26%3F%23%25~._-Z9");
     buf_free(&t.b);
-}
-
-static void chip_classes_come_from_a_fixed_table(void **state)
-{
-    assert_string_equal(html_chip_class("completed", "success"), "chip-success");
-    assert_string_equal(html_chip_class("completed", "failure"), "chip-failure");
-    assert_string_equal(html_chip_class("completed", "cancelled"), "chip-cancelled");
-    assert_string_equal(html_chip_class("completed", "timed_out"), "chip-timed_out");
-    assert_string_equal(html_chip_class("in_progress", NULL), "chip-running");
-    assert_string_equal(html_chip_class(NULL, "success"), "chip-running");
-    assert_string_equal(html_chip_class("completed", "x\" onmouseover=\"alert(1)"), "chip-other");
-    assert_string_equal(html_chip_class("completed", NULL), "chip-other");
-}
-
-static void outbox_states_have_classes_and_words(void **state)
-{
-    assert_string_equal(html_outbox_class("queued", 0), "state-queued");
-    assert_string_equal(html_outbox_class("queued", 2), "state-retrying");
-    assert_string_equal(html_outbox_label("queued", 2), "retrying");
-    assert_string_equal(html_outbox_class("dead", 12), "state-dead");
-    assert_string_equal(html_outbox_class("dry_run", 1), "state-dry_run");
-    assert_string_equal(html_outbox_label("dry_run", 1), "dry-run");
-    assert_string_equal(html_outbox_class("sent", 1), "state-sent");
-    assert_string_equal(html_outbox_label("running", 0), "sending");
-    assert_string_equal(html_outbox_class("<b>", 0), "state-other");
 }
 
 static void durations_and_times_read_naturally(void **state)
@@ -227,8 +203,6 @@ int main(void)
         cmocka_unit_test(https_urls_become_links_with_escaped_attributes),
         cmocka_unit_test(other_urls_are_shown_as_text_only),
         cmocka_unit_test(url_parts_are_percent_encoded),
-        cmocka_unit_test(chip_classes_come_from_a_fixed_table),
-        cmocka_unit_test(outbox_states_have_classes_and_words),
         cmocka_unit_test(durations_and_times_read_naturally),
         cmocka_unit_test(chart_draws_points_with_escaped_tooltips_or_says_no_data),
         cmocka_unit_test(page_shell_links_the_stylesheet_and_no_script),

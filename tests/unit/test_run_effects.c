@@ -99,7 +99,7 @@ static int teardown(void **state)
 static bool wanted(fixture *fx, const char *repo, const char *delivery, const char *sha)
 {
     return run_effects_check_wanted(&fx->env, fx->al, repo, allowlist_level(fx->al, repo), delivery,
-                                    sha);
+                                    sha, NULL);
 }
 
 /* ---- the HUD wire format ---- */

@@ -621,10 +621,7 @@ static crcr_err migrate(pgx *x, char *err, size_t errsz)
     int64_t v = e ? -1 : version.v;
     if (!e && v > CRCR_SCHEMA_VERSION) {
         pg_finish_tx(x, CRCR_E_CONFIG, true);
-        snprintf(err, errsz,
-                 "CRCR_STORE: schema version %lld is newer than this crcr understands (%d); "
-                 "upgrade crcr",
-                 (long long)v, CRCR_SCHEMA_VERSION);
+        store_schema_too_new(err, errsz, v);
         return CRCR_E_CONFIG;
     }
     for (int64_t i = v; !e && i >= 0 && i < CRCR_SCHEMA_VERSION; i++)

@@ -12,6 +12,7 @@
 
 #include "clock.h"
 #include "store_pg.h"
+#include "vocab.h"
 
 crcr_err pg_insert_jobs(pgx *x, const char *delivery_id, const store_new_job *jobs, size_t n,
                         int64_t now)
@@ -57,7 +58,8 @@ static crcr_err op_ingest(pgx *x, void *arg)
              ARG_TEXT(d->upstream_repo), ARG_INT(d->pr_number), ARG_TEXT(d->head_sha),
              ARG_TEXT(d->ref), ARG_INT(d->received_at),
              ARG_BLOB(d->payload ? d->payload : "", d->payload_len),
-             ARG_INT((int64_t)d->payload_len), ARG_TEXT(d->status ? d->status : "queued")),
+             ARG_INT((int64_t)d->payload_len),
+             ARG_TEXT(d->status ? d->status : ob_state_name(OB_STATE_QUEUED))),
         NULL, NULL, &rows);
     if (!e && rows == 0)
         e = CRCR_E_DUPLICATE;
@@ -111,7 +113,7 @@ static int claimed_row(void *ctx, const store_row_source *s)
     out->pr_number = s->i64(s->src, 8, 0);
     out->head_sha = store_row_dup(s, 9);
     const char *was = s->text(s->src, 10);
-    if (was && strcmp(was, "running") == 0)
+    if (ob_state_parse(was) == OB_STATE_RUNNING)
         out->reclaimed = s->i64(s->src, 11, 0) < a->now ? "lease_expired" : "holder_gone";
     if (!err && (!out->kind || !out->target))
         err = CRCR_E_NOMEM;

@@ -125,7 +125,8 @@ static crcr_err op_run_apply(pgx *x, void *arg)
                  "$1::text || chr(31) || lower($2::text) || chr(31) || $3::text || chr(31) || "
                  "$4::text || chr(31) || $6::text || chr(31) || $5::text, 0))) l",
                  key, 6, NULL, NULL, NULL);
-    if (!e && !u->single_shot) {
+    res->dispatched_at = u->dispatched_at;
+    if (!e && !u->single_shot && !u->dispatched_at) {
         /* The dispatch record: this delivery was sent (or queued) to this repo. */
         store_scalar dispatched = {0};
         e = pg_query(x,

@@ -39,8 +39,12 @@
 #include "log.h"
 #include "store_sqlite.h"
 
-static const char SCHEMA[] =
-    "CREATE TABLE IF NOT EXISTS schema_version(version INTEGER NOT NULL);"
+/* Migrations, one per schema version, as PostgreSQL's (store_pg.c): MIGRATIONS[v] brings version v
+ * to v + 1, in the open's transaction. A new CRCR_SCHEMA_VERSION without its SQLite migration does
+ * not compile (see below). Stores older than the first release (0.1.0's schema 1, the fixture
+ * tests/data/stores/schema-v1.db) are not upgraded. */
+static const char *const MIGRATIONS[] = {
+    /* 0 -> 1: the first release's schema (its runs_repo index dropped since, see SQ_TIDY). */
     "CREATE TABLE IF NOT EXISTS deliveries("
     " delivery_id TEXT PRIMARY KEY, event TEXT NOT NULL, action TEXT, upstream_repo TEXT,"
     " pr_number INTEGER NOT NULL DEFAULT 0, head_sha TEXT, ref TEXT, received_at INTEGER NOT NULL,"
@@ -69,8 +73,6 @@ static const char SCHEMA[] =
     " PRIMARY KEY(delivery_id, repo, run_id, run_attempt, workflow_name, job_name));"
     "CREATE INDEX IF NOT EXISTS runs_sha ON runs(head_sha, repo);"
     "CREATE INDEX IF NOT EXISTS runs_state ON runs(state, started_at);"
-    /* runs_repo(repo, updated_at) was a prefix of runs_hud: every transition wrote both. */
-    "DROP INDEX IF EXISTS runs_repo;"
     /* The HUD's listings read every column but the payload. A callback row is tens of KB (the
      * echoed webhook), so reading it from the table costs a page or more per row; this covering
      * index answers those listings from a few hundred bytes per row (see sq_list_runs). */
@@ -85,19 +87,28 @@ static const char SCHEMA[] =
     "CREATE TABLE IF NOT EXISTS rate_hits(repo TEXT NOT NULL COLLATE NOCASE, at INTEGER NOT NULL);"
     "CREATE INDEX IF NOT EXISTS rate_hits_repo ON rate_hits(repo, at);"
     /* The number of rate_hits rows of a repo, kept with them, so that a hit costs O(1) however
-     * many hits the window holds. A repo without a row here has it counted at its next hit
-     * (databases written before the table existed). */
+     * many hits the window holds. A repo without a row here has it counted at its next hit. */
     "CREATE TABLE IF NOT EXISTS rate_counts(repo TEXT PRIMARY KEY COLLATE NOCASE,"
     " n INTEGER NOT NULL);"
     "CREATE TABLE IF NOT EXISTS callback_rejections(repo TEXT NOT NULL COLLATE NOCASE,"
     " at INTEGER NOT NULL, status INTEGER NOT NULL);"
-    "CREATE INDEX IF NOT EXISTS callback_rejections_repo ON callback_rejections(repo, at);"
-    /* Version 2. */
+    "CREATE INDEX IF NOT EXISTS callback_rejections_repo ON callback_rejections(repo, at);",
+    /* 1 -> 2: pinned repository identities and byte budgets. */
     "CREATE TABLE IF NOT EXISTS repo_identity(repo TEXT PRIMARY KEY COLLATE NOCASE,"
     " repository_id TEXT NOT NULL, owner_id TEXT NOT NULL, pinned_at INTEGER NOT NULL,"
     " last_seen_at INTEGER NOT NULL);"
     "CREATE TABLE IF NOT EXISTS budgets(name TEXT PRIMARY KEY, used INTEGER NOT NULL,"
-    " expires_at INTEGER NOT NULL);";
+    " expires_at INTEGER NOT NULL);",
+    /* 2 -> 3: nothing on SQLite (the instance holding a claimed row is PostgreSQL's). */
+    "",
+};
+_Static_assert(sizeof(MIGRATIONS) / sizeof(MIGRATIONS[0]) == CRCR_SCHEMA_VERSION,
+               "one SQLite migration per schema version");
+
+/* Run at every open after the migrations: what changed within a version. runs_repo(repo,
+ * updated_at) was a prefix of runs_hud, so every transition wrote both; stores made before it was
+ * dropped (versions 1 and 3 alike) lose it at their next open. */
+static const char SQ_TIDY[] = "DROP INDEX IF EXISTS runs_repo;";
 
 /* Most requests (ingests, run transitions) one group commit writes (see sq_group_commit). */
 #define SQ_GROUP_MAX 256
@@ -671,17 +682,20 @@ crcr_err store_sqlite_open(const char *path, store **out, char *err, size_t errs
     if (!e)
         e = sq_exec(s, "BEGIN IMMEDIATE");
     if (!e)
-        e = sq_exec(s, SCHEMA);
-    int v = e ? -1 : sq_schema_version(s->db);
+        e = sq_exec(s, "CREATE TABLE IF NOT EXISTS schema_version(version INTEGER NOT NULL)");
+    int v = e ? -1 : sq_schema_version(s->db); /* 0: a new store */
+    if (!e && v < 0)
+        e = CRCR_E_STORE;
     if (!e && v > CRCR_SCHEMA_VERSION) {
         sq_exec(s, "ROLLBACK");
-        snprintf(err, errsz,
-                 "CRCR_STORE: schema version %d is newer than this crcr understands (%d); "
-                 "upgrade crcr",
-                 v, CRCR_SCHEMA_VERSION);
+        store_schema_too_new(err, errsz, v);
         sq_close(&s->base);
         return CRCR_E_CONFIG;
     }
+    for (int i = v; !e && i >= 0 && i < CRCR_SCHEMA_VERSION; i++)
+        e = sq_exec(s, MIGRATIONS[i]);
+    if (!e)
+        e = sq_exec(s, SQ_TIDY);
     if (!e && v < CRCR_SCHEMA_VERSION) {
         char sql[96];
         snprintf(sql, sizeof(sql),

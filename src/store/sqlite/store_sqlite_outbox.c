@@ -10,6 +10,7 @@
 
 #include "crcr_limits.h"
 #include "store_sqlite.h"
+#include "vocab.h"
 
 /* A claimed row's body or payload at the most. */
 #define SQ_JOB_BYTES_MAX (CRCR_MAX_BODY_DEFAULT * 4u)
@@ -64,12 +65,13 @@ static crcr_err ingest_one(sqlite_store *s, const store_delivery *d, const store
                               "status) VALUES (?,?,?,?,?,?,?,?,?,?,?)");
     if (!q)
         return CRCR_E_STORE;
-    crcr_err err = insert_step(
-        s, q, "ingest.delivery",
-        ARGS(ARG_TEXT(d->delivery_id), ARG_TEXT(d->event), ARG_TEXT(d->action),
-             ARG_TEXT(d->upstream_repo), ARG_INT(d->pr_number), ARG_TEXT(d->head_sha),
-             ARG_TEXT(d->ref), ARG_INT(d->received_at), ARG_BLOB(d->payload, d->payload_len),
-             ARG_INT((int64_t)d->payload_len), ARG_TEXT(d->status ? d->status : "queued")));
+    crcr_err err =
+        insert_step(s, q, "ingest.delivery",
+                    ARGS(ARG_TEXT(d->delivery_id), ARG_TEXT(d->event), ARG_TEXT(d->action),
+                         ARG_TEXT(d->upstream_repo), ARG_INT(d->pr_number), ARG_TEXT(d->head_sha),
+                         ARG_TEXT(d->ref), ARG_INT(d->received_at),
+                         ARG_BLOB(d->payload, d->payload_len), ARG_INT((int64_t)d->payload_len),
+                         ARG_TEXT(d->status ? d->status : ob_state_name(OB_STATE_QUEUED))));
     for (size_t i = 0; i < n && !err; i++) {
         err = insert_job(s, d->delivery_id, &jobs[i], jobs[i].due_at, d->received_at, "ingest.job");
         if (err == CRCR_E_DUPLICATE) /* within one delivery a repeated row is a failure */

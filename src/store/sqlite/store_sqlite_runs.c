@@ -84,8 +84,8 @@ static crcr_err sq_rate_hit(store *st, const char *repo, int64_t now, int64_t wi
 static crcr_err run_apply_tx(sqlite_store *s, const store_run_update *u, store_effects_fn effects,
                              void *ctx, store_run_result *res, char *reason, size_t reasonsz)
 {
-    store_scalar dispatched = {0};
-    if (!u->single_shot) {
+    store_scalar dispatched = {.v = u->dispatched_at};
+    if (!u->single_shot && !u->dispatched_at) {
         /* The dispatch record of a callback: this delivery was sent (or queued) to this repo. */
         crcr_err err = sq_cached(s, SQ_RUN_DISPATCH, "run_apply",
                                  "SELECT COALESCE(done_at, created_at) FROM outbox WHERE "

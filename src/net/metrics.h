@@ -74,8 +74,8 @@ void metrics_callback_result(const char *result);
 /* Callbacks counted with `result`. */
 uint64_t metrics_callback_total(const char *result);
 
-/* An outbox row attempt finished: kind dispatch|check_run|rerun|rerun_suite|hud_forward|other,
- * result sent|dry_run|retry|dead. */
+/* An outbox row attempt finished: kind an outbox kind (vocab.h) or other, result
+ * sent|dry_run|retry|dead|lease_lost. */
 void metrics_outbox_result(const char *kind, const char *result);
 
 /* One HTTP request to GitHub: `path` is the API path (query allowed), or NULL for a request to

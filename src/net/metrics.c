@@ -17,6 +17,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "vocab.h"
+
 /* Longest route and method label kept for a latency series. */
 #define METRICS_ROUTE_MAX 128u
 #define METRICS_METHOD_MAX 16u
@@ -29,8 +31,10 @@ static const double k_bounds[METRICS_N_BUCKETS] = METRICS_BUCKETS;
 
 /* ---- label value sets ---- */
 
-static const char *const k_wh_events[] = {"pull_request", "push", "check_run",
-                                          "check_suite",  "ping", "other"};
+/* X-GitHub-Event names (webhook.c's supported events), not outbox kinds. */
+static const char *const k_wh_events[] = {
+    "pull_request", "push", "check_run", /* vocab-ok: the webhook event */
+    "check_suite",  "ping", "other"};
 #define WH_EV_N 6
 #define WH_EV_OTHER 5
 static const char *const k_wh_results[] = {"accepted", "duplicate", "ignored", "rejected", "error"};
@@ -39,12 +43,31 @@ static const char *const k_wh_results[] = {"accepted", "duplicate", "ignored", "
 static const char *const k_cb_results[] = {"accepted", "duplicate", "rejected"};
 #define CB_RES_N 3
 
-static const char *const k_ob_kinds[] = {"dispatch",    "check_run", "rerun", "rerun_suite",
-                                         "hud_forward", "comment",   "other"};
-#define OB_KIND_N 7
-#define OB_KIND_OTHER 6
-static const char *const k_ob_results[] = {"sent", "dry_run", "retry", "dead", "lease_lost"};
-#define OB_RES_N 5
+/* Outbox kinds are the model's (vocab.h), indexed by crcr_ob_kind; OB_KIND_UNKNOWN is "other" and
+ * comes last in the exposition. Results: the three final outbox states, and two of an attempt
+ * that did not finish its row. */
+enum { OB_RES_SENT, OB_RES_DRY_RUN, OB_RES_RETRY, OB_RES_DEAD, OB_RES_LEASE_LOST, OB_RES_N };
+
+static const char *ob_kind_label(int k)
+{
+    return k == OB_KIND_UNKNOWN ? "other" : ob_kind_name((crcr_ob_kind)k);
+}
+
+static const char *ob_result_label(int r)
+{
+    switch (r) {
+    case OB_RES_SENT:
+        return ob_state_name(OB_STATE_SENT);
+    case OB_RES_DRY_RUN:
+        return ob_state_name(OB_STATE_DRY_RUN);
+    case OB_RES_RETRY:
+        return "retry";
+    case OB_RES_DEAD:
+        return ob_state_name(OB_STATE_DEAD);
+    default:
+        return "lease_lost";
+    }
+}
 
 enum {
     GH_EP_INSTALLATION,
@@ -77,7 +100,7 @@ typedef struct route_series {
 static struct {
     _Atomic uint64_t webhooks[WH_EV_N][WH_RES_N];
     _Atomic uint64_t callbacks[CB_RES_N];
-    _Atomic uint64_t outbox[OB_KIND_N][OB_RES_N];
+    _Atomic uint64_t outbox[OB_KIND_COUNT][OB_RES_N];
     _Atomic uint64_t github[GH_EP_N][METRICS_STATUS_MAX];
     _Atomic int64_t connections;
     _Atomic uint64_t reaped;
@@ -315,8 +338,10 @@ void metrics_webhook_result(const char *result)
 
 void metrics_outbox_result(const char *kind, const char *result)
 {
-    int k = index_of(k_ob_kinds, OB_KIND_N - 1, kind, OB_KIND_OTHER);
-    int r = index_of(k_ob_results, OB_RES_N, result, -1);
+    int k = (int)ob_kind_parse(kind);
+    int r = -1;
+    for (int i = 0; result && i < OB_RES_N && r < 0; i++)
+        r = strcmp(result, ob_result_label(i)) == 0 ? i : -1;
     if (r >= 0)
         inc(&g_reg.outbox[k][r], 1);
 }
@@ -366,6 +391,7 @@ static int classify(const char *path)
         return GH_EP_DISPATCHES;
     if (seg_is(what, "check-runs") || (seg_is(what, "check-suites") && seg_is(last, "check-runs")))
         return GH_EP_CHECK_RUNS;
+    /* vocab-ok: GitHub's path segment "rerun", not the outbox kind */
     if (seg_is(what, "actions") && (seg_is(last, "rerun") || seg_is(last, "rerun-failed-jobs")))
         return GH_EP_RERUNS;
     if (seg_is(what, "contents"))
@@ -462,9 +488,10 @@ crcr_err metrics_render(buf_t *out)
         e = metrics_family(out, "crcr_outbox_jobs_total", "counter",
                            "Outbox row attempts (dispatches and other outbound calls) by kind "
                            "and outcome.");
-    for (int k = 0; k < OB_KIND_N && !e; k++) {
+    for (int i = 1; i <= OB_KIND_COUNT && !e; i++) {
+        int k = i % OB_KIND_COUNT; /* the kinds in the model's order, then "other" */
         for (int r = 0; r < OB_RES_N && !e; r++) {
-            const char *l[] = {"kind", k_ob_kinds[k], "result", k_ob_results[r], NULL};
+            const char *l[] = {"kind", ob_kind_label(k), "result", ob_result_label(r), NULL};
             e = metrics_sample(out, "crcr_outbox_jobs_total", l, (double)get(&g_reg.outbox[k][r]));
         }
     }
@@ -532,7 +559,7 @@ void metrics_reset(void)
     for (int i = 0; i < WH_EV_N; i++)
         for (int j = 0; j < WH_RES_N; j++)
             atomic_store(&g_reg.webhooks[i][j], 0);
-    for (int i = 0; i < OB_KIND_N; i++)
+    for (int i = 0; i < OB_KIND_COUNT; i++)
         for (int j = 0; j < OB_RES_N; j++)
             atomic_store(&g_reg.outbox[i][j], 0);
     for (int i = 0; i < GH_EP_N; i++)
