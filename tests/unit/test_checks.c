@@ -6,6 +6,7 @@
  * checks_parse_external_id).
  */
 #include <setjmp.h>
+#include <ctype.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -161,8 +162,14 @@ static void completed_title_is_the_capitalised_conclusion(void **state)
         r.conclusion = cases[i].conclusion;
         jv *doc = body_of(&r);
         assert_string_equal(jv_path_str(doc, "status"), "completed");
-        /* the conclusion goes to GitHub as given; only the title is capitalised */
-        assert_string_equal(jv_path_str(doc, "conclusion"), cases[i].conclusion);
+        /* the conclusion goes to GitHub in lower case, as its API's enum has it ("FAILURE"
+         * would be refused with a 422); the title is capitalised */
+        char lower[32];
+        size_t n = 0;
+        for (const char *c = cases[i].conclusion; *c && n + 1 < sizeof(lower); c++)
+            lower[n++] = (char)tolower((unsigned char)*c);
+        lower[n] = '\0';
+        assert_string_equal(jv_path_str(doc, "conclusion"), lower);
         assert_string_equal(title_of(doc), cases[i].title);
         jv_free(doc);
     }
