@@ -27,9 +27,11 @@ crcr_err checks_seq_key(const checks_run *r, buf_t *out)
 
 crcr_err checks_details_url(const checks_run *r, buf_t *out)
 {
-    return r->details_url ? buf_puts(out, r->details_url)
-                          : buf_printf(out, "https://github.com/%s/actions/runs/%lld", r->repo,
-                                       (long long)r->run_id);
+    return r->details_url
+               ? buf_puts(out, r->details_url)
+               : buf_printf(out, "%s/%s/actions/runs/%lld",
+                            r->web_url && *r->web_url ? r->web_url : "https://github.com", r->repo,
+                            (long long)r->run_id);
 }
 
 /* "success" -> "Success", "timed_out" -> "Timed_out" (first letter upper, rest lower). */
@@ -46,9 +48,9 @@ crcr_err checks_body(const checks_run *r, buf_t *out)
     bool completed = r->status && strcmp(r->status, "completed") == 0;
     buf_t name, details, ext, summary;
     buf_init(&name, 4 * CRCR_JOB_NAME_MAX + CRCR_REPO_NAME_MAX);
-    buf_init(&details, 512);
+    buf_init(&details, CHECKS_DETAILS_URL_MAX);
     buf_init(&ext, 64);
-    buf_init(&summary, 1024);
+    buf_init(&summary, CHECKS_DETAILS_URL_MAX + CRCR_REPO_NAME_MAX + 16);
     crcr_err err = checks_name(r, &name);
     if (!err)
         err = checks_details_url(r, &details);

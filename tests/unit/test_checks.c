@@ -192,6 +192,30 @@ static void completed_without_conclusion_says_completed(void **state)
     jv_free(doc);
 }
 
+/* GitHub Enterprise Server: the run's page is on the web host of GITHUB_API_URL. */
+static void details_url_is_on_the_web_host(void **state)
+{
+    checks_run r = a_run();
+    r.web_url = "https://ghes.example.com";
+    jv *doc = body_of(&r);
+    assert_string_equal(jv_path_str(doc, "details_url"),
+                        "https://ghes.example.com/example-org/npu-ci/actions/runs/99999");
+    assert_string_equal(jv_path_str(doc, "output.summary"),
+                        "example-org/npu-ci workflow: "
+                        "https://ghes.example.com/example-org/npu-ci/actions/runs/99999");
+    jv_free(doc);
+    r.web_url = ""; /* none: github.com */
+    doc = body_of(&r);
+    assert_string_equal(jv_path_str(doc, "details_url"),
+                        "https://github.com/example-org/npu-ci/actions/runs/99999");
+    jv_free(doc);
+    r.details_url = "https://buildkite.com/o/p/builds/7"; /* a Buildkite build stays itself */
+    r.web_url = "https://ghes.example.com";
+    doc = body_of(&r);
+    assert_string_equal(jv_path_str(doc, "details_url"), "https://buildkite.com/o/p/builds/7");
+    jv_free(doc);
+}
+
 static void a_long_conclusion_is_cut_in_the_title_only(void **state)
 {
     char longc[200];
@@ -324,6 +348,7 @@ int main(void)
         cmocka_unit_test(in_progress_ignores_a_conclusion_and_unknown_status_is_in_progress),
         cmocka_unit_test(completed_title_is_the_capitalised_conclusion),
         cmocka_unit_test(completed_without_conclusion_says_completed),
+        cmocka_unit_test(details_url_is_on_the_web_host),
         cmocka_unit_test(a_long_conclusion_is_cut_in_the_title_only),
         cmocka_unit_test(without_pr_the_external_id_is_the_run_id),
         cmocka_unit_test(names_with_json_specials_stay_valid_json),
