@@ -3,7 +3,9 @@
 #   scripts/install-deps.sh            build and run the relay
 #   scripts/install-deps.sh --test     + what the whole test suite needs (PostgreSQL, Chromium,
 #                                        Node.js for the reporting action's tests, PyYAML for
-#                                        the Kubernetes manifest check)
+#                                        the Kubernetes manifest check, python3-jsonschema for
+#                                        the GitHub REST API contract check; curl fetches
+#                                        GitHub's API description at test time)
 #   scripts/install-deps.sh --package  + what building and testing the Debian package needs
 #                                        (dpkg-dev, python3 for the man pages, systemd-analyze)
 #   scripts/install-deps.sh --ci       all of the above + what CI's extra checks need (clang,
@@ -18,10 +20,10 @@ pkgs=(build-essential pkg-config cmake ninja-build
       openssl ca-certificates curl)
 package=(python3 dpkg-dev systemd adduser)
 case "${1:-}" in
-  --test) pkgs+=(python3 python3-yaml postgresql chromium nodejs) ;;
+  --test) pkgs+=(python3 python3-yaml python3-jsonschema postgresql chromium nodejs) ;;
   --package) pkgs+=("${package[@]}") ;;
-  --ci)   pkgs+=(python3 python3-yaml postgresql chromium nodejs clang clang-format
-                 libclang-rt-14-dev nginx "${package[@]}") ;;
+  --ci)   pkgs+=(python3 python3-yaml python3-jsonschema postgresql chromium nodejs clang
+                 clang-format libclang-rt-14-dev nginx "${package[@]}") ;;
   "") ;;
   *) echo "usage: $0 [--test|--package|--ci]" >&2; exit 2 ;;
 esac

@@ -41,6 +41,8 @@
 #define CONFIG_QUOTE_MAX 60u
 /* Longest GitHub App id or client id. */
 #define CONFIG_APP_ID_MAX 64u
+/* Longest web URL derived from GITHUB_API_URL (config_web_url): the URL itself is at most 2048. */
+#define CONFIG_WEB_URL_MAX 2049u
 /* Longest URL accepted for any URL variable. */
 
 /* The raw text of every variable while loading. */
@@ -345,7 +347,7 @@ static crcr_err take_url(const raw_values *raw, key_id id, char **out, char *err
     if (config_keys[id].kind == V_BLOB_URL) {
         if (!config_blob_url_allowed(*out))
             return fail(err, errsz,
-                        "%s: must be an https://github.com/ blob URL (http:// only for loopback "
+                        "%s: must be an https:// GitHub blob URL (http:// only for loopback "
                         "hosts)",
                         name);
         return CRCR_OK;
@@ -708,6 +710,33 @@ static crcr_err fill(raw_values *raw, crcr_config *cfg, char *err, size_t errsz)
     return e;
 }
 
+/* Sets cfg->github_web_url from GITHUB_API_URL and checks that the blob URLs are on it. */
+static crcr_err derive_web_url(crcr_config *cfg, char *err, size_t errsz)
+{
+    char web[CONFIG_WEB_URL_MAX];
+    if (!config_github_web_url(cfg->github_api_url, web, sizeof(web)))
+        return fail(err, errsz, "GITHUB_API_URL: longer than %u bytes", CONFIG_WEB_URL_MAX - 1);
+    cfg->github_web_url = strdup(web);
+    if (!cfg->github_web_url)
+        return fail_nomem(err, errsz, "GITHUB_API_URL");
+    const struct {
+        const char *name, *url;
+    } blobs[] = {{"ALLOWLIST_URL", cfg->allowlist_url},
+                 {"CI_PROVIDERS_URL", cfg->ci_providers_url}};
+    for (size_t i = 0; i < sizeof(blobs) / sizeof(blobs[0]); i++)
+        if (blobs[i].url && !config_url_on_web_host(blobs[i].url, web))
+            return fail(err, errsz,
+                        "%s: must be a blob URL on %s/ (GitHub's web host for GITHUB_API_URL)",
+                        blobs[i].name, web);
+    return CRCR_OK;
+}
+
+const char *config_web_url(const crcr_config *cfg)
+{
+    return cfg && cfg->github_web_url && *cfg->github_web_url ? cfg->github_web_url
+                                                              : "https://github.com";
+}
+
 const char *config_getenv(void *ctx, const char *key)
 {
     return getenv(key);
@@ -731,6 +760,8 @@ crcr_err config_load(crcr_config *cfg, const char *file, config_getter get, void
     }
     if (!e)
         e = fill(&raw, cfg, err, errsz);
+    if (!e)
+        e = derive_web_url(cfg, err, errsz);
 
     for (int i = 0; i < K_COUNT; i++)
         free_wiped(raw.file_val[i]);
@@ -758,6 +789,7 @@ void config_free(crcr_config *cfg)
             free_wiped(*s);
     }
     free(cfg->listen_host);
+    free(cfg->github_web_url);
     for (size_t i = 0; i < cfg->n_oidc_issuers && i < CRCR_MAX_ISSUERS; i++)
         free(cfg->oidc_issuers[i]);
     memset(cfg, 0, sizeof(*cfg));

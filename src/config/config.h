@@ -58,6 +58,7 @@ typedef struct crcr_config {
     int listen_port;      /* default 8000; 0 asks the OS for a free port */
     char *store_uri;      /* CRCR_STORE, default sqlite:crcr.db */
     char *github_api_url; /* GITHUB_API_URL, default https://api.github.com (no trailing '/') */
+    char *github_web_url; /* derived from it (config_web_url); NULL in a hand-made config */
     char *oidc_issuers[CRCR_MAX_ISSUERS]; /* CRCR_OIDC_ISSUERS, comma separated (URLs only) */
     crcr_issuer_kind oidc_issuer_kinds[CRCR_MAX_ISSUERS]; /* the kind of each */
     size_t n_oidc_issuers;
@@ -107,6 +108,17 @@ void config_free(crcr_config *cfg);
 
 /* True when `url` is https://, or http:// to a loopback host (127.0.0.0/8, ::1, localhost). */
 bool config_url_allowed(const char *url);
+
+/* GitHub's web host for the configured API, without a trailing '/': where blob URLs
+ * (ALLOWLIST_URL, CI_PROVIDERS_URL), workflow runs and pull requests are. Derived from
+ * GITHUB_API_URL: https://HOST for GitHub Enterprise Server's https://HOST/api/v3,
+ * https://NAME for an https://api.NAME host (api.github.com, GHE.com's api.SUBDOMAIN.ghe.com),
+ * and https://github.com for anything else (a proxy or a test double of api.github.com). */
+const char *config_web_url(const crcr_config *cfg);
+
+/* True when `url` is on `web_url` (scheme and host:port equal, case-insensitively, then '/' or
+ * the end); NULL or "" stands for https://github.com. */
+bool config_url_on_web_host(const char *url, const char *web_url);
 
 /* Appends a store URI (CRCR_STORE) with every password in it replaced by "***": the only form
  * of the URI that may be logged or printed. */

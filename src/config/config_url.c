@@ -136,9 +136,51 @@ bool config_url_allowed(const char *url)
 bool config_blob_url_allowed(const char *url)
 {
     url_parts u;
-    return url_split(url, &u) &&
-           (host_is_loopback(u.host, u.host_len) ||
-            (u.https && u.host_len == 10 && strncasecmp(u.host, "github.com", 10) == 0));
+    return url_split(url, &u) && (u.https || host_is_loopback(u.host, u.host_len));
+}
+
+/* GitHub.com's web host, the web URL of every API URL that names no other. */
+static const char GITHUB_WEB_URL[] = "https://github.com";
+
+bool config_github_web_url(const char *api_url, char *out, size_t outsz)
+{
+    url_parts u;
+    const char *web = GITHUB_WEB_URL;
+    char tmp[CONFIG_URL_MAX + 1];
+    if (api_url && url_split(api_url, &u)) {
+        const char *auth = strstr(api_url, "://") + 3;
+        const char *path = auth + strcspn(auth, "/?#");
+        for (const char *c = path; c > auth; c--) { /* no userinfo in a web URL */
+            if (c[-1] == '@') {
+                auth = c;
+                break;
+            }
+        }
+        size_t plen = strcspn(path, "?#");
+        while (plen > 0 && path[plen - 1] == '/')
+            plen--;
+        bool ghes = plen == 7 && strncasecmp(path, "/api/v3", 7) == 0;
+        bool api_host = plen == 0 && u.host_len > 4 && strncasecmp(auth, "api.", 4) == 0;
+        if (ghes || api_host) {
+            if (api_host)
+                auth += 4;
+            snprintf(tmp, sizeof(tmp), "%s%.*s", u.https ? "https://" : "http://",
+                     (int)(path - auth), auth);
+            web = tmp;
+        }
+    }
+    size_t n = strlen(web);
+    if (n >= outsz)
+        return false;
+    memcpy(out, web, n + 1);
+    return true;
+}
+
+bool config_url_on_web_host(const char *url, const char *web_url)
+{
+    const char *web = web_url && *web_url ? web_url : GITHUB_WEB_URL;
+    size_t n = strlen(web);
+    return url && strncasecmp(url, web, n) == 0 && (url[n] == '/' || url[n] == '\0');
 }
 
 /* Where the password of a postgresql:// URI starts (userinfo "user:PASSWORD@"), with its

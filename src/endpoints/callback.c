@@ -229,6 +229,7 @@ static crcr_err build_effects(void *vctx, const store_run_result *res, store_new
         .run_id = c->f->run_id,
         .pr_number = c->f->pr_number,
         .details_url = c->details_url,
+        .web_url = config_web_url(&c->app->cfg),
     };
     run_effects_env env = {c->app->st, &c->app->cfg, c->al};
     crcr_err err =
@@ -531,9 +532,11 @@ static void apply_transition(cb_request *c, http_response *resp, const allowlist
         .rate_limit = hit_in_apply ? app->cfg.rate_limit_per_min : 0,
         .rate_window_ms = CALLBACK_RATE_WINDOW_MS,
     };
-    char details[CRCR_REPO_NAME_MAX + 64];
-    snprintf(details, sizeof(details), "https://github.com/%s/actions/runs/%lld", c->repo,
-             (long long)f->run_id);
+    buf_t details_buf;
+    buf_init(&details_buf, CHECKS_DETAILS_URL_MAX);
+    checks_run page = {.repo = c->repo, .run_id = f->run_id, .web_url = config_web_url(&app->cfg)};
+    const char *details =
+        checks_details_url(&page, &details_buf) == CRCR_OK ? buf_cstr(&details_buf) : NULL;
     /* The run's page: GitHub's for a GitHub token; for a Buildkite one its build, when the body
      * names one on buildkite.com (else none: the GitHub URL would name another run). */
     u.details_url = c->kind == CRCR_ISSUER_GITHUB ? details : buildkite_url(f->details_url);
@@ -570,6 +573,7 @@ static void apply_transition(cb_request *c, http_response *resp, const allowlist
             outbox_wake(app->ob, ec.n_jobs);
     }
     run_effect_bodies_free(&ec.bodies);
+    buf_free(&details_buf);
 }
 
 void callback_handle(void *ctx, const http_request *req, http_response *resp)

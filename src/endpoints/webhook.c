@@ -326,6 +326,7 @@ static void backfill_row(void *vctx, const store_run_row *row)
         .conclusion = row->conclusion,
         .run_id = row->run_id,
         .pr_number = c->pr_number,
+        .web_url = config_web_url(&c->app->cfg),
     };
     buf_t *b = &c->bodies[c->n];
     buf_t *k = &c->keys[c->n];

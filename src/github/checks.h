@@ -4,7 +4,8 @@
  *   name         crcr/{downstream repo}/{workflow name}/{job name}  (".../{workflow}" without job)
  *   external_id  "{run_id}:{pr_number}", or "{run_id}" without a PR
  *   details_url  https://github.com/{downstream repo}/actions/runs/{run_id} (a Buildkite run:
- *                its build URL, checks_run.details_url)
+ *                its build URL, checks_run.details_url; on GitHub Enterprise Server the web host
+ *                https://HOST instead of https://github.com, checks_run.web_url)
  *   output       {"title": "In progress" | "Success" | "Failure" | "Timed_out" | ... | "Completed",
  *                 "summary": "{repo} workflow: {details_url}"}
  * Check runs are always created, never patched: GitHub shows the newest run of a name.
@@ -17,7 +18,12 @@
 #include <stdint.h>
 
 #include "buf.h"
+#include "crcr_limits.h"
 #include "err.h"
+
+/* Longest details_url built here: a web host (from GITHUB_API_URL, at most 2048 bytes) +
+ * "/{repo}/actions/runs/{run_id}". A given details_url (Buildkite) is the caller's. */
+#define CHECKS_DETAILS_URL_MAX (2048u + CRCR_REPO_NAME_MAX + 64u)
 
 typedef struct checks_run {
     const char *repo;          /* downstream owner/repo (the OIDC-verified identity) */
@@ -29,6 +35,7 @@ typedef struct checks_run {
     int64_t run_id;
     int64_t pr_number;       /* 0 when none */
     const char *details_url; /* NULL: the GitHub Actions run URL above */
+    const char *web_url;     /* GitHub's web host (config_web_url); NULL: https://github.com */
 } checks_run;
 
 /* Appends the check run's name. */
@@ -39,7 +46,7 @@ crcr_err checks_name(const checks_run *r, buf_t *out);
  * decided (an in_progress retried after its completed would otherwise win). */
 crcr_err checks_seq_key(const checks_run *r, buf_t *out);
 
-/* Appends the details_url: r->details_url, else https://github.com/{repo}/actions/runs/{run_id}. */
+/* Appends the details_url: r->details_url, else {web_url}/{repo}/actions/runs/{run_id}. */
 crcr_err checks_details_url(const checks_run *r, buf_t *out);
 
 /* Appends the POST /repos/{upstream}/check-runs request body. */

@@ -12,7 +12,8 @@
 #include "crcr_limits.h"
 #include "log.h"
 
-static const char BLOB_EXPECTED[] = "Expected: https://github.com/<owner>/<repo>/blob/<ref>/<path>";
+/* GitHub.com's web host: blob URLs are on it unless the caller names another (GHES). */
+static const char WEB_GITHUB[] = "https://github.com";
 
 /* Percent-decodes one path part s[0..n) into out (outsz bytes, NUL-terminated). Refuses bad
  * escapes, control characters and, unless `allow_slash`, an encoded '/'. Returns a reason, or
@@ -46,15 +47,20 @@ static const char *decode_segment(const char *s, size_t n, char *out, size_t out
 
 /* Writes the message for an invalid URL given in variable `var`. The URL is echoed unless it
  * might hold credentials. */
-static int url_error(const char *var, char *err, size_t errsz, const char *url, const char *reason)
+static int url_error(const char *var, char *err, size_t errsz, const char *url, const char *web,
+                     const char *reason)
 {
     if (err && errsz) {
         if (!url || strchr(url, '@') || strlen(url) > 200)
-            snprintf(err, errsz, "%s: invalid GitHub blob URL (%s). %s", var, reason,
-                     BLOB_EXPECTED);
+            snprintf(err, errsz,
+                     "%s: invalid GitHub blob URL (%s). Expected: %.200s/<owner>/<repo>/blob/<ref>/"
+                     "<path>",
+                     var, reason, web);
         else
-            snprintf(err, errsz, "%s: invalid GitHub blob URL '%s' (%s). %s", var, url, reason,
-                     BLOB_EXPECTED);
+            snprintf(err, errsz,
+                     "%s: invalid GitHub blob URL '%s' (%s). Expected: "
+                     "%.200s/<owner>/<repo>/blob/<ref>/<path>",
+                     var, url, reason, web);
     }
     return -1;
 }
@@ -62,21 +68,36 @@ static int url_error(const char *var, char *err, size_t errsz, const char *url, 
 int gh_blob_url_parse(const char *var, const char *url, char *owner_repo, size_t orsz, char *ref,
                       size_t refsz, char *path, size_t pathsz, char *err, size_t errsz)
 {
+    return gh_blob_url_parse_on(var, url, NULL, owner_repo, orsz, ref, refsz, path, pathsz, err,
+                                errsz);
+}
+
+int gh_blob_url_parse_on(const char *var, const char *url, const char *web_url, char *owner_repo,
+                         size_t orsz, char *ref, size_t refsz, char *path, size_t pathsz, char *err,
+                         size_t errsz)
+{
+    const char *web = web_url && *web_url ? web_url : WEB_GITHUB;
     if (!url || !*url)
-        return url_error(var, err, errsz, url, "empty");
+        return url_error(var, err, errsz, url, web, "empty");
     size_t ulen = strlen(url);
     if (ulen > GH_BLOB_URL_MAX)
-        return url_error(var, err, errsz, NULL, "longer than 2048 bytes");
+        return url_error(var, err, errsz, NULL, web, "longer than 2048 bytes");
     const char *sep = strstr(url, "://");
     if (!sep)
-        return url_error(var, err, errsz, url, "no scheme");
-    /* The host must be github.com, which is never a loopback host: http is never acceptable. */
-    if ((size_t)(sep - url) != 5 || strncasecmp(url, "https", 5) != 0)
-        return url_error(var, err, errsz, url, "the scheme must be https");
+        return url_error(var, err, errsz, url, web, "no scheme");
+    /* Scheme and host[:port] exactly the web host's: on github.com https and no port (github.com
+     * is never a loopback host, so http is never acceptable there). */
     const char *host = sep + 3;
     size_t hlen = strcspn(host, "/?#");
-    if (hlen != 10 || strncasecmp(host, "github.com", 10) != 0)
-        return url_error(var, err, errsz, url, "the host must be exactly github.com");
+    size_t origin_len = (size_t)(host - url) + hlen;
+    if (origin_len != strlen(web) || strncasecmp(url, web, origin_len) != 0) {
+        if (web != WEB_GITHUB)
+            return url_error(var, err, errsz, url, web,
+                             "not on GitHub's web host for GITHUB_API_URL");
+        if ((size_t)(sep - url) != 5 || strncasecmp(url, "https", 5) != 0)
+            return url_error(var, err, errsz, url, web, "the scheme must be https");
+        return url_error(var, err, errsz, url, web, "the host must be exactly github.com");
+    }
     const char *p = host + hlen;
     size_t plen = strcspn(p, "?#"); /* a query or fragment (?plain=1, #L10) is ignored */
 
@@ -94,28 +115,28 @@ int gh_blob_url_parse(const char *var, const char *url, char *owner_repo, size_t
         while (j < end && p[j] != '/')
             j++;
         if (j == i)
-            return url_error(var, err, errsz, url, "an empty path part");
+            return url_error(var, err, errsz, url, web, "an empty path part");
         if (nparts == sizeof(parts) / sizeof(parts[0]))
-            return url_error(var, err, errsz, url, "too many path parts");
+            return url_error(var, err, errsz, url, web, "too many path parts");
         parts[nparts] = p + i;
         lens[nparts++] = j - i;
         i = j + 1;
     }
     if (nparts < 5)
-        return url_error(var, err, errsz, url, "fewer than 5 path parts");
+        return url_error(var, err, errsz, url, web, "fewer than 5 path parts");
     if (lens[2] != 4 || memcmp(parts[2], "blob", 4) != 0)
-        return url_error(var, err, errsz, url, "the third path part must be 'blob'");
+        return url_error(var, err, errsz, url, web, "the third path part must be 'blob'");
 
     /* owner/repo: GitHub syntax, never percent-encoded. */
     if (!ids_owner_valid(parts[0], lens[0]) || !ids_repo_name_valid(parts[1], lens[1]))
-        return url_error(var, err, errsz, url, "not a valid owner/repo");
+        return url_error(var, err, errsz, url, web, "not a valid owner/repo");
 
     char or_buf[CRCR_REPO_NAME_MAX];
     snprintf(or_buf, sizeof(or_buf), "%.*s/%.*s", (int)lens[0], parts[0], (int)lens[1], parts[1]);
     char ref_buf[CRCR_REF_MAX + 1];
     const char *why = decode_segment(parts[3], lens[3], ref_buf, sizeof(ref_buf), true);
     if (why)
-        return url_error(var, err, errsz, url, why);
+        return url_error(var, err, errsz, url, web, why);
 
     char path_buf[GH_BLOB_PATH_MAX + 1];
     size_t o = 0;
@@ -123,12 +144,12 @@ int gh_blob_url_parse(const char *var, const char *url, char *owner_repo, size_t
         char seg[GH_BLOB_PATH_MAX + 1];
         why = decode_segment(parts[k], lens[k], seg, sizeof(seg), false);
         if (why)
-            return url_error(var, err, errsz, url, why);
+            return url_error(var, err, errsz, url, web, why);
         if (strcmp(seg, ".") == 0 || strcmp(seg, "..") == 0)
-            return url_error(var, err, errsz, url, "'.' and '..' are not allowed in the path");
+            return url_error(var, err, errsz, url, web, "'.' and '..' are not allowed in the path");
         size_t sl = strlen(seg);
         if (o + sl + 1 >= sizeof(path_buf))
-            return url_error(var, err, errsz, url, "the path is too long");
+            return url_error(var, err, errsz, url, web, "the path is too long");
         if (o)
             path_buf[o++] = '/';
         memcpy(path_buf + o, seg, sl);
@@ -137,7 +158,7 @@ int gh_blob_url_parse(const char *var, const char *url, char *owner_repo, size_t
     path_buf[o] = '\0';
 
     if (strlen(or_buf) >= orsz || strlen(ref_buf) >= refsz || o >= pathsz)
-        return url_error(var, err, errsz, url, "a part does not fit the caller's buffer");
+        return url_error(var, err, errsz, url, web, "a part does not fit the caller's buffer");
     memcpy(owner_repo, or_buf, strlen(or_buf) + 1);
     memcpy(ref, ref_buf, strlen(ref_buf) + 1);
     memcpy(path, path_buf, o + 1);

@@ -1,6 +1,7 @@
 /*
  * gh_contents.h - one file of a GitHub repository, named by a blob URL
- * (https://github.com/<owner>/<repo>/blob/<ref>/<path>) and read through the contents API
+ * (https://github.com/<owner>/<repo>/blob/<ref>/<path>, or https://HOST/... on GitHub Enterprise
+ * Server, whose API is https://HOST/api/v3) and read through the contents API
  * GET {GITHUB_API_URL}/repos/<owner>/<repo>/contents/<path>?ref=<ref> (JSON answer, base64
  * content) with If-None-Match. Used by the allowlist and the CI providers map
  * (allowlist_source.h).
@@ -28,6 +29,12 @@
  * credentials. */
 int gh_blob_url_parse(const char *var, const char *url, char *owner_repo, size_t orsz, char *ref,
                       size_t refsz, char *path, size_t pathsz, char *err, size_t errsz);
+
+/* The same for blob URLs on the web host `web_url` (config_web_url: https://HOST on GitHub
+ * Enterprise Server; NULL: https://github.com). Scheme, host and port must be the web host's. */
+int gh_blob_url_parse_on(const char *var, const char *url, const char *web_url, char *owner_repo,
+                         size_t orsz, char *ref, size_t refsz, char *path, size_t pathsz, char *err,
+                         size_t errsz);
 
 typedef enum { GH_CONTENTS_NEW, GH_CONTENTS_UNCHANGED, GH_CONTENTS_FAILED } gh_contents_result;
 

@@ -33,12 +33,15 @@ static void h_tests(hout *o, const hrun *r)
            (long long)(r->skipped < 0 ? 0 : r->skipped));
 }
 
-/* https://github.com/{upstream}/pull/{n} */
-static void h_upstream_pr_link(hout *o, const char *upstream, int64_t pr, const char *text)
+/* {web host}/{upstream}/pull/{n}: https://github.com, or GitHub Enterprise Server's host. */
+static void h_upstream_pr_link(hout *o, const char *web, const char *upstream, int64_t pr,
+                               const char *text)
 {
-    char url[CRCR_REPO_NAME_MAX + 64];
-    snprintf(url, sizeof(url), "https://github.com/%s/pull/%lld", upstream, (long long)pr);
-    h_link(o, url, text, NULL);
+    buf_t url;
+    buf_init(&url, strlen(web) + CRCR_REPO_NAME_MAX + 32);
+    if (buf_printf(&url, "%s/%s/pull/%lld", web, upstream, (long long)pr) == CRCR_OK)
+        h_link(o, buf_cstr(&url), text, NULL);
+    buf_free(&url);
 }
 
 typedef struct pr_model {
@@ -174,7 +177,8 @@ static void pr_html(hud_req *r, pr_model *m)
     snprintf(title, sizeof(title), "PR #%lld", (long long)m->pr);
     h_page_begin(&o, title, "repos");
     h_rawf(&o, "<h1>PR #%lld</h1><p class=\"muted\">", (long long)m->pr);
-    h_upstream_pr_link(&o, r->app->cfg.upstream_repo, m->pr, "Open on GitHub");
+    h_upstream_pr_link(&o, config_web_url(&r->app->cfg), r->app->cfg.upstream_repo, m->pr,
+                       "Open on GitHub");
     h_rawf(&o,
            " &middot; <a href=\"/api/v1/pr/%lld\">JSON</a> &middot; %zu head sha%s, %zu "
            "deliveries, %zu downstream runs</p>",

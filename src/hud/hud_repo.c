@@ -457,7 +457,9 @@ static void repo_html(hud_req *r, repo_model *m)
         h_raw(&o, ". ");
     }
     h_text(&o, en->verdict.reason);
-    h_raw(&o, ". <a href=\"https://github.com/");
+    h_raw(&o, ". <a href=\"");
+    h_text(&o, config_web_url(&r->app->cfg));
+    h_raw(&o, "/");
     h_text(&o, m->repo);
     h_raw(&o, "\" rel=\"noopener noreferrer nofollow\">Repository</a> &middot; <a href=\"/api/v1/"
               "repos/");

@@ -72,7 +72,9 @@
 #define ALLOWLIST_FOLLOW_SLACK_MIN_MS 250
 #define ALLOWLIST_FOLLOW_SLACK_MAX_MS 10000
 #define ALLOWLIST_HASH_LEN 32u
-/* The source as written in the copy: https://github.com/ + owner/repo + /blob/ + ref + / + path */
+/* The source as written in the copy: the web host (https://github.com) + / + owner/repo + /blob/
+ * + ref + / + path; a longer one (a GHES host name near GH_BLOB_URL_MAX) is cut, which only
+ * names it less exactly in the copy. */
 #define ALLOWLIST_CANON_MAX (CRCR_REPO_NAME_MAX + CRCR_REF_MAX + GH_BLOB_PATH_MAX + 32u)
 
 struct allowlist_source {
@@ -178,9 +180,9 @@ doc_source *doc_source_new(const doc_kind *kind, const crcr_config *cfg, const c
         }
         snprintf(src->st.source, sizeof(src->st.source), "file:%s", src->file);
     } else {
-        if (gh_blob_url_parse(kind->url_var, url, src->owner_repo, sizeof(src->owner_repo),
-                              src->ref, sizeof(src->ref), src->path, sizeof(src->path), err,
-                              errsz) != 0) {
+        if (gh_blob_url_parse_on(kind->url_var, url, config_web_url(cfg), src->owner_repo,
+                                 sizeof(src->owner_repo), src->ref, sizeof(src->ref), src->path,
+                                 sizeof(src->path), err, errsz) != 0) {
             free(src);
             return NULL;
         }
@@ -190,7 +192,7 @@ doc_source *doc_source_new(const doc_kind *kind, const crcr_config *cfg, const c
             return NULL;
         }
         snprintf(src->st.source, sizeof(src->st.source), "%s", url);
-        snprintf(src->canon, sizeof(src->canon), "https://github.com/%s/blob/%s/%s",
+        snprintf(src->canon, sizeof(src->canon), "%s/%s/blob/%s/%s", config_web_url(cfg),
                  src->owner_repo, src->ref, src->path);
     }
     pthread_mutex_init(&src->load_lock, NULL);

@@ -155,7 +155,7 @@ bool run_effects_oncall_job(const crcr_config *cfg, const allowlist *al, const c
     buf_reset(key);
     buf_t name, details, text;
     buf_init(&name, 4 * CRCR_JOB_NAME_MAX + CRCR_REPO_NAME_MAX);
-    buf_init(&details, CRCR_REPO_NAME_MAX + 64);
+    buf_init(&details, CHECKS_DETAILS_URL_MAX);
     buf_init(&text, ONCALL_COMMENT_MAX);
     crcr_err err = checks_name(check, &name);
     if (!err)

@@ -115,6 +115,7 @@ static crcr_err sweep_effects_fn(void *vctx, const store_run_result *res, store_
         .conclusion = conclusion_name(CONCLUSION_TIMED_OUT),
         .run_id = c->z->run_id,
         .pr_number = c->z->pr_number,
+        .web_url = config_web_url(c->env.cfg),
     };
     /* As upstream's sweeper: no queue time, execution time up to now. */
     return run_effects_build(&c->env, c->check_run ? &r : NULL, c->key, c->level, -1, res->exec_ms,

@@ -21,7 +21,6 @@ PG_URI = os.environ.get("CRCR_TEST_PG_URI") or os.environ.get("CRCR_E2E_PG_URI")
 TTL_S = 3600
 UPSTREAM = "pytorch/pytorch"
 ALLOWLIST_PATH = ".github/allowlist.yml"
-ALLOWLIST_URL = "https://github.com/%s/blob/main/%s" % (UPSTREAM, ALLOWLIST_PATH)
 CONTENTS_PATH = r"^/repos/pytorch/pytorch/contents/"
 V1 = "L1:\n  - org1/repo1\n"
 V2 = "L1:\n  - org1/repo1\n  - org9/newcomer\n"
@@ -54,7 +53,7 @@ class PushRefreshMixin:
         self.gh.set_file(UPSTREAM, ALLOWLIST_PATH, "main", V1)
         env = {
             "ALLOWLIST_FILE": None,
-            "ALLOWLIST_URL": ALLOWLIST_URL,
+            "ALLOWLIST_URL": self.gh.blob_url(UPSTREAM, "main", ALLOWLIST_PATH),
             "ALLOWLIST_TTL_SECONDS": str(TTL_S),
             "GITHUB_API_URL": self.gh.url,
             "GITHUB_APP_ID": "1",

@@ -45,6 +45,7 @@ import time
 import unittest
 import uuid
 
+import contract as C
 import fakegh as F
 import fakehud as H
 import oidc_issuer as O
@@ -112,10 +113,12 @@ class Stack:
     """Fake GitHub + OIDC issuer + fake HUD + the relay. `env` extends/overrides the relay
     environment (None removes a variable). `extra_issuers` more GitHub-kind issuers,
     `buildkite_issuers` Buildkite-kind ones (CRCR_OIDC_ISSUERS entries buildkite=URL);
-    `gh_files` {(owner/repo, path, ref): text} the fake GitHub serves from the start."""
+    `gh_files` {(owner/repo, path, ref): text} the fake GitHub serves from the start;
+    `allowlist_url` serves the allowlist from the fake GitHub at that path of UPSTREAM's main
+    branch and gives the relay its blob URL (ALLOWLIST_URL, on the fake's web host)."""
 
     def __init__(self, env=None, allowlist=ALLOWLIST, hud=True, issuer_keys=None, gh_kw=None,
-                 extra_issuers=0, buildkite_issuers=0, gh_files=None):
+                 extra_issuers=0, buildkite_issuers=0, gh_files=None, allowlist_url=None):
         self.env_extra = dict(env or {})
         self.allowlist = allowlist
         self.want_hud = hud
@@ -124,6 +127,7 @@ class Stack:
         self.n_extra_issuers = extra_issuers
         self.n_buildkite_issuers = buildkite_issuers
         self.gh_files = dict(gh_files or {})
+        self.allowlist_url = allowlist_url
         self.gh = self.issuer = self.hud = self.relay = None
         self.extra_issuers = []
         self.buildkite_issuers = []
@@ -134,7 +138,11 @@ class Stack:
                 self.gh = F.FakeGitHub(app_id=APP_ID, public_key=f.read(), **self.gh_kw).start()
             for (repo, path, ref), text in self.gh_files.items():
                 self.gh.set_file(repo, path, ref, text)
-            self.issuer = O.OIDCIssuer(keys=self.issuer_keys).start()
+            # On GitHub Enterprise Server (CRCR_GITHUB_FLAVOR=ghes-*) the Actions issuer is
+            # https://HOST/_services/token: the loopback issuer takes that path.
+            self.issuer = O.OIDCIssuer(keys=self.issuer_keys,
+                                       path=O.ACTIONS_GHES_PATH if self.gh.api_prefix
+                                       else "").start()
             self.extra_issuers = [O.OIDCIssuer(keys={"x%d" % i: R.APP_KEY}).start()
                                   for i in range(self.n_extra_issuers)]
             self.buildkite_issuers = [O.OIDCIssuer(keys={"bk%d" % i: R.OIDC_KEY}).start()
@@ -156,8 +164,14 @@ class Stack:
             }
             if self.hud:
                 env.update({"HUD_API_URL": self.hud.url, "HUD_BOT_KEY": HUD_KEY})
+            if self.allowlist_url:
+                self.gh.set_file(UPSTREAM, self.allowlist_url, "main", self.allowlist)
+                env.update({"ALLOWLIST_FILE": None,
+                            "ALLOWLIST_URL": self.gh.blob_url(UPSTREAM, "main",
+                                                              self.allowlist_url)})
             env.update(self.env_extra)
-            self.relay = R.Relay(env=env, allowlist=self.allowlist)
+            self.relay = R.Relay(env=env, allowlist=None if self.allowlist_url
+                                 else self.allowlist)
             self.relay.start()
         except BaseException:
             self.close()
@@ -165,14 +179,20 @@ class Stack:
         return self
 
     def close(self):
+        """Stops everything; then raises the fake GitHub's ContractViolation, if any."""
+        violation = None
         for thing in ([self.relay, self.hud, self.gh, self.issuer] + self.extra_issuers +
                       self.buildkite_issuers):
             if thing is None:
                 continue
             try:
                 thing.close() if thing is self.relay else thing.stop()
+            except C.ContractViolation as e:
+                violation = e
             except Exception:  # cleanup must go on
                 pass
+        if violation is not None:
+            raise violation
 
     def diag(self, n=25):
         reqs = self.gh.requests()[-15:] if self.gh else []

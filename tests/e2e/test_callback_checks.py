@@ -78,7 +78,7 @@ class CheckRunTest(ChecksMixin, unittest.TestCase):
         self.wait_checks(pr.sha, 2, L4)
         reqs = sorted((json.loads(r.body) for r in self.s.gh.requests("POST", CHECK_RUNS_PATH)
                        if pr.sha.encode() in r.body), key=lambda b: b["status"], reverse=True)
-        details = "https://github.com/%s/actions/runs/%d" % (L4, run)
+        details = "%s/%s/actions/runs/%d" % (self.s.gh.web_url, L4, run)
         base = {
             "name": "crcr/%s/CI/%s" % (L4, job),
             "head_sha": pr.sha,
@@ -254,7 +254,7 @@ class LabelTest(ChecksMixin, unittest.TestCase):
         (c,) = self.wait_checks(pr.sha, 1)
         self.assertEqual((c["status"], c["conclusion"], c["output"]["title"]),
                          ("completed", "failure", "Failure"))
-        self.assertEqual(c["details_url"], "https://github.com/%s/actions/runs/99999" % L3)
+        self.assertEqual(c["details_url"], "%s/%s/actions/runs/99999" % (self.s.gh.web_url, L3))
 
     def test_3_4_9_every_repo_of_the_device_is_backfilled_with_one_upstream_token(self):
         self.own_stack()  # a fresh token cache

@@ -25,6 +25,15 @@ sleeping. Holds (hold()) keep matching answers back until the test
 releases them, before or after the route took effect: a test can stop a client deterministically
 between GitHub doing something and the client learning of it.
 
+Contract check (tests/support/contract.py): every request and the fake's own answer are kept as
+a contract.Exchange and checked against GitHub's REST API description (@octokit/openapi) when
+the fake stops: stop() raises contract.ContractViolation naming the operation and the schema
+path of each problem. `contract=False` turns it off for a fake that is sent deliberately wrong
+requests (test_fakegh.py). With CRCR_GITHUB_FLAVOR=ghes-3.19 (or flavor="ghes-3.19") the fake is
+a GitHub Enterprise Server: it serves the API under /api/v3 (`url` ends with it; a request
+outside it is answered 404 and is a violation), its web host (`web_url`, `blob_url()`) is its own
+http://127.0.0.1:PORT, and the check uses ghes-3.19.deref.json.
+
 Example:
     gh = FakeGitHub(app_id=12345, public_key=open(".../app.pub.pem").read()).start()
     try:
@@ -49,6 +58,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote
 
+import contract
 import rsa_pure
 
 JWT_ERROR = "A JSON web token could not be decoded"
@@ -66,6 +76,9 @@ CHECK_RUN_ID_BASE = 2**32 + 1_000  # > 2^32
 COMMENT_ID_BASE = 2**33 + 7  # issue comment ids, > 2^32 too
 COMMENT_MAX_BODY = 65536  # characters of one issue comment
 APP_BOT_LOGIN = "crcr-test[bot]"  # the App's comments are authored by its bot user
+APP_SLUG = "crcr-test"
+APP_PERMISSIONS = {"actions": "write", "checks": "write", "contents": "write", "issues": "write",
+                   "metadata": "read"}
 DISPATCH_MAX_BODY = 65536  # "the total size of the JSON payload must be less than 64KB"
 DISPATCH_MAX_EVENT_TYPE = 100
 DISPATCH_MAX_PROPERTIES = 10
@@ -90,11 +103,13 @@ class Recorded:
     wall (time.time()), status (int answered; 0 = connection dropped by a fault), fault (the Fault
     that answered or delayed it, or None), note (why the fake refused it, e.g. the JWT problem),
     client_port (the peer's TCP port: equal ports mean one kept-alive connection), answered
-    (time.monotonic() when the answer was written or the connection dropped; None before).
+    (time.monotonic() when the answer was written or the connection dropped; None before),
+    outside (True when a GHES fake got a path outside its /api/v3 prefix). `path` is without
+    the API prefix.
     """
 
     __slots__ = ("method", "path", "query", "raw_query", "headers", "body", "time", "wall",
-                 "status", "fault", "note", "client_port", "answered")
+                 "status", "fault", "note", "client_port", "answered", "outside")
 
     def __init__(self, **kw):
         for k in self.__slots__:
@@ -294,8 +309,10 @@ class FakeGitHub:
     """See the module docstring. All public methods are thread-safe."""
 
     def __init__(self, app_id, public_key, installed_repos=None, token_ttl=3600, latency_ms=0,
-                 seed=0, port=0, rate_limit=5000, token_format="classic", default_ref="main"):
+                 seed=0, port=0, rate_limit=5000, token_format="classic", default_ref="main",
+                 flavor=None, api_prefix=None, contract=None):
         self.app_id = str(app_id)
+        self._init_contract(flavor, api_prefix, contract)
         self.public_key = rsa_pure.as_public_key(public_key)
         self.token_ttl = token_ttl
         self.latency_ms = latency_ms
@@ -339,7 +356,8 @@ class FakeGitHub:
         return self
 
     def stop(self):
-        """Stops accepting, closes open (kept-alive) connections, joins the server thread."""
+        """Stops accepting, closes open (kept-alive) connections, joins the server thread; then
+        checks the traffic against GitHub's description (raises ContractViolation)."""
         srv, self._server = self._server, None
         if srv is None:
             return
@@ -356,6 +374,7 @@ class FakeGitHub:
         srv.server_close()
         if self._thread:
             self._thread.join(5)
+        self.check_contract()
 
     def __enter__(self):
         return self.start() if self._server is None else self
@@ -369,7 +388,17 @@ class FakeGitHub:
 
     @property
     def url(self):
-        return "http://127.0.0.1:%d" % self._port
+        """The API's base URL (GITHUB_API_URL): http://127.0.0.1:PORT, with /api/v3 on GHES."""
+        return "http://127.0.0.1:%d%s" % (self._port, self.api_prefix)
+
+    @property
+    def web_url(self):
+        """Where GitHub's pages are: https://github.com, or the fake's own host on GHES."""
+        return "http://127.0.0.1:%d" % self._port if self.api_prefix else "https://github.com"
+
+    def blob_url(self, owner_repo, ref, path):
+        """The blob URL of a file (ALLOWLIST_URL, CI_PROVIDERS_URL) on the web host."""
+        return "%s/%s/blob/%s/%s" % (self.web_url, owner_repo, ref, path)
 
     def now(self):
         return time.time() + self.time_offset
@@ -487,7 +516,8 @@ class FakeGitHub:
             self._files[(owner_repo.lower(), path.strip("/"), ref)] = data
 
     def set_suite_check_runs(self, suite_id, runs):
-        """Check runs listed by GET .../check-suites/{suite_id}/check-runs (list of dicts)."""
+        """Check runs listed by GET .../check-suites/{suite_id}/check-runs (list of dicts: what
+        the test cares about, e.g. name and external_id; the fake adds GitHub's other fields)."""
         with self._lock:
             self._suites[int(suite_id)] = [dict(r) for r in runs]
 
@@ -608,6 +638,9 @@ class FakeGitHub:
     def _handle(self, h):
         arrival = time.monotonic()
         raw_path, _, raw_query = h.path.partition("?")
+        api_path = self._strip_prefix(raw_path)
+        outside = api_path is None  # GHES: not under /api/v3
+        raw_path = raw_path if outside else api_path
         headers = {}
         for k, v in h.headers.items():
             k = k.lower()
@@ -615,7 +648,8 @@ class FakeGitHub:
         rec = Recorded(method=h.command, path=raw_path, raw_query=raw_query,
                        query={k: v[0] for k, v in parse_qs(raw_query).items()},
                        headers=headers, body=b"", time=arrival, wall=time.time(), status=None,
-                       fault=None, note=None, client_port=h.client_address[1])
+                       fault=None, note=None, client_port=h.client_address[1],
+                       outside=outside)
         try:
             rec.body = h.read_body()
         except (ConnectionError, ValueError, OSError) as e:
@@ -636,6 +670,7 @@ class FakeGitHub:
             if fault.status == 0:
                 rec.status = 0
                 rec.answered = time.monotonic()
+                self._keep_exchange(h, rec, 0, {}, b"")
                 h.close_connection = True
                 try:
                     h.connection.shutdown(socket.SHUT_RDWR)
@@ -651,7 +686,12 @@ class FakeGitHub:
         if hold is not None and not hold.after:
             hold._wait(rec)
         try:
-            status, extra, body = self._route(h.command, raw_path, rec)
+            if outside:
+                rec.note = "outside the API prefix %s" % self.api_prefix
+                status, extra, body = 404, {}, {"message": "Not Found",
+                                                "documentation_url": DOCS}
+            else:
+                status, extra, body = self._route(h.command, raw_path, rec)
         except Exception as e:  # a bug in the fake: answer 500 and say why in the record
             status, extra, body = 500, {}, {"message": "fake error: %r" % e}
             rec.note = "fake error: %r" % e
@@ -668,6 +708,7 @@ class FakeGitHub:
     def _answer(self, h, rec, status, headers, body):
         rec.status = status
         rec.answered = time.monotonic()
+        self._keep_exchange(h, rec, status, headers, body)
         try:
             h.send_raw(status, headers, body or b"")
         finally:
@@ -766,6 +807,40 @@ class FakeGitHub:
                 return getattr(self, fn)(rec, *[unquote(g) for g in mo.groups()])
         return 404, {}, {"message": "Not Found", "documentation_url": DOCS}
 
+    # ------------------------------------------------------------------ GitHub's objects
+
+    def _user(self, login, uid, user_type="User"):
+        """A simple-user object as GitHub embeds it (account, owner, author)."""
+        api = "%s/users/%s" % (self.url, login)
+        return {
+            "login": login, "id": uid, "node_id": "U_%d" % uid,
+            "avatar_url": "https://avatars.githubusercontent.com/u/%d?v=4" % uid,
+            "gravatar_id": "", "url": api, "html_url": "%s/%s" % (self.web_url, login),
+            "followers_url": api + "/followers",
+            "following_url": api + "/following{/other_user}",
+            "gists_url": api + "/gists{/gist_id}",
+            "starred_url": api + "/starred{/owner}{/repo}",
+            "subscriptions_url": api + "/subscriptions",
+            "organizations_url": api + "/orgs", "repos_url": api + "/repos",
+            "events_url": api + "/events{/privacy}",
+            "received_events_url": api + "/received_events",
+            "type": user_type, "site_admin": False,
+        }
+
+    def _app(self):
+        """The App (integration object) that acts: check runs' `app`, comments'
+        `performed_via_github_app`."""
+        app_id = int(self.app_id) if self.app_id.isdigit() else 0
+        return {
+            "id": app_id, "slug": APP_SLUG, "node_id": "A_%d" % app_id,
+            "client_id": "Iv1.%016x" % app_id, "owner": self._user("crcr-org", 9001,
+                                                                 "Organization"),
+            "name": APP_SLUG, "description": None, "external_url": "https://crcr.example",
+            "html_url": "%s/apps/%s" % (self.web_url, APP_SLUG),
+            "created_at": "2024-01-01T00:00:00Z", "updated_at": "2024-01-01T00:00:00Z",
+            "permissions": dict(APP_PERMISSIONS), "events": [],
+        }
+
     # ------------------------------------------------------------------ issue comments
 
     def _new_comment(self, owner_repo, number, body, login, user_type, app=False):
@@ -777,15 +852,15 @@ class FakeGitHub:
                 "id": cid,
                 "node_id": "IC_%d" % cid,
                 "url": "%s/repos/%s/issues/comments/%d" % (self.url, owner_repo, cid),
-                "html_url": "https://github.com/%s/pull/%d#issuecomment-%d"
-                            % (owner_repo, number, cid),
+                "html_url": "%s/%s/pull/%d#issuecomment-%d"
+                            % (self.web_url, owner_repo, number, cid),
                 "issue_url": "%s/repos/%s/issues/%d" % (self.url, owner_repo, number),
                 "body": body,
-                "user": {"login": login, "id": 100 + cid % 1000, "type": user_type},
+                "user": self._user(login, 100 + cid % 1000, user_type),
                 "created_at": now,
                 "updated_at": now,
                 "author_association": "NONE",
-                "performed_via_github_app": {"slug": "crcr-test"} if app else None,
+                "performed_via_github_app": self._app() if app else None,
             }
             self._comments.setdefault((owner_repo.lower(), int(number)), []).append(c)
             self._cond.notify_all()
@@ -862,6 +937,54 @@ class FakeGitHub:
         return 201, {}, self._new_comment(owner + "/" + repo, int(number), body, APP_BOT_LOGIN,
                                           "Bot", app=True)
 
+    # ------------------------------------------------------------------ contract check
+
+    def _init_contract(self, flavor, api_prefix, check):
+        self.flavor = flavor or contract.flavor_from_env()
+        ghes = self.flavor.startswith("ghes-")
+        self.api_prefix = (("/api/v3" if ghes else "") if api_prefix is None
+                           else api_prefix.rstrip("/"))
+        self.contract = contract.enabled() if check is None else bool(check)
+        self._exchanges = []  # contract.Exchange per answered request; clear() keeps them
+        self.contract_violations = []
+        self.contract_tally = contract.TALLY  # where the run's counts go; None: not counted
+        self._contract_checked = 0
+
+    def _strip_prefix(self, path):
+        """`path` without the API prefix; None when it is not under it."""
+        if not self.api_prefix:
+            return path
+        if path == self.api_prefix or path.startswith(self.api_prefix + "/"):
+            return path[len(self.api_prefix):] or "/"
+        return None
+
+    def _keep_exchange(self, h, rec, status, headers, body):
+        if not self.contract:
+            return
+        injected = rec.fault is not None and rec.fault.status is not None
+        with self._lock:
+            self._exchanges.append(contract.Exchange(
+                method=rec.method, raw_path=h.path.partition("?")[0],
+                path=None if rec.outside else rec.path,
+                query=dict(rec.query), headers=rec.headers, body=rec.body, status=status,
+                response_headers={k.lower(): v for k, v in (headers or {}).items()},
+                response=body if isinstance(body, bytes) else (body or b""),
+                injected=injected))
+
+    def check_contract(self):
+        """Checks the exchanges not checked yet against GitHub's description (stop() calls
+        it); raises contract.ContractViolation listing the problems, which stay in
+        `contract_violations`."""
+        if not self.contract:
+            return
+        with self._lock:
+            todo = self._exchanges[self._contract_checked:]
+            self._contract_checked = len(self._exchanges)
+        found = contract.check(todo, self.flavor, tally=self.contract_tally)
+        if found:
+            self.contract_violations.extend(found)
+            raise contract.ContractViolation(contract.report(found, self.flavor))
+
     # ------------------------------------------------------------------ holds
 
     def hold(self, method=None, path_re=None, count=1, after=True, timeout=60.0, skip=0):
@@ -901,23 +1024,23 @@ class FakeGitHub:
         base = self.url
         return 200, {}, {
             "id": iid,
-            "account": {"login": owner, "id": iid - INSTALLATION_ID_BASE + 1000,
-                        "type": "Organization", "site_admin": False},
+            "account": self._user(owner, iid - INSTALLATION_ID_BASE + 1000, "Organization"),
             "repository_selection": "selected",
             "access_tokens_url": "%s/app/installations/%d/access_tokens" % (base, iid),
             "repositories_url": "%s/installation/repositories" % base,
-            "html_url": "https://github.com/organizations/%s/settings/installations/%d"
-                        % (owner, iid),
+            "html_url": "%s/organizations/%s/settings/installations/%d"
+                        % (self.web_url, owner, iid),
             "app_id": int(self.app_id) if self.app_id.isdigit() else self.app_id,
-            "app_slug": "crcr-test",
+            "app_slug": APP_SLUG,
             "target_id": iid - INSTALLATION_ID_BASE + 1000,
             "target_type": "Organization",
-            "permissions": {"actions": "write", "checks": "write", "contents": "write",
-                            "metadata": "read"},
+            "permissions": dict(APP_PERMISSIONS),
             "events": [],
             "created_at": "2024-01-01T00:00:00Z",
             "updated_at": "2024-01-01T00:00:00Z",
             "single_file_name": None,
+            "suspended_by": None,
+            "suspended_at": None,
         }
 
     def _new_token(self):
@@ -953,8 +1076,7 @@ class FakeGitHub:
         return 201, {}, {
             "token": token,
             "expires_at": _iso(expires),
-            "permissions": {"actions": "write", "checks": "write", "contents": "write",
-                            "metadata": "read"},
+            "permissions": dict(APP_PERMISSIONS),
             "repository_selection": "selected",
         }
 
@@ -1037,28 +1159,45 @@ class FakeGitHub:
         with self._cond:
             cid = self._next_check_run_id
             self._next_check_run_id += 1
-            run = dict(req)
-            run.update({
-                "id": cid,
-                "node_id": "CR_%d" % cid,
-                "status": "completed" if req.get("conclusion") else status,
-                "conclusion": req.get("conclusion"),
-                "external_id": req.get("external_id", ""),
-                "url": "%s/repos/%s/%s/check-runs/%d" % (self.url, owner, repo, cid),
-                "html_url": "https://github.com/%s/%s/runs/%d" % (owner, repo, cid),
-                "details_url": req.get("details_url"),
-                "started_at": req.get("started_at", _iso(self.now())),
-                "completed_at": req.get("completed_at"),
-                "output": req.get("output", {"title": None, "summary": None, "text": None}),
-                "check_suite": {"id": 5_000_000_000 + cid % 1000},
-                "app": {"id": int(self.app_id) if self.app_id.isdigit() else 0,
-                        "slug": "crcr-test"},
-                "pull_requests": [],
-            })
+            run = self._check_run_object(owner, repo, cid, dict(req, status=status),
+                                         5_000_000_000 + cid % 1000)
             stored = dict(run, repo=owner + "/" + repo)
             self._check_runs.append(stored)
             self._cond.notify_all()
         return 201, {}, run
+
+    def _check_run_object(self, owner, repo, cid, given, suite_id):
+        """A check run as GitHub answers it: `given` (the request's fields, or a test's listed
+        run) completed with what GitHub adds."""
+        run = dict(given)
+        run.update({
+            "id": cid,
+            "node_id": "CR_%d" % cid,
+            "head_sha": given.get("head_sha") or "0" * 40,
+            "name": given.get("name") or "check",
+            "status": "completed" if given.get("conclusion") else
+                      given.get("status", "queued"),
+            "conclusion": given.get("conclusion"),
+            "external_id": given.get("external_id", ""),
+            "url": "%s/repos/%s/%s/check-runs/%d" % (self.url, owner, repo, cid),
+            "html_url": "%s/%s/%s/runs/%d" % (self.web_url, owner, repo, cid),
+            "details_url": given.get("details_url"),
+            "started_at": given.get("started_at", _iso(self.now())),
+            "completed_at": given.get("completed_at"),
+            "output": self._check_output(given.get("output"), owner, repo, cid),
+            "check_suite": {"id": suite_id},
+            "app": self._app(),
+            "pull_requests": [],
+        })
+        return run
+
+    def _check_output(self, given, owner, repo, cid):
+        """A check run's `output` as GitHub answers it, from the request's."""
+        given = given if isinstance(given, dict) else {}
+        return {"title": given.get("title"), "summary": given.get("summary"),
+                "text": given.get("text"), "annotations_count": 0,
+                "annotations_url": "%s/repos/%s/%s/check-runs/%d/annotations"
+                                   % (self.url, owner, repo, cid)}
 
     def _r_suite_runs(self, rec, owner, repo, suite_id):
         why = self._token_for_repo(rec, owner, repo)
@@ -1073,8 +1212,11 @@ class FakeGitHub:
             runs = self._suites.get(int(suite_id))
             if runs is None:
                 return 404, {}, {"message": "Not Found", "documentation_url": DOCS}
-            chunk = runs[(page - 1) * per_page : page * per_page]
-            return 200, {}, {"total_count": len(runs), "check_runs": [dict(r) for r in chunk]}
+            first = (page - 1) * per_page
+            chunk = [self._check_run_object(owner, repo, r.get("id", CHECK_RUN_ID_BASE // 2 + i),
+                                            r, int(suite_id))
+                     for i, r in enumerate(runs[first : first + per_page], first)]
+            return 200, {}, {"total_count": len(runs), "check_runs": chunk}
 
     def _r_rerun(self, rec, owner, repo, run_id, kind):
         why = self._token_for_repo(rec, owner, repo)
@@ -1107,6 +1249,9 @@ class FakeGitHub:
         content = "".join(b64[i : i + 60] + "\n" for i in range(0, len(b64), 60))
         blob_sha = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
         name = os.path.basename(path)
+        url = "%s/repos/%s/%s/contents/%s?ref=%s" % (self.url, owner, repo, path, ref)
+        git_url = "%s/repos/%s/%s/git/blobs/%s" % (self.url, owner, repo, blob_sha)
+        html_url = self.blob_url(owner + "/" + repo, ref, path)
         return 200, {"etag": etag}, {
             "type": "file",
             "encoding": "base64",
@@ -1115,8 +1260,10 @@ class FakeGitHub:
             "path": path,
             "content": content,
             "sha": blob_sha,
-            "url": "%s/repos/%s/%s/contents/%s?ref=%s" % (self.url, owner, repo, path, ref),
-            "html_url": "https://github.com/%s/%s/blob/%s/%s" % (owner, repo, ref, path),
+            "url": url,
+            "git_url": git_url,
+            "html_url": html_url,
             "download_url": "https://raw.githubusercontent.com/%s/%s/%s/%s"
                             % (owner, repo, ref, path),
+            "_links": {"self": url, "git": git_url, "html": html_url},
         }

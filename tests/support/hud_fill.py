@@ -40,6 +40,7 @@ import json
 import secrets
 import time
 
+import contract as C
 import fakegh as F
 import oidc_issuer as O
 import relay as R
@@ -144,13 +145,19 @@ class HudWorld:
         return self
 
     def close(self):
+        """Stops everything; then raises the fake GitHub's ContractViolation, if any."""
+        violation = None
         for thing in (self.relay, self.gh, self.issuer):
             if thing is None:
                 continue
             try:
                 thing.close() if thing is self.relay else thing.stop()
+            except C.ContractViolation as e:
+                violation = e
             except Exception:  # cleanup goes on
                 pass
+        if violation is not None:
+            raise violation
 
     def diag(self, n=30):
         return "\nrelay log:\n" + (self.relay.log_tail(n) if self.relay else "")

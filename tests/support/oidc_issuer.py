@@ -7,7 +7,9 @@ Plays the part of https://token.actions.githubusercontent.com for the relay unde
 
 and mints GitHub-Actions-shaped ID tokens signed RS256 with tests/support/rsa_pure.py. The issuer
 URL is http://127.0.0.1:<port> (the relay allows plain http for loopback issuers), so the relay
-is started with CRCR_OIDC_ISSUERS=<issuer.url>.
+is started with CRCR_OIDC_ISSUERS=<issuer.url>; with path="/_services/token" it is
+http://127.0.0.1:<port>/_services/token and serves both endpoints under it, as GitHub Enterprise
+Server's Actions issuer https://HOST/_services/token does.
 
     iss = OIDCIssuer().start()                  # one key, kid "k1" (tests/data/keys/oidc.pem)
     tok = iss.token("org2/repo2")               # valid for 5 minutes
@@ -48,6 +50,7 @@ import rsa_pure
 AUDIENCE = "pytorch-cross-repo-ci-relay"
 JWKS_PATH = "/.well-known/jwks"
 CONFIG_PATH = "/.well-known/openid-configuration"
+ACTIONS_GHES_PATH = "/_services/token"  # GitHub Enterprise Server's Actions issuer is HOST + it
 DEFAULT_TTL = 300  # GitHub's ID tokens live about 5 minutes
 FORGERIES = ("wrong_key", "unknown_kid", "alg_none", "hs256_pubkey", "expired", "not_yet_valid",
              "wrong_aud", "no_repository", "unknown_iss", "tampered")
@@ -74,11 +77,14 @@ class _Handler(BaseHTTPRequestHandler):
 class OIDCIssuer:
     """See the module docstring. Thread-safe."""
 
-    def __init__(self, keys=None, audience=AUDIENCE, port=0):
+    def __init__(self, keys=None, audience=AUDIENCE, port=0, path=""):
         """keys: {kid: private key (PEM path, PEM text or rsa_pure key)}; default
-        {"k1": tests/data/keys/oidc.pem}. The first kid is the default signing key."""
+        {"k1": tests/data/keys/oidc.pem}. The first kid is the default signing key. `path`
+        puts the issuer under a path, as GitHub Enterprise Server's Actions issuer
+        https://HOST/_services/token (ACTIONS_GHES_PATH)."""
         self.audience = audience
         self._port = port
+        self.path = path.rstrip("/")
         self._lock = threading.Lock()
         self._keys = {}
         for kid, key in (keys or {"k1": R.OIDC_KEY}).items():
@@ -126,7 +132,7 @@ class OIDCIssuer:
     @property
     def url(self):
         """The issuer identifier (no trailing slash): the "iss" of every token."""
-        return "http://127.0.0.1:%d" % self._port
+        return "http://127.0.0.1:%d%s" % (self._port, self.path)
 
     # -------------------------------------------------------------- keys and the endpoint
 
@@ -163,6 +169,10 @@ class OIDCIssuer:
             return list(self._fetches)
 
     def _answer(self, path):
+        if self.path:
+            if not path.startswith(self.path + "/"):
+                return 404, {"message": "Not Found"}
+            path = path[len(self.path):]
         if path == JWKS_PATH:
             with self._lock:
                 self._fetches.append(time.monotonic())

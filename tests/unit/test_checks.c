@@ -6,6 +6,7 @@
  * checks_parse_external_id).
  */
 #include <setjmp.h>
+#include <ctype.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -161,8 +162,14 @@ static void completed_title_is_the_capitalised_conclusion(void **state)
         r.conclusion = cases[i].conclusion;
         jv *doc = body_of(&r);
         assert_string_equal(jv_path_str(doc, "status"), "completed");
-        /* the conclusion goes to GitHub as given; only the title is capitalised */
-        assert_string_equal(jv_path_str(doc, "conclusion"), cases[i].conclusion);
+        /* the conclusion goes to GitHub in lower case, as its API's enum has it ("FAILURE"
+         * would be refused with a 422); the title is capitalised */
+        char lower[32];
+        size_t n = 0;
+        for (const char *c = cases[i].conclusion; *c && n + 1 < sizeof(lower); c++)
+            lower[n++] = (char)tolower((unsigned char)*c);
+        lower[n] = '\0';
+        assert_string_equal(jv_path_str(doc, "conclusion"), lower);
         assert_string_equal(title_of(doc), cases[i].title);
         jv_free(doc);
     }
@@ -182,6 +189,30 @@ static void completed_without_conclusion_says_completed(void **state)
     doc = body_of(&r);
     assert_null(jv_get(doc, "conclusion"));
     assert_string_equal(title_of(doc), "Completed");
+    jv_free(doc);
+}
+
+/* GitHub Enterprise Server: the run's page is on the web host of GITHUB_API_URL. */
+static void details_url_is_on_the_web_host(void **state)
+{
+    checks_run r = a_run();
+    r.web_url = "https://ghes.example.com";
+    jv *doc = body_of(&r);
+    assert_string_equal(jv_path_str(doc, "details_url"),
+                        "https://ghes.example.com/example-org/npu-ci/actions/runs/99999");
+    assert_string_equal(jv_path_str(doc, "output.summary"),
+                        "example-org/npu-ci workflow: "
+                        "https://ghes.example.com/example-org/npu-ci/actions/runs/99999");
+    jv_free(doc);
+    r.web_url = ""; /* none: github.com */
+    doc = body_of(&r);
+    assert_string_equal(jv_path_str(doc, "details_url"),
+                        "https://github.com/example-org/npu-ci/actions/runs/99999");
+    jv_free(doc);
+    r.details_url = "https://buildkite.com/o/p/builds/7"; /* a Buildkite build stays itself */
+    r.web_url = "https://ghes.example.com";
+    doc = body_of(&r);
+    assert_string_equal(jv_path_str(doc, "details_url"), "https://buildkite.com/o/p/builds/7");
     jv_free(doc);
 }
 
@@ -317,6 +348,7 @@ int main(void)
         cmocka_unit_test(in_progress_ignores_a_conclusion_and_unknown_status_is_in_progress),
         cmocka_unit_test(completed_title_is_the_capitalised_conclusion),
         cmocka_unit_test(completed_without_conclusion_says_completed),
+        cmocka_unit_test(details_url_is_on_the_web_host),
         cmocka_unit_test(a_long_conclusion_is_cut_in_the_title_only),
         cmocka_unit_test(without_pr_the_external_id_is_the_run_id),
         cmocka_unit_test(names_with_json_specials_stay_valid_json),

@@ -537,30 +537,91 @@ static void test_too_many_or_no_oidc_issuers(void **state)
     expect_fail(env2, "CRCR_OIDC_ISSUERS: no issuer", err, sizeof(err));
 }
 
-static void test_allowlist_url_must_be_github_or_loopback(void **state)
+static void test_allowlist_url_must_be_on_githubs_web_host(void **state)
 {
     static const char *keys[] = {"ALLOWLIST_URL", "CI_PROVIDERS_URL"};
+    static const struct {
+        const char *api, *url;
+    } ok[] = {
+        {NULL, "https://github.com/pytorch/pytorch/blob/main/.github/allow.yml"},
+        {"https://api.github.com", "https://github.com/o/r/blob/main/allow.yml"},
+        /* GitHub Enterprise Server: the API under /api/v3, blob URLs on the host */
+        {"https://ghes.example.com/api/v3", "https://ghes.example.com/o/r/blob/main/a.yml"},
+        {"http://127.0.0.1:8123/api/v3", "http://127.0.0.1:8123/o/r/blob/main/allow.yml"},
+        /* a loopback double of api.github.com: blob URLs stay on github.com */
+        {"http://127.0.0.1:8123", "https://github.com/o/r/blob/main/allow.yml"},
+    };
+    static const struct {
+        const char *api, *url, *why;
+    } bad[] = {
+        {NULL, "http://github.com/o/r/blob/main/a.yml", "must be an https://"},
+        {NULL, "https://github.com.evil.com/o/r/blob/main/a.yml", "on https://github.com/"},
+        {NULL, "https://evil.com/o/r/blob/main/a.yml", "on https://github.com/"},
+        {NULL, "http://127.0.0.1:8123/o/r/blob/main/allow.yml", "on https://github.com/"},
+        {"https://ghes.example.com/api/v3", "https://github.com/o/r/blob/main/a.yml",
+         "on https://ghes.example.com/"},
+        {"https://ghes.example.com/api/v3", "https://ghes.example.com:444/o/r/blob/main/a.yml",
+         "on https://ghes.example.com/"},
+        {"http://127.0.0.1:8123", "http://127.0.0.1:8123/o/r/blob/main/a.yml",
+         "on https://github.com/"},
+    };
     for (size_t k = 0; k < 2; k++) {
-        static const char *ok[] = {"https://github.com/pytorch/pytorch/blob/main/.github/allow.yml",
-                                   "http://127.0.0.1:8123/o/r/blob/main/allow.yml"};
-        for (size_t i = 0; i < 2; i++) {
-            const char *env[] = {keys[k], ok[i], NULL};
+        for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+            const char *env[] = {keys[k], ok[i].url, ok[i].api ? "GITHUB_API_URL" : NULL, ok[i].api,
+                                 NULL};
             crcr_config cfg;
             char err[256];
-            assert_int_equal(load(&cfg, NULL, env, err, sizeof(err)), CRCR_OK);
-            assert_string_equal(k ? cfg.ci_providers_url : cfg.allowlist_url, ok[i]);
+            if (load(&cfg, NULL, env, err, sizeof(err)) != CRCR_OK)
+                fail_msg("%s=%s with GITHUB_API_URL=%s: %s", keys[k], ok[i].url,
+                         ok[i].api ? ok[i].api : "(default)", err);
+            assert_string_equal(k ? cfg.ci_providers_url : cfg.allowlist_url, ok[i].url);
             config_free(&cfg);
         }
-        static const char *bad[] = {"http://github.com/o/r/blob/main/a.yml",
-                                    "https://github.com.evil.com/o/r/blob/main/a.yml",
-                                    "https://evil.com/o/r/blob/main/a.yml"};
-        for (size_t i = 0; i < 3; i++) {
-            const char *env[] = {keys[k], bad[i], NULL};
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+            const char *env[] = {keys[k], bad[i].url, bad[i].api ? "GITHUB_API_URL" : NULL,
+                                 bad[i].api, NULL};
             char err[256], want[64];
             snprintf(want, sizeof(want), "%s: must be", keys[k]);
             expect_fail(env, want, err, sizeof(err));
+            if (!strstr(err, bad[i].why))
+                fail_msg("%s: expected '%s' in: %s", bad[i].url, bad[i].why, err);
         }
     }
+}
+
+static void test_web_url_is_derived_from_the_api_url(void **state)
+{
+    static const struct {
+        const char *api, *web;
+    } cases[] = {
+        {NULL, "https://github.com"},
+        {"https://api.github.com", "https://github.com"},
+        {"https://api.github.com/", "https://github.com"},
+        {"https://ghes.example.com/api/v3", "https://ghes.example.com"},
+        {"https://ghes.example.com:8443/api/v3/", "https://ghes.example.com:8443"},
+        {"http://127.0.0.1:9000/api/v3", "http://127.0.0.1:9000"},
+        {"https://api.octocorp.ghe.com", "https://octocorp.ghe.com"},
+        {"http://127.0.0.1:9000", "https://github.com"},
+        {"https://proxy.example.com/github", "https://github.com"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const char *env[] = {cases[i].api ? "GITHUB_API_URL" : NULL, cases[i].api, NULL};
+        crcr_config cfg;
+        char err[256];
+        assert_int_equal(load(&cfg, NULL, env, err, sizeof(err)), CRCR_OK);
+        if (strcmp(config_web_url(&cfg), cases[i].web) != 0)
+            fail_msg("GITHUB_API_URL=%s: web URL %s, want %s",
+                     cases[i].api ? cases[i].api : "(default)", config_web_url(&cfg), cases[i].web);
+        config_free(&cfg);
+    }
+    /* A hand-made config (no load) means github.com. */
+    crcr_config zero;
+    memset(&zero, 0, sizeof(zero));
+    assert_string_equal(config_web_url(&zero), "https://github.com");
+    assert_true(config_url_on_web_host("https://github.com/o/r", NULL));
+    assert_true(config_url_on_web_host("https://GITHUB.com", ""));
+    assert_false(config_url_on_web_host("https://github.company.com/o/r", NULL));
+    assert_false(config_url_on_web_host(NULL, NULL));
 }
 
 static void test_ci_providers_file_is_kept(void **state)
@@ -942,7 +1003,8 @@ int main(void)
         cmocka_unit_test_setup(test_loopback_urls_are_accepted_and_trailing_slash_stripped,
                                test_setup),
         cmocka_unit_test_setup(test_too_many_or_no_oidc_issuers, test_setup),
-        cmocka_unit_test_setup(test_allowlist_url_must_be_github_or_loopback, test_setup),
+        cmocka_unit_test_setup(test_allowlist_url_must_be_on_githubs_web_host, test_setup),
+        cmocka_unit_test_setup(test_web_url_is_derived_from_the_api_url, test_setup),
         cmocka_unit_test_setup(test_ci_providers_file_is_kept, test_setup),
         cmocka_unit_test_setup(test_oidc_issuer_kinds, test_setup),
         cmocka_unit_test_setup(test_listen_addresses, test_setup),

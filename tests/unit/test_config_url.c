@@ -109,22 +109,21 @@ static void test_url_length_is_capped(void **state)
     assert_false(config_url_allowed(url));
 }
 
-static void test_blob_urls_are_github_or_loopback(void **state)
+/* The scheme rule only: which host is checked against GITHUB_API_URL's web host
+ * (test_config.c, test_allowlist_url_must_be_on_githubs_web_host). */
+static void test_blob_urls_are_https_or_loopback(void **state)
 {
     static const char *ok[] = {
         "https://github.com/pytorch/pytorch/blob/main/.github/allow.yml",
         "HTTPS://GitHub.COM/o/r/blob/main/a.yml",
+        "https://ghes.example.com/o/r/blob/main/a.yml", /* GitHub Enterprise Server */
         "http://127.0.0.1:8123/o/r/blob/main/allow.yml",
         "https://localhost/o/r/blob/main/a.yml",
         "http://[::1]:8/o/r/blob/main/a.yml",
     };
     static const char *bad[] = {
-        "http://github.com/o/r/blob/main/a.yml", /* github.com only over https */
-        "https://github.com.evil.com/o/r/blob/main/a.yml",
-        "https://api.github.com/o/r/blob/main/a.yml",
-        "https://gist.github.com/o/r/blob/main/a.yml",
-        "https://evil.com/o/r/blob/main/a.yml",
-        "https://githubXcom/o/r/blob/main/a.yml",
+        "http://github.com/o/r/blob/main/a.yml", /* http only to loopback hosts */
+        "http://ghes.example.com/o/r/blob/main/a.yml",
         "ftp://127.0.0.1/o/r/blob/main/a.yml",
         "https://github.com/o/r/blob/ main/a.yml",
         "",
@@ -313,7 +312,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup(test_config_url_allowed_loopback_rules, test_setup),
         cmocka_unit_test_setup(test_url_length_is_capped, test_setup),
-        cmocka_unit_test_setup(test_blob_urls_are_github_or_loopback, test_setup),
+        cmocka_unit_test_setup(test_blob_urls_are_https_or_loopback, test_setup),
         cmocka_unit_test_setup(test_trailing_slashes_are_stripped_down_to_the_scheme, test_setup),
         cmocka_unit_test_setup(test_port_bounds_and_syntax, test_setup),
         cmocka_unit_test_setup(test_store_passwords_are_redacted, test_setup),

@@ -207,6 +207,48 @@ static void test_blob_url_error_never_echoes_credentials(void **state)
     assert_true(strncmp(b.err, "CI_PROVIDERS_URL: ", 18) == 0);
 }
 
+/* GitHub Enterprise Server: blob URLs on the web host of GITHUB_API_URL (https://HOST/api/v3 ->
+ * https://HOST), with its scheme, host and port exactly. */
+static void test_blob_url_on_another_web_host(void **state)
+{
+    char owner_repo[141], ref[64], path[64], err[512];
+    assert_int_equal(gh_blob_url_parse_on("ALLOWLIST_URL",
+                                          "https://ghes.example.com/pytorch/pytorch/blob/main/"
+                                          ".github/allow.yml",
+                                          "https://ghes.example.com", owner_repo,
+                                          sizeof(owner_repo), ref, sizeof(ref), path, sizeof(path),
+                                          err, sizeof(err)),
+                     0);
+    assert_string_equal(owner_repo, "pytorch/pytorch");
+    assert_string_equal(ref, "main");
+    assert_string_equal(path, ".github/allow.yml");
+    assert_int_equal(gh_blob_url_parse_on("X", "http://127.0.0.1:8123/o/r/blob/v1/a%20b.yml",
+                                          "http://127.0.0.1:8123", owner_repo, sizeof(owner_repo),
+                                          ref, sizeof(ref), path, sizeof(path), err, sizeof(err)),
+                     0);
+    assert_string_equal(path, "a b.yml");
+    static const char *bad[] = {
+        "https://github.com/o/r/blob/main/f",            /* github.com is not the GHES host */
+        "http://ghes.example.com/o/r/blob/main/f",       /* the scheme differs */
+        "https://ghes.example.com:8443/o/r/blob/main/f", /* the port differs */
+        "https://ghes.example.com.evil/o/r/blob/main/f",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        assert_int_equal(gh_blob_url_parse_on("X", bad[i], "https://ghes.example.com", owner_repo,
+                                              sizeof(owner_repo), ref, sizeof(ref), path,
+                                              sizeof(path), err, sizeof(err)),
+                         -1);
+        if (!strstr(err, "not on GitHub's web host") ||
+            !strstr(err, "Expected: https://ghes.example.com/<owner>/<repo>/blob/<ref>/<path>"))
+            fail_msg("%s: %s", bad[i], err);
+    }
+    /* NULL is github.com, as gh_blob_url_parse. */
+    assert_int_equal(gh_blob_url_parse_on("X", "https://github.com/o/r/blob/main/f", NULL,
+                                          owner_repo, sizeof(owner_repo), ref, sizeof(ref), path,
+                                          sizeof(path), err, sizeof(err)),
+                     0);
+}
+
 static void test_blob_url_respects_caller_buffers(void **state)
 {
     char owner_repo[4] = "", ref[64] = "", path[64] = "", err[256];
@@ -682,6 +724,7 @@ int main(void)
         cmocka_unit_test(test_blob_url_bad_forms),
         cmocka_unit_test(test_blob_url_lengths),
         cmocka_unit_test(test_blob_url_error_never_echoes_credentials),
+        cmocka_unit_test(test_blob_url_on_another_web_host),
         cmocka_unit_test(test_blob_url_respects_caller_buffers),
         cmocka_unit_test_setup_teardown(test_fetch_decodes_base64_content_and_keeps_the_etag,
                                         fx_setup, fx_teardown),
