@@ -22,6 +22,7 @@
 
 #include "clock.h"
 #include "checks.h"
+#include "depends_on.h"
 #include "dispatch.h"
 #include "json.h"
 #include "crcr_limits.h"
@@ -334,10 +335,74 @@ static void send_as_installation(outbox *ob, store_job *job, const char *method,
         gh_resp_free(&r);
 }
 
-/* Carries out a dispatch row; `out` receives the request body. */
-static void run_dispatch(outbox *ob, store_job *job, outcome *o, dispatch_output *out, int64_t now)
+/* A fresh outcome: nothing decided yet. */
+static void outcome_reset(outcome *o)
+{
+    *o = (outcome){
+        .verdict = OUTBOX_PERMANENT, .retry_after_s = -1, .rl_remaining = -1, .rl_reset = -1};
+}
+
+/*
+ * Reads the Depends-On pair of a dispatch row at send time (§3.13): GET /repos/{target}/pulls/{n}
+ * as the target's installation (Pull requests: read). An open PR resolves the pair; a closed,
+ * merged or missing one, or a refusal (403 without a rate limit, 404, 422), leaves it unresolved
+ * with its problem: the dispatch goes without the pair, the record, the row's note and the check
+ * run say why. Returns false, with *o the verdict for the row, when GitHub did not answer
+ * (retried as any request: 5xx, network, rate limits) or the installation is missing.
+ */
+static bool resolve_pair(outbox *ob, store_job *job, depends_on_pair *pair, outcome *o, int64_t now)
+{
+    if (!ob->gh) {
+        snprintf(pair->problem, sizeof(pair->problem), "not read in dry-run mode");
+        return true;
+    }
+    char path[CRCR_REPO_NAME_MAX + 64];
+    snprintf(path, sizeof(path), "/repos/%s/pulls/%lld", pair->repo, (long long)pair->number);
+    gh_resp r;
+    gh_resp_init(&r);
+    send_as_installation(ob, job, "GET", path, NULL, 0, "Depends-On pull request", o, now, &r);
+    bool go_on = true;
+    if (o->verdict == OUTBOX_DONE) {
+        depends_on_from_pull(r.body.data, r.body.len, pair);
+    } else if (o->verdict == OUTBOX_PERMANENT && o->installation > 0 && o->status >= 400) {
+        snprintf(pair->problem, sizeof(pair->problem), "%s",
+                 o->status == 404 ? "not found" : o->error);
+    } else {
+        go_on = false; /* not answered, rate limited, or no installation: the row's outcome */
+    }
+    gh_resp_free(&r);
+    char num[24];
+    snprintf(num, sizeof(num), "%lld", (long long)pair->number);
+    if (go_on)
+        LOG_INFO("outbox.depends_on", "delivery", job->delivery_id, "repo", job->target, "pr", num,
+                 "head_sha", pair->resolved ? pair->head_sha : NULL, "problem",
+                 pair->resolved ? NULL : pair->problem, NULL);
+    return go_on;
+}
+
+/* Carries out a dispatch row; `out` receives the request body, `record` (paired rows) the pair's
+ * record as sent and `note` what the row's note says of it. */
+static void run_dispatch(outbox *ob, store_job *job, outcome *o, dispatch_output *out,
+                         buf_t *record, char *note, size_t notesz, int64_t now)
 {
     char err[256] = "";
+    depends_on_pair pair;
+    if (depends_on_record_parse(job->body.data, job->body.len, &pair)) {
+        if (!resolve_pair(ob, job, &pair, o, now))
+            return;
+        outcome_reset(o);
+        char label[CRCR_REPO_NAME_MAX + 48];
+        depends_on_label(&pair, label, sizeof(label));
+        if (pair.resolved)
+            snprintf(note, notesz, "Depends-On %s", label);
+        else
+            snprintf(note, notesz, "Depends-On %s not tested: %s", label, pair.problem);
+        if (depends_on_record(&pair, record) != CRCR_OK) {
+            o->verdict = OUTBOX_PERMANENT;
+            snprintf(o->error, sizeof(o->error), "cannot record the Depends-On pair");
+            return;
+        }
+    }
     dispatch_src src = {
         .event = job->event,
         .delivery_id = job->delivery_id,
@@ -346,6 +411,8 @@ static void run_dispatch(outbox *ob, store_job *job, outcome *o, dispatch_output
         .target = job->target,
         .head_sha = job->head_sha,
         .pr_number = job->pr_number,
+        .pair = record->len ? record->data : NULL,
+        .pair_len = record->len,
     };
     crcr_err e = dispatch_row_body(ob->cfg, &src, out, err, sizeof(err));
     if (e) {
@@ -625,18 +692,33 @@ static void run_hud_forward(outbox *ob, store_job *job, outcome *o)
     gh_resp_free(&r);
 }
 
+/* The row's note: what trimming removed (the paths alone, as always), or for a paired dispatch
+ * what it says of its pair, then "; trimmed: " and the paths. */
+static const char *row_note(const dispatch_output *out, const char *note_buf, char *joined,
+                            size_t joinedsz)
+{
+    const char *trimmed = out->trimmed ? buf_cstr(&out->trimmed_note) : NULL;
+    if (trimmed && note_buf[0]) {
+        snprintf(joined, joinedsz, "%s; trimmed: %s", note_buf, trimmed);
+        return joined;
+    }
+    return trimmed ? trimmed : (note_buf[0] ? note_buf : NULL);
+}
+
 static void process(outbox *ob, store_job *job, uint64_t *rng)
 {
     int64_t now = clock_now_ms();
-    outcome o = {
-        .verdict = OUTBOX_PERMANENT, .retry_after_s = -1, .rl_remaining = -1, .rl_reset = -1};
+    outcome o;
+    outcome_reset(&o);
     dispatch_output out;
     dispatch_output_init(&out);
-    char note_buf[128] = "";
+    buf_t record; /* a paired dispatch's record, as sent: the row's body from now on */
+    buf_init(&record, STORE_PAIR_MAX);
+    char note_buf[CRCR_REPO_NAME_MAX + DEPENDS_ON_PROBLEM_MAX + 512] = "";
     long max_attempts = ob->cfg->max_attempts;
     switch (ob_kind_parse(job->kind)) {
     case OB_KIND_DISPATCH:
-        run_dispatch(ob, job, &o, &out, now);
+        run_dispatch(ob, job, &o, &out, &record, note_buf, sizeof(note_buf), now);
         break;
     case OB_KIND_CHECK_RUN:
         run_check_run(ob, job, &o, now);
@@ -659,7 +741,10 @@ static void process(outbox *ob, store_job *job, uint64_t *rng)
         break;
     }
     now = clock_now_ms();
-    const char *note = out.trimmed ? buf_cstr(&out.trimmed_note) : (note_buf[0] ? note_buf : NULL);
+    char joined[sizeof(note_buf) + 600];
+    const char *note = row_note(&out, note_buf, joined, sizeof(joined));
+    /* A paired dispatch keeps the record of what it sent (or why it sent no pair) as its body. */
+    const char *body = record.len ? record.data : NULL;
     int attempt = job->attempts + 1;
     char attempt_s[16];
     snprintf(attempt_s, sizeof(attempt_s), "%d", attempt);
@@ -673,14 +758,14 @@ static void process(outbox *ob, store_job *job, uint64_t *rng)
          * the stored delivery (dispatch_row_body); writing 30 KB per target here was half of
          * the dry-run ingest cost (bench/RESULTS.md). Other kinds store their body already. */
         const char *done = ob_state_name(dry ? OB_STATE_DRY_RUN : OB_STATE_SENT);
-        fe = store_job_finish(ob->st, job, done, o.status, NULL, note, NULL, 0, now);
+        fe = store_job_finish(ob->st, job, done, o.status, NULL, note, body, record.len, now);
         atomic_fetch_add(dry ? &ob->dry_run : &ob->sent, 1);
         metrics_outbox_result(job->kind, done);
         LOG_INFO(dry ? "outbox.dry_run" : "outbox.sent", "delivery", job->delivery_id, "repo",
                  job->target, "kind", job->kind, "attempt", attempt_s, "trimmed", note, NULL);
     } else if (o.verdict == OUTBOX_PERMANENT) {
         fe = store_job_finish(ob->st, job, ob_state_name(OB_STATE_DEAD), o.status, o.error, note,
-                              NULL, 0, now);
+                              body, record.len, now);
         atomic_fetch_add(&ob->dead, 1);
         metrics_outbox_result(job->kind, ob_state_name(OB_STATE_DEAD));
         LOG_WARN("outbox.dead", "delivery", job->delivery_id, "repo", job->target, "kind",
@@ -736,6 +821,7 @@ static void process(outbox *ob, store_job *job, uint64_t *rng)
                  o.verdict == OUTBOX_LEASE_LOST ? "no" : "yes", NULL);
     }
     dispatch_output_free(&out);
+    buf_free(&record);
 }
 
 /* Processes one claimed row and frees it. */

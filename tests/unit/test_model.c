@@ -82,8 +82,8 @@ static void outcomes_classify_status_and_conclusion(void **state)
     assert_int_equal(outcome_of("in_progress", "failure"), OUTCOME_RUNNING);
     assert_int_equal(outcome_of(NULL, NULL), OUTCOME_RUNNING);
     /* The API's `result` words. */
-    static const char *const words[OUTCOME_COUNT] = {"running",   "success",   "failure",
-                                                     "cancelled", "timed_out", "other"};
+    static const char *const words[OUTCOME_COUNT] = {
+        "running", "success", "failure", "cancelled", "timed_out", "other", "superseded"};
     for (int o = 0; o < OUTCOME_COUNT; o++)
         assert_string_equal(outcome_name((crcr_outcome)o), words[o]);
 }

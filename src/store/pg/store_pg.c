@@ -586,6 +586,18 @@ static const char *const MIGRATIONS[] = {
     "CREATE SEQUENCE IF NOT EXISTS outbox_owner_seq AS integer CYCLE;"
     "CREATE TABLE IF NOT EXISTS rate_counts(repo text NOT NULL, n bigint NOT NULL);"
     "CREATE UNIQUE INDEX IF NOT EXISTS rate_counts_key ON rate_counts(lower(repo));",
+    /* 3 -> 4: supersession and Depends-On pairs (§3.12, §3.13): why the relay ended a run
+     * (NULL: it did not), the dispatches it ended, the pairs dispatches were made with. */
+    "ALTER TABLE runs ADD COLUMN IF NOT EXISTS ended text;"
+    "CREATE TABLE IF NOT EXISTS dispatch_ends(delivery_id text NOT NULL, repo text NOT NULL,"
+    " pr_number bigint NOT NULL, reason text NOT NULL, by_delivery text NOT NULL,"
+    " ended_at bigint NOT NULL);"
+    "CREATE UNIQUE INDEX IF NOT EXISTS dispatch_ends_key ON dispatch_ends(delivery_id,"
+    " lower(repo));"
+    "CREATE TABLE IF NOT EXISTS pairs(seq bigserial, delivery_id text NOT NULL, repo text NOT NULL,"
+    " pr_number bigint NOT NULL, number bigint NOT NULL, created_at bigint NOT NULL);"
+    "CREATE UNIQUE INDEX IF NOT EXISTS pairs_key ON pairs(delivery_id, lower(repo));"
+    "CREATE INDEX IF NOT EXISTS pairs_number ON pairs(lower(repo), number);",
 };
 _Static_assert(sizeof(MIGRATIONS) / sizeof(MIGRATIONS[0]) == CRCR_SCHEMA_VERSION,
                "one PostgreSQL migration per schema version");

@@ -100,6 +100,15 @@ static crcr_err pg_rate_hit(store *st, const char *repo, int64_t now, int64_t wi
 
 /* ---- run transitions ---- */
 
+/* The end reason of a dispatch (one text column) into a char[16]; stops. */
+static int ended_row(void *ctx, const store_row_source *s)
+{
+    char *out = ctx;
+    const char *t = s->text(s->src, 0);
+    snprintf(out, 16, "%s", t ? t : "");
+    return 1;
+}
+
 static crcr_err op_run_apply(pgx *x, void *arg)
 {
     store_run_call *a = arg;
@@ -125,6 +134,10 @@ static crcr_err op_run_apply(pgx *x, void *arg)
                  "$1::text || chr(31) || lower($2::text) || chr(31) || $3::text || chr(31) || "
                  "$4::text || chr(31) || $6::text || chr(31) || $5::text, 0))) l",
                  key, 6, NULL, NULL, NULL);
+    /* Then the PR's lock, shared: a supersession of the PR (exclusive) is not running (§3.12);
+     * the sweeper's timeouts take it too. */
+    if (!e)
+        e = pg_lock_pr(x, u->pr_number, false);
     res->dispatched_at = u->dispatched_at;
     if (!e && !u->single_shot && !u->dispatched_at) {
         /* The dispatch record: this delivery was sent (or queued) to this repo. */
@@ -145,6 +158,12 @@ static crcr_err op_run_apply(pgx *x, void *arg)
                      "lower(repo)=lower($2) AND run_id=$3 AND run_attempt=$4 AND job_name=$5 AND "
                      "workflow_name=$6",
                      key, 6, run_prev_row, &prev, NULL);
+    /* Whether a newer dispatch ended this one, read under the PR's lock. */
+    if (!e)
+        e = pg_query(x,
+                     "SELECT reason FROM dispatch_ends WHERE delivery_id=$1 AND "
+                     "lower(repo)=lower($2)",
+                     key, 2, ended_row, prev.dispatch_ended, NULL);
     if (!e) {
         run_outcome o = run_state_next(&prev, u, res->dispatched_at, res, a->reason, a->reasonsz);
         if (o == RUN_INVALID)
@@ -159,9 +178,10 @@ static crcr_err op_run_apply(pgx *x, void *arg)
         x,
         "INSERT INTO runs(" RUN_UPSERT_COLUMNS ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8::integer, "
         "$9, $10, $11, $12, $13, $14, $15::bigint, $16::bigint, $17::bigint, $18::bigint, "
-        "$19::bigint, $20::bigint, $21::bigint, $22::bigint, $23::bytea, $24) ON CONFLICT "
+        "$19::bigint, $20::bigint, $21::bigint, $22::bigint, $23::bytea, $24, $25) ON CONFLICT "
         "(delivery_id, lower(repo), run_id, run_attempt, workflow_name, job_name) DO UPDATE SET "
         "state=excluded.state, level=excluded.level, conclusion=excluded.conclusion, "
+        "ended=excluded.ended, "
         "completed_at=excluded.completed_at, exec_ms=excluded.exec_ms, "
         "test_passed=excluded.test_passed, test_failed=excluded.test_failed, "
         "test_skipped=excluded.test_skipped, "
@@ -220,7 +240,7 @@ static crcr_err pg_zombies(store *st, int64_t started_before, int limit, store_r
 {
     return pg_run(pg_store_of(st), "zombies",
                   "SELECT " RUN_COLUMNS " FROM runs WHERE state='in_progress' AND started_at < "
-                  "$1 ORDER BY started_at, seq LIMIT $2",
+                  "$1 AND ended IS NULL ORDER BY started_at, seq LIMIT $2",
                   ARGS(ARG_INT(started_before), ARG_INT(limit)), store_listing_row, rows, NULL);
 }
 
