@@ -75,7 +75,9 @@ class SupersedeMixin(CallbackMixin):
     # ---------------------------------------------------------------- the moved clock
 
     def advance(self, seconds):
-        """Moves the relay's clock, and the fakes' with it (JWT and token times)."""
+        """Moves the relay's clock, and the fakes' with it (JWT and token times), once nothing
+        is in flight (a request out while its lease jumps past its end would be sent again)."""
+        self.settle()
         self.s.relay.clock.advance(seconds)
         self.s.gh.time_offset += seconds
 
