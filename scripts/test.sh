@@ -42,9 +42,10 @@ ctest --test-dir "$dir" --output-on-failure -j2 || status=1
 if [ "${CRCR_E2E_ON_GHES:-1}" = "1" ]; then
   echo "== the suites that talk to GitHub against GitHub Enterprise Server 3.19 (/api/v3)"
   # Dispatch, check runs, re-runs and OIDC callbacks, the on-call comment, the allowlist fetch
-  # (e2e.test_ghes, in the run above, covers them all in one stack).
+  # (e2e.test_ghes, in the run above, covers them all in one stack), and Depends-On (its URL form
+  # on the GHES web host, the pull request read under /api/v3).
   CRCR_GITHUB_FLAVOR=ghes-3.19 ctest --test-dir "$dir" --output-on-failure -j2 \
-    -R '^e2e\.test_(dispatch|callback_checks|oncall|allowlist_push)$' || status=1
+    -R '^e2e\.test_(dispatch|callback_checks|oncall|allowlist_push|depends_on)$' || status=1
 fi
 echo "== GitHub REST API contract check"
 python3 tests/support/contract.py summary "$dir/test-output" || status=1

@@ -364,8 +364,8 @@ static void check_dispatched(cb_request *c)
                                  c->f.pr_number, bound ? c->pair.number : 0,
                                  bound ? c->pair.head_sha : NULL)) {
             snprintf(c->detail, sizeof(c->detail), "%s",
-                     "callback_token does not match this repository, delivery, pull request, head "
-                     "sha and paired pull request");
+                     "callback_token does not match this repository, delivery, pull request and "
+                     "head sha");
             c->refusal = 403;
             c->log_event = "callback.token_mismatch";
             return;

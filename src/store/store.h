@@ -24,8 +24,8 @@
 /* Version 1: the first release. Version 2: repo_identity (pins of callback identities) and
  * budgets (byte budgets such as the nightly one). Version 3: the instance holding a claimed outbox
  * row (PostgreSQL; nothing changes on SQLite). Version 4: supersession and Depends-On pairs
- * (§3.12, §3.13): runs.ended, dispatch_ends, pairs. A store is upgraded in place at open; a newer
- * store than the binary knows is refused. */
+ * (§3.12, §3.13): runs.ended, dispatch_ends, pairs, dispatch_heads. A store is upgraded in place at
+ * open; a newer store than the binary knows is refused. */
 #define CRCR_SCHEMA_VERSION 4
 
 typedef struct store store;
@@ -112,7 +112,9 @@ typedef crcr_err (*store_ended_fn)(void *ctx, const struct store_run_row *run, c
  * deliveries, whatever their state) gets a dispatch_ends row (reason, the new delivery, now):
  *   - its runs in progress become completed/cancelled with `ended` = reason (completed runs
  *     stay as they are), and `effects` is called for each;
- *   - its dispatch row, when still queued, is withdrawn (never sent);
+ *   - its dispatch row, when still queued, is withdrawn (never sent) when the reason is
+ *     superseded (a newer commit or pair: the older run would be wasted CI); a closed PR's queued
+ *     rows are still sent, as upstream relays a PR's events in order;
  *   - a callback that comes later for it is recorded with `ended` set and causes nothing
  *     (store_run_apply).
  * Without any_sha only older dispatches of another head sha, or paired with another Depends-On

@@ -154,7 +154,7 @@ class DependsOnTest(DependsOnMixin, unittest.TestCase):
         body_unpaired = self.body(pr.cp(PAIRED), "in_progress")
         body_unpaired["callback_token"] = unpaired
         self.assertDetail(self.post_callback(PAIRED, body_unpaired), 403,
-                          contains="paired pull request")
+                          contains="callback_token does not match")
         run = new_run_id()
         self.assertOk(self.cb(PAIRED, pr, "in_progress", run_id=run), "in_progress")
         self.assertOk(self.cb(PAIRED, pr, "completed", run_id=run), "completed")

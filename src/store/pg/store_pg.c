@@ -597,7 +597,12 @@ static const char *const MIGRATIONS[] = {
     "CREATE TABLE IF NOT EXISTS pairs(seq bigserial, delivery_id text NOT NULL, repo text NOT NULL,"
     " pr_number bigint NOT NULL, number bigint NOT NULL, created_at bigint NOT NULL);"
     "CREATE UNIQUE INDEX IF NOT EXISTS pairs_key ON pairs(delivery_id, lower(repo));"
-    "CREATE INDEX IF NOT EXISTS pairs_number ON pairs(lower(repo), number);",
+    "CREATE INDEX IF NOT EXISTS pairs_number ON pairs(lower(repo), number);"
+    "CREATE TABLE IF NOT EXISTS dispatch_heads(pr_number bigint NOT NULL, repo text NOT NULL,"
+    " head_sha text NOT NULL, pair_number bigint NOT NULL, delivery_id text NOT NULL,"
+    " at bigint NOT NULL);"
+    "CREATE UNIQUE INDEX IF NOT EXISTS dispatch_heads_key ON dispatch_heads(pr_number,"
+    " lower(repo));",
 };
 _Static_assert(sizeof(MIGRATIONS) / sizeof(MIGRATIONS[0]) == CRCR_SCHEMA_VERSION,
                "one PostgreSQL migration per schema version");

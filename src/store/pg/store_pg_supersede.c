@@ -108,6 +108,10 @@ static crcr_err end_dispatch(pgx *x, const store_ended_dispatch *old, const char
     if (e)
         return e;
     sup->dispatches++;
+    /* A newer commit (or pair) makes an unsent dispatch of the older one wasted CI: withdrawn. A
+     * closed PR's are still sent (see store_sqlite_supersede.c). */
+    if (end_reason_parse(sup->reason) != END_REASON_SUPERSEDED)
+        return end_runs(x, old, repo, by, sup, now);
     int64_t withdrawn = 0;
     e = pg_query(x,
                  "UPDATE outbox SET state='withdrawn', done_at=$1, lease_until=NULL WHERE "
@@ -121,11 +125,35 @@ static crcr_err end_dispatch(pgx *x, const store_ended_dispatch *old, const char
     return end_runs(x, old, repo, by, sup, now);
 }
 
+/* The head (sha, pair) of the latest dispatch of a PR to a repository (dispatch_heads). */
+typedef struct head_read {
+    const char *sha;
+    int64_t pair;
+    bool found, same;
+} head_read;
+
+static int head_row(void *ctx, const store_row_source *s)
+{
+    head_read *h = ctx;
+    const char *sha = s->text(s->src, 0);
+    h->found = true;
+    h->same = sha && strcmp(sha, h->sha) == 0 && s->i64(s->src, 1, -1) == h->pair;
+    return 1;
+}
+
+/* As SQLite's (store_sqlite_supersede.c): a dispatch at the head of the PR's latest dispatch to
+ * the repository has nothing to end and costs one read. */
 static crcr_err supersede_target(pgx *x, const char *by, int64_t pr, const char *head_sha,
                                  const store_new_job *job, store_supersede *sup, int64_t now)
 {
+    head_read head = {.sha = head_sha ? head_sha : "", .pair = job->pair_number};
+    crcr_err e = pg_query(x,
+                          "SELECT head_sha, pair_number FROM dispatch_heads WHERE pr_number=$1 "
+                          "AND lower(repo)=lower($2)",
+                          ARGS(ARG_INT(pr), ARG_TEXT(job->target)), head_row, &head, NULL);
+    if (e || (!sup->any_sha && head.found && head.same))
+        return e;
     store_ended_list l;
-    crcr_err e = CRCR_OK;
     for (;;) {
         memset(&l, 0, sizeof(l));
         e = pg_query(
@@ -151,6 +179,16 @@ static crcr_err supersede_target(pgx *x, const char *by, int64_t pr, const char 
         if (e || got < STORE_ENDED_MAX)
             break;
     }
+    if (!e)
+        e = pg_query(x,
+                     "INSERT INTO dispatch_heads(pr_number, repo, head_sha, pair_number, "
+                     "delivery_id, at) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (pr_number, "
+                     "lower(repo)) DO UPDATE SET head_sha=excluded.head_sha, "
+                     "pair_number=excluded.pair_number, delivery_id=excluded.delivery_id, "
+                     "at=excluded.at",
+                     ARGS(ARG_INT(pr), ARG_TEXT(job->target), ARG_TEXT(head.sha),
+                          ARG_INT(job->pair_number), ARG_TEXT(by), ARG_INT(now)),
+                     NULL, NULL, NULL);
     return e;
 }
 
@@ -192,6 +230,15 @@ static int pair_src_row(void *ctx, const store_row_source *s)
     memcpy(l->v[l->n].delivery_id, id, strlen(id) + 1);
     l->v[l->n++].pr = pr;
     return 0;
+}
+
+/* A text column into a char[CRCR_SHA_MAX + 8] ("" when NULL or longer); stops. */
+static int text_row(void *ctx, const store_row_source *s)
+{
+    char *out = ctx;
+    const char *t = s->text(s->src, 0);
+    snprintf(out, CRCR_SHA_MAX + 8, "%s", t && strlen(t) < CRCR_SHA_MAX + 8 ? t : "");
+    return 1;
 }
 
 typedef struct redispatch_args {
@@ -239,11 +286,15 @@ static crcr_err redispatch_one(pgx *x, redispatch_args *a, const pair_src *src, 
         hit->delivery_id[0] = '\0';
         return CRCR_OK;
     }
-    e = pg_insert_jobs(x, hit->delivery_id, a->job, 1, a->now);
+    char sha[CRCR_SHA_MAX + 8] = "";
+    e = pg_query(x, "SELECT head_sha FROM deliveries WHERE delivery_id=$1",
+                 ARGS(ARG_TEXT(hit->delivery_id)), text_row, sha, NULL);
+    if (!e)
+        e = pg_insert_jobs(x, hit->delivery_id, a->job, 1, a->now);
     if (!e)
         e = pg_insert_pairs(x, hit->delivery_id, src->pr, a->job, 1, a->now);
     if (!e) /* any_sha: every older dispatch of the PR to the repository */
-        e = pg_supersede(x, hit->delivery_id, src->pr, NULL, a->job, 1, a->sup, a->now);
+        e = pg_supersede(x, hit->delivery_id, src->pr, sha, a->job, 1, a->sup, a->now);
     return e;
 }
 

@@ -115,7 +115,10 @@ static const char *const MIGRATIONS[] = {
     "CREATE TABLE IF NOT EXISTS pairs(delivery_id TEXT NOT NULL,"
     " repo TEXT NOT NULL COLLATE NOCASE, pr_number INTEGER NOT NULL, number INTEGER NOT NULL,"
     " created_at INTEGER NOT NULL, PRIMARY KEY(delivery_id, repo));"
-    "CREATE INDEX IF NOT EXISTS pairs_number ON pairs(repo, number);",
+    "CREATE INDEX IF NOT EXISTS pairs_number ON pairs(repo, number);"
+    "CREATE TABLE IF NOT EXISTS dispatch_heads(pr_number INTEGER NOT NULL,"
+    " repo TEXT NOT NULL COLLATE NOCASE, head_sha TEXT NOT NULL, pair_number INTEGER NOT NULL,"
+    " delivery_id TEXT NOT NULL, at INTEGER NOT NULL, PRIMARY KEY(pr_number, repo));",
 };
 _Static_assert(sizeof(MIGRATIONS) / sizeof(MIGRATIONS[0]) == CRCR_SCHEMA_VERSION,
                "one SQLite migration per schema version");

@@ -63,6 +63,8 @@ enum {
     SQ_ENDED_DISPATCHES,
     SQ_ENDED_RUNS,
     SQ_END_RUN,
+    SQ_HEAD_GET,
+    SQ_HEAD_SET,
     SQ_SLOTS
 };
 

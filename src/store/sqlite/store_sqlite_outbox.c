@@ -467,6 +467,7 @@ static crcr_err sq_retention(store *st, int64_t before, int *n)
         "d WHERE d.delivery_id=dispatch_ends.delivery_id)",
         "DELETE FROM pairs WHERE created_at < ?1 AND NOT EXISTS (SELECT 1 FROM deliveries d "
         "WHERE d.delivery_id=pairs.delivery_id)",
+        "DELETE FROM dispatch_heads WHERE at < ?1",
         /* Finished rows of no delivery (nightly HUD forwards) go after the same time. */
         "DELETE FROM outbox WHERE done_at < ?1 AND state IN ('sent','dry_run','dead') AND NOT "
         "EXISTS (SELECT 1 FROM deliveries d WHERE d.delivery_id=outbox.delivery_id)",
