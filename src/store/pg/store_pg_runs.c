@@ -128,16 +128,19 @@ static crcr_err op_run_apply(pgx *x, void *arg)
     crcr_err e = pg_cmd(x, "BEGIN");
     if (e)
         return e;
-    /* Every transition of this key waits here for the one before it to commit. */
+    /* Every transition of this key waits here for the one before it to commit; then, in the
+     * same round trip and always in this order (the materialized key lock first), for the PR's
+     * lock, shared: a supersession of the PR (exclusive, pg_lock_pr) is not running (§3.12).
+     * The sweeper's timeouts take both too. */
+    const store_param locks[] = {
+        key[0], key[1], key[2], key[3], key[4], key[5], ARG_INT(u->pr_number)};
     e = pg_query(x,
-                 "SELECT 1 FROM (SELECT pg_advisory_xact_lock(hashtextextended('crcr.run:' || "
-                 "$1::text || chr(31) || lower($2::text) || chr(31) || $3::text || chr(31) || "
-                 "$4::text || chr(31) || $6::text || chr(31) || $5::text, 0))) l",
-                 key, 6, NULL, NULL, NULL);
-    /* Then the PR's lock, shared: a supersession of the PR (exclusive) is not running (§3.12);
-     * the sweeper's timeouts take it too. */
-    if (!e)
-        e = pg_lock_pr(x, u->pr_number, false);
+                 "WITH k AS MATERIALIZED (SELECT pg_advisory_xact_lock(hashtextextended("
+                 "'crcr.run:' || $1::text || chr(31) || lower($2::text) || chr(31) || $3::text || "
+                 "chr(31) || $4::text || chr(31) || $6::text || chr(31) || $5::text, 0)) AS held) "
+                 "SELECT CASE WHEN $7::bigint > 0 THEN pg_advisory_xact_lock_shared("
+                 "hashtextextended('crcr.pr:' || $7::bigint::text, 0)) END FROM k",
+                 locks, 7, NULL, NULL, NULL);
     res->dispatched_at = u->dispatched_at;
     if (!e && !u->single_shot && !u->dispatched_at) {
         /* The dispatch record: this delivery was sent (or queued) to this repo. */
