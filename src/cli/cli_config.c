@@ -24,6 +24,9 @@
 
 static const char USAGE[] = "usage: crcr config [--config FILE] [--check]\n";
 
+/* Longest directory of a SQLite store that is looked at (PATH_MAX on Linux). */
+#define CLI_CONFIG_DIR_MAX 4096u
+
 /* Problems found so far, printed as they come (config_problem_fn). */
 typedef struct check_ctx {
     unsigned n;
@@ -64,7 +67,7 @@ static void check_store_dir(const crcr_config *cfg, check_ctx *c)
         return;
     const char *path = uri + 7;
     const char *slash = strrchr(path, '/');
-    char dir[4096];
+    char dir[CLI_CONFIG_DIR_MAX];
     size_t n = (size_t)(slash - path);
     if (n == 0 || n >= sizeof(dir))
         return;
