@@ -83,6 +83,12 @@ static void ready_handle(void *ctx, const http_request *req, http_response *resp
     buf_free(&b);
 }
 
+/* A missing setting, as "crcr: VARIABLE: ..." on stderr (config_problem_fn). */
+static void print_problem(void *ctx, const char *problem)
+{
+    fprintf(stderr, "crcr: %s\n", problem);
+}
+
 static void usage(void)
 {
     fputs("usage: crcr serve [--config FILE]\n", stderr);
@@ -156,6 +162,11 @@ int app_serve_main(int argc, char **argv)
         if (strcmp(argv[i], "--config") == 0 && i + 1 < argc) {
             config_file = argv[++i];
         } else {
+            if (strcmp(argv[i], "--config") == 0)
+                fputs("crcr serve: --config needs a value\n", stderr);
+            else
+                fprintf(stderr, "crcr serve: unknown %s '%s'\n",
+                        argv[i][0] == '-' ? "option" : "argument", argv[i]);
             usage();
             return 2;
         }
@@ -170,14 +181,7 @@ int app_serve_main(int argc, char **argv)
         return 2;
     }
     log_set_level(app->cfg.log_level);
-    if (!app->cfg.app_secret) {
-        fprintf(stderr, "crcr: GITHUB_APP_SECRET: required (the webhook secret GitHub signs "
-                        "deliveries with)\n");
-        config_free(&app->cfg);
-        return 2;
-    }
-    if (!app->cfg.allowlist_file && !app->cfg.allowlist_url) {
-        fprintf(stderr, "crcr: ALLOWLIST_FILE or ALLOWLIST_URL: one of them is required\n");
+    if (config_require_serve(&app->cfg, print_problem, NULL) > 0) {
         config_free(&app->cfg);
         return 2;
     }

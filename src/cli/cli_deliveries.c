@@ -2,9 +2,10 @@
  * cli_deliveries.c - `crcr deliveries list|show|redeliver`, over the local store named by
  * CRCR_STORE (or --config FILE), or over a running relay's admin API with --url:
  *   crcr deliveries list [--status S] [--repo R] [--pr N] [--limit N] [--format text|json]
- *   crcr deliveries show ID [--format text|json]
+ *   crcr deliveries show ID [--format text|json] [--no-bodies]
  *   crcr deliveries redeliver ID [--repo R [--force]]
  *   ... --url https://relay.example [--token T]   (token default: CRCR_ADMIN_TOKEN)
+ * `show` prints each row and its request body as indented JSON (--no-bodies: the rows alone);
  * `show --format json` prints {"delivery":{...},"outbox":[{...,"body":"<request body>"}]} and
  * `list --format json` an array of deliveries, the same documents in both modes (delivery_doc.h
  * builds them). The admin API is reached over http_client.h: https, or http to a loopback host only
@@ -55,13 +56,14 @@ typedef struct cli_opts {
     int limit;
     long long pr;
     bool force;
+    bool no_bodies; /* show: the rows without their request bodies */
 } cli_opts;
 
 static void usage(void)
 {
     fputs("usage: crcr deliveries list [--status S] [--repo R] [--pr N] [--limit N] "
           "[--format text|json]\n"
-          "       crcr deliveries show ID [--format text|json]\n"
+          "       crcr deliveries show ID [--format text|json] [--no-bodies]\n"
           "       crcr deliveries redeliver ID [--repo R [--force]]\n"
           "  the local store (--config FILE; without it /etc/crcr/crcr.env when it exists,\n"
           "  else CRCR_STORE), or a running relay's admin API with --url URL [--token T]\n"
@@ -98,6 +100,9 @@ static int parse_opts(int argc, char **argv, cli_opts *o)
             dst = &o->token;
         else if (strcmp(a, "--force") == 0) {
             o->force = true;
+            continue;
+        } else if (strcmp(a, "--no-bodies") == 0) {
+            o->no_bodies = true;
             continue;
         } else if (strcmp(a, "--limit") == 0 || strcmp(a, "--pr") == 0) {
             bool is_limit = strcmp(a, "--limit") == 0;
@@ -161,15 +166,34 @@ static const char *or_dash(const char *s)
     return s ? s : "-";
 }
 
+/* A row's request body for people: its JSON indented under the row (each line after `indent`),
+ * or the text as it is when it is not JSON. */
+static void print_body(const char *body, const char *indent)
+{
+    jv *doc = jv_parse(body, strlen(body), NULL, 0);
+    buf_t b;
+    buf_init(&b, 256u * 1024u * 1024u);
+    const char *text = body;
+    if (doc && jv_dump_indented(doc, &b) == CRCR_OK)
+        text = buf_cstr(&b);
+    jv_free(doc);
+    while (*text) {
+        size_t n = strcspn(text, "\n");
+        printf("%s%.*s\n", indent, (int)n, text);
+        text += n + (text[n] == '\n');
+    }
+    buf_free(&b);
+}
+
 static int print_show(const jv *doc, const cli_opts *o)
 {
     if (o->format && strcmp(o->format, "json") == 0)
         return print_json(doc);
     jv *d = jv_get(doc, "delivery");
-    printf("delivery %s  event=%s action=%s pr=%lld received=%s\n",
+    printf("delivery %s  event=%s action=%s pr=%lld received=%s status=%s\n",
            or_dash(jv_path_str(d, "delivery_id")), or_dash(jv_path_str(d, "event")),
            or_dash(jv_path_str(d, "action")), (long long)jv_number(jv_get(d, "pr_number")),
-           or_dash(jv_path_str(d, "received_at")));
+           or_dash(jv_path_str(d, "received_at")), or_dash(jv_path_str(d, "status")));
     jv *ob = jv_get(doc, "outbox");
     for (size_t i = 0; i < jv_arr_len(ob); i++) {
         jv *j = jv_arr_at(ob, i);
@@ -179,19 +203,44 @@ static int print_show(const jv *doc, const cli_opts *o)
                or_dash(jv_path_str(j, "target")), or_dash(jv_path_str(j, "state")),
                (long long)jv_number(jv_get(j, "attempts")), err ? " error=" : "", err ? err : "",
                note ? " trimmed=" : "", note ? note : "");
+        const char *body = jv_path_str(j, "body");
+        if (body && *body && !o->no_bodies) {
+            printf("    request body (%zu bytes):\n", strlen(body));
+            print_body(body, "    ");
+        }
     }
     return 0;
+}
+
+/* What a listing was asked for, for the line that says nothing matched. */
+static void describe_filter(const cli_opts *o, char *out, size_t outsz)
+{
+    int n = snprintf(out, outsz, "no delivery");
+    if (o->status && n >= 0 && (size_t)n < outsz)
+        n += snprintf(out + n, outsz - (size_t)n, " with an outbox row in state %s", o->status);
+    if (o->repo && n >= 0 && (size_t)n < outsz)
+        n += snprintf(out + n, outsz - (size_t)n, " with a row for %s", o->repo);
+    if (o->pr && n >= 0 && (size_t)n < outsz)
+        snprintf(out + n, outsz - (size_t)n, " of pull request %lld", o->pr);
 }
 
 static int print_list(const jv *arr, const cli_opts *o)
 {
     if (o->format && strcmp(o->format, "json") == 0)
         return print_json(arr);
+    if (jv_arr_len(arr) == 0) {
+        /* Said on stderr: stdout stays a list (of nothing) for scripts. */
+        char what[256 + CRCR_REPO_NAME_MAX];
+        describe_filter(o, what, sizeof(what));
+        fprintf(stderr, "crcr deliveries: %s\n", what);
+        return 0;
+    }
     for (size_t i = 0; i < jv_arr_len(arr); i++) {
         jv *d = jv_arr_at(arr, i);
-        printf("%s  %-24s %-14s %-12s pr=%lld\n", or_dash(jv_path_str(d, "received_at")),
+        printf("%s  %-24s %-14s %-12s pr=%-8lld %s\n", or_dash(jv_path_str(d, "received_at")),
                or_dash(jv_path_str(d, "delivery_id")), or_dash(jv_path_str(d, "event")),
-               or_dash(jv_path_str(d, "action")), (long long)jv_number(jv_get(d, "pr_number")));
+               or_dash(jv_path_str(d, "action")), (long long)jv_number(jv_get(d, "pr_number")),
+               or_dash(jv_path_str(d, "status")));
     }
     return 0;
 }
@@ -427,6 +476,11 @@ int cli_deliveries_main(int argc, char **argv)
     }
     if (strcmp(sub, "list") != 0 && !o.id) {
         fprintf(stderr, "crcr deliveries: %s needs a delivery ID\n", sub);
+        usage();
+        return 2;
+    }
+    if (o.no_bodies && strcmp(sub, "show") != 0) {
+        fprintf(stderr, "crcr deliveries: --no-bodies goes with show\n");
         usage();
         return 2;
     }

@@ -823,8 +823,11 @@ int report_main(int argc, char **argv)
     }
     if (!o.audience || !*o.audience)
         o.audience = REPORT_DEFAULT_AUDIENCE;
-    if (!o.callback_url || trimmed(o.callback_url).n == 0)
+    o.callback_url_from = "--callback-url";
+    if (!o.callback_url || trimmed(o.callback_url).n == 0) {
         o.callback_url = getenv("CRCR_CALLBACK_URL");
+        o.callback_url_from = "CRCR_CALLBACK_URL";
+    }
     if (!o.check_run_id || trimmed(o.check_run_id).n == 0)
         o.check_run_id = getenv("CRCR_CHECK_RUN_ID");
     report_env env;
@@ -844,8 +847,9 @@ int report_main(int argc, char **argv)
     while (cu.n > 0 && cu.p[cu.n - 1] == '/') /* report_callback.py strips them too */
         cu.n--;
     if (cu.n == 0) {
-        fprintf(stderr,
-                REPORT_PROG ": no callback URL: give --callback-url or set CRCR_CALLBACK_URL\n");
+        fprintf(stderr, REPORT_PROG ": no callback URL: give --callback-url or set "
+                                    "CRCR_CALLBACK_URL (crcr report has no default; the relay's "
+                                    "is https://<relay>/github/callback)\n");
         return 2;
     }
     if (cu.n >= sizeof(url)) {

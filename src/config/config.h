@@ -4,7 +4,8 @@
  * Values come from a `--config FILE` of KEY=VALUE lines and from the environment; a variable set
  * in the environment overrides the same key in the file. Everything is validated at load: the first
  * bad value stops with CRCR_E_CONFIG and one line in `err` that names the variable and the problem
- * (never its value when the variable is a secret).
+ * (never its value when the variable is a secret). config_check() runs the same validation
+ * without stopping, for `crcr config --check`.
  */
 #ifndef CRCR_CONFIG_H
 #define CRCR_CONFIG_H
@@ -102,6 +103,28 @@ const char *config_getenv(void *ctx, const char *key);
  */
 crcr_err config_load(crcr_config *cfg, const char *file, config_getter get, void *ctx, char *err,
                      size_t errsz);
+
+/* Receives one problem of a configuration: a line such as "CRCR_MAX_BODY: not a positive integer"
+ * (never a secret's value). */
+typedef void (*config_problem_fn)(void *ctx, const char *problem);
+
+/* Longest problem line config_check() hands on. */
+#define CONFIG_PROBLEM_MAX 512u
+
+/*
+ * What `crcr serve` checks before it starts, every problem at once (`crcr config --check`):
+ * loads like config_load(), but a bad line of the file or a bad value is passed to `fn` and
+ * loading goes on, then the variables `crcr serve` requires (config_require_serve) are checked.
+ * A variable already reported is not reported again as missing. Returns the number of problems
+ * (0: serve accepts these values). *cfg holds what could be loaded, in every case (the caller
+ * frees it with config_free); it is zeroed when the file could not be read at all.
+ */
+unsigned config_check(crcr_config *cfg, const char *file, config_getter get, void *ctx,
+                      config_problem_fn fn, void *fn_ctx);
+
+/* The settings `crcr serve` requires on top of valid values: GITHUB_APP_SECRET, and
+ * ALLOWLIST_FILE or ALLOWLIST_URL. Passes each one missing to `fn` and returns how many. */
+unsigned config_require_serve(const crcr_config *cfg, config_problem_fn fn, void *ctx);
 
 /* Frees every owned string; accepts a zeroed config. */
 void config_free(crcr_config *cfg);

@@ -348,7 +348,12 @@ static void check_dispatched(cb_request *c)
     } else if (c->app->cfg.callback_token == CRCR_CB_TOKEN_REQUIRED) {
         snprintf(c->detail, sizeof(c->detail), "callback_token required");
         c->refusal = 403;
+        c->log_event = "callback.token_missing";
         return;
+    } else {
+        /* Accepted (optional mode): logged, so that the repositories CRCR_CALLBACK_TOKEN=required
+         * would refuse can be found before it is switched on (docs/go-live.md). */
+        LOG_INFO("callback.token_absent", "delivery", c->f.delivery_id, "repo", c->repo, NULL);
     }
     /* Without a token (upstream's reporter): whatever the body says of the upstream commit must be
      * what the relay dispatched; what it leaves out comes from the record anyway. Shas compare

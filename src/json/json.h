@@ -127,6 +127,10 @@ crcr_err jv_arr_del(jv *arr, size_t i);
 /* Appends the compact serialisation (separators "," and ":", key order kept, UTF-8 unescaped). */
 crcr_err jv_dump(const jv *v, buf_t *out);
 
+/* Appends the serialisation for people to read: two spaces of indent per level, one member or
+ * item per line, key order kept, UTF-8 unescaped (`crcr deliveries show`). */
+crcr_err jv_dump_indented(const jv *v, buf_t *out);
+
 /* Appends `s[0..n)` as a JSON string literal, quotes included. */
 crcr_err jv_quote(buf_t *out, const char *s, size_t n);
 

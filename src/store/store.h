@@ -159,7 +159,9 @@ crcr_err store_job_renew(store *st, store_job *job, int64_t now, int64_t lease_m
  * due now, with attempts reset. *n receives how many rows. CRCR_E_NOT_FOUND for an unknown id. */
 crcr_err store_redeliver(store *st, const char *delivery_id, const char *repo, int64_t now, int *n);
 
-/* Rows as read back for listings. All pointers are valid only during the callback. */
+/* Rows as read back for listings. All pointers are valid only during the callback. A delivery
+ * row's status follows its outbox rows: "queued" while one is queued or running, then "done"
+ * (none dead), "partly_failed" (some dead) or "dead" (all dead). */
 typedef struct store_delivery_row {
     const char *delivery_id, *event, *action, *upstream_repo, *head_sha, *ref, *status;
     int64_t pr_number, received_at;

@@ -68,11 +68,25 @@ void store_schema_too_new(char *err, size_t errsz, int64_t version);
 /* Appends a blob column to `out` (nothing for NULL or empty). */
 crcr_err store_row_append(const store_row_source *s, int col, buf_t *out);
 
+/* A delivery's status as its outbox rows tell it (the same SQL on both backends, served by the
+ * outbox_delivery index). A delivery is stored "queued"; then: "queued" while one of its rows is
+ * queued or running, else "done" when none is dead (no rows at all: nothing to do), "dead" when
+ * all are, "partly_failed" otherwise. A stored status other than "queued" is shown as it is. */
+#define DELIVERY_STATUS_SQL                                                                        \
+    "CASE WHEN d.status <> 'queued' THEN d.status "                                                \
+    "WHEN EXISTS (SELECT 1 FROM outbox o WHERE o.delivery_id = d.delivery_id AND "                 \
+    "o.state IN ('queued', 'running')) THEN 'queued' "                                             \
+    "WHEN NOT EXISTS (SELECT 1 FROM outbox o WHERE o.delivery_id = d.delivery_id AND "             \
+    "o.state = 'dead') THEN 'done' "                                                               \
+    "WHEN EXISTS (SELECT 1 FROM outbox o WHERE o.delivery_id = d.delivery_id AND "                 \
+    "o.state <> 'dead') THEN 'partly_failed' "                                                     \
+    "ELSE 'dead' END"
 /* Columns of a delivery in store_delivery_row order, from `deliveries d`; DELIVERY_PAYLOAD_COLUMN
- * is where a query that adds ", d.payload" finds it (store_delivery_read_row). */
+ * is where a query that adds ", d.payload" finds it (store_delivery_read_row). The status is
+ * DELIVERY_STATUS_SQL's. */
 #define DELIVERY_COLUMNS                                                                           \
     "d.delivery_id, d.event, d.action, d.upstream_repo, d.pr_number, d.head_sha, d.ref, "          \
-    "d.received_at, d.payload_bytes, d.status"
+    "d.received_at, d.payload_bytes, " DELIVERY_STATUS_SQL
 #define DELIVERY_PAYLOAD_COLUMN 10
 /* Columns of an outbox row in store_job_row order. */
 #define JOB_COLUMNS                                                                                \

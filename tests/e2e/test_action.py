@@ -53,6 +53,20 @@ REPORT_OPTIONS = ("status", "conclusion", "job-name", "test-results", "artifact-
                   "callback-url", "delivery-id", "event-type", "check-run-id", "audience")
 
 
+def action_default(name):
+    """The default of input `name` in action.yml, as the runner passes it (unquoted)."""
+    text = ACTION_YML.read_text(encoding="utf-8")
+    m = re.search(r"\n  %s:\n(?:    .*\n|      .*\n)*?    default: (.*)\n" % re.escape(name), text)
+    return m.group(1).strip("'") if m else ""
+
+
+def closed_port():
+    """A loopback port nothing listens on (bound, then closed)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def find_node():
     """$CRCR_NODE (to try another Node), else Debian's node binary (nodejs package), or None."""
     for cand in (os.environ.get("CRCR_NODE"), "/usr/bin/node", "/usr/bin/nodejs"):
@@ -316,7 +330,8 @@ class ActionTest(CallbackMixin, unittest.TestCase):
         kept. Every input of action.yml is set (to its default unless given), as the runner
         does."""
         values = {"conclusion": "", "delivery-id": "", "event-type": "", "test-results": "",
-                  "callback-url": UPSTREAM_DEFAULT_URL, "artifact-url": "", "max-time": "10",
+                  "callback-url": UPSTREAM_DEFAULT_URL, "artifact-url": "",
+                  "max-time": action_default("max-time"),
                   "job-name": "build", "check-run-id": "", "audience": AUDIENCE,
                   "dry-run": "false"}
         values.update(inputs)
@@ -604,6 +619,49 @@ class ActionTest(CallbackMixin, unittest.TestCase):
                                    env=self.job_env(path), capture_output=True, timeout=60)
                 self.assertEqual(r.returncode, 1, r.stdout)
 
+    def test_a_forgotten_callback_url_names_the_default(self):
+        pr = self.open_pr(repos=[L2])
+        event = self.event_file(pr.cp(L2))
+        # No callback-url input (the runner passes the default) and no CRCR_CALLBACK_URL.
+        p = self.run_action({"status": "in_progress", "dry-run": "true"}, event,
+                            CRCR_CALLBACK_URL=None)
+        self.assert_ok(p)
+        default = UPSTREAM_DEFAULT_URL.rstrip("/")
+        self.assertIn("callback-url was not given (nor CRCR_CALLBACK_URL): reporting to the "
+                      "default, the upstream relay's %s" % default, p.stdout)
+        # Given, nothing is said about a default.
+        p = self.run_action({"status": "in_progress", "dry-run": "true",
+                             "callback-url": self.front.url + "/github/callback"}, event)
+        self.assert_ok(p)
+        self.assertNotIn("callback-url was not given", p.stdout, p.stdout[:300])
+        self.assertEqual(self.front.recorded() + self.tokens.recorded(), [])
+
+    def test_an_unreachable_relay_gets_a_hint(self):
+        pr = self.open_pr(repos=[L2])
+        event = self.event_file(pr.cp(L2))
+        url = "http://127.0.0.1:%d/github/callback" % closed_port()
+        p = self.run_action({"status": "in_progress", "max-time": "2", "callback-url": url},
+                            event)
+        self.assertEqual(p.returncode, 1, p.stdout)
+        errors = [line for line in p.stdout.splitlines() if line.startswith("::error::")]
+        self.assertEqual(len(errors), 1, p.stdout)
+        self.assertIn("ECONNREFUSED", errors[0])
+        self.assertIn("is the relay reachable at %s?" % url, errors[0])
+
+    def test_the_default_max_time_waits_out_a_long_retry_after(self):
+        pr = self.open_pr(repos=[L2])
+        event = self.event_file(pr.cp(L2))
+        # Longer than upstream's 10 s default: only a default with room for the relay's
+        # Retry-After (up to 60 s) gets through.
+        self.front.answers = [(429, {"detail": "rate limit exceeded for %s" % L2},
+                               {"Retry-After": "11"})]
+        self.assertEqual(action_default("max-time"), "120")
+        p = self.run_action({"status": "in_progress",
+                             "callback-url": self.front.url + "/github/callback"}, event)
+        self.assert_ok(p)
+        self.assertIn("the relay answered HTTP 429; retrying in 11 s", p.stdout)
+        self.assertEqual([c.status for c in self.front.callbacks()], [429, 200])
+
     def test_bad_inputs_fail_before_any_request(self):
         cases = [{"status": "completed"},                            # no conclusion
                  {"status": "queued"},
@@ -644,10 +702,12 @@ class ActionMetadataTest(unittest.TestCase):
 
     def test_inputs_keep_the_upstream_names_and_defaults(self):
         text = ACTION_YML.read_text(encoding="utf-8")
+        # Upstream's names and defaults, but max-time: 120, not 10, so that the relay's
+        # Retry-After (up to 60 s) fits (docs/downstream.md, "Retries are safe").
         upstream = {"status": None, "conclusion": "''", "delivery-id": "''",
                     "event-type": "''", "test-results": "''",
                     "callback-url": "'%s'" % UPSTREAM_DEFAULT_URL, "artifact-url": "''",
-                    "max-time": "'10'", "job-name": "${{ github.job }}"}
+                    "max-time": "'120'", "job-name": "${{ github.job }}"}
         for name, default in upstream.items():
             with self.subTest(input=name):
                 m = re.search(r"\n  %s:\n(?:    .*\n|      .*\n)*?    required: (\w+)\n"

@@ -363,6 +363,9 @@ class CallbackTokenTest(CallbackMixin, unittest.TestCase):
         b = self.body(pr.cp(L2), "completed")
         del b["callback_token"]
         self.assertOk(self.post_callback(L2, b), "completed")
+        # Logged, so that an operator finds who CRCR_CALLBACK_TOKEN=required would refuse.
+        self.assertIn("event=callback.token_absent delivery=%s repo=%s" % (pr.delivery, L2),
+                      self.s.relay.log_text())
 
     def test_push_dispatch_token_binds_the_after_sha(self):
         pr = self.push(repos=[L2])
@@ -382,6 +385,8 @@ class CallbackTokenRequiredTest(CallbackMixin, unittest.TestCase):
         b = self.body(pr.cp(L3), "in_progress")
         del b["callback_token"]
         self.assertDetail(self.post_callback(L3, b), 403, "callback_token required")
+        self.assertIn("event=callback.token_missing delivery=%s repo=%s" % (pr.delivery, L3),
+                      self.s.relay.log_text())
         self.assertEqual(self.outbox(pr.delivery, "hud_forward"), [])
         b = self.body(pr.cp(L2), "in_progress")
         self.assertDetail(self.post_callback(L3, b), 403, TOKEN_MISMATCH)
@@ -406,6 +411,9 @@ class SecretRotationTest(CallbackMixin, unittest.TestCase):
         b = self.body(pr.cp(L2), "completed")
         del b["callback_token"]
         self.assertOk(self.post_callback(L2, b), "completed")
+        # Logged, so that an operator finds who CRCR_CALLBACK_TOKEN=required would refuse.
+        self.assertIn("event=callback.token_absent delivery=%s repo=%s" % (pr.delivery, L2),
+                      self.s.relay.log_text())
 
 
 if __name__ == "__main__":

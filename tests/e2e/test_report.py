@@ -348,6 +348,26 @@ class ReportTest(unittest.TestCase):
         self.assertGreaterEqual(self.elapsed, 1.0)
         self.assertLess(self.elapsed, 2.5)
 
+    def test_an_unreachable_relay_is_named_with_where_its_url_came_from(self):
+        dead = "http://127.0.0.1:%d/github/callback" % R.free_port()  # nobody listens
+        p = self.run_report(["--status", "in_progress", "--callback-url", dead,
+                             "--max-time", "1"])
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("is the relay reachable at %s? (the URL came from --callback-url)" % dead,
+                      p.stderr)
+        p = self.run_report(["--status", "in_progress", "--max-time", "1"],
+                            self.env(CRCR_CALLBACK_URL=dead))
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("POST %s (in_progress" % dead, p.stderr)
+        self.assertIn("is the relay reachable at %s? (the URL came from CRCR_CALLBACK_URL)"
+                      % dead, p.stderr)
+        # No URL at all: said before anything is sent (crcr report has no default relay).
+        before = len(self.fake.requests)
+        p = self.run_report(["--status", "in_progress"], self.env(CRCR_CALLBACK_URL=None))
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("no callback URL: give --callback-url or set CRCR_CALLBACK_URL", p.stderr)
+        self.assertEqual(len(self.fake.requests), before)
+
     def test_missing_oidc_variables_explain_the_permission(self):
         env = self.env(ACTIONS_ID_TOKEN_REQUEST_URL=None, ACTIONS_ID_TOKEN_REQUEST_TOKEN=None)
         p = self.run_report(["--status", "in_progress"], env)

@@ -103,6 +103,27 @@ static void dump_is_compact_and_keeps_order_and_utf8(void **state)
     jv_free(d);
 }
 
+static void dump_indented_is_one_member_a_line_in_order(void **state)
+{
+    jv *d = parse("{\"b\":1,\"a\":[true,{\"c\":null}],\"s\":\"h\\u00e9\",\"e\":{}}");
+    buf_t b;
+    buf_init(&b, 1024);
+    assert_int_equal(jv_dump_indented(d, &b), CRCR_OK);
+    assert_string_equal(buf_cstr(&b), "{\n"
+                                      "  \"b\": 1,\n"
+                                      "  \"a\": [\n"
+                                      "    true,\n"
+                                      "    {\n"
+                                      "      \"c\": null\n"
+                                      "    }\n"
+                                      "  ],\n"
+                                      "  \"s\": \"h\xc3\xa9\",\n"
+                                      "  \"e\": {}\n"
+                                      "}");
+    buf_free(&b);
+    jv_free(d);
+}
+
 static void quote_escapes_controls_and_quotes(void **state)
 {
     buf_t b;
@@ -703,6 +724,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(int64_ids_are_exact),
         cmocka_unit_test(duplicate_keys_are_rejected),
+        cmocka_unit_test(dump_indented_is_one_member_a_line_in_order),
         cmocka_unit_test(lookups_are_case_sensitive),
         cmocka_unit_test(depth_limit_is_enforced_before_parsing),
         cmocka_unit_test(value_count_limit_counts_scalars_not_string_content),

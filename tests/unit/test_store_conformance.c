@@ -713,6 +713,91 @@ static void list_deliveries_filters_by_state_and_repo_newest_first(void **state)
     assert_int_equal(l.n, 1);
 }
 
+typedef struct status_seek {
+    const char *id;
+    char status[24];
+} status_seek;
+
+static int on_status(void *ctx, const store_delivery_row *r)
+{
+    status_seek *s = ctx;
+    if (strcmp(r->delivery_id, s->id) == 0)
+        copy_str(s->status, sizeof(s->status), r->status);
+    return 0;
+}
+
+/* Asserts the status of delivery `id` in store_get_delivery and in the listing. */
+static void expect_status(store *st, const char *id, const char *want)
+{
+    dview *v = view(st, id);
+    if (strcmp(v->status, want) != 0)
+        fail_msg("delivery %s: status %s, expected %s", id, v->status, want);
+    free(v);
+    status_seek s = {.id = id};
+    assert_int_equal(store_list_deliveries(st, NULL, on_status, &s), CRCR_OK);
+    if (strcmp(s.status, want) != 0)
+        fail_msg("delivery %s listed with status '%s', expected %s", id, s.status, want);
+}
+
+/* Claims the earliest due row, which must belong to `id`, and finishes it in `state`. */
+static void finish_next(store *st, const char *id, const char *state, int64_t now)
+{
+    store_job j;
+    assert_int_equal(store_claim(st, now, 1000, &j), CRCR_OK);
+    assert_string_equal(j.delivery_id, id);
+    assert_int_equal(store_job_finish(st, &j, state, strcmp(state, "dead") == 0 ? 404 : 204, NULL,
+                                      NULL, NULL, 0, now + 1),
+                     CRCR_OK);
+    store_job_free(&j);
+}
+
+static void delivery_status_follows_its_rows(void **state)
+{
+    store *st = *state;
+    const char *two[] = {"a/one", "b/two"};
+    assert_int_equal(ingest(st, "mixed", 1000, two, 2), CRCR_OK);
+    expect_status(st, "mixed", "queued");
+    store_job a, b;
+    assert_int_equal(store_claim(st, 1000, 1000, &a), CRCR_OK);
+    assert_int_equal(store_claim(st, 1000, 1000, &b), CRCR_OK);
+    expect_status(st, "mixed", "queued"); /* running */
+    assert_int_equal(store_job_finish(st, &a, "sent", 204, NULL, NULL, NULL, 0, 1001), CRCR_OK);
+    expect_status(st, "mixed", "queued"); /* one still running */
+    assert_int_equal(store_job_finish(st, &b, "dead", 404, "not installed", NULL, NULL, 0, 1002),
+                     CRCR_OK);
+    expect_status(st, "mixed", "partly_failed");
+    store_job_free(&a);
+    store_job_free(&b);
+    /* Redelivered: queued again, then done once the dead row is sent. */
+    int n = 0;
+    assert_int_equal(store_redeliver(st, "mixed", "b/two", 2000, &n), CRCR_OK);
+    assert_int_equal(n, 1);
+    expect_status(st, "mixed", "queued");
+    finish_next(st, "mixed", "sent", 2000);
+    expect_status(st, "mixed", "done");
+
+    const char *one[] = {"a/one"};
+    assert_int_equal(ingest(st, "all-dead", 3000, two, 2), CRCR_OK);
+    finish_next(st, "all-dead", "dead", 3000);
+    expect_status(st, "all-dead", "queued");
+    finish_next(st, "all-dead", "dead", 3000);
+    expect_status(st, "all-dead", "dead");
+    assert_int_equal(ingest(st, "dry", 4000, one, 1), CRCR_OK);
+    finish_next(st, "dry", "dry_run", 4000);
+    expect_status(st, "dry", "done");
+    /* Nothing to do is done; a status stored other than queued is kept. */
+    assert_int_equal(ingest(st, "no-rows", 5000, NULL, 0), CRCR_OK);
+    expect_status(st, "no-rows", "done");
+    store_delivery d = {.delivery_id = "ign",
+                        .event = "issues",
+                        .received_at = 6000,
+                        .payload = "{}",
+                        .payload_len = 2,
+                        .status = "ignored"};
+    assert_int_equal(store_ingest(st, &d, NULL, 0), CRCR_OK);
+    expect_status(st, "ign", "ignored");
+}
+
 static void enqueue_adds_rows_but_never_a_second_dispatch_of_a_target(void **state)
 {
     store *st = *state;
@@ -2064,6 +2149,7 @@ int main(void)
         T(finish_and_retry_record_outcomes_and_attempts),
         T(redeliver_requeues_dispatch_rows_and_adds_a_missing_repo),
         T(list_deliveries_filters_by_state_and_repo_newest_first),
+        T(delivery_status_follows_its_rows),
         T(enqueue_adds_rows_but_never_a_second_dispatch_of_a_target),
         T(claim_keeps_rows_of_one_seq_key_in_creation_order),
         T(claim_batch_takes_due_rows_in_order_up_to_its_size),

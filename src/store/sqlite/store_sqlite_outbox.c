@@ -340,7 +340,7 @@ static crcr_err sq_enqueue(store *st, const char *delivery_id, const store_new_j
 static crcr_err sq_list_deliveries(store *st, const store_filter *f, store_rows *rows)
 {
     /* A PR filter is written as a plain equality so that deliveries_pr serves it. */
-    char sql[1024];
+    char sql[4096];
     snprintf(sql, sizeof(sql),
              "SELECT " DELIVERY_COLUMNS " FROM deliveries d WHERE "
              "(?1 IS NULL OR EXISTS (SELECT 1 FROM outbox o WHERE o.delivery_id=d.delivery_id AND "
