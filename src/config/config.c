@@ -780,8 +780,9 @@ static crcr_err fill(raw_values *raw, crcr_config *cfg, char *err, size_t errsz,
     return e;
 }
 
-/* Sets cfg->github_web_url from GITHUB_API_URL and checks that the blob URLs are on it. */
-static crcr_err derive_web_url(crcr_config *cfg, char *err, size_t errsz)
+/* Sets cfg->github_web_url from GITHUB_API_URL and checks that the blob URLs are on it (those
+ * not already noted as bad in `bad`, which may be NULL). */
+static crcr_err derive_web_url(crcr_config *cfg, const bool *bad, char *err, size_t errsz)
 {
     char web[CONFIG_WEB_URL_MAX];
     if (!config_github_web_url(cfg->github_api_url, web, sizeof(web)))
@@ -791,10 +792,12 @@ static crcr_err derive_web_url(crcr_config *cfg, char *err, size_t errsz)
         return fail_nomem(err, errsz, "GITHUB_API_URL");
     const struct {
         const char *name, *url;
-    } blobs[] = {{"ALLOWLIST_URL", cfg->allowlist_url},
-                 {"CI_PROVIDERS_URL", cfg->ci_providers_url}};
+        key_id key;
+    } blobs[] = {{"ALLOWLIST_URL", cfg->allowlist_url, K_ALLOWLIST_URL},
+                 {"CI_PROVIDERS_URL", cfg->ci_providers_url, K_CI_PROVIDERS_URL}};
     for (size_t i = 0; i < sizeof(blobs) / sizeof(blobs[0]); i++)
-        if (blobs[i].url && !config_url_on_web_host(blobs[i].url, web))
+        if (blobs[i].url && !(bad && bad[blobs[i].key]) &&
+            !config_url_on_web_host(blobs[i].url, web))
             return fail(err, errsz,
                         "%s: must be a blob URL on %s/ (GitHub's web host for GITHUB_API_URL)",
                         blobs[i].name, web);
@@ -855,7 +858,7 @@ static crcr_err load(crcr_config *cfg, const char *file, config_getter get, void
     if (!e)
         e = fill(&raw, cfg, err, errsz, pr, bad);
     if (!e) {
-        e = derive_web_url(cfg, err, errsz);
+        e = derive_web_url(cfg, bad, err, errsz);
         if (e == CRCR_E_CONFIG && noted(pr, err))
             e = CRCR_OK;
     }

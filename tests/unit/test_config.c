@@ -1059,7 +1059,7 @@ static void test_check_of_a_complete_configuration_finds_nothing(void **state)
     const char *bad_url[] = {"GITHUB_APP_SECRET", "x", "ALLOWLIST_URL", "http://example.org/a",
                              NULL};
     assert_int_equal(check(NULL, bad_url, &l), 1);
-    assert_non_null(strstr(l.lines[0], "ALLOWLIST_URL: must be an https://github.com/ blob URL"));
+    assert_non_null(strstr(l.lines[0], "ALLOWLIST_URL: must be an https:// GitHub blob URL"));
     /* A file that cannot be read is the one problem. */
     assert_int_equal(check("/nonexistent/crcr.env", env, &l), 1);
     assert_string_equal(l.lines[0],
