@@ -97,7 +97,12 @@ static const char SCHEMA[] =
     " repository_id TEXT NOT NULL, owner_id TEXT NOT NULL, pinned_at INTEGER NOT NULL,"
     " last_seen_at INTEGER NOT NULL);"
     "CREATE TABLE IF NOT EXISTS budgets(name TEXT PRIMARY KEY, used INTEGER NOT NULL,"
-    " expires_at INTEGER NOT NULL);";
+    " expires_at INTEGER NOT NULL);"
+    /* Version 4: what the reconciler asked GitHub to redeliver (store_sqlite_reconcile.c). */
+    "CREATE TABLE IF NOT EXISTS redeliveries(guid TEXT PRIMARY KEY, hook_id INTEGER NOT NULL,"
+    " event TEXT, action TEXT, attempts INTEGER NOT NULL, first_asked_at INTEGER NOT NULL,"
+    " last_asked_at INTEGER NOT NULL, last_status INTEGER NOT NULL DEFAULT 0, last_result TEXT);"
+    "CREATE INDEX IF NOT EXISTS redeliveries_asked ON redeliveries(last_asked_at);";
 
 /* Most requests (ingests, run transitions) one group commit writes (see sq_group_commit). */
 #define SQ_GROUP_MAX 256
@@ -551,6 +556,7 @@ static const store_ops SQLITE_OPS = {
     .ping = sq_ping,
     .outbox = &SQ_OUTBOX_OPS,
     .runs = &SQ_RUN_OPS,
+    .reconcile = &SQ_RECONCILE_OPS,
 };
 
 int sq_schema_version(sqlite3 *db)

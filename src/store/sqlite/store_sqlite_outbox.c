@@ -436,6 +436,7 @@ static crcr_err sq_retention(store *st, int64_t before, int *n)
         "DELETE FROM labels_wanted WHERE created_at < ?1",
         "DELETE FROM callback_rejections WHERE at < ?1",
         "DELETE FROM budgets WHERE expires_at < ?1",
+        "DELETE FROM redeliveries WHERE last_asked_at < ?1",
         /* Finished rows of no delivery (nightly HUD forwards) go after the same time. */
         "DELETE FROM outbox WHERE done_at < ?1 AND state IN ('sent','dry_run','dead') AND NOT "
         "EXISTS (SELECT 1 FROM deliveries d WHERE d.delivery_id=outbox.delivery_id)",
