@@ -322,8 +322,8 @@ int app_serve_main(int argc, char **argv)
     buf_free(&store_shown);
     /* The reconciler (App mode): its first pass now that webhooks can be received again. */
     if (!app->cfg.dry_run && app->cfg.reconcile_s > 0) {
-        reconcile_deps rdeps = {.st = app->st, .gh = app->gh, .cfg = &app->cfg};
-        app->reconciler = reconcile_start(&rdeps, owner, err, sizeof(err));
+        reconcile_deps rdeps = {.st = app->st, .gh = app->gh, .cfg = &app->cfg, .owner = owner};
+        app->reconciler = reconcile_start(&rdeps, err, sizeof(err));
         if (!app->reconciler) {
             fprintf(stderr, "crcr: %s\n", err);
             goto out;

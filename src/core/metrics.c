@@ -63,7 +63,7 @@ static const char *const k_gh_endpoints[GH_EP_N] = {
     "installation", "access_tokens", "dispatches",      "check_runs", "reruns",
     "contents",     "comments",      "hook_deliveries", "other",      "external"};
 
-static const char *const k_rc_passes[] = {"ok", "failed", "not_leader"};
+static const char *const k_rc_passes[] = {"ok", "failed", "skipped"};
 #define RC_PASS_N 3
 static const char *const k_rc_asks[] = {"accepted", "failed"};
 #define RC_ASK_N 2
@@ -511,8 +511,8 @@ crcr_err metrics_render(buf_t *out)
     if (!e)
         e = metrics_family(out, "crcr_reconcile_passes_total", "counter",
                            "Reconciler passes of this instance: ok, failed (GitHub or the store "
-                           "refused; retried at the next pass) or not_leader (another instance "
-                           "holds the store's lease).");
+                           "refused; retried at the next pass) or skipped (another instance "
+                           "is passing, or passed less than half a period ago).");
     for (int r = 0; r < RC_PASS_N && !e; r++) {
         const char *l[] = {"result", k_rc_passes[r], NULL};
         e = metrics_sample(out, "crcr_reconcile_passes_total", l,

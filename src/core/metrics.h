@@ -86,7 +86,7 @@ void metrics_github_request(const char *path, long status);
  * contents|comments|hook_deliveries|other (static string; exposed for tests). */
 const char *metrics_github_endpoint(const char *path);
 
-/* A reconciler pass (§5.7) ended: ok|failed|not_leader (crcr_reconcile_passes_total). */
+/* A reconciler pass (§5.7) ended: ok|failed|skipped (crcr_reconcile_passes_total). */
 void metrics_reconcile_pass(const char *result);
 /* A redelivery asked of GitHub: accepted|failed (crcr_reconcile_redeliveries_total). */
 void metrics_reconcile_redelivery(const char *result);

@@ -21,8 +21,10 @@
 #define RC_STATE_KEY "reconcile:state"
 /* The state record's JSON text at most. */
 #define RC_STATE_MAX (8u * 1024u)
-/* The lease outlives the period, so the leader keeps it from one pass to the next. */
-#define RC_LEASE_MIN_MS (10LL * 60 * 1000)
+/* The lease is held for a pass only, renewed before each page and each ask, and given back at
+ * its end: an instance that restarts (or dies) never keeps the others, or its own successor,
+ * waiting. */
+#define RC_PASS_LEASE_MS (5LL * 60 * 1000)
 /* Longest event and action names kept: the handled ones are shorter. */
 #define RC_NAME_MAX 24u
 
@@ -150,6 +152,18 @@ crcr_err reconcile_status_get(store *st, reconcile_status *out)
     return CRCR_OK;
 }
 
+/* ---------------------------------------------------------------- the lease */
+
+/* Renews the pass's lease; false when this instance does not hold it any more (it ran out and
+ * another took it): the pass must stop. */
+static bool lease_keep(const reconcile_deps *d)
+{
+    bool held = false;
+    return store_lease(d->st, RC_LEASE_NAME, d->owner, clock_now_ms(), RC_PASS_LEASE_MS, &held) ==
+               CRCR_OK &&
+           held;
+}
+
 /* ---------------------------------------------------------------- reading the log */
 
 /* One attempt of a handled event, as the log lists it. */
@@ -247,6 +261,11 @@ static crcr_err read_log(const reconcile_deps *d, const char *cursor, int64_t fl
         if (*pages_left <= 0 || log->n + RC_PER_PAGE > RC_MAX_ATTEMPTS ||
             (d->stop && atomic_load(d->stop))) {
             copy_name(rd->resume, sizeof(rd->resume), at); /* this page is not read yet */
+            break;
+        }
+        if (!lease_keep(d)) {
+            snprintf(err, errsz, "lost the store lease \"" RC_LEASE_NAME "\" during the pass");
+            e = CRCR_E_STATE;
             break;
         }
         e = gh_hook_deliveries(d->gh, RC_PER_PAGE, at, next, &r);
@@ -383,6 +402,15 @@ static void ask_missing(const reconcile_deps *d, int64_t now, rc_guid *v, size_t
                 *hold_at = g->first_at;
             continue;
         }
+        if (!lease_keep(d)) {
+            snprintf(res->error, sizeof(res->error),
+                     "lost the store lease \"" RC_LEASE_NAME "\" during the pass");
+            asking = false;
+            res->held++;
+            if (g->first_at < *hold_at)
+                *hold_at = g->first_at;
+            continue;
+        }
         bool allowed = false;
         int asks = 0;
         e = store_redelivery_begin(d->st, g->guid, g->latest_id, g->event, g->action, now,
@@ -448,42 +476,31 @@ static int64_t max64(int64_t a, int64_t b)
     return a > b ? a : b;
 }
 
-static int64_t lease_ms(const crcr_config *cfg)
+/* The pass itself, under the lease, from state `st`. */
+static void pass_body(const reconcile_deps *d, int64_t now, rc_state st, reconcile_result *res)
 {
-    int64_t ms = (int64_t)cfg->reconcile_s * 2000 + 60000;
-    return ms < RC_LEASE_MIN_MS ? RC_LEASE_MIN_MS : ms;
-}
-
-void reconcile_pass(const reconcile_deps *d, const char *owner, int64_t now, reconcile_result *res)
-{
-    memset(res, 0, sizeof(*res));
     int64_t t0 = clock_mono_ms();
-    bool held = false;
-    if (store_lease(d->st, RC_LEASE_NAME, owner, now, lease_ms(d->cfg), &held) != CRCR_OK ||
-        !held) {
-        metrics_reconcile_pass("not_leader");
-        return;
-    }
-    res->leader = true;
-    rc_state st;
-    crcr_err e = state_load(d->st, &st);
-    if (e) {
-        snprintf(res->error, sizeof(res->error), "store: %s", crcr_strerror(e));
-        metrics_reconcile_pass("failed");
-        LOG_WARN("reconcile.failed", "error", res->error, NULL);
-        return;
-    }
+    crcr_err e;
     int64_t now_s = now / 1000;
     int64_t window_floor = now_s - d->cfg->reconcile_window_s;
     int64_t floor_a = st.mark > 0 ? max64(window_floor, st.mark - RC_OVERLAP_S) : window_floor;
     int pages_left = RC_MAX_PAGES;
     rc_log log = {0};
     rc_read ra = {0}, rb = {0};
-    bool had_backlog = st.backlog[0] != '\0';
-    e = read_log(d, NULL, floor_a, &pages_left, &log, &ra, res->error, sizeof(res->error));
-    if (!e && ra.done && had_backlog)
+    bool had_backlog = st.backlog[0] != '\0', ran_a = false;
+    int64_t newest_a = 0;
+    /* The backlog first: every pass makes progress on it, however busy the top of the log is.
+     * The top is read once the backlog is done, with the pages left. */
+    e = CRCR_OK;
+    if (had_backlog)
         e = read_log(d, st.backlog, max64(window_floor, st.backlog_floor), &pages_left, &log, &rb,
                      res->error, sizeof(res->error));
+    if (!e && (!had_backlog || rb.done)) {
+        ran_a = true;
+        log.newest = 0;
+        e = read_log(d, NULL, floor_a, &pages_left, &log, &ra, res->error, sizeof(res->error));
+        newest_a = log.newest;
+    }
     if (d->stop && atomic_load(d->stop)) { /* shutting down: the next start reads again */
         free(log.v);
         return;
@@ -511,15 +528,15 @@ void reconcile_pass(const reconcile_deps *d, const char *owner, int64_t now, rec
 
     /* The next pass's starting points. */
     rc_state next = st;
-    if (log.newest > 0)
-        next.mark = log.newest;
+    if (newest_a > 0)
+        next.mark = newest_a;
     if (hold_at != INT64_MAX && hold_at + RC_OVERLAP_S < next.mark)
         next.mark = hold_at + RC_OVERLAP_S; /* mark - overlap reaches the held guid */
-    if (!ra.done) {
+    if (had_backlog && !rb.done) {
+        copy_name(next.backlog, sizeof(next.backlog), rb.resume); /* its floor stays */
+    } else if (ran_a && !ra.done) {
         copy_name(next.backlog, sizeof(next.backlog), ra.resume);
-        next.backlog_floor = had_backlog && st.backlog_floor < floor_a ? st.backlog_floor : floor_a;
-    } else if (had_backlog && !rb.done) {
-        copy_name(next.backlog, sizeof(next.backlog), rb.resume);
+        next.backlog_floor = floor_a;
     } else {
         next.backlog[0] = '\0';
         next.backlog_floor = 0;
@@ -560,11 +577,37 @@ void reconcile_pass(const reconcile_deps *d, const char *owner, int64_t now, rec
                  asked, "ask_failed", failed, "ms", ms, NULL);
 }
 
+void reconcile_pass(const reconcile_deps *d, int64_t now, bool startup, reconcile_result *res)
+{
+    memset(res, 0, sizeof(*res));
+    bool held = false;
+    if (store_lease(d->st, RC_LEASE_NAME, d->owner, now, RC_PASS_LEASE_MS, &held) != CRCR_OK ||
+        !held) {
+        metrics_reconcile_pass("skipped"); /* another instance is passing now */
+        return;
+    }
+    rc_state st;
+    crcr_err e = state_load(d->st, &st);
+    if (e) {
+        snprintf(res->error, sizeof(res->error), "store: %s", crcr_strerror(e));
+        metrics_reconcile_pass("failed");
+        LOG_WARN("reconcile.failed", "error", res->error, NULL);
+    } else if (!startup && st.last_pass_at > 0 && st.last_pass_at <= now &&
+               now - st.last_pass_at < (int64_t)d->cfg->reconcile_s * 500) {
+        metrics_reconcile_pass("skipped"); /* another instance passed less than half a period ago */
+    } else {
+        res->leader = true;
+        pass_body(d, now, st, res);
+    }
+    bool ignored;
+    store_lease(d->st, RC_LEASE_NAME, d->owner, clock_now_ms(), 0, &ignored); /* give it back */
+}
+
 /* ---------------------------------------------------------------- the thread */
 
 struct reconciler {
     reconcile_deps d;
-    char owner[128];
+    char owner[128]; /* d.owner */
     atomic_bool stop;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -575,13 +618,15 @@ static void *rc_main(void *arg)
 {
     reconciler *r = arg;
     int64_t next = clock_mono_ms(); /* the first pass at once */
+    bool startup = true;
     pthread_mutex_lock(&r->mu);
     while (!atomic_load(&r->stop)) {
         int64_t now = clock_mono_ms();
         if (now >= next) {
             pthread_mutex_unlock(&r->mu);
             reconcile_result res;
-            reconcile_pass(&r->d, r->owner, clock_now_ms(), &res);
+            reconcile_pass(&r->d, clock_now_ms(), startup, &res);
+            startup = false;
             next = clock_mono_ms() + (int64_t)r->d.cfg->reconcile_s * 1000;
             pthread_mutex_lock(&r->mu);
             continue;
@@ -602,7 +647,7 @@ static void *rc_main(void *arg)
 }
 
 /* Owner: the caller, through reconcile_stop. */
-reconciler *reconcile_start(const reconcile_deps *d, const char *owner, char *err, size_t errsz)
+reconciler *reconcile_start(const reconcile_deps *d, char *err, size_t errsz)
 {
     reconciler *r = calloc(1, sizeof(*r));
     if (!r) {
@@ -611,7 +656,8 @@ reconciler *reconcile_start(const reconcile_deps *d, const char *owner, char *er
     }
     r->d = *d;
     r->d.stop = &r->stop;
-    snprintf(r->owner, sizeof(r->owner), "%s", owner);
+    snprintf(r->owner, sizeof(r->owner), "%s", d->owner ? d->owner : "crcr");
+    r->d.owner = r->owner;
     atomic_init(&r->stop, false);
     pthread_mutex_init(&r->mu, NULL);
     pthread_condattr_t ca;

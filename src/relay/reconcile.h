@@ -9,12 +9,16 @@
  *
  * A pass, once at start-up and then every CRCR_RECONCILE_SECONDS (0: no reconciler; never in
  * dry-run), on a thread of its own so that it never holds up webhooks or the main loop:
- *   1. the store lease "reconciler" decides which instance works (one per shared store);
+ *   1. the store lease "reconciler" makes one instance pass at a time (one per shared store):
+ *      held for the pass only (renewed before each page and each ask, given back at its end, so a
+ *      restarted relay passes at once), and a periodic pass is skipped when another instance
+ *      recorded one less than half a period ago;
  *   2. GET /app/hook/deliveries?per_page=100 (App JWT), newest first, following the cursor of
  *      Link rel="next", back to the mark of the previous pass minus RC_OVERLAP_S (or back to
  *      CRCR_RECONCILE_WINDOW_SECONDS when there is none). A pass reads at most RC_MAX_PAGES pages;
- *      where it stopped is kept as a backlog cursor that later passes finish (after reading the
- *      newest pages first), so a deep log is covered over several passes, never skipped;
+ *      where it stopped is kept as a backlog cursor (with its floor) that the next passes read
+ *      first, before the newest pages, so a deep log is covered over several passes, never
+ *      skipped, however busy its top is;
  *   3. attempts of the events the relay handles (§2 routing: push; pull_request opened,
  *      reopened, synchronize, closed, labeled; check_run and check_suite rerequested) are
  *      grouped by guid. A guid is missing when none of its attempts has a 2xx status_code (0: no
@@ -67,11 +71,12 @@ typedef struct reconcile_deps {
     store *st;
     gh_client *gh;
     const crcr_config *cfg;  /* CRCR_RECONCILE_* */
+    const char *owner;       /* this instance in the store's lease */
     const atomic_bool *stop; /* set: the pass ends at its next step (may be NULL) */
 } reconcile_deps;
 
 typedef struct reconcile_result {
-    bool leader;       /* this instance held the lease */
+    bool leader;       /* this instance held the lease and passed (not skipped) */
     bool ok;           /* the log was read and every ask GitHub was offered was taken */
     int pages;         /* pages of the log read */
     int attempts_read; /* attempts of handled events read */
@@ -85,16 +90,18 @@ typedef struct reconcile_result {
     char error[256]; /* why the pass failed ("" when ok) */
 } reconcile_result;
 
-/* One pass at `now` (ms) for instance `owner`; see above. */
-void reconcile_pass(const reconcile_deps *d, const char *owner, int64_t now, reconcile_result *res);
+/* One pass at `now` (ms); `startup`: the pass at start-up, never skipped for a recent pass of
+ * another instance. See above. */
+void reconcile_pass(const reconcile_deps *d, int64_t now, bool startup, reconcile_result *res);
 
 /* The reconciler's thread. */
 typedef struct reconciler reconciler;
 
 /* Starts the thread: a pass at once, then every cfg->reconcile_s seconds. `d` is copied (its
- * pointers must outlive the reconciler; d->stop is replaced by the reconciler's own). NULL with a
- * reason when the thread cannot start. The caller owns the result (reconcile_stop). */
-reconciler *reconcile_start(const reconcile_deps *d, const char *owner, char *err, size_t errsz);
+ * pointers must outlive the reconciler, but for d->owner, copied; d->stop is replaced by the
+ * reconciler's own). NULL with a reason when the thread cannot start. The caller owns the result
+ * (reconcile_stop). */
+reconciler *reconcile_start(const reconcile_deps *d, char *err, size_t errsz);
 /* Stops the thread (after the HTTP call in flight, if any) and frees it. NULL is fine. */
 void reconcile_stop(reconciler *r);
 
