@@ -942,7 +942,6 @@ bool gh_link_cursor(const char *url, char out[GH_CURSOR_MAX])
 crcr_err gh_hook_deliveries(gh_client *gh, int per_page, const char *cursor,
                             char next_cursor[GH_CURSOR_MAX], gh_resp *out)
 {
-    next_cursor[0] = '\0';
     if (per_page < 1 || per_page > GH_HOOK_PER_PAGE_MAX)
         per_page = GH_HOOK_PER_PAGE_MAX;
     char path[64 + GH_CURSOR_MAX];
@@ -950,16 +949,17 @@ crcr_err gh_hook_deliveries(gh_client *gh, int per_page, const char *cursor,
     bool cursor_ok = cl < GH_CURSOR_MAX;
     for (size_t i = 0; cursor_ok && i < cl; i++)
         cursor_ok = cursor_char(cursor[i]);
+    if (cursor_ok && cl)
+        snprintf(path, sizeof(path), "/app/hook/deliveries?per_page=%d&cursor=%s", per_page,
+                 cursor);
+    else
+        snprintf(path, sizeof(path), "/app/hook/deliveries?per_page=%d", per_page);
+    next_cursor[0] = '\0'; /* after the cursor was read: they may be one buffer */
     if (!cursor_ok) {
         resp_start(out);
         set_error(out, "hook deliveries: unusable cursor");
         return CRCR_E_INVALID;
     }
-    if (cl)
-        snprintf(path, sizeof(path), "/app/hook/deliveries?per_page=%d&cursor=%s", per_page,
-                 cursor);
-    else
-        snprintf(path, sizeof(path), "/app/hook/deliveries?per_page=%d", per_page);
     crcr_err err = gh_request(gh, GH_AUTH_APP, NULL, "GET", path, NULL, NULL, 0, out);
     if (err)
         return err;

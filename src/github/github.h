@@ -102,8 +102,9 @@ crcr_err gh_installation_id(gh_client *gh, const char *repo, int64_t *id, gh_res
  * for the newest page. On a 200 the page (a JSON array) is out->body and `next_cursor` receives
  * the `cursor` parameter of the Link header's rel="next" URL ("" on the last page; a cursor that
  * is not URL-safe text of at most GH_CURSOR_MAX-1 bytes ends the listing with an error). Only the
- * cursor is taken from the link: the request always goes to GITHUB_API_URL. Return values as
- * gh_request; any status other than 200 is CRCR_E_HTTP with out->error saying which. */
+ * cursor is taken from the link: the request always goes to GITHUB_API_URL. `cursor` and
+ * `next_cursor` may be the same buffer. Return values as gh_request; any status other than 200
+ * is CRCR_E_HTTP with out->error saying which. */
 crcr_err gh_hook_deliveries(gh_client *gh, int per_page, const char *cursor,
                             char next_cursor[GH_CURSOR_MAX], gh_resp *out);
 
