@@ -19,7 +19,10 @@ static crcr_err insert_step(sqlite_store *s, sqlite3_stmt *q, const char *op, co
                             int n)
 {
     int rc = sq_step_raw(q, v, n, NULL, NULL);
-    if (rc == SQLITE_CONSTRAINT)
+    /* Only a known key is a duplicate: any other constraint (a trigger, NOT NULL) is a failure
+     * to store, never an answer that says "already stored". */
+    int x = rc == SQLITE_CONSTRAINT ? sqlite3_extended_errcode(s->db) : 0;
+    if (x == SQLITE_CONSTRAINT_PRIMARYKEY || x == SQLITE_CONSTRAINT_UNIQUE)
         return CRCR_E_DUPLICATE;
     return rc == SQLITE_DONE ? CRCR_OK : sq_fail(s->db, op);
 }
