@@ -75,10 +75,13 @@ static void get_str(const jv *doc, const char *key, char *out, size_t outsz)
     snprintf(out, outsz, "%s", s ? s : "");
 }
 
-/* The state as the last pass left it; zeroed when there is none (or it cannot be read). */
-static crcr_err state_load(store *st, rc_state *s)
+/* The state as the last pass left it; zeroed when there is none (*found false; may be NULL) or
+ * it cannot be read. */
+static crcr_err state_load(store *st, rc_state *s, bool *found)
 {
     memset(s, 0, sizeof(*s));
+    if (found)
+        *found = false;
     buf_t b;
     buf_init(&b, RC_STATE_MAX);
     crcr_err e = store_kv_get(st, RC_STATE_KEY, &b, 0);
@@ -86,6 +89,8 @@ static crcr_err state_load(store *st, rc_state *s)
         buf_free(&b);
         return CRCR_OK;
     }
+    if (found)
+        *found = !e;
     jv *doc = e ? NULL : jv_parse(buf_cstr(&b), b.len, NULL, 0);
     buf_free(&b);
     if (e)
@@ -131,16 +136,9 @@ crcr_err reconcile_status_get(store *st, reconcile_status *out)
 {
     memset(out, 0, sizeof(*out));
     rc_state s;
-    buf_t b;
-    buf_init(&b, RC_STATE_MAX);
-    crcr_err e = store_kv_get(st, RC_STATE_KEY, &b, 0);
-    buf_free(&b);
-    if (e == CRCR_E_NOT_FOUND)
-        return CRCR_OK;
-    if (e)
-        return e;
-    e = state_load(st, &s);
-    if (e)
+    bool found = false;
+    crcr_err e = state_load(st, &s, &found);
+    if (e || !found)
         return e;
     out->known = true;
     out->last_ok_at = s.last_ok_at;
@@ -194,18 +192,27 @@ static void copy_name(char *dst, size_t dsz, const char *src)
     snprintf(dst, dsz, "%s", src ? src : "");
 }
 
-/* Why a listing step failed, for the log and the state: the client's text, then GitHub's
- * message when the answer had one (a 403 says what is missing). */
+/* Why a request failed, for the log, the state and the redelivery record (shown by the HUD):
+ * the client's text, then GitHub's message when the answer had one (a 403 says what is
+ * missing), with anything credential-shaped scrubbed and cut to errsz. */
 static void listing_error(const gh_resp *r, char *err, size_t errsz)
 {
     const char *msg = NULL;
     jv *doc = r->body.len ? jv_parse(buf_cstr(&r->body), r->body.len, NULL, 0) : NULL;
     msg = jv_path_str(doc, "message");
-    int n = snprintf(err, errsz, "%s%s%s", r->error[0] ? r->error : "listing failed",
+    char raw[512];
+    int n = snprintf(raw, sizeof(raw), "%s%s%s", r->error[0] ? r->error : "request failed",
                      msg ? ": " : "", msg ? msg : "");
-    if (n < 0 || (size_t)n >= errsz) /* cut: the start says what failed */
-        err[errsz - 1] = '\0';
+    if (n < 0 || (size_t)n >= sizeof(raw)) /* cut: the start says what failed */
+        raw[sizeof(raw) - 1] = '\0';
     jv_free(doc);
+    buf_t clean;
+    buf_init(&clean, 2 * sizeof(raw));
+    if (log_scrub(raw, strlen(raw), &clean) == CRCR_OK)
+        snprintf(err, errsz, "%.*s", (int)(errsz - 1), buf_cstr(&clean));
+    else
+        snprintf(err, errsz, "%s", "(error text withheld)");
+    buf_free(&clean);
 }
 
 /* Adds one listed item to the log when it is an attempt of a handled event at or after `floor`.
@@ -587,7 +594,7 @@ void reconcile_pass(const reconcile_deps *d, int64_t now, bool startup, reconcil
         return;
     }
     rc_state st;
-    crcr_err e = state_load(d->st, &st);
+    crcr_err e = state_load(d->st, &st, NULL);
     if (e) {
         snprintf(res->error, sizeof(res->error), "store: %s", crcr_strerror(e));
         metrics_reconcile_pass("failed");
