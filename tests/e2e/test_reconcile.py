@@ -77,6 +77,7 @@ class ReconcileBase(unittest.TestCase):
     def relay(self, port=None, env=None, clock=None, start=True):
         r = R.Relay(env=app_env(self.gh, env), clock=clock)
         self.addCleanup(r.close)
+        self.addCleanup(R.check_clean_exit, self, r)  # runs first: SIGTERM, exit 0, no report
         if start:
             r.start(port=port)
         return r
