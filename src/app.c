@@ -1,8 +1,8 @@
 /*
- * app.c - `crcr serve`: start-up, the main loop (signals, allowlist refresh, retention) and an
- * orderly shutdown. SIGTERM/SIGINT: stop accepting, let in-flight requests finish, let outbox
- * workers finish the row they hold (others stay queued), close the store, exit 0. SIGHUP: reload
- * the allowlist and the CI providers map.
+ * app.c - `crcr serve`: start-up, the main loop (signals, allowlist refresh, retention), the
+ * reconciler's thread (App mode, reconcile.h) and an orderly shutdown. SIGTERM/SIGINT: stop
+ * accepting, let in-flight requests finish, let outbox workers finish the row they hold (others
+ * stay queued), close the store, exit 0. SIGHUP: reload the allowlist and the CI providers map.
  */
 #include "app.h"
 
@@ -140,6 +140,8 @@ static void app_teardown(crcr_app *app)
 {
     http_server_stop(app->http, APP_SHUTDOWN_GRACE_MS);
     app->http = NULL;
+    reconcile_stop(app->reconciler);
+    app->reconciler = NULL;
     outbox_stop(app->ob);
     app->ob = NULL;
     allowlist_source_free(app->allow);
@@ -227,7 +229,7 @@ int app_serve_main(int argc, char **argv)
         rc = 2;
         goto out;
     }
-    /* This instance in the leases of periodic work (allowlist refresh, sweeper). */
+    /* This instance in the leases of periodic work (allowlist refresh, sweeper, reconciler). */
     char owner[128], host[64] = "host";
     gethostname(host, sizeof(host) - 1);
     snprintf(owner, sizeof(owner), "%s:%ld", host, (long)getpid());
@@ -322,6 +324,15 @@ int app_serve_main(int argc, char **argv)
     LOG_INFO("relay.started", "version", CRCR_VERSION, "listen", listen, "store",
              buf_cstr(&store_shown), "mode", app->cfg.dry_run ? "dry-run" : "github-app", NULL);
     buf_free(&store_shown);
+    /* The reconciler (App mode): its first pass now that webhooks can be received again. */
+    if (!app->cfg.dry_run && app->cfg.reconcile_s > 0) {
+        reconcile_deps rdeps = {.st = app->st, .gh = app->gh, .cfg = &app->cfg, .owner = owner};
+        app->reconciler = reconcile_start(&rdeps, err, sizeof(err));
+        if (!app->reconciler) {
+            fprintf(stderr, "crcr: %s\n", err);
+            goto out;
+        }
+    }
 
     /* The first sweep runs right away: zombies left while the relay was down are old already. */
     int64_t next_sweep = clock_mono_ms();

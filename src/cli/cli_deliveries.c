@@ -2,14 +2,18 @@
  * cli_deliveries.c - `crcr deliveries list|show|redeliver`, over the local store named by
  * CRCR_STORE (or --config FILE), or over a running relay's admin API with --url:
  *   crcr deliveries list [--status S] [--repo R] [--pr N] [--limit N] [--format text|json]
+ *   crcr deliveries list --recovered [--limit N] [--format text|json]
  *   crcr deliveries show ID [--format text|json] [--no-bodies]
  *   crcr deliveries redeliver ID [--repo R [--force]]
  *   ... --url https://relay.example [--token T]   (token default: CRCR_ADMIN_TOKEN)
  * `show` prints each row and its request body as indented JSON (--no-bodies: the rows alone);
  * `show --format json` prints {"delivery":{...},"outbox":[{...,"body":"<request body>"}]} and
  * `list --format json` an array of deliveries, the same documents in both modes (delivery_doc.h
- * builds them). The admin API is reached over http_client.h: https, or http to a loopback host only
- * (config_url_allowed), so the admin token never crosses a network in the clear.
+ * builds them). `list --recovered` lists what the reconciler asked GitHub to redeliver (newest
+ * ask first; the admin API's /api/v1/admin/redeliveries), each with its state: recovered (the
+ * delivery arrived), asked, refused or asking. The admin API is reached over http_client.h: https,
+ * or http to a loopback host only (config_url_allowed), so the admin token never crosses a network
+ * in the clear.
  *
  * The local store is opened with cli_open_store: a mistyped or missing configuration ends with
  * exit 2 naming the path, never with a new empty store read as "nothing there". `redeliver
@@ -57,12 +61,14 @@ typedef struct cli_opts {
     long long pr;
     bool force;
     bool no_bodies; /* show: the rows without their request bodies */
+    bool recovered;
 } cli_opts;
 
 static void usage(void)
 {
     fputs("usage: crcr deliveries list [--status S] [--repo R] [--pr N] [--limit N] "
           "[--format text|json]\n"
+          "       crcr deliveries list --recovered [--limit N] [--format text|json]\n"
           "       crcr deliveries show ID [--format text|json] [--no-bodies]\n"
           "       crcr deliveries redeliver ID [--repo R [--force]]\n"
           "  the local store (--config FILE; without it /etc/crcr/crcr.env when it exists,\n"
@@ -103,6 +109,9 @@ static int parse_opts(int argc, char **argv, cli_opts *o)
             continue;
         } else if (strcmp(a, "--no-bodies") == 0) {
             o->no_bodies = true;
+            continue;
+        } else if (strcmp(a, "--recovered") == 0) {
+            o->recovered = true;
             continue;
         } else if (strcmp(a, "--limit") == 0 || strcmp(a, "--pr") == 0) {
             bool is_limit = strcmp(a, "--limit") == 0;
@@ -245,6 +254,23 @@ static int print_list(const jv *arr, const cli_opts *o)
     return 0;
 }
 
+/* The reconciler's records (ddoc_redeliveries_jv), one line each. */
+static int print_redeliveries(const jv *arr, const cli_opts *o)
+{
+    if (o->format && strcmp(o->format, "json") == 0)
+        return print_json(arr);
+    for (size_t i = 0; i < jv_arr_len(arr); i++) {
+        jv *r = jv_arr_at(arr, i);
+        const char *result = jv_path_str(r, "last_result");
+        printf("%s  %-36s %-14s %-12s asks=%lld/%lld %-9s%s%s\n",
+               or_dash(jv_path_str(r, "last_asked_at")), or_dash(jv_path_str(r, "guid")),
+               or_dash(jv_path_str(r, "event")), or_dash(jv_path_str(r, "action")),
+               (long long)jv_number(jv_get(r, "asks")), (long long)jv_number(jv_get(r, "max_asks")),
+               or_dash(jv_path_str(r, "state")), result ? " " : "", result ? result : "");
+    }
+    return 0;
+}
+
 static int print_requeued(const char *id, int n)
 {
     printf("re-queued %d dispatch%s of %s\n", n, n == 1 ? "" : "es", id);
@@ -298,7 +324,13 @@ static int local_main(const char *sub, const cli_opts *o, const crcr_config *cfg
     crcr_err e;
     int rc = 1;
     jv *doc = NULL;
-    if (strcmp(sub, "list") == 0) {
+    if (strcmp(sub, "list") == 0 && o->recovered) {
+        e = ddoc_redeliveries_jv(st, o->limit, false, &doc);
+        if (e)
+            fprintf(stderr, "crcr: %s\n", crcr_strerror(e));
+        else
+            rc = print_redeliveries(doc, o);
+    } else if (strcmp(sub, "list") == 0) {
         store_filter f = {
             .state = o->status, .repo = o->repo, .limit = o->limit, .pr_number = o->pr};
         e = ddoc_admin_list_jv(st, &f, &doc);
@@ -351,8 +383,9 @@ static long remote_call(const remote_req *rq, buf_t *answer)
     while (bl > 0 && rq->base[bl - 1] == '/')
         bl--;
     crcr_err e = buf_append(&url, rq->base, bl);
+    bool recovered = strcmp(rq->sub, "list") == 0 && rq->o->recovered;
     if (!e)
-        e = buf_puts(&url, "/api/v1/admin/deliveries");
+        e = buf_puts(&url, recovered ? "/api/v1/admin/redeliveries" : "/api/v1/admin/deliveries");
     if (!e && strcmp(rq->sub, "list") != 0) {
         e = buf_putc(&url, '/');
         if (!e)
@@ -421,8 +454,10 @@ static int remote_main(const char *sub, const cli_opts *o, const char *token)
     const char *detail = jv_path_str(doc, "detail");
     if (status == 200 && doc) {
         if (strcmp(sub, "list") == 0) {
-            jv *arr = jv_get(doc, "deliveries");
-            if (jv_is_arr(arr))
+            jv *arr = jv_get(doc, o->recovered ? "redeliveries" : "deliveries");
+            if (jv_is_arr(arr) && o->recovered)
+                rc = print_redeliveries(arr, o);
+            else if (jv_is_arr(arr))
                 rc = print_list(arr, o);
             else
                 fprintf(stderr, "crcr: %s: unexpected answer\n", o->url);
@@ -481,6 +516,12 @@ int cli_deliveries_main(int argc, char **argv)
     }
     if (o.no_bodies && strcmp(sub, "show") != 0) {
         fprintf(stderr, "crcr deliveries: --no-bodies goes with show\n");
+        usage();
+        return 2;
+    }
+    if (o.recovered && (strcmp(sub, "list") != 0 || o.status || o.repo || o.pr)) {
+        fprintf(stderr, "crcr deliveries: --recovered goes with list (and --limit, --format) "
+                        "only\n");
         usage();
         return 2;
     }

@@ -70,6 +70,9 @@ typedef struct crcr_config {
     size_t dispatch_budget;            /* CRCR_DISPATCH_BUDGET bytes, default 65000 */
     long max_attempts;                 /* CRCR_MAX_ATTEMPTS, default 12 */
     long sweep_s;                      /* CRCR_SWEEP_SECONDS, default 600 */
+    long reconcile_s;                  /* CRCR_RECONCILE_SECONDS, default 300, 0: off */
+    long reconcile_window_s;           /* CRCR_RECONCILE_WINDOW_SECONDS, default 259200 */
+    long reconcile_max_per_pass;       /* CRCR_RECONCILE_MAX_PER_PASS, default 100 */
     long retention_s;                  /* CRCR_RETENTION_SECONDS, default 604800 */
     crcr_log_level log_level;          /* CRCR_LOG, default info */
     long retry_base_ms;                /* CRCR_RETRY_BASE_MS, first retry delay, default 1000 */

@@ -104,6 +104,19 @@ const key_def config_keys[K_COUNT] = {
                              "Attempts of one outbound call before its outbox row is dead."},
     [K_CRCR_SWEEP_SECONDS] = {"CRCR_SWEEP_SECONDS", "600", false, 1, CONFIG_INT_MAX,
                               AS(V_LONG, sweep_s), "Seconds between sweeper passes."},
+    [K_CRCR_RECONCILE_SECONDS] = {"CRCR_RECONCILE_SECONDS", "300", false, 0, CONFIG_INT_MAX,
+                                  AS(V_LONG, reconcile_s),
+                                  "Seconds between reconciler passes (App mode: webhooks GitHub "
+                                  "failed to deliver are asked again); one pass at start-up. 0: "
+                                  "off."},
+    [K_CRCR_RECONCILE_WINDOW_SECONDS] = {"CRCR_RECONCILE_WINDOW_SECONDS", "259200", false, 60,
+                                         CONFIG_INT_MAX, AS(V_LONG, reconcile_window_s),
+                                         "How far back the reconciler reads the App's delivery "
+                                         "log (GitHub keeps 3 days)."},
+    [K_CRCR_RECONCILE_MAX_PER_PASS] = {"CRCR_RECONCILE_MAX_PER_PASS", "100", false, 1, 10000,
+                                       AS(V_LONG, reconcile_max_per_pass),
+                                       "Redeliveries the reconciler asks for in one pass at "
+                                       "most."},
     [K_CRCR_RETENTION_SECONDS] = {"CRCR_RETENTION_SECONDS", "604800", false, 1, CONFIG_INT_MAX,
                                   AS(V_LONG, retention_s),
                                   "Seconds deliveries and finished outbox rows are kept."},

@@ -178,6 +178,9 @@ void h_delivery_cells(hout *o, const ddoc_delivery *d, int64_t now)
     h_ago(o, d->received_at, now);
     h_raw(o, "</td><td>");
     h_delivery_link(o, d->delivery_id);
+    if (d->redelivery_asks > 0)
+        h_raw(o, "<span class=\"badge recovered\" title=\"GitHub had failed to deliver it; the "
+                 "reconciler asked for it again\">recovered</span>");
     h_raw(o, "</td><td>");
     h_text(o, d->event);
     if (d->action) {

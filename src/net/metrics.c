@@ -77,13 +77,19 @@ enum {
     GH_EP_RERUNS,
     GH_EP_CONTENTS,
     GH_EP_COMMENTS,
+    GH_EP_HOOK_DELIVERIES,
     GH_EP_OTHER,
     GH_EP_EXTERNAL,
     GH_EP_N
 };
-static const char *const k_gh_endpoints[GH_EP_N] = {"installation", "access_tokens", "dispatches",
-                                                    "check_runs",   "reruns",        "contents",
-                                                    "comments",     "other",         "external"};
+static const char *const k_gh_endpoints[GH_EP_N] = {
+    "installation", "access_tokens", "dispatches",      "check_runs", "reruns",
+    "contents",     "comments",      "hook_deliveries", "other",      "external"};
+
+static const char *const k_rc_passes[] = {"ok", "failed", "skipped"}; /* vocab-ok: a pass not run */
+#define RC_PASS_N 3
+static const char *const k_rc_asks[] = {"accepted", "failed"};
+#define RC_ASK_N 2
 
 static const char *const k_code_classes[] = {"1xx", "2xx", "3xx", "4xx", "5xx"};
 #define CODE_CLASS_N 5
@@ -105,6 +111,8 @@ static struct {
     _Atomic int64_t connections;
     _Atomic uint64_t reaped;
     _Atomic uint64_t offload_rejected;
+    _Atomic uint64_t reconcile_passes[RC_PASS_N];
+    _Atomic uint64_t reconcile_asks[RC_ASK_N];
     route_series routes[METRICS_MAX_ROUTES];
     _Atomic int n_routes; /* published with release after the entry is filled */
 } g_reg;
@@ -379,6 +387,8 @@ static int classify(const char *path)
     const seg *last = &s[n - 1];
     if (seg_is(&s[0], "app") && n >= 3 && seg_is(&s[1], "installations"))
         return seg_is(last, "access_tokens") ? GH_EP_ACCESS_TOKENS : GH_EP_INSTALLATION;
+    if (seg_is(&s[0], "app") && n >= 3 && seg_is(&s[1], "hook") && seg_is(&s[2], "deliveries"))
+        return GH_EP_HOOK_DELIVERIES;
     if ((seg_is(&s[0], "orgs") || seg_is(&s[0], "users")) && n == 3 &&
         seg_is(&s[2], "installation"))
         return GH_EP_INSTALLATION;
@@ -411,6 +421,22 @@ void metrics_github_request(const char *path, long status)
     if (status < 0 || status >= METRICS_STATUS_MAX)
         status = 0;
     inc(&g_reg.github[classify(path)][status], 1);
+}
+
+/* ---- the reconciler ---- */
+
+void metrics_reconcile_pass(const char *result)
+{
+    int r = index_of(k_rc_passes, RC_PASS_N, result, -1);
+    if (r >= 0)
+        inc(&g_reg.reconcile_passes[r], 1);
+}
+
+void metrics_reconcile_redelivery(const char *result)
+{
+    int r = index_of(k_rc_asks, RC_ASK_N, result, -1);
+    if (r >= 0)
+        inc(&g_reg.reconcile_asks[r], 1);
 }
 
 /* ---- HTTP ---- */
@@ -509,6 +535,25 @@ crcr_err metrics_render(buf_t *out)
             e = metrics_sample(out, "crcr_github_requests_total", l, (double)v);
         }
     }
+    if (!e)
+        e = metrics_family(out, "crcr_reconcile_passes_total", "counter",
+                           "Reconciler passes of this instance: ok, failed (GitHub or the store "
+                           "refused; retried at the next pass) or skipped (another instance "
+                           "is passing, or passed less than half a period ago).");
+    for (int r = 0; r < RC_PASS_N && !e; r++) {
+        const char *l[] = {"result", k_rc_passes[r], NULL};
+        e = metrics_sample(out, "crcr_reconcile_passes_total", l,
+                           (double)get(&g_reg.reconcile_passes[r]));
+    }
+    if (!e)
+        e = metrics_family(out, "crcr_reconcile_redeliveries_total", "counter",
+                           "Redeliveries this instance asked GitHub for: accepted (202) or "
+                           "failed.");
+    for (int r = 0; r < RC_ASK_N && !e; r++) {
+        const char *l[] = {"result", k_rc_asks[r], NULL};
+        e = metrics_sample(out, "crcr_reconcile_redeliveries_total", l,
+                           (double)get(&g_reg.reconcile_asks[r]));
+    }
     int n = atomic_load_explicit(&g_reg.n_routes, memory_order_acquire);
     if (!e)
         e = metrics_family(out, "crcr_http_request_duration_seconds", "histogram",
@@ -568,6 +613,10 @@ void metrics_reset(void)
     atomic_store(&g_reg.connections, 0);
     atomic_store(&g_reg.reaped, 0);
     atomic_store(&g_reg.offload_rejected, 0);
+    for (int i = 0; i < RC_PASS_N; i++)
+        atomic_store(&g_reg.reconcile_passes[i], 0);
+    for (int i = 0; i < RC_ASK_N; i++)
+        atomic_store(&g_reg.reconcile_asks[i], 0);
     for (int i = 0; i < CB_RES_N; i++)
         atomic_store(&g_reg.callbacks[i], 0);
     for (int i = 0; i < METRICS_MAX_ROUTES; i++) {

@@ -83,8 +83,13 @@ void metrics_outbox_result(const char *kind, const char *result);
  * status, 0 when there was no answer. */
 void metrics_github_request(const char *path, long status);
 /* The endpoint class of an API path: installation|access_tokens|dispatches|check_runs|reruns|
- * contents|other (static string; exposed for tests). */
+ * contents|comments|hook_deliveries|other (static string; exposed for tests). */
 const char *metrics_github_endpoint(const char *path);
+
+/* A reconciler pass (§5.7) ended: ok|failed|skipped (crcr_reconcile_passes_total). */
+void metrics_reconcile_pass(const char *result);
+/* A redelivery asked of GitHub: accepted|failed (crcr_reconcile_redeliveries_total). */
+void metrics_reconcile_redelivery(const char *result);
 
 /* Registers (or finds) the latency series of an HTTP route and returns its handle, or -1 when
  * the registry is full. `method` and `route` are copied. */

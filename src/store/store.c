@@ -341,6 +341,31 @@ crcr_err store_budget_take(store *st, const char *name, int64_t amount, int64_t 
     return st->ops->runs->budget_take(st, name, amount, limit, expires_at, allowed);
 }
 
+crcr_err store_redelivery_begin(store *st, const char *guid, int64_t hook_id, const char *event,
+                                const char *action, int64_t now, int max_attempts,
+                                int64_t stale_before, bool *allowed, int *attempts)
+{
+    *allowed = false;
+    *attempts = 0;
+    if (!guid || max_attempts < 1)
+        return CRCR_E_INVALID;
+    return st->ops->reconcile->redelivery_begin(st, guid, hook_id, event, action, now, max_attempts,
+                                                stale_before, allowed, attempts);
+}
+
+crcr_err store_redelivery_done(store *st, const char *guid, long status, const char *result,
+                               bool counted)
+{
+    return st->ops->reconcile->redelivery_done(st, guid, status, result, counted);
+}
+
+crcr_err store_redelivery_list(store *st, int limit, bool pending_only,
+                               void (*fn)(void *ctx, const store_redelivery_row *row), void *ctx)
+{
+    store_rows rows = {.redelivery = fn, .ctx = ctx};
+    return st->ops->reconcile->redelivery_list(st, limit > 0 ? limit : 50, pending_only, &rows);
+}
+
 static void stats_count(store_outbox_stats *out, const char *state, int64_t count,
                         int64_t oldest_due)
 {
@@ -402,6 +427,7 @@ static void delivery_fill(store_delivery_row *r, const store_row_source *s)
     r->received_at = s->i64(src, 7, 0);
     r->payload_bytes = (size_t)s->i64(src, 8, 0);
     r->status = s->text(src, 9);
+    r->redelivery_asks = (int)s->i64(src, 10, 0);
 }
 
 int store_delivery_read_row(void *ctx, const store_row_source *s)
@@ -446,6 +472,21 @@ static void identity_fill(store_identity_row *r, const store_row_source *s)
     r->last_seen_at = s->i64(src, 4, 0);
 }
 
+static void redelivery_fill(store_redelivery_row *r, const store_row_source *s)
+{
+    void *src = s->src;
+    r->guid = s->text(src, 0);
+    r->event = s->text(src, 1);
+    r->action = s->text(src, 2);
+    r->last_result = s->text(src, 3);
+    r->hook_id = s->i64(src, 4, 0);
+    r->attempts = (int)s->i64(src, 5, 0);
+    r->last_status = (long)s->i64(src, 6, 0);
+    r->first_asked_at = s->i64(src, 7, 0);
+    r->last_asked_at = s->i64(src, 8, 0);
+    r->received_at = s->i64(src, 9, 0);
+}
+
 int store_listing_row(void *rows, const store_row_source *s)
 {
     const store_rows *to = rows;
@@ -466,6 +507,10 @@ int store_listing_row(void *rows, const store_row_source *s)
         store_identity_row r;
         identity_fill(&r, s);
         to->identity(to->ctx, &r);
+    } else if (to->redelivery) {
+        store_redelivery_row r;
+        redelivery_fill(&r, s);
+        to->redelivery(to->ctx, &r);
     }
     return 0;
 }

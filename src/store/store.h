@@ -22,9 +22,10 @@
 
 /* Version 1: the first release. Version 2: repo_identity (pins of callback identities) and
  * budgets (byte budgets such as the nightly one). Version 3: the instance holding a claimed outbox
- * row (PostgreSQL; nothing changes on SQLite). A store is upgraded in place at open; a newer
- * store than the binary knows is refused. */
-#define CRCR_SCHEMA_VERSION 3
+ * row (PostgreSQL; nothing changes on SQLite). Version 4: redeliveries (what the reconciler asked
+ * GitHub to redeliver, §5.7). A store is upgraded in place at open; a newer store than the binary
+ * knows is refused. */
+#define CRCR_SCHEMA_VERSION 4
 
 typedef struct store store;
 
@@ -166,6 +167,8 @@ typedef struct store_delivery_row {
     const char *delivery_id, *event, *action, *upstream_repo, *head_sha, *ref, *status;
     int64_t pr_number, received_at;
     size_t payload_bytes;
+    int redelivery_asks; /* redeliveries the reconciler asked GitHub for before it arrived (0:
+                            it arrived by itself) */
 } store_delivery_row;
 
 typedef struct store_job_row {
@@ -393,6 +396,41 @@ crcr_err store_budget_take(store *st, const char *name, int64_t amount, int64_t 
  * is all a single-process store needs). Rows this process wrote itself are not announced: its
  * writers wake their own workers. Used by the outbox's wake-up thread. */
 crcr_err store_wait_for_work(store *st, int64_t timeout_ms, size_t *rows);
+
+/* ---- Redeliveries the reconciler asked GitHub for (§5.7) ---- */
+
+/* A redelivery record as read back. Pointers valid during the callback only. */
+typedef struct store_redelivery_row {
+    const char *guid;        /* the X-GitHub-Delivery of the event */
+    const char *event;       /* its X-GitHub-Event, NULL when unknown */
+    const char *action;      /* its action, NULL when none */
+    const char *last_result; /* what the last ask came to ("accepted", an error), NULL: asking */
+    int64_t hook_id;         /* the delivery attempt (GitHub's id) last asked to be sent again;
+                                0 after an ask that failed */
+    int attempts;            /* asks that counted (accepted, or not answered yet) */
+    long last_status;        /* HTTP status of the last ask, 0 while asking or without answer */
+    int64_t first_asked_at, last_asked_at;
+    int64_t received_at; /* when the delivery then reached the store, 0 while it has not */
+} store_redelivery_row;
+
+/* Records an ask for `guid` before it is made, atomically across instances: allowed (*allowed
+ * true, *attempts the new count) when the guid has no record, or its record has fewer than
+ * `max_attempts` asks and either GitHub has made a newer attempt since the last ask (`hook_id` is
+ * larger than the recorded one) or the last ask is older than `stale_before` (GitHub never acted
+ * on it). Otherwise nothing changes, *allowed is false and *attempts the record's count: another
+ * instance asked already, the guid's redelivery is on its way, or it has had its asks. */
+crcr_err store_redelivery_begin(store *st, const char *guid, int64_t hook_id, const char *event,
+                                const char *action, int64_t now, int max_attempts,
+                                int64_t stale_before, bool *allowed, int *attempts);
+/* Records the outcome of the ask store_redelivery_begin allowed: its HTTP status (0: no answer)
+ * and a result text. `counted` false takes the ask back (it did not reach GitHub or GitHub
+ * refused it for now: a network error, 5xx, 403, 429) so that the next pass asks again. */
+crcr_err store_redelivery_done(store *st, const char *guid, long status, const char *result,
+                               bool counted);
+/* The records, most recently asked first, at most `limit` (0: 50); `pending_only` leaves out
+ * those whose delivery has arrived. */
+crcr_err store_redelivery_list(store *st, int limit, bool pending_only,
+                               void (*fn)(void *ctx, const store_redelivery_row *row), void *ctx);
 
 /* Callbacks refused after authentication (for the level-health callback error rate). */
 crcr_err store_callback_rejected(store *st, const char *repo, int64_t now, int status);

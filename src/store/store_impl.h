@@ -86,8 +86,14 @@ crcr_err store_row_append(const store_row_source *s, int col, buf_t *out);
  * DELIVERY_STATUS_SQL's. */
 #define DELIVERY_COLUMNS                                                                           \
     "d.delivery_id, d.event, d.action, d.upstream_repo, d.pr_number, d.head_sha, d.ref, "          \
-    "d.received_at, d.payload_bytes, " DELIVERY_STATUS_SQL
-#define DELIVERY_PAYLOAD_COLUMN 10
+    "d.received_at, d.payload_bytes, " DELIVERY_STATUS_SQL                                         \
+    ", COALESCE((SELECT r.attempts FROM redeliveries r WHERE r.guid=d.delivery_id), 0)"
+#define DELIVERY_PAYLOAD_COLUMN 11
+/* Columns of a redelivery record in store_redelivery_row order, from `redeliveries r LEFT JOIN
+ * deliveries d ON d.delivery_id=r.guid`. */
+#define REDELIVERY_COLUMNS                                                                         \
+    "r.guid, r.event, r.action, r.last_result, r.hook_id, r.attempts, r.last_status, "             \
+    "r.first_asked_at, r.last_asked_at, COALESCE(d.received_at, 0)"
 /* Columns of an outbox row in store_job_row order. */
 #define JOB_COLUMNS                                                                                \
     "id, kind, delivery_id, target, state, last_error, note, attempts, last_status, "              \
@@ -104,6 +110,7 @@ typedef struct store_rows {
     void (*job)(void *ctx, const store_job_row *row);
     void (*run)(void *ctx, const store_run_row *row);
     void (*identity)(void *ctx, const store_identity_row *row);
+    void (*redelivery)(void *ctx, const store_redelivery_row *row);
     void *ctx;
 } store_rows;
 
@@ -253,6 +260,18 @@ typedef struct store_run_ops {
                             int64_t expires_at, bool *allowed);
 } store_run_ops;
 
+/* The reconciler's records (store.h, "Redeliveries"). */
+typedef struct store_reconcile_ops {
+    /* *allowed is false and *attempts 0. */
+    crcr_err (*redelivery_begin)(store *st, const char *guid, int64_t hook_id, const char *event,
+                                 const char *action, int64_t now, int max_attempts,
+                                 int64_t stale_before, bool *allowed, int *attempts);
+    crcr_err (*redelivery_done)(store *st, const char *guid, long status, const char *result,
+                                bool counted);
+    /* `limit` is above 0; rows to store_listing_row with rows->redelivery set. */
+    crcr_err (*redelivery_list)(store *st, int limit, bool pending_only, store_rows *rows);
+} store_reconcile_ops;
+
 typedef struct store_ops {
     void (*close)(store *st);
     crcr_err (*recover)(store *st);
@@ -262,6 +281,7 @@ typedef struct store_ops {
     crcr_err (*wait_for_work)(store *st, int64_t timeout_ms, size_t *rows);
     const store_outbox_ops *outbox;
     const store_run_ops *runs;
+    const store_reconcile_ops *reconcile;
 } store_ops;
 
 struct store {

@@ -772,5 +772,112 @@ class FakeGitHubCommentsAndHoldsTest(FakeGitHubTestBase):
         self.assertEqual(self.call("GET", self.path, headers=self.auth)[0], 200)
 
 
+class _Receiver:
+    """A webhook receiver on loopback that answers each POST with the next status of `statuses`
+    (then 202) and records (headers, body)."""
+
+    def __init__(self, statuses=()):
+        import http.server
+        outer = self
+        self.statuses = list(statuses)
+        self.got = []
+
+        class H(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_POST(self):
+                n = int(self.headers.get("Content-Length") or 0)
+                outer.got.append(({k.lower(): v for k, v in self.headers.items()},
+                                  self.rfile.read(n)))
+                st = outer.statuses.pop(0) if outer.statuses else 202
+                self.send_response(st)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+        self.srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.thread = threading.Thread(target=self.srv.serve_forever, daemon=True)
+        self.thread.start()
+        self.url = "http://127.0.0.1:%d/github/webhook" % self.srv.server_address[1]
+
+    def close(self):
+        self.srv.shutdown()
+        self.srv.server_close()
+
+
+class FakeGitHubHookDeliveriesTest(FakeGitHubTestBase):
+    def test_sent_webhooks_are_signed_like_hookshot_and_recorded_with_their_outcome(self):
+        rx = _Receiver([202, 503])
+        self.addCleanup(rx.close)
+        self.gh.hook_target(rx.url, "s3cret")
+        ok = self.gh.send_webhook("pull_request", {"action": "opened", "number": 1})
+        bad = self.gh.send_webhook("push", {"ref": "refs/heads/main"})
+        self.assertEqual((ok["status_code"], ok["status"], ok["action"]), (202, "OK", "opened"))
+        self.assertEqual((bad["status_code"], bad["status"]),
+                         (503, "Invalid HTTP Response: 503"))
+        self.assertGreater(bad["id"], ok["id"])
+        self.assertGreater(ok["id"], 2**32)
+        headers, body = rx.got[0]
+        self.assertEqual(headers["x-github-event"], "pull_request")
+        self.assertEqual(headers["x-github-delivery"], ok["guid"])
+        self.assertTrue(headers["user-agent"].startswith("GitHub-Hookshot/"))
+        self.assertEqual(headers["x-github-hook-installation-target-type"], "integration")
+        self.assertEqual(headers["x-hub-signature-256"], relay.sign(body, "s3cret"))
+        # Nobody listening: status_code 0, "failed to connect".
+        rx.close()
+        down = self.gh.send_webhook("push", {"ref": "refs/heads/x"})
+        self.assertEqual((down["status_code"], down["status"]), (0, "failed to connect"))
+
+    def test_the_log_pages_newest_first_by_link_cursor_and_needs_the_app_jwt(self):
+        self.gh.hook_target("http://127.0.0.1:1/github/webhook", "s")
+        sent = [self.gh.send_webhook("push", {"n": i}) for i in range(7)]
+        st, _, _ = self.call("GET", "/app/hook/deliveries")
+        self.assertEqual(st, 401)
+        path, seen, pages = "/app/hook/deliveries?per_page=3", [], 0
+        while path:
+            st, hdrs, body = self.call("GET", path, headers=self.jwt_headers())
+            self.assertEqual(st, 200, body)
+            seen += [d["id"] for d in json.loads(body)]
+            pages += 1
+            m = re.search(r'<([^>]*)>; rel="next"', hdrs.get("link", ""))
+            path = m.group(1)[len(self.gh.url):] if m else None
+            if path:
+                self.assertRegex(path, r"[?&]cursor=v1_\d+")
+        self.assertEqual(pages, 3)
+        self.assertEqual(seen, [a["id"] for a in reversed(sent)])
+        # status=failure leaves status_code 0 out, as GitHub's filter does.
+        st, _, body = self.call("GET", "/app/hook/deliveries?status=failure",
+                                headers=self.jwt_headers())
+        self.assertEqual(json.loads(body), [])
+
+    def test_redelivery_keeps_the_guid_and_a_fault_keeps_it_failing(self):
+        rx = _Receiver([500])
+        self.addCleanup(rx.close)
+        self.gh.hook_target(rx.url, "s")
+        first = self.gh.send_webhook("push", {"ref": "refs/heads/main"})
+        st, _, body = self.call("POST", "/app/hook/deliveries/%d/attempts" % first["id"],
+                                headers=self.jwt_headers())
+        self.assertEqual((st, json.loads(body)), (202, {}))
+        again = self.gh.wait_hook_attempts(1, guid=first["guid"], redelivery=True)
+        self.assertEqual(len(again), 1)
+        self.assertEqual((again[0]["status_code"], again[0]["guid"]), (202, first["guid"]))
+        self.assertEqual(rx.got[1][0]["x-github-delivery"], first["guid"])
+        st, _, body = self.call("GET", "/app/hook/deliveries/%d" % again[0]["id"],
+                                headers=self.jwt_headers())
+        doc = json.loads(body)
+        self.assertTrue(doc["redelivery"])
+        self.assertEqual(doc["request"]["payload"], {"ref": "refs/heads/main"})
+        self.gh.fail_redelivery(first["guid"])
+        self.call("POST", "/app/hook/deliveries/%d/attempts" % first["id"],
+                  headers=self.jwt_headers())
+        third = self.gh.wait_hook_attempts(2, guid=first["guid"], redelivery=True)
+        self.assertEqual(third[-1]["status_code"], 0)
+        self.assertEqual(len(rx.got), 2)
+        st, _, _ = self.call("POST", "/app/hook/deliveries/1/attempts",
+                             headers=self.jwt_headers())
+        self.assertEqual(st, 404)
+
+
 if __name__ == "__main__":
     unittest.main()

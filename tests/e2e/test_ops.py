@@ -339,7 +339,8 @@ class MetricsTest(GitHubRelayMixin, unittest.TestCase):
         for rec in self.gh.requests():
             ep = ("access_tokens" if re.search(TOKEN_PATH, rec.path) else
                   "installation" if re.search(INSTALLATION_PATH, rec.path) else
-                  "dispatches" if re.search(DISPATCH_PATH, rec.path) else "other")
+                  "dispatches" if re.search(DISPATCH_PATH, rec.path) else
+                  "hook_deliveries" if rec.path.startswith("/app/hook/deliveries") else "other")
             seen[(ep, str(rec.status))] += 1
         for (ep, status), n in seen.items():
             self.assertEqual(sample(fams, "crcr_github_requests_total", endpoint=ep,

@@ -15,6 +15,9 @@ validation rules where they matter to the relay:
   GET  /repos/{o}/{r}/contents/{path}?ref=R             no auth needed; ETag / If-None-Match
   GET  /repos/{o}/{r}/issues/{n}/comments               installation token, paginated (Link)
   POST /repos/{o}/{r}/issues/{n}/comments               installation token          -> 201
+  GET  /app/hook/deliveries[/{id}], POST .../{id}/attempts  App JWT: the App's webhook delivery
+                                                        log and redelivery (fakegh_hooks.py; the
+                                                        fake also "sends" webhooks: send_webhook)
 
 Every request is recorded (see Recorded). Fault rules (add_fault and the fault_* helpers) replace
 or delay answers, in order, optionally with a probability drawn from a seeded random.Random (or,
@@ -60,6 +63,7 @@ from urllib.parse import parse_qs, unquote
 
 import contract
 import rsa_pure
+from fakegh_hooks import HookDeliveries
 
 JWT_ERROR = "A JSON web token could not be decoded"
 BAD_CREDENTIALS = "Bad credentials"
@@ -305,12 +309,12 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
 
-class FakeGitHub:
+class FakeGitHub(HookDeliveries):
     """See the module docstring. All public methods are thread-safe."""
 
     def __init__(self, app_id, public_key, installed_repos=None, token_ttl=3600, latency_ms=0,
                  seed=0, port=0, rate_limit=5000, token_format="classic", default_ref="main",
-                 flavor=None, api_prefix=None, contract=None):
+                 flavor=None, api_prefix=None, contract=None, hook_per_page_cap=100):
         self.app_id = str(app_id)
         self._init_contract(flavor, api_prefix, contract)
         self.public_key = rsa_pure.as_public_key(public_key)
@@ -341,6 +345,7 @@ class FakeGitHub:
         self._rl_used = 0
         self._rl_window = 0
         self._cond = threading.Condition(self._lock)
+        self._hooks_init(hook_per_page_cap)
         self._server = None
         self._thread = None
 
@@ -363,6 +368,7 @@ class FakeGitHub:
             return
         for h in list(self._holds):
             h.release()
+        self.hook_join()
         srv.shutdown()
         with srv.sockets_lock:
             socks = list(srv.open_sockets)
@@ -798,7 +804,7 @@ class FakeGitHub:
          "_r_list_comments"),
         ("POST", re.compile(r"^/repos/([^/]+)/([^/]+)/issues/(\d+)/comments$"),
          "_r_create_comment"),
-    ]
+    ] + HookDeliveries._HOOK_ROUTES
 
     def _route(self, method, path, rec):
         for m, rx, fn in self._ROUTES:

@@ -66,6 +66,8 @@ typedef struct fake {
     char mint_ctype[128];
     bool last_had_auth;
     char last_body[1024];
+    char hook_queries[4][128]; /* per_page and cursor of the delivery log pages asked for */
+    unsigned n_hook_pages;
 } fake;
 
 typedef struct req {
@@ -261,6 +263,42 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         } else {
             f->bad_jwt++;
             status = MHD_HTTP_UNAUTHORIZED;
+        }
+    } else if (strcmp(method, "GET") == 0 && strcmp(url, "/app/hook/deliveries") == 0) {
+        /* Two pages; the first's next link names another host: only its cursor may be used. */
+        const char *pp = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "per_page");
+        const char *cur = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "cursor");
+        if (f->n_hook_pages < 4)
+            snprintf(f->hook_queries[f->n_hook_pages++], sizeof(f->hook_queries[0]),
+                     "per_page=%s cursor=%s", pp ? pp : "-", cur ? cur : "-");
+        static const char *const first[] = {
+            "Link",
+            "<https://elsewhere.example/app/hook/deliveries?per_page=100&cursor=v0_9>; "
+            "rel=\"prev\", <https://elsewhere.example/app/hook/deliveries?per_page=100&"
+            "cursor=v1_2>; rel=\"next\"",
+            NULL};
+        static const char *const last[] = {
+            "Link", "<https://elsewhere.example/app/hook/deliveries?cursor=v0_2>; rel=\"prev\"",
+            NULL};
+        if (!app_jwt_ok(auth)) {
+            f->bad_jwt++;
+            status = MHD_HTTP_UNAUTHORIZED;
+        } else {
+            status = MHD_HTTP_OK;
+            hdrs = cur ? last : first;
+            snprintf(body, sizeof(body), "[{\"id\":%d}]", cur ? 2 : 3);
+        }
+    } else if (strcmp(method, "POST") == 0 && strncmp(url, "/app/hook/deliveries/", 21) == 0 &&
+               ends_with(url, "/attempts")) {
+        if (!app_jwt_ok(auth)) {
+            f->bad_jwt++;
+            status = MHD_HTTP_UNAUTHORIZED;
+        } else if (strcmp(url, "/app/hook/deliveries/4294967303/attempts") == 0) {
+            status = MHD_HTTP_ACCEPTED;
+            snprintf(body, sizeof(body), "{}");
+        } else {
+            status = 422;
+            snprintf(body, sizeof(body), "{\"message\":\"Validation Failed\"}");
         }
     } else if (strcmp(url, "/ratelimited") == 0) {
         f->n_other++;
@@ -813,6 +851,53 @@ static void test_http_to_loopback_fake_works(void **state)
     gh_resp_free(&r);
 }
 
+static void test_hook_deliveries_follow_the_next_cursor_and_redeliver_expects_202(void **state)
+{
+    fx *x = *state;
+    gh_resp r;
+    gh_resp_init(&r);
+    char next[GH_CURSOR_MAX];
+    assert_int_equal(gh_hook_deliveries(x->gh, 100, NULL, next, &r), CRCR_OK);
+    assert_string_equal(buf_cstr(&r.body), "[{\"id\":3}]");
+    assert_string_equal(next, "v1_2");
+    assert_int_equal(gh_hook_deliveries(x->gh, 500, next, next, &r), CRCR_OK);
+    assert_string_equal(buf_cstr(&r.body), "[{\"id\":2}]");
+    assert_string_equal(next, ""); /* a prev link only: the last page */
+    pthread_mutex_lock(&x->f.mu);
+    assert_int_equal(x->f.n_hook_pages, 2);
+    assert_string_equal(x->f.hook_queries[0], "per_page=100 cursor=-");
+    assert_string_equal(x->f.hook_queries[1], "per_page=100 cursor=v1_2");
+    assert_int_equal(x->f.bad_jwt, 0);
+    pthread_mutex_unlock(&x->f.mu);
+    assert_int_equal(gh_hook_deliveries(x->gh, 10, "v1 2", next, &r), CRCR_E_INVALID);
+    assert_int_equal(gh_hook_redeliver(x->gh, 4294967303LL, &r), CRCR_OK);
+    assert_int_equal(r.status, 202);
+    assert_int_equal(gh_hook_redeliver(x->gh, 5, &r), CRCR_E_HTTP);
+    assert_int_equal(r.status, 422);
+    assert_non_null(strstr(r.error, "/app/hook/deliveries/5/attempts: 422"));
+    assert_int_equal(gh_hook_redeliver(x->gh, 0, &r), CRCR_E_INVALID);
+    gh_resp_free(&r);
+}
+
+static void test_link_cursor_takes_only_a_url_safe_cursor(void **state)
+{
+    char c[GH_CURSOR_MAX];
+    assert_true(gh_link_cursor("https://api.github.com/app/hook/deliveries?per_page=100&cursor="
+                               "v1_12077215967",
+                               c));
+    assert_string_equal(c, "v1_12077215967");
+    assert_true(gh_link_cursor("https://h/x?cursor=Y3Vyc29y%3D%3D&per_page=2", c));
+    assert_string_equal(c, "Y3Vyc29y%3D%3D");
+    assert_false(gh_link_cursor("https://h/x?per_page=2", c));
+    assert_false(gh_link_cursor("https://h/x?cursor=", c));
+    assert_false(gh_link_cursor("https://h/x?cursor=a\"b", c));
+    assert_false(gh_link_cursor("https://h/x?xcursor=abc", c));
+    char longer[GH_CURSOR_MAX + 64] = "https://h/x?cursor=";
+    memset(longer + strlen(longer), 'a', GH_CURSOR_MAX);
+    longer[sizeof(longer) - 1] = '\0';
+    assert_false(gh_link_cursor(longer, c));
+}
+
 static void test_dry_run_client_serves_only_unauthenticated_requests(void **state)
 {
     fx *x = *state;
@@ -1013,6 +1098,8 @@ int main(void)
         FX_TEST(test_other_methods_and_extra_headers_are_sent),
         cmocka_unit_test(test_plain_http_is_refused_unless_host_is_loopback),
         FX_TEST(test_http_to_loopback_fake_works),
+        FX_TEST(test_hook_deliveries_follow_the_next_cursor_and_redeliver_expects_202),
+        cmocka_unit_test(test_link_cursor_takes_only_a_url_safe_cursor),
         FX_TEST(test_dry_run_client_serves_only_unauthenticated_requests),
         FX_TEST(test_invalid_requests_are_refused_before_sending),
         FX_TEST(test_sequential_requests_reuse_one_connection),

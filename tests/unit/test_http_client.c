@@ -652,6 +652,31 @@ static void test_query_building(void **state)
     buf_free(&url);
 }
 
+static void test_link_header(void **state)
+{
+    char u[64];
+    const char *v = "<https://a/x?cursor=v0_1>; rel=\"prev\", <https://a/x?cursor=v1_9>; "
+                    "rel=\"next\"";
+    assert_true(http_link_find(v, strlen(v), "next", u, sizeof(u)));
+    assert_string_equal(u, "https://a/x?cursor=v1_9");
+    assert_true(http_link_find(v, strlen(v), "prev", u, sizeof(u)));
+    assert_string_equal(u, "https://a/x?cursor=v0_1");
+    /* Several relations in one rel, unquoted values, other parameters, any case. */
+    const char *w = "<https://a/1>; title=\"a, b; rel=next\"; rel=\"first\", <https://a/2>;"
+                    " type=x; REL=\"last Next\"";
+    assert_true(http_link_find(w, strlen(w), "next", u, sizeof(u)));
+    assert_string_equal(u, "https://a/2");
+    const char *x = "<https://a/3>;rel=next";
+    assert_true(http_link_find(x, strlen(x), "next", u, sizeof(u)));
+    assert_string_equal(u, "https://a/3");
+    /* None, malformed, or a target longer than the room. */
+    assert_false(http_link_find(v, strlen(v), "last", u, sizeof(u)));
+    assert_false(http_link_find("https://a/x; rel=next", 21, "next", u, sizeof(u)));
+    assert_false(http_link_find("<https://a/x; rel=next", 22, "next", u, sizeof(u)));
+    assert_false(http_link_find(v, strlen(v), "next", u, 8));
+    assert_false(http_link_find("", 0, "next", u, sizeof(u)));
+}
+
 int main(void)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -674,6 +699,7 @@ int main(void)
         cmocka_unit_test(test_url_check),
         cmocka_unit_test(test_header_checks),
         cmocka_unit_test(test_query_building),
+        cmocka_unit_test(test_link_header),
     };
     int rc = cmocka_run_group_tests(tests, server_start, server_stop);
     curl_global_cleanup();

@@ -1858,6 +1858,164 @@ static void budget_take_under_concurrency_never_exceeds_the_limit(void **state)
     assert_int_equal(raw("SELECT used FROM budgets WHERE name='shared'"), 250);
 }
 
+/* ---- the reconciler's redelivery records ---- */
+
+typedef struct rd_view {
+    size_t n;
+    char guid[8][64];
+    int attempts[8];
+    int64_t hook_id[8], received_at[8];
+    long status[8];
+    bool result_null[8];
+} rd_view;
+
+static void on_redelivery(void *ctx, const store_redelivery_row *r)
+{
+    rd_view *v = ctx;
+    if (v->n >= 8)
+        return;
+    snprintf(v->guid[v->n], sizeof(v->guid[v->n]), "%s", r->guid);
+    v->attempts[v->n] = r->attempts;
+    v->hook_id[v->n] = r->hook_id;
+    v->received_at[v->n] = r->received_at;
+    v->status[v->n] = r->last_status;
+    v->result_null[v->n] = r->last_result == NULL;
+    v->n++;
+}
+
+static int on_listed_asks(void *ctx, const store_delivery_row *r)
+{
+    *(int *)ctx = r->redelivery_asks;
+    return 0;
+}
+
+static void redelivery_asks_are_bounded_and_wait_for_a_newer_attempt(void **state)
+{
+    store *st = *state;
+    bool ok = false;
+    int n = -1;
+    /* First ask; the same attempt again is a redelivery on its way: not asked twice. */
+    assert_int_equal(
+        store_redelivery_begin(st, "g1", 10, "pull_request", "opened", 1000, 3, 0, &ok, &n),
+        CRCR_OK);
+    assert_true(ok);
+    assert_int_equal(n, 1);
+    assert_int_equal(
+        store_redelivery_begin(st, "g1", 10, "pull_request", "opened", 2000, 3, 0, &ok, &n),
+        CRCR_OK);
+    assert_false(ok);
+    assert_int_equal(n, 1);
+    assert_int_equal(store_redelivery_done(st, "g1", 202, "accepted", true), CRCR_OK);
+    /* GitHub made a newer attempt (it failed): asked again, up to the limit. */
+    assert_int_equal(
+        store_redelivery_begin(st, "g1", 11, "pull_request", "opened", 3000, 3, 0, &ok, &n),
+        CRCR_OK);
+    assert_true(ok);
+    assert_int_equal(n, 2);
+    assert_int_equal(
+        store_redelivery_begin(st, "g1", 12, "pull_request", "opened", 4000, 3, 0, &ok, &n),
+        CRCR_OK);
+    assert_true(ok);
+    assert_int_equal(n, 3);
+    assert_int_equal(
+        store_redelivery_begin(st, "g1", 13, "pull_request", "opened", 5000, 3, 0, &ok, &n),
+        CRCR_OK);
+    assert_false(ok);
+    assert_int_equal(n, 3);
+    /* An ask GitHub never acted on is made again once it is stale. */
+    assert_int_equal(store_redelivery_begin(st, "g2", 5, "push", NULL, 1000, 3, 0, &ok, &n),
+                     CRCR_OK);
+    assert_true(ok);
+    assert_int_equal(store_redelivery_begin(st, "g2", 5, "push", NULL, 1500, 3, 500, &ok, &n),
+                     CRCR_OK);
+    assert_false(ok);
+    assert_int_equal(store_redelivery_begin(st, "g2", 5, "push", NULL, 6000, 3, 2000, &ok, &n),
+                     CRCR_OK);
+    assert_true(ok);
+    assert_int_equal(n, 2);
+    /* A transient failure is taken back: the count drops and the next pass may ask. */
+    assert_int_equal(store_redelivery_begin(st, "g3", 7, "push", NULL, 7000, 3, 0, &ok, &n),
+                     CRCR_OK);
+    assert_true(ok);
+    assert_int_equal(store_redelivery_done(st, "g3", 502, "502 Bad Gateway", false), CRCR_OK);
+    /* Listed newest ask first, with the delivery's arrival when it came. */
+    const char *t[] = {"a/one"};
+    assert_int_equal(ingest(st, "g1", 8000, t, 1), CRCR_OK);
+    rd_view v = {0};
+    assert_int_equal(store_redelivery_list(st, 10, false, on_redelivery, &v), CRCR_OK);
+    assert_int_equal(v.n, 3);
+    assert_string_equal(v.guid[0], "g3");
+    assert_int_equal(v.attempts[0], 0);
+    assert_int_equal(v.hook_id[0], 0);
+    assert_int_equal(v.status[0], 502);
+    assert_string_equal(v.guid[1], "g2");
+    assert_true(v.result_null[1]); /* asking */
+    assert_string_equal(v.guid[2], "g1");
+    assert_int_equal(v.attempts[2], 3);
+    assert_int_equal(v.hook_id[2], 12);
+    assert_int_equal(v.received_at[2], 8000);
+    assert_int_equal(store_redelivery_begin(st, "g3", 7, "push", NULL, 7100, 3, 0, &ok, &n),
+                     CRCR_OK);
+    assert_true(ok);
+    assert_int_equal(n, 1);
+    memset(&v, 0, sizeof(v));
+    assert_int_equal(store_redelivery_list(st, 10, true, on_redelivery, &v), CRCR_OK);
+    assert_int_equal(v.n, 2); /* g1 arrived */
+    /* The delivery listing says how many asks recovered a delivery. */
+    int asks = -1;
+    store_filter f = {.limit = 10};
+    assert_int_equal(store_list_deliveries(st, &f, on_listed_asks, &asks), CRCR_OK);
+    assert_int_equal(asks, 3);
+    /* Retention forgets old records. */
+    int deleted = 0;
+    assert_int_equal(store_retention(st, 7050, &deleted), CRCR_OK);
+    memset(&v, 0, sizeof(v));
+    assert_int_equal(store_redelivery_list(st, 10, false, on_redelivery, &v), CRCR_OK);
+    assert_int_equal(v.n, 1);
+    assert_string_equal(v.guid[0], "g3");
+}
+
+typedef struct ask_race {
+    store *st;
+    pthread_barrier_t *go;
+    bool allowed;
+    crcr_err err;
+} ask_race;
+
+static void *ask_once(void *arg)
+{
+    ask_race *r = arg;
+    pthread_barrier_wait(r->go);
+    int n = 0;
+    r->err =
+        store_redelivery_begin(r->st, "shared-guid", 42, "push", NULL, 1000, 3, 0, &r->allowed, &n);
+    return NULL;
+}
+
+static void redelivery_asked_by_concurrent_instances_is_asked_once(void **state)
+{
+    store *st = *state;
+    store *other = open_store();
+    pthread_barrier_t go;
+    pthread_barrier_init(&go, NULL, THREADS);
+    pthread_t th[THREADS];
+    ask_race r[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        r[i] = (ask_race){.st = i % 2 ? other : st, .go = &go};
+        pthread_create(&th[i], NULL, ask_once, &r[i]);
+    }
+    int allowed = 0;
+    for (int i = 0; i < THREADS; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(r[i].err, CRCR_OK);
+        allowed += r[i].allowed;
+    }
+    pthread_barrier_destroy(&go);
+    store_close(other);
+    assert_int_equal(allowed, 1);
+    assert_int_equal(raw("SELECT attempts FROM redeliveries WHERE guid='shared-guid'"), 1);
+}
+
 /* ---- concurrency, recovery, wake-ups ---- */
 
 typedef struct claimer {
@@ -2178,6 +2336,8 @@ int main(void)
         T(identity_pin_holds_the_first_ids_of_a_name),
         T(budget_take_stays_within_its_limit),
         T(budget_take_under_concurrency_never_exceeds_the_limit),
+        T(redelivery_asks_are_bounded_and_wait_for_a_newer_attempt),
+        T(redelivery_asked_by_concurrent_instances_is_asked_once),
         T(claim_by_concurrent_workers_hands_out_each_row_once),
         T(recover_requeues_running_rows_only_for_a_single_process_store),
         T(claims_of_a_dead_holder_come_back_before_their_lease_and_a_live_ones_stay),

@@ -586,6 +586,11 @@ static const char *const MIGRATIONS[] = {
     "CREATE SEQUENCE IF NOT EXISTS outbox_owner_seq AS integer CYCLE;"
     "CREATE TABLE IF NOT EXISTS rate_counts(repo text NOT NULL, n bigint NOT NULL);"
     "CREATE UNIQUE INDEX IF NOT EXISTS rate_counts_key ON rate_counts(lower(repo));",
+    /* 3 -> 4: what the reconciler asked GitHub to redeliver (store_pg_reconcile.c). */
+    "CREATE TABLE IF NOT EXISTS redeliveries(guid text PRIMARY KEY, hook_id bigint NOT NULL,"
+    " event text, action text, attempts integer NOT NULL, first_asked_at bigint NOT NULL,"
+    " last_asked_at bigint NOT NULL, last_status integer NOT NULL DEFAULT 0, last_result text);"
+    "CREATE INDEX IF NOT EXISTS redeliveries_asked ON redeliveries(last_asked_at);",
 };
 _Static_assert(sizeof(MIGRATIONS) / sizeof(MIGRATIONS[0]) == CRCR_SCHEMA_VERSION,
                "one PostgreSQL migration per schema version");
@@ -684,6 +689,7 @@ static const store_ops PG_OPS = {
     .wait_for_work = pg_wait_for_work,
     .outbox = &PG_OUTBOX_OPS,
     .runs = &PG_RUN_OPS,
+    .reconcile = &PG_RECONCILE_OPS,
 };
 
 /* A random tag for this handle's NOTIFY payloads (PG_CHANNEL): listeners tell their own

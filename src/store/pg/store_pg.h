@@ -10,6 +10,7 @@
  *                      listings, statistics), kv and leases, retention
  *   store_pg_runs.c    run transitions, the rate limit, runs listings, zombies, labels,
  *                      rejections, dispatch records, identity pins, budgets
+ *   store_pg_reconcile.c  the reconciler's redelivery records
  *
  * An operation runs on one borrowed connection (pg_with_conn), retried once on a fresh one when
  * the connection broke before anything reached the caller; single statements go through pg_run.
@@ -144,10 +145,12 @@ crcr_err pg_finish_tx(pgx *x, crcr_err err, bool discard);
 crcr_err pg_insert_jobs(pgx *x, const char *delivery_id, const store_new_job *jobs, size_t n,
                         int64_t now);
 
-/* The operations of store_pg_live.c, store_pg_outbox.c and store_pg_runs.c. */
+/* The operations of store_pg_live.c, store_pg_outbox.c, store_pg_runs.c and
+ * store_pg_reconcile.c. */
 crcr_err pg_recover(store *st);
 crcr_err pg_wait_for_work(store *st, int64_t timeout_ms, size_t *rows);
 extern const store_outbox_ops PG_OUTBOX_OPS;
 extern const store_run_ops PG_RUN_OPS;
+extern const store_reconcile_ops PG_RECONCILE_OPS;
 
 #endif

@@ -436,6 +436,7 @@ static crcr_err op_retention(pgx *x, void *arg)
         "DELETE FROM labels_wanted WHERE created_at < $1",
         "DELETE FROM callback_rejections WHERE at < $1",
         "DELETE FROM budgets WHERE expires_at < $1",
+        "DELETE FROM redeliveries WHERE last_asked_at < $1",
         /* Finished rows of no delivery (nightly HUD forwards) go after the same time. */
         "DELETE FROM outbox o WHERE o.done_at < $1 AND o.state IN ('sent','dry_run','dead') AND "
         "NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.delivery_id=o.delivery_id)",

@@ -101,6 +101,11 @@ static const char *const MIGRATIONS[] = {
     " expires_at INTEGER NOT NULL);",
     /* 2 -> 3: nothing on SQLite (the instance holding a claimed row is PostgreSQL's). */
     "",
+    /* 3 -> 4: what the reconciler asked GitHub to redeliver (store_sqlite_reconcile.c). */
+    "CREATE TABLE IF NOT EXISTS redeliveries(guid TEXT PRIMARY KEY, hook_id INTEGER NOT NULL,"
+    " event TEXT, action TEXT, attempts INTEGER NOT NULL, first_asked_at INTEGER NOT NULL,"
+    " last_asked_at INTEGER NOT NULL, last_status INTEGER NOT NULL DEFAULT 0, last_result TEXT);"
+    "CREATE INDEX IF NOT EXISTS redeliveries_asked ON redeliveries(last_asked_at);",
 };
 _Static_assert(sizeof(MIGRATIONS) / sizeof(MIGRATIONS[0]) == CRCR_SCHEMA_VERSION,
                "one SQLite migration per schema version");
@@ -562,6 +567,7 @@ static const store_ops SQLITE_OPS = {
     .ping = sq_ping,
     .outbox = &SQ_OUTBOX_OPS,
     .runs = &SQ_RUN_OPS,
+    .reconcile = &SQ_RECONCILE_OPS,
 };
 
 int sq_schema_version(sqlite3 *db)

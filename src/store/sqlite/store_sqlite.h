@@ -9,6 +9,7 @@
  *   store_sqlite_runs.c    run transitions, the rate limit, runs listings, zombies, labels,
  *                          rejections, dispatch records, identity pins, budgets
  *   store_sqlite_backup.c  store_backup of a SQLite file
+ *   store_sqlite_reconcile.c  the reconciler's redelivery records
  *
  * Locks: s->mu guards the writer's connection `db` and its cached statements; each reader has a
  * lock of its own (sq_reader). A helper that is given a connection or a statement expects its
@@ -170,8 +171,9 @@ crcr_err sq_group_commit(sqlite_store *s, sq_group_req *me);
 crcr_err sq_insert_jobs(sqlite_store *s, const char *delivery_id, const store_new_job *jobs,
                         size_t n, int64_t now);
 
-/* The operations of store_sqlite_outbox.c and store_sqlite_runs.c. */
+/* The operations of store_sqlite_outbox.c, store_sqlite_runs.c and store_sqlite_reconcile.c. */
 extern const store_outbox_ops SQ_OUTBOX_OPS;
 extern const store_run_ops SQ_RUN_OPS;
+extern const store_reconcile_ops SQ_RECONCILE_OPS;
 
 #endif

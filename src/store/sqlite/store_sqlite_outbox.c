@@ -20,7 +20,10 @@ static crcr_err insert_step(sqlite_store *s, sqlite3_stmt *q, const char *op, co
                             int n)
 {
     int rc = sq_step_raw(q, v, n, NULL, NULL);
-    if (rc == SQLITE_CONSTRAINT)
+    /* Only a known key is a duplicate: any other constraint (a trigger, NOT NULL) is a failure
+     * to store, never an answer that says "already stored". */
+    int x = rc == SQLITE_CONSTRAINT ? sqlite3_extended_errcode(s->db) : 0;
+    if (x == SQLITE_CONSTRAINT_PRIMARYKEY || x == SQLITE_CONSTRAINT_UNIQUE)
         return CRCR_E_DUPLICATE;
     return rc == SQLITE_DONE ? CRCR_OK : sq_fail(s->db, op);
 }
@@ -438,6 +441,7 @@ static crcr_err sq_retention(store *st, int64_t before, int *n)
         "DELETE FROM labels_wanted WHERE created_at < ?1",
         "DELETE FROM callback_rejections WHERE at < ?1",
         "DELETE FROM budgets WHERE expires_at < ?1",
+        "DELETE FROM redeliveries WHERE last_asked_at < ?1",
         /* Finished rows of no delivery (nightly HUD forwards) go after the same time. */
         "DELETE FROM outbox WHERE done_at < ?1 AND state IN ('sent','dry_run','dead') AND NOT "
         "EXISTS (SELECT 1 FROM deliveries d WHERE d.delivery_id=outbox.delivery_id)",
