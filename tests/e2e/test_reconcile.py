@@ -163,6 +163,9 @@ class RelayDownTest(ReconcileBase):
         asks = self.asks()
         self.assertEqual({g: asks[g] for g in lost_guids}, {g: 1 for g in lost_guids})
         for g in lost_guids:
+            # The fake records an attempt when the relay's answer reaches it, which may be after
+            # the dispatch it caused: await the record.
+            self.gh.wait_hook_attempts(1, guid=g, redelivery=True)
             red = self.gh.hook_attempts(guid=g, redelivery=True)
             self.assertEqual([a["status_code"] for a in red], [202])
         per_pair = Counter((d["client_payload"]["delivery_id"], d["repo"]) for d in ds)
