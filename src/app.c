@@ -3,10 +3,19 @@
  * orderly shutdown. SIGTERM/SIGINT: stop accepting, let in-flight requests finish, let outbox
  * workers finish the row they hold (others stay queued), close the store, exit 0. SIGHUP: reload
  * the allowlist and the CI providers map.
+ *
+ * Memory given back: glibc serves an allocation above its mmap threshold (128 KiB at start) with
+ * a mapping of its own, unmapped by free(); but each such free raises the threshold to the freed
+ * size (up to 32 MiB), after which buffers of that size come from the thread's arena, whose freed
+ * space stays in the process. A burst of 25 MiB request bodies then kept ~25 MiB per arena after
+ * every burst (measured: 48 concurrent 25 MiB uploads, four bursts, RSS 14 -> 64 -> 89 -> 139 MiB
+ * afterwards). Pinning the threshold (mallopt M_MMAP_THRESHOLD, which also stops the dynamic
+ * adjustment) gives such buffers back at free(): RSS returned to 14 MiB after each burst.
  */
 #include "app.h"
 
 #include <curl/curl.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +41,8 @@
 #define APP_STORE_POOL_MAX 256
 #define APP_HTTP_THREADS_PER_CPU 4
 #define APP_HTTP_THREADS_MIN 8
+/* Allocations from this size on get a mapping of their own, given back at free() (see above). */
+#define APP_MMAP_THRESHOLD (1024 * 1024)
 
 static volatile sig_atomic_t g_stop;
 static volatile sig_atomic_t g_reload;
@@ -161,6 +172,9 @@ int app_serve_main(int argc, char **argv)
         }
     }
 
+#ifdef M_MMAP_THRESHOLD
+    mallopt(M_MMAP_THRESHOLD, APP_MMAP_THRESHOLD); /* glibc: see the header comment */
+#endif
     static crcr_app app_storage;
     crcr_app *app = &app_storage;
     memset(app, 0, sizeof(*app));
@@ -270,7 +284,8 @@ int app_serve_main(int argc, char **argv)
                                       .max_body = app->cfg.max_body,
                                       .fn = webhook_handle,
                                       .ctx = app,
-                                      .guard = webhook_guard};
+                                      .guard = webhook_guard,
+                                      .body_auth = &webhook_body_auth};
     routes[n_routes++] = (http_route){.method = "POST",
                                       .path = "/github/callback",
                                       .prefix = false,
@@ -303,6 +318,9 @@ int app_serve_main(int argc, char **argv)
         .request_deadline_s = (unsigned)app->cfg.request_deadline_s,
         .offload_threads = (unsigned)app->cfg.hud_concurrency,
         .cache_ms = (unsigned)app->cfg.hud_cache_ms,
+        .max_per_client = (unsigned)app->cfg.max_connections_per_client,
+        .header_timeout_ms = (unsigned)app->cfg.header_timeout_ms,
+        .unauth_body_budget = app->cfg.unauth_body_budget,
     };
     app->started_at = clock_now_ms();
     app->http = http_server_start(&hopts, routes, n_routes, err, sizeof(err));
