@@ -43,6 +43,9 @@
 #define APP_HTTP_THREADS_MIN 8
 /* Allocations from this size on get a mapping of their own, given back at free() (see above). */
 #define APP_MMAP_THRESHOLD (1024 * 1024)
+/* While the store has a write fault: how often the main loop checks whether writes go through
+ * again (store_probe_write), so that the relay recovers without a webhook to try. */
+#define APP_STORE_PROBE_MS 1000
 
 static volatile sig_atomic_t g_stop;
 static volatile sig_atomic_t g_reload;
@@ -72,16 +75,34 @@ static void source_fields(buf_t *b, const char *name, const allowlist_status *s)
         buf_puts(b, "null");
 }
 
+/* /readyz: the store answers and takes writes (store_error says why not: unreachable, or the write
+ * fault with the time it began), and the allowlist is loaded. */
 static void ready_handle(void *ctx, const http_request *req, http_response *resp)
 {
     crcr_app *app = ctx;
-    bool store_ok = store_ping(app->st) == CRCR_OK;
+    bool reachable = store_ping(app->st) == CRCR_OK;
+    char why[STORE_FAULT_WHY_MAX] = "";
+    int64_t since = 0;
+    store_fault_kind fault = store_write_fault(app->st, why, sizeof(why), &since);
+    bool store_ok = reachable && fault == STORE_FAULT_NONE;
     allowlist_status as;
     allowlist_source_status(app->allow, &as);
     bool ok = store_ok && as.loaded;
     buf_t b;
     buf_init(&b, 4096);
-    buf_printf(&b, "{\"ok\":%s,\"store\":%s", ok ? "true" : "false", store_ok ? "true" : "false");
+    buf_printf(&b, "{\"ok\":%s,\"store\":%s,\"store_error\":", ok ? "true" : "false",
+               store_ok ? "true" : "false");
+    if (fault != STORE_FAULT_NONE) {
+        jv_quote(&b, why, strlen(why));
+        char at[40];
+        clock_iso8601(since, at, sizeof(at));
+        buf_puts(&b, ",\"store_error_since\":");
+        jv_quote(&b, at, strlen(at));
+    } else if (!reachable) {
+        buf_puts(&b, "\"unreachable (the log says why)\"");
+    } else {
+        buf_puts(&b, "null");
+    }
     source_fields(&b, "allowlist", &as);
     if (app->providers) {
         /* Only Buildkite callbacks need the map: reported, never a reason to be unready. */
@@ -339,9 +360,14 @@ int app_serve_main(int argc, char **argv)
 
     /* The first sweep runs right away: zombies left while the relay was down are old already. */
     int64_t next_sweep = clock_mono_ms();
+    int64_t next_probe = clock_mono_ms();
     while (!g_stop) {
         struct timespec ts = {0, APP_TICK_MS * 1000000L};
         nanosleep(&ts, NULL);
+        if (clock_mono_ms() >= next_probe) {
+            store_probe_write(app->st); /* nothing to do without a write fault */
+            next_probe = clock_mono_ms() + APP_STORE_PROBE_MS;
+        }
         if (g_reload) {
             g_reload = 0;
             LOG_INFO("allowlist.reload_requested", "signal", "SIGHUP", NULL);
