@@ -16,7 +16,9 @@
 # system cluster: everything lives in DIR (data in DIR/data, log in DIR/server.log).
 #
 # PG_BINDIR selects the server binaries (default: the newest /usr/lib/postgresql/*/bin, else
-# the PATH). The database `crcr` is created on first start; the URI names it.
+# the PATH). The database `crcr` is created on first start; the URI names it. PG_WALDIR, at the
+# first start, puts the write-ahead log in that directory (initdb --waldir) instead of DIR/data:
+# a test that fills the filesystem of DIR (a small tmpfs) then fills the data files' disk only.
 set -euo pipefail
 
 die() {
@@ -104,8 +106,14 @@ start() {
   fi
   if [ ! -f "$data/PG_VERSION" ]; then
     rm -rf "$data"
+    local waldir=()
+    if [ -n "${PG_WALDIR:-}" ]; then
+      mkdir -p "$PG_WALDIR"
+      [ "$(id -u)" -ne 0 ] || chown postgres: "$PG_WALDIR"
+      waldir=(--waldir="$PG_WALDIR")
+    fi
     as_owner "$bindir/initdb" -D "$data" -U postgres --auth=trust --encoding=UTF8 --locale=C.UTF-8 \
-      --no-sync >"$dir/initdb.log" 2>&1 || {
+      --no-sync "${waldir[@]}" >"$dir/initdb.log" 2>&1 || {
       cat "$dir/initdb.log" >&2
       die "initdb failed"
     }

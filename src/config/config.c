@@ -719,6 +719,14 @@ static crcr_err take_own(raw_values *raw, crcr_config *cfg, key_id id, char *err
         if (cfg->max_callback_body > cfg->max_body) /* the smaller of the two caps applies */
             cfg->max_callback_body = cfg->max_body;
         return CRCR_OK;
+    case K_CRCR_UNAUTH_BODY_BUDGET:
+        if (!raw->val[K_CRCR_UNAUTH_BODY_BUDGET] && cfg->unauth_body_budget < cfg->max_body)
+            cfg->unauth_body_budget = cfg->max_body; /* the default grows with CRCR_MAX_BODY */
+        if (cfg->unauth_body_budget < cfg->max_body)
+            return fail(err, errsz,
+                        "CRCR_UNAUTH_BODY_BUDGET: must be at least CRCR_MAX_BODY (a webhook of the "
+                        "largest size must fit)");
+        return CRCR_OK;
     default:
         return CRCR_OK;
     }

@@ -89,6 +89,9 @@ typedef struct crcr_config {
     long hud_concurrency;        /* CRCR_HUD_CONCURRENCY: HUD renders at once, default 2 */
     long hud_cache_ms;           /* CRCR_HUD_CACHE_MS: life of a cached HUD answer, 0: off */
     bool oncall_comments;        /* CRCR_ONCALL_COMMENTS: on-call comments on the PR, default on */
+    long max_connections_per_client; /* CRCR_MAX_CONNECTIONS_PER_CLIENT, default 64, 0: no cap */
+    long header_timeout_ms;          /* CRCR_HEADER_TIMEOUT_MS, whole header block, default 3000 */
+    size_t unauth_body_budget;       /* CRCR_UNAUTH_BODY_BUDGET bytes, default 64 MiB */
 } crcr_config;
 
 /* Looks a key up; returns NULL when unset. Lets tests load a config without touching environ. */

@@ -191,6 +191,22 @@ const key_def config_keys[K_COUNT] = {
                                 "timed_out, comment once per PR and downstream repo on the "
                                 "upstream PR, mentioning the repo's on-calls from the allowlist. "
                                 "0: off."},
+    [K_CRCR_MAX_CONNECTIONS_PER_CLIENT] = {"CRCR_MAX_CONNECTIONS_PER_CLIENT", "64", false, 0, 65535,
+                                           AS(V_LONG, max_connections_per_client),
+                                           "Connections one peer (an IPv4 address, an IPv6 /64) "
+                                           "may hold; the next is refused at accept. 0: no cap "
+                                           "(behind a proxy that applies its own)."},
+    [K_CRCR_HEADER_TIMEOUT_MS] = {"CRCR_HEADER_TIMEOUT_MS", "3000", false, 1, 600000,
+                                  AS(V_LONG, header_timeout_ms),
+                                  "Milliseconds the whole header block of a request may take, "
+                                  "from the accept (or the previous answer on a kept-alive "
+                                  "connection); slower connections are closed."},
+    [K_CRCR_UNAUTH_BODY_BUDGET] = {"CRCR_UNAUTH_BODY_BUDGET", "67108864", false, 1024,
+                                   CONFIG_INT_MAX, AS(V_SIZE, unauth_body_budget),
+                                   "Bytes of request bodies not yet authenticated that all "
+                                   "connections together may hold, at least CRCR_MAX_BODY (unset: "
+                                   "64 MiB, or CRCR_MAX_BODY when that is larger); a request past "
+                                   "it is answered 503 with Retry-After."},
 };
 
 /* The char * field of a string variable, else NULL. */

@@ -125,6 +125,12 @@ static crcr_err app_metrics(crcr_app *app, buf_t *b)
     if (!e)
         e = gauge(b, "crcr_store_up", "gauge", "1 when the store answered this scrape.",
                   store_ok ? 1 : 0);
+    store_fault_kind fault = store_write_fault(app->st, NULL, 0, NULL);
+    if (!e)
+        e = gauge(b, "crcr_store_write_fault", "gauge",
+                  "1 while writes fail for lack of space on the store's disk, 2 on an I/O error "
+                  "(webhooks are answered 503; /readyz says why); 0 when writes go through.",
+                  (double)fault);
     if (!e && store_ok) {
         e = metrics_family(b, "crcr_outbox_rows", "gauge",
                            "Outbox rows by state (queued is the depth; dead needs an operator).");

@@ -113,6 +113,10 @@ static struct {
     _Atomic uint64_t offload_rejected;
     _Atomic uint64_t reconcile_passes[RC_PASS_N];
     _Atomic uint64_t reconcile_asks[RC_ASK_N];
+    _Atomic uint64_t header_timeouts;
+    _Atomic uint64_t client_refused;
+    _Atomic uint64_t budget_refused;
+    _Atomic int64_t unauth_bytes;
     route_series routes[METRICS_MAX_ROUTES];
     _Atomic int n_routes; /* published with release after the entry is filled */
 } g_reg;
@@ -491,6 +495,26 @@ void metrics_http_reaped(unsigned n)
     inc(&g_reg.reaped, n);
 }
 
+void metrics_http_header_timeouts(unsigned n)
+{
+    inc(&g_reg.header_timeouts, n);
+}
+
+void metrics_http_client_refused(void)
+{
+    inc(&g_reg.client_refused, 1);
+}
+
+void metrics_http_budget_refused(void)
+{
+    inc(&g_reg.budget_refused, 1);
+}
+
+void metrics_http_unauth_bytes(int64_t delta)
+{
+    atomic_fetch_add_explicit(&g_reg.unauth_bytes, delta, memory_order_relaxed);
+}
+
 /* ---- rendering ---- */
 
 crcr_err metrics_render(buf_t *out)
@@ -595,6 +619,34 @@ crcr_err metrics_render(buf_t *out)
     if (!e)
         e = metrics_sample(out, "crcr_http_offload_rejected_total", NULL,
                            (double)get(&g_reg.offload_rejected));
+    if (!e)
+        e = metrics_family(out, "crcr_http_header_timeouts_total", "counter",
+                           "Connections closed because their header block did not arrive within "
+                           "CRCR_HEADER_TIMEOUT_MS.");
+    if (!e)
+        e = metrics_sample(out, "crcr_http_header_timeouts_total", NULL,
+                           (double)get(&g_reg.header_timeouts));
+    if (!e)
+        e = metrics_family(out, "crcr_http_client_refused_total", "counter",
+                           "Connections refused at accept because their peer address already "
+                           "held CRCR_MAX_CONNECTIONS_PER_CLIENT.");
+    if (!e)
+        e = metrics_sample(out, "crcr_http_client_refused_total", NULL,
+                           (double)get(&g_reg.client_refused));
+    if (!e)
+        e = metrics_family(out, "crcr_http_unauth_budget_refused_total", "counter",
+                           "Requests answered 503 because the bodies of requests not yet "
+                           "authenticated filled CRCR_UNAUTH_BODY_BUDGET.");
+    if (!e)
+        e = metrics_sample(out, "crcr_http_unauth_budget_refused_total", NULL,
+                           (double)get(&g_reg.budget_refused));
+    if (!e)
+        e = metrics_family(out, "crcr_http_unauth_body_bytes", "gauge",
+                           "Bytes of CRCR_UNAUTH_BODY_BUDGET held now by request bodies not yet "
+                           "authenticated.");
+    if (!e)
+        e = metrics_sample(out, "crcr_http_unauth_body_bytes", NULL,
+                           (double)atomic_load_explicit(&g_reg.unauth_bytes, memory_order_relaxed));
     return e;
 }
 
@@ -617,6 +669,10 @@ void metrics_reset(void)
         atomic_store(&g_reg.reconcile_passes[i], 0);
     for (int i = 0; i < RC_ASK_N; i++)
         atomic_store(&g_reg.reconcile_asks[i], 0);
+    atomic_store(&g_reg.header_timeouts, 0);
+    atomic_store(&g_reg.client_refused, 0);
+    atomic_store(&g_reg.budget_refused, 0);
+    atomic_store(&g_reg.unauth_bytes, 0);
     for (int i = 0; i < CB_RES_N; i++)
         atomic_store(&g_reg.callbacks[i], 0);
     for (int i = 0; i < METRICS_MAX_ROUTES; i++) {

@@ -102,6 +102,14 @@ void metrics_http_connections(int delta);
 void metrics_http_reaped(unsigned n);
 /* A request of a slow route refused because the offload pool's queue was full (503). */
 void metrics_http_offload_rejected(void);
+/* Connections cut because their header block was not in within the header timeout. */
+void metrics_http_header_timeouts(unsigned n);
+/* A connection refused at accept: its peer address held its share of connections. */
+void metrics_http_client_refused(void);
+/* A request answered 503 because the unauthenticated-body budget was full. */
+void metrics_http_budget_refused(void);
+/* Bytes of that budget taken (+) or given back (-). */
+void metrics_http_unauth_bytes(int64_t delta);
 
 /* Appends every registry family in the text format. */
 crcr_err metrics_render(buf_t *out);

@@ -8,6 +8,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "clock.h"
+#include "log.h"
 #include "run_state.h"
 #include "store_impl.h"
 #include "vocab.h"
@@ -84,9 +86,93 @@ crcr_err store_ping(store *st)
     return st->ops->ping(st);
 }
 
+/* ---- write faults ---- */
+
+void store_base_init(store *st, const store_ops *ops)
+{
+    st->ops = ops;
+    atomic_init(&st->fault.kind, STORE_FAULT_NONE);
+    pthread_mutex_init(&st->fault.mu, NULL);
+    st->fault.why[0] = '\0';
+    st->fault.since_ms = 0;
+}
+
+void store_base_fini(store *st)
+{
+    pthread_mutex_destroy(&st->fault.mu);
+}
+
+static const char *fault_name(store_fault_kind kind)
+{
+    return kind == STORE_FAULT_DISK_FULL ? "disk full" : "I/O error";
+}
+
+void store_fault_note(store *st, store_fault_kind kind, const char *op, const char *detail)
+{
+    if (kind == STORE_FAULT_NONE)
+        return;
+    pthread_mutex_lock(&st->fault.mu);
+    store_fault_kind was = (store_fault_kind)atomic_load(&st->fault.kind);
+    snprintf(st->fault.why, sizeof(st->fault.why), "%s: %s (during %s)", fault_name(kind),
+             detail && *detail ? detail : "?", op ? op : "a write");
+    if (was == STORE_FAULT_NONE)
+        st->fault.since_ms = clock_now_ms();
+    atomic_store(&st->fault.kind, kind);
+    char why[STORE_FAULT_WHY_MAX];
+    memcpy(why, st->fault.why, sizeof(why));
+    pthread_mutex_unlock(&st->fault.mu);
+    if (was != kind)
+        LOG_ERROR("store.write_fault", "reason", why, "action",
+                  "webhooks are answered 503 and /readyz fails until a write goes through again "
+                  "(tried every second); free space on the store's disk or fix the I/O error",
+                  NULL);
+}
+
+void store_fault_clear(store *st)
+{
+    if (atomic_load(&st->fault.kind) == STORE_FAULT_NONE)
+        return;
+    pthread_mutex_lock(&st->fault.mu);
+    store_fault_kind was = (store_fault_kind)atomic_exchange(&st->fault.kind, STORE_FAULT_NONE);
+    int64_t since = st->fault.since_ms;
+    pthread_mutex_unlock(&st->fault.mu);
+    if (was == STORE_FAULT_NONE)
+        return;
+    char secs[24];
+    snprintf(secs, sizeof(secs), "%lld", (long long)((clock_now_ms() - since) / 1000));
+    LOG_INFO("store.write_recovered", "after_s", secs, NULL);
+}
+
+store_fault_kind store_write_fault(store *st, char *why, size_t whysz, int64_t *since_ms)
+{
+    if (atomic_load(&st->fault.kind) == STORE_FAULT_NONE)
+        return STORE_FAULT_NONE;
+    pthread_mutex_lock(&st->fault.mu);
+    store_fault_kind kind = (store_fault_kind)atomic_load(&st->fault.kind);
+    if (why && whysz)
+        snprintf(why, whysz, "%s", st->fault.why);
+    if (since_ms)
+        *since_ms = st->fault.since_ms;
+    pthread_mutex_unlock(&st->fault.mu);
+    return kind;
+}
+
+crcr_err store_probe_write(store *st)
+{
+    if (atomic_load(&st->fault.kind) == STORE_FAULT_NONE)
+        return CRCR_OK;
+    crcr_err e = st->ops->probe ? st->ops->probe(st) : st->ops->ping(st);
+    if (!e)
+        store_fault_clear(st);
+    return e;
+}
+
 crcr_err store_ingest(store *st, const store_delivery *d, const store_new_job *jobs, size_t n)
 {
-    return st->ops->outbox->ingest(st, d, jobs, n);
+    crcr_err e = st->ops->outbox->ingest(st, d, jobs, n);
+    if (!e) /* a durable write went through */
+        store_fault_clear(st);
+    return e;
 }
 
 void store_job_free(store_job *job)

@@ -57,6 +57,29 @@ crcr_err store_recover(store *st);
 /* CRCR_OK when the store answers a trivial query. */
 crcr_err store_ping(store *st);
 
+/*
+ * Write faults. A write that fails because the store's disk is full (SQLite: SQLITE_FULL;
+ * PostgreSQL: SQLSTATE 53100) or on an I/O error (SQLITE_IOERR, a failed fsync of the WAL;
+ * SQLSTATE 58030) is recorded as the store's write fault, with a reason an operator can read,
+ * until a durable write goes through again: an ingest, a run transition, or store_probe_write.
+ * The caller of the failed write has its error (CRCR_E_STORE) as before: a webhook is answered
+ * 503, never 202 for something not stored.
+ */
+typedef enum {
+    STORE_FAULT_NONE = 0,
+    STORE_FAULT_DISK_FULL,
+    STORE_FAULT_IO,
+} store_fault_kind;
+/* Longest reason of a write fault (store_write_fault). */
+#define STORE_FAULT_WHY_MAX 384
+/* The fault recorded now; when there is one, its reason into why[0..whysz) (may be NULL) and the
+ * wall-clock time it began into *since_ms (may be NULL). */
+store_fault_kind store_write_fault(store *st, char *why, size_t whysz, int64_t *since_ms);
+/* While a fault is recorded, checks whether writes would go through again (SQLite: room on the
+ * database's filesystem and a small durable write; PostgreSQL: a small durable write) and clears
+ * the fault when they would. CRCR_OK when there is no fault (any more). */
+crcr_err store_probe_write(store *st);
+
 /* A verified webhook to persist. Strings are borrowed for the call; NULL means absent. */
 typedef struct store_delivery {
     const char *delivery_id;

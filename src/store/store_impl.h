@@ -15,6 +15,9 @@
 #ifndef CRCR_STORE_IMPL_H
 #define CRCR_STORE_IMPL_H
 
+#include <pthread.h>
+#include <stdatomic.h>
+
 #include "store.h"
 
 /* ---- statement parameters, written the same way for both backends ---- */
@@ -276,6 +279,9 @@ typedef struct store_ops {
     void (*close)(store *st);
     crcr_err (*recover)(store *st);
     crcr_err (*ping)(store *st);
+    /* store_probe_write's check, called only while a fault is recorded: CRCR_OK when writes
+     * would go through (store.c then clears the fault). */
+    crcr_err (*probe)(store *st);
     /* Optional (NULL when the backend has no cross-process wake-up, e.g. SQLite): waits up to
      * timeout_ms for new outbox rows written by other processes (see store_wait_for_work). */
     crcr_err (*wait_for_work)(store *st, int64_t timeout_ms, size_t *rows);
@@ -284,9 +290,30 @@ typedef struct store_ops {
     const store_reconcile_ops *reconcile;
 } store_ops;
 
+/* The write fault of a store (store_write_fault): `kind` is read without the lock (a cleared
+ * fault costs an ingest one atomic load); the reason and its time under `mu`. */
+typedef struct store_fault {
+    _Atomic int kind; /* store_fault_kind */
+    pthread_mutex_t mu;
+    char why[STORE_FAULT_WHY_MAX];
+    int64_t since_ms;
+} store_fault;
+
 struct store {
     const store_ops *ops;
+    store_fault fault;
 };
+
+/* What both backends do with their embedded `struct store` at open and at close. */
+void store_base_init(store *st, const store_ops *ops);
+void store_base_fini(store *st);
+
+/* Records a write fault (see store.h) of `kind`: `detail` is the backend's message, `op` what
+ * failed. Logged once when the fault begins or changes kind; the failing operation logs its own
+ * error as before. */
+void store_fault_note(store *st, store_fault_kind kind, const char *op, const char *detail);
+/* Clears the fault after a durable write went through (logged when there was one). */
+void store_fault_clear(store *st);
 
 /* Backend constructors: `location` is the URI without its scheme prefix for SQLite
  * ("sqlite:PATH" -> "PATH") and the whole URI for PostgreSQL. */

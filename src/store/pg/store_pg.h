@@ -89,6 +89,8 @@ typedef struct pgx {
 
 /* Opens a connection for `uri` (caller owns it: PQfinish), or NULL with the reason in `why`. */
 PGconn *pg_connect(const char *uri, char *why, size_t whysz);
+/* The write fault (store.h) a SQLSTATE means: 53100 disk_full, 58030 io_error; else none. */
+store_fault_kind pg_fault_kind(const char *sqlstate);
 /* Copies a libpq message onto one line, bounded, for a log field. */
 void pg_one_line(const char *msg, char *out, size_t outsz);
 
