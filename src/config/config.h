@@ -78,13 +78,16 @@ typedef struct crcr_config {
     long request_deadline_s; /* CRCR_REQUEST_DEADLINE_SECONDS, total per HTTP request, default 15 */
     long store_pool;         /* CRCR_STORE_POOL, PostgreSQL connections per instance, 0: auto */
     long http_threads;       /* CRCR_HTTP_THREADS, 0: 4 per CPU, at least 8 */
-    long health_success_pct[5];  /* CRCR_HEALTH_L{2,3,4}_SUCCESS_PCT: level-health thresholds */
-    long health_pr_hours;        /* CRCR_HEALTH_PR_HOURS: L2's limit on a PR's total time */
-    size_t max_callback_body;    /* CRCR_MAX_CALLBACK_BODY bytes, default 1 MiB */
-    int64_t nightly_daily_bytes; /* CRCR_NIGHTLY_DAILY_BYTES per repo and UTC day, 0: none */
-    long hud_concurrency;        /* CRCR_HUD_CONCURRENCY: HUD renders at once, default 2 */
-    long hud_cache_ms;           /* CRCR_HUD_CACHE_MS: life of a cached HUD answer, 0: off */
-    bool oncall_comments;        /* CRCR_ONCALL_COMMENTS: on-call comments on the PR, default on */
+    long health_success_pct[5];   /* CRCR_HEALTH_L{2,3,4}_SUCCESS_PCT: level-health thresholds */
+    long health_pr_hours;         /* CRCR_HEALTH_PR_HOURS: L2's limit on a PR's total time */
+    size_t max_callback_body;     /* CRCR_MAX_CALLBACK_BODY bytes, default 1 MiB */
+    int64_t nightly_daily_bytes;  /* CRCR_NIGHTLY_DAILY_BYTES per repo and UTC day, 0: none */
+    long hud_concurrency;         /* CRCR_HUD_CONCURRENCY: HUD renders at once, default 2 */
+    long hud_cache_ms;            /* CRCR_HUD_CACHE_MS: life of a cached HUD answer, 0: off */
+    bool oncall_comments;         /* CRCR_ONCALL_COMMENTS: on-call comments on the PR, default on */
+    char *oncall_trusted_authors; /* CRCR_ONCALL_TRUSTED_AUTHORS: logins whose on-call marker
+                                     counts, comma separated (default pytorch-bot[bot]); "-" for
+                                     none, which no login matches */
 } crcr_config;
 
 /* Looks a key up; returns NULL when unset. Lets tests load a config without touching environ. */

@@ -178,6 +178,13 @@ const key_def config_keys[K_COUNT] = {
                                 "timed_out, comment once per PR and downstream repo on the "
                                 "upstream PR, mentioning the repo's on-calls from the allowlist. "
                                 "0: off."},
+    [K_CRCR_ONCALL_TRUSTED_AUTHORS] = {"CRCR_ONCALL_TRUSTED_AUTHORS", "pytorch-bot[bot]", false,
+                                       NOT_INT, AS(V_STRING, oncall_trusted_authors),
+                                       "Comma-separated GitHub logins whose on-call marker at the "
+                                       "start of a PR comment counts as the on-call comment "
+                                       "(besides this App's own comments). The default is "
+                                       "upstream's bot, so that it and crcr never both comment. "
+                                       "-: nobody, only this App's own comments."},
 };
 
 /* The char * field of a string variable, else NULL. */
