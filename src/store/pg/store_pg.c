@@ -586,6 +586,8 @@ static const char *const MIGRATIONS[] = {
     "CREATE SEQUENCE IF NOT EXISTS outbox_owner_seq AS integer CYCLE;"
     "CREATE TABLE IF NOT EXISTS rate_counts(repo text NOT NULL, n bigint NOT NULL);"
     "CREATE UNIQUE INDEX IF NOT EXISTS rate_counts_key ON rate_counts(lower(repo));",
+    /* 3 -> 4: run ids as text (a Buildkite build's id is a UUID); runs_key follows the column. */
+    "ALTER TABLE runs ALTER COLUMN run_id TYPE text USING run_id::text;",
 };
 _Static_assert(sizeof(MIGRATIONS) / sizeof(MIGRATIONS[0]) == CRCR_SCHEMA_VERSION,
                "one PostgreSQL migration per schema version");
