@@ -54,6 +54,10 @@ const REMINT_AFTER_MS = 4 * 60 * 1000; // GitHub's OIDC tokens live 5 minutes
 const JSON_MAX_DEPTH = 64;
 const JSON_MAX_VALUES = 500000;
 const UPSTREAM_REPO = 'pytorch/pytorch';
+// GitHub's check-run conclusions (src/model/vocab.c): a completed report must name one, in any
+// case (the relay refuses anything else with 400).
+const CONCLUSIONS = ['action_required', 'cancelled', 'failure', 'neutral', 'success', 'skipped',
+  'stale', 'timed_out'];
 const SCHEMA_VERSION = '1';
 const PROG = 'crcr action';
 
@@ -93,11 +97,17 @@ function info(message) {
   out(1, PROG + ': ' + scrub(message));
 }
 
+// `text` with the registered secrets replaced by [REDACTED], nothing else changed.
+function scrubSecrets(text) {
+  let s = String(text);
+  for (const secret of secrets) s = s.split(secret).join('[REDACTED]');
+  return s;
+}
+
 // `text` with the registered secrets, JWT-shaped strings and bearer credentials removed (a relay
 // or proxy that echoes the request must not make the log show a token).
 function scrub(text) {
-  let s = String(text);
-  for (const secret of secrets) s = s.split(secret).join('[REDACTED]');
+  let s = scrubSecrets(text);
   s = s.replace(/eyJ[A-Za-z0-9_-]*\.[A-Za-z0-9_.-]*/g, '[REDACTED-JWT]');
   return s.replace(/\b(bearer)( +)[A-Za-z0-9._~+/=-]{8,}/gi, '$1$2[REDACTED]');
 }
@@ -500,6 +510,10 @@ function checkOptions(o) {
   if (!inProgress && o.conclusion === '') {
     throw new Failure('conclusion is required with status completed (e.g. ${{ job.status }})');
   }
+  if (!inProgress && !CONCLUSIONS.includes(o.conclusion.toLowerCase())) {
+    throw new Failure(`conclusion must be one of ${CONCLUSIONS.join(', ')} with status completed, ` +
+      `got '${o.conclusion.slice(0, 64)}'`);
+  }
   const limits = [
     [o.conclusion, MAX_SHORT, 'conclusion'],
     [o.jobName, MAX_JOB_NAME, 'job-name'],
@@ -637,11 +651,17 @@ function readFileCapped(path, max) {
   return data;
 }
 
-// The request body (a string of ASCII characters: json.dumps escapes everything else).
+// The request body (a string of ASCII characters: json.dumps escapes everything else). The
+// dispatch's callback_token is masked like a secret from here on (a dry-run prints the body).
 function buildBody(o, env, nowMs) {
   checkOptions(o);
   const job = checkEnv(o, env);
   const root = isSelfReport(o) ? selfReportRoot(o) : dispatchRoot(env.eventPath);
+  const token = root.get('callback_token');
+  if (typeof token === 'string' && token !== '') {
+    addMask(token);
+    secrets.push(token);
+  }
   root.set('workflow', buildWorkflow(o, env, job, nowMs)); // an existing key keeps its place
   const body = pyDumps(root);
   if (body.length > MAX_BODY_BYTES) {
@@ -691,8 +711,22 @@ function callbackUrl() {
   if (!headerSafe(url, MAX_URL)) {
     throw new Failure(`callback-url must be at most ${MAX_URL} bytes, without spaces or control characters`);
   }
+  if (/^[a-z][a-z0-9+.-]*:\/\/[^/?#]*@/i.test(url)) {
+    // Never sent nor printed: the relay authenticates callbacks by their OIDC token only.
+    throw new Failure('callback-url must not contain credentials (user:password@)');
+  }
   if (!urlAllowed(url)) throw new Failure('callback-url must be https:// (http:// only for loopback hosts)');
   return url;
+}
+
+// What is printed of the callback URL: its origin and path (no query, no fragment).
+function shownUrl(url) {
+  try {
+    const u = new URL(url);
+    return u.origin + u.pathname;
+  } catch (e) {
+    return '(unprintable URL)';
+  }
 }
 
 // ------------------------------------------------------------------------------------------
@@ -999,12 +1033,12 @@ async function main() {
   const url = callbackUrl();
   const body = buildBody(o, env, Date.now());
   if (o.dryRun) {
-    info('dry-run: POST ' + url);
-    out(1, body);
+    info('dry-run: POST ' + shownUrl(url));
+    out(1, scrubSecrets(body));
     return 0;
   }
   checkTokenEnv(env);
-  info(`POST ${url} (${o.status}, ${body.length} bytes)`);
+  info(`POST ${shownUrl(url)} (${o.status}, ${body.length} bytes)`);
   const run = { o, env, url, body: Buffer.from(body, 'latin1'), jwt: null, mintedAt: 0,
     retryAfter: -1, why: '', answer: null, deadline: monoMs() + o.maxTimeS * 1000 };
   return sendWithRetries(run);
