@@ -218,6 +218,24 @@ static crcr_err app_metrics(crcr_app *app, buf_t *b)
         e = gauge(b, "crcr_reconcile_backlog", "gauge",
                   "1 while older pages of the delivery log are still to be read by later passes.",
                   rs.partial ? 1 : 0);
+    /* OIDC issuers: whose keys could not be had (callbacks answered 503). The label values are
+     * the configured issuers' URLs, at most OIDC_ISSUERS_MAX series. */
+    oidc_issuer_stat is;
+    if (!e && app->oidc)
+        e = metrics_family(b, "crcr_oidc_keys_unavailable_total", "counter",
+                           "Callbacks answered 503 because the issuer's signing keys (JWKS) could "
+                           "not be fetched, by issuer.");
+    for (size_t i = 0; !e && app->oidc && oidc_issuer_stats(app->oidc, i, &is); i++) {
+        const char *l[] = {"issuer", is.url, NULL};
+        e = metrics_sample(b, "crcr_oidc_keys_unavailable_total", l, (double)is.unavailable);
+    }
+    if (!e && app->oidc)
+        e = metrics_family(b, "crcr_oidc_jwks_failing", "gauge",
+                           "1 when the last JWKS fetch of the issuer failed.");
+    for (size_t i = 0; !e && app->oidc && oidc_issuer_stats(app->oidc, i, &is); i++) {
+        const char *l[] = {"issuer", is.url, NULL};
+        e = metrics_sample(b, "crcr_oidc_jwks_failing", l, is.failing ? 1 : 0);
+    }
 
     /* Allowlist, and the CI providers map when there is one. */
     if (!e)

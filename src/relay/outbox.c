@@ -508,8 +508,9 @@ static void run_rerun_suite(outbox *ob, store_job *job, outcome *o, char *note, 
 /*
  * The on-call comment on the upstream PR (oncall.h), once per (PR, downstream repo):
  *   1. the store's kv records that it is there: done, nothing sent;
- *   2. the PR's comments (paginated, at most COMMENT_MAX_PAGES pages) hold the marker of the repo,
- *      ours or upstream's bot's: recorded, done;
+ *   2. the PR's comments (paginated, at most COMMENT_MAX_PAGES pages) hold the marker of the repo
+ *      at the start of a comment of this App or of a CRCR_ONCALL_TRUSTED_AUTHORS login (upstream's
+ *      bot by default; oncall_comment_is_marker): recorded, done;
  *   3. otherwise the comment is posted and, once GitHub took it, recorded.
  * A crash between 3 and its record is caught by 2 when the row runs again. Rows of one (PR, repo)
  * run one after another (their sequence key). Dry-run records nothing.
@@ -558,10 +559,9 @@ static void run_comment(outbox *ob, store_job *job, outcome *o, char *note, size
                 break;
             }
             size_t n = jv_arr_len(doc);
-            for (size_t i = 0; i < n && !found; i++) {
-                const jv *b = jv_get(jv_arr_at(doc, i), "body");
-                found = oncall_has_marker(jv_str(b), jv_str_len(b), row.repo);
-            }
+            for (size_t i = 0; i < n && !found; i++)
+                found = oncall_comment_is_marker(jv_arr_at(doc, i), row.repo, ob->cfg->app_id,
+                                                 ob->cfg->oncall_trusted_authors);
             listed = n < COMMENT_PAGE_SIZE;
             jv_free(doc);
         }

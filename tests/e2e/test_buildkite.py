@@ -15,10 +15,16 @@ CI_PROVIDERS_FILE or CI_PROVIDERS_URL). Covered:
     file keeping the last good map (on /readyz and /metrics), 503 while no map ever loaded, and
     (PostgreSQL only) one fetch per TTL for two instances through the shared copy;
   - `crcr report` on a Buildkite agent: a fake `buildkite-agent` on PATH prints a token from the
-    loopback issuer; the report lands on the nightly tab with Buildkite's names.
+    loopback issuer; the report lands on the nightly tab with Buildkite's names and the build's
+    UUID as run id;
+  - upstream's own Buildkite reporter (report_callback_buildkite.sh + report_callback.py, which
+    vLLM runs): its body, built field by field in upstream_buildkite_body(), is taken for PR and
+    nightly reports, the run shows on the HUD pages and the API with its build UUID as run id;
+    the same body under a GitHub Actions token is still 400 (a GitHub run id is a number).
 Harness: test_callback.py. Needs CRCR_BIN; see tests/support/README.md.
 """
 
+import datetime
 import json
 import os
 import re
@@ -130,7 +136,7 @@ class BuildkiteCallbackTest(BuildkiteMixin, unittest.TestCase):
         cell = self.nightly_cell(L2, sha)
         self.assertEqual((cell["result"], cell["event_type"], cell["run_id"], cell["job"],
                           cell["workflow"]),
-                         ("success", "nightly", 42, ":pytorch: nightly", "vllm-ci"))
+                         ("success", "nightly", "42", ":pytorch: nightly", "vllm-ci"))
         # The run links to the build, not to a GitHub Actions run of the mapped repository.
         self.assertEqual(cell["details_url"], BUILD_URL)
         # The HUD forward names the mapped repository as the verified one.
@@ -233,6 +239,184 @@ class BuildkiteCallbackTest(BuildkiteMixin, unittest.TestCase):
         tok = self.s.issuer.token(L4, repository_id="99999")
         self.assertDetail(self.post_callback(L4, self.nightly(sha, job_name="x"), token=tok), 403,
                           contains="repository identity changed")
+
+
+# ============================================================================================
+# Upstream's Buildkite reporter, as vLLM runs it
+
+UPSTREAM_CALLBACK_URL = ("https://gwuj7w5coh4y4l66urspge6mnm0pwaxq.lambda-url.us-east-1.on.aws"
+                         "/github/callback/")
+
+
+def upstream_buildkite_body(agent_env, status, client_payload=None, conclusion="",
+                            delivery_id="", event_type="", test_results="", artifact_url="",
+                            now=None):
+    """The exact body pytorch/test-infra's Buildkite reporter POSTs: the wrapper
+    .github/actions/cross-repo-ci-relay-callback/report_callback_buildkite.sh maps the agent's
+    variables (`agent_env`) to report_callback.py's, which builds and sends the body. Field by
+    field, as those two scripts do it (upstream reference §2.8):
+
+    report_callback_buildkite.sh
+      RUN_ID        = $BUILDKITE_BUILD_ID                  the build's UUID
+      RUN_ATTEMPT   = $(( ${BUILDKITE_RETRY_COUNT:-0} + 1 ))  shell arithmetic: "1", "2", ...
+      WORKFLOW_NAME = $BUILDKITE_PIPELINE_SLUG
+      WORKFLOW_URL  = $BUILDKITE_BUILD_URL
+      JOB_NAME      = ${BUILDKITE_LABEL:-${BUILDKITE_STEP_KEY:-unknown}}  labels have spaces and
+                      :emoji: shortcodes
+      CHECK_RUN_ID  = ${BUILDKITE_BUILD_ID}-${RUN_ATTEMPT}
+      CONCLUSION    = the caller's, else from BUILDKITE_COMMAND_EXIT_STATUS: 0 -> success,
+                      anything else -> failure
+      SCHEMA_VERSION = 1, STATUS (default completed), DELIVERY_ID_OVERRIDE, EVENT_TYPE_OVERRIDE,
+      CLIENT_PAYLOAD, TEST_RESULTS, ARTIFACT_URL passed through from the step's environment
+
+    report_callback.py build_payload()
+      delivery_id / event_type: stripped; both set = a nightly/periodic self-report
+      conclusion: stripped, "" -> None; None whenever status is in_progress
+      root: the self-report envelope {"event_type", "delivery_id", "payload": {"repository":
+            {"full_name": "pytorch/pytorch"}, "head_sha": delivery_id}}, else
+            json.loads(CLIENT_PAYLOAD) (the dispatch's client_payload)
+      workflow, in this key order: schema_version (str), status, conclusion, name, url,
+            run_attempt (the string), job_name, check_run_id (stripped; RUN_ID-RUN_ATTEMPT when
+            empty), run_id (str), started_at (None when completed, else now), completed_at
+            (None when in_progress, else now), test_results (json.loads, only when given),
+            artifact_url (stripped, only when given); now = datetime.now(timezone.utc)
+            .isoformat() with "+00:00" replaced by "Z" (microseconds kept)
+      root["workflow"] = workflow; the body is json.dumps(root) (", " and ": " separators)
+    """
+    run_id = agent_env["BUILDKITE_BUILD_ID"]
+    run_attempt = str(int(agent_env.get("BUILDKITE_RETRY_COUNT") or 0) + 1)
+    job_name = (agent_env.get("BUILDKITE_LABEL") or agent_env.get("BUILDKITE_STEP_KEY")
+                or "unknown")
+    check_run_id = "%s-%s" % (run_id, run_attempt)
+    if not conclusion and agent_env.get("BUILDKITE_COMMAND_EXIT_STATUS"):
+        conclusion = "success" if int(agent_env["BUILDKITE_COMMAND_EXIT_STATUS"]) == 0 \
+            else "failure"
+    delivery_id, event_type = delivery_id.strip(), event_type.strip()
+    conclusion = conclusion.strip() or None
+    if status == "in_progress":
+        conclusion = None
+    if delivery_id and event_type:
+        root = {"event_type": event_type, "delivery_id": delivery_id,
+                "payload": {"repository": {"full_name": "pytorch/pytorch"},
+                            "head_sha": delivery_id}}
+    else:
+        root = json.loads(json.dumps(client_payload))  # CLIENT_PAYLOAD, parsed
+    now = (now or datetime.datetime.now(datetime.timezone.utc)).isoformat().replace(
+        "+00:00", "Z")
+    workflow = {
+        "schema_version": "1",
+        "status": status,
+        "conclusion": conclusion,
+        "name": agent_env["BUILDKITE_PIPELINE_SLUG"],
+        "url": agent_env["BUILDKITE_BUILD_URL"],
+        "run_attempt": run_attempt,
+        "job_name": job_name,
+        "check_run_id": check_run_id,
+        "run_id": str(run_id),
+        "started_at": None if status == "completed" else now,
+        "completed_at": None if status == "in_progress" else now,
+    }
+    if test_results.strip():
+        workflow["test_results"] = json.loads(test_results.strip())
+    if artifact_url.strip():
+        workflow["artifact_url"] = artifact_url.strip()
+    root["workflow"] = workflow
+    return json.dumps(root).encode("utf-8")
+
+
+class UpstreamBuildkiteReporterTest(BuildkiteMixin, unittest.TestCase):
+    """Issue 24: every report of upstream's Buildkite reporter was refused (400 "workflow.run_id
+    must be a positive integer": its run id is the build's UUID)."""
+
+    def agent_env(self, **extra):
+        """What the Buildkite agent sets for the step (a retried build: attempt 2)."""
+        env = {"BUILDKITE_BUILD_ID": str(uuid.uuid4()),
+               "BUILDKITE_RETRY_COUNT": "1",
+               "BUILDKITE_PIPELINE_SLUG": "vllm-ci",
+               "BUILDKITE_BUILD_URL": BUILD_URL,
+               "BUILDKITE_LABEL": ":pytorch: GPU tests (H100) :fire:",
+               "BUILDKITE_STEP_KEY": "gpu-tests"}
+        env.update(extra)
+        return env
+
+    def run_cells(self, repo, run_id, tab="pr"):
+        doc = self.s.relay.get("/api/v1/repos/%s/runs?tab=%s" % (repo, tab)).json()
+        return [c for row in doc["rows"] for c in row["cells"] if c and c["run_id"] == run_id]
+
+    def test_pr_reports_are_taken_and_the_run_shows_with_its_build_uuid(self):
+        pr = self.open_pr(repos=[L4])
+        agent = self.agent_env()
+        build = agent["BUILDKITE_BUILD_ID"]
+        tok = self.bk_token(PIPE_L4)
+        body = upstream_buildkite_body(agent, "in_progress", client_payload=pr.cp(L4))
+        wf = json.loads(body)["workflow"]
+        self.assertEqual((wf["run_id"], wf["run_attempt"], wf["check_run_id"], wf["name"]),
+                         (build, "2", build + "-2", "vllm-ci"))
+        self.assertOk(self.post_callback(L4, body, token=tok), "in_progress")
+        agent["BUILDKITE_COMMAND_EXIT_STATUS"] = "1"
+        body = upstream_buildkite_body(agent, "completed", client_payload=pr.cp(L4))
+        self.assertEqual(json.loads(body)["workflow"]["conclusion"], "failure")
+        self.assertOk(self.post_callback(L4, body, token=tok), "completed")
+        # The same report again is a duplicate of the same run (the UUID is its key).
+        self.assertOk(self.post_callback(L4, body, token=tok), "completed", duplicate=True)
+
+        # The check run: the step's label in its name, linked to the build.
+        name = "crcr/%s/vllm-ci/%s" % (L4, agent["BUILDKITE_LABEL"])
+        runs = wait_until(lambda: [c for c in self.s.gh.check_runs()
+                                   if c.get("head_sha") == pr.sha and c.get("name") == name and
+                                   c.get("status") == "completed"])
+        self.assertTrue(runs, self.diag())
+        self.assertEqual((runs[0]["conclusion"], runs[0]["details_url"], runs[0]["external_id"]),
+                         ("failure", BUILD_URL, "%s:%d" % (build, pr.number)))
+        # The HUD: the API's runs and PR documents, and the pages, with the build's UUID.
+        (cell,) = self.run_cells(L4, build)
+        self.assertEqual((cell["result"], cell["run_attempt"], cell["job"], cell["workflow"],
+                          cell["details_url"]),
+                         ("failure", 2, agent["BUILDKITE_LABEL"], "vllm-ci", BUILD_URL))
+        doc = self.s.relay.get("/api/v1/pr/%d" % pr.number).json()
+        (run,) = [r for s in doc["shas"] for r in s["runs"] if r["run_id"] == build]
+        self.assertEqual((run["repo"], run["state"], run["conclusion"]),
+                         (L4, "completed", "failure"))
+        for page in ("/crcr/pr/%d" % pr.number, "/crcr/%s" % L4):
+            html = self.s.relay.get(page).body.decode("utf-8")
+            self.assertIn("run %s attempt 2" % build, html, page)
+            self.assertIn(":pytorch: GPU tests (H100) :fire:", html, page)
+        # The HUD forward carries the body's ids as sent.
+        fwd = wait_until(lambda: [b for b in self.hud_for(pr.delivery, L4)
+                                  if b["untrusted"]["callback_payload"]["workflow"]["status"]
+                                  == "completed"])
+        self.assertTrue(fwd, self.diag())
+        wf = fwd[0]["untrusted"]["callback_payload"]["workflow"]
+        self.assertEqual((wf["run_id"], wf["check_run_id"]), (build, build + "-2"))
+
+    def test_a_nightly_report_is_taken_and_shows_with_its_build_uuid(self):
+        sha = new_sha()
+        agent = self.agent_env(BUILDKITE_RETRY_COUNT="0", BUILDKITE_LABEL="",
+                               BUILDKITE_COMMAND_EXIT_STATUS="0")
+        build = agent["BUILDKITE_BUILD_ID"]
+        body = upstream_buildkite_body(agent, "completed", delivery_id=sha, event_type="nightly",
+                                       test_results='{"passed": 12, "failed": 0, "skipped": 1}')
+        wf = json.loads(body)["workflow"]
+        self.assertEqual((wf["job_name"], wf["run_attempt"], wf["conclusion"]),
+                         ("gpu-tests", "1", "success"))  # no label: the step key
+        r = self.post_callback(L2, body, token=self.bk_token(PIPE_L2, build_branch="main"))
+        self.assertOk(r, "completed")
+        cell = self.nightly_cell(L2, sha)
+        self.assertEqual((cell["run_id"], cell["run_attempt"], cell["job"], cell["result"],
+                          cell["details_url"], cell["tests"]["passed"]),
+                         (build, 1, "gpu-tests", "success", BUILD_URL, 12))
+
+    def test_github_actions_tokens_still_need_a_numeric_run_id(self):
+        pr = self.open_pr(repos=[L4])
+        body = upstream_buildkite_body(self.agent_env(), "in_progress", client_payload=pr.cp(L4))
+        r = self.post_callback(L4, body)  # a GitHub Actions token of the same repository
+        self.assertDetail(r, 400, "workflow.run_id must be a positive integer")
+        sha = new_sha()
+        body = upstream_buildkite_body(self.agent_env(), "completed", delivery_id=sha,
+                                       event_type="nightly", conclusion="success")
+        self.assertDetail(self.post_callback(L4, body), 400,
+                          "workflow.run_id must be a positive integer")
+        self.assertEqual(self.nightly_rows(L4, sha), [])
 
 
 class ProvidersReloadTest(BuildkiteMixin, unittest.TestCase):
@@ -428,6 +612,10 @@ class BuildkiteReportTest(BuildkiteMixin, unittest.TestCase):
         os.chmod(path, stat.S_IRWXU)
         return d, args
 
+    def setUp(self):
+        super().setUp()
+        self.build_id = str(uuid.uuid4())  # one build per test: its reports share the run
+
     def report(self, args, agent_dir, **extra):
         env = {k: v for k, v in os.environ.items()
                if k in R._KEEP_ENV or k.startswith(R._KEEP_PREFIXES)}
@@ -435,7 +623,7 @@ class BuildkiteReportTest(BuildkiteMixin, unittest.TestCase):
             "PATH": agent_dir + os.pathsep + os.environ.get("PATH", "/usr/bin:/bin"),
             "BUILDKITE": "true",
             "BUILDKITE_BUILD_NUMBER": "4242",
-            "BUILDKITE_BUILD_ID": str(uuid.uuid4()),
+            "BUILDKITE_BUILD_ID": self.build_id,
             "BUILDKITE_RETRY_COUNT": "1",
             "BUILDKITE_PIPELINE_SLUG": "vllm-ci",
             "BUILDKITE_LABEL": ":pytorch: nightly",
@@ -465,7 +653,8 @@ class BuildkiteReportTest(BuildkiteMixin, unittest.TestCase):
         cell = self.nightly_cell(L2, sha)
         self.assertEqual((cell["result"], cell["run_id"], cell["run_attempt"], cell["job"],
                           cell["workflow"], cell["details_url"]),
-                         ("success", 4242, 2, ":pytorch: nightly", "vllm-ci", BUILD_URL))
+                         ("success", self.build_id, 2, ":pytorch: nightly", "vllm-ci",
+                          BUILD_URL))
         self.assertEqual(cell["tests"]["passed"], 9)
 
     def test_crcr_report_of_a_pr_build_from_client_payload_and_exit_status(self):

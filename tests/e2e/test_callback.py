@@ -37,6 +37,7 @@ Needs CRCR_BIN; see tests/support/README.md.
 
 import copy
 import json
+import os
 import re
 import secrets
 import signal
@@ -444,6 +445,15 @@ class LambdaCasesTest(CallbackMixin, unittest.TestCase):
                 # is read (upstream parsed first and said 400; no upstream test pins that).
                 r = self.post_callback(L2, data, token="")
                 self.assertDetail(r, 401, "Missing authorization token")
+        # Duplicate keys are JSON (Python's json.loads, upstream's parser, keeps the last): only
+        # validated before the token, they are refused once the caller is known.
+        pr = self.open_pr(repos=[L2])
+        text = json.dumps(self.body(pr.cp(L2), "in_progress"))
+        dup = text[:-1] + ', "delivery_id": "other"}'
+        self.assertDetail(self.post_callback(L2, dup, token="not.a.token"), 401,
+                          "Invalid authorization token")
+        self.assertDetail(self.post_callback(L2, dup), 400, "Invalid JSON body")
+        self.assertEqual(self.outbox(pr.delivery, "hud_forward"), [])
 
     def test_3_5_3_missing_authorization_is_401_missing(self):
         pr = self.open_pr(repos=[L2])
@@ -661,6 +671,77 @@ class HandlerCasesTest(CallbackMixin, unittest.TestCase):
                 self.assertDetail(self.post_callback(L2, b), 400,
                                   "unknown callback status: '%s'" % status)
         self.assertEqual(self.outbox(pr.delivery, "hud_forward"), [])
+
+    def test_a_typo_in_the_conclusion_is_400_and_the_correct_report_follows(self):
+        # Issue 24: "sucess" was stored for good (the run completed, the HUD showed it, health
+        # counted a failure, GitHub refused its check run) and the correct report was refused.
+        pr = self.open_pr(repos=[L4])
+        self.assertOk(self.cb(L4, pr, "in_progress", job_name="typo"), "in_progress")
+        r = self.cb(L4, pr, "completed", job_name="typo", conclusion="sucess")
+        self.assertDetail(r, 400, "workflow.conclusion must be one of action_required, "
+                                  "cancelled, failure, neutral, success, skipped, stale, "
+                                  "timed_out when status is completed, got 'sucess'")
+        for bad in ("completed", "", None):
+            b = self.body(pr.cp(L4), "completed", job_name="typo")
+            b["workflow"]["conclusion"] = bad
+            self.assertDetail(self.post_callback(L4, b), 400,
+                              contains="workflow.conclusion must be one of")
+        # Nothing was stored: the correct report completes the run.
+        self.assertOk(self.cb(L4, pr, "completed", job_name="typo", conclusion="success"),
+                      "completed")
+        checks = self.wait_checks(pr.sha, 2, L4)
+        self.assertEqual(sorted(c.get("conclusion") or "-" for c in checks), ["-", "success"])
+        # Any case is GitHub's word, kept, shown, sent and forwarded in lower case.
+        self.assertOk(self.cb(L4, pr, "in_progress", job_name="upper"), "in_progress")
+        self.assertOk(self.cb(L4, pr, "completed", job_name="upper", conclusion="Failure"),
+                      "completed")
+        check = wait_until(lambda: [c for c in self.checks_for(pr.sha, L4)
+                                    if c["name"].endswith("/upper") and c.get("conclusion")])
+        self.assertEqual(check[0]["conclusion"], "failure")
+        doc = self.s.relay.get("/api/v1/pr/%d" % pr.number).json()
+        (run,) = [r for s in doc["shas"] for r in s["runs"] if r["job"] == "upper"]
+        self.assertEqual((run["conclusion"], run["result"]), ("failure", "failure"))
+        def upper_done():
+            return [b["untrusted"]["callback_payload"]["workflow"]
+                    for b in self.hud_for(pr.delivery)
+                    if b["untrusted"]["callback_payload"]["workflow"]["job_name"] == "upper"
+                    and b["untrusted"]["callback_payload"]["workflow"]["status"] == "completed"]
+        done = wait_until(upper_done)
+        self.assertTrue(done, self.diag())
+        self.assertEqual(done[0]["conclusion"], "failure")
+
+    def test_links_other_than_https_are_never_stored_served_or_forwarded(self):
+        pr = self.open_pr(repos=[L4])
+        js = "javascript:alert(document.cookie)"
+        self.assertOk(self.cb(L4, pr, "in_progress", job_name="links", artifact_url=js,
+                              url="javascript:fetch('//evil.example')"), "in_progress")
+        self.assertOk(self.cb(L4, pr, "completed", job_name="links", artifact_url=js),
+                      "completed")
+        self.assertOk(self.cb(L4, pr, "in_progress", job_name="ok-links"), "in_progress")
+        good = "https://example.com/artifacts/1.zip"
+        self.assertOk(self.cb(L4, pr, "completed", job_name="ok-links", artifact_url=good),
+                      "completed")
+        fwd = self.wait_hud(pr.delivery, 4)
+        for b in fwd:
+            wf = b["untrusted"]["callback_payload"]["workflow"]
+            self.assertNotIn("javascript", json.dumps(b))
+            if wf["job_name"] == "links":
+                self.assertNotIn("artifact_url", wf)
+            if wf["job_name"] == "links" and wf["status"] == "in_progress":
+                self.assertNotIn("url", wf)
+        doc = self.s.relay.get("/api/v1/pr/%d" % pr.number).json()
+        self.assertNotIn("javascript", json.dumps(doc))
+        arts = {r["job"]: r["artifact_url"] for s in doc["shas"] for r in s["runs"]}
+        self.assertEqual(arts, {"links": None, "ok-links": good})
+        page = self.s.relay.get("/crcr/pr/%d" % pr.number).body.decode("utf-8")
+        self.assertNotIn("javascript", page)
+        self.assertIn('href="%s"' % good, page)
+        db = self.s.relay.db_path if hasattr(self.s.relay, "db_path") else None
+        if db and os.path.exists(db):  # SQLite: not in the store at all (WAL included)
+            for suffix in ("", "-wal"):
+                if os.path.exists(db + suffix):
+                    with open(db + suffix, "rb") as f:
+                        self.assertNotIn(b"javascript:alert", f.read())
 
     def test_3_6_8_rate_limited_is_429_with_retry_after_and_no_forward(self):
         self.own_stack(env={"RATE_LIMIT_PER_MIN": "3"})

@@ -8,7 +8,9 @@ mentioning them, with upstream's marker `<!-- crcr-oncall:OWNER/REPO -->` as the
     a second failure of the same repo on the same PR (also from a reopened PR's new delivery)
     adds none;
   - a PR that already holds upstream's marker for the repo gets none (another repo's marker does
-    not count);
+    not count); a marker written by another user (any GitHub user can comment), or by upstream's
+    bot anywhere but at the start of its comment, does not stop the comment; with
+    CRCR_ONCALL_TRUSTED_AUTHORS=- only the App's own comments count;
   - crash safety: the relay SIGKILLed after GitHub created the comment but before the relay learnt
     of it (the fake holds its answer), and SIGKILLed while it listed the PR's comments, before its
     POST; after the restart there is exactly one comment either way;
@@ -176,12 +178,40 @@ class OncallCommentTest(OncallMixin, unittest.TestCase):
         self.assertEqual(rows[1]["note"], "already commented (recorded)")
         self.assertEqual(len(self.comment_requests(pr, "GET")), 1)
 
+    def test_a_marker_by_another_user_does_not_stop_the_comment(self):
+        number = 750000 + new_run_id() % 100000
+        # Any GitHub user can comment on a PR: a user writing the marker, a user writing it under
+        # the bot's name without the [bot] suffix, and upstream's bot quoting it further down
+        # its comment are no on-call comment.
+        self.s.gh.add_comment(UPSTREAM, number, MARKER % L4 + "\n" + TITLE, login="mallory",
+                              user_type="User")
+        self.s.gh.add_comment(UPSTREAM, number, MARKER % L4, login="pytorch-bot",
+                              user_type="User")
+        self.s.gh.add_comment(UPSTREAM, number, "see above:\n" + MARKER % L4)
+        pr = self.open_pr(number=number, repos=[L4])
+        self.fail_job(L4, pr)
+        (row,) = self.comment_rows(pr.delivery)
+        self.assertEqual((row["state"], row["note"]), ("sent", "commented"))
+        (posted,) = [c for c in self.comments(pr) if c["user"]["login"] == "crcr-test[bot]"]
+        self.assertTrue(posted["body"].startswith(MARKER % L4 + "\n"), posted["body"])
+        self.assertEqual(len(self.comment_requests(pr, "POST")), 1)
+
+    def test_with_no_trusted_authors_only_the_apps_own_marker_counts(self):
+        s = self.own(env={"CRCR_ONCALL_TRUSTED_AUTHORS": "-"})
+        number = 760000 + new_run_id() % 100000
+        s.gh.add_comment(UPSTREAM, number, MARKER % L4 + "\n" + TITLE)  # upstream's bot
+        pr = self.open_pr(number=number, repos=[L4])
+        self.fail_job(L4, pr)
+        (row,) = self.comment_rows(pr.delivery)
+        self.assertEqual(row["note"], "commented")
+        self.assertEqual(len(self.comment_requests(pr, "POST")), 1)
+
     def test_the_marker_is_found_past_the_first_page(self):
         number = 800000 + new_run_id() % 100000
         for i in range(65):
             self.s.gh.add_comment(UPSTREAM, number, "chatter %d" % i, login="someone",
                                   user_type="User")
-        self.s.gh.add_comment(UPSTREAM, number, "x\n<!-- crcr-oncall:org4/repo4 -->")
+        self.s.gh.add_comment(UPSTREAM, number, "<!-- crcr-oncall:org4/repo4 -->\n" + TITLE)
         pr = self.open_pr(number=number, repos=[L4])
         self.fail_job(L4, pr)
         (row,) = self.comment_rows(pr.delivery)

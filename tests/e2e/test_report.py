@@ -402,6 +402,9 @@ class ReportTest(unittest.TestCase):
             ["--status", "completed", "--conclusion", "success", "--test-results", "{nope"],
             ["--status", "in_progress", "--callback-url", "http://relay.example/github/callback"],
             ["--status", "in_progress", "--max-time", "0"],
+            ["--status", "completed", "--conclusion", "sucess"],  # none of GitHub's words
+            ["--status", "in_progress", "--callback-url",
+             self.fake.url.replace("://", "://user:pw@") + "/github/callback"],
             ["--bogus"],
         ]
         for args in cases:

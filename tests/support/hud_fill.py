@@ -80,7 +80,7 @@ L4:
 
 XSS_ARTIFACT = "https://example.com/<script>alert('xss')</script>"
 XSS_JOB = "<img src=x onerror=alert(1)>build<script>alert(2)</script>"
-JS_ARTIFACT = "javascript:alert(3)"
+JS_ARTIFACT = "javascript:alert(3)"  # dropped at parse time: never stored nor shown
 
 
 def wait_until(pred, timeout=10.0, interval=0.05):

@@ -303,7 +303,8 @@ static int check(fixture *f, const char *header, int64_t now, oidc_identity *id,
 {
     int rc = oidc_verify(f->v, header, now, id, reason, reasonsz);
     if (rc != 0) {
-        assert_int_equal(rc, 401);
+        if (rc != 503) /* the issuer's keys could not be had: see the JWKS outage tests */
+            assert_int_equal(rc, 401);
         assert_true(reason[0] != '\0');
         assert_string_equal(id->repository, "");
     }
@@ -795,51 +796,116 @@ static void test_key_rotation_refetches_at_most_once_a_minute(void **state)
     free(claims);
 }
 
-static void test_jwks_server_down_rejects_with_401(void **state)
+/* oidc_verify_ex at `now`: its status, the reason in `reason`, the Retry-After in *retry. */
+static int check_ex(fixture *f, const char *header, int64_t now, char *reason, size_t reasonsz,
+                    int64_t *retry)
+{
+    oidc_identity id;
+    return oidc_verify_ex(f->v, header, now, &id, reason, reasonsz, retry);
+}
+
+/* The issuer's keys cannot be had: not the caller's fault. 503, the issuer and the cause named,
+ * when to retry; one fetch per OIDC_JWKS_RETRY_S meanwhile; counted per issuer. */
+static void test_jwks_server_down_answers_503_with_retry_after(void **state)
 {
     fixture *f = *state;
     char *claims = claims_full(f->srv->issuer, "\"" AUD "\"", 600, "");
     char *tok = sign_token(g_k1, "k1", claims);
-    oidc_identity id;
-    char reason[128];
+    char reason[OIDC_REASON_MAX], want[OIDC_REASON_MAX];
+    int64_t retry = -1;
 
     /* The server answers 500. */
     server_set(f->srv, NULL, 500);
-    assert_int_equal(check(f, tok, NOW, &id, reason, sizeof(reason)), 401);
-    assert_string_equal(reason, "Invalid authorization token");
+    assert_int_equal(check_ex(f, tok, NOW, reason, sizeof(reason), &retry), 503);
+    snprintf(want, sizeof(want),
+             "the relay cannot get the signing keys of OIDC issuer %s (HTTP status 500); the "
+             "token was not judged, please retry",
+             f->srv->issuer);
+    assert_string_equal(reason, want);
+    assert_int_equal(retry, OIDC_JWKS_RETRY_S);
+    assert_int_equal(fetches(f), 1);
+    /* Within the retry interval: no fetch, the time left. */
+    assert_int_equal(check_ex(f, tok, NOW + 2, reason, sizeof(reason), &retry), 503);
+    assert_int_equal(retry, OIDC_JWKS_RETRY_S - 2);
     assert_int_equal(fetches(f), 1);
 
     /* Not a JWKS document. */
     server_set(f->srv, "{\"keys\":[{\"kty\":\"EC\",\"kid\":\"k1\"}]}", 200);
-    assert_int_equal(check(f, tok, NOW + 61, &id, reason, sizeof(reason)), 401);
+    assert_int_equal(check_ex(f, tok, NOW + OIDC_JWKS_RETRY_S, reason, sizeof(reason), &retry),
+                     503);
+    assert_non_null(strstr(reason, "not a JWKS document"));
     assert_int_equal(fetches(f), 2);
 
-    /* Nothing listens any more. */
+    /* Nothing listens any more; oidc_verify() answers the same. */
     server_stop(f->srv);
-    assert_int_equal(oidc_verify(f->v, tok, NOW + 122, &id, reason, sizeof(reason)), 401);
-    assert_string_equal(reason, "Invalid authorization token");
+    oidc_identity id;
+    assert_int_equal(
+        oidc_verify(f->v, tok, NOW + 2 * OIDC_JWKS_RETRY_S, &id, reason, sizeof(reason)), 503);
+    assert_non_null(strstr(reason, f->srv->issuer));
+    assert_string_equal(id.repository, "");
     uint64_t nf;
     oidc_stats(f->v, &nf, NULL, NULL);
     assert_int_equal(nf, 3);
+    oidc_issuer_stat st;
+    assert_true(oidc_issuer_stats(f->v, 0, &st));
+    assert_string_equal(st.url, f->srv->issuer);
+    assert_true(st.failing);
+    assert_int_equal(st.unavailable, 4);
+    assert_false(oidc_issuer_stats(f->v, 1, &st));
     free(tok);
     free(claims);
 }
 
-static void test_server_recovering_is_used_after_the_refetch_interval(void **state)
+/* A token the keys the relay has can judge stays a 401 while the issuer is down; a kid those
+ * keys lack is a 503 (it may be a new key the relay cannot fetch). */
+static void test_keys_the_relay_has_still_judge_during_an_outage(void **state)
+{
+    fixture *f = *state;
+    char *claims = claims_full(f->srv->issuer, "\"" AUD "\"", 3600, "");
+    char *good = sign_token(g_k1, "k1", claims);
+    char *forged = sign_token(g_evil, "k1", claims);
+    char *rotated = sign_token(g_k2, "k2", claims);
+    char reason[OIDC_REASON_MAX];
+    int64_t retry = -1;
+    assert_int_equal(check_ex(f, good, NOW, reason, sizeof(reason), &retry), 0);
+    assert_int_equal(retry, 0);
+    server_set(f->srv, NULL, 502);
+    /* k2 is unknown: a fetch (after the refetch interval), which fails: 503. */
+    assert_int_equal(check_ex(f, rotated, NOW + 61, reason, sizeof(reason), &retry), 503);
+    assert_int_equal(fetches(f), 2);
+    assert_true(retry >= 1 && retry <= OIDC_JWKS_RETRY_S);
+    /* k1 is known: a forgery under its kid is judged by it, the real one passes. */
+    assert_int_equal(check_ex(f, forged, NOW + 62, reason, sizeof(reason), &retry), 401);
+    assert_string_equal(reason, "Invalid authorization token");
+    assert_int_equal(retry, 0);
+    assert_int_equal(check_ex(f, good, NOW + 62, reason, sizeof(reason), &retry), 0);
+    oidc_issuer_stat st;
+    assert_true(oidc_issuer_stats(f->v, 0, &st));
+    assert_int_equal(st.unavailable, 1);
+    free(good);
+    free(forged);
+    free(rotated);
+    free(claims);
+}
+
+static void test_server_recovering_is_used_after_the_retry_interval(void **state)
 {
     fixture *f = *state;
     char *claims = claims_full(f->srv->issuer, "\"" AUD "\"", 600, "");
     char *tok = sign_token(g_k1, "k1", claims);
     oidc_identity id;
-    char reason[128];
+    char reason[OIDC_REASON_MAX];
     server_set(f->srv, NULL, 503);
-    assert_int_equal(check(f, tok, NOW, &id, reason, sizeof(reason)), 401);
+    assert_int_equal(check(f, tok, NOW, &id, reason, sizeof(reason)), 503);
     server_set(f->srv, NULL, 200);
-    /* Within the minute the failed attempt still counts. */
-    assert_int_equal(check(f, tok, NOW + 30, &id, reason, sizeof(reason)), 401);
+    /* Within the retry interval the failed attempt still counts. */
+    assert_int_equal(check(f, tok, NOW + OIDC_JWKS_RETRY_S - 1, &id, reason, sizeof(reason)), 503);
     assert_int_equal(fetches(f), 1);
-    assert_int_equal(check(f, tok, NOW + 60, &id, reason, sizeof(reason)), 0);
+    assert_int_equal(check(f, tok, NOW + OIDC_JWKS_RETRY_S, &id, reason, sizeof(reason)), 0);
     assert_int_equal(fetches(f), 2);
+    oidc_issuer_stat st;
+    assert_true(oidc_issuer_stats(f->v, 0, &st));
+    assert_false(st.failing);
     free(tok);
     free(claims);
 }
@@ -1254,8 +1320,9 @@ int main(void)
         T(test_missing_or_malformed_repository_is_rejected),
         T(test_malformed_optional_claims_are_rejected),
         T(test_key_rotation_refetches_at_most_once_a_minute),
-        T(test_jwks_server_down_rejects_with_401),
-        T(test_server_recovering_is_used_after_the_refetch_interval),
+        T(test_jwks_server_down_answers_503_with_retry_after),
+        T(test_keys_the_relay_has_still_judge_during_an_outage),
+        T(test_server_recovering_is_used_after_the_retry_interval),
         T(test_old_key_set_is_refreshed_after_max_age_and_kept_on_failure),
         T(test_unusable_jwks_entries_are_skipped),
         T(test_set_jwks_installs_keys_without_fetching),

@@ -266,8 +266,10 @@ static size_t count_kind(const dview *v, const char *kind)
 typedef struct rrow {
     char delivery_id[64], repo[160], job_name[64], state[16], conclusion[32], workflow[64],
         event_type[32], details_url[128], artifact_url[128];
-    int64_t run_id, run_attempt, pr_number, dispatched_at, started_at, completed_at, queue_ms,
-        exec_ms, test_passed, test_failed, test_skipped;
+    char run_id_text[80]; /* as stored */
+    int64_t run_id;       /* its number, for the numeric ones */
+    int64_t run_attempt, pr_number, dispatched_at, started_at, completed_at, queue_ms, exec_ms,
+        test_passed, test_failed, test_skipped;
     int level;
     size_t payload_len;
 } rrow;
@@ -292,7 +294,8 @@ static void on_run(void *ctx, const store_run_row *r)
     copy_str(o->event_type, sizeof(o->event_type), r->event_type);
     copy_str(o->details_url, sizeof(o->details_url), r->details_url);
     copy_str(o->artifact_url, sizeof(o->artifact_url), r->artifact_url);
-    o->run_id = r->run_id;
+    copy_str(o->run_id_text, sizeof(o->run_id_text), r->run_id);
+    o->run_id = strtoll(o->run_id_text, NULL, 10);
     o->run_attempt = r->run_attempt;
     o->pr_number = r->pr_number;
     o->level = r->level;
@@ -307,13 +310,24 @@ static void on_run(void *ctx, const store_run_row *r)
     o->payload_len = r->payload_len;
 }
 
+/* The text of run id `n` (run ids are text): a slot of a ring of 256, so that the updates of one
+ * test can hold on to theirs. */
+static const char *rid(int64_t n)
+{
+    static char ring[256][24];
+    static unsigned next;
+    char *s = ring[next++ % 256];
+    snprintf(s, sizeof(ring[0]), "%lld", (long long)n);
+    return s;
+}
+
 static store_run_update upd(const char *delivery, const char *repo, int64_t run_id,
                             const char *status, const char *conclusion, int64_t now)
 {
     return (store_run_update){
         .key = {.delivery_id = delivery,
                 .repo = repo,
-                .run_id = run_id,
+                .run_id = rid(run_id),
                 .run_attempt = 1,
                 .job_name = "build"},
         .status = status,
@@ -385,6 +399,45 @@ static void open_refuses_a_schema_newer_than_the_binary(void **state)
     assert_non_null(strstr(err, "999"));
     raw("UPDATE schema_version SET version = 1"); /* an older store: upgraded at open */
     *state = open_store();
+}
+
+/* Schema 4 -> 5 keeps every run and turns run ids into text. PostgreSQL here (its runs of a
+ * version-4 database are made by changing the column back); SQLite's upgrade is checked on a real
+ * store of the first release (tests/e2e/test_operator.py, tests/data/stores/schema-v1.db). */
+static void version_4_run_ids_become_text(void **state)
+{
+    if (!g_pg)
+        skip();
+    store *st = *state;
+    const char *t[] = {"a/one"};
+    assert_int_equal(ingest(st, "d", 1000, t, 1), CRCR_OK);
+    store_run_result res;
+    char why[128];
+    store_run_update u = upd("d", "a/one", 42, "in_progress", NULL, 2000);
+    assert_int_equal(apply(st, &u, NULL, &res, why, sizeof(why)), CRCR_OK);
+    store_close(st);
+    *state = NULL;
+    raw("ALTER TABLE runs ALTER COLUMN run_id TYPE bigint USING run_id::bigint");
+    raw("UPDATE schema_version SET version = 4");
+    assert_int_equal(raw("SELECT count(*) FROM information_schema.columns WHERE table_name = "
+                         "'runs' AND column_name = 'run_id' AND data_type = 'bigint'"),
+                     1);
+    *state = st = open_store();
+    assert_int_equal(raw("SELECT max(version) FROM schema_version"), CRCR_SCHEMA_VERSION);
+    assert_int_equal(raw("SELECT count(*) FROM information_schema.columns WHERE table_name = "
+                         "'runs' AND column_name = 'run_id' AND data_type = 'text'"),
+                     1);
+    /* The run is there, under the same key: its completion applies to it. */
+    assert_int_equal(apply(st, &u, NULL, &res, why, sizeof(why)), CRCR_OK);
+    assert_true(res.duplicate);
+    u = upd("d", "a/one", 42, "completed", "success", 3000);
+    assert_int_equal(apply(st, &u, NULL, &res, why, sizeof(why)), CRCR_OK);
+    assert_false(res.duplicate);
+    rlist l = {0};
+    assert_int_equal(store_list_runs(st, NULL, on_run, &l), CRCR_OK);
+    assert_int_equal(l.n, 1);
+    assert_string_equal(l.r[0].run_id_text, "42");
+    assert_string_equal(l.r[0].state, "completed");
 }
 
 /* ---- deliveries and outbox ---- */
@@ -1578,6 +1631,46 @@ static void run_keys_include_the_workflow_name(void **state)
     assert_int_equal(l.r[0].payload_len, 0);  /* a completed run keeps none */
 }
 
+/* Run ids are text (schema 4): a Buildkite build's UUID is a run id, kept as sent; a number's
+ * text is another key than a UUID's, and "7" is one run however often it is reported. */
+static void run_ids_are_text(void **state)
+{
+    store *st = *state;
+    const char *t[] = {"a/one"};
+    assert_int_equal(ingest(st, "d", 1000, t, 1), CRCR_OK);
+    store_run_result res;
+    char why[128];
+    static const char uuid[] = "0190f1a2-0000-4000-8000-00000000b002";
+    store_run_update u = upd("d", "a/one", 0, "in_progress", NULL, 2000);
+    u.key.run_id = uuid;
+    assert_int_equal(apply(st, &u, NULL, &res, why, sizeof(why)), CRCR_OK);
+    assert_false(res.duplicate);
+    assert_int_equal(apply(st, &u, NULL, &res, why, sizeof(why)), CRCR_OK);
+    assert_true(res.duplicate); /* the same text: the same run */
+    u = upd("d", "a/one", 7, "in_progress", NULL, 2500);
+    assert_int_equal(apply(st, &u, NULL, &res, why, sizeof(why)), CRCR_OK);
+    assert_false(res.duplicate);
+    u = upd("d", "a/one", 0, "completed", "success", 3000);
+    u.key.run_id = uuid;
+    assert_int_equal(apply(st, &u, NULL, &res, why, sizeof(why)), CRCR_OK);
+    assert_false(res.duplicate);
+    rlist l = {0};
+    store_run_filter f = {.repo = "a/one"};
+    assert_int_equal(store_list_runs(st, &f, on_run, &l), CRCR_OK);
+    assert_int_equal(l.n, 2);
+    assert_string_equal(l.r[0].run_id_text, uuid); /* newest update first */
+    assert_string_equal(l.r[0].state, "completed");
+    assert_string_equal(l.r[1].run_id_text, "7");
+    memset(&l, 0, sizeof(l));
+    assert_int_equal(store_zombies(st, 99999, 10, on_run, &l), CRCR_OK);
+    assert_int_equal(l.n, 1);
+    assert_string_equal(l.r[0].run_id_text, "7");
+    memset(&l, 0, sizeof(l));
+    assert_int_equal(store_runs_for_sha(st, "sha42", "a/one", on_run, &l), CRCR_OK);
+    assert_int_equal(l.n, 1); /* one (workflow, job): the latest, the UUID run */
+    assert_string_equal(l.r[0].run_id_text, uuid);
+}
+
 static void runs_for_sha_gives_the_latest_row_per_workflow_and_job(void **state)
 {
     store *st = *state;
@@ -2297,6 +2390,7 @@ int main(void)
     log_set_level(CRCR_LOG_WARN);
     const struct CMUnitTest tests[] = {
         T(open_records_the_schema_version_and_reopens),
+        T(version_4_run_ids_become_text),
         T(open_refuses_a_schema_newer_than_the_binary),
         T(ingest_keeps_payload_bytes_exactly_and_refuses_a_known_delivery),
         T(ingest_without_jobs_records_an_ignored_delivery),
@@ -2327,6 +2421,7 @@ int main(void)
         T(run_apply_rate_hits_under_concurrency_never_exceed_the_limit),
         T(rate_hit_counts_hits_already_in_the_table),
         T(run_keys_include_the_workflow_name),
+        T(run_ids_are_text),
         T(runs_for_sha_gives_the_latest_row_per_workflow_and_job),
         T(zombies_are_in_progress_runs_started_before_the_cutoff),
         T(list_runs_filters_orders_and_pages),
