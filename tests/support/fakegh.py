@@ -20,8 +20,11 @@ Every request is recorded (see Recorded). Fault rules (add_fault and the fault_*
 or delay answers, in order, optionally with a probability drawn from a seeded random.Random (or,
 with `key`, from the seed, the request's key and how many requests of that key came before: the
 same draws whatever order requests arrive in), for a bounded count. `latency_ms` delays every
-answer (benchmarks). `time_offset` shifts the fake's clock (token and JWT expiry) without
-sleeping. Holds (hold()) keep matching answers back until the test
+answer (benchmarks). The fake's clock (App JWT iat/exp checks, the expiry of the tokens it issues,
+x-ratelimit-reset and dates it sends) is `clock.now()` when a testclock.TestClock is given (the
+relay's: `FakeGitHub(..., clock=relay.clock)`, so that a test moving the relay's clock moves the
+fake's too), else time.time(); `time_offset` shifts it further (expire tokens without sleeping).
+Holds (hold()) keep matching answers back until the test
 releases them, before or after the route took effect: a test can stop a client deterministically
 between GitHub doing something and the client learning of it.
 
@@ -87,10 +90,11 @@ class Recorded:
 
     method, path (without query, not percent-decoded), query (dict name -> first value),
     raw_query, headers (dict, lower-case names), body (bytes), time (time.monotonic() at arrival),
-    wall (time.time()), status (int answered; 0 = connection dropped by a fault), fault (the Fault
-    that answered or delayed it, or None), note (why the fake refused it, e.g. the JWT problem),
-    client_port (the peer's TCP port: equal ports mean one kept-alive connection), answered
-    (time.monotonic() when the answer was written or the connection dropped; None before).
+    wall (the fake's clock at arrival: now()), status (int answered; 0 = connection dropped by a
+    fault), fault (the Fault that answered or delayed it, or None), note (why the fake refused
+    it, e.g. the JWT problem), client_port (the peer's TCP port: equal ports mean one kept-alive
+    connection), answered (time.monotonic() when the answer was written or the connection
+    dropped; None before).
     """
 
     __slots__ = ("method", "path", "query", "raw_query", "headers", "body", "time", "wall",
@@ -294,8 +298,10 @@ class FakeGitHub:
     """See the module docstring. All public methods are thread-safe."""
 
     def __init__(self, app_id, public_key, installed_repos=None, token_ttl=3600, latency_ms=0,
-                 seed=0, port=0, rate_limit=5000, token_format="classic", default_ref="main"):
+                 seed=0, port=0, rate_limit=5000, token_format="classic", default_ref="main",
+                 clock=None):
         self.app_id = str(app_id)
+        self.clock = clock
         self.public_key = rsa_pure.as_public_key(public_key)
         self.token_ttl = token_ttl
         self.latency_ms = latency_ms
@@ -372,7 +378,10 @@ class FakeGitHub:
         return "http://127.0.0.1:%d" % self._port
 
     def now(self):
-        return time.time() + self.time_offset
+        """Seconds since the epoch on the fake's clock: the test clock (or time.time()) plus
+        time_offset."""
+        base = self.clock.now() if self.clock is not None else time.time()
+        return base + self.time_offset
 
     # ------------------------------------------------------------------ state accessors
 
@@ -614,7 +623,7 @@ class FakeGitHub:
             headers[k] = headers[k] + ", " + v if k in headers else v
         rec = Recorded(method=h.command, path=raw_path, raw_query=raw_query,
                        query={k: v[0] for k, v in parse_qs(raw_query).items()},
-                       headers=headers, body=b"", time=arrival, wall=time.time(), status=None,
+                       headers=headers, body=b"", time=arrival, wall=self.now(), status=None,
                        fault=None, note=None, client_port=h.client_address[1])
         try:
             rec.body = h.read_body()

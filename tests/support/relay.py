@@ -39,6 +39,7 @@ from collections import namedtuple
 from pathlib import Path
 
 from testclock import TestClock
+from waiting import wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DATA_DIR = Path(os.environ.get("CRCR_TEST_DATA") or (REPO_ROOT / "tests" / "data")).resolve()
@@ -412,7 +413,7 @@ class Relay:
                     return
             except (OSError, http.client.HTTPException):
                 pass
-            time.sleep(0.05)
+            time.sleep(0.01)
         self.kill()
         raise RelayError("crcr did not answer GET /healthz 200 within %.0f s; log:\n%s"
                          % (self.start_timeout, self.log_tail(40, log_offset)))
@@ -543,6 +544,36 @@ class Relay:
         r.delivery = delivery if delivery is not False else None
         return r
 
+    # -- metrics and the outbox
+
+    def metrics(self):
+        """GET /metrics parsed: {(name, ((label, value), ...) sorted): float}."""
+        r = self.get("/metrics")
+        if r.status != 200:
+            raise RelayError("GET /metrics: %d %r" % (r.status, r.body[:200]))
+        return parse_metrics(r.body.decode("utf-8"))
+
+    def metric(self, name, **labels):
+        """One sample of GET /metrics (labels given as keywords), or None when absent."""
+        return self.metrics().get((name, tuple(sorted(labels.items()))))
+
+    def outbox_busy(self):
+        """Outbox rows of the store not finished yet (queued, with their time come or not, and
+        running); None when the store did not answer."""
+        m = self.metrics()
+        if m.get(("crcr_store_up", ())) != 1:
+            return None
+        return sum(m.get(("crcr_outbox_rows", (("state", s),)), 0) for s in ("queued", "running"))
+
+    def wait_outbox_idle(self, timeout=10.0, step=0.0):
+        """Waits until no outbox row of the store is queued or running: every call the relay had
+        to make (dispatches, check runs, HUD forwards, comments, re-runs) was made and its
+        outcome recorded, and nothing is scheduled again. With `step`, each poll that finds work
+        left moves the relay's clock `step` seconds forward (rows waiting out a backoff become
+        due). Returns True, or False after `timeout` s."""
+        return bool(wait_until(lambda: self.outbox_busy() == 0, timeout, 0.02,
+                               self.clock if step else None, step))
+
     # -- CLI
 
     def cli(self, args, timeout=30.0, env=None, input=None):
@@ -551,6 +582,29 @@ class Relay:
         p = subprocess.run([self.binary] + list(args), env=self.child_env(env), cwd=self.tmp,
                            input=input, capture_output=True, text=True, timeout=timeout)
         return p.returncode, p.stdout, p.stderr
+
+
+def parse_metrics(text):
+    """Prometheus text exposition -> {(name, ((label, value), ...) sorted): float}."""
+    out = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        head, _, value = line.rpartition(" ")
+        name, labels = head, ()
+        if "{" in head:
+            name, rest = head.split("{", 1)
+            pairs = []
+            for part in rest.rstrip("}").split(","):
+                if "=" in part:
+                    k, v = part.split("=", 1)
+                    pairs.append((k.strip(), v.strip().strip('"')))
+            labels = tuple(sorted(pairs))
+        try:
+            out[(name, labels)] = float(value)
+        except ValueError:
+            pass
+    return out
 
 
 def check_clean_exit(test, relay, timeout=15.0):
