@@ -574,6 +574,53 @@ class Relay:
         return bool(wait_until(lambda: self.outbox_busy() == 0, timeout, 0.02,
                                self.clock if step else None, step))
 
+    def waiting_for_time(self):
+        """True when the relay only waits for its clock: outbox rows are queued for later, none
+        is running and none is late (due but not claimed). Moving the clock then cannot catch a
+        request in flight."""
+        m = self.metrics()
+        rows = {s: m.get(("crcr_outbox_rows", (("state", s),)), 0) for s in ("queued", "running")}
+        late = m.get(("crcr_outbox_oldest_due_age_seconds", ()), 0)
+        return rows["queued"] > 0 and rows["running"] == 0 and late == 0
+
+    def wait_with_timers(self, pred, timeout=30.0, step=1.0):
+        """Awaits pred() (returns its value, falsy after `timeout` s of real time), moving the
+        relay's clock `step` s whenever the relay only waits for it (waiting_for_time): retries
+        and rate-limit pauses run out in moved time, one step at a time, while no request is in
+        flight: a request reaches a fake (on the same clock) at the moved time it was sent, plus
+        its real-time latency."""
+        def poll():
+            v = pred()
+            if not v and self.waiting_for_time():
+                self.clock.advance(step)
+            return v
+        return wait_until(poll, timeout, 0.02)
+
+    def store_rows(self, sql):
+        """Rows (lists of strings, NULL as None) of one read-only query on the relay's store: the
+        SQLite file (opened read-only, beside the running relay) or the PostgreSQL database (psql).
+        For what no front door shows, e.g. which lease an outbox row is under."""
+        if self.store_uri.startswith("sqlite:"):
+            import sqlite3
+            db = sqlite3.connect("file:%s?mode=ro" % self.store_uri[len("sqlite:"):], uri=True,
+                                 timeout=10)
+            try:
+                return [[None if v is None else str(v) for v in row]
+                        for row in db.execute(sql).fetchall()]
+            finally:
+                db.close()
+        import glob
+        import shutil as _sh
+        exe = _sh.which("psql") or next(iter(sorted(glob.glob("/usr/lib/postgresql/*/bin/psql"),
+                                                     reverse=True)), None)
+        p = subprocess.run([exe, "-X", "-q", "-A", "-t", "-F", "\t", "-v", "ON_ERROR_STOP=1",
+                            "-d", self.store_uri, "-c", sql], capture_output=True, text=True,
+                           timeout=60)
+        if p.returncode != 0:
+            raise RelayError("psql %r: %s" % (sql, p.stderr.strip()))
+        return [[None if v == "" else v for v in line.split("\t")]
+                for line in p.stdout.splitlines() if line]
+
     # -- CLI
 
     def cli(self, args, timeout=30.0, env=None, input=None):
