@@ -380,9 +380,11 @@ class CallbackMixin:
         return [c for c in self.s.gh.check_runs()
                 if c["head_sha"] == sha and c["name"].startswith(prefix)]
 
-    def wait_checks(self, sha, n, repo=None, timeout=10.0):
+    def wait_checks(self, sha, n, repo=None, timeout=10.0, step=0.0):
+        """Waits for `n` check runs of `sha` (and `repo`); with `step`, each poll without them
+        moves the clock `step` s (check runs waiting out a retry backoff become due)."""
         got = wait_until(lambda: (lambda x: x if len(x) >= n else None)(
-            self.checks_for(sha, repo)), timeout)
+            self.checks_for(sha, repo)), timeout, clock=self.s.clock, step=step)
         self.assertTrue(got, "%d of %d check runs for %s%s"
                         % (len(self.checks_for(sha, repo)), n, sha, self.diag()))
         return got

@@ -38,7 +38,7 @@ import tempfile
 import unittest
 
 import relay as R
-from test_dispatch import wait_until
+from waiting import wait_until
 
 ADMIN_TOKEN = "admin-token-for-operator-e2e-0123456789"
 V1_FIXTURE = os.path.join(str(R.DATA_DIR), "stores", "schema-v1.db")

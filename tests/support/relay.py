@@ -87,6 +87,20 @@ def crcr_bin():
     return os.path.abspath(path)  # the relay runs in its temp dir: a relative path would break
 
 
+_HOOKS = {}
+
+
+def has_test_hooks(binary):
+    """Whether `binary` was built with the test clock (CRCR_TEST_HOOKS=ON: `crcr version` says
+    so). A binary without it refuses CRCR_TEST_CLOCK_FILE, so Relay passes the clock only to one
+    that has it (the benchmarks run a Release build without hooks and never move the clock)."""
+    if binary not in _HOOKS:
+        p = subprocess.run([binary, "version"], capture_output=True, text=True, timeout=30,
+                           env={"PATH": os.environ.get("PATH", "")})
+        _HOOKS[binary] = "test hooks" in p.stdout
+    return _HOOKS[binary]
+
+
 def free_port():
     """A TCP port on 127.0.0.1 that was free a moment ago."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -350,7 +364,8 @@ class Relay:
             # installed has /etc/crcr/crcr.env, which must not leak into the tests.
             "CRCR_DEFAULT_CONFIG": "",
         })
-        env.update(self.clock.env())
+        if has_test_hooks(self.binary):
+            env.update(self.clock.env())
         if self.port is not None:
             env["CRCR_LISTEN"] = "127.0.0.1:%d" % self.port
         for src in (self.extra_env, extra or {}):
