@@ -20,7 +20,8 @@ item 4. Each attack has its own test:
 - invalid UTF-8 in a signed body: 400, nothing stored.
 
 Figures (share answered within 1 s, p50/p99 latency, connection lifetimes, peak RSS) are
-printed to stderr for the record; none is asserted but memory and the deadline's own bounds. Needs CRCR_BIN; see tests/support/README.md.
+printed to stderr for the record; none is asserted but memory and the deadline's own bounds.
+Needs CRCR_BIN; see tests/support/README.md.
 """
 
 import http.client

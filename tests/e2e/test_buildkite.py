@@ -27,7 +27,6 @@ import signal
 import stat
 import subprocess
 import tempfile
-import time
 import unittest
 import uuid
 

@@ -17,7 +17,6 @@ Harness: test_callback.py. Needs CRCR_BIN; see tests/support/README.md.
 
 import json
 import secrets
-import time
 import unittest
 
 import oidc_issuer as O

@@ -16,7 +16,6 @@ Harness: test_callback.py. Needs CRCR_BIN; see tests/support/README.md.
 
 import json
 import secrets
-import time
 import unittest
 
 import relay as R

@@ -23,7 +23,6 @@ shared with the other test_dispatch_* files.
 import json
 import random
 import re
-import time
 import unittest
 import uuid
 from collections import Counter

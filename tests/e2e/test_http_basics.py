@@ -9,7 +9,6 @@ import http.client
 import json
 import signal
 import socket
-import time
 import unittest
 
 import relay as R

@@ -20,7 +20,8 @@ mentioning them, with upstream's marker `<!-- crcr-oncall:OWNER/REPO -->` as the
   - dry-run (no App) records the comment row as dry_run and sends nothing;
   - a hostile job name cannot mention anyone or break the comment's table.
 Every wait is on an observable event (a request, a comment, an outbox row's state), never a
-sleep; timers (the zombie timeout, a dead claim's lease) run out on the moved clock. Harness: test_callback.py. Needs CRCR_BIN; see tests/support/README.md.
+sleep; timers (the zombie timeout, a dead claim's lease) run out on the moved clock. Harness:
+test_callback.py. Needs CRCR_BIN; see tests/support/README.md.
 """
 
 import json

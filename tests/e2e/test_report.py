@@ -19,7 +19,6 @@ import shutil
 import subprocess
 import tempfile
 import threading
-import time
 import unittest
 import urllib.parse
 import uuid

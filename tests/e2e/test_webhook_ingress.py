@@ -13,7 +13,6 @@ Needs CRCR_BIN; see tests/support/README.md.
 
 import json
 import random
-import time
 import unittest
 import uuid
 
