@@ -322,7 +322,8 @@ class ProvidersUrlTest(BuildkiteMixin, unittest.TestCase):
                            "buildkite:\n  %s/%s: org2/repo2\n" % (ORG, PIPE_NEW))
         # Not before the TTL (the clock has not moved)...
         self.assertEqual(metric(self.s.relay, "crcr_ci_providers_pipelines"), 2)
-        # ...and at the TTL.
+        # ...and at the TTL (nothing in flight when the clock moves).
+        self.settle()
         self.s.clock.advance(TTL_S)
         ok = wait_until(lambda: metric(self.s.relay, "crcr_ci_providers_pipelines") == 1, 10)
         self.assertTrue(ok, self.diag())
@@ -333,6 +334,7 @@ class ProvidersUrlTest(BuildkiteMixin, unittest.TestCase):
                           NOT_REGISTERED % (ORG, PIPE_L2))
         # Unchanged refreshes are conditional requests answered 304.
         n = len(self.contents_requests())
+        self.settle()
         self.s.clock.advance(TTL_S)
         self.assertTrue(wait_until(lambda: len(self.contents_requests()) > n, 10))
         self.assertEqual(self.contents_requests()[-1].status, 304)

@@ -518,6 +518,7 @@ class HandlerCasesTest(CallbackMixin, unittest.TestCase):
     def test_3_6_3_in_progress_reports_queue_time_only(self):
         t0 = time.monotonic()
         pr = self.open_pr(repos=[L2])
+        self.settle()  # the dispatch's time recorded before the clock moves
         self.s.clock.advance(30)  # the job waited 30 s in a queue
         self.assertOk(self.cb(L2, pr, "in_progress"), "in_progress")
         elapsed = time.monotonic() - t0
@@ -531,6 +532,7 @@ class HandlerCasesTest(CallbackMixin, unittest.TestCase):
         pr = self.open_pr(repos=[L2])
         self.assertOk(self.cb(L2, pr, "in_progress"), "in_progress")
         t0 = time.monotonic()
+        self.settle()  # nothing in flight: two minutes is a lease
         self.s.clock.advance(120)  # the job ran two minutes
         self.assertOk(self.cb(L2, pr, "completed"), "completed")
         elapsed = time.monotonic() - t0
