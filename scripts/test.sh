@@ -33,6 +33,7 @@ if ! wait "$pg_pid"; then
   exit 1
 fi
 pg_pid=""
+echo "== built in ${SECONDS} s"
 CRCR_TEST_PG_URI="$(cat "$pgdir.uri")"
 export CRCR_TEST_PG_URI
 echo "PostgreSQL for the tests: $CRCR_TEST_PG_URI"
@@ -44,4 +45,7 @@ if [ "${CRCR_E2E_ON_PG:-1}" != "1" ]; then
 fi
 echo "== the whole suite (SQLite stores, then the e2e_pg entries on PostgreSQL; conformance and"
 echo "   multi-instance on PostgreSQL)"
-ctest --test-dir "$dir" --output-on-failure -j"${CRCR_TEST_JOBS:-6}" "${skip[@]}"
+status=0
+ctest --test-dir "$dir" --output-on-failure -j"${CRCR_TEST_JOBS:-6}" "${skip[@]}" || status=1
+echo "== done in ${SECONDS} s"
+exit "$status"
