@@ -438,7 +438,7 @@ class MultiInstanceTest(unittest.TestCase):
 
         def cluster(cmd):
             p = subprocess.run([CLUSTER_SCRIPT, cmd, pgdir], capture_output=True, text=True,
-                               timeout=120)
+                               timeout=300)  # a bound for a hung server only
             self.assertEqual(p.returncode, 0, "pg-test-cluster.sh %s: %s" % (cmd, p.stderr))
             return p.stdout.strip()
 
