@@ -88,7 +88,7 @@ class PushRefreshMixin:
 
     def repos_in_force(self, relay):
         m = re.search(r"^crcr_allowlist_repos (\S+)$",
-                      relay.get("/metrics").body.decode("utf-8", "replace"), re.M)
+                      relay.poll("/metrics").body.decode("utf-8", "replace"), re.M)
         return int(float(m.group(1))) if m else None
 
     def pr_reaches(self, relay, repo, n_repos, step=0.0):

@@ -46,7 +46,7 @@ V3 = "L2:\n  - org1/repo1\n"
 def gauge(relay, name):
     """A gauge from /metrics, or None when the relay does not answer."""
     try:
-        body = relay.get("/metrics").body.decode("utf-8", "replace")
+        body = relay.poll("/metrics").body.decode("utf-8", "replace")
     except OSError:
         return None
     m = re.search(r"^%s (\S+)$" % name, body, re.M)

@@ -58,7 +58,7 @@ FORK = "Buildkite claim 'build_branch' value '%s' not in allowed set for this pi
 
 def metric(relay, name):
     """A sample without labels from /metrics, or None."""
-    body = relay.get("/metrics").body.decode("utf-8", "replace")
+    body = relay.poll("/metrics").body.decode("utf-8", "replace")
     m = re.search(r"^%s (\S+)$" % re.escape(name), body, re.M)
     return float(m.group(1)) if m else None
 

@@ -475,7 +475,7 @@ class LambdaCasesTest(CallbackMixin, unittest.TestCase):
                     if pr.delivery.encode() in x.body]
         self.assertEqual(statuses, [503, 503, 200])
         rows = wait_until(lambda: [r for r in self.outbox(pr.delivery, "hud_forward")
-                                   if r["state"] == "sent"], 10.0)
+                                   if r["state"] == "sent"], 10.0, 0.1)
         self.assertEqual(len(rows), 1)
         self.assertEqual(rows[0]["attempts"], 3)
 
@@ -548,7 +548,7 @@ class HandlerCasesTest(CallbackMixin, unittest.TestCase):
         self.s.hud.fail(422, count=1, match=pr.delivery)
         self.assertOk(self.cb(L2, pr, "in_progress"), "in_progress")
         row = wait_until(lambda: [r for r in self.outbox(pr.delivery, "hud_forward")
-                                  if r["state"] == "dead"])
+                                  if r["state"] == "dead"], 10.0, 0.1)
         self.assertTrue(row, "the hud_forward row did not die: %s"
                         % self.outbox(pr.delivery, "hud_forward"))
         self.assertEqual(row[0]["last_status"], 422)
@@ -567,7 +567,7 @@ class HandlerCasesTest(CallbackMixin, unittest.TestCase):
         self.s.hud.fail(502, match=pr.delivery)
         self.assertOk(self.cb(L2, pr, "in_progress"), "in_progress")
         row = wait_until(lambda: [r for r in self.outbox(pr.delivery, "hud_forward")
-                                  if r["state"] == "dead"], 15.0, clock=self.s.clock, step=0.5)
+                                  if r["state"] == "dead"], 15.0, 0.1, self.s.clock, 0.5)
         self.assertTrue(row, "never gave up: %s" % self.outbox(pr.delivery, "hud_forward"))
         self.assertEqual((row[0]["attempts"], row[0]["last_status"]), (4, 502))
         self.assertIn("gave up after 4 attempts", row[0]["last_error"])

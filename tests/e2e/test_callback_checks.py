@@ -378,7 +378,7 @@ class RerunTest(ChecksMixin, unittest.TestCase):
         r = self.webhook("check_run", check_run_event("crcr/%s/CI/build" % L3, str(run)))
         self.assertEqual((r.status, r.json()["ok"]), (200, True))
         row = wait_until(lambda: [x for x in self.outbox(r.delivery, "rerun")
-                                  if x["state"] not in ("queued", "running")])
+                                  if x["state"] not in ("queued", "running")], 10.0, 0.1)
         self.assertEqual([(x["state"], x["attempts"], x["note"]) for x in row],
                          [("sent", 1, "already running")])
         self.settle()
@@ -457,7 +457,7 @@ class RerunTest(ChecksMixin, unittest.TestCase):
         r = self.webhook("check_suite", check_suite_event(suite))
         self.assertEqual(r.status, 200)
         row = wait_until(lambda: [x for x in self.outbox(r.delivery, "rerun_suite")
-                                  if x["state"] == "sent"])
+                                  if x["state"] == "sent"], 10.0, 0.1)
         self.assertEqual(row[0]["note"], "0 re-runs queued")
         self.settle()
         self.assertEqual(self.reruns_of(997, 998, 999), [])

@@ -144,7 +144,7 @@ class GitHubRelayMixin:
             last["rows"] = self.rows(delivery)
             return pred(last["rows"])
 
-        if not wait_until(check, timeout, 0.05, self.clock, step):
+        if not wait_until(check, timeout, 0.1, self.clock, step):
             self.fail("%s not reached within %.0f s; rows: %s%s"
                       % (what, timeout, json.dumps(last["rows"], indent=1)[:3000], self.diag()))
         return last["rows"]

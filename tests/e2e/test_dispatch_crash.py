@@ -160,7 +160,7 @@ class LeaseTest(GitHubRelayMixin, unittest.TestCase):
         lease = "SELECT lease_until FROM outbox WHERE target='solo/repo'"
         first = self.relay.store_rows(lease)
         self.clock.advance(2)  # the stuck worker's lease runs out; another takes the row ...
-        self.assertTrue(wait_until(lambda: self.relay.store_rows(lease) != first, 10),
+        self.assertTrue(wait_until(lambda: self.relay.store_rows(lease) != first, 10, 0.1),
                         "no other worker took the row over" + self.diag())
         slow.release()  # ... and waits for the same lookup (one flight), then dispatches
         self.wait_pairs({(d, "solo/repo")}, timeout=20)

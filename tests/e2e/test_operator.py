@@ -331,7 +331,7 @@ class AllowlistStrictnessTest(TempDirMixin, unittest.TestCase):
         return json.loads(relay.get("/readyz").body)
 
     def metric(self, relay, name):
-        for line in relay.get("/metrics").body.decode().splitlines():
+        for line in relay.poll("/metrics").body.decode().splitlines():
             if line.startswith(name + " "):
                 return float(line.split()[1])
         return None
