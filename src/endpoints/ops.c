@@ -101,6 +101,11 @@ static crcr_err app_metrics(crcr_app *app, buf_t *b)
     if (!e)
         e = gauge(b, "crcr_dry_run", "gauge", "1 when outbound calls are recorded, not sent.",
                   app->cfg.dry_run ? 1 : 0);
+    if (!e)
+        e = gauge(b, "crcr_sweeper_last_run_timestamp_seconds", "gauge",
+                  "Unix time of the last sweeper pass (zombie runs, retention) this process ran "
+                  "as the lease holder, once it ended (0 before the first).",
+                  (double)atomic_load(&app->last_sweep_at) / 1000.0);
     int64_t last = atomic_load(&app->last_webhook_at);
     if (!e)
         e = gauge(b, "crcr_last_webhook_timestamp_seconds", "gauge",

@@ -43,7 +43,8 @@ import unittest
 import urllib.parse
 
 import relay as R
-from test_callback import L2, L4, CallbackMixin, new_run_id, new_sha, wait_until
+from test_callback import L2, L4, CallbackMixin, new_run_id, new_sha
+from waiting import wait_until
 
 REPO_ROOT = R.REPO_ROOT
 ACTION_YML = REPO_ROOT / "action.yml"
@@ -140,7 +141,8 @@ class _Server:
         if tls:
             self.server.socket = tls.wrap_socket(self.server.socket, server_side=True)
         self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.server.serve_forever,
+                                       kwargs={"poll_interval": 0.05}, daemon=True)
         self.thread.start()
 
     @property
@@ -248,7 +250,8 @@ class ConnectProxy:
 
         self.server = _QuietServer(("127.0.0.1", 0), Handler)
         self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05},
+                         daemon=True).start()
 
     @property
     def url(self):
@@ -479,7 +482,9 @@ class ActionTest(CallbackMixin, unittest.TestCase):
         event = self.event_file(pr.cp(L2))
         self.front.answers = [(429, {"detail": "rate limit exceeded for %s" % L2},
                                {"Retry-After": "1"})]
-        # A generous budget: only the order of events is checked, not the machine's speed.
+        # Real time is the subject: the action (Node, not the relay) waits on the real clock, so
+        # this waits its 1 s out. A generous budget: only the order of events is checked, not
+        # the machine's speed.
         p = self.run_action({"status": "in_progress", "max-time": "120",
                              "callback-url": self.front.url + "/github/callback"}, event)
         self.assert_ok(p)

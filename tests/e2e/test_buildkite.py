@@ -33,13 +33,14 @@ import signal
 import stat
 import subprocess
 import tempfile
-import time
 import unittest
 import uuid
 
 import fakegh as F
 import relay as R
-from test_callback import L2, L4, UPSTREAM, CallbackMixin, Stack, new_sha, wait_until
+from test_callback import L2, L4, UPSTREAM, CallbackMixin, Stack, new_sha
+from testclock import TestClock
+from waiting import wait_until
 
 ORG = "018b5ec5-6c13-4b0a-9e0e-0a1b2c3d4e5f"
 PIPE_L2 = "018cdabc-1111-4c2d-8e3f-000000000002"  # org2/repo2, main only
@@ -63,7 +64,7 @@ FORK = "Buildkite claim 'build_branch' value '%s' not in allowed set for this pi
 
 def metric(relay, name):
     """A sample without labels from /metrics, or None."""
-    body = relay.get("/metrics").body.decode("utf-8", "replace")
+    body = relay.poll("/metrics").body.decode("utf-8", "replace")
     m = re.search(r"^%s (\S+)$" % re.escape(name), body, re.M)
     return float(m.group(1)) if m else None
 
@@ -191,7 +192,7 @@ class BuildkiteCallbackTest(BuildkiteMixin, unittest.TestCase):
         bk = self.bk
         cases = {
             "other key": bk.sign(bk.buildkite_claims(ORG, PIPE_L2), key=bk.foreign_key),
-            "expired": bk.buildkite_token(ORG, PIPE_L2, now=time.time() - 3600),
+            "expired": bk.buildkite_token(ORG, PIPE_L2, now=bk.now() - 3600),
             "wrong aud": bk.buildkite_token(ORG, PIPE_L2, aud="other"),
         }
         for what, tok in cases.items():
@@ -472,12 +473,12 @@ class ProvidersReloadTest(BuildkiteMixin, unittest.TestCase):
 PROVIDERS_REPO = "pytorch/test-infra"
 PROVIDERS_PATH = "aws/lambda/cross_repo_ci_relay/config/ci_providers.yml"
 PROVIDERS_URL = "https://github.com/%s/blob/main/%s" % (PROVIDERS_REPO, PROVIDERS_PATH)
-TTL_S = 2
+TTL_S = 600
 
 
 class ProvidersUrlTest(BuildkiteMixin, unittest.TestCase):
-    """The map from a GitHub blob URL (the fake GitHub's contents API) with a short TTL. Every
-    test starts its own stack."""
+    """The map from a GitHub blob URL (the fake GitHub's contents API) with a TTL of 10 minutes
+    that runs out when the test moves the stack's clock. Every test starts its own stack."""
 
     @classmethod
     def setUpClass(cls):
@@ -501,14 +502,15 @@ class ProvidersUrlTest(BuildkiteMixin, unittest.TestCase):
         self.assertEqual(metric(self.s.relay, "crcr_ci_providers_pipelines"), 2)
         self.assertOk(self.post_callback(L2, self.nightly(sha),
                                          token=bk.buildkite_token(ORG, PIPE_L2)), "completed")
-        changed_at = time.monotonic()
         self.s.gh.set_file(PROVIDERS_REPO, PROVIDERS_PATH, "main",
                            "buildkite:\n  %s/%s: org2/repo2\n" % (ORG, PIPE_NEW))
-        ok = wait_until(lambda: metric(self.s.relay, "crcr_ci_providers_pipelines") == 1,
-                        6 * TTL_S)
-        took = time.monotonic() - changed_at
+        # Not before the TTL (the clock has not moved)...
+        self.assertEqual(metric(self.s.relay, "crcr_ci_providers_pipelines"), 2)
+        # ...and at the TTL (nothing in flight when the clock moves).
+        self.settle()
+        self.s.clock.advance(TTL_S)
+        ok = wait_until(lambda: metric(self.s.relay, "crcr_ci_providers_pipelines") == 1, 10)
         self.assertTrue(ok, self.diag())
-        print("\nnew CI providers map in force %.1f s after the change (TTL %d s)" % (took, TTL_S))
         self.assertOk(self.post_callback(L2, self.nightly(sha, job_name="new"),
                                          token=bk.buildkite_token(ORG, PIPE_NEW)), "completed")
         self.assertDetail(self.post_callback(L2, self.nightly(sha, job_name="old"),
@@ -516,7 +518,9 @@ class ProvidersUrlTest(BuildkiteMixin, unittest.TestCase):
                           NOT_REGISTERED % (ORG, PIPE_L2))
         # Unchanged refreshes are conditional requests answered 304.
         n = len(self.contents_requests())
-        self.assertTrue(wait_until(lambda: len(self.contents_requests()) > n, 6 * TTL_S))
+        self.settle()
+        self.s.clock.advance(TTL_S)
+        self.assertTrue(wait_until(lambda: len(self.contents_requests()) > n, 10))
         self.assertEqual(self.contents_requests()[-1].status, 304)
         self.assertIn("from=github pipelines=1", self.s.relay.log_text())
 
@@ -557,15 +561,17 @@ class SharedProvidersTest(unittest.TestCase):
         name = "crcr_e2e_%s" % uuid.uuid4().hex[:12]
         psql(PG_URI, "CREATE DATABASE %s" % name)
         self.addCleanup(drop_database, PG_URI, name)
+        self.clock = TestClock()
+        self.addCleanup(self.clock.close)
         with open(R.APP_PUB, encoding="ascii") as f:
-            self.gh = F.FakeGitHub(app_id=1, public_key=f.read()).start()
+            self.gh = F.FakeGitHub(app_id=1, public_key=f.read(), clock=self.clock).start()
         self.addCleanup(self.gh.stop)
         self.gh.set_file(PROVIDERS_REPO, PROVIDERS_PATH, "main", PROVIDERS)
-        env = {"CI_PROVIDERS_URL": PROVIDERS_URL, "ALLOWLIST_TTL_SECONDS": "3",
+        env = {"CI_PROVIDERS_URL": PROVIDERS_URL, "ALLOWLIST_TTL_SECONDS": str(TTL_S),
                "GITHUB_API_URL": self.gh.url, "CRCR_STORE": with_database(PG_URI, name)}
         self.relays = []
         for _ in range(2):
-            r = R.Relay(env=env)
+            r = R.Relay(env=env, clock=self.clock)
             self.addCleanup(r.close)
             self.addCleanup(R.check_clean_exit, self, r)
             r.start()
@@ -583,9 +589,14 @@ class SharedProvidersTest(unittest.TestCase):
                          r"event=ci_providers\.loaded .*from=shared_copy pipelines=2")
         self.gh.set_file(PROVIDERS_REPO, PROVIDERS_PATH, "main",
                          "buildkite:\n  %s/%s: org2/repo2\n" % (ORG, PIPE_NEW))
+        # A TTL later the holder fetches it, and the follower takes the copy at its next look
+        # (a slack after the copy's refresh: the polls move the clock a second at a time).
+        self.clock.advance(TTL_S)
         ok = wait_until(lambda: all(metric(r, "crcr_ci_providers_pipelines") == 1
-                                    for r in self.relays), 12.0)
+                                    for r in self.relays), 20, 0.02, self.clock, 1.0)
         self.assertTrue(ok, self.diag())
+        reqs = self.gh.requests(method="GET", path_re=r"^/repos/pytorch/test-infra/contents/")
+        self.assertEqual(len(reqs), 2, "one fetch per TTL for both instances" + self.diag())
 
 
 # ============================================================================================

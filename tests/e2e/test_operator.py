@@ -38,7 +38,7 @@ import tempfile
 import unittest
 
 import relay as R
-from test_dispatch import wait_until
+from waiting import wait_until
 
 ADMIN_TOKEN = "admin-token-for-operator-e2e-0123456789"
 V1_FIXTURE = os.path.join(str(R.DATA_DIR), "stores", "schema-v1.db")
@@ -331,7 +331,7 @@ class AllowlistStrictnessTest(TempDirMixin, unittest.TestCase):
         return json.loads(relay.get("/readyz").body)
 
     def metric(self, relay, name):
-        for line in relay.get("/metrics").body.decode().splitlines():
+        for line in relay.poll("/metrics").body.decode().splitlines():
             if line.startswith(name + " "):
                 return float(line.split()[1])
         return None

@@ -1,7 +1,7 @@
 /*
- * test_oidc.c - GitHub Actions OIDC verification (oidc.c) against a real JWKS endpoint: an
- * in-process libmicrohttpd server on 127.0.0.1 serves /.well-known/jwks, counts fetches and can
- * swap its key set (rotation) or fail. Tokens are signed here with freshly generated RSA keys.
+ * test_oidc.c - GitHub Actions OIDC verification (oidc.c) against a real JWKS endpoint: the unit
+ * tests' HTTP server (support/ut_httpd.h) on 127.0.0.1 serves /.well-known/jwks, counts fetches and
+ * can swap its key set (rotation) or fail. Tokens are signed here with freshly generated RSA keys.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,9 +13,6 @@
 
 #include <cmocka.h>
 
-#include <arpa/inet.h>
-#include <microhttpd.h>
-#include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
 
@@ -31,6 +28,7 @@
 #include "jwt.h"
 #include "log.h"
 #include "oidc.h"
+#include "ut_httpd.h"
 
 #define AUD "pytorch-cross-repo-ci-relay"
 #define NOW ((int64_t)1700000000)
@@ -55,8 +53,7 @@ static void log_capture(const char *line, size_t len, void *ctx)
 /* ---------------------------------------------------------------- JWKS server */
 
 typedef struct jwks_server {
-    struct MHD_Daemon *d;
-    uint16_t port;
+    ut_httpd *srv;   /* NULL once stopped */
     char issuer[64]; /* http://127.0.0.1:<port> */
     pthread_mutex_t mu;
     char *body; /* current JWKS document (owned), guarded by mu */
@@ -64,31 +61,18 @@ typedef struct jwks_server {
     atomic_int fetches;
 } jwks_server;
 
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
-                                  const char *method, const char *version, const char *upload,
-                                  size_t *upload_size, void **con_cls)
+static void on_request(void *cls, const ut_httpd_req *rq, ut_httpd_resp *resp)
 {
-    (void)version;
-    (void)upload;
-    (void)upload_size;
-    (void)con_cls;
     jwks_server *s = cls;
-    struct MHD_Response *r;
-    int status;
-    if (strcmp(method, "GET") == 0 && strcmp(url, "/.well-known/jwks") == 0) {
+    if (strcmp(rq->method, "GET") == 0 && strcmp(rq->path, "/.well-known/jwks") == 0) {
         atomic_fetch_add(&s->fetches, 1);
         pthread_mutex_lock(&s->mu);
-        status = s->status;
-        r = MHD_create_response_from_buffer(strlen(s->body), s->body, MHD_RESPMEM_MUST_COPY);
+        ut_httpd_reply(resp, (unsigned)s->status, s->body);
         pthread_mutex_unlock(&s->mu);
     } else {
-        status = 404;
-        r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+        ut_httpd_reply(resp, 404, "");
     }
-    MHD_add_response_header(r, "Content-Type", "application/json");
-    enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
-    MHD_destroy_response(r);
-    return ret;
+    ut_httpd_resp_header(resp, "Content-Type", "application/json");
 }
 
 /* Starts a server on 127.0.0.1 with an ephemeral port serving `body` (copied). */
@@ -99,19 +83,8 @@ static jwks_server *server_start(const char *body)
     pthread_mutex_init(&s->mu, NULL);
     s->body = strdup(body);
     s->status = 200;
-    struct sockaddr_in sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sin_family = AF_INET;
-    sa.sin_port = 0;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    s->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD, 0, NULL, NULL, on_request, s,
-                            MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_END);
-    assert_non_null(s->d);
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
-    assert_non_null(info);
-    s->port = info->port;
-    assert_true(s->port != 0);
-    snprintf(s->issuer, sizeof(s->issuer), "http://127.0.0.1:%u", (unsigned)s->port);
+    s->srv = ut_httpd_start(on_request, s);
+    snprintf(s->issuer, sizeof(s->issuer), "%s", ut_httpd_base(s->srv));
     return s;
 }
 
@@ -129,9 +102,8 @@ static void server_set(jwks_server *s, const char *body, int status)
 /* Stops the listener (the port then refuses connections) but keeps the record. */
 static void server_stop(jwks_server *s)
 {
-    if (s->d)
-        MHD_stop_daemon(s->d);
-    s->d = NULL;
+    ut_httpd_stop(s->srv);
+    s->srv = NULL;
 }
 
 static void server_free(jwks_server *s)
@@ -694,7 +666,7 @@ static void test_unknown_issuer_is_named_in_reason_without_fetch(void **state)
     claims = claims_ok(iss);
     expect_claims(f, claims, NOW, 401, NULL);
     free(claims);
-    snprintf(iss, sizeof(iss), "HTTP://127.0.0.1:%u", (unsigned)f->srv->port);
+    snprintf(iss, sizeof(iss), "HTTP://127.0.0.1:%d", ut_httpd_port(f->srv->srv));
     claims = claims_ok(iss);
     expect_claims(f, claims, NOW, 401, NULL);
     free(claims);
