@@ -48,7 +48,7 @@ pkg="$dir/deb/crcr_${version}_${arch}"
 rm -rf "$pkg"
 umask 022
 install -d "$pkg/DEBIAN" "$pkg/usr/bin" "$pkg/lib/systemd/system" "$pkg/etc/crcr" \
-  "$pkg/usr/share/man/man1" "$pkg/usr/share/doc/crcr"
+  "$pkg/usr/share/man/man1" "$pkg/usr/share/doc/crcr" "$pkg/usr/share/crcr"
 
 install -m 0755 "$bin" "$pkg/usr/bin/crcr"
 strip --strip-unneeded --remove-section=.comment --remove-section=.note "$pkg/usr/bin/crcr"
@@ -62,16 +62,21 @@ for page in "$dir"/man/*.1; do
   gzip -9n <"$page" >"$pkg/usr/share/man/man1/$(basename "$page").gz"
 done
 
-# Documentation: the operator's documents, the upstream changelog, the sample allowlist.
+# Documentation: the operator's documents, the upstream changelog.
 install -m 0644 deploy/debian/copyright "$pkg/usr/share/doc/crcr/copyright"
 gzip -9n <CHANGELOG.md >"$pkg/usr/share/doc/crcr/changelog.gz"
 gzip -9n <README.md >"$pkg/usr/share/doc/crcr/README.md.gz"
 for doc in docs/*.md; do
   gzip -9n <"$doc" >"$pkg/usr/share/doc/crcr/$(basename "$doc").gz"
 done
-install -d "$pkg/usr/share/doc/crcr/examples"
-install -m 0644 examples/allowlist.yml "$pkg/usr/share/doc/crcr/examples/allowlist.yml"
-install -m 0644 deploy/nginx/crcr.conf "$pkg/usr/share/doc/crcr/examples/nginx-crcr.conf"
+# Examples docs/go-live.md uses, outside /usr/share/doc (which minimal images often leave out of
+# dpkg's installs): the sample allowlist, the nginx site and real webhook payloads to send with
+# `crcr webhook send` (tests/data/webhooks, MIT, see their ATTRIBUTION.md).
+ex="$pkg/usr/share/crcr/examples"
+install -d "$ex" "$ex/webhooks"
+install -m 0644 examples/allowlist.yml "$ex/allowlist.yml"
+install -m 0644 deploy/nginx/crcr.conf "$ex/nginx-crcr.conf"
+install -m 0644 tests/data/webhooks/*.json tests/data/webhooks/ATTRIBUTION.md "$ex/webhooks/"
 
 # Depends: the shared libraries the binary links, as dpkg-shlibdeps finds them (libmicrohttpd12,
 # libcurl4, libjansson4, libyaml-0-2, libsqlite3-0, libpq5, libssl3, libc6).

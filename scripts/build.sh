@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Configures and builds crcr. Environment: CRCR_BUILD_DIR (default build), CRCR_SANITIZE=1 for an
+# Configures and builds crcr: every target, or the ninja targets given (scripts/build.sh crcr
+# builds the binary alone). Environment: CRCR_BUILD_DIR (default build), CRCR_SANITIZE=1 for an
 # ASan+UBSan build, CRCR_BUILD_TYPE (default RelWithDebInfo), CRCR_TEST_HOOKS (default ON: the
 # clock tests move, src/core/clock.h; the Debian package and the benchmarks build without it).
 set -euo pipefail
@@ -9,4 +10,4 @@ san=OFF
 [ "${CRCR_SANITIZE:-0}" = "1" ] && san=ON
 cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE="${CRCR_BUILD_TYPE:-RelWithDebInfo}" \
   -DCRCR_WERROR=ON -DCRCR_SANITIZE="$san" -DCRCR_TEST_HOOKS="${CRCR_TEST_HOOKS:-ON}" >/dev/null
-ninja -C "$dir"
+ninja -C "$dir" "$@"

@@ -16,7 +16,9 @@
 # system cluster: everything lives in DIR (data in DIR/data, log in DIR/server.log).
 #
 # PG_BINDIR selects the server binaries (default: the newest /usr/lib/postgresql/*/bin, else
-# the PATH). The database `crcr` is created on first start; the URI names it.
+# the PATH). The database `crcr` is created on first start; the URI names it. PG_WALDIR, at the
+# first start, puts the write-ahead log in that directory (initdb --waldir) instead of DIR/data:
+# a test that fills the filesystem of DIR (a small tmpfs) then fills the data files' disk only.
 set -euo pipefail
 
 die() {
@@ -104,8 +106,14 @@ start() {
   fi
   if [ ! -f "$data/PG_VERSION" ]; then
     rm -rf "$data"
+    local waldir=()
+    if [ -n "${PG_WALDIR:-}" ]; then
+      mkdir -p "$PG_WALDIR"
+      [ "$(id -u)" -ne 0 ] || chown postgres: "$PG_WALDIR"
+      waldir=(--waldir="$PG_WALDIR")
+    fi
     as_owner "$bindir/initdb" -D "$data" -U postgres --auth=trust --encoding=UTF8 --locale=C.UTF-8 \
-      --no-sync >"$dir/initdb.log" 2>&1 || {
+      --no-sync "${waldir[@]}" >"$dir/initdb.log" 2>&1 || {
       cat "$dir/initdb.log" >&2
       die "initdb failed"
     }
@@ -117,9 +125,10 @@ start() {
   [ -n "$port" ] || port="$(free_port)"
   echo "$port" >"$portfile"
   [ "$(id -u)" -ne 0 ] || chown postgres: "$portfile"
-  # Loopback TCP only (no Unix socket), and durability off: this cluster is thrown away.
+  # Loopback TCP only (no Unix socket), and durability off: this cluster is thrown away. Room
+  # for the connection pools of the relays that scripts/test.sh runs side by side.
   as_owner "$bindir/pg_ctl" -D "$data" -l "$dir/server.log" -w -t 60 -o \
-    "-c listen_addresses=127.0.0.1 -p $port -c unix_socket_directories='' -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300" \
+    "-c listen_addresses=127.0.0.1 -p $port -c unix_socket_directories='' -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=1000" \
     start >/dev/null || {
     tail -n 30 "$dir/server.log" >&2 || true
     die "the server did not start"

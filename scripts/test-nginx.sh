@@ -36,8 +36,8 @@ openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=crcr.example.org \
 # The sample, with its certificate paths pointed at the throwaway certificate. Every other line
 # is checked as it is shipped, except that `nginx -t` binds the listen ports: when 80 and 443
 # cannot be bound here (not root, or a server already has them) free ports stand in for them.
-grep -q '/etc/ssl/crcr/fullchain.pem' "$sample"
-grep -q '/etc/ssl/crcr/privkey.pem' "$sample"
+grep -q '/etc/letsencrypt/live/crcr.example.org/fullchain.pem' "$sample"
+grep -q '/etc/letsencrypt/live/crcr.example.org/privkey.pem' "$sample"
 can_bind_80_443='
 import socket
 for fam, host in ((socket.AF_INET, "0.0.0.0"), (socket.AF_INET6, "::")):
@@ -65,8 +65,8 @@ if ! python3 -c 'import socket; socket.socket(socket.AF_INET6).bind(("::1", 0))'
   no_ipv6=(-e '/^ *listen \[::\]/d')
   echo "test-nginx: no IPv6 on this machine; checking without the [::] listen lines"
 fi
-sed -e "s#/etc/ssl/crcr/fullchain.pem#$tmp/fullchain.pem#" \
-    -e "s#/etc/ssl/crcr/privkey.pem#$tmp/privkey.pem#" "${no_ipv6[@]}" \
+sed -e "s#/etc/letsencrypt/live/crcr.example.org/fullchain.pem#$tmp/fullchain.pem#" \
+    -e "s#/etc/letsencrypt/live/crcr.example.org/privkey.pem#$tmp/privkey.pem#" "${no_ipv6[@]}" \
     -e "s#^\( *listen \(\[::\]:\)\{0,1\}\)80\([ ;]\)#\1$http\3#" \
     -e "s#^\( *listen \(\[::\]:\)\{0,1\}\)443\([ ;]\)#\1$https\3#" \
     "$sample" >"$tmp/crcr.conf"

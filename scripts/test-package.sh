@@ -134,46 +134,120 @@ if out="$(systemd-analyze security --offline=true /lib/systemd/system/crcr.servi
   echo "test-package: systemd-analyze security: $(echo "$out" | tail -n 1)"
 fi
 
-# -- serve as the crcr user with the packaged configuration --------------------------------------
+# -- go-live, sections 2 and 3 of docs/go-live.md: its commands, word for word -------------------
+# doc_cmd COMMAND: checks that COMMAND is in docs/go-live.md as it is written here, then runs it
+# with bash (127.0.0.1:8000 replaced by the port this relay got, once it has one); its exit
+# status and output (stdout and stderr) land in $doc_rc and $doc_out.
+golive="$root/docs/go-live.md"
+port=""
+doc_cmd() {
+  local cmd="$1"
+  doc_out=""
+  doc_rc=127
+  if ! grep -qF -- "$cmd" "$golive"; then
+    fail "docs/go-live.md no longer shows: $cmd"
+    return 0
+  fi
+  [ -n "$port" ] && cmd="${cmd//127.0.0.1:8000/127.0.0.1:$port}"
+  doc_out="$(bash -c "$cmd" 2>&1)" && doc_rc=0 || doc_rc=$?
+  return 0
+}
+check "the package ships the go-live document" test -f /usr/share/doc/crcr/go-live.md.gz
+for f in allowlist.yml nginx-crcr.conf webhooks/ping.json webhooks/pull_request.opened.json \
+  webhooks/issues.opened.json webhooks/ATTRIBUTION.md; do
+  expect_stat "/usr/share/crcr/examples/$f" 644 root:root
+done
+
+doc_cmd 'crcr config --check --config /etc/crcr/crcr.env'
+echo "$doc_out" | sed 's/^/test-package: | /'
+check "crcr config --check on the untouched file exits 2 (got $doc_rc)" test "$doc_rc" = 2
+check "... naming GITHUB_APP_SECRET" grep -q '^crcr: GITHUB_APP_SECRET: required' <<<"$doc_out"
+check "... naming the allowlist" \
+  grep -q '^crcr: ALLOWLIST_FILE or ALLOWLIST_URL: one of them is required' <<<"$doc_out"
+check "... and nothing else (2 problems)" grep -q ' 2 problems in /etc/crcr/crcr.env' <<<"$doc_out"
 check "crcr config reads /etc/crcr/crcr.env as user crcr" \
-  sh -c "runuser -u crcr -- crcr config --config /etc/crcr/crcr.env |
+  sh -c "runuser -u crcr -- crcr config --config /etc/crcr/crcr.env 2>/dev/null |
     grep -qx 'CRCR_STORE=sqlite:/var/lib/crcr/crcr.db'"
-install -m 0644 examples/allowlist.yml "$tmp/allowlist.yml"
-# The unit's umask (UMask=), so the store's files get the modes they get under systemd.
+# /etc/crcr is 0750 root:crcr: another user is told the file is there but unreadable.
+out="$(runuser -u nobody -- crcr deliveries list 2>&1 || true)"
+check "an unprivileged crcr deliveries list says it may not read /etc/crcr/crcr.env ($out)" \
+  grep -q '/etc/crcr/crcr.env: cannot read: Permission denied' <<<"$out"
+
+doc_cmd 'sed -i "s|^#GITHUB_APP_SECRET=.*|GITHUB_APP_SECRET=$(openssl rand -hex 32)|" /etc/crcr/crcr.env'
+check "go-live: the webhook secret set (rc $doc_rc)" grep -qE '^GITHUB_APP_SECRET=[0-9a-f]{64}$' \
+  /etc/crcr/crcr.env
+doc_cmd 'sed -i "s|^#ALLOWLIST_FILE=.*|ALLOWLIST_FILE=/usr/share/crcr/examples/allowlist.yml|" /etc/crcr/crcr.env'
+check "go-live: the sample allowlist set (rc $doc_rc)" \
+  grep -qx 'ALLOWLIST_FILE=/usr/share/crcr/examples/allowlist.yml' /etc/crcr/crcr.env
+doc_cmd 'crcr config --check --config /etc/crcr/crcr.env'
+echo "$doc_out" | sed 's/^/test-package: | /'
+check "crcr config --check on the completed file exits 0 (got $doc_rc)" test "$doc_rc" = 0
+check "... complete" grep -q 'complete, crcr serve would start with it' <<<"$doc_out"
+check "... in dry-run" grep -q '^  mode       dry-run' <<<"$doc_out"
+check "... with the sample allowlist's 8 repos" grep -q '(8 repos)' <<<"$doc_out"
+expect_stat /etc/crcr/crcr.env 640 root:crcr
+
+# The unit's start, without systemd: the documented command, on a free port (the environment
+# overrides the file) and with the unit's umask (UMask=), so the store's files get the modes they
+# get under systemd.
 umask_unit="$(sed -n 's/^UMask=//p' /lib/systemd/system/crcr.service)"
+serve_cmd='cd /var/lib/crcr && runuser -u crcr -- crcr serve --config /etc/crcr/crcr.env'
+check "docs/go-live.md shows how to start the relay without systemd" grep -qF "$serve_cmd" "$golive"
 (
-  cd /var/lib/crcr
   umask "${umask_unit:-0022}"
-  exec runuser -u crcr -- env CRCR_LISTEN=127.0.0.1:0 GITHUB_APP_SECRET=package-test \
-    ALLOWLIST_FILE="$tmp/allowlist.yml" crcr serve --config /etc/crcr/crcr.env
+  export CRCR_LISTEN=127.0.0.1:0
+  exec bash -c "$serve_cmd"
 ) 2>"$tmp/serve.log" &
 serve_pid=$!
-port=""
 for _ in $(seq 600); do # up to 60 s: the relay logs relay.started with the port it bound
   port="$(sed -n 's/.*event=relay.started.* listen=127\.0\.0\.1:\([0-9]*\).*/\1/p' "$tmp/serve.log")"
   [ -n "$port" ] && break
   kill -0 "$serve_pid" 2>/dev/null || break
   sleep 0.1
 done
+delivery=""
 if [ -z "$port" ]; then
   fail "crcr serve started (log: $(cat "$tmp/serve.log"))"
 else
   ok "crcr serve started on 127.0.0.1:$port"
-  # runuser forks the command and waits for it; signals go to crcr itself (runuser would SIGKILL
-  # its child 2 s after forwarding a SIGTERM).
-  crcr_pid="$(pgrep -P "$serve_pid" -x crcr || true)"
+  # bash runs runuser, which forks crcr and waits for it; signals go to crcr itself (runuser
+  # would SIGKILL its child 2 s after forwarding a SIGTERM).
+  crcr_pid="$(pgrep -u crcr -x crcr | head -n 1 || true)"
   check "the relay (pid ${crcr_pid:-none}) runs as user crcr" \
     test "$(ps -o user= -p "${crcr_pid:-0}" | tr -d ' ')" = crcr
   code="$(curl -s -o "$tmp/healthz" -w '%{http_code}' --max-time 10 "http://127.0.0.1:$port/healthz")"
   check "GET /healthz answers 200 {\"ok\":true} (got $code $(cat "$tmp/healthz"))" \
     test "$code:$(cat "$tmp/healthz")" = '200:{"ok":true}'
-  code="$(curl -s -o "$tmp/readyz" -w '%{http_code}' --max-time 10 "http://127.0.0.1:$port/readyz")"
-  check "GET /readyz answers 200 (store and allowlist; got $code $(cat "$tmp/readyz"))" \
-    test "$code" = 200
-  check "a signed webhook is answered 202 and stored" \
-    sh -c "GITHUB_APP_SECRET=package-test crcr webhook send \
-      '$root/tests/data/webhooks/pull_request.opened.json' --delivery package-test-1 \
-      --url 'http://127.0.0.1:$port/github/webhook' | grep -q 'HTTP 202'"
+  doc_cmd 'curl -s http://127.0.0.1:8000/readyz'
+  check "GET /readyz: store and allowlist, dry-run ($doc_out)" \
+    grep -q '"ok":true,"store":true,"store_error":null,"allowlist":true,.*"dry_run":true' <<<"$doc_out"
+  export CRCR_LISTEN="127.0.0.1:$port" # for --config's address, as the file's would be
+  doc_cmd 'crcr webhook send /usr/share/crcr/examples/webhooks/ping.json --config /etc/crcr/crcr.env'
+  check "the sample ping.json is sent as a ping" grep -q 'event ping (from the payload' <<<"$doc_out"
+  check "... and answered pong ($doc_out)" grep -qx '{"ok":true,"pong":true}' <<<"$doc_out"
+  doc_cmd 'crcr webhook send /usr/share/crcr/examples/webhooks/pull_request.opened.json --config /etc/crcr/crcr.env'
+  check "the sample pull_request.opened.json is answered 202" grep -qx 'HTTP 202' <<<"$doc_out"
+  queued="$(sed -n 's/.*"queued":\[\([^]]*\)\].*/\1/p' <<<"$doc_out" | tr ',' '\n' | grep -c . || true)"
+  check "... and queued for the sample allowlist's 8 repos (got $queued)" test "$queued" = 8
+  delivery="$(sed -n 's/^crcr webhook send: delivery \([^,]*\), event pull_request.*/\1/p' \
+    <<<"$doc_out")"
+  unset CRCR_LISTEN
+  doc_cmd 'runuser -u crcr -- crcr deliveries list --config /etc/crcr/crcr.env'
+  check "crcr deliveries list (as crcr) shows the delivery ${delivery:-?}" \
+    grep -q " ${delivery:-none} " <<<"$doc_out"
+  done_status=no
+  for _ in $(seq 100); do # the dry-run workers record the rows within moments
+    if runuser -u crcr -- crcr deliveries show "${delivery:-none}" --config /etc/crcr/crcr.env \
+      --no-bodies 2>/dev/null | head -n 1 | grep -q 'status=done$'; then
+      done_status=yes
+      break
+    fi
+    sleep 0.1
+  done
+  check "the delivery's status becomes done once its rows are dry_run" test "$done_status" = yes
+  check "crcr deliveries show prints the request bodies as indented JSON" sh -c \
+    "runuser -u crcr -- crcr deliveries show '${delivery:-none}' --config /etc/crcr/crcr.env |
+      grep -q '^      \"event_type\": \"pull_request\",\$'"
 fi
 check "the SQLite store /var/lib/crcr/crcr.db exists, owned by crcr" \
   test "$(stat -c %U /var/lib/crcr/crcr.db 2>/dev/null)" = crcr
@@ -189,9 +263,9 @@ if [ -n "$serve_pid" ]; then
   serve_pid=""
   check "crcr serve stops on SIGTERM with status 0 (got $status)" test "$status" -eq 0
 fi
-check "crcr deliveries list (as crcr, the packaged configuration) shows the webhook" \
+check "crcr deliveries list (as crcr, the relay stopped) still shows the webhook" \
   sh -c "runuser -u crcr -- crcr deliveries list --config /etc/crcr/crcr.env |
-    grep -q package-test-1"
+    grep -q ' ${delivery:-none} .* done\$'"
 
 if command -v lintian >/dev/null 2>&1; then
   echo "test-package: lintian (information only):"

@@ -1,12 +1,21 @@
 /*
- * app.c - `crcr serve`: start-up, the main loop (signals, allowlist refresh, retention) and an
- * orderly shutdown. SIGTERM/SIGINT: stop accepting, let in-flight requests finish, let outbox
- * workers finish the row they hold (others stay queued), close the store, exit 0. SIGHUP: reload
- * the allowlist and the CI providers map.
+ * app.c - `crcr serve`: start-up, the main loop (signals, allowlist refresh, retention), the
+ * reconciler's thread (App mode, reconcile.h) and an orderly shutdown. SIGTERM/SIGINT: stop
+ * accepting, let in-flight requests finish, let outbox workers finish the row they hold (others
+ * stay queued), close the store, exit 0. SIGHUP: reload the allowlist and the CI providers map.
+ *
+ * Memory given back: glibc serves an allocation above its mmap threshold (128 KiB at start) with
+ * a mapping of its own, unmapped by free(); but each such free raises the threshold to the freed
+ * size (up to 32 MiB), after which buffers of that size come from the thread's arena, whose freed
+ * space stays in the process. A burst of 25 MiB request bodies then kept ~25 MiB per arena after
+ * every burst (measured: 48 concurrent 25 MiB uploads, four bursts, RSS 14 -> 64 -> 89 -> 139 MiB
+ * afterwards). Pinning the threshold (mallopt M_MMAP_THRESHOLD, which also stops the dynamic
+ * adjustment) gives such buffers back at free(): RSS returned to 14 MiB after each burst.
  */
 #include "app.h"
 
 #include <curl/curl.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,6 +41,11 @@
 #define APP_STORE_POOL_MAX 256
 #define APP_HTTP_THREADS_PER_CPU 4
 #define APP_HTTP_THREADS_MIN 8
+/* Allocations from this size on get a mapping of their own, given back at free() (see above). */
+#define APP_MMAP_THRESHOLD (1024 * 1024)
+/* While the store has a write fault: how often the main loop checks whether writes go through
+ * again (store_probe_write), so that the relay recovers without a webhook to try. */
+#define APP_STORE_PROBE_MS 1000
 
 static volatile sig_atomic_t g_stop;
 static volatile sig_atomic_t g_reload;
@@ -61,16 +75,34 @@ static void source_fields(buf_t *b, const char *name, const allowlist_status *s)
         buf_puts(b, "null");
 }
 
+/* /readyz: the store answers and takes writes (store_error says why not: unreachable, or the write
+ * fault with the time it began), and the allowlist is loaded. */
 static void ready_handle(void *ctx, const http_request *req, http_response *resp)
 {
     crcr_app *app = ctx;
-    bool store_ok = store_ping(app->st) == CRCR_OK;
+    bool reachable = store_ping(app->st) == CRCR_OK;
+    char why[STORE_FAULT_WHY_MAX] = "";
+    int64_t since = 0;
+    store_fault_kind fault = store_write_fault(app->st, why, sizeof(why), &since);
+    bool store_ok = reachable && fault == STORE_FAULT_NONE;
     allowlist_status as;
     allowlist_source_status(app->allow, &as);
     bool ok = store_ok && as.loaded;
     buf_t b;
     buf_init(&b, 4096);
-    buf_printf(&b, "{\"ok\":%s,\"store\":%s", ok ? "true" : "false", store_ok ? "true" : "false");
+    buf_printf(&b, "{\"ok\":%s,\"store\":%s,\"store_error\":", ok ? "true" : "false",
+               store_ok ? "true" : "false");
+    if (fault != STORE_FAULT_NONE) {
+        jv_quote(&b, why, strlen(why));
+        char at[40];
+        clock_iso8601(since, at, sizeof(at));
+        buf_puts(&b, ",\"store_error_since\":");
+        jv_quote(&b, at, strlen(at));
+    } else if (!reachable) {
+        buf_puts(&b, "\"unreachable (the log says why)\"");
+    } else {
+        buf_puts(&b, "null");
+    }
     source_fields(&b, "allowlist", &as);
     if (app->providers) {
         /* Only Buildkite callbacks need the map: reported, never a reason to be unready. */
@@ -81,6 +113,12 @@ static void ready_handle(void *ctx, const http_request *req, http_response *resp
     buf_printf(&b, ",\"dry_run\":%s}", app->cfg.dry_run ? "true" : "false");
     http_resp_json(resp, ok ? 200 : 503, buf_cstr(&b));
     buf_free(&b);
+}
+
+/* A missing setting, as "crcr: VARIABLE: ..." on stderr (config_problem_fn). */
+static void print_problem(void *ctx, const char *problem)
+{
+    fprintf(stderr, "crcr: %s\n", problem);
 }
 
 static void usage(void)
@@ -134,6 +172,8 @@ static void app_teardown(crcr_app *app)
 {
     http_server_stop(app->http, APP_SHUTDOWN_GRACE_MS);
     app->http = NULL;
+    reconcile_stop(app->reconciler);
+    app->reconciler = NULL;
     outbox_stop(app->ob);
     app->ob = NULL;
     allowlist_source_free(app->allow);
@@ -156,11 +196,19 @@ int app_serve_main(int argc, char **argv)
         if (strcmp(argv[i], "--config") == 0 && i + 1 < argc) {
             config_file = argv[++i];
         } else {
+            if (strcmp(argv[i], "--config") == 0)
+                fputs("crcr serve: --config needs a value\n", stderr);
+            else
+                fprintf(stderr, "crcr serve: unknown %s '%s'\n",
+                        argv[i][0] == '-' ? "option" : "argument", argv[i]);
             usage();
             return 2;
         }
     }
 
+#ifdef M_MMAP_THRESHOLD
+    mallopt(M_MMAP_THRESHOLD, APP_MMAP_THRESHOLD); /* glibc: see the header comment */
+#endif
     static crcr_app app_storage;
     crcr_app *app = &app_storage;
     memset(app, 0, sizeof(*app));
@@ -170,14 +218,7 @@ int app_serve_main(int argc, char **argv)
         return 2;
     }
     log_set_level(app->cfg.log_level);
-    if (!app->cfg.app_secret) {
-        fprintf(stderr, "crcr: GITHUB_APP_SECRET: required (the webhook secret GitHub signs "
-                        "deliveries with)\n");
-        config_free(&app->cfg);
-        return 2;
-    }
-    if (!app->cfg.allowlist_file && !app->cfg.allowlist_url) {
-        fprintf(stderr, "crcr: ALLOWLIST_FILE or ALLOWLIST_URL: one of them is required\n");
+    if (config_require_serve(&app->cfg, print_problem, NULL) > 0) {
         config_free(&app->cfg);
         return 2;
     }
@@ -223,7 +264,7 @@ int app_serve_main(int argc, char **argv)
         rc = 2;
         goto out;
     }
-    /* This instance in the leases of periodic work (allowlist refresh, sweeper). */
+    /* This instance in the leases of periodic work (allowlist refresh, sweeper, reconciler). */
     char owner[128], host[64] = "host";
     gethostname(host, sizeof(host) - 1);
     snprintf(owner, sizeof(owner), "%s:%ld", host, (long)getpid());
@@ -270,7 +311,8 @@ int app_serve_main(int argc, char **argv)
                                       .max_body = app->cfg.max_body,
                                       .fn = webhook_handle,
                                       .ctx = app,
-                                      .guard = webhook_guard};
+                                      .guard = webhook_guard,
+                                      .body_auth = &webhook_body_auth};
     routes[n_routes++] = (http_route){.method = "POST",
                                       .path = "/github/callback",
                                       .prefix = false,
@@ -303,6 +345,9 @@ int app_serve_main(int argc, char **argv)
         .request_deadline_s = (unsigned)app->cfg.request_deadline_s,
         .offload_threads = (unsigned)app->cfg.hud_concurrency,
         .cache_ms = (unsigned)app->cfg.hud_cache_ms,
+        .max_per_client = (unsigned)app->cfg.max_connections_per_client,
+        .header_timeout_ms = (unsigned)app->cfg.header_timeout_ms,
+        .unauth_body_budget = app->cfg.unauth_body_budget,
     };
     app->started_at = clock_now_ms();
     app->http = http_server_start(&hopts, routes, n_routes, err, sizeof(err));
@@ -318,12 +363,26 @@ int app_serve_main(int argc, char **argv)
     LOG_INFO("relay.started", "version", CRCR_VERSION, "listen", listen, "store",
              buf_cstr(&store_shown), "mode", app->cfg.dry_run ? "dry-run" : "github-app", NULL);
     buf_free(&store_shown);
+    /* The reconciler (App mode): its first pass now that webhooks can be received again. */
+    if (!app->cfg.dry_run && app->cfg.reconcile_s > 0) {
+        reconcile_deps rdeps = {.st = app->st, .gh = app->gh, .cfg = &app->cfg, .owner = owner};
+        app->reconciler = reconcile_start(&rdeps, err, sizeof(err));
+        if (!app->reconciler) {
+            fprintf(stderr, "crcr: %s\n", err);
+            goto out;
+        }
+    }
 
     /* The first sweep runs right away: zombies left while the relay was down are old already. */
     int64_t next_sweep = clock_mono_ms();
+    int64_t next_probe = clock_mono_ms();
     while (!g_stop) {
         struct timespec ts = {0, clock_wait_ms(APP_TICK_MS) * 1000000L};
         nanosleep(&ts, NULL);
+        if (clock_mono_ms() >= next_probe) {
+            store_probe_write(app->st); /* nothing to do without a write fault */
+            next_probe = clock_mono_ms() + APP_STORE_PROBE_MS;
+        }
         if (g_reload) {
             g_reload = 0;
             LOG_INFO("allowlist.reload_requested", "signal", "SIGHUP", NULL);
@@ -335,7 +394,10 @@ int app_serve_main(int argc, char **argv)
         if (clock_mono_ms() >= next_sweep) {
             sweeper_result sr;
             sweeper_deps deps = {app->st, app->allow, app->ob, &app->cfg};
-            sweeper_run(&deps, owner, clock_now_ms(), &sr);
+            int64_t now = clock_now_ms();
+            sweeper_run(&deps, owner, now, &sr);
+            if (sr.leader)
+                atomic_store(&app->last_sweep_at, now);
             next_sweep = clock_mono_ms() + app->cfg.sweep_s * 1000;
         }
     }

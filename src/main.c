@@ -2,6 +2,7 @@
  * main.c - the `crcr` command line: one binary for the relay and its tools.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "allowlist.h"
@@ -13,6 +14,7 @@
 #include "config.h"
 #include "health.h"
 #include "help.h"
+#include "log.h"
 #include "report.h"
 #include "trust.h"
 #include "webhook_send.h"
@@ -23,7 +25,7 @@ static const char USAGE[] =
     "commands:\n"
     "  serve [--config FILE]                 run the relay (webhook, workers, health)\n"
     "  allowlist check FILE                  validate an allowlist and print its levels\n"
-    "  webhook send FILE [--event E] [--url U] [--secret S] [--delivery ID]\n"
+    "  webhook send FILE [--event E] [--url U] [--secret S] [--config F] [--delivery ID]\n"
     "                                        sign a payload and POST it like GitHub does\n"
     "  deliveries list|show ID|redeliver ID  inspect and re-queue deliveries (store, or --url "
     "admin API)\n"
@@ -33,37 +35,27 @@ static const char USAGE[] =
     "  store backup FILE                     copy the SQLite store while the relay runs\n"
     "  report --status S [--conclusion C] ... downstream side: post a callback from GitHub "
     "Actions\n"
-    "  config [--config FILE]                print the effective configuration (secrets hidden)\n"
+    "  config [--config FILE] [--check]      print the effective configuration (secrets hidden);\n"
+    "                                        --check: every problem crcr serve would refuse\n"
     "  version                               print the version\n"
     "  help [COMMAND]                        this text, or a command's own help\n"
     "\n"
     "Configuration comes from the environment and --config FILE (KEY=VALUE lines);\n"
     "see docs/configuration.md. The commands that read the store (deliveries, health,\n"
     "trust, store) read /etc/crcr/crcr.env without --config when it exists, and never\n"
-    "create a store.\n";
+    "create a store. Commands other than serve print no log lines unless CRCR_LOG\n"
+    "(debug, info, warn, error) in the environment asks for them.\n";
 
-static int cmd_config(int argc, char **argv)
+/* The log of a command other than serve: off, so that its stderr carries its own messages only,
+ * unless CRCR_LOG in the environment asks for lines (the configuration file's CRCR_LOG is the
+ * relay's). */
+static void command_log_level(void)
 {
-    const char *file = NULL;
-    if (argc == 3 && strcmp(argv[1], "--config") == 0)
-        file = argv[2];
-    else if (argc != 1) {
-        fputs("usage: crcr config [--config FILE]\n", stderr);
-        return 2;
-    }
-    crcr_config cfg;
-    char err[512] = "";
-    if (config_load(&cfg, file, config_getenv, NULL, err, sizeof(err)) != CRCR_OK) {
-        fprintf(stderr, "crcr: %s\n", err);
-        return 2;
-    }
-    buf_t b;
-    buf_init(&b, 64 * 1024);
-    config_describe(&cfg, &b);
-    fputs(buf_cstr(&b), stdout);
-    buf_free(&b);
-    config_free(&cfg);
-    return 0;
+    crcr_log_level lvl = CRCR_LOG_OFF;
+    const char *v = getenv("CRCR_LOG");
+    if (v && *v && log_level_parse(v, &lvl) != 0)
+        lvl = CRCR_LOG_OFF;
+    log_set_level(lvl);
 }
 
 int main(int argc, char **argv)
@@ -80,6 +72,7 @@ int main(int argc, char **argv)
     const char *cmd = argv[1];
     if (strcmp(cmd, "serve") == 0)
         return app_serve_main(argc - 1, argv + 1);
+    command_log_level();
     if (strcmp(cmd, "allowlist") == 0)
         return allowlist_check_main(argc - 2, argv + 2);
     if (strcmp(cmd, "webhook") == 0)
@@ -95,7 +88,7 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "report") == 0)
         return report_main(argc - 2, argv + 2);
     if (strcmp(cmd, "config") == 0)
-        return cmd_config(argc - 1, argv + 1);
+        return config_main(argc - 1, argv + 1);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
         printf("crcr %s%s\n", CRCR_VERSION,
                clock_test_hooks_built() ? " (test hooks: CRCR_TEST_CLOCK_FILE)" : "");

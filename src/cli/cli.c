@@ -1,9 +1,11 @@
 /* cli.c - configuration, store and allowlist for the operator commands; see cli.h. */
 #include "cli.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* Longest message about a store that could not be opened. */
@@ -16,7 +18,12 @@ const char *cli_config_file(const char *given)
     const char *def = getenv("CRCR_DEFAULT_CONFIG");
     if (!def)
         def = CLI_DEFAULT_CONFIG;
-    if (!*def || access(def, F_OK) != 0)
+    if (!*def)
+        return NULL;
+    /* Only a file that is not there is no file: one this user may not read (/etc/crcr is 0750
+     * root:crcr) is read, and fails saying so, rather than being taken for a missing one. */
+    struct stat st;
+    if (stat(def, &st) != 0 && (errno == ENOENT || errno == ENOTDIR))
         return NULL;
     return def;
 }
@@ -29,9 +36,21 @@ int cli_load_config(const char *given, crcr_config *cfg, const char **used)
     char err[512] = "";
     if (config_load(cfg, file, config_getenv, NULL, err, sizeof(err)) != CRCR_OK) {
         fprintf(stderr, "crcr: %s\n", err);
+        cli_config_unreadable_hint(file);
         return 2;
     }
     return 0;
+}
+
+void cli_config_unreadable_hint(const char *file)
+{
+    if (!file || access(file, R_OK) == 0 || errno != EACCES)
+        return;
+    fprintf(stderr,
+            "crcr: %s exists but this user (uid %ld) may not read it: it holds secrets; run the "
+            "command as root or as the relay's user (runuser -u crcr -- crcr ...), or name a "
+            "readable file with --config FILE\n",
+            file, (long)getuid());
 }
 
 void cli_config_note(const char *used)

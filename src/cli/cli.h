@@ -4,7 +4,8 @@
  * one, and the allowlist the relay would use.
  *
  * Configuration. With --config FILE that file; without it the packaged configuration
- * CLI_DEFAULT_CONFIG (/etc/crcr/crcr.env) when it exists, else the environment alone. The
+ * CLI_DEFAULT_CONFIG (/etc/crcr/crcr.env) when it exists (also when this user may not read it:
+ * then the command stops saying so), else the environment alone. The
  * environment variable CRCR_DEFAULT_CONFIG names another default file (tests, other layouts);
  * set and empty, it turns the default file off. The environment overrides the file's values in
  * every case (config.h).
@@ -30,6 +31,10 @@ const char *cli_config_file(const char *given);
  * with config_free by the caller on success). Returns 0, or 2 after printing the reason. *used
  * (may be NULL) receives the file read, NULL for none. */
 int cli_load_config(const char *given, crcr_config *cfg, const char **used);
+
+/* After a failed load of `file`: when it exists but this user may not read it, says so and how
+ * to run the command (stderr); otherwise prints nothing. */
+void cli_config_unreadable_hint(const char *file);
 
 /* Prints which configuration file was read (`used`, NULL for none) to stderr: the second line
  * of a "no store" message. */
@@ -57,5 +62,7 @@ int allowlist_check_main(int argc, char **argv);
 int health_main(int argc, char **argv);
 /* `crcr trust list|reset OWNER/REPO [--config F]` (cli_trust.c). */
 int trust_main(int argc, char **argv);
+/* `crcr config [--config F] [--check]` (cli_config.c). */
+int config_main(int argc, char **argv);
 
 #endif

@@ -2,13 +2,18 @@
  * cli_deliveries.c - `crcr deliveries list|show|redeliver`, over the local store named by
  * CRCR_STORE (or --config FILE), or over a running relay's admin API with --url:
  *   crcr deliveries list [--status S] [--repo R] [--pr N] [--limit N] [--format text|json]
- *   crcr deliveries show ID [--format text|json]
+ *   crcr deliveries list --recovered [--limit N] [--format text|json]
+ *   crcr deliveries show ID [--format text|json] [--no-bodies]
  *   crcr deliveries redeliver ID [--repo R [--force]]
  *   ... --url https://relay.example [--token T]   (token default: CRCR_ADMIN_TOKEN)
+ * `show` prints each row and its request body as indented JSON (--no-bodies: the rows alone);
  * `show --format json` prints {"delivery":{...},"outbox":[{...,"body":"<request body>"}]} and
  * `list --format json` an array of deliveries, the same documents in both modes (delivery_doc.h
- * builds them). The admin API is reached over http_client.h: https, or http to a loopback host only
- * (config_url_allowed), so the admin token never crosses a network in the clear.
+ * builds them). `list --recovered` lists what the reconciler asked GitHub to redeliver (newest
+ * ask first; the admin API's /api/v1/admin/redeliveries), each with its state: recovered (the
+ * delivery arrived), asked, refused or asking. The admin API is reached over http_client.h: https,
+ * or http to a loopback host only (config_url_allowed), so the admin token never crosses a network
+ * in the clear.
  *
  * The local store is opened with cli_open_store: a mistyped or missing configuration ends with
  * exit 2 naming the path, never with a new empty store read as "nothing there". `redeliver
@@ -55,13 +60,16 @@ typedef struct cli_opts {
     int limit;
     long long pr;
     bool force;
+    bool no_bodies; /* show: the rows without their request bodies */
+    bool recovered;
 } cli_opts;
 
 static void usage(void)
 {
     fputs("usage: crcr deliveries list [--status S] [--repo R] [--pr N] [--limit N] "
           "[--format text|json]\n"
-          "       crcr deliveries show ID [--format text|json]\n"
+          "       crcr deliveries list --recovered [--limit N] [--format text|json]\n"
+          "       crcr deliveries show ID [--format text|json] [--no-bodies]\n"
           "       crcr deliveries redeliver ID [--repo R [--force]]\n"
           "  the local store (--config FILE; without it /etc/crcr/crcr.env when it exists,\n"
           "  else CRCR_STORE), or a running relay's admin API with --url URL [--token T]\n"
@@ -98,6 +106,12 @@ static int parse_opts(int argc, char **argv, cli_opts *o)
             dst = &o->token;
         else if (strcmp(a, "--force") == 0) {
             o->force = true;
+            continue;
+        } else if (strcmp(a, "--no-bodies") == 0) {
+            o->no_bodies = true;
+            continue;
+        } else if (strcmp(a, "--recovered") == 0) {
+            o->recovered = true;
             continue;
         } else if (strcmp(a, "--limit") == 0 || strcmp(a, "--pr") == 0) {
             bool is_limit = strcmp(a, "--limit") == 0;
@@ -161,15 +175,34 @@ static const char *or_dash(const char *s)
     return s ? s : "-";
 }
 
+/* A row's request body for people: its JSON indented under the row (each line after `indent`),
+ * or the text as it is when it is not JSON. */
+static void print_body(const char *body, const char *indent)
+{
+    jv *doc = jv_parse(body, strlen(body), NULL, 0);
+    buf_t b;
+    buf_init(&b, 256u * 1024u * 1024u);
+    const char *text = body;
+    if (doc && jv_dump_indented(doc, &b) == CRCR_OK)
+        text = buf_cstr(&b);
+    jv_free(doc);
+    while (*text) {
+        size_t n = strcspn(text, "\n");
+        printf("%s%.*s\n", indent, (int)n, text);
+        text += n + (text[n] == '\n');
+    }
+    buf_free(&b);
+}
+
 static int print_show(const jv *doc, const cli_opts *o)
 {
     if (o->format && strcmp(o->format, "json") == 0)
         return print_json(doc);
     jv *d = jv_get(doc, "delivery");
-    printf("delivery %s  event=%s action=%s pr=%lld received=%s\n",
+    printf("delivery %s  event=%s action=%s pr=%lld received=%s status=%s\n",
            or_dash(jv_path_str(d, "delivery_id")), or_dash(jv_path_str(d, "event")),
            or_dash(jv_path_str(d, "action")), (long long)jv_number(jv_get(d, "pr_number")),
-           or_dash(jv_path_str(d, "received_at")));
+           or_dash(jv_path_str(d, "received_at")), or_dash(jv_path_str(d, "status")));
     jv *ob = jv_get(doc, "outbox");
     for (size_t i = 0; i < jv_arr_len(ob); i++) {
         jv *j = jv_arr_at(ob, i);
@@ -179,19 +212,61 @@ static int print_show(const jv *doc, const cli_opts *o)
                or_dash(jv_path_str(j, "target")), or_dash(jv_path_str(j, "state")),
                (long long)jv_number(jv_get(j, "attempts")), err ? " error=" : "", err ? err : "",
                note ? " trimmed=" : "", note ? note : "");
+        const char *body = jv_path_str(j, "body");
+        if (body && *body && !o->no_bodies) {
+            printf("    request body (%zu bytes):\n", strlen(body));
+            print_body(body, "    ");
+        }
     }
     return 0;
+}
+
+/* What a listing was asked for, for the line that says nothing matched. */
+static void describe_filter(const cli_opts *o, char *out, size_t outsz)
+{
+    int n = snprintf(out, outsz, "no delivery");
+    if (o->status && n >= 0 && (size_t)n < outsz)
+        n += snprintf(out + n, outsz - (size_t)n, " with an outbox row in state %s", o->status);
+    if (o->repo && n >= 0 && (size_t)n < outsz)
+        n += snprintf(out + n, outsz - (size_t)n, " with a row for %s", o->repo);
+    if (o->pr && n >= 0 && (size_t)n < outsz)
+        snprintf(out + n, outsz - (size_t)n, " of pull request %lld", o->pr);
 }
 
 static int print_list(const jv *arr, const cli_opts *o)
 {
     if (o->format && strcmp(o->format, "json") == 0)
         return print_json(arr);
+    if (jv_arr_len(arr) == 0) {
+        /* Said on stderr: stdout stays a list (of nothing) for scripts. */
+        char what[256 + CRCR_REPO_NAME_MAX];
+        describe_filter(o, what, sizeof(what));
+        fprintf(stderr, "crcr deliveries: %s\n", what);
+        return 0;
+    }
     for (size_t i = 0; i < jv_arr_len(arr); i++) {
         jv *d = jv_arr_at(arr, i);
-        printf("%s  %-24s %-14s %-12s pr=%lld\n", or_dash(jv_path_str(d, "received_at")),
+        printf("%s  %-24s %-14s %-12s pr=%-8lld %s\n", or_dash(jv_path_str(d, "received_at")),
                or_dash(jv_path_str(d, "delivery_id")), or_dash(jv_path_str(d, "event")),
-               or_dash(jv_path_str(d, "action")), (long long)jv_number(jv_get(d, "pr_number")));
+               or_dash(jv_path_str(d, "action")), (long long)jv_number(jv_get(d, "pr_number")),
+               or_dash(jv_path_str(d, "status")));
+    }
+    return 0;
+}
+
+/* The reconciler's records (ddoc_redeliveries_jv), one line each. */
+static int print_redeliveries(const jv *arr, const cli_opts *o)
+{
+    if (o->format && strcmp(o->format, "json") == 0)
+        return print_json(arr);
+    for (size_t i = 0; i < jv_arr_len(arr); i++) {
+        jv *r = jv_arr_at(arr, i);
+        const char *result = jv_path_str(r, "last_result");
+        printf("%s  %-36s %-14s %-12s asks=%lld/%lld %-9s%s%s\n",
+               or_dash(jv_path_str(r, "last_asked_at")), or_dash(jv_path_str(r, "guid")),
+               or_dash(jv_path_str(r, "event")), or_dash(jv_path_str(r, "action")),
+               (long long)jv_number(jv_get(r, "asks")), (long long)jv_number(jv_get(r, "max_asks")),
+               or_dash(jv_path_str(r, "state")), result ? " " : "", result ? result : "");
     }
     return 0;
 }
@@ -249,7 +324,13 @@ static int local_main(const char *sub, const cli_opts *o, const crcr_config *cfg
     crcr_err e;
     int rc = 1;
     jv *doc = NULL;
-    if (strcmp(sub, "list") == 0) {
+    if (strcmp(sub, "list") == 0 && o->recovered) {
+        e = ddoc_redeliveries_jv(st, o->limit, false, &doc);
+        if (e)
+            fprintf(stderr, "crcr: %s\n", crcr_strerror(e));
+        else
+            rc = print_redeliveries(doc, o);
+    } else if (strcmp(sub, "list") == 0) {
         store_filter f = {
             .state = o->status, .repo = o->repo, .limit = o->limit, .pr_number = o->pr};
         e = ddoc_admin_list_jv(st, &f, &doc);
@@ -302,8 +383,9 @@ static long remote_call(const remote_req *rq, buf_t *answer)
     while (bl > 0 && rq->base[bl - 1] == '/')
         bl--;
     crcr_err e = buf_append(&url, rq->base, bl);
+    bool recovered = strcmp(rq->sub, "list") == 0 && rq->o->recovered;
     if (!e)
-        e = buf_puts(&url, "/api/v1/admin/deliveries");
+        e = buf_puts(&url, recovered ? "/api/v1/admin/redeliveries" : "/api/v1/admin/deliveries");
     if (!e && strcmp(rq->sub, "list") != 0) {
         e = buf_putc(&url, '/');
         if (!e)
@@ -372,8 +454,10 @@ static int remote_main(const char *sub, const cli_opts *o, const char *token)
     const char *detail = jv_path_str(doc, "detail");
     if (status == 200 && doc) {
         if (strcmp(sub, "list") == 0) {
-            jv *arr = jv_get(doc, "deliveries");
-            if (jv_is_arr(arr))
+            jv *arr = jv_get(doc, o->recovered ? "redeliveries" : "deliveries");
+            if (jv_is_arr(arr) && o->recovered)
+                rc = print_redeliveries(arr, o);
+            else if (jv_is_arr(arr))
                 rc = print_list(arr, o);
             else
                 fprintf(stderr, "crcr: %s: unexpected answer\n", o->url);
@@ -427,6 +511,17 @@ int cli_deliveries_main(int argc, char **argv)
     }
     if (strcmp(sub, "list") != 0 && !o.id) {
         fprintf(stderr, "crcr deliveries: %s needs a delivery ID\n", sub);
+        usage();
+        return 2;
+    }
+    if (o.no_bodies && strcmp(sub, "show") != 0) {
+        fprintf(stderr, "crcr deliveries: --no-bodies goes with show\n");
+        usage();
+        return 2;
+    }
+    if (o.recovered && (strcmp(sub, "list") != 0 || o.status || o.repo || o.pr)) {
+        fprintf(stderr, "crcr deliveries: --recovered goes with list (and --limit, --format) "
+                        "only\n");
         usage();
         return 2;
     }

@@ -10,7 +10,6 @@
 #include "clock.h"
 #include "config.h"
 #include "github.h"
-#include "log.h"
 
 /* Output buffers: one report is a few hundred bytes per repo. */
 #define HEALTH_OUT_MAX (16u * 1024u * 1024u)
@@ -79,7 +78,6 @@ int health_main(int argc, char **argv)
     const char *used = NULL;
     if (cli_load_config(config_file, &cfg, &used) != 0)
         return 2;
-    log_set_level(CRCR_LOG_WARN);
     store *st = NULL;
     int orc = cli_open_store(&cfg, used, &st);
     if (orc) {

@@ -9,8 +9,10 @@
 #include "config.h"
 #include "crcr_limits.h"
 
+/* ctx: the count of pins printed. */
 static void print_pin(void *ctx, const store_identity_row *r)
 {
+    (*(size_t *)ctx)++;
     char when[40];
     clock_iso8601(r->pinned_at, when, sizeof(when));
     printf("%-40s repository_id=%s owner_id=%s pinned_at=%s\n", r->repo, r->repository_id,
@@ -63,7 +65,12 @@ int trust_main(int argc, char **argv)
     int rc = 0;
     crcr_err e;
     if (list) {
-        e = store_identity_list(st, print_pin, NULL);
+        size_t n = 0;
+        e = store_identity_list(st, print_pin, &n);
+        if (!e && n == 0) /* on stderr: stdout stays a list (of nothing) for scripts */
+            fputs("crcr trust: no repository identity is pinned yet (a repository's first "
+                  "accepted callback pins it)\n",
+                  stderr);
     } else {
         e = store_identity_reset(st, repo);
         if (e == CRCR_E_NOT_FOUND) {

@@ -38,7 +38,9 @@
 #define REPORT_MAX_SHORT 128u
 /* Longest --artifact-url, workflow name, server URL. */
 #define REPORT_MAX_TEXT 4096u
-/* Default and largest --max-time (total seconds, retries included). */
+/* Default and largest --max-time (total seconds, retries included). The default leaves room for
+ * the longest wait the relay asks for (a 429's Retry-After is at most 60 s, its rate window) and
+ * the attempts around it; the action's max-time default is the same (docs/downstream.md). */
 #define REPORT_DEFAULT_MAX_TIME_S 120L
 #define REPORT_MAX_MAX_TIME_S 86400L
 /* Default OIDC audience (the relay's CRCR_OIDC_AUDIENCE default). */
@@ -49,18 +51,20 @@
  * surrounding white space and an empty value counts as not given, as in report_callback.py (a
  * GitHub Actions input left at its '' default). */
 typedef struct {
-    const char *status;       /* "in_progress" | "completed" (required) */
-    const char *conclusion;   /* required with completed; always null for in_progress */
-    const char *job_name;     /* NULL: report_env.job (GITHUB_JOB) */
-    const char *test_results; /* JSON text, sent parsed as workflow.test_results */
-    const char *artifact_url; /* workflow.artifact_url */
-    const char *callback_url; /* where to POST (trailing '/' stripped) */
-    const char *delivery_id;  /* self-report: the upstream commit SHA tested */
-    const char *event_type;   /* self-report: "nightly" | "periodic" */
-    const char *check_run_id; /* NULL/empty: "<run_id>-<run_attempt>" */
-    const char *audience;     /* OIDC audience, default REPORT_DEFAULT_AUDIENCE */
-    long max_time_s;          /* total budget in seconds, retries included */
-    bool dry_run;             /* print the body and the URL, send nothing */
+    const char *status;            /* "in_progress" | "completed" (required) */
+    const char *conclusion;        /* required with completed; always null for in_progress */
+    const char *job_name;          /* NULL: report_env.job (GITHUB_JOB) */
+    const char *test_results;      /* JSON text, sent parsed as workflow.test_results */
+    const char *artifact_url;      /* workflow.artifact_url */
+    const char *callback_url;      /* where to POST (trailing '/' stripped) */
+    const char *callback_url_from; /* where it came from: "--callback-url" or
+                                      "CRCR_CALLBACK_URL", for messages */
+    const char *delivery_id;       /* self-report: the upstream commit SHA tested */
+    const char *event_type;        /* self-report: "nightly" | "periodic" */
+    const char *check_run_id;      /* NULL/empty: "<run_id>-<run_attempt>" */
+    const char *audience;          /* OIDC audience, default REPORT_DEFAULT_AUDIENCE */
+    long max_time_s;               /* total budget in seconds, retries included */
+    bool dry_run;                  /* print the body and the URL, send nothing */
 } report_opts;
 
 /* The CI environment, borrowed strings (NULL when unset), except attempt_buf. */
@@ -75,10 +79,10 @@ typedef struct {
     const char *token_url;    /* ACTIONS_ID_TOKEN_REQUEST_URL */
     const char *token_secret; /* ACTIONS_ID_TOKEN_REQUEST_TOKEN (never printed) */
 
-    /* Buildkite (BUILDKITE=true): run_id is BUILDKITE_BUILD_NUMBER (the callback needs a number;
-     * upstream's wrapper sends the build's UUID), run_attempt BUILDKITE_RETRY_COUNT + 1 (in
-     * attempt_buf), workflow BUILDKITE_PIPELINE_SLUG, job BUILDKITE_LABEL, else
-     * BUILDKITE_STEP_KEY, else "unknown"; repository is not used. */
+    /* Buildkite (BUILDKITE=true): run_id is BUILDKITE_BUILD_ID (the build's UUID, as upstream's
+     * wrapper sends it), run_attempt BUILDKITE_RETRY_COUNT + 1 (in attempt_buf), workflow
+     * BUILDKITE_PIPELINE_SLUG, job BUILDKITE_LABEL, else BUILDKITE_STEP_KEY, else "unknown";
+     * repository is not used. */
     bool buildkite;
     const char *run_url;        /* workflow.url verbatim: BUILDKITE_BUILD_URL; NULL: GitHub's */
     const char *exit_status;    /* BUILDKITE_COMMAND_EXIT_STATUS: the conclusion when none given */

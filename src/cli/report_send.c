@@ -112,13 +112,6 @@ static void print_scrubbed(FILE *to, const char *text, size_t n)
     buf_free(&s);
 }
 
-static void sleep_ms(int64_t ms)
-{
-    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-}
-
 /* ------------------------------------------------------------------------------------------ */
 /* Token minting and sending                                                                   */
 
@@ -136,6 +129,7 @@ typedef struct {
     long retry_after_s;  /* of the last answer, -1 when none */
     char why[HTTP_ERROR_MAX + 96];
     bool answered;    /* the relay answered this attempt (last_* are valid) */
+    bool unreachable; /* this attempt's POST got no answer (connect, DNS, timeout) */
     long last_status; /* of the relay's last answer, 0 when none */
     buf_t last_body;  /* the relay's last answer body */
 } report_run;
@@ -318,6 +312,7 @@ static step_result post_once(report_run *run)
                          &run->last_body, &r);
     step_result res;
     run->retry_after_s = r.retry_after_s;
+    run->unreachable = e != CRCR_OK && !r.permanent; /* not for a TLS trust failure */
     if (e) {
         snprintf(run->why, sizeof(run->why), "callback request failed: %s", r.error);
         res = r.permanent ? STEP_FAIL : STEP_RETRY;
@@ -340,6 +335,10 @@ static int report_failure(const report_run *run)
         fprintf(stderr, "Error: Callback server returned HTTP %ld.\n", run->last_status);
         if (run->last_body.len > 0)
             print_scrubbed(stderr, run->last_body.data, run->last_body.len);
+    } else if (run->unreachable) {
+        fprintf(stderr, "Error: %s: is the relay reachable at %s? (the URL came from %s)\n",
+                run->why, run->callback_url,
+                run->o->callback_url_from ? run->o->callback_url_from : "--callback-url");
     } else {
         fprintf(stderr, "Error: %s\n", run->why);
     }
@@ -367,6 +366,7 @@ static int send_with_retries(report_run *run)
             return report_failure(run);
         }
         run->answered = false;
+        run->unreachable = false;
         if (!run->jwt || clock_mono_ms() - run->minted_ms > REPORT_REMINT_AFTER_MS) {
             drop_jwt(run);
             s = run->env->buildkite ? mint_buildkite(run) : mint(run);
@@ -390,8 +390,11 @@ static int send_with_retries(report_run *run)
                     run->o->max_time_s);
             return report_failure(run);
         }
+        /* The end of the wait is taken before it is announced: a test that moves the clock when
+         * it reads the announcement (clock.h) always shortens this wait. */
+        int64_t until = clock_mono_ms() + wait_s * 1000;
         fprintf(stderr, REPORT_PROG ": %s; retrying in %ld s\n", run->why, wait_s);
-        sleep_ms(wait_s * 1000);
+        clock_sleep_until(until);
     }
 }
 
@@ -434,7 +437,8 @@ int report_send(const report_opts *o, const report_env *env, const char *url, co
     run.deadline_ms = clock_mono_ms() + (int64_t)o->max_time_s * 1000;
     run.retry_after_s = -1;
     buf_init(&run.last_body, REPORT_MAX_RESPONSE);
-    fprintf(stderr, REPORT_PROG ": POST %s (%s, %zu bytes)\n", url, o->status, body->len);
+    fprintf(stderr, REPORT_PROG ": POST %s (%s, %zu bytes; the URL from %s)\n", url, o->status,
+            body->len, o->callback_url_from ? o->callback_url_from : "--callback-url");
     int rc = send_with_retries(&run);
     report_run_free(&run);
     curl_global_cleanup();

@@ -2,8 +2,16 @@
  * webhook_send.c - `crcr webhook send`: signs a payload file as GitHub would and POSTs it; see
  * webhook_send.h.
  *
- * The HTTP client is http_client.h and the signature is sig_sign(); this file only parses the
- * command line, reads the file (capped) and prints the answer.
+ * The HTTP client is http_client.h and the signature is sig_sign(); this file parses the command
+ * line, reads the file (capped), tells which event it is when --event is not given
+ * (infer_event() below) and prints the answer.
+ *
+ * Which event a payload is: GitHub names it only in the X-GitHub-Event header, so it is read
+ * from the payload's top-level keys (a `ping` has "zen" and "hook_id", a `pull_request` its
+ * "pull_request" object without a review or comment, ...) and from the file's name, whose first
+ * dotted word names the event in GitHub's and octokit's fixtures (issues.opened.json). Either is
+ * enough; when both speak and disagree, or neither does, nothing is sent and --event is asked
+ * for: a payload sent under the wrong event is answered 202 and fans out as that event.
  */
 #include "webhook_send.h"
 
@@ -18,14 +26,19 @@
 #include <openssl/rand.h>
 
 #include "buf.h"
+#include "config.h"
 #include "http_client.h"
 #include "crcr_limits.h"
+#include "json.h"
 #include "opts.h"
 #include "sig.h"
 
-#define WS_DEFAULT_EVENT "pull_request"
 #define WS_DEFAULT_URL "http://127.0.0.1:8000/github/webhook"
 #define WS_PROG "crcr webhook send"
+/* Longest URL made from CRCR_LISTEN ("http://[v6]:port/github/webhook"). */
+#define WS_LISTEN_URL_MAX 96u
+/* Longest webhook secret taken from --config (GitHub's are far shorter). */
+#define WS_SECRET_MAX 4096u
 
 typedef struct {
     const char *file;
@@ -33,11 +46,13 @@ typedef struct {
     const char *url;
     const char *secret;
     const char *delivery;
+    const char *config;
     bool help;
 } ws_args;
 
 #define WS_USAGE                                                                                   \
-    "usage: crcr webhook send FILE [--event E] [--url U] [--secret S] [--delivery ID]\n"
+    "usage: crcr webhook send FILE [--event E] [--url U] [--secret S] [--config F] [--delivery "   \
+    "ID]\n"
 
 /* The full help, for --help. */
 static void usage(FILE *to)
@@ -47,10 +62,15 @@ static void usage(FILE *to)
             "Signs FILE (a webhook payload, '-' for standard input) with the webhook secret and\n"
             "POSTs it the way GitHub does.\n"
             "\n"
-            "  --event E      X-GitHub-Event (default " WS_DEFAULT_EVENT ")\n"
-            "  --url U        where to POST (default " WS_DEFAULT_URL ")\n"
-            "  --secret S     webhook secret (default: the GITHUB_APP_SECRET environment\n"
-            "                 variable, which keeps the secret out of the process list)\n"
+            "  --event E      X-GitHub-Event (default: told from the payload's keys, or from\n"
+            "                 the file's name as in pull_request.opened.json; when neither\n"
+            "                 tells, or they disagree, nothing is sent)\n"
+            "  --url U        where to POST (default " WS_DEFAULT_URL ",\n"
+            "                 or the CRCR_LISTEN address of --config)\n"
+            "  --secret S     webhook secret (default: GITHUB_APP_SECRET from the environment,\n"
+            "                 which keeps the secret out of the process list, or from --config)\n"
+            "  --config F     the relay's configuration file: its GITHUB_APP_SECRET and\n"
+            "                 CRCR_LISTEN (the environment overrides the file)\n"
             "  --delivery ID  X-GitHub-Delivery (default: a random UUID)\n"
             "\n"
             "Prints \"HTTP <status>\" and the response body. Exit status: 0 for a 2xx answer,\n"
@@ -60,7 +80,7 @@ static void usage(FILE *to)
 /* Parses argv (after "send"). Returns 0, or 2 after printing a usage error. */
 static int parse_args(int argc, char **argv, ws_args *a)
 {
-    static const char *names[] = {"--event", "--url", "--secret", "--delivery"};
+    static const char *names[] = {"--event", "--url", "--secret", "--delivery", "--config"};
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
         if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
@@ -68,7 +88,7 @@ static int parse_args(int argc, char **argv, ws_args *a)
             return 0;
         }
         if (strncmp(arg, "--", 2) == 0) {
-            const char **slots[] = {&a->event, &a->url, &a->secret, &a->delivery};
+            const char **slots[] = {&a->event, &a->url, &a->secret, &a->delivery, &a->config};
             int rc = 0;
             for (size_t k = 0; k < sizeof(names) / sizeof(names[0]) && rc == 0; k++) {
                 rc = opts_take(argc, argv, &i, names[k], slots[k]);
@@ -140,6 +160,208 @@ static bool read_payload(const char *path, buf_t *out)
     return ok;
 }
 
+/* Words of GitHub's webhooks that the relay's vocabularies also use for other concepts. */
+#define EV_CHECK_RUN "check_run" /* vocab-ok: a webhook event and its payload key */
+#define KEY_COMMENT "comment"    /* vocab-ok: a webhook payload key */
+
+/* The events of GitHub's webhooks: a file name's first dotted word counts only when it is one. */
+static const char *const GITHUB_EVENTS[] = {"branch_protection_configuration",
+                                            "branch_protection_rule",
+                                            EV_CHECK_RUN,
+                                            "check_suite",
+                                            "code_scanning_alert",
+                                            "commit_comment",
+                                            "create",
+                                            "custom_property",
+                                            "custom_property_values",
+                                            "delete",
+                                            "dependabot_alert",
+                                            "deploy_key",
+                                            "deployment",
+                                            "deployment_protection_rule",
+                                            "deployment_review",
+                                            "deployment_status",
+                                            "discussion",
+                                            "discussion_comment",
+                                            "fork",
+                                            "github_app_authorization",
+                                            "gollum",
+                                            "installation",
+                                            "installation_repositories",
+                                            "installation_target",
+                                            "issue_comment",
+                                            "issues",
+                                            "label",
+                                            "marketplace_purchase",
+                                            "member",
+                                            "membership",
+                                            "merge_group",
+                                            "meta",
+                                            "milestone",
+                                            "org_block",
+                                            "organization",
+                                            "package",
+                                            "page_build",
+                                            "personal_access_token_request",
+                                            "ping",
+                                            "project",
+                                            "project_card",
+                                            "project_column",
+                                            "projects_v2",
+                                            "projects_v2_item",
+                                            "public",
+                                            "pull_request",
+                                            "pull_request_review",
+                                            "pull_request_review_comment",
+                                            "pull_request_review_thread",
+                                            "push",
+                                            "registry_package",
+                                            "release",
+                                            "repository",
+                                            "repository_advisory",
+                                            "repository_dispatch",
+                                            "repository_import",
+                                            "repository_ruleset",
+                                            "repository_vulnerability_alert",
+                                            "secret_scanning_alert",
+                                            "secret_scanning_alert_location",
+                                            "security_advisory",
+                                            "security_and_analysis",
+                                            "sponsorship",
+                                            "star",
+                                            "status",
+                                            "sub_issues",
+                                            "team",
+                                            "team_add",
+                                            "watch",
+                                            "workflow_dispatch",
+                                            "workflow_job",
+                                            "workflow_run"};
+
+/* The event the file's name names ("issues" for .../issues.opened.json), or NULL. The result
+ * points into the table above. */
+static const char *event_of_name(const char *path)
+{
+    if (strcmp(path, "-") == 0)
+        return NULL;
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    size_t n = strcspn(base, ".");
+    for (size_t i = 0; i < sizeof(GITHUB_EVENTS) / sizeof(GITHUB_EVENTS[0]); i++)
+        if (strlen(GITHUB_EVENTS[i]) == n && strncmp(base, GITHUB_EVENTS[i], n) == 0)
+            return GITHUB_EVENTS[i];
+    return NULL;
+}
+
+/* The event a payload's top-level keys show, or NULL when they do not tell (not JSON, not an
+ * object, or the keys of an event not listed here: its file name or --event must say). */
+static const char *event_of_payload(const buf_t *payload)
+{
+    jv *doc = jv_parse(buf_cstr(payload), payload->len, NULL, 0);
+    const char *ev = NULL;
+#define HAS(k) (jv_get(doc, k) != NULL)
+    if (!jv_is_obj(doc))
+        ev = NULL;
+    else if (HAS("zen") && HAS("hook_id"))
+        ev = "ping";
+    else if (HAS(EV_CHECK_RUN))
+        ev = EV_CHECK_RUN;
+    else if (HAS("check_suite"))
+        ev = "check_suite";
+    else if (HAS("pull_request"))
+        ev = HAS("review")      ? "pull_request_review"
+             : HAS(KEY_COMMENT) ? "pull_request_review_comment"
+             : HAS("thread")    ? "pull_request_review_thread"
+                                : "pull_request";
+    else if (HAS("issue"))
+        ev = HAS(KEY_COMMENT) ? "issue_comment" : "issues";
+    else if (HAS("ref") && HAS("before") && HAS("after") && HAS("pusher"))
+        ev = "push";
+    else if (HAS("workflow_run"))
+        ev = "workflow_run";
+    else if (HAS("workflow_job"))
+        ev = "workflow_job";
+    else if (HAS("merge_group"))
+        ev = "merge_group";
+    else if (HAS("deployment_status"))
+        ev = "deployment_status";
+    else if (HAS("release"))
+        ev = "release";
+#undef HAS
+    jv_free(doc);
+    return ev;
+}
+
+/* Sets a->event from the payload and the file's name when it was not given; `how` says where it
+ * came from. Returns false after printing why nothing can be sent. */
+static bool infer_event(ws_args *a, const buf_t *payload, const char **how)
+{
+    if (a->event) {
+        *how = "given";
+        return true;
+    }
+    const char *by_payload = event_of_payload(payload);
+    const char *by_name = event_of_name(a->file);
+    if (by_payload && by_name && strcmp(by_payload, by_name) != 0) {
+        fprintf(stderr,
+                WS_PROG ": %s: the payload is a %s event but the file's name says %s; give "
+                        "--event E\n",
+                a->file, by_payload, by_name);
+        return false;
+    }
+    if (!by_payload && !by_name) {
+        fprintf(stderr,
+                WS_PROG ": %s: cannot tell which event this payload is (its keys and its name do "
+                        "not say); give --event E, e.g. --event pull_request\n",
+                a->file);
+        return false;
+    }
+    a->event = by_payload ? by_payload : by_name;
+    *how = by_payload && by_name ? "from the payload and the file's name"
+           : by_payload          ? "from the payload"
+                                 : "from the file's name";
+    return true;
+}
+
+/* With --config: GITHUB_APP_SECRET and CRCR_LISTEN of the relay's configuration (the environment
+ * overriding the file) become the defaults of --secret and --url. The copies go to secret[] and
+ * url[]. Returns false after printing why the file cannot be used. */
+static bool apply_config(ws_args *a, char *secret, size_t secretsz, char *url, size_t urlsz)
+{
+    if (!a->config)
+        return true;
+    crcr_config cfg;
+    char err[512] = "";
+    if (config_load(&cfg, a->config, config_getenv, NULL, err, sizeof(err)) != CRCR_OK) {
+        fprintf(stderr, WS_PROG ": %s\n", err);
+        return false;
+    }
+    bool ok = true;
+    if (!a->secret && cfg.app_secret) {
+        if (strlen(cfg.app_secret) >= secretsz) {
+            fprintf(stderr, WS_PROG ": GITHUB_APP_SECRET: longer than %zu bytes\n", secretsz - 1);
+            ok = false;
+        } else {
+            memcpy(secret, cfg.app_secret, strlen(cfg.app_secret) + 1);
+            a->secret = secret;
+        }
+    }
+    if (ok && !a->url) {
+        /* A relay listening on every address is reached on loopback. */
+        const char *h = cfg.listen_host;
+        bool v6 = strchr(h, ':') != NULL;
+        if (strcmp(h, "0.0.0.0") == 0)
+            h = "127.0.0.1";
+        else if (strcmp(h, "::") == 0)
+            h = "::1";
+        snprintf(url, urlsz, "http://%s%s%s:%d/github/webhook", v6 ? "[" : "", h, v6 ? "]" : "",
+                 cfg.listen_port);
+        a->url = url;
+    }
+    config_free(&cfg);
+    return ok;
+}
+
 /* Writes a random (version 4) UUID into out. Returns false when the RNG fails. */
 static bool random_uuid(char out[37])
 {
@@ -206,6 +428,64 @@ static int post(const ws_args *a, const buf_t *payload, const char *delivery)
     return rc;
 }
 
+/* Checks the options, reads the payload, tells its event and sends it. Returns the exit code. */
+static int send_checked(ws_args *a)
+{
+    if (!a->url)
+        a->url = WS_DEFAULT_URL;
+    if (!a->secret)
+        a->secret = getenv("GITHUB_APP_SECRET");
+    if (!a->secret || !*a->secret) {
+        fprintf(stderr, WS_PROG ": no webhook secret: set GITHUB_APP_SECRET, use --secret or "
+                                "--config\n");
+        return 2;
+    }
+    if (a->event && !http_header_token_ok(a->event, strlen(a->event), CRCR_EVENT_NAME_MAX)) {
+        fprintf(stderr, WS_PROG ": --event must be 1 to %u printable characters\n",
+                CRCR_EVENT_NAME_MAX);
+        return 2;
+    }
+    if (a->delivery &&
+        !http_header_token_ok(a->delivery, strlen(a->delivery), CRCR_DELIVERY_ID_MAX)) {
+        fprintf(stderr, WS_PROG ": --delivery must be 1 to %u printable characters\n",
+                CRCR_DELIVERY_ID_MAX);
+        return 2;
+    }
+    if (strncmp(a->url, "http://", 7) != 0 && strncmp(a->url, "https://", 8) != 0) {
+        fprintf(stderr, WS_PROG ": --url must start with http:// or https://\n");
+        return 2;
+    }
+
+    char uuid[37];
+    if (!a->delivery) {
+        if (!random_uuid(uuid)) {
+            fprintf(stderr, WS_PROG ": cannot make a delivery id (RNG failure)\n");
+            return 1;
+        }
+        a->delivery = uuid;
+    }
+
+    buf_t payload;
+    if (!read_payload(a->file, &payload))
+        return 1;
+    const char *how = "";
+    if (!infer_event(a, &payload, &how)) {
+        buf_free(&payload);
+        return 2;
+    }
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+        fprintf(stderr, WS_PROG ": cannot initialise libcurl\n");
+        buf_free(&payload);
+        return 1;
+    }
+    fprintf(stderr, WS_PROG ": delivery %s, event %s (%s), %zu bytes, to %s\n", a->delivery,
+            a->event, how, payload.len, a->url);
+    int rc = post(a, &payload, a->delivery);
+    curl_global_cleanup();
+    buf_free(&payload);
+    return rc;
+}
+
 int webhook_send_main(int argc, char **argv)
 {
     if (argc < 1 || strcmp(argv[0], "send") != 0) {
@@ -224,53 +504,12 @@ int webhook_send_main(int argc, char **argv)
         usage(stdout);
         return 0;
     }
-    if (!a.event)
-        a.event = WS_DEFAULT_EVENT;
-    if (!a.url)
-        a.url = WS_DEFAULT_URL;
-    if (!a.secret)
-        a.secret = getenv("GITHUB_APP_SECRET");
-    if (!a.secret || !*a.secret) {
-        fprintf(stderr, WS_PROG ": no webhook secret: set GITHUB_APP_SECRET or use --secret\n");
-        return 2;
-    }
-    if (!http_header_token_ok(a.event, strlen(a.event), CRCR_EVENT_NAME_MAX)) {
-        fprintf(stderr, WS_PROG ": --event must be 1 to %u printable characters\n",
-                CRCR_EVENT_NAME_MAX);
-        return 2;
-    }
-    if (a.delivery && !http_header_token_ok(a.delivery, strlen(a.delivery), CRCR_DELIVERY_ID_MAX)) {
-        fprintf(stderr, WS_PROG ": --delivery must be 1 to %u printable characters\n",
-                CRCR_DELIVERY_ID_MAX);
-        return 2;
-    }
-    if (strncmp(a.url, "http://", 7) != 0 && strncmp(a.url, "https://", 8) != 0) {
-        fprintf(stderr, WS_PROG ": --url must start with http:// or https://\n");
-        return 2;
-    }
-
-    char uuid[37];
-    if (!a.delivery) {
-        if (!random_uuid(uuid)) {
-            fprintf(stderr, WS_PROG ": cannot make a delivery id (RNG failure)\n");
-            return 1;
-        }
-        a.delivery = uuid;
-    }
-
-    buf_t payload;
-    if (!read_payload(a.file, &payload))
-        return 1;
-
-    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
-        fprintf(stderr, WS_PROG ": cannot initialise libcurl\n");
-        buf_free(&payload);
-        return 1;
-    }
-    fprintf(stderr, WS_PROG ": delivery %s, event %s, %zu bytes\n", a.delivery, a.event,
-            payload.len);
-    rc = post(&a, &payload, a.delivery);
-    curl_global_cleanup();
-    buf_free(&payload);
+    /* The secret read from --config lives here until the request is sent, then is wiped. */
+    char cfg_secret[WS_SECRET_MAX + 1] = "", cfg_url[WS_LISTEN_URL_MAX] = "";
+    if (apply_config(&a, cfg_secret, sizeof(cfg_secret), cfg_url, sizeof(cfg_url)))
+        rc = send_checked(&a);
+    else
+        rc = 2;
+    OPENSSL_cleanse(cfg_secret, sizeof(cfg_secret));
     return rc;
 }

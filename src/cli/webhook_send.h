@@ -17,12 +17,14 @@
 #define WEBHOOK_SEND_CONNECT_TIMEOUT_MS 5000L
 
 /**
- * Runs `crcr webhook send FILE [--event E] [--url U] [--secret S] [--delivery ID]`.
+ * Runs `crcr webhook send FILE [--event E] [--url U] [--secret S] [--config F] [--delivery ID]`.
  *
  * `argv` holds the words after "crcr webhook": {"send", FILE, options...}. FILE may be "-" for
- * standard input. Defaults: event "pull_request", url "http://127.0.0.1:8000/github/webhook",
- * secret from the environment variable GITHUB_APP_SECRET (an error when neither is given),
- * delivery a random UUID v4. Options also take the form --name=value.
+ * standard input. Defaults: the event told from the payload's keys and the file's name (nothing
+ * is sent, exit 2, when neither tells or they disagree), url
+ * "http://127.0.0.1:8000/github/webhook" (with --config: its CRCR_LISTEN address), secret
+ * GITHUB_APP_SECRET from the environment (or --config's; an error when none is given), delivery a
+ * random UUID v4. Options also take the form --name=value.
  *
  * Prints "HTTP <status>" and the response body on stdout; problems go to stderr.
  * Returns the process exit code: 0 for a 2xx answer, 1 for any other answer or a transport or

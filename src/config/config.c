@@ -71,6 +71,26 @@ static crcr_err fail(char *err, size_t errsz, const char *fmt, ...)
     return CRCR_E_CONFIG;
 }
 
+/* Where config_check() collects problems; NULL (config_load) stops at the first one. */
+typedef struct problems {
+    config_problem_fn fn;
+    void *ctx;
+    unsigned n;
+} problems;
+
+/* In config_check() (a sink), hands the one-line problem in err to it, empties err and returns
+ * true: the caller goes on with the next line or variable. False in config_load(). */
+static bool noted(problems *pr, char *err)
+{
+    if (!pr || !pr->fn)
+        return false;
+    pr->fn(pr->ctx, err && *err ? err : "configuration problem");
+    pr->n++;
+    if (err)
+        err[0] = '\0';
+    return true;
+}
+
 /* Writes "WHAT: out of memory" into err (if any) and returns CRCR_E_NOMEM. */
 static crcr_err fail_nomem(char *err, size_t errsz, const char *what)
 {
@@ -207,8 +227,19 @@ static bool is_blank(char c)
     return c == ' ' || c == '\t';
 }
 
-/* Parses the KEY=VALUE file into raw->file_val. */
-static crcr_err read_config_file(const char *path, raw_values *raw, char *err, size_t errsz)
+/* True when v[0..n) holds "-----END" (a PEM value written whole on its line). */
+static bool has_pem_end(const char *v, size_t n)
+{
+    for (size_t i = 0; i + 8 <= n; i++)
+        if (memcmp(v + i, "-----END", 8) == 0)
+            return true;
+    return false;
+}
+
+/* Parses the KEY=VALUE file into raw->file_val. With a sink (`pr`) a bad line is noted and the
+ * next one read; a file that cannot be read at all still stops. */
+static crcr_err read_config_file(const char *path, raw_values *raw, char *err, size_t errsz,
+                                 problems *pr)
 {
     buf_t text;
     int rc = read_small_file(path, CONFIG_FILE_MAX_BYTES, &text);
@@ -224,6 +255,7 @@ static crcr_err read_config_file(const char *path, raw_values *raw, char *err, s
         e = fail(err, errsz, "%s: contains a NUL byte", path);
         goto out;
     }
+    bool in_pem = false; /* check mode: inside a PEM block already reported */
     for (unsigned lineno = 1; p < end && !e; lineno++) {
         const char *nl = memchr(p, '\n', (size_t)(end - p));
         const char *le = nl ? nl : end;
@@ -232,36 +264,49 @@ static crcr_err read_config_file(const char *path, raw_values *raw, char *err, s
             le--;
         while (p < le && is_blank(*p))
             p++;
+        if (in_pem) {
+            in_pem = !((size_t)(le - p) >= 8 && memcmp(p, "-----END", 8) == 0);
+            p = next;
+            continue;
+        }
         if (p == le || *p == '#') {
             p = next;
             continue;
         }
         const char *eq = memchr(p, '=', (size_t)(le - p));
         if (!eq) {
-            if ((size_t)(le - p) >= 10 && memcmp(p, "-----BEGIN", 10) == 0)
+            bool pem = (size_t)(le - p) >= 10 && memcmp(p, "-----BEGIN", 10) == 0;
+            if (pem)
                 e = fail(err, errsz,
                          "%s:%u: a PEM value must be written on one line with \\n escapes "
                          "(or use GITHUB_APP_PRIVATE_KEY_FILE)",
                          path, lineno);
             else
                 e = fail(err, errsz, "%s:%u: expected KEY=VALUE", path, lineno);
-            break;
+            if (!noted(pr, err))
+                break;
+            e = CRCR_OK;
+            in_pem = pem;
+            p = next;
+            continue;
         }
         const char *ke = eq;
         while (ke > p && is_blank(ke[-1]))
             ke--;
         size_t klen = (size_t)(ke - p);
         int id = key_index(p, klen);
-        if (id < 0) {
-            if (looks_like_key(p, klen))
+        if (id < 0 || raw->file_val[id]) {
+            if (id >= 0)
+                e = fail(err, errsz, "%s:%u: %s is set twice", path, lineno, config_keys[id].name);
+            else if (looks_like_key(p, klen))
                 e = fail(err, errsz, "%s:%u: unknown key '%.*s'", path, lineno, (int)klen, p);
             else
                 e = fail(err, errsz, "%s:%u: expected KEY=VALUE", path, lineno);
-            break;
-        }
-        if (raw->file_val[id]) {
-            e = fail(err, errsz, "%s:%u: %s is set twice", path, lineno, config_keys[id].name);
-            break;
+            if (!noted(pr, err))
+                break;
+            e = CRCR_OK;
+            p = next;
+            continue;
         }
         const char *v = eq + 1;
         const char *ve = le;
@@ -272,6 +317,18 @@ static crcr_err read_config_file(const char *path, raw_values *raw, char *err, s
         if (ve - v >= 2 && *v == '"' && ve[-1] == '"') {
             v++;
             ve--;
+        }
+        if (pr && pr->fn && ve - v >= 10 && memcmp(v, "-----BEGIN", 10) == 0 &&
+            !has_pem_end(v, (size_t)(ve - v))) {
+            /* A PEM pasted over several lines: one problem, not one per line of it. */
+            fail(err, errsz,
+                 "%s:%u: a PEM value must be written on one line with \\n escapes (or use "
+                 "GITHUB_APP_PRIVATE_KEY_FILE)",
+                 path, lineno);
+            noted(pr, err);
+            in_pem = true;
+            p = next;
+            continue;
         }
         raw->file_val[id] = unescape(v, (size_t)(ve - v));
         if (!raw->file_val[id])
@@ -452,6 +509,29 @@ static bool app_id_valid(const char *id)
         if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
               c == '.'))
             return false;
+    }
+    return true;
+}
+
+/* CRCR_ONCALL_TRUSTED_AUTHORS: GitHub logins separated by commas (blanks around them allowed), a
+ * user's or an App's ("name[bot]"); empty is fine. */
+static bool trusted_authors_valid(const char *v)
+{
+    for (const char *p = v; *p;) {
+        size_t n = strcspn(p, ",");
+        const char *s = p, *e = p + n;
+        while (s < e && is_blank(*s))
+            s++;
+        while (e > s && is_blank(e[-1]))
+            e--;
+        size_t len = (size_t)(e - s);
+        if (len > 5 && memcmp(e - 5, "[bot]", 5) == 0)
+            len -= 5;
+        if (e > s && !ids_owner_valid(s, len))
+            return false;
+        p += n;
+        if (*p == ',')
+            p++;
     }
     return true;
 }
@@ -658,9 +738,26 @@ static crcr_err take_own(raw_values *raw, crcr_config *cfg, key_id id, char *err
         if (cfg->retry_max_ms < cfg->retry_base_ms)
             return fail(err, errsz, "CRCR_RETRY_MAX_MS: must not be less than CRCR_RETRY_BASE_MS");
         return CRCR_OK;
+    case K_CRCR_ONCALL_TRUSTED_AUTHORS:
+        /* "-" (nobody: only this App's own comments) is no login: it matches no comment. */
+        if (strcmp(cfg->oncall_trusted_authors, "-") != 0 &&
+            !trusted_authors_valid(cfg->oncall_trusted_authors))
+            return fail_quoting(err, errsz,
+                                "CRCR_ONCALL_TRUSTED_AUTHORS: expected GitHub logins separated by "
+                                "commas (user or app[bot]), or - for none",
+                                cfg->oncall_trusted_authors);
+        return CRCR_OK;
     case K_CRCR_MAX_CALLBACK_BODY:
         if (cfg->max_callback_body > cfg->max_body) /* the smaller of the two caps applies */
             cfg->max_callback_body = cfg->max_body;
+        return CRCR_OK;
+    case K_CRCR_UNAUTH_BODY_BUDGET:
+        if (!raw->val[K_CRCR_UNAUTH_BODY_BUDGET] && cfg->unauth_body_budget < cfg->max_body)
+            cfg->unauth_body_budget = cfg->max_body; /* the default grows with CRCR_MAX_BODY */
+        if (cfg->unauth_body_budget < cfg->max_body)
+            return fail(err, errsz,
+                        "CRCR_UNAUTH_BODY_BUDGET: must be at least CRCR_MAX_BODY (a webhook of the "
+                        "largest size must fit)");
         return CRCR_OK;
     default:
         return CRCR_OK;
@@ -694,24 +791,38 @@ static crcr_err take_key(raw_values *raw, crcr_config *cfg, key_id id, char *err
     return e ? e : take_own(raw, cfg, id, err, errsz);
 }
 
-/* Fills cfg from the collected raw values in table order, stopping at the first bad one; but
- * ALLOWLIST_TTL_SECONDS is read after CI_PROVIDERS_FILE, the order in which crcr has always
- * reported their problems. */
-static crcr_err fill(raw_values *raw, crcr_config *cfg, char *err, size_t errsz)
+/* take_key(), then with a sink a bad value is noted (and marked in `bad`) and loading goes on. */
+static crcr_err take_noting(raw_values *raw, crcr_config *cfg, key_id id, char *err, size_t errsz,
+                            problems *pr, bool *bad)
+{
+    crcr_err e = take_key(raw, cfg, id, err, errsz);
+    if (e == CRCR_E_CONFIG && noted(pr, err)) {
+        bad[id] = true;
+        return CRCR_OK;
+    }
+    return e;
+}
+
+/* Fills cfg from the collected raw values in table order, stopping at the first bad one (with a
+ * sink: at none, every bad one noted and marked in `bad`); but ALLOWLIST_TTL_SECONDS is read
+ * after CI_PROVIDERS_FILE, the order in which crcr has always reported their problems. */
+static crcr_err fill(raw_values *raw, crcr_config *cfg, char *err, size_t errsz, problems *pr,
+                     bool *bad)
 {
     crcr_err e = CRCR_OK;
     for (int i = 0; i < K_COUNT && !e; i++) {
         if (i == K_ALLOWLIST_TTL_SECONDS)
             continue;
-        e = take_key(raw, cfg, (key_id)i, err, errsz);
+        e = take_noting(raw, cfg, (key_id)i, err, errsz, pr, bad);
         if (!e && i == K_CI_PROVIDERS_FILE)
-            e = take_key(raw, cfg, K_ALLOWLIST_TTL_SECONDS, err, errsz);
+            e = take_noting(raw, cfg, K_ALLOWLIST_TTL_SECONDS, err, errsz, pr, bad);
     }
     return e;
 }
 
-/* Sets cfg->github_web_url from GITHUB_API_URL and checks that the blob URLs are on it. */
-static crcr_err derive_web_url(crcr_config *cfg, char *err, size_t errsz)
+/* Sets cfg->github_web_url from GITHUB_API_URL and checks that the blob URLs are on it (those
+ * not already noted as bad in `bad`, which may be NULL). */
+static crcr_err derive_web_url(crcr_config *cfg, const bool *bad, char *err, size_t errsz)
 {
     char web[CONFIG_WEB_URL_MAX];
     if (!config_github_web_url(cfg->github_api_url, web, sizeof(web)))
@@ -721,10 +832,12 @@ static crcr_err derive_web_url(crcr_config *cfg, char *err, size_t errsz)
         return fail_nomem(err, errsz, "GITHUB_API_URL");
     const struct {
         const char *name, *url;
-    } blobs[] = {{"ALLOWLIST_URL", cfg->allowlist_url},
-                 {"CI_PROVIDERS_URL", cfg->ci_providers_url}};
+        key_id key;
+    } blobs[] = {{"ALLOWLIST_URL", cfg->allowlist_url, K_ALLOWLIST_URL},
+                 {"CI_PROVIDERS_URL", cfg->ci_providers_url, K_CI_PROVIDERS_URL}};
     for (size_t i = 0; i < sizeof(blobs) / sizeof(blobs[0]); i++)
-        if (blobs[i].url && !config_url_on_web_host(blobs[i].url, web))
+        if (blobs[i].url && !(bad && bad[blobs[i].key]) &&
+            !config_url_on_web_host(blobs[i].url, web))
             return fail(err, errsz,
                         "%s: must be a blob URL on %s/ (GitHub's web host for GITHUB_API_URL)",
                         blobs[i].name, web);
@@ -737,13 +850,37 @@ const char *config_web_url(const crcr_config *cfg)
                                                               : "https://github.com";
 }
 
+/* What `crcr serve` needs on top of valid values; a variable already noted as bad (`bad`, may be
+ * NULL) is not reported again. Returns how many problems went to `fn`. */
+static unsigned require_serve(const crcr_config *cfg, const bool *bad, config_problem_fn fn,
+                              void *ctx)
+{
+    unsigned n = 0;
+    if (!cfg->app_secret && !(bad && bad[K_GITHUB_APP_SECRET])) {
+        fn(ctx, "GITHUB_APP_SECRET: required (the webhook secret GitHub signs deliveries with)");
+        n++;
+    }
+    if (!cfg->allowlist_file && !cfg->allowlist_url &&
+        !(bad && (bad[K_ALLOWLIST_FILE] || bad[K_ALLOWLIST_URL]))) {
+        fn(ctx, "ALLOWLIST_FILE or ALLOWLIST_URL: one of them is required");
+        n++;
+    }
+    return n;
+}
+
+unsigned config_require_serve(const crcr_config *cfg, config_problem_fn fn, void *ctx)
+{
+    return require_serve(cfg, NULL, fn, ctx);
+}
+
 const char *config_getenv(void *ctx, const char *key)
 {
     return getenv(key);
 }
 
-crcr_err config_load(crcr_config *cfg, const char *file, config_getter get, void *ctx, char *err,
-                     size_t errsz)
+/* config_load() without a sink, config_check() with one (`pr`, and `bad` its marks). */
+static crcr_err load(crcr_config *cfg, const char *file, config_getter get, void *ctx, char *err,
+                     size_t errsz, problems *pr, bool *bad)
 {
     raw_values raw;
     memset(&raw, 0, sizeof(raw));
@@ -753,15 +890,18 @@ crcr_err config_load(crcr_config *cfg, const char *file, config_getter get, void
 
     crcr_err e = CRCR_OK;
     if (file)
-        e = read_config_file(file, &raw, err, errsz);
+        e = read_config_file(file, &raw, err, errsz, pr);
     for (int i = 0; i < K_COUNT && !e; i++) {
         const char *v = get ? get(ctx, config_keys[i].name) : NULL;
         raw.val[i] = v ? v : raw.file_val[i];
     }
     if (!e)
-        e = fill(&raw, cfg, err, errsz);
-    if (!e)
-        e = derive_web_url(cfg, err, errsz);
+        e = fill(&raw, cfg, err, errsz, pr, bad);
+    if (!e) {
+        e = derive_web_url(cfg, bad, err, errsz);
+        if (e == CRCR_E_CONFIG && noted(pr, err))
+            e = CRCR_OK;
+    }
 
     for (int i = 0; i < K_COUNT; i++)
         free_wiped(raw.file_val[i]);
@@ -777,6 +917,25 @@ crcr_err config_load(crcr_config *cfg, const char *file, config_getter get, void
     log_add_secret(cfg->hud_bot_key);
     config_store_add_secrets(cfg->store_uri);
     return CRCR_OK;
+}
+
+crcr_err config_load(crcr_config *cfg, const char *file, config_getter get, void *ctx, char *err,
+                     size_t errsz)
+{
+    return load(cfg, file, get, ctx, err, errsz, NULL, NULL);
+}
+
+unsigned config_check(crcr_config *cfg, const char *file, config_getter get, void *ctx,
+                      config_problem_fn fn, void *fn_ctx)
+{
+    problems pr = {fn, fn_ctx, 0};
+    bool bad[K_COUNT] = {false};
+    char err[CONFIG_PROBLEM_MAX] = "";
+    if (load(cfg, file, get, ctx, err, sizeof(err), &pr, bad) != CRCR_OK) {
+        noted(&pr, err); /* the file cannot be read, or no memory: nothing more to say */
+        return pr.n;
+    }
+    return pr.n + require_serve(cfg, bad, fn, fn_ctx);
 }
 
 void config_free(crcr_config *cfg)

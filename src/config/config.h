@@ -4,7 +4,8 @@
  * Values come from a `--config FILE` of KEY=VALUE lines and from the environment; a variable set
  * in the environment overrides the same key in the file. Everything is validated at load: the first
  * bad value stops with CRCR_E_CONFIG and one line in `err` that names the variable and the problem
- * (never its value when the variable is a secret).
+ * (never its value when the variable is a secret). config_check() runs the same validation
+ * without stopping, for `crcr config --check`.
  */
 #ifndef CRCR_CONFIG_H
 #define CRCR_CONFIG_H
@@ -69,6 +70,9 @@ typedef struct crcr_config {
     size_t dispatch_budget;            /* CRCR_DISPATCH_BUDGET bytes, default 65000 */
     long max_attempts;                 /* CRCR_MAX_ATTEMPTS, default 12 */
     long sweep_s;                      /* CRCR_SWEEP_SECONDS, default 600 */
+    long reconcile_s;                  /* CRCR_RECONCILE_SECONDS, default 300, 0: off */
+    long reconcile_window_s;           /* CRCR_RECONCILE_WINDOW_SECONDS, default 259200 */
+    long reconcile_max_per_pass;       /* CRCR_RECONCILE_MAX_PER_PASS, default 100 */
     long retention_s;                  /* CRCR_RETENTION_SECONDS, default 604800 */
     crcr_log_level log_level;          /* CRCR_LOG, default info */
     long retry_base_ms;                /* CRCR_RETRY_BASE_MS, first retry delay, default 1000 */
@@ -85,6 +89,12 @@ typedef struct crcr_config {
     long hud_concurrency;        /* CRCR_HUD_CONCURRENCY: HUD renders at once, default 2 */
     long hud_cache_ms;           /* CRCR_HUD_CACHE_MS: life of a cached HUD answer, 0: off */
     bool oncall_comments;        /* CRCR_ONCALL_COMMENTS: on-call comments on the PR, default on */
+    long max_connections_per_client; /* CRCR_MAX_CONNECTIONS_PER_CLIENT, default 64, 0: no cap */
+    long header_timeout_ms;          /* CRCR_HEADER_TIMEOUT_MS, whole header block, default 3000 */
+    size_t unauth_body_budget;       /* CRCR_UNAUTH_BODY_BUDGET bytes, default 64 MiB */
+    char *oncall_trusted_authors;    /* CRCR_ONCALL_TRUSTED_AUTHORS: logins whose on-call marker
+                                        counts, comma separated (default pytorch-bot[bot]); "-" for
+                                        none, which no login matches */
 } crcr_config;
 
 /* Looks a key up; returns NULL when unset. Lets tests load a config without touching environ. */
@@ -102,6 +112,28 @@ const char *config_getenv(void *ctx, const char *key);
  */
 crcr_err config_load(crcr_config *cfg, const char *file, config_getter get, void *ctx, char *err,
                      size_t errsz);
+
+/* Receives one problem of a configuration: a line such as "CRCR_MAX_BODY: not a positive integer"
+ * (never a secret's value). */
+typedef void (*config_problem_fn)(void *ctx, const char *problem);
+
+/* Longest problem line config_check() hands on. */
+#define CONFIG_PROBLEM_MAX 512u
+
+/*
+ * What `crcr serve` checks before it starts, every problem at once (`crcr config --check`):
+ * loads like config_load(), but a bad line of the file or a bad value is passed to `fn` and
+ * loading goes on, then the variables `crcr serve` requires (config_require_serve) are checked.
+ * A variable already reported is not reported again as missing. Returns the number of problems
+ * (0: serve accepts these values). *cfg holds what could be loaded, in every case (the caller
+ * frees it with config_free); it is zeroed when the file could not be read at all.
+ */
+unsigned config_check(crcr_config *cfg, const char *file, config_getter get, void *ctx,
+                      config_problem_fn fn, void *fn_ctx);
+
+/* The settings `crcr serve` requires on top of valid values: GITHUB_APP_SECRET, and
+ * ALLOWLIST_FILE or ALLOWLIST_URL. Passes each one missing to `fn` and returns how many. */
+unsigned config_require_serve(const crcr_config *cfg, config_problem_fn fn, void *ctx);
 
 /* Frees every owned string; accepts a zeroed config. */
 void config_free(crcr_config *cfg);

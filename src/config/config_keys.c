@@ -104,6 +104,19 @@ const key_def config_keys[K_COUNT] = {
                              "Attempts of one outbound call before its outbox row is dead."},
     [K_CRCR_SWEEP_SECONDS] = {"CRCR_SWEEP_SECONDS", "600", false, 1, CONFIG_INT_MAX,
                               AS(V_LONG, sweep_s), "Seconds between sweeper passes."},
+    [K_CRCR_RECONCILE_SECONDS] = {"CRCR_RECONCILE_SECONDS", "300", false, 0, CONFIG_INT_MAX,
+                                  AS(V_LONG, reconcile_s),
+                                  "Seconds between reconciler passes (App mode: webhooks GitHub "
+                                  "failed to deliver are asked again); one pass at start-up. 0: "
+                                  "off."},
+    [K_CRCR_RECONCILE_WINDOW_SECONDS] = {"CRCR_RECONCILE_WINDOW_SECONDS", "259200", false, 60,
+                                         CONFIG_INT_MAX, AS(V_LONG, reconcile_window_s),
+                                         "How far back the reconciler reads the App's delivery "
+                                         "log (GitHub keeps 3 days)."},
+    [K_CRCR_RECONCILE_MAX_PER_PASS] = {"CRCR_RECONCILE_MAX_PER_PASS", "100", false, 1, 10000,
+                                       AS(V_LONG, reconcile_max_per_pass),
+                                       "Redeliveries the reconciler asks for in one pass at "
+                                       "most."},
     [K_CRCR_RETENTION_SECONDS] = {"CRCR_RETENTION_SECONDS", "604800", false, 1, CONFIG_INT_MAX,
                                   AS(V_LONG, retention_s),
                                   "Seconds deliveries and finished outbox rows are kept."},
@@ -178,6 +191,29 @@ const key_def config_keys[K_COUNT] = {
                                 "timed_out, comment once per PR and downstream repo on the "
                                 "upstream PR, mentioning the repo's on-calls from the allowlist. "
                                 "0: off."},
+    [K_CRCR_MAX_CONNECTIONS_PER_CLIENT] = {"CRCR_MAX_CONNECTIONS_PER_CLIENT", "64", false, 0, 65535,
+                                           AS(V_LONG, max_connections_per_client),
+                                           "Connections one peer (an IPv4 address, an IPv6 /64) "
+                                           "may hold; the next is refused at accept. 0: no cap "
+                                           "(behind a proxy that applies its own)."},
+    [K_CRCR_HEADER_TIMEOUT_MS] = {"CRCR_HEADER_TIMEOUT_MS", "3000", false, 1, 600000,
+                                  AS(V_LONG, header_timeout_ms),
+                                  "Milliseconds the whole header block of a request may take, "
+                                  "from the accept (or the previous answer on a kept-alive "
+                                  "connection); slower connections are closed."},
+    [K_CRCR_UNAUTH_BODY_BUDGET] = {"CRCR_UNAUTH_BODY_BUDGET", "67108864", false, 1024,
+                                   CONFIG_INT_MAX, AS(V_SIZE, unauth_body_budget),
+                                   "Bytes of request bodies not yet authenticated that all "
+                                   "connections together may hold, at least CRCR_MAX_BODY (unset: "
+                                   "64 MiB, or CRCR_MAX_BODY when that is larger); a request past "
+                                   "it is answered 503 with Retry-After."},
+    [K_CRCR_ONCALL_TRUSTED_AUTHORS] = {"CRCR_ONCALL_TRUSTED_AUTHORS", "pytorch-bot[bot]", false,
+                                       NOT_INT, AS(V_STRING, oncall_trusted_authors),
+                                       "Comma-separated GitHub logins whose on-call marker at the "
+                                       "start of a PR comment counts as the on-call comment "
+                                       "(besides this App's own comments). The default is "
+                                       "upstream's bot, so that it and crcr never both comment. "
+                                       "-: nobody, only this App's own comments."},
 };
 
 /* The char * field of a string variable, else NULL. */

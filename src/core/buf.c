@@ -37,6 +37,23 @@ static crcr_err buf_reserve(buf_t *b, size_t extra)
     return CRCR_OK;
 }
 
+crcr_err buf_ensure(buf_t *b, size_t extra)
+{
+    if (extra > b->max || b->len > b->max - extra)
+        return CRCR_E_TOO_LARGE;
+    size_t need = b->len + extra + 1;
+    if (need <= b->cap)
+        return CRCR_OK;
+    char *p = realloc(b->data, need);
+    if (!p)
+        return CRCR_E_NOMEM;
+    if (!b->data)
+        p[0] = '\0';
+    b->data = p;
+    b->cap = need;
+    return CRCR_OK;
+}
+
 crcr_err buf_append(buf_t *b, const void *p, size_t n)
 {
     crcr_err err = buf_reserve(b, n);

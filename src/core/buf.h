@@ -24,6 +24,10 @@ typedef struct {
 /* Prepares an empty buffer that may grow up to `max` bytes. Allocates nothing. */
 void buf_init(buf_t *b, size_t max);
 
+/* Makes room for `extra` more bytes at once, allocating exactly what that needs when the buffer
+ * must grow (no doubling): for a size known up front. On error the buffer is unchanged. */
+crcr_err buf_ensure(buf_t *b, size_t extra);
+
 /* Appends `n` bytes. On error the buffer is unchanged. */
 crcr_err buf_append(buf_t *b, const void *p, size_t n);
 

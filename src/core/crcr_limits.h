@@ -21,6 +21,15 @@
  * a kept-alive connection) to its answer: the total deadline that stops slow clients. Default of
  * CRCR_REQUEST_DEADLINE_SECONDS. */
 #define CRCR_REQUEST_DEADLINE_S 15u
+/* Connections one peer (an IPv4 address, an IPv6 /64) may hold; the next is refused at accept.
+ * Default of CRCR_MAX_CONNECTIONS_PER_CLIENT (0 there: no per-peer cap, for a proxy in front). */
+#define CRCR_MAX_CONNECTIONS_PER_CLIENT_DEFAULT 64u
+/* Milliseconds the whole header block of a request may take, from the accept (or the previous
+ * answer on a kept-alive connection). Default of CRCR_HEADER_TIMEOUT_MS. */
+#define CRCR_HEADER_TIMEOUT_MS_DEFAULT 3000u
+/* Bytes of request bodies not yet authenticated that all connections together may hold (503 with
+ * Retry-After beyond). Default of CRCR_UNAUTH_BODY_BUDGET; at least CRCR_MAX_BODY. */
+#define CRCR_UNAUTH_BODY_BUDGET_DEFAULT (64u * 1024u * 1024u)
 /* Longest URL path + query the router looks at. */
 #define CRCR_MAX_PATH 2048u
 
@@ -41,6 +50,9 @@
 #define CRCR_LABEL_MAX 256u  /* one label name */
 #define CRCR_LABELS_MAX 100u /* labels read from one pull request */
 #define CRCR_JOB_NAME_MAX 256u
+/* A downstream run id as text, with its NUL: a GitHub Actions run id (decimal) or a Buildkite
+ * build id (a 36-character UUID). */
+#define CRCR_RUN_ID_MAX 65u
 
 /* GitHub App and API. */
 #define CRCR_TOKEN_MAX 1024u                      /* installation tokens are ~520 chars, may grow */

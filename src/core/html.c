@@ -265,6 +265,7 @@ const char HTML_STYLESHEET[] =
     "ul.targets li{border-radius:4px;padding:.05rem .4rem;font-size:.8rem}\n"
     "ul.targets li .state{padding:0 .2rem;background:transparent}\n"
     ".badge.level{color:#fff;background:#24292f}\n"
+    ".badge.recovered{color:var(--run);background:var(--run-bg);margin-left:.3rem}\n"
     "tr:last-child td{border-bottom:0}\n"
     "table.matrix th.job{white-space:normal;min-width:7rem;max-width:12rem;font-size:.8rem;"
     "word-break:break-word}\n"

@@ -2,11 +2,12 @@
  * ops.c - GET /metrics and the admin API (/api/v1/admin/deliveries...); see ops.h.
  *
  * /metrics writes the registry's own families (metrics.c: webhooks, outbox attempts, GitHub
- * requests, HTTP latency) and then gauges read from the app at scrape time: outbox rows by state
- * and the age of the oldest due row (store), outbox retries and rate-limit pauses (outbox
- * counters), GitHub token and installation cache hits (gh_get_stats), callbacks by result, and
- * the allowlist's age and state. No label carries a repository or delivery id, so the number of
- * series does not grow with traffic.
+ * requests, reconciler passes and redeliveries, HTTP latency) and then gauges read from the app at
+ * scrape time: outbox rows by state and the age of the oldest due row (store), outbox retries and
+ * rate-limit pauses (outbox counters), GitHub token and installation cache hits (gh_get_stats),
+ * callbacks by result, the reconciler's last pass (its state in the store, shared by every
+ * instance) and the allowlist's age and state. No label carries a repository or delivery id, so the
+ * number of series does not grow with traffic.
  *
  * The admin token is compared as SHA-256 digests with CRYPTO_memcmp: equal-length inputs to a
  * constant-time compare, so neither the token's bytes nor its length leak through timing.
@@ -29,11 +30,13 @@
 #include "log.h"
 #include "metrics.h"
 #include "outbox.h"
+#include "reconcile.h"
 #include "trust.h"
 #include "vocab.h"
 
 #define OPS_DELIVERIES_PATH "/api/v1/admin/deliveries"
 #define OPS_TRUST_PATH "/api/v1/admin/trust"
+#define OPS_REDELIVERIES_PATH "/api/v1/admin/redeliveries"
 /* A scrape is a few hundred lines; this leaves room for many routes. */
 #define OPS_METRICS_MAX (4u * 1024u * 1024u)
 /* A redeliver request carries no body; a client that sends one anyway gets it ignored. */
@@ -98,6 +101,11 @@ static crcr_err app_metrics(crcr_app *app, buf_t *b)
     if (!e)
         e = gauge(b, "crcr_dry_run", "gauge", "1 when outbound calls are recorded, not sent.",
                   app->cfg.dry_run ? 1 : 0);
+    if (!e)
+        e = gauge(b, "crcr_sweeper_last_run_timestamp_seconds", "gauge",
+                  "Unix time of the last sweeper pass (zombie runs, retention) this process ran "
+                  "as the lease holder, once it ended (0 before the first).",
+                  (double)atomic_load(&app->last_sweep_at) / 1000.0);
     int64_t last = atomic_load(&app->last_webhook_at);
     if (!e)
         e = gauge(b, "crcr_last_webhook_timestamp_seconds", "gauge",
@@ -122,6 +130,12 @@ static crcr_err app_metrics(crcr_app *app, buf_t *b)
     if (!e)
         e = gauge(b, "crcr_store_up", "gauge", "1 when the store answered this scrape.",
                   store_ok ? 1 : 0);
+    store_fault_kind fault = store_write_fault(app->st, NULL, 0, NULL);
+    if (!e)
+        e = gauge(b, "crcr_store_write_fault", "gauge",
+                  "1 while writes fail for lack of space on the store's disk, 2 on an I/O error "
+                  "(webhooks are answered 503; /readyz says why); 0 when writes go through.",
+                  (double)fault);
     if (!e && store_ok) {
         e = metrics_family(b, "crcr_outbox_rows", "gauge",
                            "Outbox rows by state (queued is the depth; dead needs an operator).");
@@ -180,6 +194,50 @@ static crcr_err app_metrics(crcr_app *app, buf_t *b)
     for (size_t i = 0; i < sizeof(caches) / sizeof(caches[0]) && !e; i++) {
         const char *l[] = {"cache", caches[i].cache, "result", caches[i].result, NULL};
         e = metrics_sample(b, "crcr_github_cache_lookups_total", l, (double)caches[i].n);
+    }
+
+    /* The reconciler (§5.7): its last recorded pass, as every instance sharing the store sees
+     * it. Nothing is recorded in dry-run or with CRCR_RECONCILE_SECONDS=0 (all 0). */
+    reconcile_status rs;
+    memset(&rs, 0, sizeof(rs));
+    if (!e && store_ok)
+        reconcile_status_get(app->st, &rs);
+    if (!e)
+        e = gauge(b, "crcr_reconcile_last_pass_timestamp_seconds", "gauge",
+                  "Unix time of the last reconciler pass that read GitHub's delivery log (0: "
+                  "none).",
+                  (double)rs.last_ok_at / 1000.0);
+    if (!e)
+        e = gauge(b, "crcr_reconcile_missing", "gauge",
+                  "Upstream events the last reconciler pass found GitHub failed to deliver and "
+                  "the store does not have.",
+                  (double)rs.missing);
+    if (!e)
+        e = gauge(b, "crcr_reconcile_failing", "gauge",
+                  "1 when the last reconciler pass failed (its reason is in the log: "
+                  "reconcile.failed).",
+                  rs.last_error[0] ? 1 : 0);
+    if (!e)
+        e = gauge(b, "crcr_reconcile_backlog", "gauge",
+                  "1 while older pages of the delivery log are still to be read by later passes.",
+                  rs.partial ? 1 : 0);
+    /* OIDC issuers: whose keys could not be had (callbacks answered 503). The label values are
+     * the configured issuers' URLs, at most OIDC_ISSUERS_MAX series. */
+    oidc_issuer_stat is;
+    if (!e && app->oidc)
+        e = metrics_family(b, "crcr_oidc_keys_unavailable_total", "counter",
+                           "Callbacks answered 503 because the issuer's signing keys (JWKS) could "
+                           "not be fetched, by issuer.");
+    for (size_t i = 0; !e && app->oidc && oidc_issuer_stats(app->oidc, i, &is); i++) {
+        const char *l[] = {"issuer", is.url, NULL};
+        e = metrics_sample(b, "crcr_oidc_keys_unavailable_total", l, (double)is.unavailable);
+    }
+    if (!e && app->oidc)
+        e = metrics_family(b, "crcr_oidc_jwks_failing", "gauge",
+                           "1 when the last JWKS fetch of the issuer failed.");
+    for (size_t i = 0; !e && app->oidc && oidc_issuer_stats(app->oidc, i, &is); i++) {
+        const char *l[] = {"issuer", is.url, NULL};
+        e = metrics_sample(b, "crcr_oidc_jwks_failing", l, is.failing ? 1 : 0);
     }
 
     /* Allowlist, and the CI providers map when there is one. */
@@ -425,6 +483,48 @@ static void admin_redeliver(void *ctx, const http_request *req, http_response *r
     buf_free(&b);
 }
 
+/* GET /api/v1/admin/redeliveries[?limit=N][&pending=1]: what the reconciler asked GitHub to
+ * redeliver (delivery_doc.h, ddoc_redeliveries_jv). */
+static void admin_redeliveries(void *ctx, const http_request *req, http_response *resp)
+{
+    crcr_app *app = ctx;
+    if (!admin_auth(app, req, resp))
+        return;
+    const char *limit = http_req_query(req, "limit");
+    const char *pending = http_req_query(req, "pending");
+    long n = 50;
+    if (limit && *limit) {
+        char *end = NULL;
+        n = strtol(limit, &end, 10);
+        if (*end || n <= 0 || n > DDOC_LIST_MAX) {
+            http_resp_detail(resp, 400, "limit: expected 1 to 10000");
+            return;
+        }
+    }
+    bool pending_only = false;
+    if (pending && *pending) {
+        if (strcmp(pending, "1") != 0 && strcmp(pending, "0") != 0) {
+            http_resp_detail(resp, 400, "pending: expected 1 (only those not arrived) or 0");
+            return;
+        }
+        pending_only = strcmp(pending, "1") == 0;
+    }
+    jv *arr = NULL;
+    crcr_err e = ddoc_redeliveries_jv(app->st, (int)n, pending_only, &arr);
+    if (e) {
+        http_resp_detail(resp, 503, "store unavailable");
+        return;
+    }
+    jv *doc = jv_new_obj();
+    if (!doc || jv_set(doc, "redeliveries", arr) != CRCR_OK) {
+        jv_free(doc);
+        http_resp_detail(resp, 500, "out of memory");
+        return;
+    }
+    answer_json(resp, 200, doc);
+    jv_free(doc);
+}
+
 static void admin_trust_list(void *ctx, const http_request *req, http_response *resp)
 {
     crcr_app *app = ctx;
@@ -518,6 +618,12 @@ size_t ops_routes(struct crcr_app *app, http_route *out, size_t max)
          .prefix = true,
          .max_body = OPS_ADMIN_MAX_BODY,
          .fn = admin_trust_reset,
+         .ctx = app},
+        {.method = "GET",
+         .path = OPS_REDELIVERIES_PATH,
+         .prefix = false,
+         .max_body = 0,
+         .fn = admin_redeliveries,
          .ctx = app},
     };
     bool admin = app->cfg.admin_token && *app->cfg.admin_token;

@@ -11,6 +11,8 @@
  *        (422 when R is not on the allowlist in force, unless &force=1)
  *   GET  /api/v1/admin/trust                            {"pins":[...]} (trust.h)
  *   POST /api/v1/admin/trust/{owner}/{repo}/reset       {"ok":true,"reset":"owner/repo"}
+ *   GET  /api/v1/admin/redeliveries?limit=&pending=1    {"redeliveries":[...]}: what the
+ *        reconciler asked GitHub to redeliver (delivery_doc.h, ddoc_redeliveries_jv)
  * The admin routes exist only when CRCR_ADMIN_TOKEN is set (otherwise they answer 404 like any
  * unknown path) and require `Authorization: Bearer <CRCR_ADMIN_TOKEN>`, compared in constant
  * time (401 otherwise).

@@ -799,8 +799,34 @@ bool webhook_guard(void *ctx, const http_request *req, http_response *resp)
         reject(app, resp, 400, "No signature", NULL);
         return true;
     }
+    if (!sig_header_valid(sig)) { /* can match no body: the body is not worth reading */
+        reject(app, resp, 401, "Bad signature", NULL);
+        return true;
+    }
     return false;
 }
+
+static void *body_auth_start(void *ctx, const http_request *req)
+{
+    crcr_app *app = ctx;
+    const char *secrets[] = {app->cfg.app_secret, app->cfg.app_secret_previous};
+    return sig_stream_new(http_req_header(req, "X-Hub-Signature-256"), secrets,
+                          sizeof(secrets) / sizeof(secrets[0]));
+}
+
+static void body_auth_update(void *state, const void *data, size_t len)
+{
+    sig_stream_update(state, data, len);
+}
+
+static bool body_auth_finish(void *state)
+{
+    bool ok = sig_stream_verify(state);
+    sig_stream_free(state);
+    return ok;
+}
+
+const http_body_auth webhook_body_auth = {body_auth_start, body_auth_update, body_auth_finish};
 
 void webhook_handle(void *ctx, const http_request *req, http_response *resp)
 {
@@ -816,9 +842,12 @@ void webhook_handle(void *ctx, const http_request *req, http_response *resp)
         reject(app, resp, 400, "No signature", NULL);
         return;
     }
-    bool ok = app->cfg.app_secret && sig_verify(sig, req->body, req->body_len, app->cfg.app_secret);
-    if (!ok && app->cfg.app_secret_previous)
-        ok = sig_verify(sig, req->body, req->body_len, app->cfg.app_secret_previous);
+    bool ok = req->body_auth == HTTP_BODY_AUTHENTIC;
+    if (req->body_auth == HTTP_BODY_UNCHECKED) { /* no streaming check ran: verify here */
+        ok = app->cfg.app_secret && sig_verify(sig, req->body, req->body_len, app->cfg.app_secret);
+        if (!ok && app->cfg.app_secret_previous)
+            ok = sig_verify(sig, req->body, req->body_len, app->cfg.app_secret_previous);
+    }
     if (!ok) {
         reject(app, resp, 401, "Bad signature", NULL);
         return;

@@ -3,7 +3,9 @@
  *   1. X-GitHub-Event not pull_request/push/check_run/check_suite/ping -> 200 {"ignored":true}
  *      (before any signature check, as upstream)
  *   2. X-Hub-Signature-256 missing -> 400 "No signature"; wrong -> 401 "Bad signature"
- *      (HMAC-SHA256 over the raw body with GITHUB_APP_SECRET, or GITHUB_APP_SECRET_PREVIOUS)
+ *      (HMAC-SHA256 over the raw body with GITHUB_APP_SECRET, or GITHUB_APP_SECRET_PREVIOUS),
+ *      computed as the body arrives (webhook_body_auth); a header that is not "sha256=<64 hex>"
+ *      is answered 401 from the headers, before the body is read
  *   3. ping -> 200 {"ok":true,"pong":true}
  *   4. body not a JSON object -> 400 "Invalid JSON body"
  *   5. repository.full_name other than UPSTREAM_REPO (case-insensitive) -> 200 {"ignored":true},
@@ -66,7 +68,13 @@ void webhook_classify(const char *event, const jv *doc, const char *upstream_rep
  * is read. ctx is the crcr_app. */
 bool webhook_guard(void *ctx, const http_request *req, http_response *resp);
 
-/* Route handler, behind webhook_guard(); ctx is the crcr_app. */
+/* The route's body check (http_server.h): the HMAC of step 2 under both secrets, fed each chunk of
+ * the body as the server reads it, so that a forged body is never kept past the budget of
+ * unauthenticated bodies nor read twice. ctx is the crcr_app. */
+extern const http_body_auth webhook_body_auth;
+
+/* Route handler, behind webhook_guard(); ctx is the crcr_app. Uses the body check's verdict
+ * (req->body_auth) and verifies the body itself when no check ran. */
 void webhook_handle(void *ctx, const http_request *req, http_response *resp);
 
 /* Every path of a webhook body the handlers read (webhook_classify, accept_dispatch, the label

@@ -36,13 +36,13 @@ typedef struct checks_run {
     const char *head_sha;      /* upstream commit */
     const char *status;        /* in_progress | completed */
     const char *conclusion;    /* completed only; NULL allowed */
-    int64_t run_id;
-    int64_t pr_number;       /* 0 when none */
-    const char *details_url; /* NULL: the GitHub Actions run URL above */
-    const char *web_url;     /* GitHub's web host (config_web_url); NULL: https://github.com */
-    const char *pair;        /* "OWNER/REPO#N @ sha7": the Depends-On pair tested, NULL: none */
-    const char *pair_ref;    /* its head ref, for the summary; NULL: none */
-    const char *note;        /* one more paragraph of the summary, NULL: none */
+    const char *run_id;        /* text (ids_run_id_valid); GitHub's runs are numbers */
+    int64_t pr_number;         /* 0 when none */
+    const char *details_url;   /* NULL: the GitHub Actions run URL above */
+    const char *web_url;       /* GitHub's web host (config_web_url); NULL: https://github.com */
+    const char *pair;          /* "OWNER/REPO#N @ sha7": the Depends-On pair tested, NULL: none */
+    const char *pair_ref;      /* its head ref, for the summary; NULL: none */
+    const char *note;          /* one more paragraph of the summary, NULL: none */
 } checks_run;
 
 /* Appends the check run's name. */

@@ -59,6 +59,10 @@
 #define GH_AUTH_BODY_RESERVE (16u * 1024u)
 _Static_assert(sizeof(((gh_resp *)0)->etag) == HTTP_ETAG_MAX,
                "gh_resp.etag is an http_answer.etag");
+_Static_assert(sizeof(((gh_resp *)0)->link_next) == HTTP_LINK_URL_MAX,
+               "gh_resp.link_next is an http_answer.link_next");
+/* Items per page of the delivery log GitHub serves at most. */
+#define GH_HOOK_PER_PAGE_MAX 100
 
 typedef struct inst_entry {
     char repo[CRCR_REPO_NAME_MAX]; /* lower-cased owner/name */
@@ -183,6 +187,7 @@ static void answer_reset(gh_resp *out)
     out->rl_remaining = -1;
     out->rl_reset = -1;
     out->etag[0] = '\0';
+    out->link_next[0] = '\0';
 }
 
 /*
@@ -245,6 +250,7 @@ static crcr_err http_to(gh_client *gh, const char *base, bool loopback, const ch
     out->rl_remaining = a.rl_remaining;
     out->rl_reset = a.rl_reset;
     memcpy(out->etag, a.etag, sizeof(out->etag));
+    memcpy(out->link_next, a.link_next, sizeof(out->link_next));
     if (err)
         set_error(out, "%s %s: %s", method, path, a.error);
     return err;
@@ -633,6 +639,7 @@ void gh_resp_init(gh_resp *r)
     r->rl_remaining = -1;
     r->rl_reset = -1;
     r->etag[0] = '\0';
+    r->link_next[0] = '\0';
     r->error[0] = '\0';
     r->api_calls = 0;
 }
@@ -896,4 +903,93 @@ crcr_err gh_request_url(gh_client *gh, const char *method, const char *url,
         return err;
     return http_to(gh, url, loopback, method, "", NULL, extra_headers, body, body_len, &out->body,
                    out);
+}
+
+/* ---------------------------------------------------------------- the App's delivery log */
+
+static bool cursor_char(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || is_digit(c) || c == '.' ||
+           c == '_' || c == '~' || c == '%' || c == '+' || c == '=' || c == '-';
+}
+
+bool gh_link_cursor(const char *url, char out[GH_CURSOR_MAX])
+{
+    out[0] = '\0';
+    const char *q = url ? strchr(url, '?') : NULL;
+    while (q && *q) {
+        q++; /* past '?' or '&' */
+        size_t n = strcspn(q, "&#");
+        if (n > 7 && strncmp(q, "cursor=", 7) == 0) {
+            size_t vn = n - 7;
+            if (vn >= GH_CURSOR_MAX)
+                return false;
+            for (size_t i = 0; i < vn; i++) {
+                if (!cursor_char(q[7 + i]))
+                    return false;
+            }
+            memcpy(out, q + 7, vn);
+            out[vn] = '\0';
+            return true;
+        }
+        q += n;
+        if (*q != '&')
+            break;
+    }
+    return false;
+}
+
+crcr_err gh_hook_deliveries(gh_client *gh, int per_page, const char *cursor,
+                            char next_cursor[GH_CURSOR_MAX], gh_resp *out)
+{
+    if (per_page < 1 || per_page > GH_HOOK_PER_PAGE_MAX)
+        per_page = GH_HOOK_PER_PAGE_MAX;
+    char path[64 + GH_CURSOR_MAX];
+    size_t cl = cursor ? strlen(cursor) : 0;
+    bool cursor_ok = cl < GH_CURSOR_MAX;
+    for (size_t i = 0; cursor_ok && i < cl; i++)
+        cursor_ok = cursor_char(cursor[i]);
+    if (cursor_ok && cl)
+        snprintf(path, sizeof(path), "/app/hook/deliveries?per_page=%d&cursor=%s", per_page,
+                 cursor);
+    else
+        snprintf(path, sizeof(path), "/app/hook/deliveries?per_page=%d", per_page);
+    next_cursor[0] = '\0'; /* after the cursor was read: they may be one buffer */
+    if (!cursor_ok) {
+        resp_start(out);
+        set_error(out, "hook deliveries: unusable cursor");
+        return CRCR_E_INVALID;
+    }
+    crcr_err err = gh_request(gh, GH_AUTH_APP, NULL, "GET", path, NULL, NULL, 0, out);
+    if (err)
+        return err;
+    if (out->status != 200) {
+        set_error(out, "GET /app/hook/deliveries: %ld", out->status);
+        return CRCR_E_HTTP;
+    }
+    if (out->link_next[0] && !gh_link_cursor(out->link_next, next_cursor)) {
+        set_error(out, "GET /app/hook/deliveries: a rel=\"next\" link without a usable cursor");
+        return CRCR_E_INVALID;
+    }
+    return CRCR_OK;
+}
+
+crcr_err gh_hook_redeliver(gh_client *gh, int64_t delivery_id, gh_resp *out)
+{
+    if (delivery_id <= 0) {
+        resp_start(out);
+        set_error(out, "hook redelivery: invalid delivery id");
+        return CRCR_E_INVALID;
+    }
+    char path[96];
+    snprintf(path, sizeof(path), "/app/hook/deliveries/%lld/attempts", (long long)delivery_id);
+    crcr_err err = gh_request(gh, GH_AUTH_APP, NULL, "POST", path, NULL, NULL, 0, out);
+    if (err)
+        return err;
+    if (out->status != 202) {
+        set_error(out, "POST /app/hook/deliveries/%lld/attempts: %ld", (long long)delivery_id,
+                  out->status);
+        return CRCR_E_HTTP;
+    }
+    return CRCR_OK;
 }

@@ -34,14 +34,15 @@
 typedef struct gh_client gh_client;
 
 typedef struct gh_resp {
-    long status;        /* HTTP status of the answer described; 0 when there was no answer */
-    buf_t body;         /* the answer's body (capped) */
-    long retry_after_s; /* Retry-After in seconds, -1 when absent */
-    long rl_remaining;  /* x-ratelimit-remaining, -1 when absent */
-    int64_t rl_reset;   /* x-ratelimit-reset (epoch seconds), -1 when absent */
-    char etag[128];     /* ETag, "" when absent */
-    char error[256];    /* what went wrong, for logs and the outbox row ("" when nothing) */
-    int api_calls;      /* HTTP requests this call made, auth steps included */
+    long status;          /* HTTP status of the answer described; 0 when there was no answer */
+    buf_t body;           /* the answer's body (capped) */
+    long retry_after_s;   /* Retry-After in seconds, -1 when absent */
+    long rl_remaining;    /* x-ratelimit-remaining, -1 when absent */
+    int64_t rl_reset;     /* x-ratelimit-reset (epoch seconds), -1 when absent */
+    char etag[128];       /* ETag, "" when absent */
+    char link_next[2048]; /* the Link header's rel="next" URL, "" when absent (HTTP_LINK_URL_MAX) */
+    char error[256];      /* what went wrong, for logs and the outbox row ("" when nothing) */
+    int api_calls;        /* HTTP requests this call made, auth steps included */
 } gh_resp;
 
 typedef enum { GH_AUTH_NONE = 0, GH_AUTH_APP, GH_AUTH_INSTALLATION } gh_auth;
@@ -90,6 +91,31 @@ crcr_err gh_request_url(gh_client *gh, const char *method, const char *url,
 
 /* The installation id covering `repo` (from cache, or one lookup). Return values as gh_request. */
 crcr_err gh_installation_id(gh_client *gh, const char *repo, int64_t *id, gh_resp *out);
+
+/* ---- the App's webhook delivery log (§5.7; apps/list-webhook-deliveries and
+ *      apps/redeliver-webhook-delivery), both with the App JWT ---- */
+
+/* Longest pagination cursor taken from a Link header. */
+#define GH_CURSOR_MAX 256u
+
+/* One page of GET /app/hook/deliveries?per_page=N[&cursor=C], newest first; `cursor` NULL or ""
+ * for the newest page. On a 200 the page (a JSON array) is out->body and `next_cursor` receives
+ * the `cursor` parameter of the Link header's rel="next" URL ("" on the last page; a cursor that
+ * is not URL-safe text of at most GH_CURSOR_MAX-1 bytes ends the listing with an error). Only the
+ * cursor is taken from the link: the request always goes to GITHUB_API_URL. `cursor` and
+ * `next_cursor` may be the same buffer. Return values as gh_request; any status other than 200
+ * is CRCR_E_HTTP with out->error saying which. */
+crcr_err gh_hook_deliveries(gh_client *gh, int per_page, const char *cursor,
+                            char next_cursor[GH_CURSOR_MAX], gh_resp *out);
+
+/* Asks GitHub to send delivery attempt `delivery_id` again: POST
+ * /app/hook/deliveries/{delivery_id}/attempts. CRCR_OK when GitHub accepted it (202); any other
+ * status is CRCR_E_HTTP (out->status and out->error say which). */
+crcr_err gh_hook_redeliver(gh_client *gh, int64_t delivery_id, gh_resp *out);
+
+/* The `cursor` query parameter of URL `url` into `out`: true when there is one of 1 to
+ * GH_CURSOR_MAX-1 URL-safe characters ([A-Za-z0-9._~%+=-]), kept as written (exposed for tests). */
+bool gh_link_cursor(const char *url, char out[GH_CURSOR_MAX]);
 
 /* Builds an App JWT for `now` into `out` (exposed for tests). */
 crcr_err gh_app_jwt(gh_client *gh, int64_t now, buf_t *out);

@@ -1,7 +1,8 @@
 /*
  * hud_deliveries.c - the deliveries pages: recent webhooks with each downstream target's
- * dispatch state (filtered by outbox state and target repo), and one delivery with its outbox
- * rows. Bodies and payloads are never shown; see hud_deliveries.h.
+ * dispatch state (filtered by outbox state and target repo), a delivery that the reconciler
+ * recovered marked `recovered`, the reconciler's asks still waiting for GitHub, and one delivery
+ * with its outbox rows. Bodies and payloads are never shown; see hud_deliveries.h.
  */
 #include "hud_deliveries.h"
 
@@ -14,9 +15,78 @@
 #include "ids.h"
 #include "crcr_limits.h"
 
+/* The reconciler's asks still waiting for GitHub shown under the list. */
+#define HUD_REDELIVERIES_SHOWN 20
+
 /* Deliveries listed by /crcr/deliveries (?limit=). */
 #define HUD_DELIVERIES_DEFAULT 50
 #define HUD_DELIVERIES_MAX 200
+
+/* A reconciler ask whose delivery has not arrived, copied into the request's arena. */
+typedef struct pending_ask {
+    const char *guid, *event, *action, *result;
+    int asks;
+    long status;
+    int64_t asked_at;
+} pending_ask;
+
+typedef struct pending_list {
+    arena *a;
+    pending_ask v[HUD_REDELIVERIES_SHOWN];
+    size_t n;
+} pending_list;
+
+static void collect_pending(void *ctx, const store_redelivery_row *r)
+{
+    pending_list *l = ctx;
+    if (l->n >= HUD_REDELIVERIES_SHOWN)
+        return;
+    l->v[l->n++] = (pending_ask){.guid = arena_dup(l->a, r->guid),
+                                 .event = arena_dup(l->a, r->event),
+                                 .action = arena_dup(l->a, r->action),
+                                 .result = arena_dup(l->a, r->last_result),
+                                 .asks = r->attempts,
+                                 .status = r->last_status,
+                                 .asked_at = r->last_asked_at};
+}
+
+/* The reconciler's asks whose delivery has not arrived (none in dry-run: it asks nothing). */
+static void pending_table(hout *o, const pending_list *pl, int64_t now)
+{
+    if (!pl->n)
+        return;
+    h_raw(o, "<h2>Asked GitHub to redeliver</h2><p class=\"muted\">Webhooks GitHub failed to "
+             "deliver (the relay was down, answered 5xx or too late) that the reconciler asked "
+             "for again and that have not arrived yet; at most 3 asks each. "
+             "<code>crcr deliveries list --recovered</code> lists every ask.</p>");
+    h_raw(o, "<div class=\"scroll\"><table class=\"redeliveries\"><thead><tr><th>Asked</th>"
+             "<th>Delivery</th><th>Event</th><th class=\"num\">Asks</th><th>Result</th></tr>"
+             "</thead><tbody>");
+    for (size_t i = 0; i < pl->n; i++) {
+        const pending_ask *p = &pl->v[i];
+        h_raw(o, "<tr data-guid=\"");
+        h_text(o, p->guid);
+        h_raw(o, "\"><td>");
+        h_ago(o, p->asked_at, now);
+        h_raw(o, "</td><td class=\"mono\">");
+        h_text(o, p->guid);
+        h_raw(o, "</td><td>");
+        h_text(o, p->event);
+        if (p->action) {
+            h_raw(o, " / ");
+            h_text(o, p->action);
+        }
+        h_rawf(o, "</td><td class=\"num\">%d</td><td>", p->asks);
+        if (!p->result)
+            h_raw(o, "asking");
+        else if (p->status == 202)
+            h_raw(o, "accepted, not arrived yet");
+        else
+            h_text(o, p->result);
+        h_raw(o, "</td></tr>");
+    }
+    h_raw(o, "</tbody></table></div>");
+}
 
 /* The list and every delivery's jobs are freed before it returns; strings are the arena's. */
 void hud_deliveries_list(hud_req *r)
@@ -70,6 +140,9 @@ void hud_deliveries_list(hud_req *r)
         hud_answer_out(r, w.err);
         return;
     }
+    pending_list pl = {.a = &r->a};
+    /* Best effort: the list is what the page is for. */
+    store_redelivery_list(r->app->st, HUD_REDELIVERIES_SHOWN, true, collect_pending, &pl);
     hout o;
     hout_init(&o, &r->out);
     h_page_begin(&o, "Deliveries", "deliveries");
@@ -111,6 +184,7 @@ void hud_deliveries_list(hud_req *r)
     if (!dl.n)
         h_raw(&o, "<tr><td colspan=\"5\" class=\"muted\">No deliveries match.</td></tr>");
     h_raw(&o, "</tbody></table></div>");
+    pending_table(&o, &pl, r->now);
     h_page_end(&o, r->now, clock_mono_ms() - r->t0);
     hud_free_deliveries(dl.v, dl.n);
     hud_answer_out(r, o.err);
@@ -176,6 +250,13 @@ void hud_delivery(hud_req *r, const char *id)
     html_time(d.received_at, t, sizeof(t));
     h_text(&o, t);
     h_raw(&o, "</div></div>");
+    if (d.redelivery_asks > 0) {
+        h_card(&o, "d-recovered", "Recovered");
+        h_rawf(&o,
+               "<div class=\"v\">after %d ask%s</div><div class=\"s\">GitHub had failed "
+               "to deliver it; the reconciler asked for it again</div></div>",
+               d.redelivery_asks, d.redelivery_asks == 1 ? "" : "s");
+    }
     h_card(&o, "d-payload", "Payload");
     h_rawf(&o, "<div class=\"v\">%zu bytes</div><div class=\"s\">from ", d.payload_bytes);
     h_text(&o, d.upstream_repo);

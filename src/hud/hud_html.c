@@ -25,19 +25,19 @@ void h_chip(hout *o, const hrun *r, int attempts)
     const char *text = oc == OUTCOME_RUNNING || oc == OUTCOME_SUPERSEDED
                            ? outcome_name(oc)
                            : (r->conclusion ? r->conclusion : "done");
-    char when[48], exec[32], title[256];
+    char when[48], exec[32], title[256 + CRCR_RUN_ID_MAX];
     html_time(hud_run_time(r), when, sizeof(when));
     html_duration(r->exec_ms, exec, sizeof(exec));
     if (oc == OUTCOME_SUPERSEDED)
-        snprintf(title, sizeof(title), "run %lld attempt %lld, %s (%s), reported %s %s, %s",
-                 (long long)r->run_id, (long long)r->run_attempt,
+        snprintf(title, sizeof(title), "run %s attempt %lld, %s (%s), reported %s %s, %s",
+                 r->run_id ? r->run_id : "", (long long)r->run_attempt,
                  end_reason_parse(r->ended) == END_REASON_PR_CLOSED
                      ? "ended: the pull request was closed"
                      : "ended: a newer commit was dispatched",
                  r->ended, r->state ? r->state : "", r->conclusion ? r->conclusion : "", when);
     else
-        snprintf(title, sizeof(title), "run %lld attempt %lld, %s, exec %s", (long long)r->run_id,
-                 (long long)r->run_attempt, when, exec);
+        snprintf(title, sizeof(title), "run %s attempt %lld, %s, exec %s",
+                 r->run_id ? r->run_id : "", (long long)r->run_attempt, when, exec);
     bool link = html_url_ok(r->details_url);
     h_raw(o, link ? "<a class=\"chip " : "<span class=\"chip ");
     h_raw(o, cls);
@@ -227,6 +227,9 @@ void h_delivery_cells(hout *o, const ddoc_delivery *d, int64_t now)
     h_ago(o, d->received_at, now);
     h_raw(o, "</td><td>");
     h_delivery_link(o, d->delivery_id);
+    if (d->redelivery_asks > 0)
+        h_raw(o, "<span class=\"badge recovered\" title=\"GitHub had failed to deliver it; the "
+                 "reconciler asked for it again\">recovered</span>");
     h_raw(o, "</td><td>");
     h_text(o, d->event);
     if (d->action) {

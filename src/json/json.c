@@ -293,6 +293,14 @@ crcr_err jv_dump(const jv *v, buf_t *out)
     return CRCR_OK;
 }
 
+crcr_err jv_dump_indented(const jv *v, buf_t *out)
+{
+    struct dump_ctx d = {out, CRCR_OK};
+    if (json_dump_callback(v, dump_cb, &d, JSON_INDENT(2) | JSON_ENCODE_ANY) != 0)
+        return d.err ? d.err : CRCR_E_INVALID;
+    return CRCR_OK;
+}
+
 crcr_err jv_quote(buf_t *out, const char *s, size_t n)
 {
     crcr_err err = buf_putc(out, '"');

@@ -154,6 +154,96 @@ long http_parse_retry_after(const char *value, int64_t now)
     return v - now > LONG_MAX ? LONG_MAX : (long)(v - now);
 }
 
+/* ---------------------------------------------------------------- Link */
+
+static bool is_ows(char c)
+{
+    return c == ' ' || c == '\t';
+}
+
+/* True when the space-separated relation list v[0..n) names `rel` (case-insensitively). */
+static bool rel_lists(const char *v, size_t n, const char *rel)
+{
+    size_t rl = strlen(rel);
+    for (size_t i = 0; i < n;) {
+        while (i < n && is_ows(v[i]))
+            i++;
+        size_t start = i;
+        while (i < n && !is_ows(v[i]))
+            i++;
+        if (i - start == rl && strncasecmp(v + start, rel, rl) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* Written by hand: libcurl has no Link parser and the grammar (RFC 8288 §3) is a few rules. The
+ * scan is linear and reads nothing past v[len). */
+bool http_link_find(const char *v, size_t len, const char *rel, char *out, size_t outsz)
+{
+    size_t i = 0;
+    while (i < len) {
+        while (i < len && (is_ows(v[i]) || v[i] == ','))
+            i++;
+        if (i >= len || v[i] != '<')
+            return false;
+        const char *gt = memchr(v + i + 1, '>', len - i - 1);
+        if (!gt)
+            return false;
+        size_t url_at = i + 1, url_len = (size_t)(gt - v) - url_at;
+        i = (size_t)(gt - v) + 1;
+        bool matched = false;
+        for (;;) {
+            while (i < len && is_ows(v[i]))
+                i++;
+            if (i >= len || v[i] != ';')
+                break;
+            i++;
+            while (i < len && is_ows(v[i]))
+                i++;
+            size_t name_at = i;
+            while (i < len && v[i] != '=' && v[i] != ';' && v[i] != ',' && !is_ows(v[i]))
+                i++;
+            size_t name_len = i - name_at;
+            while (i < len && is_ows(v[i]))
+                i++;
+            const char *val = v + i;
+            size_t val_len = 0;
+            if (i < len && v[i] == '=') {
+                i++;
+                while (i < len && is_ows(v[i]))
+                    i++;
+                if (i < len && v[i] == '"') {
+                    val = v + ++i;
+                    while (i < len && v[i] != '"')
+                        i += v[i] == '\\' && i + 1 < len ? 2 : 1;
+                    val_len = (size_t)(v + (i < len ? i : len) - val);
+                    if (i < len)
+                        i++; /* the closing quote */
+                } else {
+                    val = v + i;
+                    while (i < len && v[i] != ';' && v[i] != ',' && !is_ows(v[i]))
+                        i++;
+                    val_len = (size_t)(v + i - val);
+                }
+            }
+            if (name_len == 3 && strncasecmp(v + name_at, "rel", 3) == 0 &&
+                rel_lists(val, val_len, rel))
+                matched = true;
+        }
+        while (i < len && v[i] != ',')
+            i++;
+        if (matched) {
+            if (url_len == 0 || url_len >= outsz)
+                return false;
+            memcpy(out, v + url_at, url_len);
+            out[url_len] = '\0';
+            return true;
+        }
+    }
+    return false;
+}
+
 /* ---------------------------------------------------------------- checks */
 
 bool http_url_check(const char *url, bool *loopback_out)
@@ -343,6 +433,7 @@ static void answer_headers_reset(http_answer *out)
     out->rl_remaining = -1;
     out->rl_reset = -1;
     out->etag[0] = '\0';
+    out->link_next[0] = '\0';
 }
 
 typedef struct xfer {
@@ -392,6 +483,13 @@ static size_t on_header(char *p, size_t size, size_t nitems, void *ud)
     while (end > v && (end[-1] == '\r' || end[-1] == '\n' || end[-1] == ' ' || end[-1] == '\t'))
         end--;
     size_t vlen = (size_t)(end - v);
+    if (name_len == 4 && strncasecmp(p, "link", 4) == 0) {
+        /* Longer than the other values looked at: a URL or two. */
+        if (vlen < HTTP_LINK_HEADER_MAX &&
+            !http_link_find(v, vlen, "next", x->out->link_next, sizeof(x->out->link_next)))
+            x->out->link_next[0] = '\0';
+        return n;
+    }
     if (vlen >= HTTP_HEADER_VALUE_MAX)
         return n;
     char name[32], val[HTTP_HEADER_VALUE_MAX];

@@ -12,7 +12,8 @@
  *     header lines with CR/LF are refused; the Authorization line is built here from scheme and
  *     credential and every copy of it is wiped; nothing of the request is logged;
  *   - the response headers callers use are kept (Retry-After as seconds, x-ratelimit-remaining
- *     and -reset, ETag); of interim 1xx answers nothing is kept;
+ *     and -reset, ETag, the rel="next" URL of a Link header); of interim 1xx answers nothing is
+ *     kept;
  *   - one Retry-After parser (delta-seconds or HTTP-date).
  *
  * Connections. With a pool (http_pool_new), an exchange borrows an idle easy handle (LIFO, so a
@@ -50,6 +51,9 @@
 /* Size of http_answer.etag and http_answer.error. */
 #define HTTP_ETAG_MAX 128u
 #define HTTP_ERROR_MAX 256u
+/* Longest Link header looked at, and longest rel="next" URL kept from it (cursor pagination). */
+#define HTTP_LINK_HEADER_MAX 8192u
+#define HTTP_LINK_URL_MAX 2048u
 
 typedef struct http_pool http_pool;
 
@@ -69,13 +73,15 @@ typedef struct http_call {
 } http_call;
 
 typedef struct http_answer {
-    long status;                /* HTTP status; 0 when there was no answer */
-    buf_t *body;                /* the caller's buffer (capped at its max), emptied first */
-    bool truncated;             /* with `truncate`: bytes past the cap were dropped */
-    long retry_after_s;         /* Retry-After in seconds from now, -1 when absent or unreadable */
-    long rl_remaining;          /* x-ratelimit-remaining, -1 when absent */
-    int64_t rl_reset;           /* x-ratelimit-reset (epoch seconds), -1 when absent */
-    char etag[HTTP_ETAG_MAX];   /* ETag, "" when absent or longer */
+    long status;              /* HTTP status; 0 when there was no answer */
+    buf_t *body;              /* the caller's buffer (capped at its max), emptied first */
+    bool truncated;           /* with `truncate`: bytes past the cap were dropped */
+    long retry_after_s;       /* Retry-After in seconds from now, -1 when absent or unreadable */
+    long rl_remaining;        /* x-ratelimit-remaining, -1 when absent */
+    int64_t rl_reset;         /* x-ratelimit-reset (epoch seconds), -1 when absent */
+    char etag[HTTP_ETAG_MAX]; /* ETag, "" when absent or longer */
+    char link_next[HTTP_LINK_URL_MAX]; /* the URL of the Link header's rel="next" (RFC 8288),
+                                          "" when there is none (or it is longer) */
     bool sent;                  /* the request was handed to libcurl (count it as one call) */
     bool permanent;             /* no answer, and retrying cannot help (bad URL, TLS trust) */
     char error[HTTP_ERROR_MAX]; /* what went wrong, "" when nothing; never holds a credential */
@@ -121,6 +127,11 @@ bool http_header_line_ok(const char *line);
 /* True when s[0..n) is 1..max bytes of visible ASCII without spaces: usable as a header value
  * token (credential, event name, delivery id). */
 bool http_header_token_ok(const char *s, size_t n, size_t max);
+
+/* The target of the link with relation `rel` in a Link header value (RFC 8288: `<URL>; rel="next",
+ * <URL>; rel="prev"`; a rel may list several space-separated relations) copied into out (NUL
+ * terminated). False when there is none, or when its URL does not fit in outsz. */
+bool http_link_find(const char *value, size_t len, const char *rel, char *out, size_t outsz);
 
 /* A Retry-After value as seconds from `now` (epoch seconds): delta-seconds (1-18 digits) or an
  * HTTP-date in the IMF-fixdate form ("Sun, 06 Nov 1994 08:49:37 GMT"), 0 for a date in the

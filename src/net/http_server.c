@@ -17,11 +17,13 @@
  * Slow clients. MHD's idle timeout (CRCR_IDLE_TIMEOUT_S) only closes a connection that sends
  * nothing; a client trickling one byte a second keeps it open forever, and the access handler
  * never runs while the header block is incomplete. So every connection is tracked
- * (MHD_OPTION_NOTIFY_CONNECTION): its fd and the start of its current request window (the accept,
- * then the end of the previous request on a kept-alive connection). A reaper thread shuts down
- * (shutdown(2), SHUT_RDWR) every connection whose window is older than the request deadline;
- * MHD then sees the socket end and closes the connection itself. Together with the connection
- * limit this bounds what slow-header and slow-body clients can hold, whatever they send.
+ * (MHD_OPTION_NOTIFY_CONNECTION): its fd, the start of its current request window (the accept,
+ * then the end of the previous request on a kept-alive connection) and whether its header block
+ * is still coming (until the access handler's first call). A reaper thread shuts down
+ * (shutdown(2), SHUT_RDWR) every connection whose header block is not in within the header
+ * timeout (CRCR_HEADER_TIMEOUT_MS) and every one whose window is older than the request deadline;
+ * MHD then sees the socket end and closes the connection itself. The reaper ticks at a quarter of
+ * the header timeout (at most HTTP_REAPER_TICK_MS), so a connection is cut at most a tick late.
  *
  * The fd-reuse race: the reaper must never shut down a socket number that MHD has closed and the
  * kernel has handed to a new connection. The tracking list is guarded by one mutex that the
@@ -32,8 +34,31 @@
  * down from outside). So while an entry is on the list its fd is still the same socket. As a
  * second guard the reaper compares the fd's device and inode with those seen at accept.
  *
- * No per-IP limit: behind a load balancer or proxy every client has the proxy's address, so a
- * per-IP cap would throttle GitHub itself. The total cap plus the deadline are the defence.
+ * Per-client cap. MHD's own MHD_OPTION_PER_IP_CONNECTION_LIMIT counts exact addresses, which for
+ * IPv6 lets one host (which usually has a /64) open any number of connections; so the count is
+ * ours, per peer (IPv4 address or IPv6 /64), in a chained table keyed with SipHash (peers are
+ * chosen by the network). MHD's accept policy callback (on_accept) refuses a connection whose peer
+ * holds its share already and otherwise counts it; the connection's STARTED notification takes the
+ * count over into its tracking entry and CLOSED gives it back. In libmicrohttpd 0.9.75 a worker
+ * thread accepts, calls the policy and sends STARTED in one go on the same thread (daemon.c,
+ * internal_add_connection -> new_connection_prepare_ -> new_connection_process_), but a connection
+ * the policy let through can still fail before STARTED (its memory pool not allocated): the count
+ * is then parked in a thread-local slot, which the thread's next accept gives back. So no count
+ * leaks, and none is given back twice.
+ *
+ * The unauthenticated-body budget. A request's body is charged to the server's budget byte for
+ * byte as it arrives (what the budget bounds is memory actually held: a client that declares 25 MiB
+ * and sends nothing holds nothing), until the route's body check (http_body_auth) passes at the
+ * last byte, else until its handler is done with the body. A request whose Content-Length does not
+ * fit in what is left now is answered 503 with Retry-After before its body is read; a body that
+ * outgrows what is left midway is dropped at once, read to its end without being kept (MHD cannot
+ * answer in the middle of a body) and answered 503. The buffer of a declared body is allocated
+ * once at its size (above glibc's mmap threshold, app.c, a mapping of its own whose pages become
+ * resident as the bytes arrive); a chunked body's buffer grows by doubling.
+ *
+ * Behind a load balancer or proxy every client has the proxy's address: the proxy then applies the
+ * per-client limits (deploy/nginx) and CRCR_MAX_CONNECTIONS_PER_CLIENT is set above its number of
+ * upstream connections, or to 0.
  */
 #include "http_server.h"
 
@@ -58,6 +83,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "page_cache.h"
+#include "siphash.h"
 #include "workpool.h"
 
 /* MHD's per-connection memory (request line, headers and the body chunk being read). It is
@@ -88,6 +114,27 @@
 #define HTTP_OFFLOAD_NICE 10
 /* Retry-After (seconds) of a 503 from a full offload queue. */
 #define HTTP_OFFLOAD_RETRY_S "1"
+/* Retry-After (seconds) of a 503 from a full unauthenticated-body budget: bodies in flight are
+ * read within the request deadline, most within a second. */
+#define HTTP_BUDGET_RETRY_S "2"
+/* Buckets of the per-peer connection counts (chained; a peer holds a node while it has a
+ * connection, so at most max_connections nodes). */
+#define HTTP_PEER_BUCKETS 1024u
+/* Shortest reaper tick (a header timeout of a few milliseconds in tests). */
+#define HTTP_REAPER_TICK_MIN_MS 10
+
+/* A peer as the per-client cap counts it: b[0] is 4 or 6, then the IPv4 address or the first 8
+ * bytes (the /64) of the IPv6 address; the rest is zero. */
+typedef struct peer_key {
+    unsigned char b[9];
+} peer_key;
+
+/* Connections of one peer; a node lives while n > 0. */
+typedef struct peer_count {
+    peer_key key;
+    unsigned n;
+    struct peer_count *next;
+} peer_count;
 
 /* One accepted connection, owned by the tracking list from the STARTED notification until the
  * CLOSED one. */
@@ -98,9 +145,19 @@ typedef struct conn_track {
     dev_t dev;
     ino_t ino;
     _Atomic int64_t since_ms; /* start of the current request window */
+    _Atomic bool in_headers;  /* the window's header block is still coming */
     bool reaped;              /* shut down once already */
+    bool counted;             /* `peer` holds one of this connection's peer's count */
+    peer_key peer;
     struct conn_track *prev, *next;
 } conn_track;
+
+/* At most one log line per HTTP_REAPER_LOG_MS about one kind of refusal: how many since the last.
+ */
+typedef struct log_gate {
+    _Atomic int64_t last_ms;
+    _Atomic uint64_t unlogged;
+} log_gate;
 
 struct http_server {
     struct MHD_Daemon *d;
@@ -109,8 +166,19 @@ struct http_server {
     int *route_metric; /* metrics handle per route */
     int unmatched_metric;
     unsigned deadline_s;
+    unsigned header_timeout_ms;
+    int64_t tick_ms; /* the reaper's */
     int port;
     atomic_uint inflight;
+
+    unsigned max_per_client;    /* 0: no per-peer cap */
+    pthread_mutex_t peers_lock; /* guards peers[] */
+    peer_count *peers[HTTP_PEER_BUCKETS];
+    log_gate refused_log;
+
+    size_t unauth_budget;
+    _Atomic size_t unauth_used; /* bytes charged to the budget now */
+    log_gate budget_log;
 
     pthread_mutex_t conns_lock; /* guards the list and every entry's fd use */
     conn_track *conns;
@@ -132,7 +200,11 @@ typedef struct req_state {
     int64_t started_us; /* for the latency histogram */
     int status;         /* answer queued early (404/405/413/431), 0 otherwise */
     bool too_large;     /* the body passed the cap: discard the rest, then answer 413 */
+    bool over_budget;   /* a chunked body outgrew the budget: discard the rest, then answer 503 */
     bool counted;
+    size_t charged;            /* bytes of the unauthenticated-body budget this request holds */
+    void *auth;                /* the route's body check while it runs */
+    http_body_verdict verdict; /* its outcome */
     /* Offloaded requests: the request as the pool thread sees it, and its answer. */
     http_server *srv;
     struct MHD_Connection *conn;
@@ -153,6 +225,181 @@ static int64_t now_us(void)
 static int64_t now_ms(void)
 {
     return now_us() / 1000;
+}
+
+/* True, with *count set to the refusals since the last line, when a line may be logged now. */
+static bool gate_pass(log_gate *g, int64_t now, uint64_t *count)
+{
+    atomic_fetch_add(&g->unlogged, 1);
+    int64_t last = atomic_load(&g->last_ms);
+    if (last && now - last < HTTP_REAPER_LOG_MS)
+        return false;
+    if (!atomic_compare_exchange_strong(&g->last_ms, &last, now))
+        return false; /* another thread logs this round */
+    *count = atomic_exchange(&g->unlogged, 0);
+    return true;
+}
+
+/* ---- per-client connection counts ---- */
+
+/* The peer of `addr` (an IPv4-mapped IPv6 address counts as its IPv4 address); false for other
+ * families, which are not counted. */
+static bool peer_key_of(const struct sockaddr *addr, socklen_t len, peer_key *k)
+{
+    memset(k, 0, sizeof(*k));
+    if (addr->sa_family == AF_INET && len >= (socklen_t)sizeof(struct sockaddr_in)) {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)addr;
+        k->b[0] = 4;
+        memcpy(k->b + 1, &a->sin_addr, 4);
+        return true;
+    }
+    if (addr->sa_family == AF_INET6 && len >= (socklen_t)sizeof(struct sockaddr_in6)) {
+        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)addr;
+        if (IN6_IS_ADDR_V4MAPPED(&a->sin6_addr)) {
+            k->b[0] = 4;
+            memcpy(k->b + 1, a->sin6_addr.s6_addr + 12, 4);
+        } else {
+            k->b[0] = 6;
+            memcpy(k->b + 1, a->sin6_addr.s6_addr, 8);
+        }
+        return true;
+    }
+    return false;
+}
+
+/* The peer as text for a log line: "a.b.c.d" or "x:x:x:x::/64". */
+static void peer_text(const peer_key *k, char *out, size_t outsz)
+{
+    if (k->b[0] == 4) {
+        if (!inet_ntop(AF_INET, k->b + 1, out, (socklen_t)outsz))
+            snprintf(out, outsz, "?");
+        return;
+    }
+    unsigned char a6[16] = {0};
+    memcpy(a6, k->b + 1, 8);
+    char t[INET6_ADDRSTRLEN];
+    if (!inet_ntop(AF_INET6, a6, t, sizeof(t)))
+        snprintf(t, sizeof(t), "?");
+    snprintf(out, outsz, "%s/64", t);
+}
+
+static peer_count **peer_bucket(http_server *srv, const peer_key *k)
+{
+    uint64_t h = siphash(siphash_process_key(), 1, 3, k->b, sizeof(k->b));
+    return &srv->peers[h % HTTP_PEER_BUCKETS];
+}
+
+/* Counts one more connection of `k` unless it holds max_per_client already (or the node cannot
+ * be allocated); false when refused. */
+static bool peer_take(http_server *srv, const peer_key *k)
+{
+    bool ok = false;
+    pthread_mutex_lock(&srv->peers_lock);
+    peer_count **b = peer_bucket(srv, k), *p = *b;
+    while (p && memcmp(p->key.b, k->b, sizeof(k->b)) != 0)
+        p = p->next;
+    if (!p && (p = calloc(1, sizeof(*p))) != NULL) {
+        p->key = *k;
+        p->next = *b;
+        *b = p;
+    }
+    if (p && p->n < srv->max_per_client) {
+        p->n++;
+        ok = true;
+    }
+    pthread_mutex_unlock(&srv->peers_lock);
+    return ok;
+}
+
+/* Gives one connection of `k` back; the node goes when its count reaches 0. */
+static void peer_release(http_server *srv, const peer_key *k)
+{
+    pthread_mutex_lock(&srv->peers_lock);
+    peer_count **pp = peer_bucket(srv, k);
+    while (*pp && memcmp((*pp)->key.b, k->b, sizeof(k->b)) != 0)
+        pp = &(*pp)->next;
+    peer_count *p = *pp;
+    if (p && p->n > 0 && --p->n == 0) {
+        *pp = p->next;
+        free(p);
+    }
+    pthread_mutex_unlock(&srv->peers_lock);
+}
+
+/* The count on_accept took for the connection this thread accepted last, until that connection's
+ * STARTED notification takes it over (see the header comment). */
+static _Thread_local struct {
+    http_server *srv; /* NULL: nothing parked */
+    peer_key key;
+} tl_parked;
+
+/* MHD's accept policy: refuses a connection whose peer holds max_per_client connections. */
+static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen)
+{
+    http_server *srv = cls;
+    if (tl_parked.srv) { /* the previous connection this thread let in never started */
+        peer_release(tl_parked.srv, &tl_parked.key);
+        tl_parked.srv = NULL;
+    }
+    peer_key k;
+    if (!srv->max_per_client || !addr || !peer_key_of(addr, addrlen, &k))
+        return MHD_YES;
+    if (peer_take(srv, &k)) {
+        tl_parked.srv = srv;
+        tl_parked.key = k;
+        return MHD_YES;
+    }
+    metrics_http_client_refused();
+    uint64_t n = 0;
+    if (gate_pass(&srv->refused_log, now_ms(), &n)) {
+        char peer[INET6_ADDRSTRLEN + 8], count[24], cap[24];
+        peer_text(&k, peer, sizeof(peer));
+        snprintf(count, sizeof(count), "%llu", (unsigned long long)n);
+        snprintf(cap, sizeof(cap), "%u", srv->max_per_client);
+        LOG_WARN("http.client_limit", "peer", peer, "refused", count, "max_per_client", cap, NULL);
+    }
+    return MHD_NO;
+}
+
+/* ---- the unauthenticated-body budget ---- */
+
+/* Charges `n` more bytes to the budget; false (nothing charged) when they do not fit. */
+static bool budget_take(http_server *srv, size_t n)
+{
+    size_t cur = atomic_load(&srv->unauth_used);
+    do {
+        if (n > srv->unauth_budget || cur > srv->unauth_budget - n)
+            return false;
+    } while (!atomic_compare_exchange_weak(&srv->unauth_used, &cur, cur + n));
+    metrics_http_unauth_bytes((int64_t)n);
+    return true;
+}
+
+/* Whether `n` more bytes would fit in the budget now (nothing charged). */
+static bool budget_fits(http_server *srv, size_t n)
+{
+    size_t cur = atomic_load(&srv->unauth_used);
+    return n <= srv->unauth_budget && cur <= srv->unauth_budget - n;
+}
+
+/* Gives back what `st` holds of the budget. */
+static void budget_give(http_server *srv, req_state *st)
+{
+    if (!st->charged)
+        return;
+    atomic_fetch_sub(&srv->unauth_used, st->charged);
+    metrics_http_unauth_bytes(-(int64_t)st->charged);
+    st->charged = 0;
+}
+
+/* Ends the request's body check, if one runs; its verdict is kept in st->verdict. */
+static void auth_finish(req_state *st)
+{
+    if (!st->auth)
+        return;
+    bool ok = st->route->body_auth->finish(st->auth);
+    st->auth = NULL;
+    st->verdict = ok ? HTTP_BODY_AUTHENTIC : HTTP_BODY_FORGED;
 }
 
 static const char *status_text(int status)
@@ -382,11 +629,15 @@ static void run_handler(req_state *st)
         .body_len = st->body.len,
         .conn = st->conn,
         .started_ms = st->started_ms,
+        .body_auth = st->verdict,
     };
     st->resp = (http_response){.status = 200, .content_type = "application/json"};
     buf_init(&st->resp.body, HTTP_MAX_RESPONSE);
     st->route->fn(st->route->ctx, &req, &st->resp);
     cache_store(st->srv, st, &st->resp);
+    /* The body is done with: its memory and its charge go now, not once the answer is out. */
+    buf_free(&st->body);
+    budget_give(st->srv, st);
 }
 
 /* Queues the answer the handler left in st->resp. */
@@ -423,6 +674,64 @@ static void run_offloaded(void *item, bool cancelled)
     MHD_resume_connection(st->conn);
 }
 
+static conn_track *track_of(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+/* Answers 503 with Retry-After: the unauthenticated-body budget has no room for this body. */
+static enum MHD_Result answer_over_budget(http_server *srv, req_state *st,
+                                          struct MHD_Connection *conn, const char *url)
+{
+    http_response resp = {.content_type = "application/json"};
+    buf_init(&resp.body, 1024);
+    http_resp_detail(&resp, 503,
+                     "Too many request bodies awaiting authentication, please retry shortly "
+                     "(GitHub: redeliver the delivery)");
+    http_resp_header(&resp, "Retry-After", HTTP_BUDGET_RETRY_S);
+    metrics_http_budget_refused();
+    uint64_t n = 0;
+    if (gate_pass(&srv->budget_log, now_ms(), &n)) {
+        char count[24], budget[24];
+        snprintf(count, sizeof(count), "%llu", (unsigned long long)n);
+        snprintf(budget, sizeof(budget), "%zu", srv->unauth_budget);
+        LOG_WARN("http.unauth_budget_full", "path", url, "refused", count, "budget_bytes", budget,
+                 NULL);
+    }
+    st->status = 503;
+    enum MHD_Result ret = send_response(conn, &resp);
+    buf_free(&resp.body);
+    return ret;
+}
+
+/* Keeps a chunk of a body, charged to the budget as it arrives; past the route's cap or the budget
+ * the body is dropped (its charge given back) and the request marked for its 413 or 503. */
+static void keep_chunk(http_server *srv, req_state *st, const char *data, size_t n)
+{
+    if (st->too_large || st->over_budget)
+        return;
+    size_t need = st->body.len + n;
+    if (need < st->body.len || need > st->route->max_body) {
+        st->too_large = true;
+    } else if (!budget_take(srv, n)) {
+        st->over_budget = true;
+    } else {
+        st->charged += n;
+        if (buf_append(&st->body, data, n) != CRCR_OK)
+            st->over_budget = true; /* out of memory: the same answer */
+    }
+    if (st->too_large || st->over_budget) {
+        buf_free(&st->body);
+        budget_give(srv, st);
+        auth_finish(st);
+        return;
+    }
+    if (st->auth)
+        st->route->body_auth->update(st->auth, data, n);
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **con_cls)
@@ -439,6 +748,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *con_cls = st;
         atomic_fetch_add(&srv->inflight, 1);
         st->counted = true;
+        conn_track *ct = track_of(conn);
+        if (ct) /* the header block is in: from here the request deadline applies */
+            atomic_store(&ct->in_headers, false);
 
         bool known = false;
         if (header_bytes(conn) + strlen(url) > CRCR_MAX_HEADER_BYTES) {
@@ -471,19 +783,29 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             if (hit)
                 return ret;
         }
+        http_request req = {.method = method,
+                            .path = url,
+                            .body = "",
+                            .body_len = 0,
+                            .conn = conn,
+                            .started_ms = st->started_ms};
         if (st->route->guard) {
-            http_request req = {.method = method,
-                                .path = url,
-                                .body = "",
-                                .body_len = 0,
-                                .conn = conn,
-                                .started_ms = st->started_ms};
             st->resp = (http_response){.status = 200, .content_type = "application/json"};
             buf_init(&st->resp.body, HTTP_MAX_RESPONSE);
             if (st->route->guard(st->route->ctx, &req, &st->resp))
                 return answer_from_state(st, conn);
             buf_free(&st->resp.body);
         }
+        /* A declared body that cannot fit in what is left of the budget now is refused before
+         * a byte of it is read; the bytes themselves are charged as they arrive (keep_chunk). */
+        if (cl > 0 && !budget_fits(srv, (size_t)cl))
+            return answer_over_budget(srv, st, conn, url);
+        /* The buffer of a declared body is allocated once, at its size: a large one is a mapping
+         * of its own (app.c), resident only as far as bytes arrive, and given back whole. */
+        if (cl > 0 && buf_ensure(&st->body, (size_t)cl) != CRCR_OK)
+            return answer_over_budget(srv, st, conn, url);
+        if (st->route->body_auth)
+            st->auth = st->route->body_auth->start(st->route->ctx, &req);
         return MHD_YES;
     }
 
@@ -500,19 +822,23 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             LOG_WARN("http.deadline", "path", url, NULL);
             return MHD_NO;
         }
-        /* MHD cannot queue an answer while a body is being read, so a body past the cap is
-         * discarded (memory stays bounded, the deadline bounds time) and answered 413 at its end.
-         */
-        if (!st->too_large && buf_append(&st->body, upload_data, *upload_data_size) != CRCR_OK) {
-            st->too_large = true;
-            buf_free(&st->body);
-        }
+        /* MHD cannot queue an answer while a body is being read, so a body past the cap (or the
+         * budget) is discarded (memory stays bounded, the deadline bounds time) and answered at
+         * its end. */
+        keep_chunk(srv, st, upload_data, *upload_data_size);
         *upload_data_size = 0;
         return MHD_YES;
     }
     if (st->too_large) {
         st->status = 413;
         return send_detail(conn, 413);
+    }
+    if (st->over_budget)
+        return answer_over_budget(srv, st, conn, url);
+    if (st->auth) {
+        auth_finish(st);
+        if (st->verdict == HTTP_BODY_AUTHENTIC)
+            budget_give(srv, st); /* authenticated: no longer part of the budget */
     }
 
     if (st->offloaded)
@@ -535,13 +861,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     return answer_from_state(st, conn);
 }
 
-static conn_track *track_of(struct MHD_Connection *conn)
-{
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-    return ci ? ci->socket_context : NULL;
-}
-
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
@@ -554,10 +873,16 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         int h = st->route ? srv->route_metric[st->route - srv->routes] : srv->unmatched_metric;
         metrics_http_observe(h, st->status, (double)(now - st->started_us) / 1e6);
     }
-    /* The next request on this connection gets a fresh window. */
+    if (st->auth) /* a request that ended before its body did */
+        st->route->body_auth->finish(st->auth);
+    st->auth = NULL;
+    budget_give(srv, st);
+    /* The next request on this connection gets a fresh window, header block first. */
     conn_track *ct = track_of(conn);
-    if (ct)
+    if (ct) {
         atomic_store(&ct->since_ms, now / 1000);
+        atomic_store(&ct->in_headers, true);
+    }
     if (st->counted)
         atomic_fetch_sub(&srv->inflight, 1);
     buf_free(&st->body);
@@ -566,9 +891,9 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     *con_cls = NULL;
 }
 
-/* STARTED: allocates the connection's tracking entry and links it; CLOSED: unlinks and frees it.
- * MHD calls CLOSED before it closes the socket, so the fd stays valid while the entry is linked.
- */
+/* STARTED: allocates the connection's tracking entry, takes over the peer's count that on_accept
+ * parked and links the entry; CLOSED: unlinks and frees it and gives the count back. MHD calls
+ * CLOSED before it closes the socket, so the fd stays valid while the entry is linked. */
 static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
                           enum MHD_ConnectionNotificationCode toe)
 {
@@ -576,18 +901,27 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
     if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
         *socket_context = NULL;
         metrics_http_connections(1);
+        bool counted = tl_parked.srv == srv;
+        peer_key peer = tl_parked.key;
+        if (counted)
+            tl_parked.srv = NULL;
         const union MHD_ConnectionInfo *ci =
             MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
         conn_track *ct = ci ? calloc(1, sizeof(*ct)) : NULL;
         struct stat sb;
         if (!ct || fstat(ci->connect_fd, &sb) != 0) {
-            free(ct); /* untracked: only the idle timeout applies to it */
+            free(ct); /* untracked: only the idle timeout applies to it, and it is not counted */
+            if (counted)
+                peer_release(srv, &peer);
             return;
         }
         ct->fd = ci->connect_fd;
         ct->dev = sb.st_dev;
         ct->ino = sb.st_ino;
+        ct->counted = counted;
+        ct->peer = peer;
         atomic_init(&ct->since_ms, now_ms());
+        atomic_init(&ct->in_headers, true);
         pthread_mutex_lock(&srv->conns_lock);
         ct->next = srv->conns;
         if (srv->conns)
@@ -609,41 +943,47 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
     if (ct->next)
         ct->next->prev = ct->prev;
     pthread_mutex_unlock(&srv->conns_lock);
+    if (ct->counted)
+        peer_release(srv, &ct->peer);
     free(ct);
     *socket_context = NULL;
 }
 
-/* Shuts down every connection whose request window passed the deadline; returns how many. */
-static unsigned reap(http_server *srv, int64_t now)
+/* Shuts down every connection whose header block is late or whose request window passed the
+ * deadline; adds how many of each to *headers and *deadline. */
+static void reap(http_server *srv, int64_t now, unsigned *headers, unsigned *deadline)
 {
-    unsigned n = 0;
     int64_t limit = (int64_t)srv->deadline_s * 1000;
+    int64_t header_limit = (int64_t)srv->header_timeout_ms;
     pthread_mutex_lock(&srv->conns_lock);
     for (conn_track *ct = srv->conns; ct; ct = ct->next) {
-        if (ct->reaped || now - atomic_load(&ct->since_ms) <= limit)
+        if (ct->reaped)
+            continue;
+        int64_t age = now - atomic_load(&ct->since_ms);
+        bool late_headers = atomic_load(&ct->in_headers) && age > header_limit;
+        if (!late_headers && age <= limit)
             continue;
         struct stat sb;
         ct->reaped = true;
         if (fstat(ct->fd, &sb) != 0 || sb.st_dev != ct->dev || sb.st_ino != ct->ino)
             continue; /* not the socket we saw at accept: leave it alone */
         if (shutdown(ct->fd, SHUT_RDWR) == 0)
-            n++;
+            (*(late_headers ? headers : deadline))++;
     }
     pthread_mutex_unlock(&srv->conns_lock);
-    return n;
 }
 
 static void *reaper_main(void *arg)
 {
     http_server *srv = arg;
-    uint64_t unlogged = 0;
+    uint64_t unlogged = 0, unlogged_headers = 0;
     int64_t last_log = 0;
     pthread_mutex_lock(&srv->stop_lock);
     while (!srv->stopping) {
         struct timespec until;
         clock_gettime(CLOCK_MONOTONIC, &until);
-        until.tv_nsec += (long)HTTP_REAPER_TICK_MS * 1000000L;
-        if (until.tv_nsec >= 1000000000L) {
+        until.tv_nsec += (long)srv->tick_ms * 1000000L;
+        while (until.tv_nsec >= 1000000000L) {
             until.tv_sec++;
             until.tv_nsec -= 1000000000L;
         }
@@ -652,17 +992,25 @@ static void *reaper_main(void *arg)
             break;
         pthread_mutex_unlock(&srv->stop_lock);
         int64_t now = now_ms();
-        unsigned n = reap(srv, now);
-        if (n) {
-            metrics_http_reaped(n);
-            unlogged += n;
+        unsigned headers = 0, deadline = 0;
+        reap(srv, now, &headers, &deadline);
+        if (deadline) {
+            metrics_http_reaped(deadline);
+            unlogged += deadline;
         }
-        if (unlogged && now - last_log >= HTTP_REAPER_LOG_MS) {
-            char count[24], secs[24];
+        if (headers) {
+            metrics_http_header_timeouts(headers);
+            unlogged_headers += headers;
+        }
+        if ((unlogged || unlogged_headers) && now - last_log >= HTTP_REAPER_LOG_MS) {
+            char count[24], secs[24], hcount[24], hms[24];
             snprintf(count, sizeof(count), "%llu", (unsigned long long)unlogged);
             snprintf(secs, sizeof(secs), "%u", srv->deadline_s);
-            LOG_WARN("http.deadline_reaped", "connections", count, "deadline_s", secs, NULL);
-            unlogged = 0;
+            snprintf(hcount, sizeof(hcount), "%llu", (unsigned long long)unlogged_headers);
+            snprintf(hms, sizeof(hms), "%u", srv->header_timeout_ms);
+            LOG_WARN("http.deadline_reaped", "connections", count, "deadline_s", secs,
+                     "header_timeouts", hcount, "header_timeout_ms", hms, NULL);
+            unlogged = unlogged_headers = 0;
             last_log = now;
         }
         pthread_mutex_lock(&srv->stop_lock);
@@ -763,8 +1111,15 @@ static void server_free(http_server *srv)
         free(ct);
         ct = next;
     }
+    for (size_t i = 0; i < HTTP_PEER_BUCKETS; i++) {
+        for (peer_count *p = srv->peers[i], *next; p; p = next) {
+            next = p->next;
+            free(p);
+        }
+    }
     workpool_free(srv->pool);
     page_cache_free(srv->cache);
+    pthread_mutex_destroy(&srv->peers_lock);
     pthread_mutex_destroy(&srv->conns_lock);
     pthread_mutex_destroy(&srv->stop_lock);
     pthread_cond_destroy(&srv->stop_cond);
@@ -799,7 +1154,19 @@ http_server *http_server_start(const http_server_opts *opts, const http_route *r
     srv->n_routes = n_routes;
     srv->route_metric = metric;
     srv->deadline_s = opts->request_deadline_s ? opts->request_deadline_s : CRCR_REQUEST_DEADLINE_S;
+    srv->header_timeout_ms =
+        opts->header_timeout_ms ? opts->header_timeout_ms : CRCR_HEADER_TIMEOUT_MS_DEFAULT;
+    srv->tick_ms = srv->header_timeout_ms / 4;
+    if (srv->tick_ms > HTTP_REAPER_TICK_MS)
+        srv->tick_ms = HTTP_REAPER_TICK_MS;
+    if (srv->tick_ms < HTTP_REAPER_TICK_MIN_MS)
+        srv->tick_ms = HTTP_REAPER_TICK_MIN_MS;
+    srv->max_per_client = opts->max_per_client;
+    srv->unauth_budget =
+        opts->unauth_body_budget ? opts->unauth_body_budget : CRCR_UNAUTH_BODY_BUDGET_DEFAULT;
+    atomic_init(&srv->unauth_used, 0);
     atomic_init(&srv->inflight, 0);
+    pthread_mutex_init(&srv->peers_lock, NULL);
     pthread_mutex_init(&srv->conns_lock, NULL);
     pthread_mutex_init(&srv->stop_lock, NULL);
     pthread_condattr_t ca;
@@ -868,7 +1235,7 @@ http_server *http_server_start(const http_server_opts *opts, const http_route *r
         server_free(srv);
         return NULL;
     }
-    srv->d = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, on_request, srv,
+    srv->d = MHD_start_daemon(flags, (uint16_t)port, on_accept, srv, on_request, srv,
                               MHD_OPTION_LISTEN_SOCKET, lfd, MHD_OPTION_THREAD_POOL_SIZE, threads,
                               MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_CONNECTION_MEMORY,
                               MHD_OPTION_CONNECTION_LIMIT, max_conn, MHD_OPTION_CONNECTION_TIMEOUT,

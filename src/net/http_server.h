@@ -9,6 +9,16 @@
  * limited by MHD's per-connection memory (431 beyond). Connections are capped, idle connections
  * time out, and a request that has not finished within CRCR_REQUEST_DEADLINE_S is dropped.
  *
+ * No client holds the door (spec §8): a peer gets at most opts.max_per_client connections (an IPv4
+ * address, or an IPv6 /64: one host's usual allocation), the next is refused at accept; a
+ * connection whose header block is not in within opts.header_timeout_ms is cut; and the bodies of
+ * requests not yet authenticated share one budget (opts.unauth_body_budget bytes, all connections
+ * together), charged as the bytes arrive. A request whose Content-Length does not fit in what is
+ * left is answered 503 with Retry-After before a body byte is read; a body that outgrows it midway
+ * is read to its end without being kept, and answered 503. A body leaves the budget when its
+ * route's body check (http_body_auth, e.g. the webhook HMAC computed as the chunks arrive) passes
+ * at its last byte, else when its handler is done with it.
+ *
  * Authentication before work: a route may have a guard, called with the request line and headers
  * only (no body byte read yet); it answers requests that lack the credentials the route needs, so
  * that they cost a header lookup and their body is never read.
@@ -33,6 +43,13 @@
 
 typedef struct http_server http_server;
 
+/* What the route's body check (http_body_auth) found, in http_request.body_auth. */
+typedef enum {
+    HTTP_BODY_UNCHECKED = 0, /* no check ran (no body_auth, or it could not start) */
+    HTTP_BODY_AUTHENTIC = 1,
+    HTTP_BODY_FORGED = -1,
+} http_body_verdict;
+
 typedef struct http_request {
     const char *method;
     const char *path; /* without the query string */
@@ -40,6 +57,7 @@ typedef struct http_request {
     size_t body_len;
     void *conn; /* opaque: for header and query lookups */
     int64_t started_ms;
+    http_body_verdict body_auth;
 } http_request;
 
 #define HTTP_MAX_RESP_HEADERS 8
@@ -60,6 +78,17 @@ typedef void (*http_handler)(void *ctx, const http_request *req, http_response *
  * true when it answered in `resp` (the body is then never read), false to go on. */
 typedef bool (*http_guard)(void *ctx, const http_request *req, http_response *resp);
 
+/* A check of a body's authenticity run as the body arrives (the webhook's HMAC). `start` is called
+ * with the headers once the guard has let the request through, before any body byte; NULL means it
+ * could not start (the handler then checks by itself: HTTP_BODY_UNCHECKED). `update` takes every
+ * chunk in order; `finish` gives the verdict and frees the state. The server calls finish exactly
+ * once per started check, also for a request that never completes (the verdict is then unused). */
+typedef struct http_body_auth {
+    void *(*start)(void *ctx, const http_request *req);
+    void (*update)(void *state, const void *data, size_t len);
+    bool (*finish)(void *state);
+} http_body_auth;
+
 #define HTTP_ROUTE_OFFLOAD 1u /* the handler runs on the offload pool (see above) */
 #define HTTP_ROUTE_CACHE 2u   /* 200 answers are kept for opts.cache_ms per path + query */
 
@@ -70,8 +99,9 @@ typedef struct http_route {
     size_t max_body; /* bytes; 0 for routes that take no body */
     http_handler fn;
     void *ctx;
-    http_guard guard; /* NULL: none */
-    unsigned flags;   /* HTTP_ROUTE_* */
+    http_guard guard;                /* NULL: none */
+    unsigned flags;                  /* HTTP_ROUTE_* */
+    const http_body_auth *body_auth; /* NULL: the body is authenticated by its handler */
 } http_route;
 
 typedef struct http_server_opts {
@@ -81,10 +111,13 @@ typedef struct http_server_opts {
     unsigned max_connections;
     unsigned idle_timeout_s;
     unsigned request_deadline_s;
-    unsigned offload_threads; /* handlers of HTTP_ROUTE_OFFLOAD routes at once; 0: 2 */
-    unsigned offload_queue;   /* such requests waiting for a thread; 0: 8 per thread */
-    unsigned cache_ms;        /* life of a cached answer; 0: HTTP_ROUTE_CACHE is off */
-    size_t cache_bytes;       /* all cached answers together; 0: 32 MiB */
+    unsigned offload_threads;   /* handlers of HTTP_ROUTE_OFFLOAD routes at once; 0: 2 */
+    unsigned offload_queue;     /* such requests waiting for a thread; 0: 8 per thread */
+    unsigned cache_ms;          /* life of a cached answer; 0: HTTP_ROUTE_CACHE is off */
+    size_t cache_bytes;         /* all cached answers together; 0: 32 MiB */
+    unsigned max_per_client;    /* connections of one peer (IPv4 address, IPv6 /64); 0: no cap */
+    unsigned header_timeout_ms; /* the whole header block; 0: CRCR_HEADER_TIMEOUT_MS_DEFAULT */
+    size_t unauth_body_budget;  /* bytes; 0: CRCR_UNAUTH_BODY_BUDGET_DEFAULT */
 } http_server_opts;
 
 /* Starts serving `routes` (the array must outlive the server). NULL with a reason in `err`. */

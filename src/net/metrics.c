@@ -40,8 +40,9 @@ static const char *const k_wh_events[] = {
 static const char *const k_wh_results[] = {"accepted", "duplicate", "ignored", "rejected", "error"};
 #define WH_RES_N 5
 
-static const char *const k_cb_results[] = {"accepted", "duplicate", "rejected"};
-#define CB_RES_N 3
+/* unavailable: a 503 because an OIDC issuer's keys could not be had (the token was not judged). */
+static const char *const k_cb_results[] = {"accepted", "duplicate", "rejected", "unavailable"};
+#define CB_RES_N 4
 
 /* Outbox kinds are the model's (vocab.h), indexed by crcr_ob_kind; OB_KIND_UNKNOWN is "other" and
  * comes last in the exposition. Results: the three final outbox states, and two of an attempt
@@ -77,13 +78,19 @@ enum {
     GH_EP_RERUNS,
     GH_EP_CONTENTS,
     GH_EP_COMMENTS,
+    GH_EP_HOOK_DELIVERIES,
     GH_EP_OTHER,
     GH_EP_EXTERNAL,
     GH_EP_N
 };
-static const char *const k_gh_endpoints[GH_EP_N] = {"installation", "access_tokens", "dispatches",
-                                                    "check_runs",   "reruns",        "contents",
-                                                    "comments",     "other",         "external"};
+static const char *const k_gh_endpoints[GH_EP_N] = {
+    "installation", "access_tokens", "dispatches",      "check_runs", "reruns",
+    "contents",     "comments",      "hook_deliveries", "other",      "external"};
+
+static const char *const k_rc_passes[] = {"ok", "failed", "skipped"}; /* vocab-ok: a pass not run */
+#define RC_PASS_N 3
+static const char *const k_rc_asks[] = {"accepted", "failed"};
+#define RC_ASK_N 2
 
 static const char *const k_code_classes[] = {"1xx", "2xx", "3xx", "4xx", "5xx"};
 #define CODE_CLASS_N 5
@@ -105,6 +112,12 @@ static struct {
     _Atomic int64_t connections;
     _Atomic uint64_t reaped;
     _Atomic uint64_t offload_rejected;
+    _Atomic uint64_t reconcile_passes[RC_PASS_N];
+    _Atomic uint64_t reconcile_asks[RC_ASK_N];
+    _Atomic uint64_t header_timeouts;
+    _Atomic uint64_t client_refused;
+    _Atomic uint64_t budget_refused;
+    _Atomic int64_t unauth_bytes;
     route_series routes[METRICS_MAX_ROUTES];
     _Atomic int n_routes; /* published with release after the entry is filled */
 } g_reg;
@@ -379,6 +392,8 @@ static int classify(const char *path)
     const seg *last = &s[n - 1];
     if (seg_is(&s[0], "app") && n >= 3 && seg_is(&s[1], "installations"))
         return seg_is(last, "access_tokens") ? GH_EP_ACCESS_TOKENS : GH_EP_INSTALLATION;
+    if (seg_is(&s[0], "app") && n >= 3 && seg_is(&s[1], "hook") && seg_is(&s[2], "deliveries"))
+        return GH_EP_HOOK_DELIVERIES;
     if ((seg_is(&s[0], "orgs") || seg_is(&s[0], "users")) && n == 3 &&
         seg_is(&s[2], "installation"))
         return GH_EP_INSTALLATION;
@@ -411,6 +426,22 @@ void metrics_github_request(const char *path, long status)
     if (status < 0 || status >= METRICS_STATUS_MAX)
         status = 0;
     inc(&g_reg.github[classify(path)][status], 1);
+}
+
+/* ---- the reconciler ---- */
+
+void metrics_reconcile_pass(const char *result)
+{
+    int r = index_of(k_rc_passes, RC_PASS_N, result, -1);
+    if (r >= 0)
+        inc(&g_reg.reconcile_passes[r], 1);
+}
+
+void metrics_reconcile_redelivery(const char *result)
+{
+    int r = index_of(k_rc_asks, RC_ASK_N, result, -1);
+    if (r >= 0)
+        inc(&g_reg.reconcile_asks[r], 1);
 }
 
 /* ---- HTTP ---- */
@@ -465,6 +496,26 @@ void metrics_http_reaped(unsigned n)
     inc(&g_reg.reaped, n);
 }
 
+void metrics_http_header_timeouts(unsigned n)
+{
+    inc(&g_reg.header_timeouts, n);
+}
+
+void metrics_http_client_refused(void)
+{
+    inc(&g_reg.client_refused, 1);
+}
+
+void metrics_http_budget_refused(void)
+{
+    inc(&g_reg.budget_refused, 1);
+}
+
+void metrics_http_unauth_bytes(int64_t delta)
+{
+    atomic_fetch_add_explicit(&g_reg.unauth_bytes, delta, memory_order_relaxed);
+}
+
 /* ---- rendering ---- */
 
 crcr_err metrics_render(buf_t *out)
@@ -509,6 +560,25 @@ crcr_err metrics_render(buf_t *out)
             e = metrics_sample(out, "crcr_github_requests_total", l, (double)v);
         }
     }
+    if (!e)
+        e = metrics_family(out, "crcr_reconcile_passes_total", "counter",
+                           "Reconciler passes of this instance: ok, failed (GitHub or the store "
+                           "refused; retried at the next pass) or skipped (another instance "
+                           "is passing, or passed less than half a period ago).");
+    for (int r = 0; r < RC_PASS_N && !e; r++) {
+        const char *l[] = {"result", k_rc_passes[r], NULL};
+        e = metrics_sample(out, "crcr_reconcile_passes_total", l,
+                           (double)get(&g_reg.reconcile_passes[r]));
+    }
+    if (!e)
+        e = metrics_family(out, "crcr_reconcile_redeliveries_total", "counter",
+                           "Redeliveries this instance asked GitHub for: accepted (202) or "
+                           "failed.");
+    for (int r = 0; r < RC_ASK_N && !e; r++) {
+        const char *l[] = {"result", k_rc_asks[r], NULL};
+        e = metrics_sample(out, "crcr_reconcile_redeliveries_total", l,
+                           (double)get(&g_reg.reconcile_asks[r]));
+    }
     int n = atomic_load_explicit(&g_reg.n_routes, memory_order_acquire);
     if (!e)
         e = metrics_family(out, "crcr_http_request_duration_seconds", "histogram",
@@ -550,6 +620,34 @@ crcr_err metrics_render(buf_t *out)
     if (!e)
         e = metrics_sample(out, "crcr_http_offload_rejected_total", NULL,
                            (double)get(&g_reg.offload_rejected));
+    if (!e)
+        e = metrics_family(out, "crcr_http_header_timeouts_total", "counter",
+                           "Connections closed because their header block did not arrive within "
+                           "CRCR_HEADER_TIMEOUT_MS.");
+    if (!e)
+        e = metrics_sample(out, "crcr_http_header_timeouts_total", NULL,
+                           (double)get(&g_reg.header_timeouts));
+    if (!e)
+        e = metrics_family(out, "crcr_http_client_refused_total", "counter",
+                           "Connections refused at accept because their peer address already "
+                           "held CRCR_MAX_CONNECTIONS_PER_CLIENT.");
+    if (!e)
+        e = metrics_sample(out, "crcr_http_client_refused_total", NULL,
+                           (double)get(&g_reg.client_refused));
+    if (!e)
+        e = metrics_family(out, "crcr_http_unauth_budget_refused_total", "counter",
+                           "Requests answered 503 because the bodies of requests not yet "
+                           "authenticated filled CRCR_UNAUTH_BODY_BUDGET.");
+    if (!e)
+        e = metrics_sample(out, "crcr_http_unauth_budget_refused_total", NULL,
+                           (double)get(&g_reg.budget_refused));
+    if (!e)
+        e = metrics_family(out, "crcr_http_unauth_body_bytes", "gauge",
+                           "Bytes of CRCR_UNAUTH_BODY_BUDGET held now by request bodies not yet "
+                           "authenticated.");
+    if (!e)
+        e = metrics_sample(out, "crcr_http_unauth_body_bytes", NULL,
+                           (double)atomic_load_explicit(&g_reg.unauth_bytes, memory_order_relaxed));
     return e;
 }
 
@@ -568,6 +666,14 @@ void metrics_reset(void)
     atomic_store(&g_reg.connections, 0);
     atomic_store(&g_reg.reaped, 0);
     atomic_store(&g_reg.offload_rejected, 0);
+    for (int i = 0; i < RC_PASS_N; i++)
+        atomic_store(&g_reg.reconcile_passes[i], 0);
+    for (int i = 0; i < RC_ASK_N; i++)
+        atomic_store(&g_reg.reconcile_asks[i], 0);
+    atomic_store(&g_reg.header_timeouts, 0);
+    atomic_store(&g_reg.client_refused, 0);
+    atomic_store(&g_reg.budget_refused, 0);
+    atomic_store(&g_reg.unauth_bytes, 0);
     for (int i = 0; i < CB_RES_N; i++)
         atomic_store(&g_reg.callbacks[i], 0);
     for (int i = 0; i < METRICS_MAX_ROUTES; i++) {

@@ -83,8 +83,13 @@ void metrics_outbox_result(const char *kind, const char *result);
  * status, 0 when there was no answer. */
 void metrics_github_request(const char *path, long status);
 /* The endpoint class of an API path: installation|access_tokens|dispatches|check_runs|reruns|
- * contents|other (static string; exposed for tests). */
+ * contents|comments|hook_deliveries|other (static string; exposed for tests). */
 const char *metrics_github_endpoint(const char *path);
+
+/* A reconciler pass (§5.7) ended: ok|failed|skipped (crcr_reconcile_passes_total). */
+void metrics_reconcile_pass(const char *result);
+/* A redelivery asked of GitHub: accepted|failed (crcr_reconcile_redeliveries_total). */
+void metrics_reconcile_redelivery(const char *result);
 
 /* Registers (or finds) the latency series of an HTTP route and returns its handle, or -1 when
  * the registry is full. `method` and `route` are copied. */
@@ -97,6 +102,14 @@ void metrics_http_connections(int delta);
 void metrics_http_reaped(unsigned n);
 /* A request of a slow route refused because the offload pool's queue was full (503). */
 void metrics_http_offload_rejected(void);
+/* Connections cut because their header block was not in within the header timeout. */
+void metrics_http_header_timeouts(unsigned n);
+/* A connection refused at accept: its peer address held its share of connections. */
+void metrics_http_client_refused(void);
+/* A request answered 503 because the unauthenticated-body budget was full. */
+void metrics_http_budget_refused(void);
+/* Bytes of that budget taken (+) or given back (-). */
+void metrics_http_unauth_bytes(int64_t delta);
 
 /* Appends every registry family in the text format. */
 crcr_err metrics_render(buf_t *out);

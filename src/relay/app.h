@@ -2,8 +2,8 @@
  * app.h - the running relay: what `crcr serve` wires together and every front door reads.
  *
  * The app owns the configuration, the store, the GitHub client (NULL in dry-run), the allowlist
- * source, the outbox workers and the HTTP server. Front doors (webhook, health, ...) receive the
- * app as their route context and only read it.
+ * source, the outbox workers, the HTTP server and the reconciler. Front doors (webhook, health,
+ * ...) receive the app as their route context and only read it.
  */
 #ifndef CRCR_APP_H
 #define CRCR_APP_H
@@ -17,6 +17,7 @@
 #include "http_server.h"
 #include "oidc.h"
 #include "outbox.h"
+#include "reconcile.h"
 #include "store.h"
 
 typedef struct crcr_app {
@@ -28,8 +29,11 @@ typedef struct crcr_app {
     outbox *ob;
     oidc_verifier *oidc;
     http_server *http;
+    reconciler *reconciler; /* NULL in dry-run or with CRCR_RECONCILE_SECONDS=0 */
     int64_t started_at;
     _Atomic int64_t last_webhook_at; /* ms, 0 before the first */
+    _Atomic int64_t last_sweep_at;   /* ms: `now` of the last sweeper pass this process ran as the
+                                        lease holder, 0 before the first */
     /* Webhook and callback outcomes are counted once, in the metrics registry (metrics.h). */
 } crcr_app;
 

@@ -13,6 +13,7 @@
 #include "json.h"
 #include "log.h"
 #include "outcome.h"
+#include "reconcile.h"
 #include "utf8.h"
 
 /* ---- loading ---- */
@@ -30,6 +31,7 @@ static void head_of(ddoc_delivery *d, const store_delivery_row *r)
     d->pr_number = r->pr_number;
     d->received_at = r->received_at;
     d->payload_bytes = r->payload_bytes;
+    d->redelivery_asks = r->redelivery_asks;
 }
 
 /* The copies are owned by the arena. */
@@ -166,6 +168,7 @@ void ddoc_write_head(jw *w, const ddoc_delivery *d)
     jw_ktime(w, "received_at", d->received_at);
     jw_kint(w, "payload_bytes", (int64_t)d->payload_bytes);
     jw_kstr(w, "status", d->status);
+    jw_kbool(w, "recovered", d->redelivery_asks > 0);
 }
 
 void ddoc_write_job(jw *w, const ddoc_job *j, ddoc_view v)
@@ -394,6 +397,58 @@ crcr_err ddoc_admin_list_jv(store *st, const store_filter *f, jv **out)
     buf_t b;
     buf_init(&b, DDOC_ADMIN_MAX);
     crcr_err e = ddoc_admin_list(st, f, &b);
+    if (!e)
+        e = parse_doc(&b, out);
+    buf_free(&b);
+    return e;
+}
+
+/* ---- the reconciler's records ---- */
+
+/* What became of a record (delivery_doc.h). */
+static const char *redelivery_state(const store_redelivery_row *r)
+{
+    if (r->received_at > 0)
+        return "recovered";
+    if (!r->last_result)
+        return "asking";
+    return r->last_status == 202 ? "asked" : "refused";
+}
+
+static void redelivery_row(void *ctx, const store_redelivery_row *r)
+{
+    jw *w = ctx;
+    jw_obj(w);
+    jw_kstr(w, "guid", r->guid);
+    jw_kstr(w, "event", r->event);
+    jw_kstr(w, "action", r->action);
+    jw_key(w, "hook_delivery_id");
+    r->hook_id > 0 ? jw_int(w, r->hook_id) : jw_null(w);
+    jw_kint(w, "asks", r->attempts);
+    jw_kint(w, "max_asks", RC_MAX_ASKS);
+    jw_ktime(w, "first_asked_at", r->first_asked_at);
+    jw_ktime(w, "last_asked_at", r->last_asked_at);
+    jw_key(w, "last_status");
+    r->last_status ? jw_int(w, r->last_status) : jw_null(w);
+    jw_kstr(w, "last_result", r->last_result);
+    jw_kstr(w, "state", redelivery_state(r));
+    jw_ktime(w, "received_at", r->received_at);
+    jw_obj_end(w);
+}
+
+/* *out is a new reference owned by the caller (jv_free). */
+crcr_err ddoc_redeliveries_jv(store *st, int limit, bool pending_only, jv **out)
+{
+    *out = NULL;
+    buf_t b;
+    buf_init(&b, DDOC_ADMIN_MAX);
+    jw w;
+    jw_init(&w, &b);
+    jw_arr(&w);
+    crcr_err e = store_redelivery_list(st, limit, pending_only, redelivery_row, &w);
+    jw_arr_end(&w);
+    if (!e)
+        e = w.err;
     if (!e)
         e = parse_doc(&b, out);
     buf_free(&b);

@@ -8,7 +8,8 @@
  *   `crcr deliveries show|list --format json`   DDOC_ADMIN  the same (ddoc_admin_jv)
  *
  * The head (delivery_id, event, action, upstream_repo, pr_number, head_sha, ref, received_at,
- * payload_bytes, status) is the same in both views. An outbox row differs by audience:
+ * payload_bytes, status, recovered: true when it arrived because the reconciler asked GitHub to
+ * redeliver it) is the same in both views. An outbox row differs by audience:
  *   - DDOC_HUD, shown without authentication: no body (a dispatch body carries the callback
  *     token); error texts and notes scrubbed of credentials and cut at DDOC_ERROR_MAX;
  *     "dispatch_state" (ob_state_label, outcome.h) and "created_at"; "next_attempt_at" only while
@@ -72,6 +73,7 @@ typedef struct ddoc_delivery {
     const char *delivery_id, *event, *action, *upstream_repo, *head_sha, *ref, *status;
     int64_t pr_number, received_at;
     size_t payload_bytes;
+    int redelivery_asks; /* the reconciler asked GitHub to redeliver it (reconcile.h) */
     ddoc_job *jobs;
     size_t n_jobs, cap_jobs;
 } ddoc_delivery;
@@ -103,5 +105,13 @@ crcr_err ddoc_admin_list(store *st, const store_filter *f, buf_t *out);
  * failure. */
 crcr_err ddoc_admin_jv(store *st, const crcr_config *cfg, const char *id, jv **out);
 crcr_err ddoc_admin_list_jv(store *st, const store_filter *f, jv **out);
+
+/* The reconciler's redelivery records (store_redelivery_list), most recently asked first, as a
+ * JSON array of {guid, event, action, hook_delivery_id, asks, max_asks, first_asked_at,
+ * last_asked_at, last_status, last_result, state, received_at}; state is recovered (the delivery
+ * arrived), asking (an ask is being made), asked (GitHub accepted the last ask; not arrived yet)
+ * or refused (GitHub did not accept the last ask). For the admin API and `crcr deliveries list
+ * --recovered`; *out is a new reference the caller frees (NULL on failure). */
+crcr_err ddoc_redeliveries_jv(store *st, int limit, bool pending_only, jv **out);
 
 #endif

@@ -8,6 +8,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "clock.h"
+#include "log.h"
 #include "run_state.h"
 #include "store_impl.h"
 #include "vocab.h"
@@ -84,9 +86,93 @@ crcr_err store_ping(store *st)
     return st->ops->ping(st);
 }
 
+/* ---- write faults ---- */
+
+void store_base_init(store *st, const store_ops *ops)
+{
+    st->ops = ops;
+    atomic_init(&st->fault.kind, STORE_FAULT_NONE);
+    pthread_mutex_init(&st->fault.mu, NULL);
+    st->fault.why[0] = '\0';
+    st->fault.since_ms = 0;
+}
+
+void store_base_fini(store *st)
+{
+    pthread_mutex_destroy(&st->fault.mu);
+}
+
+static const char *fault_name(store_fault_kind kind)
+{
+    return kind == STORE_FAULT_DISK_FULL ? "disk full" : "I/O error";
+}
+
+void store_fault_note(store *st, store_fault_kind kind, const char *op, const char *detail)
+{
+    if (kind == STORE_FAULT_NONE)
+        return;
+    pthread_mutex_lock(&st->fault.mu);
+    store_fault_kind was = (store_fault_kind)atomic_load(&st->fault.kind);
+    snprintf(st->fault.why, sizeof(st->fault.why), "%s: %s (during %s)", fault_name(kind),
+             detail && *detail ? detail : "?", op ? op : "a write");
+    if (was == STORE_FAULT_NONE)
+        st->fault.since_ms = clock_now_ms();
+    atomic_store(&st->fault.kind, kind);
+    char why[STORE_FAULT_WHY_MAX];
+    memcpy(why, st->fault.why, sizeof(why));
+    pthread_mutex_unlock(&st->fault.mu);
+    if (was != kind)
+        LOG_ERROR("store.write_fault", "reason", why, "action",
+                  "webhooks are answered 503 and /readyz fails until a write goes through again "
+                  "(tried every second); free space on the store's disk or fix the I/O error",
+                  NULL);
+}
+
+void store_fault_clear(store *st)
+{
+    if (atomic_load(&st->fault.kind) == STORE_FAULT_NONE)
+        return;
+    pthread_mutex_lock(&st->fault.mu);
+    store_fault_kind was = (store_fault_kind)atomic_exchange(&st->fault.kind, STORE_FAULT_NONE);
+    int64_t since = st->fault.since_ms;
+    pthread_mutex_unlock(&st->fault.mu);
+    if (was == STORE_FAULT_NONE)
+        return;
+    char secs[24];
+    snprintf(secs, sizeof(secs), "%lld", (long long)((clock_now_ms() - since) / 1000));
+    LOG_INFO("store.write_recovered", "after_s", secs, NULL);
+}
+
+store_fault_kind store_write_fault(store *st, char *why, size_t whysz, int64_t *since_ms)
+{
+    if (atomic_load(&st->fault.kind) == STORE_FAULT_NONE)
+        return STORE_FAULT_NONE;
+    pthread_mutex_lock(&st->fault.mu);
+    store_fault_kind kind = (store_fault_kind)atomic_load(&st->fault.kind);
+    if (why && whysz)
+        snprintf(why, whysz, "%s", st->fault.why);
+    if (since_ms)
+        *since_ms = st->fault.since_ms;
+    pthread_mutex_unlock(&st->fault.mu);
+    return kind;
+}
+
+crcr_err store_probe_write(store *st)
+{
+    if (atomic_load(&st->fault.kind) == STORE_FAULT_NONE)
+        return CRCR_OK;
+    crcr_err e = st->ops->probe ? st->ops->probe(st) : st->ops->ping(st);
+    if (!e)
+        store_fault_clear(st);
+    return e;
+}
+
 crcr_err store_ingest(store *st, const store_delivery *d, const store_new_job *jobs, size_t n)
 {
-    return st->ops->outbox->ingest(st, d, jobs, n, NULL);
+    crcr_err e = st->ops->outbox->ingest(st, d, jobs, n, NULL);
+    if (!e) /* a durable write went through */
+        store_fault_clear(st);
+    return e;
 }
 
 crcr_err store_ingest_superseding(store *st, const store_delivery *d, const store_new_job *jobs,
@@ -97,7 +183,10 @@ crcr_err store_ingest_superseding(store *st, const store_delivery *d, const stor
         if (d->pr_number <= 0 || end_reason_parse(sup->reason) == END_REASON_UNKNOWN)
             sup = NULL;
     }
-    return st->ops->outbox->ingest(st, d, jobs, n, sup);
+    crcr_err e = st->ops->outbox->ingest(st, d, jobs, n, sup);
+    if (!e) /* a durable write went through */
+        store_fault_clear(st);
+    return e;
 }
 
 crcr_err store_pair_redispatch(store *st, const char *repo, int64_t number, const char *base_id,
@@ -112,7 +201,11 @@ crcr_err store_pair_redispatch(store *st, const char *repo, int64_t number, cons
         end_reason_parse(sup->reason) == END_REASON_UNKNOWN ||
         ob_kind_parse(job->kind) != OB_KIND_DISPATCH)
         return CRCR_E_INVALID;
-    return st->ops->outbox->pair_redispatch(st, repo, number, base_id, now, job, sup, hits, max, n);
+    crcr_err e =
+        st->ops->outbox->pair_redispatch(st, repo, number, base_id, now, job, sup, hits, max, n);
+    if (!e) /* a durable write went through */
+        store_fault_clear(st);
+    return e;
 }
 
 void store_job_free(store_job *job)
@@ -367,6 +460,31 @@ crcr_err store_budget_take(store *st, const char *name, int64_t amount, int64_t 
     return st->ops->runs->budget_take(st, name, amount, limit, expires_at, allowed);
 }
 
+crcr_err store_redelivery_begin(store *st, const char *guid, int64_t hook_id, const char *event,
+                                const char *action, int64_t now, int max_attempts,
+                                int64_t stale_before, bool *allowed, int *attempts)
+{
+    *allowed = false;
+    *attempts = 0;
+    if (!guid || max_attempts < 1)
+        return CRCR_E_INVALID;
+    return st->ops->reconcile->redelivery_begin(st, guid, hook_id, event, action, now, max_attempts,
+                                                stale_before, allowed, attempts);
+}
+
+crcr_err store_redelivery_done(store *st, const char *guid, long status, const char *result,
+                               bool counted)
+{
+    return st->ops->reconcile->redelivery_done(st, guid, status, result, counted);
+}
+
+crcr_err store_redelivery_list(store *st, int limit, bool pending_only,
+                               void (*fn)(void *ctx, const store_redelivery_row *row), void *ctx)
+{
+    store_rows rows = {.redelivery = fn, .ctx = ctx};
+    return st->ops->reconcile->redelivery_list(st, limit > 0 ? limit : 50, pending_only, &rows);
+}
+
 static void stats_count(store_outbox_stats *out, const char *state, int64_t count,
                         int64_t oldest_due)
 {
@@ -431,6 +549,7 @@ static void delivery_fill(store_delivery_row *r, const store_row_source *s)
     r->received_at = s->i64(src, 7, 0);
     r->payload_bytes = (size_t)s->i64(src, 8, 0);
     r->status = s->text(src, 9);
+    r->redelivery_asks = (int)s->i64(src, 10, 0);
 }
 
 int store_delivery_read_row(void *ctx, const store_row_source *s)
@@ -477,6 +596,21 @@ static void identity_fill(store_identity_row *r, const store_row_source *s)
     r->last_seen_at = s->i64(src, 4, 0);
 }
 
+static void redelivery_fill(store_redelivery_row *r, const store_row_source *s)
+{
+    void *src = s->src;
+    r->guid = s->text(src, 0);
+    r->event = s->text(src, 1);
+    r->action = s->text(src, 2);
+    r->last_result = s->text(src, 3);
+    r->hook_id = s->i64(src, 4, 0);
+    r->attempts = (int)s->i64(src, 5, 0);
+    r->last_status = (long)s->i64(src, 6, 0);
+    r->first_asked_at = s->i64(src, 7, 0);
+    r->last_asked_at = s->i64(src, 8, 0);
+    r->received_at = s->i64(src, 9, 0);
+}
+
 int store_listing_row(void *rows, const store_row_source *s)
 {
     const store_rows *to = rows;
@@ -497,6 +631,10 @@ int store_listing_row(void *rows, const store_row_source *s)
         store_identity_row r;
         identity_fill(&r, s);
         to->identity(to->ctx, &r);
+    } else if (to->redelivery) {
+        store_redelivery_row r;
+        redelivery_fill(&r, s);
+        to->redelivery(to->ctx, &r);
     }
     return 0;
 }
@@ -624,9 +762,9 @@ int store_ended_run_row(void *ctx, const store_row_source *s)
     ok = copy_text(e->workflow_name, sizeof(e->workflow_name), r.workflow_name) && ok;
     ok = copy_text(e->event_type, sizeof(e->event_type), r.event_type) && ok;
     ok = copy_text(e->head_sha, sizeof(e->head_sha), r.head_sha) && ok;
+    ok = copy_text(e->run_id, sizeof(e->run_id), r.run_id) && ok;
     copy_text(e->details_url, sizeof(e->details_url), r.details_url); /* not part of the key */
     e->cut = !ok;
-    e->run_id = r.run_id;
     e->run_attempt = r.run_attempt;
     e->pr_number = r.pr_number;
     e->level = r.level;

@@ -23,10 +23,12 @@
 
 /* Version 1: the first release. Version 2: repo_identity (pins of callback identities) and
  * budgets (byte budgets such as the nightly one). Version 3: the instance holding a claimed outbox
- * row (PostgreSQL; nothing changes on SQLite). Version 4: supersession and Depends-On pairs
- * (§3.12, §3.13): runs.ended, dispatch_ends, pairs, dispatch_heads. A store is upgraded in place at
- * open; a newer store than the binary knows is refused. */
-#define CRCR_SCHEMA_VERSION 4
+ * row (PostgreSQL; nothing changes on SQLite). Version 4: redeliveries (what the reconciler asked
+ * GitHub to redeliver, §5.7). Version 5: run ids as text (Buildkite's build UUIDs). Version 6:
+ * supersession and Depends-On pairs (§3.12, §3.13): runs.ended, dispatch_ends, pairs,
+ * dispatch_heads. A store is upgraded in place at open; a newer store than the binary knows is
+ * refused. */
+#define CRCR_SCHEMA_VERSION 6
 
 typedef struct store store;
 
@@ -57,6 +59,29 @@ void store_close(store *st);
 crcr_err store_recover(store *st);
 /* CRCR_OK when the store answers a trivial query. */
 crcr_err store_ping(store *st);
+
+/*
+ * Write faults. A write that fails because the store's disk is full (SQLite: SQLITE_FULL;
+ * PostgreSQL: SQLSTATE 53100) or on an I/O error (SQLITE_IOERR, a failed fsync of the WAL;
+ * SQLSTATE 58030) is recorded as the store's write fault, with a reason an operator can read,
+ * until a durable write goes through again: an ingest, a run transition, or store_probe_write.
+ * The caller of the failed write has its error (CRCR_E_STORE) as before: a webhook is answered
+ * 503, never 202 for something not stored.
+ */
+typedef enum {
+    STORE_FAULT_NONE = 0,
+    STORE_FAULT_DISK_FULL,
+    STORE_FAULT_IO,
+} store_fault_kind;
+/* Longest reason of a write fault (store_write_fault). */
+#define STORE_FAULT_WHY_MAX 384
+/* The fault recorded now; when there is one, its reason into why[0..whysz) (may be NULL) and the
+ * wall-clock time it began into *since_ms (may be NULL). */
+store_fault_kind store_write_fault(store *st, char *why, size_t whysz, int64_t *since_ms);
+/* While a fault is recorded, checks whether writes would go through again (SQLite: room on the
+ * database's filesystem and a small durable write; PostgreSQL: a small durable write) and clears
+ * the fault when they would. CRCR_OK when there is no fault (any more). */
+crcr_err store_probe_write(store *st);
 
 /* A verified webhook to persist. Strings are borrowed for the call; NULL means absent. */
 typedef struct store_delivery {
@@ -231,11 +256,15 @@ crcr_err store_job_renew(store *st, store_job *job, int64_t now, int64_t lease_m
  * due now, with attempts reset. *n receives how many rows. CRCR_E_NOT_FOUND for an unknown id. */
 crcr_err store_redeliver(store *st, const char *delivery_id, const char *repo, int64_t now, int *n);
 
-/* Rows as read back for listings. All pointers are valid only during the callback. */
+/* Rows as read back for listings. All pointers are valid only during the callback. A delivery
+ * row's status follows its outbox rows: "queued" while one is queued or running, then "done"
+ * (none dead), "partly_failed" (some dead) or "dead" (all dead). */
 typedef struct store_delivery_row {
     const char *delivery_id, *event, *action, *upstream_repo, *head_sha, *ref, *status;
     int64_t pr_number, received_at;
     size_t payload_bytes;
+    int redelivery_asks; /* redeliveries the reconciler asked GitHub for before it arrived (0:
+                            it arrived by itself) */
 } store_delivery_row;
 
 typedef struct store_job_row {
@@ -289,8 +318,8 @@ crcr_err store_retention(store *st, int64_t before, int *n);
 
 typedef struct store_run_key {
     const char *delivery_id;
-    const char *repo; /* the OIDC-verified repository; compared case-insensitively */
-    int64_t run_id;
+    const char *repo;   /* the OIDC-verified repository; compared case-insensitively */
+    const char *run_id; /* text (ids_run_id_valid): a GitHub run's number, a Buildkite build's id */
     int64_t run_attempt;
     const char *workflow_name; /* "" when absent */
     const char *job_name;      /* "" when the callback named no job */
@@ -361,9 +390,9 @@ crcr_err store_run_apply(store *st, const store_run_update *u, store_effects_fn 
 /* A run as read back. Pointers valid during the callback only. */
 typedef struct store_run_row {
     const char *delivery_id, *repo, *job_name, *event_type, *state, *head_sha, *workflow_name,
-        *conclusion, *details_url, *artifact_url;
+        *conclusion, *details_url, *artifact_url, *run_id;
     const char *ended; /* why the relay ended it (superseded, pr_closed), NULL when it did not */
-    int64_t run_id, run_attempt, pr_number;
+    int64_t run_attempt, pr_number;
     int level;
     int64_t dispatched_at, started_at, completed_at, queue_ms, exec_ms;
     int64_t test_passed, test_failed, test_skipped;
@@ -482,6 +511,41 @@ crcr_err store_budget_take(store *st, const char *name, int64_t amount, int64_t 
  * is all a single-process store needs). Rows this process wrote itself are not announced: its
  * writers wake their own workers. Used by the outbox's wake-up thread. */
 crcr_err store_wait_for_work(store *st, int64_t timeout_ms, size_t *rows);
+
+/* ---- Redeliveries the reconciler asked GitHub for (§5.7) ---- */
+
+/* A redelivery record as read back. Pointers valid during the callback only. */
+typedef struct store_redelivery_row {
+    const char *guid;        /* the X-GitHub-Delivery of the event */
+    const char *event;       /* its X-GitHub-Event, NULL when unknown */
+    const char *action;      /* its action, NULL when none */
+    const char *last_result; /* what the last ask came to ("accepted", an error), NULL: asking */
+    int64_t hook_id;         /* the delivery attempt (GitHub's id) last asked to be sent again;
+                                0 after an ask that failed */
+    int attempts;            /* asks that counted (accepted, or not answered yet) */
+    long last_status;        /* HTTP status of the last ask, 0 while asking or without answer */
+    int64_t first_asked_at, last_asked_at;
+    int64_t received_at; /* when the delivery then reached the store, 0 while it has not */
+} store_redelivery_row;
+
+/* Records an ask for `guid` before it is made, atomically across instances: allowed (*allowed
+ * true, *attempts the new count) when the guid has no record, or its record has fewer than
+ * `max_attempts` asks and either GitHub has made a newer attempt since the last ask (`hook_id` is
+ * larger than the recorded one) or the last ask is older than `stale_before` (GitHub never acted
+ * on it). Otherwise nothing changes, *allowed is false and *attempts the record's count: another
+ * instance asked already, the guid's redelivery is on its way, or it has had its asks. */
+crcr_err store_redelivery_begin(store *st, const char *guid, int64_t hook_id, const char *event,
+                                const char *action, int64_t now, int max_attempts,
+                                int64_t stale_before, bool *allowed, int *attempts);
+/* Records the outcome of the ask store_redelivery_begin allowed: its HTTP status (0: no answer)
+ * and a result text. `counted` false takes the ask back (it did not reach GitHub or GitHub
+ * refused it for now: a network error, 5xx, 403, 429) so that the next pass asks again. */
+crcr_err store_redelivery_done(store *st, const char *guid, long status, const char *result,
+                               bool counted);
+/* The records, most recently asked first, at most `limit` (0: 50); `pending_only` leaves out
+ * those whose delivery has arrived. */
+crcr_err store_redelivery_list(store *st, int limit, bool pending_only,
+                               void (*fn)(void *ctx, const store_redelivery_row *row), void *ctx);
 
 /* Callbacks refused after authentication (for the level-health callback error rate). */
 crcr_err store_callback_rejected(store *st, const char *repo, int64_t now, int status);

@@ -15,6 +15,9 @@
 #ifndef CRCR_STORE_IMPL_H
 #define CRCR_STORE_IMPL_H
 
+#include <pthread.h>
+#include <stdatomic.h>
+
 #include "store.h"
 
 /* ---- statement parameters, written the same way for both backends ---- */
@@ -68,12 +71,32 @@ void store_schema_too_new(char *err, size_t errsz, int64_t version);
 /* Appends a blob column to `out` (nothing for NULL or empty). */
 crcr_err store_row_append(const store_row_source *s, int col, buf_t *out);
 
+/* A delivery's status as its outbox rows tell it (the same SQL on both backends, served by the
+ * outbox_delivery index). A delivery is stored "queued"; then: "queued" while one of its rows is
+ * queued or running, else "done" when none is dead (no rows at all: nothing to do), "dead" when
+ * all are, "partly_failed" otherwise. A stored status other than "queued" is shown as it is. */
+#define DELIVERY_STATUS_SQL                                                                        \
+    "CASE WHEN d.status <> 'queued' THEN d.status "                                                \
+    "WHEN EXISTS (SELECT 1 FROM outbox o WHERE o.delivery_id = d.delivery_id AND "                 \
+    "o.state IN ('queued', 'running')) THEN 'queued' "                                             \
+    "WHEN NOT EXISTS (SELECT 1 FROM outbox o WHERE o.delivery_id = d.delivery_id AND "             \
+    "o.state = 'dead') THEN 'done' "                                                               \
+    "WHEN EXISTS (SELECT 1 FROM outbox o WHERE o.delivery_id = d.delivery_id AND "                 \
+    "o.state <> 'dead') THEN 'partly_failed' "                                                     \
+    "ELSE 'dead' END"
 /* Columns of a delivery in store_delivery_row order, from `deliveries d`; DELIVERY_PAYLOAD_COLUMN
- * is where a query that adds ", d.payload" finds it (store_delivery_read_row). */
+ * is where a query that adds ", d.payload" finds it (store_delivery_read_row). The status is
+ * DELIVERY_STATUS_SQL's. */
 #define DELIVERY_COLUMNS                                                                           \
     "d.delivery_id, d.event, d.action, d.upstream_repo, d.pr_number, d.head_sha, d.ref, "          \
-    "d.received_at, d.payload_bytes, d.status"
-#define DELIVERY_PAYLOAD_COLUMN 10
+    "d.received_at, d.payload_bytes, " DELIVERY_STATUS_SQL                                         \
+    ", COALESCE((SELECT r.attempts FROM redeliveries r WHERE r.guid=d.delivery_id), 0)"
+#define DELIVERY_PAYLOAD_COLUMN 11
+/* Columns of a redelivery record in store_redelivery_row order, from `redeliveries r LEFT JOIN
+ * deliveries d ON d.delivery_id=r.guid`. */
+#define REDELIVERY_COLUMNS                                                                         \
+    "r.guid, r.event, r.action, r.last_result, r.hook_id, r.attempts, r.last_status, "             \
+    "r.first_asked_at, r.last_asked_at, COALESCE(d.received_at, 0)"
 /* Columns of an outbox row in store_job_row order, from `outbox o LEFT JOIN dispatch_ends e`
  * (JOB_ENDS_JOIN: a dispatch row's end, NULLs for the others). */
 #define JOB_COLUMNS                                                                                \
@@ -97,6 +120,7 @@ typedef struct store_rows {
     void (*job)(void *ctx, const store_job_row *row);
     void (*run)(void *ctx, const store_run_row *row);
     void (*identity)(void *ctx, const store_identity_row *row);
+    void (*redelivery)(void *ctx, const store_redelivery_row *row);
     void *ctx;
 } store_rows;
 
@@ -141,7 +165,8 @@ typedef struct store_ended_run {
     char delivery_id[CRCR_DELIVERY_ID_MAX], repo[CRCR_REPO_NAME_MAX];
     char job_name[CRCR_JOB_NAME_MAX + 1], workflow_name[CRCR_JOB_NAME_MAX + 1];
     char event_type[64], head_sha[CRCR_SHA_MAX + 8], details_url[2200];
-    int64_t run_id, run_attempt, pr_number, level, dispatched_at, started_at, queue_ms;
+    char run_id[CRCR_RUN_ID_MAX];
+    int64_t run_attempt, pr_number, level, dispatched_at, started_at, queue_ms;
     int64_t rowid; /* the row's id (SQLite rowid, PostgreSQL seq): column 24, after a NULL
                       payload (RUN_COLUMNS_NO_PAYLOAD ", NULL, rowid") */
     bool cut;      /* a name was longer than its field: no effects for this run */
@@ -296,20 +321,57 @@ typedef struct store_run_ops {
                             int64_t expires_at, bool *allowed);
 } store_run_ops;
 
+/* The reconciler's records (store.h, "Redeliveries"). */
+typedef struct store_reconcile_ops {
+    /* *allowed is false and *attempts 0. */
+    crcr_err (*redelivery_begin)(store *st, const char *guid, int64_t hook_id, const char *event,
+                                 const char *action, int64_t now, int max_attempts,
+                                 int64_t stale_before, bool *allowed, int *attempts);
+    crcr_err (*redelivery_done)(store *st, const char *guid, long status, const char *result,
+                                bool counted);
+    /* `limit` is above 0; rows to store_listing_row with rows->redelivery set. */
+    crcr_err (*redelivery_list)(store *st, int limit, bool pending_only, store_rows *rows);
+} store_reconcile_ops;
+
 typedef struct store_ops {
     void (*close)(store *st);
     crcr_err (*recover)(store *st);
     crcr_err (*ping)(store *st);
+    /* store_probe_write's check, called only while a fault is recorded: CRCR_OK when writes
+     * would go through (store.c then clears the fault). */
+    crcr_err (*probe)(store *st);
     /* Optional (NULL when the backend has no cross-process wake-up, e.g. SQLite): waits up to
      * timeout_ms for new outbox rows written by other processes (see store_wait_for_work). */
     crcr_err (*wait_for_work)(store *st, int64_t timeout_ms, size_t *rows);
     const store_outbox_ops *outbox;
     const store_run_ops *runs;
+    const store_reconcile_ops *reconcile;
 } store_ops;
+
+/* The write fault of a store (store_write_fault): `kind` is read without the lock (a cleared
+ * fault costs an ingest one atomic load); the reason and its time under `mu`. */
+typedef struct store_fault {
+    _Atomic int kind; /* store_fault_kind */
+    pthread_mutex_t mu;
+    char why[STORE_FAULT_WHY_MAX];
+    int64_t since_ms;
+} store_fault;
 
 struct store {
     const store_ops *ops;
+    store_fault fault;
 };
+
+/* What both backends do with their embedded `struct store` at open and at close. */
+void store_base_init(store *st, const store_ops *ops);
+void store_base_fini(store *st);
+
+/* Records a write fault (see store.h) of `kind`: `detail` is the backend's message, `op` what
+ * failed. Logged once when the fault begins or changes kind; the failing operation logs its own
+ * error as before. */
+void store_fault_note(store *st, store_fault_kind kind, const char *op, const char *detail);
+/* Clears the fault after a durable write went through (logged when there was one). */
+void store_fault_clear(store *st);
 
 /* Backend constructors: `location` is the URI without its scheme prefix for SQLite
  * ("sqlite:PATH" -> "PATH") and the whole URI for PostgreSQL. */

@@ -19,6 +19,8 @@ import unittest
 import fakegh
 import relay
 import rsa_pure
+from testclock import TestClock
+from waiting import wait_until
 
 APP_ID = 12345
 
@@ -449,26 +451,57 @@ class FakeGitHubHttpTest(FakeGitHubTestBase):
         self.assertGreater(int(h1["x-ratelimit-reset"]), time.time())
 
     def test_global_latency_delays_every_answer(self):
+        # Real time is the subject (the fake's latency, for benchmarks): a lower bound only.
         self.gh.latency_ms = 150
         t0 = time.monotonic()
         self.call("GET", "/x")
         self.assertGreaterEqual(time.monotonic() - t0, 0.15)
 
     def test_concurrent_requests_are_served_in_parallel(self):
-        self.gh.latency_ms = 300
+        # Eight requests held at once: each has a thread of its own (no timing needed).
+        hold = self.gh.hold(path_re="^/x$", count=None, after=False)
+        self.addCleanup(hold.release)
         results = []
 
         def one():
             results.append(self.call("GET", "/x")[0])
 
         threads = [threading.Thread(target=one) for _ in range(8)]
-        t0 = time.monotonic()
         for t in threads:
             t.start()
+        self.assertTrue(wait_until(lambda: len(hold.held) == 8, 10), len(hold.held))
+        self.assertEqual(results, [])
+        hold.release()
         for t in threads:
             t.join(10)
         self.assertEqual(results, [404] * 8)
-        self.assertLess(time.monotonic() - t0, 1.5)  # serial would take 2.4 s
+
+    def test_a_test_clock_dates_tokens_jwts_and_rate_limit_resets(self):
+        clock = TestClock()
+        self.addCleanup(clock.close)
+        gh = fakegh.FakeGitHub(APP_ID, read(relay.APP_PUB), clock=clock).start()
+        self.addCleanup(gh.stop)
+        clock.advance(7200)  # two hours ahead of the real clock
+        self.gh = gh
+        # A JWT dated on the real clock is two hours old for the fake; one on its clock is good.
+        self.assertEqual(self.call("GET", "/repos/org1/repo1/installation",
+                                   headers=self.jwt_headers())[0], 401)
+        st, h, body = self.call("GET", "/repos/org1/repo1/installation",
+                                headers=self.jwt_headers(now=clock.now()))
+        self.assertEqual(st, 200, body)
+        self.assertAlmostEqual(int(h["x-ratelimit-reset"]), clock.now() + 3600, delta=5)
+        iid = json.loads(body)["id"]
+        st, _, body = self.call("POST", "/app/installations/%d/access_tokens" % iid,
+                                headers=self.jwt_headers(now=clock.now()))
+        self.assertEqual(st, 201, body)
+        exp = calendar.timegm(time.strptime(json.loads(body)["expires_at"],
+                                            "%Y-%m-%dT%H:%M:%SZ"))
+        self.assertAlmostEqual(exp - clock.now(), 3600, delta=5)
+        # An hour later on that clock the token is expired.
+        tok = json.loads(body)["token"]
+        clock.advance(3601)
+        st, _, body = self.dispatch("org1/repo1", {"event_type": "x", "client_payload": {}}, tok)
+        self.assertEqual(st, 401, body)
 
 
 class FakeGitHubFaultTest(FakeGitHubTestBase):
@@ -537,6 +570,7 @@ class FakeGitHubFaultTest(FakeGitHubTestBase):
                                    headers=self.jwt_headers())[0], 404)
 
     def test_delay_fault_answers_normally_after_the_delay(self):
+        # Real time is the subject (the fake's delay, for benchmarks): a lower bound only.
         f = self.gh.fault_delay(r"/installation$", delay_ms=300, count=1)
         t0 = time.monotonic()
         st, _, _ = self.call("GET", "/repos/org1/repo1/installation", headers=self.jwt_headers())
@@ -557,9 +591,7 @@ class FakeGitHubFaultTest(FakeGitHubTestBase):
                    for _ in range(3)]
         for t in threads:
             t.start()
-        deadline = time.monotonic() + 10
-        while len(hold.held) < 3 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: len(hold.held) >= 3, 10)
         self.assertEqual(len(hold.held), 3)
         self.assertEqual(answers, [])  # nothing answered while held
         hold.release()
@@ -770,6 +802,113 @@ class FakeGitHubCommentsAndHoldsTest(FakeGitHubTestBase):
         sock.close()
         hold.release()
         self.assertEqual(self.call("GET", self.path, headers=self.auth)[0], 200)
+
+
+class _Receiver:
+    """A webhook receiver on loopback that answers each POST with the next status of `statuses`
+    (then 202) and records (headers, body)."""
+
+    def __init__(self, statuses=()):
+        import http.server
+        outer = self
+        self.statuses = list(statuses)
+        self.got = []
+
+        class H(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_POST(self):
+                n = int(self.headers.get("Content-Length") or 0)
+                outer.got.append(({k.lower(): v for k, v in self.headers.items()},
+                                  self.rfile.read(n)))
+                st = outer.statuses.pop(0) if outer.statuses else 202
+                self.send_response(st)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"{}")
+
+        self.srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.thread = threading.Thread(target=self.srv.serve_forever, daemon=True)
+        self.thread.start()
+        self.url = "http://127.0.0.1:%d/github/webhook" % self.srv.server_address[1]
+
+    def close(self):
+        self.srv.shutdown()
+        self.srv.server_close()
+
+
+class FakeGitHubHookDeliveriesTest(FakeGitHubTestBase):
+    def test_sent_webhooks_are_signed_like_hookshot_and_recorded_with_their_outcome(self):
+        rx = _Receiver([202, 503])
+        self.addCleanup(rx.close)
+        self.gh.hook_target(rx.url, "s3cret")
+        ok = self.gh.send_webhook("pull_request", {"action": "opened", "number": 1})
+        bad = self.gh.send_webhook("push", {"ref": "refs/heads/main"})
+        self.assertEqual((ok["status_code"], ok["status"], ok["action"]), (202, "OK", "opened"))
+        self.assertEqual((bad["status_code"], bad["status"]),
+                         (503, "Invalid HTTP Response: 503"))
+        self.assertGreater(bad["id"], ok["id"])
+        self.assertGreater(ok["id"], 2**32)
+        headers, body = rx.got[0]
+        self.assertEqual(headers["x-github-event"], "pull_request")
+        self.assertEqual(headers["x-github-delivery"], ok["guid"])
+        self.assertTrue(headers["user-agent"].startswith("GitHub-Hookshot/"))
+        self.assertEqual(headers["x-github-hook-installation-target-type"], "integration")
+        self.assertEqual(headers["x-hub-signature-256"], relay.sign(body, "s3cret"))
+        # Nobody listening: status_code 0, "failed to connect".
+        rx.close()
+        down = self.gh.send_webhook("push", {"ref": "refs/heads/x"})
+        self.assertEqual((down["status_code"], down["status"]), (0, "failed to connect"))
+
+    def test_the_log_pages_newest_first_by_link_cursor_and_needs_the_app_jwt(self):
+        self.gh.hook_target("http://127.0.0.1:1/github/webhook", "s")
+        sent = [self.gh.send_webhook("push", {"n": i}) for i in range(7)]
+        st, _, _ = self.call("GET", "/app/hook/deliveries")
+        self.assertEqual(st, 401)
+        path, seen, pages = "/app/hook/deliveries?per_page=3", [], 0
+        while path:
+            st, hdrs, body = self.call("GET", path, headers=self.jwt_headers())
+            self.assertEqual(st, 200, body)
+            seen += [d["id"] for d in json.loads(body)]
+            pages += 1
+            m = re.search(r'<([^>]*)>; rel="next"', hdrs.get("link", ""))
+            path = m.group(1)[len(self.gh.url):] if m else None
+            if path:
+                self.assertRegex(path, r"[?&]cursor=v1_\d+")
+        self.assertEqual(pages, 3)
+        self.assertEqual(seen, [a["id"] for a in reversed(sent)])
+        # status=failure leaves status_code 0 out, as GitHub's filter does.
+        st, _, body = self.call("GET", "/app/hook/deliveries?status=failure",
+                                headers=self.jwt_headers())
+        self.assertEqual(json.loads(body), [])
+
+    def test_redelivery_keeps_the_guid_and_a_fault_keeps_it_failing(self):
+        rx = _Receiver([500])
+        self.addCleanup(rx.close)
+        self.gh.hook_target(rx.url, "s")
+        first = self.gh.send_webhook("push", {"ref": "refs/heads/main"})
+        st, _, body = self.call("POST", "/app/hook/deliveries/%d/attempts" % first["id"],
+                                headers=self.jwt_headers())
+        self.assertEqual((st, json.loads(body)), (202, {}))
+        again = self.gh.wait_hook_attempts(1, guid=first["guid"], redelivery=True)
+        self.assertEqual(len(again), 1)
+        self.assertEqual((again[0]["status_code"], again[0]["guid"]), (202, first["guid"]))
+        self.assertEqual(rx.got[1][0]["x-github-delivery"], first["guid"])
+        st, _, body = self.call("GET", "/app/hook/deliveries/%d" % again[0]["id"],
+                                headers=self.jwt_headers())
+        doc = json.loads(body)
+        self.assertTrue(doc["redelivery"])
+        self.assertEqual(doc["request"]["payload"], {"ref": "refs/heads/main"})
+        self.gh.fail_redelivery(first["guid"])
+        self.call("POST", "/app/hook/deliveries/%d/attempts" % first["id"],
+                  headers=self.jwt_headers())
+        third = self.gh.wait_hook_attempts(2, guid=first["guid"], redelivery=True)
+        self.assertEqual(third[-1]["status_code"], 0)
+        self.assertEqual(len(rx.got), 2)
+        st, _, _ = self.call("POST", "/app/hook/deliveries/1/attempts",
+                             headers=self.jwt_headers())
+        self.assertEqual(st, 404)
 
 
 if __name__ == "__main__":

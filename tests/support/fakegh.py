@@ -16,13 +16,19 @@ validation rules where they matter to the relay:
   GET  /repos/{o}/{r}/issues/{n}/comments               installation token, paginated (Link)
   POST /repos/{o}/{r}/issues/{n}/comments               installation token          -> 201
   GET  /repos/{o}/{r}/pulls/{n}                         installation token          -> 200 / 404
+  GET  /app/hook/deliveries[/{id}], POST .../{id}/attempts  App JWT: the App's webhook delivery
+                                                        log and redelivery (fakegh_hooks.py; the
+                                                        fake also "sends" webhooks: send_webhook)
 
 Every request is recorded (see Recorded). Fault rules (add_fault and the fault_* helpers) replace
 or delay answers, in order, optionally with a probability drawn from a seeded random.Random (or,
 with `key`, from the seed, the request's key and how many requests of that key came before: the
 same draws whatever order requests arrive in), for a bounded count. `latency_ms` delays every
-answer (benchmarks). `time_offset` shifts the fake's clock (token and JWT expiry) without
-sleeping. Holds (hold()) keep matching answers back until the test
+answer (benchmarks). The fake's clock (App JWT iat/exp checks, the expiry of the tokens it issues,
+x-ratelimit-reset and dates it sends) is `clock.now()` when a testclock.TestClock is given (the
+relay's: `FakeGitHub(..., clock=relay.clock)`, so that a test moving the relay's clock moves the
+fake's too), else time.time(); `time_offset` shifts it further (expire tokens without sleeping).
+Holds (hold()) keep matching answers back until the test
 releases them, before or after the route took effect: a test can stop a client deterministically
 between GitHub doing something and the client learning of it.
 
@@ -62,6 +68,7 @@ from urllib.parse import parse_qs, unquote
 
 import contract
 import rsa_pure
+from fakegh_hooks import HookDeliveries
 
 JWT_ERROR = "A JSON web token could not be decoded"
 BAD_CREDENTIALS = "Bad credentials"
@@ -102,12 +109,12 @@ class Recorded:
 
     method, path (without query, not percent-decoded), query (dict name -> first value),
     raw_query, headers (dict, lower-case names), body (bytes), time (time.monotonic() at arrival),
-    wall (time.time()), status (int answered; 0 = connection dropped by a fault), fault (the Fault
-    that answered or delayed it, or None), note (why the fake refused it, e.g. the JWT problem),
-    client_port (the peer's TCP port: equal ports mean one kept-alive connection), answered
-    (time.monotonic() when the answer was written or the connection dropped; None before),
-    outside (True when a GHES fake got a path outside its /api/v3 prefix). `path` is without
-    the API prefix.
+    wall (the fake's clock at arrival: now()), status (int answered; 0 = connection dropped by a
+    fault), fault (the Fault that answered or delayed it, or None), note (why the fake refused
+    it, e.g. the JWT problem), client_port (the peer's TCP port: equal ports mean one kept-alive
+    connection), answered (time.monotonic() when the answer was written or the connection
+    dropped; None before), outside (True when a GHES fake got a path outside its /api/v3
+    prefix). `path` is without the API prefix.
     """
 
     __slots__ = ("method", "path", "query", "raw_query", "headers", "body", "time", "wall",
@@ -307,13 +314,15 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
 
-class FakeGitHub:
+class FakeGitHub(HookDeliveries):
     """See the module docstring. All public methods are thread-safe."""
 
     def __init__(self, app_id, public_key, installed_repos=None, token_ttl=3600, latency_ms=0,
                  seed=0, port=0, rate_limit=5000, token_format="classic", default_ref="main",
-                 flavor=None, api_prefix=None, contract=None):
+                 flavor=None, api_prefix=None, contract=None, hook_per_page_cap=100,
+                 clock=None):
         self.app_id = str(app_id)
+        self.clock = clock
         self._init_contract(flavor, api_prefix, contract)
         self.public_key = rsa_pure.as_public_key(public_key)
         self.token_ttl = token_ttl
@@ -344,6 +353,7 @@ class FakeGitHub:
         self._rl_used = 0
         self._rl_window = 0
         self._cond = threading.Condition(self._lock)
+        self._hooks_init(hook_per_page_cap)
         self._server = None
         self._thread = None
 
@@ -366,6 +376,7 @@ class FakeGitHub:
             return
         for h in list(self._holds):
             h.release()
+        self.hook_join()
         srv.shutdown()
         with srv.sockets_lock:
             socks = list(srv.open_sockets)
@@ -404,7 +415,10 @@ class FakeGitHub:
         return "%s/%s/blob/%s/%s" % (self.web_url, owner_repo, ref, path)
 
     def now(self):
-        return time.time() + self.time_offset
+        """Seconds since the epoch on the fake's clock: the test clock (or time.time()) plus
+        time_offset."""
+        base = self.clock.now() if self.clock is not None else time.time()
+        return base + self.time_offset
 
     # ------------------------------------------------------------------ state accessors
 
@@ -650,7 +664,7 @@ class FakeGitHub:
             headers[k] = headers[k] + ", " + v if k in headers else v
         rec = Recorded(method=h.command, path=raw_path, raw_query=raw_query,
                        query={k: v[0] for k, v in parse_qs(raw_query).items()},
-                       headers=headers, body=b"", time=arrival, wall=time.time(), status=None,
+                       headers=headers, body=b"", time=arrival, wall=self.now(), status=None,
                        fault=None, note=None, client_port=h.client_address[1],
                        outside=outside)
         try:
@@ -802,7 +816,7 @@ class FakeGitHub:
         ("POST", re.compile(r"^/repos/([^/]+)/([^/]+)/issues/(\d+)/comments$"),
          "_r_create_comment"),
         ("GET", re.compile(r"^/repos/([^/]+)/([^/]+)/pulls/(\d+)$"), "_r_pull"),
-    ]
+    ] + HookDeliveries._HOOK_ROUTES
 
     def _route(self, method, path, rec):
         for m, rx, fn in self._ROUTES:

@@ -129,9 +129,9 @@ static void test_list_prints_one_line_per_delivery_newest_first(void **state)
     assert_int_equal(c.rc, 0);
     assert_string_equal(c.err, "");
     assert_string_equal(c.out, "2027-01-15T08:01:01Z  del-7                    pull_request   "
-                               "synchronize  pr=7\n"
+                               "synchronize  pr=7        queued\n"
                                "2027-01-15T08:00:00Z  del-42                   pull_request   "
-                               "synchronize  pr=42\n");
+                               "synchronize  pr=42       queued\n");
 }
 
 static void test_list_filters(void **state)
@@ -154,6 +154,8 @@ static void test_list_filters(void **state)
     c = both(fx, by_status);
     assert_int_equal(c.rc, 0);
     assert_string_equal(c.out, "");
+    /* Nothing matched is said, on stderr (stdout stays an empty list). */
+    assert_string_equal(c.err, "crcr deliveries: no delivery with an outbox row in state dead\n");
     const char *queued[] = {"list", "--status", "queued", "--pr", "7", NULL};
     c = both(fx, queued);
     assert_int_equal(count(c.out, "\n"), 1);
@@ -184,8 +186,8 @@ static void test_show_prints_the_delivery_and_its_outbox(void **state)
     assert_int_equal(c.rc, 0);
     assert_true(strncmp(c.out,
                         "delivery del-42  event=pull_request action=synchronize pr=42 "
-                        "received=2027-01-15T08:00:00Z\n",
-                        89) == 0);
+                        "received=2027-01-15T08:00:00Z status=queued\n",
+                        105) == 0);
     assert_non_null(strstr(c.out, "\n  dispatch   example-org/two"));
     assert_non_null(strstr(c.out, "\n  dispatch   example-org/four"));
     assert_int_equal(count(c.out, "queued   attempts=0\n"), 2);

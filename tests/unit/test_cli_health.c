@@ -48,6 +48,7 @@ static int setup(void **state)
     unsetenv("CRCR_STORE");
     unsetenv("ALLOWLIST_FILE");
     unsetenv("ALLOWLIST_URL");
+    log_set_level(CRCR_LOG_OFF); /* as main() sets it for every command but serve */
     int64_t t = clock_now_ms() - 2 * 3600 * 1000;
     const char *targets[] = {FOUR, NULL};
     for (int i = 0; i < 12; i++) {
@@ -66,7 +67,7 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
-    log_set_level(CRCR_LOG_INFO); /* health_main turns it down */
+    log_set_level(CRCR_LOG_INFO);
     return ut_store_teardown(state);
 }
 

@@ -726,6 +726,28 @@ static void test_callback_token_and_log_level_values(void **state)
     expect_fail(bad_log, "CRCR_LOG: ", err, sizeof(err));
 }
 
+static void test_oncall_trusted_authors_are_logins(void **state)
+{
+    crcr_config cfg;
+    char err[256];
+    const char *none[] = {NULL};
+    assert_int_equal(load(&cfg, NULL, none, err, sizeof(err)), CRCR_OK);
+    assert_string_equal(cfg.oncall_trusted_authors, "pytorch-bot[bot]"); /* upstream's bot */
+    config_free(&cfg);
+    static const char *good[] = {"-", "alice", "pytorch-bot[bot], other-app[bot] ,bob", "a,,b"};
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        const char *env[] = {"CRCR_ONCALL_TRUSTED_AUTHORS", good[i], NULL};
+        assert_int_equal(load(&cfg, NULL, env, err, sizeof(err)), CRCR_OK);
+        assert_string_equal(cfg.oncall_trusted_authors, good[i]);
+        config_free(&cfg);
+    }
+    static const char *bad[] = {"al ice", "[bot]", "bob[bot]x", "a_b", "x/y", "alice,b c"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        const char *env[] = {"CRCR_ONCALL_TRUSTED_AUTHORS", bad[i], NULL};
+        expect_fail(env, "CRCR_ONCALL_TRUSTED_AUTHORS: expected GitHub logins", err, sizeof(err));
+    }
+}
+
 static void test_upstream_repo_must_be_owner_slash_repo(void **state)
 {
     static const char *bad[] = {"pytorch", "/pytorch", "pytorch/", "py torch/pytorch",
@@ -978,6 +1000,107 @@ static void test_secret_values_never_appear_in_errors(void **state)
     }
 }
 
+/* ---- config_check: every problem at once ------------------------------------------------ */
+
+typedef struct problem_list {
+    char lines[16][512];
+    unsigned n;
+} problem_list;
+
+static void collect_problem(void *ctx, const char *problem)
+{
+    problem_list *l = ctx;
+    assert_null(strchr(problem, '\n'));
+    if (l->n < 16)
+        snprintf(l->lines[l->n], sizeof(l->lines[0]), "%s", problem);
+    l->n++;
+}
+
+static unsigned check(const char *file, const char *const *env, problem_list *l)
+{
+    memset(l, 0, sizeof(*l));
+    crcr_config cfg;
+    unsigned n = config_check(&cfg, file, fake_get, (void *)env, collect_problem, l);
+    config_free(&cfg);
+    assert_int_equal(n, l->n);
+    return n;
+}
+
+static void test_check_lists_every_problem_of_file_and_values(void **state)
+{
+    char *file = write_temp("# the packaged sample, edited badly\n"
+                            "CRCR_LISTEN=127.0.0.1:8000\n"
+                            "GITHUB_APP_SECRETT=topsecretvalue\n"
+                            "CRCR_MAX_BODY=lots\n"
+                            "JUSTAWORD\n"
+                            "CRCR_LISTEN=127.0.0.1:8001\n"
+                            "GITHUB_APP_PRIVATE_KEY=-----BEGIN RSA PRIVATE KEY-----\n"
+                            "MIIEowIBAAKCAQEAx1secretbase64+/abc==\n"
+                            "-----END RSA PRIVATE KEY-----\n"
+                            "CRCR_CALLBACK_TOKEN=sometimes\n");
+    problem_list l;
+    assert_int_equal(check(file, NULL, &l), 8);
+    char want[512];
+    snprintf(want, sizeof(want), "%s:3: unknown key 'GITHUB_APP_SECRETT'", file);
+    assert_string_equal(l.lines[0], want);
+    snprintf(want, sizeof(want), "%s:5: expected KEY=VALUE", file);
+    assert_string_equal(l.lines[1], want);
+    snprintf(want, sizeof(want), "%s:6: CRCR_LISTEN is set twice", file);
+    assert_string_equal(l.lines[2], want);
+    snprintf(want, sizeof(want), "%s:7: a PEM value must be written on one line", file);
+    assert_true(strncmp(l.lines[3], want, strlen(want)) == 0);
+    assert_string_equal(l.lines[4],
+                        "CRCR_CALLBACK_TOKEN: expected optional or required: 'sometimes'");
+    assert_string_equal(l.lines[5], "CRCR_MAX_BODY: not a positive integer: 'lots'");
+    assert_string_equal(l.lines[6], "GITHUB_APP_SECRET: required (the webhook secret GitHub "
+                                    "signs deliveries with)");
+    assert_string_equal(l.lines[7], "ALLOWLIST_FILE or ALLOWLIST_URL: one of them is required");
+    for (unsigned i = 0; i < l.n; i++) {
+        assert_null(strstr(l.lines[i], "topsecretvalue"));
+        assert_null(strstr(l.lines[i], "MIIE"));
+    }
+    /* config_load stops at the first of them. */
+    crcr_config cfg;
+    char err[512];
+    assert_int_equal(load(&cfg, file, NULL, err, sizeof(err)), CRCR_E_CONFIG);
+    assert_string_equal(err, l.lines[0]);
+    remove_temp(file);
+}
+
+static void test_check_of_a_complete_configuration_finds_nothing(void **state)
+{
+    const char *env[] = {"GITHUB_APP_SECRET", "s3cret-value", "ALLOWLIST_URL",
+                         "https://github.com/pytorch/pytorch/blob/main/.github/allowlist.yml",
+                         NULL};
+    problem_list l;
+    assert_int_equal(check(NULL, env, &l), 0);
+    /* A variable already found bad is not reported missing as well. */
+    const char *empty_secret[] = {"GITHUB_APP_SECRET", "", "ALLOWLIST_FILE", "a.yml", NULL};
+    assert_int_equal(check(NULL, empty_secret, &l), 1);
+    assert_string_equal(l.lines[0], "GITHUB_APP_SECRET: is set but empty");
+    const char *bad_url[] = {"GITHUB_APP_SECRET", "x", "ALLOWLIST_URL", "http://example.org/a",
+                             NULL};
+    assert_int_equal(check(NULL, bad_url, &l), 1);
+    assert_non_null(strstr(l.lines[0], "ALLOWLIST_URL: must be an https:// GitHub blob URL"));
+    /* A file that cannot be read is the one problem. */
+    assert_int_equal(check("/nonexistent/crcr.env", env, &l), 1);
+    assert_string_equal(l.lines[0],
+                        "/nonexistent/crcr.env: cannot read: No such file or directory");
+}
+
+static void test_require_serve_names_each_missing_setting(void **state)
+{
+    crcr_config cfg;
+    char err[512];
+    assert_int_equal(load(&cfg, NULL, NULL, err, sizeof(err)), CRCR_OK);
+    problem_list l;
+    memset(&l, 0, sizeof(l));
+    assert_int_equal(config_require_serve(&cfg, collect_problem, &l), 2);
+    assert_non_null(strstr(l.lines[0], "GITHUB_APP_SECRET: required"));
+    assert_non_null(strstr(l.lines[1], "ALLOWLIST_FILE or ALLOWLIST_URL"));
+    config_free(&cfg);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1009,6 +1132,7 @@ int main(void)
         cmocka_unit_test_setup(test_oidc_issuer_kinds, test_setup),
         cmocka_unit_test_setup(test_listen_addresses, test_setup),
         cmocka_unit_test_setup(test_callback_token_and_log_level_values, test_setup),
+        cmocka_unit_test_setup(test_oncall_trusted_authors_are_logins, test_setup),
         cmocka_unit_test_setup(test_upstream_repo_must_be_owner_slash_repo, test_setup),
         cmocka_unit_test_setup(test_private_key_from_text_pkcs1_and_pkcs8, test_setup),
         cmocka_unit_test_setup(test_private_key_with_escaped_newlines_in_environment, test_setup),
@@ -1023,6 +1147,9 @@ int main(void)
         cmocka_unit_test_setup(test_app_secret_optional_but_not_empty, test_setup),
         cmocka_unit_test_setup(test_secrets_never_appear_in_describe_or_logs, test_setup),
         cmocka_unit_test_setup(test_secret_values_never_appear_in_errors, test_setup),
+        cmocka_unit_test_setup(test_check_lists_every_problem_of_file_and_values, test_setup),
+        cmocka_unit_test_setup(test_check_of_a_complete_configuration_finds_nothing, test_setup),
+        cmocka_unit_test_setup(test_require_serve_names_each_missing_setting, test_setup),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

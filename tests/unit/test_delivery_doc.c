@@ -27,7 +27,7 @@
 #define HEAD                                                                                       \
     "\"delivery_id\":\"d1\",\"event\":\"pull_request\",\"action\":\"opened\",\"upstream_repo\":"   \
     "\"pytorch/pytorch\",\"pr_number\":7,\"head_sha\":\"abc1234\",\"ref\":null,\"received_at\":"   \
-    "\"" ISO0 "\",\"payload_bytes\":12,\"status\":\"queued\""
+    "\"" ISO0 "\",\"payload_bytes\":12,\"status\":\"queued\",\"recovered\":false"
 
 static void ingest(store *st, const char *id, const char *event, int64_t pr, int64_t at,
                    const store_new_job *jobs, size_t n)
@@ -287,11 +287,12 @@ static void the_list_holds_the_heads_newest_first(void **state)
     buf_init(&b, DDOC_ADMIN_MAX);
     store_filter f = {.limit = 10};
     assert_int_equal(ddoc_admin_list(st, &f, &b), CRCR_OK);
-    assert_string_equal(buf_cstr(&b),
-                        "[{\"delivery_id\":\"d9\",\"event\":\"push\",\"action\":null,"
-                        "\"upstream_repo\":\"pytorch/pytorch\",\"pr_number\":0,\"head_sha\":"
-                        "\"abc1234\",\"ref\":\"refs/heads/main\",\"received_at\":\"2027-01-15T08:"
-                        "00:05Z\",\"payload_bytes\":12,\"status\":\"queued\"},{" HEAD "}]");
+    assert_string_equal(
+        buf_cstr(&b),
+        "[{\"delivery_id\":\"d9\",\"event\":\"push\",\"action\":null,"
+        "\"upstream_repo\":\"pytorch/pytorch\",\"pr_number\":0,\"head_sha\":"
+        "\"abc1234\",\"ref\":\"refs/heads/main\",\"received_at\":\"2027-01-15T08:"
+        "00:05Z\",\"payload_bytes\":12,\"status\":\"queued\",\"recovered\":false},{" HEAD "}]");
     buf_reset(&b);
     f.state = "dead";
     assert_int_equal(ddoc_admin_list(st, &f, &b), CRCR_OK);

@@ -6,7 +6,12 @@
  * from the headers (the handler never runs), HTTP_ROUTE_OFFLOAD handlers running off the MHD
  * threads and a full offload queue answering 503 with Retry-After, HTTP_ROUTE_CACHE answering
  * repeats from the page cache, and the request deadline cutting a client that never finishes its
- * request.
+ * request. The front-door limits (spec §8): the per-client cap refusing a peer's next connection
+ * at accept (IPv4 and IPv6, the count given back as connections close), the header timeout
+ * cutting a slowloris (and only a connection whose header block is late), the budget of
+ * unauthenticated bodies answering 503 with Retry-After before a body byte is read (and at the end
+ * of a chunked body that outgrows it), and a route's streaming body check (the webhook HMAC,
+ * sig_stream) whose verdict reaches the handler and whose pass gives the body's charge back.
  *
  * Handlers run on server threads and never assert (cmocka is not thread-safe): they record under
  * a mutex and the test thread checks. Waits on the server are condition variables with a
@@ -33,6 +38,7 @@
 
 #include "http_server.h"
 #include "metrics.h"
+#include "sig.h"
 #include "unit_support.h"
 
 #define WAIT_BOUND_S 30 /* a wait that takes longer than this is a hang: fail */
@@ -42,6 +48,7 @@
 
 typedef struct seen {
     int hello, echo, guarded, guard_calls, tree, deep, off, cached, block_entered, finished;
+    int big, signed_calls, verdict;
     size_t guard_body_len;
     char query[64], header[64], path[128], body[64];
     pthread_t guard_thread, off_thread, hello_thread;
@@ -195,6 +202,54 @@ static void cached(void *ctx, const http_request *req, http_response *resp)
     http_resp_header(resp, "X-Custom", "kept");
 }
 
+/* POST /big: a body of up to BIG_CAP bytes; answers its length. */
+#define BIG_CAP (1u << 20)
+static void big(void *ctx, const http_request *req, http_response *resp)
+{
+    pthread_mutex_lock(&g_mu);
+    g.big++;
+    pthread_cond_broadcast(&g_cv);
+    pthread_mutex_unlock(&g_mu);
+    char out[64];
+    snprintf(out, sizeof(out), "{\"len\":%zu}", req->body_len);
+    http_resp_json(resp, 200, out);
+}
+
+/* POST /signed: bodies checked with the webhook's streaming HMAC under SIGNED_SECRET (or the
+ * previous SIGNED_PREVIOUS); the handler records the verdict and, with ?block=1, waits for the
+ * test to release it. */
+#define SIGNED_SECRET "front-door-secret"
+#define SIGNED_PREVIOUS "old-front-door-secret"
+static void *signed_start(void *ctx, const http_request *req)
+{
+    const char *secrets[] = {SIGNED_SECRET, SIGNED_PREVIOUS};
+    return sig_stream_new(http_req_header(req, "X-Hub-Signature-256"), secrets, 2);
+}
+static void signed_update(void *st, const void *data, size_t len)
+{
+    sig_stream_update(st, data, len);
+}
+static bool signed_finish(void *st)
+{
+    bool ok = sig_stream_verify(st);
+    sig_stream_free(st);
+    return ok;
+}
+static const http_body_auth SIGNED_AUTH = {signed_start, signed_update, signed_finish};
+
+static void signed_handler(void *ctx, const http_request *req, http_response *resp)
+{
+    const char *blk = http_req_query(req, "block");
+    pthread_mutex_lock(&g_mu);
+    g.signed_calls++;
+    g.verdict = req->body_auth;
+    pthread_cond_broadcast(&g_cv);
+    while (blk && !g.release)
+        pthread_cond_wait(&g_cv, &g_mu);
+    pthread_mutex_unlock(&g_mu);
+    http_resp_json(resp, req->body_auth == HTTP_BODY_AUTHENTIC ? 200 : 401, "{}");
+}
+
 static const http_route ROUTES[] = {
     {.method = "GET", .path = "/hello", .fn = hello},
     {.method = "POST", .path = "/echo", .max_body = ECHO_CAP, .fn = echo},
@@ -209,6 +264,12 @@ static const http_route ROUTES[] = {
      .fn = cached,
      .flags = HTTP_ROUTE_CACHE | HTTP_ROUTE_OFFLOAD},
     {.method = "GET", .path = "/uncached", .fn = cached},
+    {.method = "POST", .path = "/big", .max_body = BIG_CAP, .fn = big},
+    {.method = "POST",
+     .path = "/signed",
+     .max_body = BIG_CAP,
+     .fn = signed_handler,
+     .body_auth = &SIGNED_AUTH},
 };
 
 /* ---- the server ---- */
@@ -772,7 +833,9 @@ static void the_cache_is_off_without_cache_ms(void **state)
 static void a_request_that_never_finishes_is_cut_at_the_deadline(void **state)
 {
     http_server_stop(*state, 0);
-    /* An idle timeout far beyond the bound: only the deadline can close these. */
+    /* Real time is the subject: the deadline cuts a client that is slow in real time (clock.h
+     * keeps the server's deadlines on the real clock), so this waits it out, 1 s. An idle
+     * timeout far beyond the bound: only the deadline can close these. */
     *state = start((http_server_opts){.request_deadline_s = 1, .idle_timeout_s = 600});
     int port = port_of(state);
     metrics_reset();
@@ -796,6 +859,385 @@ static void a_request_that_never_finishes_is_cut_at_the_deadline(void **state)
     assert_int_equal(metrics_render(&m), CRCR_OK);
     assert_non_null(strstr(buf_cstr(&m), "crcr_http_requests_reaped_total 2\n"));
     buf_free(&m);
+}
+
+/* ---- the front door's limits (spec §8) ---- */
+
+/* A metric's value in the registry's text ("name value\n"), or -1 when absent. */
+static double metric(const char *name)
+{
+    buf_t m;
+    buf_init(&m, 1 << 20);
+    assert_int_equal(metrics_render(&m), CRCR_OK);
+    char key[128];
+    snprintf(key, sizeof(key), "\n%s ", name);
+    const char *at = strstr(buf_cstr(&m), key);
+    double v = at ? strtod(at + strlen(key), NULL) : -1;
+    buf_free(&m);
+    return v;
+}
+
+/* A connection from `family` (AF_INET: 127.0.0.1, AF_INET6: ::1) to `port`. */
+static int raw_connect_family(int family, int port)
+{
+    if (family == AF_INET)
+        return raw_connect(port);
+    int fd = socket(AF_INET6, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    struct timeval tv = {.tv_sec = WAIT_BOUND_S};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    struct sockaddr_in6 a = {.sin6_family = AF_INET6, .sin6_port = htons((uint16_t)port)};
+    inet_pton(AF_INET6, "::1", &a.sin6_addr);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    return fd;
+}
+
+/* A kept-alive connection that got one answer (so the server holds it), or -1 when the server
+ * closed it without answering (refused at accept). */
+static int held_connection(int family, int port)
+{
+    int fd = raw_connect_family(family, port);
+    if (send(fd, "GET /hello HTTP/1.1\r\nHost: t\r\n\r\n", 32, MSG_NOSIGNAL) != 32) {
+        close(fd);
+        return -1;
+    }
+    char out[4096];
+    raw_read_answer(fd, out, sizeof(out));
+    if (strncmp(out, "HTTP/1.1 200", 12) != 0) {
+        assert_string_equal(out, ""); /* nothing at all: refused, never a partial answer */
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Waits until a new connection of `family` is let in (the server gave a closed one's count
+ * back); returns it. */
+static int held_connection_eventually(int family, int port)
+{
+    for (int i = 0; i < WAIT_BOUND_S * 100; i++) {
+        int fd = held_connection(family, port);
+        if (fd >= 0)
+            return fd;
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    fail_msg("a peer under its share stayed refused for %d s", WAIT_BOUND_S);
+    return -1;
+}
+
+#define PER_CLIENT 3
+
+static void check_per_client_cap(int family, int port)
+{
+    int fds[PER_CLIENT];
+    for (int i = 0; i < PER_CLIENT; i++) {
+        fds[i] = held_connection(family, port);
+        assert_true(fds[i] >= 0);
+    }
+    /* One more: refused at accept - closed without a byte of answer. */
+    assert_int_equal(held_connection(family, port), -1);
+    /* A closed connection gives its count back. */
+    close(fds[0]);
+    fds[0] = held_connection_eventually(family, port);
+    assert_int_equal(held_connection(family, port), -1);
+    for (int i = 0; i < PER_CLIENT; i++)
+        close(fds[i]);
+    /* Many connections opened and closed one after another leak no count. */
+    for (int i = 0; i < 40; i++)
+        close(held_connection_eventually(family, port));
+    for (int i = 0; i < PER_CLIENT; i++)
+        fds[i] = held_connection_eventually(family, port);
+    assert_int_equal(held_connection(family, port), -1);
+    for (int i = 0; i < PER_CLIENT; i++)
+        close(fds[i]);
+}
+
+static void a_peer_past_its_share_is_refused_at_accept(void **state)
+{
+    http_server_stop(*state, 0);
+    *state = start((http_server_opts){.max_per_client = PER_CLIENT});
+    metrics_reset();
+    check_per_client_cap(AF_INET, port_of(state));
+    assert_true(metric("crcr_http_client_refused_total") >= 3);
+}
+
+static void an_ipv6_peer_past_its_share_is_refused_at_accept(void **state)
+{
+    http_server_stop(*state, 0);
+    *state = NULL;
+    int probe = socket(AF_INET6, SOCK_STREAM, 0);
+    struct sockaddr_in6 a = {.sin6_family = AF_INET6};
+    inet_pton(AF_INET6, "::1", &a.sin6_addr);
+    bool have_v6 = probe >= 0 && bind(probe, (struct sockaddr *)&a, sizeof(a)) == 0;
+    if (probe >= 0)
+        close(probe);
+    if (!have_v6) {
+        print_message("no IPv6 loopback here: IPv6 part not run\n");
+        skip();
+    }
+    http_server_opts opts = {.host = "::1", .threads = 2, .max_per_client = PER_CLIENT};
+    char err[256] = "";
+    *state = http_server_start(&opts, ROUTES, sizeof(ROUTES) / sizeof(ROUTES[0]), err, sizeof(err));
+    if (!*state)
+        fail_msg("http_server_start on ::1: %s", err);
+    check_per_client_cap(AF_INET6, port_of(state));
+}
+
+static void without_a_per_client_cap_a_peer_may_hold_more(void **state)
+{
+    int port = port_of(state); /* the fixture's server: max_per_client 0 */
+    int fds[3 * PER_CLIENT];
+    for (int i = 0; i < 3 * PER_CLIENT; i++) {
+        fds[i] = held_connection(AF_INET, port);
+        assert_true(fds[i] >= 0);
+    }
+    for (int i = 0; i < 3 * PER_CLIENT; i++)
+        close(fds[i]);
+}
+
+/* True when the server has not closed `fd` within `ms` (recv times out). */
+static bool still_open_after(int fd, int ms)
+{
+    struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    char b[64];
+    ssize_t got = recv(fd, b, sizeof(b), 0);
+    bool open = got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+    struct timeval back = {.tv_sec = WAIT_BOUND_S};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &back, sizeof(back));
+    return open;
+}
+
+static void a_slowloris_is_cut_at_the_header_timeout(void **state)
+{
+    http_server_stop(*state, 0);
+    /* A request deadline and an idle timeout far beyond the bound: only the header timeout can
+     * cut the slowloris within it. */
+    *state = start((http_server_opts){
+        .header_timeout_ms = 300, .request_deadline_s = 600, .idle_timeout_s = 600});
+    int port = port_of(state);
+    metrics_reset();
+    /* A slowloris: one header byte at a time, never idle for long, never done. */
+    int loris = raw_connect(port);
+    raw_send(loris, "GET /hello HTTP/1.1\r\nHost: t\r\nX-Slow: ");
+    bool cut = false;
+    for (int i = 0; i < WAIT_BOUND_S * 20 && !cut; i++) {
+        if (send(loris, "a", 1, MSG_NOSIGNAL) != 1) {
+            cut = true;
+            break;
+        }
+        cut = !still_open_after(loris, 50);
+    }
+    close(loris);
+    assert_true(cut);
+    assert_int_equal(count(&g.hello), 0);
+    /* A request whose headers came in time but whose body trickles is not the header timeout's:
+     * it is still open after several header timeouts (the request deadline will cut it). */
+    int slow_body = raw_connect(port);
+    raw_send(slow_body, "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\n12");
+    assert_true(still_open_after(slow_body, 1500));
+    raw_send(slow_body, "34567890");
+    char out[4096];
+    raw_read_answer(slow_body, out, sizeof(out));
+    assert_true(strncmp(out, "HTTP/1.1 201", 12) == 0);
+    /* The kept-alive connection's next header block has the same timeout: idle, it is cut. */
+    assert_true(raw_closed_by_server(slow_body));
+    close(slow_body);
+    http_server_stop(*state, 0); /* the reaper counts after its shutdown() calls */
+    *state = NULL;
+    assert_int_equal(metric("crcr_http_header_timeouts_total"), 2);
+    assert_int_equal(metric("crcr_http_requests_reaped_total"), 0);
+}
+
+/* Sends a POST head with Content-Length `len` to `path` on a new connection; returns it. */
+static int post_head(int port, const char *path, size_t len, const char *extra)
+{
+    int fd = raw_connect(port);
+    char head[512];
+    snprintf(head, sizeof(head), "POST %s HTTP/1.1\r\nHost: t\r\nContent-Length: %zu\r\n%s\r\n",
+             path, len, extra ? extra : "");
+    raw_send(fd, head);
+    return fd;
+}
+
+static void send_bytes(int fd, char c, size_t n)
+{
+    char b[1024];
+    memset(b, c, sizeof(b));
+    while (n > 0) {
+        size_t k = n < sizeof(b) ? n : sizeof(b);
+        assert_int_equal(send(fd, b, k, MSG_NOSIGNAL), (ssize_t)k);
+        n -= k;
+    }
+}
+
+#define BUDGET 1000u
+
+/* Waits until the budget in use reads `want` bytes (the server has read what was sent). */
+static void wait_budget(double want)
+{
+    for (int i = 0; i < WAIT_BOUND_S * 100; i++) {
+        if (metric("crcr_http_unauth_body_bytes") == want)
+            return;
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    fail_msg("the budget in use never read %.0f bytes (it reads %.0f)", want,
+             metric("crcr_http_unauth_body_bytes"));
+}
+
+static void assert_budget_503(const char *out)
+{
+    assert_true(strncmp(out, "HTTP/1.1 503", 12) == 0);
+    assert_non_null(strstr(out, "Retry-After: 2\r\n"));
+    assert_non_null(strstr(out, "Content-Type: application/json\r\n"));
+    assert_non_null(strstr(out, "{\"detail\":\"Too many request bodies awaiting authentication, "
+                                "please retry shortly"));
+}
+
+static void a_body_past_the_budget_is_503_with_retry_after_before_it_is_read(void **state)
+{
+    http_server_stop(*state, 0);
+    *state = start((http_server_opts){.unauth_body_budget = BUDGET});
+    int port = port_of(state);
+    metrics_reset();
+    char out[4096];
+    /* Bytes are charged as they arrive: 910 declared and 850 sent hold 850. */
+    int holder = post_head(port, "/big", 910, NULL);
+    send_bytes(holder, 'a', 850);
+    wait_budget(850);
+    /* A body declared larger than what is left (150) is refused at once, before a byte of it. */
+    int refused = post_head(port, "/big", 200, NULL);
+    raw_read_answer(refused, out, sizeof(out));
+    close(refused);
+    assert_budget_503(out);
+    assert_int_equal(metric("crcr_http_unauth_budget_refused_total"), 1);
+    /* One that fits is served. */
+    int small = post_head(port, "/big", 100, NULL);
+    send_bytes(small, 'b', 100);
+    raw_read_answer(small, out, sizeof(out));
+    close(small);
+    assert_non_null(strstr(out, "{\"len\":100}"));
+    /* A body that outgrows what is left midway: it is dropped, read to its end and answered 503;
+     * the others go on. */
+    int second = post_head(port, "/big", 140, NULL);
+    send_bytes(second, 'c', 100);
+    wait_budget(950);
+    send_bytes(holder, 'a', 50); /* 1000 would fit... */
+    wait_budget(1000);
+    send_bytes(second, 'c', 40); /* ...but 1040 does not: the second's 100 are dropped */
+    raw_read_answer(second, out, sizeof(out));
+    close(second);
+    assert_budget_503(out);
+    wait_budget(900);
+    send_bytes(holder, 'a', 10);
+    raw_read_answer(holder, out, sizeof(out));
+    close(holder);
+    assert_non_null(strstr(out, "{\"len\":910}"));
+    /* A chunked body is charged the same way. */
+    int chunked = raw_connect(port);
+    raw_send(chunked, "POST /big HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n");
+    char chunk[700];
+    memset(chunk, 'd', sizeof(chunk));
+    for (int i = 0; i < 3; i++) {
+        raw_send(chunked, "2bc\r\n");
+        assert_int_equal(send(chunked, chunk, sizeof(chunk), MSG_NOSIGNAL), (ssize_t)sizeof(chunk));
+        raw_send(chunked, "\r\n");
+    }
+    raw_send(chunked, "0\r\n\r\n");
+    raw_read_answer(chunked, out, sizeof(out));
+    close(chunked);
+    assert_budget_503(out);
+    /* Declared bytes that never come hold nothing: a client announcing far more than the budget
+     * in pieces that fit does not block others. */
+    int quiet = post_head(port, "/big", 900, NULL);
+    int other = post_head(port, "/big", 900, NULL);
+    send_bytes(other, 'e', 900);
+    raw_read_answer(other, out, sizeof(out));
+    close(other);
+    assert_non_null(strstr(out, "{\"len\":900}"));
+    close(quiet);
+    assert_int_equal(count(&g.big), 3);
+    assert_int_equal(metric("crcr_http_unauth_budget_refused_total"), 3);
+    http_server_stop(*state, 0);
+    *state = NULL;
+    assert_int_equal(metric("crcr_http_unauth_body_bytes"), 0); /* every charge given back */
+}
+
+/* POSTs `body` to /signed[?block=1] signed with `secret` (NULL: a well-formed wrong signature),
+ * in pieces of `piece` bytes; returns the connection (the answer is not read). */
+static int post_signed(int port, const char *body, const char *secret, size_t piece, bool blk)
+{
+    char sig[SIG_HEADER_SIZE];
+    sig_sign(secret ? secret : "not-the-secret", body, strlen(body), sig);
+    char extra[128];
+    snprintf(extra, sizeof(extra), "X-Hub-Signature-256: %s\r\n", sig);
+    int fd = post_head(port, blk ? "/signed?block=1" : "/signed", strlen(body), extra);
+    for (size_t off = 0; off < strlen(body); off += piece) {
+        size_t k = strlen(body) - off < piece ? strlen(body) - off : piece;
+        assert_int_equal(send(fd, body + off, k, MSG_NOSIGNAL), (ssize_t)k);
+    }
+    return fd;
+}
+
+static int answer_status(int fd)
+{
+    char out[4096];
+    raw_read_answer(fd, out, sizeof(out));
+    return strncmp(out, "HTTP/1.1 ", 9) == 0 ? (int)strtol(out + 9, NULL, 10) : 0;
+}
+
+static void the_streaming_body_check_decides_and_ends_the_charge(void **state)
+{
+    http_server_stop(*state, 0);
+    *state = start((http_server_opts){.unauth_body_budget = BUDGET, .threads = 2});
+    int port = port_of(state);
+    char body[901];
+    for (size_t i = 0; i < 900; i++)
+        body[i] = (char)('a' + i % 26);
+    body[900] = '\0';
+    /* The verdict reaches the handler, whatever the pieces the body came in; the previous
+     * secret is accepted too. */
+    size_t pieces[] = {1, 7, 900};
+    for (size_t i = 0; i < sizeof(pieces) / sizeof(pieces[0]); i++) {
+        int fd = post_signed(port, body, SIGNED_SECRET, pieces[i], false);
+        assert_int_equal(answer_status(fd), 200);
+        close(fd);
+        assert_int_equal(snapshot().verdict, HTTP_BODY_AUTHENTIC);
+        fd = post_signed(port, body, NULL, pieces[i], false);
+        assert_int_equal(answer_status(fd), 401);
+        close(fd);
+        assert_int_equal(snapshot().verdict, HTTP_BODY_FORGED);
+    }
+    int fd = post_signed(port, body, SIGNED_PREVIOUS, 64, false);
+    assert_int_equal(answer_status(fd), 200);
+    close(fd);
+    /* An authentic body leaves the budget at its last byte: while its handler still runs, 900
+     * other bytes fit. */
+    int calls = snapshot().signed_calls;
+    int held = post_signed(port, body, SIGNED_SECRET, 900, true);
+    assert_true(wait_for(&g.signed_calls, calls + 1));
+    int other = post_head(port, "/big", 900, NULL);
+    send_bytes(other, 'x', 900);
+    assert_int_equal(answer_status(other), 200);
+    close(other);
+    release_handlers();
+    assert_int_equal(answer_status(held), 200);
+    close(held);
+    /* A forged one keeps its charge until its request ends: 900 more do not fit meanwhile. */
+    pthread_mutex_lock(&g_mu);
+    g.release = false;
+    calls = g.signed_calls;
+    pthread_mutex_unlock(&g_mu);
+    held = post_signed(port, body, NULL, 900, true);
+    assert_true(wait_for(&g.signed_calls, calls + 1));
+    other = post_head(port, "/big", 900, NULL);
+    assert_int_equal(answer_status(other), 503);
+    close(other);
+    release_handlers();
+    assert_int_equal(answer_status(held), 401);
+    close(held);
 }
 
 static void a_host_that_is_not_a_numeric_address_is_refused(void **state)
@@ -828,6 +1270,12 @@ int main(void)
         T(an_offloaded_route_is_answered_from_the_cache_without_the_pool),
         T(the_cache_is_off_without_cache_ms),
         T(a_request_that_never_finishes_is_cut_at_the_deadline),
+        T(a_peer_past_its_share_is_refused_at_accept),
+        T(an_ipv6_peer_past_its_share_is_refused_at_accept),
+        T(without_a_per_client_cap_a_peer_may_hold_more),
+        T(a_slowloris_is_cut_at_the_header_timeout),
+        T(a_body_past_the_budget_is_503_with_retry_after_before_it_is_read),
+        T(the_streaming_body_check_decides_and_ends_the_charge),
         cmocka_unit_test(a_host_that_is_not_a_numeric_address_is_refused),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

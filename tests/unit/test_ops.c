@@ -144,7 +144,7 @@ static void without_an_admin_token_only_metrics_exists(void **state)
     ut_app *full = *state;
     http_route one[1];
     assert_int_equal(ops_routes(&full->app, one, 1), 1);
-    assert_int_equal(full->n_routes, 6);
+    assert_int_equal(full->n_routes, 7);
 }
 
 /* ---- deliveries ---- */

@@ -1,4 +1,5 @@
-/* Unit tests for the store interface on the SQLite backend. */
+/* Unit tests for the store interface on the SQLite backend (and the PostgreSQL backend's SQLSTATE
+ * mapping of write faults). */
 #include <errno.h>
 #include <stdbool.h>
 #include <setjmp.h>
@@ -17,6 +18,7 @@
 #include <sqlite3.h>
 
 #include "store.h"
+#include "store_pg.h"
 
 typedef struct fixture {
     char dir[64];
@@ -169,6 +171,107 @@ static void failed_wal_sync_fails_the_write_and_every_later_one(void **state)
     assert_int_equal(e, CRCR_E_STORE);
     assert_int_equal(ingest(f->st, "d2", repos, 1, 1000), CRCR_E_STORE);
     assert_int_equal(store_ping(f->st), CRCR_E_STORE);
+    /* A write fault that says why, and that no probe clears: the relay must restart. */
+    char why[STORE_FAULT_WHY_MAX];
+    assert_int_equal(store_write_fault(f->st, why, sizeof(why), NULL), STORE_FAULT_IO);
+    assert_non_null(strstr(why, "fsync of the WAL failed"));
+    assert_int_equal(store_probe_write(f->st), CRCR_E_STORE);
+    assert_int_equal(store_write_fault(f->st, NULL, 0, NULL), STORE_FAULT_IO);
+}
+
+/* Writes to regular files fail with ENOSPC while g_disk_full is set: a full disk, as SQLite sees
+ * it. SQLite's writes (pwrite64, pwrite or write, by its build) bind here like fdatasync above;
+ * the test's own output (a pipe or a terminal) is not a regular file and passes. */
+static volatile int g_disk_full;
+
+static bool no_room(int fd)
+{
+    struct stat sb;
+    if (!g_disk_full || fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode))
+        return false;
+    errno = ENOSPC;
+    return true;
+}
+
+ssize_t pwrite64(int fd, const void *buf, size_t n, off_t off)
+{
+    return no_room(fd) ? -1 : (ssize_t)syscall(SYS_pwrite64, fd, buf, n, off);
+}
+
+ssize_t pwrite(int fd, const void *buf, size_t n, off_t off)
+{
+    return no_room(fd) ? -1 : (ssize_t)syscall(SYS_pwrite64, fd, buf, n, off);
+}
+
+ssize_t write(int fd, const void *buf, size_t n)
+{
+    return no_room(fd) ? -1 : (ssize_t)syscall(SYS_write, fd, buf, n);
+}
+
+/* A write that finds no room fails and is the store's write fault, with a reason, until a write
+ * goes through again: the probe's (once there is room), or the next ingest's. */
+static void no_room_is_a_write_fault_until_a_write_goes_through(void **state)
+{
+    fixture *f = *state;
+    const char *repos[] = {"a/1"};
+    assert_int_equal(ingest(f->st, "d1", repos, 1, 1000), CRCR_OK);
+    assert_int_equal(store_write_fault(f->st, NULL, 0, NULL), STORE_FAULT_NONE);
+    assert_int_equal(store_probe_write(f->st), CRCR_OK); /* nothing to probe */
+
+    size_t big = 512 * 1024;
+    char *payload = malloc(big);
+    assert_non_null(payload);
+    memset(payload, 'p', big);
+    store_new_job job = {.kind = "dispatch", .target = "a/1", .due_at = 1000};
+    store_delivery d = {.delivery_id = "d2",
+                        .event = "pull_request",
+                        .received_at = 1000,
+                        .payload = payload,
+                        .payload_len = big};
+    g_disk_full = 1;
+    crcr_err e = store_ingest(f->st, &d, &job, 1);
+    char why[STORE_FAULT_WHY_MAX] = "";
+    int64_t since = 0;
+    store_fault_kind kind = store_write_fault(f->st, why, sizeof(why), &since);
+    crcr_err probe_full = store_probe_write(f->st); /* the disk is still full */
+    g_disk_full = 0;
+    assert_int_equal(e, CRCR_E_STORE);
+    if (kind != STORE_FAULT_DISK_FULL)
+        fail_msg("fault %d: %s", (int)kind, why);
+    assert_true(strncmp(why, "disk full: ", 11) == 0);
+    assert_non_null(strstr(why, "(SQLite 13"));
+    assert_true(since > 0);
+    assert_int_equal(probe_full, CRCR_E_STORE);
+    /* Nothing of it was stored. */
+    assert_int_equal(store_get_delivery(f->st, "d2", NULL, NULL, NULL), CRCR_E_NOT_FOUND);
+    /* Room again: the probe's write goes through and clears the fault; the webhook is stored
+     * when GitHub redelivers it. */
+    assert_int_equal(store_probe_write(f->st), CRCR_OK);
+    assert_int_equal(store_write_fault(f->st, NULL, 0, NULL), STORE_FAULT_NONE);
+    assert_int_equal(store_ingest(f->st, &d, &job, 1), CRCR_OK);
+    /* The next failure is a new fault; an ingest that goes through ends it as the probe would. */
+    g_disk_full = 1;
+    d.delivery_id = "d3";
+    e = store_ingest(f->st, &d, &job, 1);
+    g_disk_full = 0;
+    assert_int_equal(e, CRCR_E_STORE);
+    assert_int_equal(store_write_fault(f->st, NULL, 0, NULL), STORE_FAULT_DISK_FULL);
+    assert_int_equal(store_ingest(f->st, &d, &job, 1), CRCR_OK);
+    assert_int_equal(store_write_fault(f->st, NULL, 0, NULL), STORE_FAULT_NONE);
+    free(payload);
+}
+
+/* The PostgreSQL server's refusals that are write faults: disk_full and io_error; anything else
+ * (a constraint, a lost connection, too many connections) is not. */
+static void pg_sqlstates_map_to_write_faults(void **state)
+{
+    assert_int_equal(pg_fault_kind("53100"), STORE_FAULT_DISK_FULL);
+    assert_int_equal(pg_fault_kind("58030"), STORE_FAULT_IO);
+    assert_int_equal(pg_fault_kind("53300"), STORE_FAULT_NONE);
+    assert_int_equal(pg_fault_kind("23505"), STORE_FAULT_NONE);
+    assert_int_equal(pg_fault_kind("08006"), STORE_FAULT_NONE);
+    assert_int_equal(pg_fault_kind(""), STORE_FAULT_NONE);
+    assert_int_equal(pg_fault_kind(NULL), STORE_FAULT_NONE);
 }
 
 typedef struct ingester {
@@ -258,7 +361,7 @@ static store_run_update run_update(const char *status, const char *body, size_t 
 {
     return (store_run_update){.key = {.delivery_id = "d1",
                                       .repo = "org/a",
-                                      .run_id = 7,
+                                      .run_id = "7",
                                       .run_attempt = 1,
                                       .job_name = "build"},
                               .status = status,
@@ -604,6 +707,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(durable_write_returns_after_the_wal_sync, setup, teardown),
         cmocka_unit_test_setup_teardown(failed_wal_sync_fails_the_write_and_every_later_one, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(no_room_is_a_write_fault_until_a_write_goes_through, setup,
+                                        teardown),
+        cmocka_unit_test(pg_sqlstates_map_to_write_faults),
         cmocka_unit_test_setup_teardown(groups_committed_during_a_sync_share_the_next, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(completing_a_run_does_not_rewrite_its_body, setup,

@@ -1,10 +1,10 @@
 /*
  * test_webhook_send.c - `crcr webhook send` (src/cli/webhook_send.c) against a receiver served on
- * 127.0.0.1 by the relay's own HTTP server (http_server.h): the request is the one GitHub would
- * send (headers, the file's bytes, an HMAC-SHA256 signature checked here with OpenSSL directly),
- * the answer is printed with the exit status of its class, options in both forms, the defaults
- * (a UUID v4 delivery id, the secret from GITHUB_APP_SECRET), standard input, and every usage and
- * file error with its exit status.
+ * 127.0.0.1 by the unit tests' HTTP server (support/ut_httpd.h): the request is the one GitHub
+ * would send (headers, the file's bytes, an HMAC-SHA256 signature checked here with OpenSSL
+ * directly), the answer is printed with the exit status of its class, options in both forms, the
+ * defaults (a UUID v4 delivery id, the secret from GITHUB_APP_SECRET), standard input, and every
+ * usage and file error with its exit status.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -22,9 +22,9 @@
 #include <unistd.h>
 
 #include "crcr_limits.h"
-#include "http_server.h"
 #include "log.h"
 #include "unit_support.h"
+#include "ut_httpd.h"
 #include "webhook_send.h"
 
 #define PAYLOAD "{\"action\":\"synchronize\",\"number\":7}\n"
@@ -44,20 +44,23 @@ typedef struct receiver {
 typedef struct fixture {
     ut_dir dir;
     receiver r;
-    http_route routes[1];
-    http_server *srv;
+    ut_httpd *srv;
     char url[96];
 } fixture;
 
-static void copy_header(const http_request *req, const char *name, char *out, size_t outsz)
+static void copy_header(const ut_httpd_req *req, const char *name, char *out, size_t outsz)
 {
-    const char *v = http_req_header(req, name);
+    const char *v = ut_httpd_header(req, name);
     snprintf(out, outsz, "%s", v ? v : "(none)");
 }
 
-static void receive(void *ctx, const http_request *req, http_response *resp)
+static void receive(void *ctx, const ut_httpd_req *req, ut_httpd_resp *resp)
 {
     receiver *r = ctx;
+    if (strcmp(req->method, "POST") != 0 || strcmp(req->path, "/github/webhook") != 0) {
+        ut_httpd_reply(resp, 404, "");
+        return;
+    }
     pthread_mutex_lock(&r->mu);
     r->n_requests++;
     copy_header(req, "X-GitHub-Event", r->event, sizeof(r->event));
@@ -89,18 +92,8 @@ static int setup(void **state)
     pthread_mutex_init(&fx->r.mu, NULL);
     buf_init(&fx->r.answer, 4u * 1024u * 1024u);
     buf_init(&fx->r.body, WEBHOOK_SEND_MAX_FILE);
-    fx->routes[0] = (http_route){.method = "POST",
-                                 .path = "/github/webhook",
-                                 .max_body = WEBHOOK_SEND_MAX_FILE,
-                                 .fn = receive,
-                                 .ctx = &fx->r};
-    http_server_opts opts = {.host = "127.0.0.1", .port = 0, .threads = 2};
-    char err[256] = "";
-    fx->srv = http_server_start(&opts, fx->routes, 1, err, sizeof(err));
-    if (!fx->srv)
-        fail_msg("http_server_start: %s", err);
-    snprintf(fx->url, sizeof(fx->url), "http://127.0.0.1:%d/github/webhook",
-             http_server_port(fx->srv));
+    fx->srv = ut_httpd_start(receive, &fx->r);
+    snprintf(fx->url, sizeof(fx->url), "%s/github/webhook", ut_httpd_base(fx->srv));
     answer(fx, 202, "{\"detail\":\"queued\"}", 19);
     char path[128];
     ut_write_file(ut_path(&fx->dir, "payload.json", path, sizeof(path)), PAYLOAD);
@@ -113,7 +106,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     fixture *fx = *state;
-    http_server_stop(fx->srv, 1000);
+    ut_httpd_stop(fx->srv);
     buf_free(&fx->r.answer);
     buf_free(&fx->r.body);
     pthread_mutex_destroy(&fx->r.mu);
@@ -167,7 +160,7 @@ static void test_sends_what_github_would_and_prints_the_answer(void **state)
     ut_cmd c = send_cmd(fx, NULL, argv);
     assert_int_equal(c.rc, 0);
     assert_string_equal(c.out, "HTTP 202\n{\"detail\":\"queued\"}\n");
-    assert_non_null(strstr(c.err, "delivery d-1234, event pull_request, 36 bytes"));
+    assert_non_null(strstr(c.err, "delivery d-1234, event pull_request (given), 36 bytes"));
     assert_int_equal(fx->r.n_requests, 1);
     assert_string_equal(fx->r.event, "pull_request");
     assert_string_equal(fx->r.delivery, "d-1234");
@@ -210,11 +203,16 @@ static void test_equals_forms_environment_secret_and_defaults(void **state)
     assert_non_null(strchr("89ab", d[19]));
     char first[sizeof(fx->r.delivery)];
     snprintf(first, sizeof(first), "%s", d);
-    /* Another run, another id; --secret wins over the environment. */
-    char *again[] = {"send", payload_path(fx), url_opt, "--secret=explicit", NULL};
+    /* Another run, another id; --secret wins over the environment; the event from the file's
+     * name. */
+    char named[128];
+    ut_write_file(ut_path(&fx->dir, "pull_request.synchronize.json", named, sizeof(named)),
+                  PAYLOAD);
+    char *again[] = {"send", named, url_opt, "--secret=explicit", NULL};
     c = send_cmd(fx, NULL, again);
     assert_int_equal(c.rc, 0);
-    assert_string_equal(fx->r.event, "pull_request"); /* the default event */
+    assert_string_equal(fx->r.event, "pull_request");
+    assert_non_null(strstr(c.err, "event pull_request (from the file's name)"));
     assert_true(strcmp(fx->r.delivery, first) != 0);
     expected_sig("explicit", PAYLOAD, strlen(PAYLOAD), want);
     assert_string_equal(fx->r.sig, want);
@@ -226,7 +224,7 @@ static void test_payload_from_standard_input(void **state)
     static const char bin[] = "{\"a\":\"\xc3\xa9\"}\r\n\x01";
     char path[128];
     ut_write_file(ut_path(&fx->dir, "stdin.json", path, sizeof(path)), bin);
-    char *argv[] = {"send", "-", "--url", fx->url, "--secret", "k", NULL};
+    char *argv[] = {"send", "-", "--url", fx->url, "--secret", "k", "--event", "push", NULL};
     ut_cmd c = send_cmd(fx, path, argv);
     assert_int_equal(c.rc, 0);
     assert_int_equal(fx->r.body.len, strlen(bin));
@@ -240,7 +238,8 @@ static void test_non_2xx_answers_exit_1(void **state)
 {
     fixture *fx = *state;
     answer(fx, 401, "{\"detail\":\"invalid signature\"}", 30);
-    char *argv[] = {"send", payload_path(fx), "--url", fx->url, "--secret", "k", NULL};
+    char *argv[] = {"send", payload_path(fx), "--url",        fx->url, "--secret",
+                    "k",    "--event",        "pull_request", NULL};
     ut_cmd c = send_cmd(fx, NULL, argv);
     assert_int_equal(c.rc, 1);
     assert_string_equal(c.out, "HTTP 401\n{\"detail\":\"invalid signature\"}\n");
@@ -271,7 +270,8 @@ static void test_a_long_answer_is_cut(void **state)
     memset(big, 'x', n);
     answer(fx, 202, big, n);
     free(big);
-    char *argv[] = {"send", payload_path(fx), "--url", fx->url, "--secret", "k", NULL};
+    char *argv[] = {"send", payload_path(fx), "--url",        fx->url, "--secret",
+                    "k",    "--event",        "pull_request", NULL};
     /* stdout holds more than the run buffer: check its size on disk. */
     ut_cmd c = send_cmd(fx, NULL, argv);
     assert_int_equal(c.rc, 0);
@@ -290,9 +290,10 @@ static void test_no_answer_exits_1(void **state)
     fixture *fx = *state;
     char url[128];
     snprintf(url, sizeof(url), "%s", fx->url);
-    http_server_stop(fx->srv, 1000);
+    ut_httpd_stop(fx->srv);
     fx->srv = NULL;
-    char *argv[] = {"send", payload_path(fx), "--url", url, "--secret", "k", NULL};
+    char *argv[] = {"send", payload_path(fx), "--url", url, "--secret",
+                    "k",    "--event",        "ping",  NULL};
     ut_cmd c = send_cmd(fx, NULL, argv);
     assert_int_equal(c.rc, 1);
     assert_string_equal(c.out, "");
@@ -322,7 +323,7 @@ static void test_usage_errors_exit_2_and_send_nothing(void **state)
         {{"send", p, "--evnt", "x", NULL}, "crcr webhook send: unknown option '--evnt'"},
         {{"send", p, "--secret", "k", "--event", NULL}, "crcr webhook send: --event needs a value"},
         {{"send", p, "--url", NULL}, "crcr webhook send: --url needs a value"},
-        {{"send", p, NULL}, "no webhook secret: set GITHUB_APP_SECRET or use --secret"},
+        {{"send", p, NULL}, "no webhook secret: set GITHUB_APP_SECRET, use --secret or --config"},
         {{"send", p, "--secret=", NULL}, "no webhook secret"},
         {{"send", p, "--secret", "k", "--event", "pull request", NULL},
          "--event must be 1 to 64 printable characters"},
@@ -387,7 +388,7 @@ static void test_file_errors_exit_1_and_send_nothing(void **state)
     assert_true(fd >= 0);
     assert_int_equal(ftruncate(fd, (off_t)WEBHOOK_SEND_MAX_FILE + 1), 0);
     close(fd);
-    char *big[] = {"send", path, "--secret", "k", "--url", fx->url, NULL};
+    char *big[] = {"send", path, "--secret", "k", "--url", fx->url, "--event", "push", NULL};
     c = send_cmd(fx, NULL, big);
     assert_int_equal(c.rc, 1);
     assert_non_null(strstr(c.err, ": larger than 26214400 bytes"));
@@ -401,6 +402,111 @@ static void test_file_errors_exit_1_and_send_nothing(void **state)
     c = send_cmd(fx, NULL, big);
     assert_int_equal(c.rc, 0);
     assert_int_equal(fx->r.body.len, WEBHOOK_SEND_MAX_FILE);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* The event, told from the payload or the file's name; --config. */
+
+/* Writes `text` to dir/name and sends it without --event; returns the run. */
+static ut_cmd send_named(fixture *fx, const char *name, const char *text)
+{
+    static char path[160];
+    ut_write_file(ut_path(&fx->dir, name, path, sizeof(path)), text);
+    char *argv[] = {"send", path, "--url", fx->url, "--secret", "k", NULL};
+    return send_cmd(fx, NULL, argv);
+}
+
+static void test_the_event_is_told_from_the_payload_or_the_file_name(void **state)
+{
+    fixture *fx = *state;
+    static const char issue[] = "{\"action\":\"opened\",\"issue\":{\"number\":1}}";
+    static const char pr[] = "{\"action\":\"opened\",\"number\":1,\"pull_request\":{}}";
+    static const char ping[] = "{\"zen\":\"Keep it simple.\",\"hook_id\":1,\"hook\":{}}";
+    static const char push[] = "{\"ref\":\"refs/heads/main\",\"before\":\"0\",\"after\":\"1\","
+                               "\"pusher\":{}}";
+    const struct {
+        const char *name, *text, *event, *how;
+    } ok[] = {
+        {"issues.opened.json", issue, "issues", "from the payload and the file's name"},
+        {"ping.json", ping, "ping", "from the payload and the file's name"},
+        {"mine.json", ping, "ping", "from the payload"},
+        {"a-push.json", push, "push", "from the payload"},
+        {"pr.json", pr, "pull_request", "from the payload"},
+        {"check_suite.requested.json", "{}", "check_suite", "from the file's name"},
+        {"pull_request_review.submitted.json",
+         "{\"action\":\"submitted\",\"review\":{},\"pull_request\":{}}", "pull_request_review",
+         "from the payload and the file's name"},
+    };
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        ut_cmd c = send_named(fx, ok[i].name, ok[i].text);
+        if (c.rc != 0 || strcmp(fx->r.event, ok[i].event) != 0)
+            fail_msg("%s: rc %d, event %s, want %s\n%s", ok[i].name, c.rc, fx->r.event, ok[i].event,
+                     c.err);
+        char want[160];
+        snprintf(want, sizeof(want), "event %s (%s)", ok[i].event, ok[i].how);
+        if (!strstr(c.err, want))
+            fail_msg("%s: stderr lacks '%s':\n%s", ok[i].name, want, c.err);
+    }
+    unsigned sent = fx->r.n_requests;
+    /* Nothing to tell from, or a payload and a name that disagree: nothing is sent. */
+    ut_cmd c = send_named(fx, "payload.json", "{\"a\":1}");
+    assert_int_equal(c.rc, 2);
+    assert_non_null(strstr(c.err, "cannot tell which event this payload is"));
+    assert_non_null(strstr(c.err, "--event"));
+    c = send_named(fx, "notes.txt", "not json");
+    assert_int_equal(c.rc, 2);
+    c = send_named(fx, "push.json", issue);
+    assert_int_equal(c.rc, 2);
+    assert_non_null(strstr(c.err, "the payload is a issues event but the file's name says push"));
+    assert_int_equal(fx->r.n_requests, sent);
+    /* --event still decides. */
+    char path[160];
+    ut_write_file(ut_path(&fx->dir, "push.json", path, sizeof(path)), issue);
+    char *given[] = {"send", path, "--url", fx->url, "--secret", "k", "--event", "issues", NULL};
+    c = send_cmd(fx, NULL, given);
+    assert_int_equal(c.rc, 0);
+    assert_string_equal(fx->r.event, "issues");
+    assert_non_null(strstr(c.err, "event issues (given)"));
+}
+
+static void test_config_gives_the_secret_and_the_address(void **state)
+{
+    fixture *fx = *state;
+    const char *colon = strrchr(fx->url + 7, ':');
+    long port = strtol(colon + 1, NULL, 10);
+    char conf[160], text[256];
+    snprintf(text, sizeof(text), "CRCR_LISTEN=0.0.0.0:%ld\nGITHUB_APP_SECRET=from-the-config\n",
+             port);
+    ut_write_file(ut_path(&fx->dir, "crcr.env", conf, sizeof(conf)), text);
+    char *argv[] = {"send", payload_path(fx), "--config", conf, "--event", "ping", NULL};
+    ut_cmd c = send_cmd(fx, NULL, argv);
+    assert_int_equal(c.rc, 0);
+    char want[80];
+    expected_sig("from-the-config", PAYLOAD, strlen(PAYLOAD), want);
+    assert_string_equal(fx->r.sig, want);
+    char to[128];
+    snprintf(to, sizeof(to), "to http://127.0.0.1:%ld/github/webhook", port);
+    assert_non_null(strstr(c.err, to));
+    assert_null(strstr(c.err, "from-the-config"));
+    /* The environment overrides the file, --secret both. */
+    setenv("GITHUB_APP_SECRET", "from-the-environment", 1);
+    c = send_cmd(fx, NULL, argv);
+    assert_int_equal(c.rc, 0);
+    expected_sig("from-the-environment", PAYLOAD, strlen(PAYLOAD), want);
+    assert_string_equal(fx->r.sig, want);
+    char *explicit_secret[] = {"send", payload_path(fx), "--config", conf, "--event",
+                               "ping", "--secret",       "explicit", NULL};
+    c = send_cmd(fx, NULL, explicit_secret);
+    assert_int_equal(c.rc, 0);
+    expected_sig("explicit", PAYLOAD, strlen(PAYLOAD), want);
+    assert_string_equal(fx->r.sig, want);
+    /* A configuration that does not load stops before anything is sent. */
+    unsigned sent = fx->r.n_requests;
+    ut_write_file(conf, "NO_SUCH_KEY=1\n");
+    c = send_cmd(fx, NULL, argv);
+    assert_int_equal(c.rc, 2);
+    assert_non_null(strstr(c.err, "unknown key 'NO_SUCH_KEY'"));
+    assert_int_equal(fx->r.n_requests, sent);
 }
 
 int main(void)
@@ -417,6 +523,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_usage_errors_exit_2_and_send_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_help_goes_to_stdout, setup, teardown),
         cmocka_unit_test_setup_teardown(test_file_errors_exit_1_and_send_nothing, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_the_event_is_told_from_the_payload_or_the_file_name,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_config_gives_the_secret_and_the_address, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -322,6 +322,17 @@ static void pgp_bytes(pgp *p, const void *data, size_t len)
     p->fmt[i] = 1;
 }
 
+store_fault_kind pg_fault_kind(const char *sqlstate)
+{
+    if (!sqlstate)
+        return STORE_FAULT_NONE;
+    if (strcmp(sqlstate, "53100") == 0) /* disk_full */
+        return STORE_FAULT_DISK_FULL;
+    if (strcmp(sqlstate, "58030") == 0) /* io_error */
+        return STORE_FAULT_IO;
+    return STORE_FAULT_NONE;
+}
+
 static void log_result_error(pgx *x, const PGresult *r)
 {
     char msg[PG_ERRTEXT_MAX];
@@ -330,6 +341,12 @@ static void log_result_error(pgx *x, const PGresult *r)
     pg_one_line(primary ? primary : PQerrorMessage(x->c), msg, sizeof(msg));
     const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
     LOG_ERROR("store.pg.error", "op", x->op, "sqlstate", state ? state : "", "error", msg, NULL);
+    store_fault_kind kind = pg_fault_kind(state);
+    if (kind != STORE_FAULT_NONE) { /* the server refuses writes: its disk */
+        char detail[PG_ERRTEXT_MAX + 48];
+        snprintf(detail, sizeof(detail), "%s (PostgreSQL SQLSTATE %s)", msg, state);
+        store_fault_note(&x->s->base, kind, x->op, detail);
+    }
 }
 
 PGresult *pg_result(pgx *x, const char *sql, const store_param *v, int n)
@@ -586,7 +603,14 @@ static const char *const MIGRATIONS[] = {
     "CREATE SEQUENCE IF NOT EXISTS outbox_owner_seq AS integer CYCLE;"
     "CREATE TABLE IF NOT EXISTS rate_counts(repo text NOT NULL, n bigint NOT NULL);"
     "CREATE UNIQUE INDEX IF NOT EXISTS rate_counts_key ON rate_counts(lower(repo));",
-    /* 3 -> 4: supersession and Depends-On pairs (§3.12, §3.13): why the relay ended a run
+    /* 3 -> 4: what the reconciler asked GitHub to redeliver (store_pg_reconcile.c). */
+    "CREATE TABLE IF NOT EXISTS redeliveries(guid text PRIMARY KEY, hook_id bigint NOT NULL,"
+    " event text, action text, attempts integer NOT NULL, first_asked_at bigint NOT NULL,"
+    " last_asked_at bigint NOT NULL, last_status integer NOT NULL DEFAULT 0, last_result text);"
+    "CREATE INDEX IF NOT EXISTS redeliveries_asked ON redeliveries(last_asked_at);",
+    /* 4 -> 5: run ids as text (a Buildkite build's id is a UUID); runs_key follows the column. */
+    "ALTER TABLE runs ALTER COLUMN run_id TYPE text USING run_id::text;",
+    /* 5 -> 6: supersession and Depends-On pairs (§3.12, §3.13): why the relay ended a run
      * (NULL: it did not), the dispatches it ended, the pairs dispatches were made with. */
     "ALTER TABLE runs ADD COLUMN IF NOT EXISTS ended text;"
     "CREATE TABLE IF NOT EXISTS dispatch_ends(delivery_id text NOT NULL, repo text NOT NULL,"
@@ -670,6 +694,29 @@ static crcr_err pg_ping(store *st)
     return pg_run(pg_store_of(st), "ping", "SELECT 1", NULL, 0, NULL, NULL, NULL);
 }
 
+/* store_probe_write: a write that needs new space on the server's disk. A small row would prove
+ * nothing - on a full disk a write that fits in pages the server holds already goes through - so
+ * the probe makes a temporary table of PG_PROBE_ROWS rows (~512 KiB in new blocks of a new file;
+ * PostgreSQL extends a relation block by block, a full disk failing with SQLSTATE 53100) and
+ * drops it at commit. Runs only while a fault is recorded (once a second, app.c). */
+#define PG_PROBE_ROWS 16000
+
+static crcr_err op_probe(pgx *x, void *arg)
+{
+    (void)arg;
+    char sql[160];
+    snprintf(sql, sizeof(sql),
+             "CREATE TEMP TABLE crcr_store_probe ON COMMIT DROP AS "
+             "SELECT g::bigint AS n FROM generate_series(1, %d) g",
+             PG_PROBE_ROWS);
+    return pg_cmd(x, sql);
+}
+
+static crcr_err pg_probe(store *st)
+{
+    return pg_with_tx(pg_store_of(st), "probe", op_probe, NULL);
+}
+
 /* ---- open / close ---- */
 
 /* Closes every connection and frees the store; NULL is fine. */
@@ -691,6 +738,7 @@ static void pg_close(store *st)
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->lmu);
+    store_base_fini(&s->base);
     free(s);
 }
 
@@ -698,9 +746,11 @@ static const store_ops PG_OPS = {
     .close = pg_close,
     .recover = pg_recover,
     .ping = pg_ping,
+    .probe = pg_probe,
     .wait_for_work = pg_wait_for_work,
     .outbox = &PG_OUTBOX_OPS,
     .runs = &PG_RUN_OPS,
+    .reconcile = &PG_RECONCILE_OPS,
 };
 
 /* A random tag for this handle's NOTIFY payloads (PG_CHANNEL): listeners tell their own
@@ -762,7 +812,7 @@ crcr_err store_pg_open(const char *uri, long pool, store **out, char *err, size_
     pg_store *s = calloc(1, sizeof(*s));
     if (!s)
         return CRCR_E_NOMEM;
-    s->base.ops = &PG_OPS;
+    store_base_init(&s->base, &PG_OPS);
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     pthread_mutex_init(&s->lmu, NULL);

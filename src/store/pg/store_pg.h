@@ -10,6 +10,7 @@
  *                      listings, statistics), kv and leases, retention
  *   store_pg_runs.c    run transitions, the rate limit, runs listings, zombies, labels,
  *                      rejections, dispatch records, identity pins, budgets
+ *   store_pg_reconcile.c  the reconciler's redelivery records
  *   store_pg_supersede.c  supersession and Depends-On pairs (§3.12, §3.13)
  *
  * An operation runs on one borrowed connection (pg_with_conn), retried once on a fresh one when
@@ -89,6 +90,8 @@ typedef struct pgx {
 
 /* Opens a connection for `uri` (caller owns it: PQfinish), or NULL with the reason in `why`. */
 PGconn *pg_connect(const char *uri, char *why, size_t whysz);
+/* The write fault (store.h) a SQLSTATE means: 53100 disk_full, 58030 io_error; else none. */
+store_fault_kind pg_fault_kind(const char *sqlstate);
 /* Copies a libpq message onto one line, bounded, for a log field. */
 void pg_one_line(const char *msg, char *out, size_t outsz);
 
@@ -160,10 +163,12 @@ crcr_err pg_pair_redispatch(store *st, const char *repo, int64_t number, const c
                             int64_t now, const store_new_job *job, store_supersede *sup,
                             store_pair_hit *hits, size_t max, size_t *n);
 
-/* The operations of store_pg_live.c, store_pg_outbox.c and store_pg_runs.c. */
+/* The operations of store_pg_live.c, store_pg_outbox.c, store_pg_runs.c and
+ * store_pg_reconcile.c. */
 crcr_err pg_recover(store *st);
 crcr_err pg_wait_for_work(store *st, int64_t timeout_ms, size_t *rows);
 extern const store_outbox_ops PG_OUTBOX_OPS;
 extern const store_run_ops PG_RUN_OPS;
+extern const store_reconcile_ops PG_RECONCILE_OPS;
 
 #endif

@@ -466,6 +466,7 @@ static crcr_err op_retention(pgx *x, void *arg)
         "DELETE FROM pairs p WHERE p.created_at < $1 AND NOT EXISTS (SELECT 1 FROM deliveries d "
         "WHERE d.delivery_id=p.delivery_id)",
         "DELETE FROM dispatch_heads WHERE at < $1",
+        "DELETE FROM redeliveries WHERE last_asked_at < $1",
         /* Finished rows of no delivery (nightly HUD forwards) go after the same time. */
         "DELETE FROM outbox o WHERE o.done_at < $1 AND o.state IN ('sent','dry_run','dead') AND "
         "NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.delivery_id=o.delivery_id)",

@@ -31,11 +31,13 @@
 #include <sqlite3.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "log.h"
 #include "store_sqlite.h"
 
@@ -101,7 +103,43 @@ static const char *const MIGRATIONS[] = {
     " expires_at INTEGER NOT NULL);",
     /* 2 -> 3: nothing on SQLite (the instance holding a claimed row is PostgreSQL's). */
     "",
-    /* 3 -> 4: supersession and Depends-On pairs (§3.12, §3.13). runs.ended is why the relay
+    /* 3 -> 4: what the reconciler asked GitHub to redeliver (store_sqlite_reconcile.c). */
+    "CREATE TABLE IF NOT EXISTS redeliveries(guid TEXT PRIMARY KEY, hook_id INTEGER NOT NULL,"
+    " event TEXT, action TEXT, attempts INTEGER NOT NULL, first_asked_at INTEGER NOT NULL,"
+    " last_asked_at INTEGER NOT NULL, last_status INTEGER NOT NULL DEFAULT 0, last_result TEXT);"
+    "CREATE INDEX IF NOT EXISTS redeliveries_asked ON redeliveries(last_asked_at);",
+    /* 4 -> 5: run ids as text (a Buildkite build's id is a UUID). SQLite cannot change a column's
+     * type in place: the table is copied into one with run_id TEXT (SQLite's documented rebuild,
+     * rows in rowid order: the rowid breaks ties in sq_runs_for_sha) and its indexes made again.
+     * Self-contained: it names every column runs has at version 3. */
+    "CREATE TABLE runs_v5("
+    " delivery_id TEXT NOT NULL, repo TEXT NOT NULL COLLATE NOCASE, run_id TEXT NOT NULL,"
+    " run_attempt INTEGER NOT NULL, job_name TEXT NOT NULL, event_type TEXT, state TEXT NOT NULL,"
+    " level INTEGER, pr_number INTEGER NOT NULL DEFAULT 0, head_sha TEXT,"
+    " workflow_name TEXT NOT NULL DEFAULT '',"
+    " conclusion TEXT, details_url TEXT, artifact_url TEXT, dispatched_at INTEGER,"
+    " started_at INTEGER, completed_at INTEGER, queue_ms INTEGER, exec_ms INTEGER,"
+    " test_passed INTEGER, test_failed INTEGER, test_skipped INTEGER, payload BLOB,"
+    " updated_at INTEGER NOT NULL,"
+    " PRIMARY KEY(delivery_id, repo, run_id, run_attempt, workflow_name, job_name));"
+    "INSERT INTO runs_v5(delivery_id, repo, run_id, run_attempt, job_name, event_type, state,"
+    " level, pr_number, head_sha, workflow_name, conclusion, details_url, artifact_url,"
+    " dispatched_at, started_at, completed_at, queue_ms, exec_ms, test_passed, test_failed,"
+    " test_skipped, payload, updated_at)"
+    " SELECT delivery_id, repo, CAST(run_id AS TEXT), run_attempt, job_name, event_type, state,"
+    " level, pr_number, head_sha, workflow_name, conclusion, details_url, artifact_url,"
+    " dispatched_at, started_at, completed_at, queue_ms, exec_ms, test_passed, test_failed,"
+    " test_skipped, payload, updated_at FROM runs ORDER BY rowid;"
+    "DROP TABLE runs;"
+    "ALTER TABLE runs_v5 RENAME TO runs;"
+    "CREATE INDEX IF NOT EXISTS runs_sha ON runs(head_sha, repo);"
+    "CREATE INDEX IF NOT EXISTS runs_state ON runs(state, started_at);"
+    "CREATE INDEX IF NOT EXISTS runs_hud ON runs(repo, updated_at, event_type, state, conclusion,"
+    " pr_number, head_sha, delivery_id, job_name, workflow_name, details_url, artifact_url,"
+    " run_id, run_attempt, level, dispatched_at, started_at, completed_at, queue_ms, exec_ms,"
+    " test_passed, test_failed, test_skipped);"
+    "CREATE INDEX IF NOT EXISTS runs_pr ON runs(pr_number);",
+    /* 5 -> 6: supersession and Depends-On pairs (§3.12, §3.13). runs.ended is why the relay
      * ended a run (NULL: it did not), in runs_hud too, which covers the HUD's listings. */
     "ALTER TABLE runs ADD COLUMN ended TEXT;"
     "DROP INDEX IF EXISTS runs_hud;"
@@ -154,6 +192,13 @@ static crcr_err sq_migrate(sqlite_store *s, const char *sql)
  * dropped (versions 1 and 3 alike) lose it at their next open. */
 static const char SQ_TIDY[] = "DROP INDEX IF EXISTS runs_repo;";
 
+/* Free bytes the database's filesystem must have before a write fault of kind "disk full" is
+ * probed with a write (sq_probe): a disk with less is still full for a relay whose webhooks are
+ * up to 25 MiB. */
+#define SQ_PROBE_FREE_MIN (8LL * 1024 * 1024)
+/* Longest SQLite message kept for a write fault's reason. */
+#define SQ_FAULT_MSG_MAX 200
+
 /* Most requests (ingests, run transitions) one group commit writes (see sq_group_commit). */
 #define SQ_GROUP_MAX 256
 /* Longest path of a side file (the database path plus "-wal", "-shm" or "-serve.lock"). */
@@ -167,10 +212,77 @@ static bool side_path(char out[SQ_SIDE_PATH_MAX], const char *path, const char *
     return n >= 0 && (size_t)n < SQ_SIDE_PATH_MAX;
 }
 
+/* ---- write faults ---- */
+
+/* The last failure this thread saw on a connection (sq_fail, sq_exec, sq_stmt): SQLite's extended
+ * result code, its message and the operation, until the write it belongs to ends (sq_note_outcome).
+ * Thread-local because the writer's lock is held by the thread that runs the whole write. */
+static _Thread_local struct {
+    int rc;
+    int sys_errno; /* the OS error under an SQLITE_IOERR (sqlite3_system_errno), else 0 */
+    const char *op;
+    char msg[SQ_FAULT_MSG_MAX];
+} tl_fail;
+
+/* The kind of write fault (store.h) an extended result code means; an I/O error whose OS error
+ * says there is no room - ENOSPC (growing the -shm file on a full disk is SQLITE_IOERR_SHMSIZE),
+ * EDQUOT (a quota), EFBIG (a file size limit) - is a full disk too. */
+static store_fault_kind fault_kind(int rc, int sys_errno)
+{
+    switch (rc & 0xff) {
+    case SQLITE_FULL:
+        return STORE_FAULT_DISK_FULL;
+    case SQLITE_IOERR:
+        return sys_errno == ENOSPC || sys_errno == EDQUOT || sys_errno == EFBIG
+                   ? STORE_FAULT_DISK_FULL
+                   : STORE_FAULT_IO;
+    default:
+        return STORE_FAULT_NONE;
+    }
+}
+
+static void fail_seen(sqlite3 *db, const char *op, const char *msg)
+{
+    if (fault_kind(tl_fail.rc, tl_fail.sys_errno) != STORE_FAULT_NONE)
+        return; /* the first fault stays: a ROLLBACK after it fails for its own reasons */
+    tl_fail.rc = sqlite3_extended_errcode(db);
+    tl_fail.sys_errno = sqlite3_system_errno(db);
+    tl_fail.op = op;
+    snprintf(tl_fail.msg, sizeof(tl_fail.msg), "%s", msg ? msg : "?");
+}
+
+/* Starts a write on the writer's connection: no failure seen yet. */
+static void fail_reset(void)
+{
+    tl_fail.rc = SQLITE_OK;
+    tl_fail.sys_errno = 0;
+    tl_fail.op = NULL;
+    tl_fail.msg[0] = '\0';
+}
+
+/* After a write on the writer's connection ended with `err`: a failure whose SQLite code means a
+ * full disk or an I/O error becomes the store's write fault. */
+static void sq_note_outcome(sqlite_store *s, crcr_err err)
+{
+    if (!err)
+        return;
+    store_fault_kind kind = fault_kind(tl_fail.rc, tl_fail.sys_errno);
+    if (kind == STORE_FAULT_NONE)
+        return;
+    char detail[SQ_FAULT_MSG_MAX + 32];
+    if (tl_fail.sys_errno)
+        snprintf(detail, sizeof(detail), "%s: %s (SQLite %d)", tl_fail.msg,
+                 strerror(tl_fail.sys_errno), tl_fail.rc);
+    else
+        snprintf(detail, sizeof(detail), "%s (SQLite %d)", tl_fail.msg, tl_fail.rc);
+    store_fault_note(&s->base, kind, tl_fail.op ? tl_fail.op : "write", detail);
+}
+
 /* ---- statements ---- */
 
 crcr_err sq_fail(sqlite3 *db, const char *op)
 {
+    fail_seen(db, op, sqlite3_errmsg(db));
     LOG_ERROR("store.error", "op", op, "error", sqlite3_errmsg(db), NULL);
     return CRCR_E_STORE;
 }
@@ -179,6 +291,11 @@ crcr_err sq_exec(sqlite_store *s, const char *sql)
 {
     char *msg = NULL;
     if (sqlite3_exec(s->db, sql, NULL, NULL, &msg) != SQLITE_OK) {
+        fail_seen(s->db,
+                  strncmp(sql, "COMMIT", 6) == 0  ? "commit"
+                  : strncmp(sql, "BEGIN", 5) == 0 ? "begin"
+                                                  : "a statement",
+                  msg);
         LOG_ERROR("store.exec", "error", msg ? msg : "?", NULL);
         sqlite3_free(msg);
         return CRCR_E_STORE;
@@ -191,6 +308,7 @@ sqlite3_stmt *sq_stmt(sqlite_store *s, int slot, const char *sql)
     if (!s->stmts[slot]) {
         if (sqlite3_prepare_v3(s->db, sql, -1, SQLITE_PREPARE_PERSISTENT, &s->stmts[slot], NULL) !=
             SQLITE_OK) {
+            fail_seen(s->db, "prepare", sqlite3_errmsg(s->db));
             LOG_ERROR("store.prepare", "error", sqlite3_errmsg(s->db), NULL);
             return NULL;
         }
@@ -272,9 +390,11 @@ crcr_err sq_locked(sqlite_store *s, int slot, const char *op, const char *sql, c
                    int n, store_row_fn row, void *ctx, int *changes)
 {
     pthread_mutex_lock(&s->mu);
+    fail_reset();
     crcr_err err = sq_cached(s, slot, op, sql, v, n, row, ctx);
     if (changes)
         *changes = err ? 0 : sqlite3_changes(s->db);
+    sq_note_outcome(s, err);
     pthread_mutex_unlock(&s->mu);
     return err;
 }
@@ -315,9 +435,12 @@ crcr_err sq_listing(sqlite_store *s, const char *op, const char *sql, const stor
 crcr_err sq_begin(sqlite_store *s)
 {
     pthread_mutex_lock(&s->mu);
+    fail_reset();
     crcr_err err = sq_exec(s, "BEGIN IMMEDIATE");
-    if (err)
+    if (err) {
+        sq_note_outcome(s, err);
         pthread_mutex_unlock(&s->mu);
+    }
     return err;
 }
 
@@ -335,6 +458,7 @@ static crcr_err end_tx(sqlite_store *s, crcr_err err)
 crcr_err sq_end(sqlite_store *s, crcr_err err)
 {
     err = end_tx(s, err);
+    sq_note_outcome(s, err);
     pthread_mutex_unlock(&s->mu);
     return err;
 }
@@ -395,6 +519,7 @@ static uint64_t commit_group(sqlite_store *s, sq_group_req *batch)
         durable = !r->relaxed;
     bool self_sync = durable && s->walfd < 0; /* SQLite syncs inside COMMIT */
     pthread_mutex_lock(&s->mu);
+    fail_reset();
     crcr_err txerr = self_sync ? begin_durable(s) : sq_exec(s, "BEGIN IMMEDIATE");
     bool open = !txerr;
     for (sq_group_req *r = batch; r; r = r->next) {
@@ -415,6 +540,11 @@ static uint64_t commit_group(sqlite_store *s, sq_group_req *batch)
     if (txerr)
         for (sq_group_req *r = batch; r; r = r->next)
             r->result = CRCR_E_STORE;
+    crcr_err worst = txerr;
+    for (sq_group_req *r = batch; r && !worst; r = r->next)
+        if (r->result == CRCR_E_STORE)
+            worst = CRCR_E_STORE;
+    sq_note_outcome(s, worst);
     uint64_t seq = 0;
     if (!txerr && durable && !self_sync) { /* its WAL writes are done: number it for the sync */
         pthread_mutex_lock(&s->smu);
@@ -453,6 +583,13 @@ static bool sync_ok(sqlite_store *s, uint64_t seq)
             s->sync_failed = true;
             LOG_ERROR("store.fsync", "error", strerror(e), "action",
                       "durable writes refused until the relay restarts", NULL);
+            char detail[160];
+            snprintf(detail, sizeof(detail),
+                     "fsync of the WAL failed: %s; restart the relay once the disk is fixed",
+                     strerror(e));
+            store_fault_note(&s->base,
+                             e == ENOSPC || e == EDQUOT ? STORE_FAULT_DISK_FULL : STORE_FAULT_IO,
+                             "fsync", detail);
         }
         pthread_cond_broadcast(&s->scv);
     }
@@ -535,6 +672,7 @@ static void sq_close(store *st)
     pthread_mutex_destroy(&s->gmu);
     pthread_mutex_destroy(&s->smu);
     pthread_cond_destroy(&s->scv);
+    store_base_fini(&s->base);
     free(s);
 }
 
@@ -550,6 +688,36 @@ static crcr_err sq_ping(store *st)
     crcr_err err = sq_exec(s, "SELECT 1");
     pthread_mutex_unlock(&s->mu);
     return err;
+}
+
+/* The probe's write: one small kv row, durable (through the group commit). */
+static crcr_err probe_apply(sqlite_store *s, sq_group_req *r)
+{
+    int64_t now = clock_now_ms();
+    return sq_cached(s, SQ_ONCE, "probe",
+                     "INSERT INTO kv(key, value, expires_at) VALUES ('crcr.store_probe', ?1, ?2) "
+                     "ON CONFLICT(key) DO UPDATE SET value=excluded.value, "
+                     "expires_at=excluded.expires_at",
+                     ARGS(ARG_INT(now), ARG_INT(now + 86400000)), NULL, NULL);
+}
+
+/* store_probe_write: the database's filesystem has SQ_PROBE_FREE_MIN bytes free (a write into
+ * space SQLite already holds - the WAL restarted at its beginning, pages on the freelist - goes
+ * through on a full disk, so a write alone would call a full disk mended), and a small durable
+ * write goes through. */
+static crcr_err sq_probe(store *st)
+{
+    sqlite_store *s = sq_store(st);
+    pthread_mutex_lock(&s->mu);
+    const char *path = sqlite3_db_filename(s->db, "main");
+    struct statvfs vfs;
+    bool room = !path || !*path || statvfs(path, &vfs) != 0 ||
+                (long long)vfs.f_bavail * (long long)vfs.f_frsize >= SQ_PROBE_FREE_MIN;
+    pthread_mutex_unlock(&s->mu);
+    if (!room)
+        return CRCR_E_STORE;
+    sq_group_req me = {.apply = probe_apply};
+    return sq_group_commit(s, &me);
 }
 
 /* Takes the serve lock (see the header comment). CRCR_E_STATE when another process holds it. */
@@ -604,8 +772,10 @@ static const store_ops SQLITE_OPS = {
     .close = sq_close,
     .recover = sq_recover,
     .ping = sq_ping,
+    .probe = sq_probe,
     .outbox = &SQ_OUTBOX_OPS,
     .runs = &SQ_RUN_OPS,
+    .reconcile = &SQ_RECONCILE_OPS,
 };
 
 int sq_schema_version(sqlite3 *db)
@@ -688,7 +858,7 @@ crcr_err store_sqlite_open(const char *path, store **out, char *err, size_t errs
     sqlite_store *s = calloc(1, sizeof(*s));
     if (!s)
         return CRCR_E_NOMEM;
-    s->base.ops = &SQLITE_OPS;
+    store_base_init(&s->base, &SQLITE_OPS);
     s->serve_lock = -1;
     s->walfd = -1;
     pthread_mutex_init(&s->mu, NULL);

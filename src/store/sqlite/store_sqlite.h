@@ -9,6 +9,7 @@
  *   store_sqlite_runs.c    run transitions, the rate limit, runs listings, zombies, labels,
  *                          rejections, dispatch records, identity pins, budgets
  *   store_sqlite_backup.c  store_backup of a SQLite file
+ *   store_sqlite_reconcile.c  the reconciler's redelivery records
  *   store_sqlite_supersede.c  supersession and Depends-On pairs (§3.12, §3.13)
  *
  * Locks: s->mu guards the writer's connection `db` and its cached statements; each reader has a
@@ -194,8 +195,9 @@ crcr_err sq_pair_redispatch(store *st, const char *repo, int64_t number, const c
                             int64_t now, const store_new_job *job, store_supersede *sup,
                             store_pair_hit *hits, size_t max, size_t *n);
 
-/* The operations of store_sqlite_outbox.c and store_sqlite_runs.c. */
+/* The operations of store_sqlite_outbox.c, store_sqlite_runs.c and store_sqlite_reconcile.c. */
 extern const store_outbox_ops SQ_OUTBOX_OPS;
 extern const store_run_ops SQ_RUN_OPS;
+extern const store_reconcile_ops SQ_RECONCILE_OPS;
 
 #endif

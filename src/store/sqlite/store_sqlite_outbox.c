@@ -20,7 +20,10 @@ static crcr_err insert_step(sqlite_store *s, sqlite3_stmt *q, const char *op, co
                             int n)
 {
     int rc = sq_step_raw(q, v, n, NULL, NULL);
-    if (rc == SQLITE_CONSTRAINT)
+    /* Only a known key is a duplicate: any other constraint (a trigger, NOT NULL) is a failure
+     * to store, never an answer that says "already stored". */
+    int x = rc == SQLITE_CONSTRAINT ? sqlite3_extended_errcode(s->db) : 0;
+    if (x == SQLITE_CONSTRAINT_PRIMARYKEY || x == SQLITE_CONSTRAINT_UNIQUE)
         return CRCR_E_DUPLICATE;
     return rc == SQLITE_DONE ? CRCR_OK : sq_fail(s->db, op);
 }
@@ -363,7 +366,7 @@ static crcr_err sq_enqueue(store *st, const char *delivery_id, const store_new_j
 static crcr_err sq_list_deliveries(store *st, const store_filter *f, store_rows *rows)
 {
     /* A PR filter is written as a plain equality so that deliveries_pr serves it. */
-    char sql[1024];
+    char sql[4096];
     snprintf(sql, sizeof(sql),
              "SELECT " DELIVERY_COLUMNS " FROM deliveries d WHERE "
              "(?1 IS NULL OR EXISTS (SELECT 1 FROM outbox o WHERE o.delivery_id=d.delivery_id AND "
@@ -468,6 +471,7 @@ static crcr_err sq_retention(store *st, int64_t before, int *n)
         "DELETE FROM pairs WHERE created_at < ?1 AND NOT EXISTS (SELECT 1 FROM deliveries d "
         "WHERE d.delivery_id=pairs.delivery_id)",
         "DELETE FROM dispatch_heads WHERE at < ?1",
+        "DELETE FROM redeliveries WHERE last_asked_at < ?1",
         /* Finished rows of no delivery (nightly HUD forwards) go after the same time. */
         "DELETE FROM outbox WHERE done_at < ?1 AND state IN ('sent','dry_run','dead') AND NOT "
         "EXISTS (SELECT 1 FROM deliveries d WHERE d.delivery_id=outbox.delivery_id)",
