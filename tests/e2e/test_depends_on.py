@@ -28,7 +28,8 @@ import secrets
 import unittest
 
 import relay as R
-from test_callback import CallbackMixin, new_run_id, new_sha, wait_until
+from test_callback import CallbackMixin, new_run_id, new_sha
+from waiting import wait_until
 
 PAIRED, OTHER, L2 = "l4-org/relay-l4", "dep/other", "dep/l2"
 ALLOWLIST = """\
@@ -188,7 +189,7 @@ class DependsOnTest(DependsOnMixin, unittest.TestCase):
         self.assertEqual(sorted(d), [PAIRED], "an edit dispatches to the changed pair only")
         self.assertPair(d[PAIRED]["client_payload"], 8, sha8)
         self.assertEqual(d[PAIRED]["client_payload"]["payload"]["action"], "edited")
-        (run,) = [x for x in self.pr_runs(pr.number, PAIRED) if x["run_id"] == run7]
+        (run,) = [x for x in self.pr_runs(pr.number, PAIRED) if x["run_id"] == str(run7)]
         self.assertEqual((run["result"], run["ended"], run["conclusion"]),
                          ("superseded", "superseded", "cancelled"))
         checks = self.wait_checks(pr.sha, 2, PAIRED)
@@ -210,7 +211,7 @@ class DependsOnTest(DependsOnMixin, unittest.TestCase):
                          repos=[PAIRED], old_body=body8)
         cp = self.dispatches_of(gone.delivery)[PAIRED]["client_payload"]
         self.assertEqual(set(cp), UPSTREAM_KEYS)
-        (run,) = [x for x in self.pr_runs(pr.number, PAIRED) if x["run_id"] == run8]
+        (run,) = [x for x in self.pr_runs(pr.number, PAIRED) if x["run_id"] == str(run8)]
         self.assertEqual(run["result"], "superseded")
 
     def test_a_push_to_the_paired_downstream_pr_redispatches_with_the_new_sha(self):
@@ -235,7 +236,7 @@ class DependsOnTest(DependsOnMixin, unittest.TestCase):
         self.assertEqual(cp["payload"], self.dispatches_of(pr.delivery)[PAIRED]
                          ["client_payload"]["payload"])
         self.assertEqual(sorted(self.dispatches_of(again)), [PAIRED])
-        (old_run,) = [x for x in self.pr_runs(pr.number, PAIRED) if x["run_id"] == run]
+        (old_run,) = [x for x in self.pr_runs(pr.number, PAIRED) if x["run_id"] == str(run)]
         self.assertEqual((old_run["result"], old_run["ended"]), ("superseded", "superseded"))
         # Callbacks of the new run are bound to the new pair and accepted.
         repush = self.s.relay.get("/api/v1/deliveries/%s" % again).json()

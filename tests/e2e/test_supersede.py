@@ -23,12 +23,11 @@ Needs CRCR_BIN; see tests/support/README.md.
 import json
 import re
 import secrets
-import time
 import unittest
 
 import relay as R
-from test_callback import (APP_ID, CallbackMixin, Stack, new_run_id, new_sha,  # noqa: F401
-                           wait_until)
+from test_callback import CallbackMixin, new_run_id, new_sha
+from waiting import wait_until
 
 L1, L2, L3, L4, PUSHY, CONTROL = ("sup/l1", "sup/l2", "sup/l3", "sup/l4", "sup/pushy",
                                   "sup/control")
@@ -46,6 +45,7 @@ L4:
   - sup/pushy
 """
 ZOMBIE_S = 21600  # the default ZOMBIE_TIMEOUT_SECONDS: the clock is moved past it
+SWEEP_S = 600  # the default CRCR_SWEEP_SECONDS
 ENV = {"CRCR_HUD_CACHE_MS": "0"}
 
 
@@ -75,15 +75,21 @@ class SupersedeMixin(CallbackMixin):
     # ---------------------------------------------------------------- the moved clock
 
     def advance(self, seconds):
-        """Moves the relay's clock, and the fakes' with it (JWT and token times), once nothing
-        is in flight (a request out while its lease jumps past its end would be sent again)."""
+        """Moves the stack's one clock (the relay's timers, the fakes' JWT and token times) once
+        nothing is in flight (a request out while its lease jumps past its end would be sent
+        again)."""
         self.settle()
-        self.s.relay.clock.advance(seconds)
-        self.s.gh.time_offset += seconds
+        self.s.clock.advance(seconds)
+
+    def swept(self, repo, n):
+        """Awaits `n` timed-out runs in `repo`'s health, moving the clock a sweeper period per
+        poll that finds fewer (the sweeper runs on the relay's clock)."""
+        return wait_until(lambda: self.health(repo)["timed_out"] == n, 15.0, interval=0.1,
+                          clock=self.s.clock, step=SWEEP_S)
 
     def token(self, repo):
-        """An OIDC token valid on the relay's (moved) clock."""
-        return self.s.issuer.token(repo, now=self.s.relay.clock.now())
+        """An OIDC token valid on the stack's (moved) clock."""
+        return self.s.issuer.token(repo)
 
     def say(self, repo, pr, status, **kw):
         """A callback of `repo` for `pr` with a token valid on the relay's clock."""
@@ -104,7 +110,7 @@ class SupersedeMixin(CallbackMixin):
                 and (delivery is None or run["delivery_id"] == delivery)]
 
     def run_of(self, number, repo, delivery, run_id):
-        runs = [r for r in self.pr_runs(number, repo, delivery) if r["run_id"] == run_id]
+        runs = [r for r in self.pr_runs(number, repo, delivery) if r["run_id"] == str(run_id)]
         self.assertEqual(len(runs), 1, "runs of %s/%s: %r" % (repo, delivery, runs))
         return runs[0]
 
@@ -212,8 +218,7 @@ class SupersedeTest(SupersedeMixin, unittest.TestCase):
         control = self.open_pr(repos=[CONTROL])  # a run that is not superseded: it times out
         self.assertOk(self.say(CONTROL, control, "in_progress"), "in_progress")
         self.advance(ZOMBIE_S + 120)
-        self.assertTrue(wait_until(lambda: self.health(CONTROL)["timed_out"] == 1, 15.0),
-                        "the sweeper did not run%s" % self.diag())
+        self.assertTrue(self.swept(CONTROL, 1), "the sweeper did not run%s" % self.diag())
         h = self.health(L4)
         self.assertEqual((h["timed_out"], h["superseded"]), (0, 2), h)
         self.assertEqual(self.health(L2)["timed_out"], 0)
@@ -237,8 +242,7 @@ class SupersedeTest(SupersedeMixin, unittest.TestCase):
         control = self.open_pr(repos=[CONTROL])
         self.assertOk(self.say(CONTROL, control, "in_progress"), "in_progress")
         self.advance(ZOMBIE_S + 120)
-        self.assertTrue(wait_until(lambda: self.health(CONTROL)["timed_out"] == 1, 15.0),
-                        "the sweeper did not run%s" % self.diag())
+        self.assertTrue(self.swept(CONTROL, 1), "the sweeper did not run%s" % self.diag())
         self.settle()
         for pr, run in runs[:-1]:
             self.assertRunEnded(self.run_of(number, PUSHY, pr.delivery, run), "superseded")
