@@ -366,7 +366,9 @@ static bool resolve_pair(outbox *ob, store_job *job, depends_on_pair *pair, outc
     if (o->verdict == OUTBOX_DONE) {
         depends_on_from_pull(r.body.data, r.body.len, pair);
     } else if (o->verdict == OUTBOX_PERMANENT && o->installation > 0 && o->status >= 400) {
-        snprintf(pair->problem, sizeof(pair->problem), "%s",
+        /* GitHub's error text is cut to the problem's room (a note for the check run). */
+        int room = (int)sizeof(pair->problem) - 1;
+        snprintf(pair->problem, sizeof(pair->problem), "%.*s", room,
                  o->status == 404 ? "not found" : o->error);
     } else {
         go_on = false; /* not answered, rate limited, or no installation: the row's outcome */
