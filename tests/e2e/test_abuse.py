@@ -313,7 +313,8 @@ class LegitClient(threading.Thread):
         while not self._halt.is_set():
             t0 = time.monotonic()
             try:
-                r = self.relay.webhook("pull_request", self.payload, timeout=5.0)
+                # GitHub's own deadline for an answer: real time is the subject here.
+                r = self.relay.webhook("pull_request", self.payload, timeout=10.0)
                 status = r.status
             except (OSError, http.client.HTTPException) as e:
                 status = "error: %s" % type(e).__name__
