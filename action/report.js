@@ -57,6 +57,10 @@ const REMINT_AFTER_MS = 4 * 60 * 1000; // GitHub's OIDC tokens live 5 minutes
 const JSON_MAX_DEPTH = 64;
 const JSON_MAX_VALUES = 500000;
 const UPSTREAM_REPO = 'pytorch/pytorch';
+// GitHub's check-run conclusions (src/model/vocab.c): a completed report must name one, in any
+// case (the relay refuses anything else with 400).
+const CONCLUSIONS = ['action_required', 'cancelled', 'failure', 'neutral', 'success', 'skipped',
+  'stale', 'timed_out'];
 const SCHEMA_VERSION = '1';
 const PROG = 'crcr action';
 
@@ -96,11 +100,17 @@ function info(message) {
   out(1, PROG + ': ' + scrub(message));
 }
 
+// `text` with the registered secrets replaced by [REDACTED], nothing else changed.
+function scrubSecrets(text) {
+  let s = String(text);
+  for (const secret of secrets) s = s.split(secret).join('[REDACTED]');
+  return s;
+}
+
 // `text` with the registered secrets, JWT-shaped strings and bearer credentials removed (a relay
 // or proxy that echoes the request must not make the log show a token).
 function scrub(text) {
-  let s = String(text);
-  for (const secret of secrets) s = s.split(secret).join('[REDACTED]');
+  let s = scrubSecrets(text);
   s = s.replace(/eyJ[A-Za-z0-9_-]*\.[A-Za-z0-9_.-]*/g, '[REDACTED-JWT]');
   return s.replace(/\b(bearer)( +)[A-Za-z0-9._~+/=-]{8,}/gi, '$1$2[REDACTED]');
 }
@@ -503,6 +513,10 @@ function checkOptions(o) {
   if (!inProgress && o.conclusion === '') {
     throw new Failure('conclusion is required with status completed (e.g. ${{ job.status }})');
   }
+  if (!inProgress && !CONCLUSIONS.includes(o.conclusion.toLowerCase())) {
+    throw new Failure(`conclusion must be one of ${CONCLUSIONS.join(', ')} with status completed, ` +
+      `got '${o.conclusion.slice(0, 64)}'`);
+  }
   const limits = [
     [o.conclusion, MAX_SHORT, 'conclusion'],
     [o.jobName, MAX_JOB_NAME, 'job-name'],
@@ -640,11 +654,17 @@ function readFileCapped(path, max) {
   return data;
 }
 
-// The request body (a string of ASCII characters: json.dumps escapes everything else).
+// The request body (a string of ASCII characters: json.dumps escapes everything else). The
+// dispatch's callback_token is masked like a secret from here on (a dry-run prints the body).
 function buildBody(o, env, nowMs) {
   checkOptions(o);
   const job = checkEnv(o, env);
   const root = isSelfReport(o) ? selfReportRoot(o) : dispatchRoot(env.eventPath);
+  const token = root.get('callback_token');
+  if (typeof token === 'string' && token !== '') {
+    addMask(token);
+    secrets.push(token);
+  }
   root.set('workflow', buildWorkflow(o, env, job, nowMs)); // an existing key keeps its place
   const body = pyDumps(root);
   if (body.length > MAX_BODY_BYTES) {
@@ -703,6 +723,10 @@ function callbackUrl() {
   if (!headerSafe(url, MAX_URL)) {
     throw new Failure(`callback-url must be at most ${MAX_URL} bytes, without spaces or control characters`);
   }
+  if (/^[a-z][a-z0-9+.-]*:\/\/[^/?#]*@/i.test(url)) {
+    // Never sent nor printed: the relay authenticates callbacks by their OIDC token only.
+    throw new Failure('callback-url must not contain credentials (user:password@)');
+  }
   if (!urlAllowed(url)) throw new Failure('callback-url must be https:// (http:// only for loopback hosts)');
   return { url, from };
 }
@@ -711,8 +735,18 @@ function callbackUrl() {
 // sends reports to the upstream relay, which knows nothing of a crcr relay's dispatches.
 function urlNote(run) {
   if (run.urlFrom !== 'default') return '';
-  return ` (${run.url} is the default callback-url, the upstream relay's: neither callback-url ` +
+  return ` (${shownUrl(run.url)} is the default callback-url, the upstream relay's: neither callback-url ` +
     'nor CRCR_CALLBACK_URL was given; set callback-url to https://<your relay>/github/callback)';
+}
+
+// What is printed of the callback URL: its origin and path (no query, no fragment).
+function shownUrl(url) {
+  try {
+    const u = new URL(url);
+    return u.origin + u.pathname;
+  } catch (e) {
+    return '(unprintable URL)';
+  }
 }
 
 // ------------------------------------------------------------------------------------------
@@ -967,7 +1001,7 @@ function reportFailure(run) {
       urlNote(run));
   } else if (run.unreachable) {
     // No answer at all (ECONNREFUSED, ENOTFOUND, a timeout...): say where it was sent.
-    annotateError(`${run.why}: is the relay reachable at ${run.url}?` + urlNote(run));
+    annotateError(`${run.why}: is the relay reachable at ${shownUrl(run.url)}?` + urlNote(run));
   } else {
     annotateError(run.why);
   }
@@ -1026,15 +1060,15 @@ async function main() {
   const body = buildBody(o, env, Date.now());
   if (from === 'default') {
     info(`callback-url was not given (nor CRCR_CALLBACK_URL): reporting to the default, the ` +
-      `upstream relay's ${url}`);
+      `upstream relay's ${shownUrl(url)}`);
   }
   if (o.dryRun) {
-    info('dry-run: POST ' + url);
-    out(1, body);
+    info('dry-run: POST ' + shownUrl(url));
+    out(1, scrubSecrets(body));
     return 0;
   }
   checkTokenEnv(env);
-  info(`POST ${url} (${o.status}, ${body.length} bytes)`);
+  info(`POST ${shownUrl(url)} (${o.status}, ${body.length} bytes)`);
   const run = { o, env, url, urlFrom: from, body: Buffer.from(body, 'latin1'), jwt: null,
     mintedAt: 0, retryAfter: -1, why: '', answer: null, unreachable: false,
     deadline: monoMs() + o.maxTimeS * 1000 };

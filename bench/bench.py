@@ -27,8 +27,9 @@ fanout1000, callbacks and callbacks_under_ingest with a PostgreSQL store: a thro
 scripts/pg-test-cluster.sh, or --pg-uri.
 
 Everything listens on 127.0.0.1; every load run is bounded in time (and, for memory, in count).
-Timings are never pass/fail: the run prints a table and appends it, with the commands, to
-bench/RESULTS.md. Python 3 stdlib only (plus tests/support).
+Timings are never pass/fail: the run prints a table and writes it, with the commands, to
+bench/runs/<date>-<time>.md, listed in bench/RESULTS.md. Python 3 stdlib only (plus
+tests/support).
 """
 
 import argparse
@@ -2001,11 +2002,37 @@ class Bench:
                         "%.1f MiB" % (w["hwm_kib"] / 1024) if w.get("hwm_kib") else "-",
                         w.get("loadavg", "-")))
 
+    def record_run(self, md):
+        """Writes the run to bench/runs/<date>-<time>.md and lists it first under "## Runs" in
+        bench/RESULTS.md (the current figures at its top are updated by hand)."""
+        runs = os.path.join(HERE, "runs")
+        os.makedirs(runs, exist_ok=True)
+        with open(os.path.join(runs, self.run_file), "w", encoding="utf-8") as f:
+            f.write(md)
+        path = os.path.join(HERE, "RESULTS.md")
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        line = runs_index_line(self.run_title, self.run_file, self.load_start,
+                               time.monotonic() - self.t_start)
+        at = text.find("\n- [", text.find("\n## Runs\n"))
+        if text.find("\n## Runs\n") < 0 or at < 0:
+            text = text.rstrip("\n") + "\n\n## Runs\n\n" + line + "\n"
+        else:
+            text = text[:at + 1] + line + "\n" + text[at + 1:]
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        log("wrote bench/runs/%s and listed it in bench/RESULTS.md" % self.run_file)
+
     def markdown(self, rows):
         a = self.args
         L = []
-        now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-        L.append("## Run %s" % now)
+        now = datetime.datetime.now(datetime.timezone.utc)
+        self.run_title = now.strftime("%Y-%m-%d %H:%M UTC")
+        self.run_file = now.strftime("%Y-%m-%d-%H%M.md")
+        L.append("# bench run %s" % self.run_title)
+        L.append("")
+        L.append("One run of `bench/run.sh`; bench/RESULTS.md keeps the current figures, the "
+                 "targets and what each change measured.")
         L.append("")
         L.append("Host: %s, %d CPUs, kernel %s; load average at start %s. crcr %s (%s); "
                  "node %s; %s; SQLite %s. Sections: %s. Total %.0f s."
@@ -2374,10 +2401,14 @@ class Bench:
         md = self.markdown(rows)
         self.write_file("results.md", md)
         if not self.args.no_append:
-            with open(os.path.join(HERE, "RESULTS.md"), "a", encoding="utf-8") as f:
-                f.write("\n" + md)
-            log("appended to bench/RESULTS.md")
+            self.record_run(md)
         log("total %.0f s" % (time.monotonic() - self.t_start))
+
+
+def runs_index_line(title, name, load, seconds):
+    """The line of bench/RESULTS.md's Runs list that names one run's file."""
+    return "- [%s](runs/%s): load average at start %s; total %.0f s." % (title, name, load,
+                                                                          seconds)
 
 
 SECTIONS = ["ingest", "ingest_targets", "fanout", "fanout1000", "callbacks",
@@ -2432,7 +2463,8 @@ def main():
     ap.add_argument("--profile-n", type=int, default=150, help="webhooks under callgrind")
     ap.add_argument("--profile-callbacks", type=int, default=60,
                     help="callback pairs under callgrind (0: skip)")
-    ap.add_argument("--no-append", action="store_true", help="do not append to RESULTS.md")
+    ap.add_argument("--no-append", action="store_true",
+                    help="write nothing to bench/runs/ or RESULTS.md")
     args = ap.parse_args()
     sections = [s for s in args.only.split(",") if s]
     for s in sections:

@@ -5,13 +5,14 @@
 #   bench/run.sh --only ingest,fanout # some sections: ingest, ingest_targets, fanout, fanout1000,
 #                                     # callbacks, callbacks_under_ingest, memory, profile
 #   bench/run.sh --store sqlite       # without the PostgreSQL variant (default: sqlite,pg)
-#   bench/run.sh --no-append          # print the table, do not append to bench/RESULTS.md
+#   bench/run.sh --no-append          # print the table, write nothing to bench/runs/
 #
 # Steps: installs missing tools (Debian: wrk, valgrind, nodejs/npm; linux-perf and postgresql
 # when available; only as root), builds a Release crcr into build-bench/, installs the
 # @octokit/webhooks peer into bench/peer/node_modules (npm, version pinned in
-# bench/peer/package.json), then runs bench/bench.py, which prints a table and appends it with the
-# exact commands to bench/RESULTS.md. Raw outputs go to bench/out/<timestamp>/ (not committed).
+# bench/peer/package.json), then runs bench/bench.py, which prints a table, writes it with the
+# exact commands to bench/runs/<date>-<time>.md and lists that file in bench/RESULTS.md. Raw
+# outputs go to bench/out/<timestamp>/ (not committed).
 # Everything runs on 127.0.0.1 (PostgreSQL: a throwaway cluster from scripts/pg-test-cluster.sh,
 # removed at the end); every load run is bounded in time.
 set -euo pipefail

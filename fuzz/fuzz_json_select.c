@@ -7,7 +7,9 @@
  * jv_path() oddities "a..b" (an empty key) and "b." (a trailing dot).
  *
  * Invariants checked (abort on violation), from json.h:
- *   - jv_parse_select() succeeds exactly when jv_parse() does (same validation, same limits);
+ *   - jv_parse_select() succeeds exactly when jv_parse() does (same validation, same limits), and
+ *     jv_validate() (which builds nothing and compares no keys) too but for a duplicate key,
+ *     telling whether the root is an object;
  *   - on success, for every selected path p, jv_path(selected, p) is json-equal to
  *     jv_path(full, p), and both are absent together;
  *   - every proper prefix of a selected path names an object in the result exactly when it names
@@ -17,6 +19,7 @@
  *   - a failure always leaves a non-empty reason in err.
  * Seeds: fuzz/corpus/json_select/ (small documents for each rule, regressions as regress-*).
  */
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -66,6 +69,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     char e1[160] = "", e2[160] = "";
     jv *full = jv_parse(text, size, e1, sizeof(e1));
     jv *sel = jv_parse_select(text, size, paths, N_PATHS, e2, sizeof(e2));
+    bool is_obj = false;
+    char e3[160] = "";
+    bool valid = jv_validate(text, size, &is_obj, e3, sizeof(e3));
+    CHECK(!full || valid);
+    CHECK(full || !valid || strstr(e1, "duplicate") != NULL);
+    CHECK(valid ? !full || is_obj == jv_is_obj(full) : e3[0] != '\0');
     if (!full || !sel) {
         if (full || sel)
             fprintf(stderr, "jv_parse: %s\njv_parse_select: %s\n", full ? "ok" : e1,

@@ -28,9 +28,12 @@ case "${1:-}" in
   *) echo "usage: $0 [--test|--package|--ci]" >&2; exit 2 ;;
 esac
 
+# One dpkg-query for every package (one per package took seconds on a busy machine).
+installed="$(dpkg-query -W -f='${Package} ${Status}\n' "${pkgs[@]}" 2>/dev/null |
+  awk '$2 == "install" && $3 == "ok" && $4 == "installed" {print $1}' || true)"
 missing=()
 for p in "${pkgs[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  grep -qxF "$p" <<<"$installed" || missing+=("$p")
 done
 if [ "${#missing[@]}" -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then

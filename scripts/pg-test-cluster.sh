@@ -125,9 +125,10 @@ start() {
   [ -n "$port" ] || port="$(free_port)"
   echo "$port" >"$portfile"
   [ "$(id -u)" -ne 0 ] || chown postgres: "$portfile"
-  # Loopback TCP only (no Unix socket), and durability off: this cluster is thrown away.
+  # Loopback TCP only (no Unix socket), and durability off: this cluster is thrown away. Room
+  # for the connection pools of the relays that scripts/test.sh runs side by side.
   as_owner "$bindir/pg_ctl" -D "$data" -l "$dir/server.log" -w -t 60 -o \
-    "-c listen_addresses=127.0.0.1 -p $port -c unix_socket_directories='' -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300" \
+    "-c listen_addresses=127.0.0.1 -p $port -c unix_socket_directories='' -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=1000" \
     start >/dev/null || {
     tail -n 30 "$dir/server.log" >&2 || true
     die "the server did not start"

@@ -220,7 +220,7 @@ else
     test "$code:$(cat "$tmp/healthz")" = '200:{"ok":true}'
   doc_cmd 'curl -s http://127.0.0.1:8000/readyz'
   check "GET /readyz: store and allowlist, dry-run ($doc_out)" \
-    grep -q '"ok":true,"store":true,"allowlist":true.*"dry_run":true' <<<"$doc_out"
+    grep -q '"ok":true,"store":true,"store_error":null,"allowlist":true,.*"dry_run":true' <<<"$doc_out"
   export CRCR_LISTEN="127.0.0.1:$port" # for --config's address, as the file's would be
   doc_cmd 'crcr webhook send /usr/share/crcr/examples/webhooks/ping.json --config /etc/crcr/crcr.env'
   check "the sample ping.json is sent as a ping" grep -q 'event ping (from the payload' <<<"$doc_out"

@@ -3,49 +3,66 @@
 #  - unit tests (the store conformance suite on SQLite and on PostgreSQL),
 #  - end-to-end tests against the real binary, a fake GitHub, a test OIDC issuer and a fake HUD on
 #    loopback, headless Chromium for the HUD pages, and two relays on one PostgreSQL,
-#  - the end-to-end suites once more with PostgreSQL as every relay's store,
+#  - the end-to-end suites that touch the store once more with PostgreSQL as every relay's store
+#    (ctest entries e2e_pg.*),
 #  - the suites that talk to GitHub once more against a GitHub Enterprise Server 3.19 fake (API
-#    under /api/v3).
+#    under /api/v3; ctest entries e2e_ghes.*).
 # Every request the relay sends to the fake GitHub, and every answer of the fake, is checked
 # against GitHub's REST API description (@octokit/openapi, pinned, fetched from the npm registry
 # into ~/.cache/crcr/openapi once: tests/support/contract.py); the counts are summed up at the end
 # in <build>/test-output/contract-summary.txt.
-# A throwaway PostgreSQL cluster on 127.0.0.1 is started for the run and removed afterwards.
-# Variables: those of scripts/build.sh, CRCR_E2E_ON_PG=0 to skip the PostgreSQL e2e pass and
-# CRCR_E2E_ON_GHES=0 the GitHub Enterprise Server one.
+# A throwaway PostgreSQL cluster on 127.0.0.1 is started (while the build runs) and removed
+# afterwards. The tests await events and move the relay's clock instead of waiting for it
+# (tests/support/README.md), so they run side by side: CRCR_TEST_JOBS (default 6) at a time.
+# Variables: those of scripts/build.sh, CRCR_TEST_JOBS, CRCR_E2E_ON_PG=0 to skip the e2e_pg
+# entries and CRCR_E2E_ON_GHES=0 the e2e_ghes ones.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh --test
-scripts/build.sh
 dir="${CRCR_BUILD_DIR:-build}"
 python3 tests/support/contract.py fetch
 
 pgdir="$(mktemp -d /tmp/crcr-pg.XXXXXX)"
-cleanup() { scripts/pg-test-cluster.sh destroy "$pgdir" >/dev/null 2>&1 || true; }
+pg_pid=""
+cleanup() {
+  [ -z "$pg_pid" ] || wait "$pg_pid" 2>/dev/null || true
+  scripts/pg-test-cluster.sh destroy "$pgdir" >/dev/null 2>&1 || true
+  rm -f "$pgdir.uri" "$pgdir.log"
+}
 trap cleanup EXIT
-CRCR_TEST_PG_URI="$(scripts/pg-test-cluster.sh start "$pgdir")"
+scripts/pg-test-cluster.sh start "$pgdir" >"$pgdir.uri" 2>"$pgdir.log" &
+pg_pid=$!
+scripts/build.sh
+if ! wait "$pg_pid"; then
+  pg_pid=""
+  cat "$pgdir.log" >&2
+  echo "test.sh: the PostgreSQL test cluster did not start" >&2
+  exit 1
+fi
+pg_pid=""
+echo "== built in ${SECONDS} s"
+CRCR_TEST_PG_URI="$(cat "$pgdir.uri")"
 export CRCR_TEST_PG_URI
 echo "PostgreSQL for the tests: $CRCR_TEST_PG_URI"
 mkdir -p "$dir/test-output"
 rm -rf "$dir/test-output/contract" "$dir/test-output/contract-summary.txt"
 
+skip=()
+if [ "${CRCR_E2E_ON_PG:-1}" != "1" ]; then
+  skip+=('^e2e_pg\.')
+fi
+if [ "${CRCR_E2E_ON_GHES:-1}" != "1" ]; then
+  skip+=('^e2e_ghes\.')
+fi
+exclude=()
+if [ "${#skip[@]}" -gt 0 ]; then
+  exclude=(-E "$(IFS='|'; echo "${skip[*]}")")
+fi
+echo "== the whole suite (SQLite stores, then the e2e_pg entries on PostgreSQL and the e2e_ghes"
+echo "   ones against GitHub Enterprise Server; conformance and multi-instance on PostgreSQL)"
 status=0
-if [ "${CRCR_E2E_ON_PG:-1}" = "1" ]; then
-  echo "== end-to-end suites with PostgreSQL as the relays' store"
-  # Left out: suites that touch no store (fakegh, contract, report) and multi_instance
-  # (PostgreSQL only, run below).
-  CRCR_E2E_PG_URI="$CRCR_TEST_PG_URI" ctest --test-dir "$dir" --output-on-failure -j2 \
-    -R '^e2e\.' -E 'e2e\.test_(fakegh|contract|multi_instance|report)$' || status=1
-fi
-echo "== the whole suite (SQLite stores; PostgreSQL conformance and multi-instance)"
-ctest --test-dir "$dir" --output-on-failure -j2 || status=1
-if [ "${CRCR_E2E_ON_GHES:-1}" = "1" ]; then
-  echo "== the suites that talk to GitHub against GitHub Enterprise Server 3.19 (/api/v3)"
-  # Dispatch, check runs, re-runs and OIDC callbacks, the on-call comment, the allowlist fetch
-  # (e2e.test_ghes, in the run above, covers them all in one stack).
-  CRCR_GITHUB_FLAVOR=ghes-3.19 ctest --test-dir "$dir" --output-on-failure -j2 \
-    -R '^e2e\.test_(dispatch|callback_checks|oncall|allowlist_push)$' || status=1
-fi
+ctest --test-dir "$dir" --output-on-failure -j"${CRCR_TEST_JOBS:-6}" "${exclude[@]}" || status=1
 echo "== GitHub REST API contract check"
 python3 tests/support/contract.py summary "$dir/test-output" || status=1
+echo "== done in ${SECONDS} s"
 exit "$status"

@@ -403,7 +403,10 @@ int app_serve_main(int argc, char **argv)
         if (clock_mono_ms() >= next_sweep) {
             sweeper_result sr;
             sweeper_deps deps = {app->st, app->allow, app->ob, &app->cfg};
-            sweeper_run(&deps, owner, clock_now_ms(), &sr);
+            int64_t now = clock_now_ms();
+            sweeper_run(&deps, owner, now, &sr);
+            if (sr.leader)
+                atomic_store(&app->last_sweep_at, now);
             next_sweep = clock_mono_ms() + app->cfg.sweep_s * 1000;
         }
     }

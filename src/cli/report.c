@@ -28,6 +28,7 @@
 #include "clock.h"
 #include "config.h"
 #include "http_client.h"
+#include "ids.h"
 #include "json.h"
 #include "crcr_limits.h"
 #include "opts.h"
@@ -350,6 +351,17 @@ static crcr_err check_opts(const report_opts *o, char *err, size_t errsz)
     if (concl.n > REPORT_MAX_SHORT || !span_utf8(concl))
         return fail(err, errsz, CRCR_E_INVALID, "--conclusion must be at most %u bytes of UTF-8",
                     REPORT_MAX_SHORT);
+    if (!in_progress) {
+        /* GitHub's check-run conclusions, any case (the relay's rule: it refuses anything else
+         * with 400, so nothing is sent). */
+        char word[REPORT_MAX_SHORT + 1];
+        memcpy(word, concl.p, concl.n);
+        word[concl.n] = '\0';
+        if (conclusion_parse_reported(word) == CONCLUSION_UNKNOWN)
+            return fail(err, errsz, CRCR_E_INVALID,
+                        "--conclusion must be one of %s with --status completed, got '%.64s'",
+                        conclusion_names_list(), word);
+    }
     if (o->job_name &&
         (strlen(o->job_name) > CRCR_JOB_NAME_MAX || !span_utf8(span_of(o->job_name))))
         return fail(err, errsz, CRCR_E_INVALID, "--job-name must be at most %u bytes of UTF-8",
@@ -461,8 +473,11 @@ static bool text_ok(const char *s, bool nonempty)
 /* The Buildkite variables the body needs (report_env_load mapped them). */
 static crcr_err check_buildkite_env(const report_env *env, char *err, size_t errsz)
 {
-    if (!all_digits(env->run_id, 32))
-        return fail(err, errsz, CRCR_E_CONFIG, "BUILDKITE_BUILD_NUMBER is not set or not a number");
+    if (!ids_run_id_valid(env->run_id))
+        return fail(err, errsz, CRCR_E_CONFIG,
+                    "BUILDKITE_BUILD_ID is not set or not a build id (1 to %u characters of A-Z "
+                    "a-z 0-9 . _ -)",
+                    CRCR_RUN_ID_MAX - 1);
     if (!all_digits(env->run_attempt, 16))
         return fail(err, errsz, CRCR_E_CONFIG, "BUILDKITE_RETRY_COUNT is not a number: '%.32s'",
                     env->retry_count ? env->retry_count : "");
@@ -480,7 +495,7 @@ static crcr_err check_env(const report_opts *o, const report_env *env, const cha
     crcr_err e = env->buildkite ? check_buildkite_env(env, err, errsz) : CRCR_OK;
     if (e)
         return e;
-    if (!all_digits(env->run_id, 32))
+    if (!env->buildkite && !all_digits(env->run_id, 32))
         return fail(err, errsz, CRCR_E_CONFIG,
                     "GITHUB_RUN_ID is not set or not a number: crcr report runs inside a GitHub "
                     "Actions job (or a Buildkite step, BUILDKITE=true)");
@@ -615,7 +630,8 @@ static void usage(FILE *to)
           "object, exactly as the upstream cross-repo-ci-relay-callback action sends it.\n"
           "\n"
           "  --status S         in_progress or completed (required)\n"
-          "  --conclusion C     required with completed, e.g. ${{ job.status }}\n"
+          "  --conclusion C     required with completed: a GitHub check-run conclusion\n"
+          "                     (success, failure, cancelled, ...), e.g. ${{ job.status }}\n"
           "  --job-name N       default $GITHUB_JOB; matrix legs need distinct names\n"
           "  --test-results J   JSON summary, e.g. '{\"passed\":50,\"failed\":0,\"skipped\":2}'\n"
           "  --artifact-url U   public URL of the run's artifacts\n"
@@ -627,7 +643,7 @@ static void usage(FILE *to)
           "  --max-time S       total seconds including retries (default 120)\n"
           "  --dry-run          print the URL and the body; mint and send nothing\n"
           "\n"
-          "On a Buildkite agent (BUILDKITE=true) the run is the build (BUILDKITE_BUILD_NUMBER,\n"
+          "On a Buildkite agent (BUILDKITE=true) the run is the build (BUILDKITE_BUILD_ID,\n"
           "attempt BUILDKITE_RETRY_COUNT + 1), the workflow the pipeline slug, the job the\n"
           "step's label or key, the conclusion (when not given) the command's exit status;\n"
           "the token comes from buildkite-agent oidc request-token, the client_payload from\n"
@@ -716,6 +732,18 @@ static bool read_event_file(const char *path, buf_t *out)
     return ok;
 }
 
+/* True when the URL's authority (between "://" and the next '/', '?' or '#') has a '@': a
+ * user:password part. */
+static bool url_has_userinfo(const char *url)
+{
+    const char *p = strstr(url, "://");
+    if (!p)
+        return false;
+    p += 3;
+    size_t n = strcspn(p, "/?#");
+    return memchr(p, '@', n) != NULL;
+}
+
 /* `s` when set and not empty, else NULL. */
 static const char *nonempty(const char *s)
 {
@@ -726,7 +754,7 @@ static const char *nonempty(const char *s)
 static void env_buildkite(report_env *env, report_getenv_fn get)
 {
     env->buildkite = true;
-    env->run_id = get("BUILDKITE_BUILD_NUMBER");
+    env->run_id = get("BUILDKITE_BUILD_ID");
     env->retry_count = get("BUILDKITE_RETRY_COUNT");
     const char *rc = nonempty(env->retry_count) ? env->retry_count : "0";
     env->run_attempt = NULL;
@@ -867,6 +895,11 @@ int report_main(int argc, char **argv)
     if (!config_url_allowed(url)) {
         fprintf(stderr, REPORT_PROG
                 ": --callback-url must be https:// (http:// only for loopback hosts)\n");
+        return 2;
+    }
+    if (url_has_userinfo(url)) { /* never sent nor printed; the action refuses it too */
+        fprintf(stderr, REPORT_PROG ": --callback-url must not contain credentials "
+                                    "(user:password@)\n");
         return 2;
     }
 

@@ -79,10 +79,10 @@ typedef struct {
     const char *token_url;    /* ACTIONS_ID_TOKEN_REQUEST_URL */
     const char *token_secret; /* ACTIONS_ID_TOKEN_REQUEST_TOKEN (never printed) */
 
-    /* Buildkite (BUILDKITE=true): run_id is BUILDKITE_BUILD_NUMBER (the callback needs a number;
-     * upstream's wrapper sends the build's UUID), run_attempt BUILDKITE_RETRY_COUNT + 1 (in
-     * attempt_buf), workflow BUILDKITE_PIPELINE_SLUG, job BUILDKITE_LABEL, else
-     * BUILDKITE_STEP_KEY, else "unknown"; repository is not used. */
+    /* Buildkite (BUILDKITE=true): run_id is BUILDKITE_BUILD_ID (the build's UUID, as upstream's
+     * wrapper sends it), run_attempt BUILDKITE_RETRY_COUNT + 1 (in attempt_buf), workflow
+     * BUILDKITE_PIPELINE_SLUG, job BUILDKITE_LABEL, else BUILDKITE_STEP_KEY, else "unknown";
+     * repository is not used. */
     bool buildkite;
     const char *run_url;        /* workflow.url verbatim: BUILDKITE_BUILD_URL; NULL: GitHub's */
     const char *exit_status;    /* BUILDKITE_COMMAND_EXIT_STATUS: the conclusion when none given */

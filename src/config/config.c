@@ -513,6 +513,29 @@ static bool app_id_valid(const char *id)
     return true;
 }
 
+/* CRCR_ONCALL_TRUSTED_AUTHORS: GitHub logins separated by commas (blanks around them allowed), a
+ * user's or an App's ("name[bot]"); empty is fine. */
+static bool trusted_authors_valid(const char *v)
+{
+    for (const char *p = v; *p;) {
+        size_t n = strcspn(p, ",");
+        const char *s = p, *e = p + n;
+        while (s < e && is_blank(*s))
+            s++;
+        while (e > s && is_blank(e[-1]))
+            e--;
+        size_t len = (size_t)(e - s);
+        if (len > 5 && memcmp(e - 5, "[bot]", 5) == 0)
+            len -= 5;
+        if (e > s && !ids_owner_valid(s, len))
+            return false;
+        p += n;
+        if (*p == ',')
+            p++;
+    }
+    return true;
+}
+
 /* CRCR_LISTEN: IPV4:PORT, [IPV6]:PORT or localhost:PORT (which listens on 127.0.0.1). */
 static crcr_err take_listen(const raw_values *raw, crcr_config *cfg, char *err, size_t errsz)
 {
@@ -714,6 +737,15 @@ static crcr_err take_own(raw_values *raw, crcr_config *cfg, key_id id, char *err
     case K_CRCR_RETRY_MAX_MS:
         if (cfg->retry_max_ms < cfg->retry_base_ms)
             return fail(err, errsz, "CRCR_RETRY_MAX_MS: must not be less than CRCR_RETRY_BASE_MS");
+        return CRCR_OK;
+    case K_CRCR_ONCALL_TRUSTED_AUTHORS:
+        /* "-" (nobody: only this App's own comments) is no login: it matches no comment. */
+        if (strcmp(cfg->oncall_trusted_authors, "-") != 0 &&
+            !trusted_authors_valid(cfg->oncall_trusted_authors))
+            return fail_quoting(err, errsz,
+                                "CRCR_ONCALL_TRUSTED_AUTHORS: expected GitHub logins separated by "
+                                "commas (user or app[bot]), or - for none",
+                                cfg->oncall_trusted_authors);
         return CRCR_OK;
     case K_CRCR_MAX_CALLBACK_BODY:
         if (cfg->max_callback_body > cfg->max_body) /* the smaller of the two caps applies */

@@ -93,6 +93,9 @@ typedef struct crcr_config {
     long max_connections_per_client; /* CRCR_MAX_CONNECTIONS_PER_CLIENT, default 64, 0: no cap */
     long header_timeout_ms;          /* CRCR_HEADER_TIMEOUT_MS, whole header block, default 3000 */
     size_t unauth_body_budget;       /* CRCR_UNAUTH_BODY_BUDGET bytes, default 64 MiB */
+    char *oncall_trusted_authors;    /* CRCR_ONCALL_TRUSTED_AUTHORS: logins whose on-call marker
+                                        counts, comma separated (default pytorch-bot[bot]); "-" for
+                                        none, which no login matches */
 } crcr_config;
 
 /* Looks a key up; returns NULL when unset. Lets tests load a config without touching environ. */

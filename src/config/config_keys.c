@@ -216,6 +216,13 @@ const key_def config_keys[K_COUNT] = {
                                    "connections together may hold, at least CRCR_MAX_BODY (unset: "
                                    "64 MiB, or CRCR_MAX_BODY when that is larger); a request past "
                                    "it is answered 503 with Retry-After."},
+    [K_CRCR_ONCALL_TRUSTED_AUTHORS] = {"CRCR_ONCALL_TRUSTED_AUTHORS", "pytorch-bot[bot]", false,
+                                       NOT_INT, AS(V_STRING, oncall_trusted_authors),
+                                       "Comma-separated GitHub logins whose on-call marker at the "
+                                       "start of a PR comment counts as the on-call comment "
+                                       "(besides this App's own comments). The default is "
+                                       "upstream's bot, so that it and crcr never both comment. "
+                                       "-: nobody, only this App's own comments."},
 };
 
 /* The char * field of a string variable, else NULL. */

@@ -88,6 +88,18 @@ int64_t clock_wait_ms(int64_t ms)
     return ms;
 }
 
+void clock_sleep_until(int64_t deadline_ms)
+{
+    for (;;) {
+        int64_t left = deadline_ms - clock_mono_ms();
+        if (left <= 0)
+            return;
+        int64_t ms = clock_wait_ms(left);
+        struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+        (void)nanosleep(&ts, NULL); /* EINTR: the loop looks at the clock again */
+    }
+}
+
 int clock_test_control_init(char *err, size_t errsz)
 {
     const char *path = getenv("CRCR_TEST_CLOCK_FILE");

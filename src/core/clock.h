@@ -44,6 +44,10 @@ bool clock_test_control_on(void);
 /* A timer's wait, in real milliseconds, for a deadline `ms` away on these clocks: `ms` itself,
  * or at most CLOCK_TEST_SLICE_MS while the test control is on. */
 int64_t clock_wait_ms(int64_t ms);
+/* Sleeps until clock_mono_ms() reaches `deadline_ms`: on the real clock, that long; while the
+ * test control is on, in slices of CLOCK_TEST_SLICE_MS, so that a moved clock ends the sleep.
+ * For loops that wait out a delay of their own (the retries of `crcr report`). */
+void clock_sleep_until(int64_t deadline_ms);
 /* True when this binary was built with the test hooks (`crcr version` says so). */
 bool clock_test_hooks_built(void);
 #ifdef CRCR_TEST_HOOKS

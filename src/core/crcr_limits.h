@@ -57,6 +57,9 @@
 #define CRCR_LABEL_MAX 256u  /* one label name */
 #define CRCR_LABELS_MAX 100u /* labels read from one pull request */
 #define CRCR_JOB_NAME_MAX 256u
+/* A downstream run id as text, with its NUL: a GitHub Actions run id (decimal) or a Buildkite
+ * build id (a 36-character UUID). */
+#define CRCR_RUN_ID_MAX 65u
 
 /* GitHub App and API. */
 #define CRCR_TOKEN_MAX 1024u                      /* installation tokens are ~520 chars, may grow */

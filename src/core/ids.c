@@ -34,6 +34,18 @@ bool ids_delivery_valid(const char *id)
     return true;
 }
 
+bool ids_run_id_valid(const char *s)
+{
+    size_t n = s ? strlen(s) : 0;
+    if (n == 0 || n >= CRCR_RUN_ID_MAX)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        if (!alnum(s[i]) && s[i] != '-' && s[i] != '_' && s[i] != '.')
+            return false;
+    }
+    return true;
+}
+
 bool ids_owner_valid(const char *s, size_t n)
 {
     if (n == 0 || n > 39)

@@ -25,6 +25,12 @@ bool ids_full_name_valid(const char *s);
 /* The value of one hex digit (either case), or -1. */
 int ids_hex_value(char c);
 
+/* A downstream run id as the relay keeps it (text): 1 to CRCR_RUN_ID_MAX-1 characters of
+ * [A-Za-z0-9._-]: a GitHub Actions run id (digits) or a Buildkite build id (a UUID). No ':' (it
+ * separates the run from the PR in a check run's external_id) and nothing that needs escaping in
+ * a URL, a log line or HTML. */
+bool ids_run_id_valid(const char *s);
+
 /* A commit sha: 40 (SHA-1) or 64 (SHA-256) hex digits, either case. */
 bool ids_sha_valid(const char *s);
 

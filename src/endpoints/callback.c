@@ -5,8 +5,9 @@
  * callback that passes steps 5-7 is counted by store_run_apply in the transition's own durable
  * transaction (on SQLite one group commit for concurrent callbacks), and only a callback refused
  * at 5-7 pays for a separate hit, before its refusal (a rate-limited callback still gets 429).
- * The body is parsed with jv_parse_select: fully validated, but only the values read here built
- * (the body echoes the whole ~30 KB webhook in payload).
+ * Before the token the body is only validated (jv_validate: nothing built, no key set); after
+ * it, it is parsed with jv_parse_select: validated again with duplicate keys refused, and only
+ * the values read here built (the body echoes the whole ~30 KB webhook in payload).
  */
 #include "callback.h"
 
@@ -22,6 +23,7 @@
 #include "ids.h"
 #include "json.h"
 #include "crcr_limits.h"
+#include "html.h"
 #include "log.h"
 #include "metrics.h"
 #include "oidc.h"
@@ -31,7 +33,8 @@
 #include "vocab.h"
 
 #define CALLBACK_RATE_WINDOW_MS 60000
-#define CALLBACK_CONCLUSION_MAX 64u
+/* Bytes of a refused value (status, conclusion) quoted in a 400's detail, with the NUL. */
+#define CALLBACK_SHOWN_MAX 40u
 #define CALLBACK_URL_MAX 2048u
 #define CALLBACK_WORKFLOW_NAME_MAX 256u
 /* Largest nightly/periodic report (issue 12): its fields are a few hundred bytes. */
@@ -58,6 +61,59 @@ static bool int_like(const jv *v, int64_t *out)
     return true;
 }
 
+/* At most CALLBACK_SHOWN_MAX - 1 bytes of `s` for a message, cut on a UTF-8 character boundary,
+ * in out[CALLBACK_SHOWN_MAX]; returns out. */
+static const char *shown_cut(const char *s, char out[CALLBACK_SHOWN_MAX])
+{
+    size_t n = strlen(s);
+    if (n >= CALLBACK_SHOWN_MAX) {
+        n = CALLBACK_SHOWN_MAX - 1;
+        while (n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80)
+            n--;
+    }
+    memcpy(out, s, n);
+    out[n] = '\0';
+    return out;
+}
+
+/* A link field of the workflow object (url, artifact_url): kept when it is an https:// URL of at
+ * most CALLBACK_URL_MAX bytes without blanks, control characters or backslashes (html_url_ok),
+ * the only links the HUD shows, the API serves and the external HUD is sent. Any other value
+ * (javascript:, http:, a number) is dropped: NULL, and *dropped set (the body is then stored and
+ * forwarded without it, callback_clean_body). */
+static const char *link_field(const jv *wf, const char *key, bool *dropped)
+{
+    const jv *v = jv_get(wf, key);
+    if (!v || jv_is_null(v))
+        return NULL;
+    const char *s = jv_str(v);
+    if (s && strlen(s) <= CALLBACK_URL_MAX && html_url_ok(s))
+        return s;
+    *dropped = true;
+    return NULL;
+}
+
+/* The run id as the relay keeps it, written to out[CRCR_RUN_ID_MAX]: a number (a JSON integer or
+ * a string of digits) as its decimal, for any issuer, so that 42 and "42" name one run; else, for
+ * a Buildkite token only, the string as sent when ids_run_id_valid (upstream's Buildkite wrapper
+ * sends the build's UUID). A GitHub Actions run id must be a positive integer: re-runs name it in
+ * GitHub's API (/actions/runs/{run_id}/rerun). */
+static bool run_id_text(const jv *v, crcr_issuer_kind kind, char out[CRCR_RUN_ID_MAX])
+{
+    int64_t n = 0;
+    if (int_like(v, &n)) {
+        if (n <= 0)
+            return false;
+        snprintf(out, CRCR_RUN_ID_MAX, "%lld", (long long)n);
+        return true;
+    }
+    const char *s = jv_str(v);
+    if (kind == CRCR_ISSUER_GITHUB || !ids_run_id_valid(s))
+        return false;
+    snprintf(out, CRCR_RUN_ID_MAX, "%s", s);
+    return true;
+}
+
 /* Every path callback_parse reads (jv_parse_select builds only these; "workflow" whole). */
 static const char *const CALLBACK_JSON_PATHS[] = {
     "event_type",
@@ -66,7 +122,6 @@ static const char *const CALLBACK_JSON_PATHS[] = {
     "workflow",
     "payload.pull_request.number",
     "payload.pull_request.head.sha",
-    "payload.pull_request.labels",
     "payload.after",
     "payload.head_sha",
 };
@@ -84,7 +139,7 @@ static void answer_status(http_response *resp, const char *status, bool duplicat
     buf_free(&b);
 }
 
-bool callback_parse(const jv *body, cb_fields *f, char *detail, size_t dsz)
+bool callback_parse(const jv *body, crcr_issuer_kind kind, cb_fields *f, char *detail, size_t dsz)
 {
     memset(f, 0, sizeof(*f));
     f->passed = f->failed = f->skipped = -1;
@@ -113,8 +168,12 @@ bool callback_parse(const jv *body, cb_fields *f, char *detail, size_t dsz)
         snprintf(detail, dsz, "callback body missing required field: 'workflow.run_id'");
         return false;
     }
-    if (!int_like(run_id, &f->run_id) || f->run_id <= 0) {
-        snprintf(detail, dsz, "workflow.run_id must be a positive integer");
+    if (!run_id_text(run_id, kind, f->run_id)) {
+        snprintf(detail, dsz, "%s",
+                 kind == CRCR_ISSUER_GITHUB
+                     ? "workflow.run_id must be a positive integer"
+                     : "workflow.run_id must be the build's id: 1 to 64 characters of A-Z a-z "
+                       "0-9 . _ -");
         return false;
     }
     f->workflow_name = jv_path_str(wf, "name");
@@ -146,33 +205,35 @@ bool callback_parse(const jv *body, cb_fields *f, char *detail, size_t dsz)
         }
     }
     crcr_run_status status = run_status_parse(f->status);
+    char shown[CALLBACK_SHOWN_MAX];
     if (status != RUN_STATUS_IN_PROGRESS && status != RUN_STATUS_COMPLETED) {
-        /* At most 39 bytes of the status, cut on a UTF-8 character boundary. */
-        char shown[40];
-        size_t n = strlen(f->status);
-        if (n >= sizeof(shown)) {
-            n = sizeof(shown) - 1;
-            while (n > 0 && ((unsigned char)f->status[n] & 0xC0) == 0x80)
-                n--;
+        snprintf(detail, dsz, "unknown callback status: '%s'", shown_cut(f->status, shown));
+        return false;
+    }
+    /* GitHub's check-run conclusions only (a check run with another is refused by GitHub, and a
+     * typo stored would be final: the run is completed). Any ASCII case: the relay keeps and
+     * sends the lower-case word. An in_progress report's conclusion is ignored (upstream sends
+     * null). */
+    const char *concl = jv_path_str(wf, "conclusion");
+    if (status == RUN_STATUS_COMPLETED) {
+        crcr_conclusion c = conclusion_parse_reported(concl);
+        if (c == CONCLUSION_UNKNOWN) {
+            if (concl)
+                snprintf(detail, dsz,
+                         "workflow.conclusion must be one of %s when status is completed, got "
+                         "'%s'",
+                         conclusion_names_list(), shown_cut(concl, shown));
+            else
+                snprintf(detail, dsz,
+                         "workflow.conclusion must be one of %s when status is completed",
+                         conclusion_names_list());
+            return false;
         }
-        memcpy(shown, f->status, n);
-        shown[n] = '\0';
-        snprintf(detail, dsz, "unknown callback status: '%s'", shown);
-        return false;
+        f->conclusion = conclusion_name(c);
+        f->clean_body = strcmp(concl, f->conclusion) != 0;
     }
-    f->conclusion = jv_path_str(wf, "conclusion");
-    if (f->conclusion && strlen(f->conclusion) > CALLBACK_CONCLUSION_MAX) {
-        snprintf(detail, dsz, "workflow.conclusion too long");
-        return false;
-    }
-    if (status == RUN_STATUS_IN_PROGRESS)
-        f->conclusion = NULL;
-    f->artifact_url = jv_path_str(wf, "artifact_url");
-    if (f->artifact_url && strlen(f->artifact_url) > CALLBACK_URL_MAX)
-        f->artifact_url = NULL;
-    f->details_url = jv_path_str(wf, "url");
-    if (f->details_url && strlen(f->details_url) > CALLBACK_URL_MAX)
-        f->details_url = NULL;
+    f->artifact_url = link_field(wf, "artifact_url", &f->clean_body);
+    f->details_url = link_field(wf, "url", &f->clean_body);
     const jv *tr = jv_get(wf, "test_results");
     if (jv_is_obj(tr)) {
         int_like(jv_get(tr, "passed"), &f->passed);
@@ -188,9 +249,33 @@ bool callback_parse(const jv *body, cb_fields *f, char *detail, size_t dsz)
         f->head_sha = jv_path_str(payload, "head_sha");
     if (f->head_sha && strlen(f->head_sha) >= CRCR_SHA_MAX)
         f->head_sha = NULL;
-    f->labels = jv_path(payload, "pull_request.labels");
     f->token = jv_path_str(body, "callback_token");
     return true;
+}
+
+crcr_err callback_clean_body(const char *text, size_t len, const cb_fields *f, buf_t *out)
+{
+    jv *doc = jv_parse(text, len, NULL, 0);
+    jv *wf = jv_get(doc, "workflow");
+    if (!jv_is_obj(wf)) {
+        jv_free(doc);
+        return CRCR_E_INVALID;
+    }
+    crcr_err e = CRCR_OK;
+    if (f->conclusion)
+        e = jv_set(wf, "conclusion", jv_new_str(f->conclusion));
+    const struct {
+        const char *key, *kept;
+    } links[] = {{"url", f->details_url}, {"artifact_url", f->artifact_url}};
+    for (size_t i = 0; i < sizeof(links) / sizeof(links[0]) && !e; i++) {
+        const jv *v = jv_get(wf, links[i].key);
+        if (v && !jv_is_null(v) && !links[i].kept)
+            e = jv_del(wf, links[i].key);
+    }
+    if (!e)
+        e = jv_dump(doc, out);
+    jv_free(doc);
+    return e;
 }
 
 jv *callback_body_parse(const char *text, size_t len)
@@ -280,7 +365,10 @@ typedef struct cb_request {
     bool nightly;
     store_dispatch dispatch; /* PR/push: the relay's record of what it sent to `repo` (its
                                 payload only at L3; freed by callback_handle) */
-    int refusal;             /* 0, or the status of the refusal in `detail` */
+    const char *body;        /* the body as stored and forwarded: the request's, or `clean` */
+    size_t body_len;
+    buf_t clean; /* callback_clean_body's, when the fields asked for it */
+    int refusal; /* 0, or the status of the refusal in `detail` */
     char detail[512];
     const char *log_event;  /* log line of the refusal, NULL for none */
     int64_t retry_after_ms; /* refusal 429 (byte budget): when to come back */
@@ -506,10 +594,10 @@ static void apply_transition(cb_request *c, http_response *resp, const allowlist
         .check_run =
             !c->nightly && run_effects_check_wanted(&env, al, c->repo, c->level, f->delivery_id,
                                                     head_sha, &c->dispatch),
-        .raw_body = c->req->body,
-        .raw_len = c->req->body_len,
+        .raw_body = c->body,
+        .raw_len = c->body_len,
     };
-    run_effect_bodies_init(&ec.bodies, c->req->body_len);
+    run_effect_bodies_init(&ec.bodies, c->body_len);
     store_run_update u = {
         .key = {.delivery_id = f->delivery_id,
                 .repo = c->repo,
@@ -529,8 +617,8 @@ static void apply_transition(cb_request *c, http_response *resp, const allowlist
         .test_failed = f->failed,
         .test_skipped = f->skipped,
         /* A nightly report keeps only what the HUD shows (the row's columns), not its body. */
-        .payload = c->nightly ? NULL : c->req->body,
-        .payload_len = c->nightly ? 0 : c->req->body_len,
+        .payload = c->nightly ? NULL : c->body,
+        .payload_len = c->nightly ? 0 : c->body_len,
         .now = clock_now_ms(),
         .single_shot = c->nightly,
         .dispatched_at = c->nightly ? 0 : c->dispatch.dispatched_at,
@@ -550,8 +638,7 @@ static void apply_transition(cb_request *c, http_response *resp, const allowlist
     store_run_result res;
     char why[128] = "", detail[512];
     crcr_err e = store_run_apply(app->st, &u, build_effects, &ec, &res, why, sizeof(why));
-    char run_s[24];
-    snprintf(run_s, sizeof(run_s), "%lld", (long long)f->run_id);
+    const char *run_s = f->run_id;
     if (e == CRCR_OK && res.rate_limited) {
         rate_limited(app, resp, c->repo, res.retry_after_ms);
     } else if (e == CRCR_E_NOT_FOUND) {
@@ -584,9 +671,43 @@ static void apply_transition(cb_request *c, http_response *resp, const allowlist
 void callback_handle(void *ctx, const http_request *req, http_response *resp)
 {
     crcr_app *app = ctx;
-    /* Upstream's order: the body must be JSON before the token is looked at. The parse is linear
-     * whatever the keys (json.c) and the body at most CRCR_MAX_CALLBACK_BODY; a request without a
+    /* Upstream's order: the body must be JSON before the token is looked at. Before the token
+     * it is only validated (jv_validate: one linear pass, nothing built or allocated, duplicate
+     * keys not looked for), so what an unauthenticated request costs is a read of at most
+     * CRCR_MAX_CALLBACK_BODY bytes whatever its shape (docs/security.md); a request without a
      * token never gets here (callback_guard). */
+    bool is_object = true;
+    if (req->body_len &&
+        (!jv_validate(req->body, req->body_len, &is_object, NULL, 0) || !is_object)) {
+        metrics_callback_result("rejected");
+        http_resp_detail(resp, 400, "Invalid JSON body");
+        return;
+    }
+
+    oidc_identity id;
+    char reason[OIDC_REASON_MAX] = "";
+    int64_t retry_after_s = 0;
+    int st = oidc_verify_ex(app->oidc, http_req_header(req, "Authorization"), clock_now_ms() / 1000,
+                            &id, reason, sizeof(reason), &retry_after_s);
+    if (st == 503) {
+        /* The issuer's keys cannot be had (its JWKS host is down, answers 5xx or garbage): the
+         * token may be fine, so the caller is asked to come back rather than told it is not. */
+        metrics_callback_result("unavailable");
+        LOG_WARN("callback.issuer_unavailable", "reason", reason, NULL);
+        char secs[24];
+        snprintf(secs, sizeof(secs), "%lld", (long long)(retry_after_s > 0 ? retry_after_s : 1));
+        http_resp_detail(resp, 503, reason);
+        http_resp_header(resp, "Retry-After", secs);
+        return;
+    }
+    if (st != 0) {
+        metrics_callback_result("rejected");
+        LOG_INFO("callback.unauthorized", "reason", reason, NULL);
+        http_resp_detail(resp, st, reason[0] ? reason : "Invalid authorization token");
+        return;
+    }
+    /* Authenticated: now the values callback_parse reads are built, and a duplicate key (JSON
+     * that jv_validate lets through, Python's json.loads too) refused as jansson refuses it. */
     jv *body = req->body_len ? callback_body_parse(req->body, req->body_len) : jv_new_obj();
     if (!body || !jv_is_obj(body)) {
         jv_free(body);
@@ -594,19 +715,13 @@ void callback_handle(void *ctx, const http_request *req, http_response *resp)
         http_resp_detail(resp, 400, "Invalid JSON body");
         return;
     }
-
-    oidc_identity id;
-    char reason[160] = "";
-    int st = oidc_verify(app->oidc, http_req_header(req, "Authorization"), clock_now_ms() / 1000,
-                         &id, reason, sizeof(reason));
-    if (st != 0) {
-        jv_free(body);
-        metrics_callback_result("rejected");
-        LOG_INFO("callback.unauthorized", "reason", reason, NULL);
-        http_resp_detail(resp, st, reason[0] ? reason : "Invalid authorization token");
-        return;
-    }
-    cb_request c = {.app = app, .req = req, .repo = id.repository, .kind = id.kind};
+    cb_request c = {.app = app,
+                    .req = req,
+                    .repo = id.repository,
+                    .kind = id.kind,
+                    .body = req->body,
+                    .body_len = req->body_len};
+    buf_init(&c.clean, 0);
     if (id.kind != CRCR_ISSUER_GITHUB)
         LOG_DEBUG("callback.mapped_identity", "issuer_kind", crcr_issuer_kind_name(id.kind),
                   "pipeline", id.pipeline, "repo", id.repository, NULL);
@@ -623,8 +738,21 @@ void callback_handle(void *ctx, const http_request *req, http_response *resp)
 
     /* Steps 3b-8: every refusal is answered after the rate hit (step 4) that precedes it. */
     check_identity(&c, &id);
-    if (!c.refusal && !callback_parse(body, &c.f, c.detail, sizeof(c.detail)))
+    if (!c.refusal && !callback_parse(body, c.kind, &c.f, c.detail, sizeof(c.detail)))
         c.refusal = 400;
+    if (!c.refusal && c.f.clean_body) {
+        /* What is stored and forwarded keeps no dropped link and GitHub's spelling of the
+         * conclusion. The cap leaves room for jansson's spelling of reals ("1e300" is written
+         * "1.0000000000000001e+300"). */
+        buf_init(&c.clean, 8 * req->body_len + 64);
+        if (callback_clean_body(req->body, req->body_len, &c.f, &c.clean) == CRCR_OK) {
+            c.body = c.clean.data;
+            c.body_len = c.clean.len;
+        } else {
+            c.refusal = 503;
+            snprintf(c.detail, sizeof(c.detail), "out of memory, please retry");
+        }
+    }
     if (!c.refusal) {
         c.nightly = c.f.event_type && (strcmp(c.f.event_type, "nightly") == 0 ||
                                        strcmp(c.f.event_type, "periodic") == 0);
@@ -650,6 +778,7 @@ void callback_handle(void *ctx, const http_request *req, http_response *resp)
     }
     apply_transition(&c, resp, al, hit_in_apply);
 out:
+    buf_free(&c.clean);
     buf_free(&c.dispatch.payload);
     allowlist_free(al);
     jv_free(body);

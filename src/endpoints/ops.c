@@ -102,6 +102,11 @@ static crcr_err app_metrics(crcr_app *app, buf_t *b)
     if (!e)
         e = gauge(b, "crcr_dry_run", "gauge", "1 when outbound calls are recorded, not sent.",
                   app->cfg.dry_run ? 1 : 0);
+    if (!e)
+        e = gauge(b, "crcr_sweeper_last_run_timestamp_seconds", "gauge",
+                  "Unix time of the last sweeper pass (zombie runs, retention) this process ran "
+                  "as the lease holder, once it ended (0 before the first).",
+                  (double)atomic_load(&app->last_sweep_at) / 1000.0);
     int64_t last = atomic_load(&app->last_webhook_at);
     if (!e)
         e = gauge(b, "crcr_last_webhook_timestamp_seconds", "gauge",
@@ -257,6 +262,24 @@ static crcr_err app_metrics(crcr_app *app, buf_t *b)
         e = gauge(b, "crcr_reconcile_backlog", "gauge",
                   "1 while older pages of the delivery log are still to be read by later passes.",
                   rs.partial ? 1 : 0);
+    /* OIDC issuers: whose keys could not be had (callbacks answered 503). The label values are
+     * the configured issuers' URLs, at most OIDC_ISSUERS_MAX series. */
+    oidc_issuer_stat is;
+    if (!e && app->oidc)
+        e = metrics_family(b, "crcr_oidc_keys_unavailable_total", "counter",
+                           "Callbacks answered 503 because the issuer's signing keys (JWKS) could "
+                           "not be fetched, by issuer.");
+    for (size_t i = 0; !e && app->oidc && oidc_issuer_stats(app->oidc, i, &is); i++) {
+        const char *l[] = {"issuer", is.url, NULL};
+        e = metrics_sample(b, "crcr_oidc_keys_unavailable_total", l, (double)is.unavailable);
+    }
+    if (!e && app->oidc)
+        e = metrics_family(b, "crcr_oidc_jwks_failing", "gauge",
+                           "1 when the last JWKS fetch of the issuer failed.");
+    for (size_t i = 0; !e && app->oidc && oidc_issuer_stats(app->oidc, i, &is); i++) {
+        const char *l[] = {"issuer", is.url, NULL};
+        e = metrics_sample(b, "crcr_oidc_jwks_failing", l, is.failing ? 1 : 0);
+    }
 
     /* Allowlist, and the CI providers map when there is one. */
     if (!e)

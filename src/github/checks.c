@@ -30,9 +30,9 @@ crcr_err checks_details_url(const checks_run *r, buf_t *out)
 {
     return r->details_url
                ? buf_puts(out, r->details_url)
-               : buf_printf(out, "%s/%s/actions/runs/%lld",
+               : buf_printf(out, "%s/%s/actions/runs/%s",
                             r->web_url && *r->web_url ? r->web_url : "https://github.com", r->repo,
-                            (long long)r->run_id);
+                            r->run_id ? r->run_id : "");
 }
 
 /* "success" -> "Success", "timed_out" -> "Timed_out" (first letter upper, rest lower). */
@@ -57,8 +57,8 @@ crcr_err checks_body(const checks_run *r, buf_t *out)
         err = checks_details_url(r, &details);
     if (!err)
         err = r->pr_number > 0
-                  ? buf_printf(&ext, "%lld:%lld", (long long)r->run_id, (long long)r->pr_number)
-                  : buf_printf(&ext, "%lld", (long long)r->run_id);
+                  ? buf_printf(&ext, "%s:%lld", r->run_id ? r->run_id : "", (long long)r->pr_number)
+                  : buf_printf(&ext, "%s", r->run_id ? r->run_id : "");
     if (!err)
         err = buf_printf(&summary, "%s workflow: %s", r->repo, buf_cstr(&details));
     char title[64] = "In progress";

@@ -32,10 +32,10 @@ typedef struct checks_run {
     const char *head_sha;      /* upstream commit */
     const char *status;        /* in_progress | completed */
     const char *conclusion;    /* completed only; NULL allowed */
-    int64_t run_id;
-    int64_t pr_number;       /* 0 when none */
-    const char *details_url; /* NULL: the GitHub Actions run URL above */
-    const char *web_url;     /* GitHub's web host (config_web_url); NULL: https://github.com */
+    const char *run_id;        /* text (ids_run_id_valid); GitHub's runs are numbers */
+    int64_t pr_number;         /* 0 when none */
+    const char *details_url;   /* NULL: the GitHub Actions run URL above */
+    const char *web_url;       /* GitHub's web host (config_web_url); NULL: https://github.com */
 } checks_run;
 
 /* Appends the check run's name. */

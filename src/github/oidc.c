@@ -42,8 +42,6 @@
 /* Repository name parts, as GitHub limits them. */
 #define OIDC_OWNER_MAX 39u
 #define OIDC_REPO_MAX 100u
-/* Size of the rejection reason kept internally (before copying into the caller's buffer). */
-#define OIDC_REASON_MAX 160u
 
 #define OIDC_USER_AGENT "crcr-oidc/1"
 
@@ -80,6 +78,9 @@ typedef struct issuer {
     int64_t attempt_at; /* guarded by mu; now_s of the last fetch attempt */
     bool attempted;     /* guarded by mu */
     bool fetching;      /* guarded by mu */
+    bool failing;       /* guarded by mu; the last fetch failed */
+    char fetch_error[HTTP_ERROR_MAX + 64]; /* guarded by mu; why, while failing */
+    atomic_uint_fast64_t st_unavailable;   /* tokens answered 503: no keys to judge them */
 } issuer;
 
 struct oidc_verifier {
@@ -278,10 +279,18 @@ static crcr_err jwks_fetch(http_pool *pool, const issuer *is, jwks_set **out, ch
 
 /* ---------------------------------------------------------------- cache */
 
-/* Whether a fetch for `is` may start at `now_s` (call with mu held). */
-static bool fetch_allowed(const issuer *is, int64_t now_s)
+/* Seconds between two fetch attempts for `is` (call with mu held): OIDC_JWKS_REFETCH_S, or
+ * OIDC_JWKS_RETRY_S when the last attempt failed and the cached keys cannot judge the token at
+ * hand (`have`: they hold its kid), so that an issuer back from an outage is seen soon. */
+static int64_t fetch_interval(const issuer *is, bool have)
 {
-    return !is->attempted || apart(now_s, is->attempt_at, OIDC_JWKS_REFETCH_S);
+    return is->failing && !have ? OIDC_JWKS_RETRY_S : OIDC_JWKS_REFETCH_S;
+}
+
+/* Whether a fetch for `is` may start at `now_s` (call with mu held). */
+static bool fetch_allowed(const issuer *is, int64_t now_s, bool have)
+{
+    return !is->attempted || apart(now_s, is->attempt_at, fetch_interval(is, have));
 }
 
 /* Installs `fresh` (its reference moves to the cache) as the key set of `is` (call with mu
@@ -294,11 +303,21 @@ static void install_keys(issuer *is, jwks_set *fresh, int64_t now_s)
     set_unref(old);
 }
 
+/* What acquire_keys() found when the keys cannot judge the token because the issuer's JWKS
+ * could not be had. */
+typedef struct keys_outage {
+    bool unavailable;      /* the keys lack the token's kid and the last fetch failed */
+    int64_t retry_after_s; /* when a fetch may be tried again, >= 1 */
+    char why[HTTP_ERROR_MAX + 64];
+} keys_outage;
+
 /* Returns a referenced key set for `is` that holds `kid` if at all possible (the caller drops it
  * with set_unref), or NULL when no keys are known. Fetches the JWKS when the cache is empty, does
- * not know `kid` or is older than OIDC_JWKS_MAX_AGE_S, at most once per OIDC_JWKS_REFETCH_S.
- * Waits for a fetch another thread runs when the current keys cannot serve the token. */
-static jwks_set *acquire_keys(oidc_verifier *v, issuer *is, const char *kid, int64_t now_s)
+ * not know `kid` or is older than OIDC_JWKS_MAX_AGE_S, at most once per fetch_interval().
+ * Waits for a fetch another thread runs when the current keys cannot serve the token. When the
+ * keys cannot serve it and the last fetch failed, fills *out (a 503: come back later). */
+static jwks_set *acquire_keys(oidc_verifier *v, issuer *is, const char *kid, int64_t now_s,
+                              keys_outage *out)
 {
     /* Set once this call fetched or waited for a fetch: the result is then final for this token,
      * whatever the clocks say (one fetch per call at most). */
@@ -316,7 +335,7 @@ static jwks_set *acquire_keys(oidc_verifier *v, issuer *is, const char *kid, int
             settled = true;
             continue;
         }
-        if (settled || !fetch_allowed(is, now_s))
+        if (settled || !fetch_allowed(is, now_s, have))
             break;
         is->fetching = true;
         is->attempted = true;
@@ -337,6 +356,8 @@ static jwks_set *acquire_keys(oidc_verifier *v, issuer *is, const char *kid, int
 
         pthread_mutex_lock(&v->mu);
         is->fetching = false;
+        is->failing = fresh == NULL;
+        snprintf(is->fetch_error, sizeof(is->fetch_error), "%s", fresh ? "" : why);
         if (fresh)
             install_keys(is, fresh, now_s);
         pthread_cond_broadcast(&v->cond);
@@ -346,6 +367,12 @@ static jwks_set *acquire_keys(oidc_verifier *v, issuer *is, const char *kid, int
     jwks_set *s = is->keys;
     if (s)
         set_ref(s);
+    if (is->failing && !set_has(s, kid)) {
+        out->unavailable = true;
+        int64_t next = is->attempt_at + fetch_interval(is, false);
+        out->retry_after_s = next > now_s ? next - now_s : 1;
+        snprintf(out->why, sizeof(out->why), "%s", is->fetch_error);
+    }
     pthread_mutex_unlock(&v->mu);
     return s;
 }
@@ -601,7 +628,7 @@ bool oidc_token_present(const char *authorization)
 
 /* The body of oidc_verify(): returns 0 or an HTTP status with the reason in why[0..whysz). */
 static int verify_token(oidc_verifier *v, const char *authorization, int64_t now_s,
-                        oidc_identity *out, char *why, size_t whysz)
+                        oidc_identity *out, char *why, size_t whysz, int64_t *retry_after_s)
 {
     if (!authorization) {
         snprintf(why, whysz, "%s", R_MISSING);
@@ -658,7 +685,20 @@ static int verify_token(oidc_verifier *v, const char *authorization, int64_t now
         goto done;
     }
 
-    keys = acquire_keys(v, is, kid, now_s);
+    keys_outage outage = {0};
+    keys = acquire_keys(v, is, kid, now_s, &outage);
+    if (outage.unavailable) {
+        /* Not the caller's fault: its token cannot be judged until the keys can be had. */
+        atomic_fetch_add_explicit(&is->st_unavailable, 1, memory_order_relaxed);
+        snprintf(why, whysz,
+                 "the relay cannot get the signing keys of OIDC issuer %s (%.80s); the token was "
+                 "not judged, please retry",
+                 is->url, outage.why);
+        *retry_after_s = outage.retry_after_s;
+        status = 503;
+        fixed = NULL;
+        goto done;
+    }
     err = verify_with_set(keys, kid, &parts);
     if (err == CRCR_E_NOMEM) {
         status = 500;
@@ -684,6 +724,15 @@ done:
 int oidc_verify(oidc_verifier *v, const char *authorization, int64_t now_s, oidc_identity *out,
                 char *reason, size_t reasonsz)
 {
+    return oidc_verify_ex(v, authorization, now_s, out, reason, reasonsz, NULL);
+}
+
+int oidc_verify_ex(oidc_verifier *v, const char *authorization, int64_t now_s, oidc_identity *out,
+                   char *reason, size_t reasonsz, int64_t *retry_after_s)
+{
+    int64_t retry = 0;
+    if (retry_after_s)
+        *retry_after_s = 0;
     if (out)
         memset(out, 0, sizeof(*out));
     if (!v || !out) {
@@ -691,7 +740,9 @@ int oidc_verify(oidc_verifier *v, const char *authorization, int64_t now_s, oidc
         return 500;
     }
     char why[OIDC_REASON_MAX] = "";
-    int status = verify_token(v, authorization, now_s, out, why, sizeof(why));
+    int status = verify_token(v, authorization, now_s, out, why, sizeof(why), &retry);
+    if (retry_after_s)
+        *retry_after_s = retry;
     if (status == 0) {
         atomic_fetch_add_explicit(&v->st_verified, 1, memory_order_relaxed);
         set_reason(reason, reasonsz, "");
@@ -812,6 +863,20 @@ void oidc_set_resolver(oidc_verifier *v, crcr_issuer_kind kind, oidc_resolver fn
     v->resolver_ctx[kind] = ctx;
 }
 
+bool oidc_issuer_stats(oidc_verifier *v, size_t i, oidc_issuer_stat *out)
+{
+    if (!v || i >= v->n_iss)
+        return false;
+    issuer *is = &v->iss[i];
+    memset(out, 0, sizeof(*out));
+    snprintf(out->url, sizeof(out->url), "%s", is->url);
+    out->unavailable = atomic_load(&is->st_unavailable);
+    pthread_mutex_lock(&v->mu);
+    out->failing = is->failing;
+    pthread_mutex_unlock(&v->mu);
+    return true;
+}
+
 void oidc_stats(oidc_verifier *v, uint64_t *jwks_fetches, uint64_t *verified, uint64_t *rejected)
 {
     if (jwks_fetches)
@@ -838,6 +903,7 @@ crcr_err oidc_set_jwks(oidc_verifier *v, const char *issuer_url, const char *jso
     install_keys(is, fresh, now_s);
     is->attempted = true;
     is->attempt_at = now_s;
+    is->failing = false;
     pthread_mutex_unlock(&v->mu);
     return CRCR_OK;
 }

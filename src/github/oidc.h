@@ -23,6 +23,12 @@
  * the others that need the result wait for it; verification never holds a lock while a fetch or
  * a signature check runs. A failed refresh keeps the previous key set.
  *
+ * An issuer whose keys cannot be had (network error, 5xx, a document that is no JWKS) is not the
+ * caller's fault: when the cached keys cannot judge a token (none, or not its kid) and the last
+ * fetch failed, oidc_verify_ex() answers 503 with the issuer's URL in the reason and when to
+ * retry, and the next fetch may come after OIDC_JWKS_RETRY_S. A token that the keys the relay
+ * has do judge stays a 401 when it fails.
+ *
  * Nothing in here logs or returns the token: reasons are fixed phrases (plus the token's "iss",
  * which is public, shortened and reduced to printable ASCII), and rejections are logged at debug
  * level with the reason only.
@@ -44,6 +50,11 @@
 #define OIDC_LEEWAY_S 60
 /* Shortest interval between two JWKS fetches for one issuer, in seconds. */
 #define OIDC_JWKS_REFETCH_S 60
+/* The same while the last fetch failed and the cached keys cannot judge a token (an outage of
+ * the issuer's JWKS host: callbacks are answered 503 with this Retry-After at most). */
+#define OIDC_JWKS_RETRY_S 5
+/* Size of a reason written by oidc_verify() (with its NUL). */
+#define OIDC_REASON_MAX 512u
 /* Age after which a cached key set is refreshed even when every kid is known, in seconds (so a
  * key the issuer withdrew stops being trusted). */
 #define OIDC_JWKS_MAX_AGE_S 3600
@@ -135,7 +146,8 @@ bool oidc_token_present(const char *authorization);
  * the issuer's JWKS, blocking for up to OIDC_JWKS_TIMEOUT_MS.
  *
  * Returns 0 and fills *out when the token is valid. Otherwise returns the HTTP status to answer
- * (401; a resolver's 401, 403 or 503; 500 only for a NULL verifier/out or an allocation failure),
+ * (401; 503 when the issuer's keys cannot be had, see oidc_verify_ex(); a resolver's 401, 403 or
+ * 503; 500 only for a NULL verifier/out or an allocation failure),
  * clears *out, and writes to `reason` (if not NULL) one of:
  *   "Missing authorization token", "Invalid authorization token", "Unsupported OIDC issuer: <iss>",
  *   "Token expired", "Token not yet valid", "Token issued in the future", "Invalid audience",
@@ -144,6 +156,25 @@ bool oidc_token_present(const char *authorization);
  */
 int oidc_verify(oidc_verifier *v, const char *authorization, int64_t now_s, oidc_identity *out,
                 char *reason, size_t reasonsz);
+
+/**
+ * oidc_verify() that also answers 503 when the issuer's keys cannot be had (see above): the
+ * reason then names the issuer and why ("the relay cannot get the signing keys of OIDC issuer
+ * <url> (<why>); ..."), and *retry_after_s (may be NULL; 0 otherwise) says in how many seconds
+ * a fetch may be tried again (1..OIDC_JWKS_RETRY_S). oidc_verify() answers such a token 503 too.
+ */
+int oidc_verify_ex(oidc_verifier *v, const char *authorization, int64_t now_s, oidc_identity *out,
+                   char *reason, size_t reasonsz, int64_t *retry_after_s);
+
+/* One configured issuer's state, for /metrics. */
+typedef struct oidc_issuer_stat {
+    char url[OIDC_ISSUER_MAX + 1];
+    bool failing;         /* the last JWKS fetch failed */
+    uint64_t unavailable; /* tokens answered 503 because its keys could not be had */
+} oidc_issuer_stat;
+
+/* Fills *out for issuer number `i` (in configuration order); false past the last one. */
+bool oidc_issuer_stats(oidc_verifier *v, size_t i, oidc_issuer_stat *out);
 
 /**
  * Reads the counters: JWKS documents fetched over HTTP (successful or not), tokens accepted and

@@ -70,26 +70,68 @@ crcr_err oncall_marker(const char *repo, buf_t *out)
     return buf_printf(out, ONCALL_PREFIX "%s" ONCALL_SUFFIX, repo ? repo : "");
 }
 
-bool oncall_has_marker(const char *text, size_t len, const char *repo)
+bool oncall_marker_leads(const char *text, size_t len, const char *repo)
 {
     if (!text || !repo)
         return false;
     const size_t pl = sizeof(ONCALL_PREFIX) - 1, sl = sizeof(ONCALL_SUFFIX) - 1;
     const size_t rl = strlen(repo);
-    const char *p = text, *end = text + len;
-    /* The prefix has no border (no proper prefix of it is also a suffix), so moving on by one
-     * byte after a partial match misses nothing; each '<' costs at most strlen(prefix). */
-    while ((size_t)(end - p) >= pl + rl + sl) {
-        const char *lt = memchr(p, '<', (size_t)(end - p) - (pl + rl + sl) + 1);
-        if (!lt)
-            return false;
-        const char *r = lt + pl;
-        if (memcmp(lt, ONCALL_PREFIX, pl) == 0 && strncasecmp(r, repo, rl) == 0 &&
-            memcmp(r + rl, ONCALL_SUFFIX, sl) == 0)
+    size_t i = 0;
+    while (i < len && (text[i] == ' ' || text[i] == '\t' || text[i] == '\r' || text[i] == '\n'))
+        i++;
+    const char *p = text + i;
+    return len - i >= pl + rl + sl && memcmp(p, ONCALL_PREFIX, pl) == 0 &&
+           strncasecmp(p + pl, repo, rl) == 0 && memcmp(p + pl + rl, ONCALL_SUFFIX, sl) == 0;
+}
+
+/* Whether `login` is one of the comma-separated names of `list` (blanks around them ignored,
+ * ASCII case ignored). */
+static bool login_listed(const char *login, const char *list)
+{
+    size_t ln = login ? strlen(login) : 0;
+    for (const char *p = list ? list : ""; ln && *p;) {
+        size_t n = strcspn(p, ",");
+        const char *s = p, *e = p + n;
+        while (s < e && (*s == ' ' || *s == '\t'))
+            s++;
+        while (e > s && (e[-1] == ' ' || e[-1] == '\t'))
+            e--;
+        if ((size_t)(e - s) == ln && strncasecmp(s, login, ln) == 0)
             return true;
-        p = lt + 1;
+        p += n;
+        if (*p == ',')
+            p++;
     }
     return false;
+}
+
+/* Whether the App that wrote the comment (performed_via_github_app) is the App `app_id`: its
+ * numeric id, or its client id for an "Iv..." `app_id`. */
+static bool written_by_app(const jv *comment, const char *app_id)
+{
+    const jv *app = jv_get(comment, "performed_via_github_app");
+    if (!app_id || !*app_id || !jv_is_obj(app))
+        return false;
+    if (app_id[0] >= '0' && app_id[0] <= '9') {
+        int64_t id = 0;
+        char s[24];
+        if (!jv_int(jv_get(app, "id"), &id))
+            return false;
+        snprintf(s, sizeof(s), "%lld", (long long)id);
+        return strcmp(s, app_id) == 0;
+    }
+    const char *client = jv_str(jv_get(app, "client_id"));
+    return client && strcmp(client, app_id) == 0;
+}
+
+bool oncall_comment_is_marker(const jv *comment, const char *repo, const char *app_id,
+                              const char *trusted)
+{
+    const jv *b = jv_get(comment, "body");
+    if (!oncall_marker_leads(jv_str(b), jv_str_len(b), repo))
+        return false;
+    return written_by_app(comment, app_id) ||
+           login_listed(jv_path_str(comment, "user.login"), trusted);
 }
 
 /* The downstream run is linked only through an https:// URL of characters that cannot close the

@@ -18,7 +18,9 @@
  * non-ASCII character), at most ONCALL_TEXT_MAX bytes, and always inside a code span, so it can
  * neither mention anyone, reference an issue, autolink, break the table or the code span, nor
  * inject HTML. The link is written only for an https:// URL of safe characters. On-calls come
- * from the allowlist: only valid GitHub handles (user, or org/team) are mentioned.
+ * from the allowlist: only valid GitHub handles (user, or org/team) are mentioned. The marker
+ * found on a PR counts only at the start of a comment of this App or of a trusted login
+ * (oncall_comment_is_marker, CRCR_ONCALL_TRUSTED_AUTHORS).
  */
 #ifndef CRCR_ONCALL_H
 #define CRCR_ONCALL_H
@@ -67,9 +69,19 @@ crcr_err oncall_text(const char *s, buf_t *out);
 /* Appends the marker "<!-- crcr-oncall:REPO -->". */
 crcr_err oncall_marker(const char *repo, buf_t *out);
 
-/* Whether `text` holds the marker of `repo` (the repo compared case-insensitively). Linear in the
- * length of `text`. */
-bool oncall_has_marker(const char *text, size_t len, const char *repo);
+/* Whether `text` starts with the marker of `repo` (after blanks: space, tab, CR, LF; the repo
+ * compared case-insensitively). A marker further down a comment does not count: anyone can
+ * quote one. */
+bool oncall_marker_leads(const char *text, size_t len, const char *repo);
+
+/* Whether `comment` (an issue comment object of GitHub's API, borrowed) is the on-call comment of
+ * `repo`: its body starts with the marker (oncall_marker_leads) and it was written by this App
+ * (performed_via_github_app.id equals `app_id`, or its client_id when `app_id` is a client id
+ * "Iv...") or by a login in `trusted` (user.login; a comma-separated list, blanks around names
+ * ignored, compared case-insensitively; NULL or "" for none). A marker written by anyone else
+ * (any GitHub user can comment on a PR) does not stop the on-call comment. */
+bool oncall_comment_is_marker(const jv *comment, const char *repo, const char *app_id,
+                              const char *trusted);
 
 /* Appends the comment. CRCR_E_NOT_FOUND (nothing appended) when no on-call is a valid handle,
  * CRCR_E_INVALID when the repo is not a valid owner/repo. */

@@ -23,10 +23,10 @@ void h_chip(hout *o, const hrun *r, int attempts)
     const char *cls = outcome_chip_class(oc);
     const char *text =
         oc == OUTCOME_RUNNING ? outcome_name(oc) : (r->conclusion ? r->conclusion : "done");
-    char when[48], exec[32], title[160];
+    char when[48], exec[32], title[160 + CRCR_RUN_ID_MAX];
     html_time(hud_run_time(r), when, sizeof(when));
     html_duration(r->exec_ms, exec, sizeof(exec));
-    snprintf(title, sizeof(title), "run %lld attempt %lld, %s, exec %s", (long long)r->run_id,
+    snprintf(title, sizeof(title), "run %s attempt %lld, %s, exec %s", r->run_id ? r->run_id : "",
              (long long)r->run_attempt, when, exec);
     bool link = html_url_ok(r->details_url);
     h_raw(o, link ? "<a class=\"chip " : "<span class=\"chip ");

@@ -192,11 +192,14 @@ void hud_collect_run(void *ctx, const store_run_row *r)
     h->job = arena_dup(a, r->job_name ? r->job_name : "");
     h->state = arena_dup(a, r->state);
     h->conclusion = arena_dup(a, r->conclusion);
+    /* A downstream's artifact link is an https:// URL or nothing: callbacks keep no other since
+     * schema 4, and a row of an older store is not shown or served with one either. The details
+     * URL is the relay's own (GitHub's web host; a Buildkite run's https://buildkite.com/). */
     h->details_url = arena_dup(a, r->details_url);
-    h->artifact_url = arena_dup(a, r->artifact_url);
+    h->artifact_url = html_url_ok(r->artifact_url) ? arena_dup(a, r->artifact_url) : NULL;
     h->head_sha = arena_dup(a, r->head_sha);
     h->event_type = arena_dup(a, r->event_type);
-    h->run_id = r->run_id;
+    h->run_id = arena_dup(a, r->run_id ? r->run_id : "");
     h->run_attempt = r->run_attempt;
     h->pr_number = r->pr_number;
     h->level = r->level;
@@ -235,7 +238,7 @@ void hud_run_json(jw *w, const hrun *r, bool with_repo)
     jw_kstr(w, "state", r->state);
     jw_kstr(w, "conclusion", r->conclusion);
     jw_kstr(w, "result", hud_run_result(r));
-    jw_kint(w, "run_id", r->run_id);
+    jw_kstr(w, "run_id", r->run_id);
     jw_kint(w, "run_attempt", r->run_attempt);
     jw_kstr(w, "delivery_id", r->delivery_id);
     jw_kstr(w, "event_type", r->event_type);

@@ -72,8 +72,8 @@ crcr_err hud_build_report(hud_req *r, const char *only_repo, int64_t window, hea
 
 typedef struct hrun {
     const char *delivery_id, *repo, *workflow, *job, *state, *conclusion, *details_url,
-        *artifact_url, *head_sha, *event_type;
-    int64_t run_id, run_attempt, pr_number;
+        *artifact_url, *head_sha, *event_type, *run_id;
+    int64_t run_attempt, pr_number;
     int level;
     int64_t dispatched_at, started_at, completed_at, queue_ms, exec_ms;
     int64_t passed, failed, skipped;
@@ -87,7 +87,8 @@ typedef struct run_list {
 } run_list;
 
 /* store_list_runs callback (ctx: a run_list): appends a copy of the run ("" for a missing
- * workflow or job name). Sets l->oom when out of memory. */
+ * workflow or job name; NULL for an artifact URL that is not https://, html_url_ok). Sets
+ * l->oom when out of memory. */
 void hud_collect_run(void *ctx, const store_run_row *r);
 /* When the run last changed: the latest of dispatched, started and completed. */
 int64_t hud_run_time(const hrun *r);

@@ -55,6 +55,16 @@ jv *jv_parse(const char *text, size_t len, char *err, size_t errsz);
 jv *jv_parse_select(const char *text, size_t len, const char *const *paths, size_t n_paths,
                     char *err, size_t errsz);
 
+/* The validation of jv_parse_select() alone, one linear pass, with nothing built and nothing
+ * allocated: no value, not even the root, and no key set, so duplicate keys are not looked for
+ * (JSON allows them; RFC 8259 says names SHOULD be unique, and Python's json.loads, upstream's
+ * parser, keeps the last). Otherwise jv_parse()'s rules and limits: it refuses what jv_parse()
+ * refuses but for a duplicate key. True for such a document, with *is_object (may be NULL)
+ * telling whether its root is an object; false with a short reason in `err` (may be NULL). For
+ * input that must cost no more than a read before it is authenticated (a callback body before
+ * its token; after it, jv_parse_select() refuses duplicates). */
+bool jv_validate(const char *text, size_t len, bool *is_object, char *err, size_t errsz);
+
 /* Key comparisons the duplicate-key check of jv_parse_select() made on this thread so far: the
  * work stays linear in the number of keys whatever the keys are (tests read it). */
 uint64_t jv_select_key_probes(void);

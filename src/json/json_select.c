@@ -114,7 +114,10 @@ typedef struct sel_parser {
     size_t pos;
     const sel_node *nodes;
     key_set keys;
-    json_t *result; /* owned until returned */
+    json_t *result;     /* owned until returned */
+    bool validate_only; /* jv_validate: nothing is built, not even the root, and keys are not
+                           compared (no key set) */
+    bool root_is_obj;   /* the document is an object */
 } sel_parser;
 
 static size_t skip_ws(const char *t, size_t len, size_t i)
@@ -673,7 +676,7 @@ static const char *sel_run(sel_parser *p)
             bool root_scalar = depth == 0 && c != '{' && c != '[';
             if (root_scalar)
                 node = 0; /* captured with no parent object: the result is the scalar itself */
-            if (root_scalar || (node != SEL_NONE && nodes[node].terminal)) {
+            if (!p->validate_only && (root_scalar || (node != SEL_NONE && nodes[node].terminal))) {
                 cap = node;
                 cap_start = i;
                 cap_depth = depth;
@@ -684,7 +687,11 @@ static const char *sel_run(sel_parser *p)
                     return "JSON nesting or size limit exceeded";
                 sel_frame *f = &st[depth];
                 *f = (sel_frame){c == '{', p->keys.n, SEL_NONE, NULL};
-                if (f->is_obj && depth == 0) {
+                if (depth == 0)
+                    p->root_is_obj = f->is_obj;
+                if (p->validate_only) {
+                    /* nothing to build: every frame stays off the selection */
+                } else if (f->is_obj && depth == 0) {
                     p->result = json_object();
                     if (!p->result)
                         return "out of memory";
@@ -778,13 +785,13 @@ static const char *sel_run(sel_parser *p)
             sel_frame *f = &st[depth - 1];
             size_t off = i + 1, dl = 0;
             uint32_t h = 0;
-            why = scan_string(t, len, &i, &dl, &h);
+            why = scan_string(t, len, &i, &dl, p->validate_only ? NULL : &h);
             if (why) {
                 p->pos = i;
                 return why;
             }
             size_t rawlen = i - 1 - off;
-            int r = keys_add(&p->keys, t, f->keys_start, off, rawlen, dl, h);
+            int r = p->validate_only ? 0 : keys_add(&p->keys, t, f->keys_start, off, rawlen, dl, h);
             if (r != 0)
                 return r > 0 ? "duplicate object key" : "out of memory";
             if (f->sel != SEL_NONE)
@@ -797,6 +804,29 @@ static const char *sel_run(sel_parser *p)
             state = SEL_ST_VALUE;
         }
     }
+}
+
+bool jv_validate(const char *text, size_t len, bool *is_object, char *err, size_t errsz)
+{
+    sel_node root = {NULL, 0, false, SEL_NONE, SEL_NONE};
+    if (is_object)
+        *is_object = false;
+    if (!text) {
+        if (err && errsz)
+            snprintf(err, errsz, "no input");
+        return false;
+    }
+    sel_parser p = {.t = text, .len = len, .nodes = &root, .validate_only = true};
+    const char *why = sel_run(&p);
+    keys_free(&p.keys);
+    if (why) {
+        if (err && errsz)
+            snprintf(err, errsz, "%s at byte %zu", why, p.pos);
+        return false;
+    }
+    if (is_object)
+        *is_object = p.root_is_obj;
+    return true;
 }
 
 jv *jv_parse_select(const char *text, size_t len, const char *const *paths, size_t n_paths,

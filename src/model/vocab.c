@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 #include <string.h>
+#include <strings.h>
 
 static const char *const OB_KIND_NAMES[OB_KIND_COUNT] = {
     [OB_KIND_DISPATCH] = "dispatch",
@@ -94,4 +95,19 @@ const char *conclusion_name(crcr_conclusion c)
 crcr_conclusion conclusion_parse(const char *s)
 {
     return (crcr_conclusion)parse_of(CONCLUSION_NAMES, CONCLUSION_COUNT, s);
+}
+
+crcr_conclusion conclusion_parse_reported(const char *s)
+{
+    for (int v = 1; s && v < CONCLUSION_COUNT; v++) {
+        if (strcasecmp(s, CONCLUSION_NAMES[v]) == 0)
+            return (crcr_conclusion)v;
+    }
+    return CONCLUSION_UNKNOWN;
+}
+
+const char *conclusion_names_list(void)
+{
+    /* CONCLUSION_NAMES in enum order, as GitHub's documentation lists them. */
+    return "action_required, cancelled, failure, neutral, success, skipped, stale, timed_out";
 }

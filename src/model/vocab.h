@@ -10,7 +10,8 @@
  *                  `state` column, a callback's workflow.status; run_state.h is the machine)
  *   conclusion     how a completed run or check run ended, GitHub's list for check runs:
  *                  action_required, cancelled, failure, neutral, success, skipped, stale,
- *                  timed_out. A callback may name another (kept as text; CONCLUSION_UNKNOWN).
+ *                  timed_out. A completed callback must name one (conclusion_parse_reported);
+ *                  rows of older stores may hold another (CONCLUSION_UNKNOWN).
  *
  * Each name function returns the word of a known value and NULL for the UNKNOWN value (or any
  * out of range); each parse function returns the value of a word, the UNKNOWN value for NULL or
@@ -78,5 +79,11 @@ crcr_run_status run_status_parse(const char *s);
 
 const char *conclusion_name(crcr_conclusion c);
 crcr_conclusion conclusion_parse(const char *s);
+/* A conclusion as a client reports it: one of GitHub's words in any ASCII case ("Success" and
+ * "SUCCESS" are success; upstream's action passes ${{ job.status }}, which is lower case), else
+ * CONCLUSION_UNKNOWN. The relay keeps and sends conclusion_name() of it. */
+crcr_conclusion conclusion_parse_reported(const char *s);
+/* GitHub's conclusions for messages: "action_required, cancelled, ..., timed_out". */
+const char *conclusion_names_list(void);
 
 #endif

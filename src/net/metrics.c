@@ -40,8 +40,9 @@ static const char *const k_wh_events[] = {
 static const char *const k_wh_results[] = {"accepted", "duplicate", "ignored", "rejected", "error"};
 #define WH_RES_N 5
 
-static const char *const k_cb_results[] = {"accepted", "duplicate", "rejected"};
-#define CB_RES_N 3
+/* unavailable: a 503 because an OIDC issuer's keys could not be had (the token was not judged). */
+static const char *const k_cb_results[] = {"accepted", "duplicate", "rejected", "unavailable"};
+#define CB_RES_N 4
 
 /* Outbox kinds are the model's (vocab.h), indexed by crcr_ob_kind; OB_KIND_UNKNOWN is "other" and
  * comes last in the exposition. Results: the three final outbox states, and two of an attempt

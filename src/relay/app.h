@@ -34,6 +34,8 @@ typedef struct crcr_app {
     reconciler *reconciler; /* NULL in dry-run or with CRCR_RECONCILE_SECONDS=0 */
     int64_t started_at;
     _Atomic int64_t last_webhook_at; /* ms, 0 before the first */
+    _Atomic int64_t last_sweep_at;   /* ms: `now` of the last sweeper pass this process ran as the
+                                        lease holder, 0 before the first */
     /* Webhook and callback outcomes are counted once, in the metrics registry (metrics.h). */
 } crcr_app;
 

@@ -204,10 +204,10 @@ crcr_err run_effects_build(const run_effects_env *env, const checks_run *check,
         crcr_err err = run_effects_hud_body(&bodies->hud, key->repo, level, queue_ms, exec_ms,
                                             callback_json, callback_len);
         if (!err)
-            err = buf_printf(&bodies->hud_key, "hud:%s:%s:%lld:%lld:%s:%s", key->repo,
-                             key->delivery_id, (long long)key->run_id, (long long)key->run_attempt,
-                             key->workflow_name ? key->workflow_name : "",
-                             key->job_name ? key->job_name : "");
+            err = buf_printf(
+                &bodies->hud_key, "hud:%s:%s:%s:%lld:%s:%s", key->repo, key->delivery_id,
+                key->run_id ? key->run_id : "", (long long)key->run_attempt,
+                key->workflow_name ? key->workflow_name : "", key->job_name ? key->job_name : "");
         if (err)
             return err;
         jobs[(*n)++] = (store_new_job){.kind = ob_kind_name(OB_KIND_HUD_FORWARD),

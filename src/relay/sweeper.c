@@ -24,7 +24,8 @@ typedef struct zombie {
     char workflow_name[257];
     char head_sha[CRCR_SHA_MAX];
     char event_type[32];
-    int64_t run_id, run_attempt, pr_number, started_at;
+    char run_id[CRCR_RUN_ID_MAX];
+    int64_t run_attempt, pr_number, started_at;
     int level;
     char *payload; /* owned: the stored in_progress callback body */
     size_t payload_len;
@@ -53,7 +54,7 @@ static void collect(void *ctx, const store_run_row *r)
     copy_str(z->workflow_name, sizeof(z->workflow_name), r->workflow_name);
     copy_str(z->head_sha, sizeof(z->head_sha), r->head_sha);
     copy_str(z->event_type, sizeof(z->event_type), r->event_type);
-    z->run_id = r->run_id;
+    copy_str(z->run_id, sizeof(z->run_id), r->run_id);
     z->run_attempt = r->run_attempt;
     z->pr_number = r->pr_number;
     z->started_at = r->started_at;
@@ -185,8 +186,7 @@ void sweeper_run(const sweeper_deps *d, const char *owner, int64_t now, sweeper_
         store_run_result rr;
         char why[128] = "";
         crcr_err e = store_run_apply(d->st, &u, sweep_effects_fn, &c, &rr, why, sizeof(why));
-        char run_s[24];
-        snprintf(run_s, sizeof(run_s), "%lld", (long long)z->run_id);
+        const char *run_s = z->run_id;
         if (e == CRCR_OK || e == CRCR_E_STATE) {
             res->cleaned += e == CRCR_OK && !rr.duplicate;
             LOG_INFO("sweeper.timed_out", "delivery", z->delivery_id, "repo", z->repo, "run", run_s,

@@ -74,7 +74,7 @@ void run_row_params(const store_run_update *u, const store_run_result *res,
     int k = 0;
     out[k++] = text(u->key.delivery_id);
     out[k++] = text(u->key.repo);
-    out[k++] = integer(u->key.run_id);
+    out[k++] = text(u->key.run_id);
     out[k++] = integer(u->key.run_attempt);
     out[k++] = text(u->key.job_name ? u->key.job_name : "");
     out[k++] = text(u->event_type);
@@ -119,7 +119,7 @@ void run_row_fill(store_run_row *r, const store_row_source *s)
     r->conclusion = s->text(src, 7);
     r->details_url = s->text(src, 8);
     r->artifact_url = s->text(src, 9);
-    r->run_id = s->i64(src, 10, 0);
+    r->run_id = s->text(src, 10);
     r->run_attempt = s->i64(src, 11, 0);
     r->pr_number = s->i64(src, 12, 0);
     r->level = (int)s->i64(src, 13, 0);

@@ -23,9 +23,9 @@
 /* Version 1: the first release. Version 2: repo_identity (pins of callback identities) and
  * budgets (byte budgets such as the nightly one). Version 3: the instance holding a claimed outbox
  * row (PostgreSQL; nothing changes on SQLite). Version 4: redeliveries (what the reconciler asked
- * GitHub to redeliver, §5.7). A store is upgraded in place at open; a newer store than the binary
- * knows is refused. */
-#define CRCR_SCHEMA_VERSION 4
+ * GitHub to redeliver, §5.7). Version 5: run ids as text (Buildkite's build UUIDs). A store is
+ * upgraded in place at open; a newer store than the binary knows is refused. */
+#define CRCR_SCHEMA_VERSION 5
 
 typedef struct store store;
 
@@ -286,8 +286,8 @@ crcr_err store_gh_slots(store *st, long total, long want, long *granted);
 
 typedef struct store_run_key {
     const char *delivery_id;
-    const char *repo; /* the OIDC-verified repository; compared case-insensitively */
-    int64_t run_id;
+    const char *repo;   /* the OIDC-verified repository; compared case-insensitively */
+    const char *run_id; /* text (ids_run_id_valid): a GitHub run's number, a Buildkite build's id */
     int64_t run_attempt;
     const char *workflow_name; /* "" when absent */
     const char *job_name;      /* "" when the callback named no job */
@@ -351,8 +351,8 @@ crcr_err store_run_apply(store *st, const store_run_update *u, store_effects_fn 
 /* A run as read back. Pointers valid during the callback only. */
 typedef struct store_run_row {
     const char *delivery_id, *repo, *job_name, *event_type, *state, *head_sha, *workflow_name,
-        *conclusion, *details_url, *artifact_url;
-    int64_t run_id, run_attempt, pr_number;
+        *conclusion, *details_url, *artifact_url, *run_id;
+    int64_t run_attempt, pr_number;
     int level;
     int64_t dispatched_at, started_at, completed_at, queue_ms, exec_ms;
     int64_t test_passed, test_failed, test_skipped;

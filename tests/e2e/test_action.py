@@ -15,7 +15,12 @@ Retry-After then success, Retry-After as an HTTP date, a relay refusal (::error:
 relay's detail, exit status 1, no retry), the OIDC token masked (::add-mask:: before anything
 else, never printed otherwise), the missing id-token permission, an HTTP proxy, the body equal to
 `crcr report --dry-run`'s for the same environment (one contract, also on edge-case JSON), and a
-static check that action.yml is a node24 action without shell steps.
+static check that action.yml is a node24 action without shell steps. Issue 24: a conclusion
+that is none of GitHub's refused before any request (then the correct report succeeds); an
+issuer whose JWKS cannot be fetched (the loopback issuer stopped) answered 503 + Retry-After,
+retried by the action until the issuer is back (restarted on the same port); a callback-url with
+credentials refused, URLs printed as origin and path only, the callback token masked in a
+dry-run.
 
 Debian's nodejs runs the file (the test fails, never skips, without it: scripts/install-deps.sh
 --test installs it). Needs CRCR_BIN; see tests/support/README.md.
@@ -38,7 +43,8 @@ import unittest
 import urllib.parse
 
 import relay as R
-from test_callback import L2, L4, CallbackMixin, new_run_id, new_sha, wait_until
+from test_callback import L2, L4, CallbackMixin, new_run_id, new_sha
+from waiting import wait_until
 
 REPO_ROOT = R.REPO_ROOT
 ACTION_YML = REPO_ROOT / "action.yml"
@@ -135,7 +141,8 @@ class _Server:
         if tls:
             self.server.socket = tls.wrap_socket(self.server.socket, server_side=True)
         self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.server.serve_forever,
+                                       kwargs={"poll_interval": 0.05}, daemon=True)
         self.thread.start()
 
     @property
@@ -243,7 +250,8 @@ class ConnectProxy:
 
         self.server = _QuietServer(("127.0.0.1", 0), Handler)
         self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05},
+                         daemon=True).start()
 
     @property
     def url(self):
@@ -474,7 +482,9 @@ class ActionTest(CallbackMixin, unittest.TestCase):
         event = self.event_file(pr.cp(L2))
         self.front.answers = [(429, {"detail": "rate limit exceeded for %s" % L2},
                                {"Retry-After": "1"})]
-        # A generous budget: only the order of events is checked, not the machine's speed.
+        # Real time is the subject: the action (Node, not the relay) waits on the real clock, so
+        # this waits its 1 s out. A generous budget: only the order of events is checked, not
+        # the machine's speed.
         p = self.run_action({"status": "in_progress", "max-time": "120",
                              "callback-url": self.front.url + "/github/callback"}, event)
         self.assert_ok(p)
@@ -669,7 +679,10 @@ class ActionTest(CallbackMixin, unittest.TestCase):
                  {"status": "in_progress", "delivery-id": "abc", "event-type": "nightly"},
                  {"status": "completed", "conclusion": "success", "test-results": "{nope"},
                  {"status": "in_progress", "callback-url": "http://relay.example/cb"},
-                 {"status": "in_progress", "max-time": "0"}]
+                 {"status": "in_progress", "max-time": "0"},
+                 {"status": "completed", "conclusion": "sucess"},
+                 {"status": "in_progress",
+                  "callback-url": self.front.url.replace("://", "://user:pw@") + "/cb"}]
         pr = self.open_pr(repos=[L2])
         event = self.event_file(pr.cp(L2))
         for inputs in cases:
@@ -679,6 +692,151 @@ class ActionTest(CallbackMixin, unittest.TestCase):
                 self.assertEqual(p.returncode, 1, p.stdout)
                 self.assertTrue(p.stdout.startswith("::error::"), p.stdout)
         self.assertEqual(self.front.recorded() + self.tokens.recorded(), [])
+
+
+    # ------------------------------------------------------------ issue 24: real clients
+
+    def test_a_misspelt_conclusion_is_refused_before_any_request(self):
+        pr = self.open_pr(repos=[L2])
+        event = self.event_file(pr.cp(L2))
+        url = self.front.url + "/github/callback"
+        self.assert_ok(self.run_action({"status": "in_progress", "callback-url": url}, event))
+        self.front.clear()
+        self.tokens.clear()
+        p = self.run_action({"status": "completed", "conclusion": "sucess", "callback-url": url},
+                            event)
+        self.assertEqual(p.returncode, 1, p.stdout)
+        self.assertEqual(p.stdout.splitlines()[-1],
+                         "::error::conclusion must be one of action_required, cancelled, "
+                         "failure, neutral, success, skipped, stale, timed_out with status "
+                         "completed, got 'sucess'")
+        self.assertEqual(self.front.recorded() + self.tokens.recorded(), [])
+        # The correct report follows (nothing was sent, nothing stored).
+        p = self.run_action({"status": "completed", "conclusion": "success", "callback-url": url},
+                            event)
+        self.assert_ok(p)
+        self.assertIn('HTTP 200 {"ok":true,"status":"completed"}', p.stdout)
+        cell = self.runs_cell(L2, key=lambda c: c["state"] == "completed")
+        self.assertEqual(cell["conclusion"], "success")
+        # crcr report refuses it the same way, with the same words, before any request.
+        r = subprocess.run([self.bin, "report", "--status", "completed", "--conclusion", "sucess",
+                            "--callback-url", url], env=self.job_env(event), capture_output=True,
+                           text=True, timeout=60)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--conclusion must be one of action_required, cancelled, failure, neutral, "
+                      "success, skipped, stale, timed_out with --status completed, got 'sucess'",
+                      r.stderr)
+        self.assertEqual(len(self.front.callbacks()), 1)
+
+    def test_an_issuer_outage_is_retried_until_the_issuer_is_back(self):
+        # A relay that never fetched the issuer's keys; the issuer stopped.
+        s = self.own_stack()
+        tokens = TokenEndpoint(s.issuer)
+        self.addCleanup(tokens.stop)
+        front = HookedFront(s.relay.port)
+        self.addCleanup(front.stop)
+        pr = self.open_pr(repos=[L2])
+        event = self.event_file(pr.cp(L2))
+        s.issuer.stop()
+
+        def back(rec, status, body):
+            # Before the action hears of the 503: the issuer answers again on its port, and the
+            # relay's clock passes the retry interval (OIDC_JWKS_RETRY_S), so that the retry
+            # the 503 asks for is the one that finds the keys. No timing involved.
+            if status == 503 and not front.seen_503:
+                front.seen_503 = body
+                s.issuer.start()
+                s.relay.clock.advance(5)
+        front.seen_503 = None
+        front.hook = back
+        p = self.run_action({"status": "in_progress", "max-time": "120",
+                             "callback-url": front.url + "/github/callback"}, event,
+                            ACTIONS_ID_TOKEN_REQUEST_URL=tokens.url + "/token?api-version=2.0")
+        self.assert_ok(p)
+        cbs = front.callbacks()
+        self.assertEqual([c.status for c in cbs], [503, 200], p.stdout)
+        detail = json.loads(front.seen_503)["detail"]
+        self.assertTrue(detail.startswith("the relay cannot get the signing keys of OIDC issuer "
+                                          "%s (" % s.issuer.url), detail)
+        self.assertTrue(detail.endswith("); the token was not judged, please retry"), detail)
+        retry_after = cbs[0].answer_headers.get("Retry-After")
+        self.assertIn(retry_after, [str(n) for n in range(1, 6)])
+        self.assertIn("the relay answered HTTP 503; retrying in %s s" % retry_after, p.stdout)
+        self.assertEqual(cbs[0].body, cbs[1].body)  # the same report, sent again
+        self.assertGreaterEqual(len(s.issuer.jwks_fetches()), 1)  # fetched once it was back
+        cell = self.runs_cell(L2)
+        self.assertEqual((cell["state"], cell["delivery_id"]), ("in_progress", pr.delivery))
+
+    def test_credentials_in_the_callback_url_are_refused_and_urls_print_without_query(self):
+        pr = self.open_pr(repos=[L2])
+        event = self.event_file(pr.cp(L2))
+        secret_url = self.front.url.replace("://", "://relay-user:s3cr3t-pw@") + "/github/callback"
+        for dry in ("false", "true"):
+            p = self.run_action({"status": "in_progress", "callback-url": secret_url,
+                                 "dry-run": dry}, event)
+            self.assertEqual(p.returncode, 1, p.stdout)
+            self.assertIn("::error::callback-url must not contain credentials (user:password@)",
+                          p.stdout)
+            self.assertNotIn("s3cr3t-pw", p.stdout + p.stderr)
+        self.assertEqual(self.front.recorded() + self.tokens.recorded(), [])
+        # A query (which may carry a secret too) is sent, never printed.
+        url = self.front.url + "/github/callback?key=q-s3cr3t"
+        p = self.run_action({"status": "in_progress", "callback-url": url, "max-time": "120"},
+                            event)
+        self.assert_ok(p)
+        self.assertIn("crcr action: POST %s/github/callback (in_progress," % self.front.url,
+                      p.stdout)
+        self.assertNotIn("q-s3cr3t", p.stdout + p.stderr)
+        self.assertEqual([c.target for c in self.front.callbacks()], ["/github/callback?key=q-s3cr3t"])
+        p = self.run_action({"status": "in_progress", "callback-url": url, "dry-run": "true"},
+                            event)
+        self.assert_ok(p)
+        self.assertIn("crcr action: dry-run: POST %s/github/callback\n" % self.front.url, p.stdout)
+        self.assertNotIn("q-s3cr3t", p.stdout)
+        # crcr report refuses credentials too.
+        r = subprocess.run([self.bin, "report", "--status", "in_progress", "--dry-run",
+                            "--callback-url", secret_url], env=self.job_env(event),
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 2, r.stdout)
+        self.assertIn("--callback-url must not contain credentials", r.stderr)
+        self.assertNotIn("s3cr3t-pw", r.stdout + r.stderr)
+
+    def test_dry_run_masks_the_callback_token(self):
+        pr = self.open_pr(repos=[L2])
+        cp = pr.cp(L2)
+        token = cp["callback_token"]
+        self.assertTrue(token.startswith("v1."), cp)
+        event = self.event_file(cp)
+        p = self.run_action({"status": "in_progress", "dry-run": "true",
+                             "callback-url": self.front.url + "/github/callback"}, event)
+        self.assert_ok(p)
+        lines = p.stdout.splitlines()
+        self.assertEqual(lines[0], "::add-mask::" + token)  # the runner hides it from now on
+        self.assertEqual([l for l in lines if token in l], [lines[0]])
+        body = json.loads(lines[-1])
+        self.assertEqual(body["callback_token"], "[REDACTED]")
+        self.assertEqual(self.front.recorded() + self.tokens.recorded(), [])
+        # Sent for real, the token is in the body and nowhere in the output but the mask line.
+        p = self.run_action({"status": "in_progress",
+                             "callback-url": self.front.url + "/github/callback"}, event)
+        self.assert_ok(p)
+        self.assertEqual([l for l in p.stdout.splitlines() if token in l],
+                         ["::add-mask::" + token])
+        self.assertEqual(json.loads(self.front.callbacks()[0].body)["callback_token"], token)
+
+
+class HookedFront(FrontProxy):
+    """A FrontProxy that calls hook(rec, status, body) with the relay's answer before it
+    passes the answer on, and keeps the answer's headers (rec.answer_headers)."""
+
+    hook = None
+
+    def handle(self, rec):
+        status, headers, body = super().handle(rec)
+        rec.answer_headers = dict(headers)
+        if self.hook:
+            self.hook(rec, status, body)
+        return status, headers, body
 
 
 class ActionMetadataTest(unittest.TestCase):

@@ -15,10 +15,16 @@ CI_PROVIDERS_FILE or CI_PROVIDERS_URL). Covered:
     file keeping the last good map (on /readyz and /metrics), 503 while no map ever loaded, and
     (PostgreSQL only) one fetch per TTL for two instances through the shared copy;
   - `crcr report` on a Buildkite agent: a fake `buildkite-agent` on PATH prints a token from the
-    loopback issuer; the report lands on the nightly tab with Buildkite's names.
+    loopback issuer; the report lands on the nightly tab with Buildkite's names and the build's
+    UUID as run id;
+  - upstream's own Buildkite reporter (report_callback_buildkite.sh + report_callback.py, which
+    vLLM runs): its body, built field by field in upstream_buildkite_body(), is taken for PR and
+    nightly reports, the run shows on the HUD pages and the API with its build UUID as run id;
+    the same body under a GitHub Actions token is still 400 (a GitHub run id is a number).
 Harness: test_callback.py. Needs CRCR_BIN; see tests/support/README.md.
 """
 
+import datetime
 import json
 import os
 import re
@@ -27,13 +33,14 @@ import signal
 import stat
 import subprocess
 import tempfile
-import time
 import unittest
 import uuid
 
 import fakegh as F
 import relay as R
-from test_callback import L2, L4, UPSTREAM, CallbackMixin, Stack, new_sha, wait_until
+from test_callback import L2, L4, UPSTREAM, CallbackMixin, Stack, new_sha
+from testclock import TestClock
+from waiting import wait_until
 
 ORG = "018b5ec5-6c13-4b0a-9e0e-0a1b2c3d4e5f"
 PIPE_L2 = "018cdabc-1111-4c2d-8e3f-000000000002"  # org2/repo2, main only
@@ -57,7 +64,7 @@ FORK = "Buildkite claim 'build_branch' value '%s' not in allowed set for this pi
 
 def metric(relay, name):
     """A sample without labels from /metrics, or None."""
-    body = relay.get("/metrics").body.decode("utf-8", "replace")
+    body = relay.poll("/metrics").body.decode("utf-8", "replace")
     m = re.search(r"^%s (\S+)$" % re.escape(name), body, re.M)
     return float(m.group(1)) if m else None
 
@@ -130,7 +137,7 @@ class BuildkiteCallbackTest(BuildkiteMixin, unittest.TestCase):
         cell = self.nightly_cell(L2, sha)
         self.assertEqual((cell["result"], cell["event_type"], cell["run_id"], cell["job"],
                           cell["workflow"]),
-                         ("success", "nightly", 42, ":pytorch: nightly", "vllm-ci"))
+                         ("success", "nightly", "42", ":pytorch: nightly", "vllm-ci"))
         # The run links to the build, not to a GitHub Actions run of the mapped repository.
         self.assertEqual(cell["details_url"], BUILD_URL)
         # The HUD forward names the mapped repository as the verified one.
@@ -185,7 +192,7 @@ class BuildkiteCallbackTest(BuildkiteMixin, unittest.TestCase):
         bk = self.bk
         cases = {
             "other key": bk.sign(bk.buildkite_claims(ORG, PIPE_L2), key=bk.foreign_key),
-            "expired": bk.buildkite_token(ORG, PIPE_L2, now=time.time() - 3600),
+            "expired": bk.buildkite_token(ORG, PIPE_L2, now=bk.now() - 3600),
             "wrong aud": bk.buildkite_token(ORG, PIPE_L2, aud="other"),
         }
         for what, tok in cases.items():
@@ -233,6 +240,184 @@ class BuildkiteCallbackTest(BuildkiteMixin, unittest.TestCase):
         tok = self.s.issuer.token(L4, repository_id="99999")
         self.assertDetail(self.post_callback(L4, self.nightly(sha, job_name="x"), token=tok), 403,
                           contains="repository identity changed")
+
+
+# ============================================================================================
+# Upstream's Buildkite reporter, as vLLM runs it
+
+UPSTREAM_CALLBACK_URL = ("https://gwuj7w5coh4y4l66urspge6mnm0pwaxq.lambda-url.us-east-1.on.aws"
+                         "/github/callback/")
+
+
+def upstream_buildkite_body(agent_env, status, client_payload=None, conclusion="",
+                            delivery_id="", event_type="", test_results="", artifact_url="",
+                            now=None):
+    """The exact body pytorch/test-infra's Buildkite reporter POSTs: the wrapper
+    .github/actions/cross-repo-ci-relay-callback/report_callback_buildkite.sh maps the agent's
+    variables (`agent_env`) to report_callback.py's, which builds and sends the body. Field by
+    field, as those two scripts do it (upstream reference §2.8):
+
+    report_callback_buildkite.sh
+      RUN_ID        = $BUILDKITE_BUILD_ID                  the build's UUID
+      RUN_ATTEMPT   = $(( ${BUILDKITE_RETRY_COUNT:-0} + 1 ))  shell arithmetic: "1", "2", ...
+      WORKFLOW_NAME = $BUILDKITE_PIPELINE_SLUG
+      WORKFLOW_URL  = $BUILDKITE_BUILD_URL
+      JOB_NAME      = ${BUILDKITE_LABEL:-${BUILDKITE_STEP_KEY:-unknown}}  labels have spaces and
+                      :emoji: shortcodes
+      CHECK_RUN_ID  = ${BUILDKITE_BUILD_ID}-${RUN_ATTEMPT}
+      CONCLUSION    = the caller's, else from BUILDKITE_COMMAND_EXIT_STATUS: 0 -> success,
+                      anything else -> failure
+      SCHEMA_VERSION = 1, STATUS (default completed), DELIVERY_ID_OVERRIDE, EVENT_TYPE_OVERRIDE,
+      CLIENT_PAYLOAD, TEST_RESULTS, ARTIFACT_URL passed through from the step's environment
+
+    report_callback.py build_payload()
+      delivery_id / event_type: stripped; both set = a nightly/periodic self-report
+      conclusion: stripped, "" -> None; None whenever status is in_progress
+      root: the self-report envelope {"event_type", "delivery_id", "payload": {"repository":
+            {"full_name": "pytorch/pytorch"}, "head_sha": delivery_id}}, else
+            json.loads(CLIENT_PAYLOAD) (the dispatch's client_payload)
+      workflow, in this key order: schema_version (str), status, conclusion, name, url,
+            run_attempt (the string), job_name, check_run_id (stripped; RUN_ID-RUN_ATTEMPT when
+            empty), run_id (str), started_at (None when completed, else now), completed_at
+            (None when in_progress, else now), test_results (json.loads, only when given),
+            artifact_url (stripped, only when given); now = datetime.now(timezone.utc)
+            .isoformat() with "+00:00" replaced by "Z" (microseconds kept)
+      root["workflow"] = workflow; the body is json.dumps(root) (", " and ": " separators)
+    """
+    run_id = agent_env["BUILDKITE_BUILD_ID"]
+    run_attempt = str(int(agent_env.get("BUILDKITE_RETRY_COUNT") or 0) + 1)
+    job_name = (agent_env.get("BUILDKITE_LABEL") or agent_env.get("BUILDKITE_STEP_KEY")
+                or "unknown")
+    check_run_id = "%s-%s" % (run_id, run_attempt)
+    if not conclusion and agent_env.get("BUILDKITE_COMMAND_EXIT_STATUS"):
+        conclusion = "success" if int(agent_env["BUILDKITE_COMMAND_EXIT_STATUS"]) == 0 \
+            else "failure"
+    delivery_id, event_type = delivery_id.strip(), event_type.strip()
+    conclusion = conclusion.strip() or None
+    if status == "in_progress":
+        conclusion = None
+    if delivery_id and event_type:
+        root = {"event_type": event_type, "delivery_id": delivery_id,
+                "payload": {"repository": {"full_name": "pytorch/pytorch"},
+                            "head_sha": delivery_id}}
+    else:
+        root = json.loads(json.dumps(client_payload))  # CLIENT_PAYLOAD, parsed
+    now = (now or datetime.datetime.now(datetime.timezone.utc)).isoformat().replace(
+        "+00:00", "Z")
+    workflow = {
+        "schema_version": "1",
+        "status": status,
+        "conclusion": conclusion,
+        "name": agent_env["BUILDKITE_PIPELINE_SLUG"],
+        "url": agent_env["BUILDKITE_BUILD_URL"],
+        "run_attempt": run_attempt,
+        "job_name": job_name,
+        "check_run_id": check_run_id,
+        "run_id": str(run_id),
+        "started_at": None if status == "completed" else now,
+        "completed_at": None if status == "in_progress" else now,
+    }
+    if test_results.strip():
+        workflow["test_results"] = json.loads(test_results.strip())
+    if artifact_url.strip():
+        workflow["artifact_url"] = artifact_url.strip()
+    root["workflow"] = workflow
+    return json.dumps(root).encode("utf-8")
+
+
+class UpstreamBuildkiteReporterTest(BuildkiteMixin, unittest.TestCase):
+    """Issue 24: every report of upstream's Buildkite reporter was refused (400 "workflow.run_id
+    must be a positive integer": its run id is the build's UUID)."""
+
+    def agent_env(self, **extra):
+        """What the Buildkite agent sets for the step (a retried build: attempt 2)."""
+        env = {"BUILDKITE_BUILD_ID": str(uuid.uuid4()),
+               "BUILDKITE_RETRY_COUNT": "1",
+               "BUILDKITE_PIPELINE_SLUG": "vllm-ci",
+               "BUILDKITE_BUILD_URL": BUILD_URL,
+               "BUILDKITE_LABEL": ":pytorch: GPU tests (H100) :fire:",
+               "BUILDKITE_STEP_KEY": "gpu-tests"}
+        env.update(extra)
+        return env
+
+    def run_cells(self, repo, run_id, tab="pr"):
+        doc = self.s.relay.get("/api/v1/repos/%s/runs?tab=%s" % (repo, tab)).json()
+        return [c for row in doc["rows"] for c in row["cells"] if c and c["run_id"] == run_id]
+
+    def test_pr_reports_are_taken_and_the_run_shows_with_its_build_uuid(self):
+        pr = self.open_pr(repos=[L4])
+        agent = self.agent_env()
+        build = agent["BUILDKITE_BUILD_ID"]
+        tok = self.bk_token(PIPE_L4)
+        body = upstream_buildkite_body(agent, "in_progress", client_payload=pr.cp(L4))
+        wf = json.loads(body)["workflow"]
+        self.assertEqual((wf["run_id"], wf["run_attempt"], wf["check_run_id"], wf["name"]),
+                         (build, "2", build + "-2", "vllm-ci"))
+        self.assertOk(self.post_callback(L4, body, token=tok), "in_progress")
+        agent["BUILDKITE_COMMAND_EXIT_STATUS"] = "1"
+        body = upstream_buildkite_body(agent, "completed", client_payload=pr.cp(L4))
+        self.assertEqual(json.loads(body)["workflow"]["conclusion"], "failure")
+        self.assertOk(self.post_callback(L4, body, token=tok), "completed")
+        # The same report again is a duplicate of the same run (the UUID is its key).
+        self.assertOk(self.post_callback(L4, body, token=tok), "completed", duplicate=True)
+
+        # The check run: the step's label in its name, linked to the build.
+        name = "crcr/%s/vllm-ci/%s" % (L4, agent["BUILDKITE_LABEL"])
+        runs = wait_until(lambda: [c for c in self.s.gh.check_runs()
+                                   if c.get("head_sha") == pr.sha and c.get("name") == name and
+                                   c.get("status") == "completed"])
+        self.assertTrue(runs, self.diag())
+        self.assertEqual((runs[0]["conclusion"], runs[0]["details_url"], runs[0]["external_id"]),
+                         ("failure", BUILD_URL, "%s:%d" % (build, pr.number)))
+        # The HUD: the API's runs and PR documents, and the pages, with the build's UUID.
+        (cell,) = self.run_cells(L4, build)
+        self.assertEqual((cell["result"], cell["run_attempt"], cell["job"], cell["workflow"],
+                          cell["details_url"]),
+                         ("failure", 2, agent["BUILDKITE_LABEL"], "vllm-ci", BUILD_URL))
+        doc = self.s.relay.get("/api/v1/pr/%d" % pr.number).json()
+        (run,) = [r for s in doc["shas"] for r in s["runs"] if r["run_id"] == build]
+        self.assertEqual((run["repo"], run["state"], run["conclusion"]),
+                         (L4, "completed", "failure"))
+        for page in ("/crcr/pr/%d" % pr.number, "/crcr/%s" % L4):
+            html = self.s.relay.get(page).body.decode("utf-8")
+            self.assertIn("run %s attempt 2" % build, html, page)
+            self.assertIn(":pytorch: GPU tests (H100) :fire:", html, page)
+        # The HUD forward carries the body's ids as sent.
+        fwd = wait_until(lambda: [b for b in self.hud_for(pr.delivery, L4)
+                                  if b["untrusted"]["callback_payload"]["workflow"]["status"]
+                                  == "completed"])
+        self.assertTrue(fwd, self.diag())
+        wf = fwd[0]["untrusted"]["callback_payload"]["workflow"]
+        self.assertEqual((wf["run_id"], wf["check_run_id"]), (build, build + "-2"))
+
+    def test_a_nightly_report_is_taken_and_shows_with_its_build_uuid(self):
+        sha = new_sha()
+        agent = self.agent_env(BUILDKITE_RETRY_COUNT="0", BUILDKITE_LABEL="",
+                               BUILDKITE_COMMAND_EXIT_STATUS="0")
+        build = agent["BUILDKITE_BUILD_ID"]
+        body = upstream_buildkite_body(agent, "completed", delivery_id=sha, event_type="nightly",
+                                       test_results='{"passed": 12, "failed": 0, "skipped": 1}')
+        wf = json.loads(body)["workflow"]
+        self.assertEqual((wf["job_name"], wf["run_attempt"], wf["conclusion"]),
+                         ("gpu-tests", "1", "success"))  # no label: the step key
+        r = self.post_callback(L2, body, token=self.bk_token(PIPE_L2, build_branch="main"))
+        self.assertOk(r, "completed")
+        cell = self.nightly_cell(L2, sha)
+        self.assertEqual((cell["run_id"], cell["run_attempt"], cell["job"], cell["result"],
+                          cell["details_url"], cell["tests"]["passed"]),
+                         (build, 1, "gpu-tests", "success", BUILD_URL, 12))
+
+    def test_github_actions_tokens_still_need_a_numeric_run_id(self):
+        pr = self.open_pr(repos=[L4])
+        body = upstream_buildkite_body(self.agent_env(), "in_progress", client_payload=pr.cp(L4))
+        r = self.post_callback(L4, body)  # a GitHub Actions token of the same repository
+        self.assertDetail(r, 400, "workflow.run_id must be a positive integer")
+        sha = new_sha()
+        body = upstream_buildkite_body(self.agent_env(), "completed", delivery_id=sha,
+                                       event_type="nightly", conclusion="success")
+        self.assertDetail(self.post_callback(L4, body), 400,
+                          "workflow.run_id must be a positive integer")
+        self.assertEqual(self.nightly_rows(L4, sha), [])
 
 
 class ProvidersReloadTest(BuildkiteMixin, unittest.TestCase):
@@ -288,12 +473,12 @@ class ProvidersReloadTest(BuildkiteMixin, unittest.TestCase):
 PROVIDERS_REPO = "pytorch/test-infra"
 PROVIDERS_PATH = "aws/lambda/cross_repo_ci_relay/config/ci_providers.yml"
 PROVIDERS_URL = "https://github.com/%s/blob/main/%s" % (PROVIDERS_REPO, PROVIDERS_PATH)
-TTL_S = 2
+TTL_S = 600
 
 
 class ProvidersUrlTest(BuildkiteMixin, unittest.TestCase):
-    """The map from a GitHub blob URL (the fake GitHub's contents API) with a short TTL. Every
-    test starts its own stack."""
+    """The map from a GitHub blob URL (the fake GitHub's contents API) with a TTL of 10 minutes
+    that runs out when the test moves the stack's clock. Every test starts its own stack."""
 
     @classmethod
     def setUpClass(cls):
@@ -317,14 +502,15 @@ class ProvidersUrlTest(BuildkiteMixin, unittest.TestCase):
         self.assertEqual(metric(self.s.relay, "crcr_ci_providers_pipelines"), 2)
         self.assertOk(self.post_callback(L2, self.nightly(sha),
                                          token=bk.buildkite_token(ORG, PIPE_L2)), "completed")
-        changed_at = time.monotonic()
         self.s.gh.set_file(PROVIDERS_REPO, PROVIDERS_PATH, "main",
                            "buildkite:\n  %s/%s: org2/repo2\n" % (ORG, PIPE_NEW))
-        ok = wait_until(lambda: metric(self.s.relay, "crcr_ci_providers_pipelines") == 1,
-                        6 * TTL_S)
-        took = time.monotonic() - changed_at
+        # Not before the TTL (the clock has not moved)...
+        self.assertEqual(metric(self.s.relay, "crcr_ci_providers_pipelines"), 2)
+        # ...and at the TTL (nothing in flight when the clock moves).
+        self.settle()
+        self.s.clock.advance(TTL_S)
+        ok = wait_until(lambda: metric(self.s.relay, "crcr_ci_providers_pipelines") == 1, 10)
         self.assertTrue(ok, self.diag())
-        print("\nnew CI providers map in force %.1f s after the change (TTL %d s)" % (took, TTL_S))
         self.assertOk(self.post_callback(L2, self.nightly(sha, job_name="new"),
                                          token=bk.buildkite_token(ORG, PIPE_NEW)), "completed")
         self.assertDetail(self.post_callback(L2, self.nightly(sha, job_name="old"),
@@ -332,7 +518,9 @@ class ProvidersUrlTest(BuildkiteMixin, unittest.TestCase):
                           NOT_REGISTERED % (ORG, PIPE_L2))
         # Unchanged refreshes are conditional requests answered 304.
         n = len(self.contents_requests())
-        self.assertTrue(wait_until(lambda: len(self.contents_requests()) > n, 6 * TTL_S))
+        self.settle()
+        self.s.clock.advance(TTL_S)
+        self.assertTrue(wait_until(lambda: len(self.contents_requests()) > n, 10))
         self.assertEqual(self.contents_requests()[-1].status, 304)
         self.assertIn("from=github pipelines=1", self.s.relay.log_text())
 
@@ -373,15 +561,17 @@ class SharedProvidersTest(unittest.TestCase):
         name = "crcr_e2e_%s" % uuid.uuid4().hex[:12]
         psql(PG_URI, "CREATE DATABASE %s" % name)
         self.addCleanup(drop_database, PG_URI, name)
+        self.clock = TestClock()
+        self.addCleanup(self.clock.close)
         with open(R.APP_PUB, encoding="ascii") as f:
-            self.gh = F.FakeGitHub(app_id=1, public_key=f.read()).start()
+            self.gh = F.FakeGitHub(app_id=1, public_key=f.read(), clock=self.clock).start()
         self.addCleanup(self.gh.stop)
         self.gh.set_file(PROVIDERS_REPO, PROVIDERS_PATH, "main", PROVIDERS)
-        env = {"CI_PROVIDERS_URL": PROVIDERS_URL, "ALLOWLIST_TTL_SECONDS": "3",
+        env = {"CI_PROVIDERS_URL": PROVIDERS_URL, "ALLOWLIST_TTL_SECONDS": str(TTL_S),
                "GITHUB_API_URL": self.gh.url, "CRCR_STORE": with_database(PG_URI, name)}
         self.relays = []
         for _ in range(2):
-            r = R.Relay(env=env)
+            r = R.Relay(env=env, clock=self.clock)
             self.addCleanup(r.close)
             self.addCleanup(R.check_clean_exit, self, r)
             r.start()
@@ -399,9 +589,14 @@ class SharedProvidersTest(unittest.TestCase):
                          r"event=ci_providers\.loaded .*from=shared_copy pipelines=2")
         self.gh.set_file(PROVIDERS_REPO, PROVIDERS_PATH, "main",
                          "buildkite:\n  %s/%s: org2/repo2\n" % (ORG, PIPE_NEW))
+        # A TTL later the holder fetches it, and the follower takes the copy at its next look
+        # (a slack after the copy's refresh: the polls move the clock a second at a time).
+        self.clock.advance(TTL_S)
         ok = wait_until(lambda: all(metric(r, "crcr_ci_providers_pipelines") == 1
-                                    for r in self.relays), 12.0)
+                                    for r in self.relays), 20, 0.02, self.clock, 1.0)
         self.assertTrue(ok, self.diag())
+        reqs = self.gh.requests(method="GET", path_re=r"^/repos/pytorch/test-infra/contents/")
+        self.assertEqual(len(reqs), 2, "one fetch per TTL for both instances" + self.diag())
 
 
 # ============================================================================================
@@ -428,6 +623,10 @@ class BuildkiteReportTest(BuildkiteMixin, unittest.TestCase):
         os.chmod(path, stat.S_IRWXU)
         return d, args
 
+    def setUp(self):
+        super().setUp()
+        self.build_id = str(uuid.uuid4())  # one build per test: its reports share the run
+
     def report(self, args, agent_dir, **extra):
         env = {k: v for k, v in os.environ.items()
                if k in R._KEEP_ENV or k.startswith(R._KEEP_PREFIXES)}
@@ -435,7 +634,7 @@ class BuildkiteReportTest(BuildkiteMixin, unittest.TestCase):
             "PATH": agent_dir + os.pathsep + os.environ.get("PATH", "/usr/bin:/bin"),
             "BUILDKITE": "true",
             "BUILDKITE_BUILD_NUMBER": "4242",
-            "BUILDKITE_BUILD_ID": str(uuid.uuid4()),
+            "BUILDKITE_BUILD_ID": self.build_id,
             "BUILDKITE_RETRY_COUNT": "1",
             "BUILDKITE_PIPELINE_SLUG": "vllm-ci",
             "BUILDKITE_LABEL": ":pytorch: nightly",
@@ -465,7 +664,8 @@ class BuildkiteReportTest(BuildkiteMixin, unittest.TestCase):
         cell = self.nightly_cell(L2, sha)
         self.assertEqual((cell["result"], cell["run_id"], cell["run_attempt"], cell["job"],
                           cell["workflow"], cell["details_url"]),
-                         ("success", 4242, 2, ":pytorch: nightly", "vllm-ci", BUILD_URL))
+                         ("success", self.build_id, 2, ":pytorch: nightly", "vllm-ci",
+                          BUILD_URL))
         self.assertEqual(cell["tests"]["passed"], 9)
 
     def test_crcr_report_of_a_pr_build_from_client_payload_and_exit_status(self):

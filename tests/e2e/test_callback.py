@@ -37,6 +37,7 @@ Needs CRCR_BIN; see tests/support/README.md.
 
 import copy
 import json
+import os
 import re
 import secrets
 import signal
@@ -50,6 +51,8 @@ import fakegh as F
 import fakehud as H
 import oidc_issuer as O
 import relay as R
+from testclock import TestClock
+from waiting import wait_until
 
 APP_ID = 424242
 HUD_KEY = "hud-bot-key-e2e-7c1d"
@@ -73,16 +76,6 @@ L4:
 TARGETS = sorted([L1, L2, L3, L3B, L3_OTHER, L4])
 ISO_Z = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
 CHECK_RUNS_PATH = r"^/repos/pytorch/pytorch/check-runs$"
-
-
-def wait_until(pred, timeout=10.0, interval=0.05):
-    """Polls pred() until it is truthy (returns that value) or `timeout` s pass (returns it)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v or time.monotonic() >= deadline:
-            return v
-        time.sleep(interval)
 
 
 def new_sha():
@@ -110,12 +103,14 @@ class PR:
 
 
 class Stack:
-    """Fake GitHub + OIDC issuer + fake HUD + the relay. `env` extends/overrides the relay
-    environment (None removes a variable). `extra_issuers` more GitHub-kind issuers,
-    `buildkite_issuers` Buildkite-kind ones (CRCR_OIDC_ISSUERS entries buildkite=URL);
-    `gh_files` {(owner/repo, path, ref): text} the fake GitHub serves from the start;
-    `allowlist_url` serves the allowlist from the fake GitHub at that path of UPSTREAM's main
-    branch and gives the relay its blob URL (ALLOWLIST_URL, on the fake's web host)."""
+    """Fake GitHub + OIDC issuer + fake HUD + the relay, on one clock (`clock`, a TestClock the
+    test moves: the relay's timers, the fake GitHub's token and JWT times and the issuer's token
+    times all read it). `env` extends/overrides the relay environment (None removes a variable).
+    `extra_issuers` more GitHub-kind issuers, `buildkite_issuers` Buildkite-kind ones
+    (CRCR_OIDC_ISSUERS entries buildkite=URL); `gh_files` {(owner/repo, path, ref): text} the fake
+    GitHub serves from the start; `allowlist_url` serves the allowlist from the fake GitHub at
+    that path of UPSTREAM's main branch and gives the relay its blob URL (ALLOWLIST_URL, on the
+    fake's web host)."""
 
     def __init__(self, env=None, allowlist=ALLOWLIST, hud=True, issuer_keys=None, gh_kw=None,
                  extra_issuers=0, buildkite_issuers=0, gh_files=None, allowlist_url=None):
@@ -131,21 +126,25 @@ class Stack:
         self.gh = self.issuer = self.hud = self.relay = None
         self.extra_issuers = []
         self.buildkite_issuers = []
+        self.clock = TestClock()
 
     def start(self):
         try:
             with open(R.APP_PUB, encoding="ascii") as f:
-                self.gh = F.FakeGitHub(app_id=APP_ID, public_key=f.read(), **self.gh_kw).start()
+                self.gh = F.FakeGitHub(app_id=APP_ID, public_key=f.read(), clock=self.clock,
+                                       **self.gh_kw).start()
             for (repo, path, ref), text in self.gh_files.items():
                 self.gh.set_file(repo, path, ref, text)
             # On GitHub Enterprise Server (CRCR_GITHUB_FLAVOR=ghes-*) the Actions issuer is
             # https://HOST/_services/token: the loopback issuer takes that path.
             self.issuer = O.OIDCIssuer(keys=self.issuer_keys,
                                        path=O.ACTIONS_GHES_PATH if self.gh.api_prefix
-                                       else "").start()
-            self.extra_issuers = [O.OIDCIssuer(keys={"x%d" % i: R.APP_KEY}).start()
+                                       else "", clock=self.clock).start()
+            self.extra_issuers = [O.OIDCIssuer(keys={"x%d" % i: R.APP_KEY},
+                                               clock=self.clock).start()
                                   for i in range(self.n_extra_issuers)]
-            self.buildkite_issuers = [O.OIDCIssuer(keys={"bk%d" % i: R.OIDC_KEY}).start()
+            self.buildkite_issuers = [O.OIDCIssuer(keys={"bk%d" % i: R.OIDC_KEY},
+                                                   clock=self.clock).start()
                                       for i in range(self.n_buildkite_issuers)]
             if self.want_hud:
                 self.hud = H.FakeHUD(bot_key=HUD_KEY).start()
@@ -171,7 +170,7 @@ class Stack:
                                                               self.allowlist_url)})
             env.update(self.env_extra)
             self.relay = R.Relay(env=env, allowlist=None if self.allowlist_url
-                                 else self.allowlist)
+                                 else self.allowlist, clock=self.clock)
             self.relay.start()
         except BaseException:
             self.close()
@@ -191,6 +190,7 @@ class Stack:
                 violation = e
             except Exception:  # cleanup must go on
                 pass
+        self.clock.close()
         if violation is not None:
             raise violation
 
@@ -373,9 +373,11 @@ class CallbackMixin:
                 if b["untrusted"]["callback_payload"].get("delivery_id") == delivery
                 and (repo is None or b["trusted"]["verified_repo"] == repo)]
 
-    def wait_hud(self, delivery, n, repo=None, timeout=10.0):
+    def wait_hud(self, delivery, n, repo=None, timeout=10.0, step=0.0):
+        """Waits for `n` HUD forwards of `delivery`; with `step`, each poll without them moves the
+        clock `step` s (forwards waiting out a retry backoff become due)."""
         got = wait_until(lambda: (lambda x: x if len(x) >= n else None)(
-            self.hud_for(delivery, repo)), timeout)
+            self.hud_for(delivery, repo)), timeout, clock=self.s.clock, step=step)
         self.assertTrue(got, "HUD got %d of %d forwards for %s%s"
                         % (len(self.hud_for(delivery, repo)), n, delivery, self.diag()))
         return got
@@ -399,23 +401,22 @@ class CallbackMixin:
         return [c for c in self.s.gh.check_runs()
                 if c["head_sha"] == sha and c["name"].startswith(prefix)]
 
-    def wait_checks(self, sha, n, repo=None, timeout=10.0):
+    def wait_checks(self, sha, n, repo=None, timeout=10.0, step=0.0):
+        """Waits for `n` check runs of `sha` (and `repo`); with `step`, each poll without them
+        moves the clock `step` s (check runs waiting out a retry backoff become due)."""
         got = wait_until(lambda: (lambda x: x if len(x) >= n else None)(
-            self.checks_for(sha, repo)), timeout)
+            self.checks_for(sha, repo)), timeout, clock=self.s.clock, step=step)
         self.assertTrue(got, "%d of %d check runs for %s%s"
                         % (len(self.checks_for(sha, repo)), n, sha, self.diag()))
         return got
 
-    def settle(self, idle=0.4, timeout=10.0):
-        """Waits until the relay stopped calling GitHub and the HUD (nothing more in flight)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            last_hud = max([r.time for r in self.s.hud.requests()], default=0) if self.s.hud else 0
-            if self.s.gh.wait_idle(idle, max(0.1, deadline - time.monotonic())) and \
-                    time.monotonic() - last_hud >= idle:
-                return
-            time.sleep(0.05)
-        self.fail("the relay kept calling out%s" % self.diag())
+    def settle(self, timeout=10.0, step=0.2):
+        """Waits until the relay has nothing left to send: no outbox row is queued or running
+        (every check run and HUD forward was made and its outcome recorded, and nothing is
+        scheduled again). Each poll that finds work left moves the clock `step` s, so rows
+        waiting out a retry backoff run at once."""
+        if not self.s.relay.wait_outbox_idle(timeout, step):
+            self.fail("the relay kept work queued%s" % self.diag())
 
 
 # ============================================================================================
@@ -444,6 +445,15 @@ class LambdaCasesTest(CallbackMixin, unittest.TestCase):
                 # is read (upstream parsed first and said 400; no upstream test pins that).
                 r = self.post_callback(L2, data, token="")
                 self.assertDetail(r, 401, "Missing authorization token")
+        # Duplicate keys are JSON (Python's json.loads, upstream's parser, keeps the last): only
+        # validated before the token, they are refused once the caller is known.
+        pr = self.open_pr(repos=[L2])
+        text = json.dumps(self.body(pr.cp(L2), "in_progress"))
+        dup = text[:-1] + ', "delivery_id": "other"}'
+        self.assertDetail(self.post_callback(L2, dup, token="not.a.token"), 401,
+                          "Invalid authorization token")
+        self.assertDetail(self.post_callback(L2, dup), 400, "Invalid JSON body")
+        self.assertEqual(self.outbox(pr.delivery, "hud_forward"), [])
 
     def test_3_5_3_missing_authorization_is_401_missing(self):
         pr = self.open_pr(repos=[L2])
@@ -479,18 +489,23 @@ class LambdaCasesTest(CallbackMixin, unittest.TestCase):
         # was already committed). crcr forwards through the outbox after answering, so the
         # callback is 200 and the forward is retried until the HUD is back.
         pr = self.open_pr(repos=[L2])
-        self.s.hud.fail(503, count=2, match=pr.delivery)
-        t0 = time.monotonic()
+        # The HUD's first answer is held until the callback was answered: an answer that waited
+        # for the HUD would never come.
+        gate = threading.Event()
+        self.addCleanup(gate.set)
+        self.s.hud.fail(503, count=1, match=pr.delivery, gate=gate)
+        self.s.hud.fail(503, count=1, match=pr.delivery)
         self.assertOk(self.cb(L2, pr, "in_progress"), "in_progress")
-        self.assertLess(time.monotonic() - t0, 2.0, "the answer waited for the HUD")
-        fwd = self.wait_hud(pr.delivery, 1)
+        self.assertTrue(self.s.hud.wait_held(1), "the forward never reached the HUD")
+        gate.set()
+        fwd = self.wait_hud(pr.delivery, 1, step=0.5)
         self.assertEqual(fwd[0]["untrusted"]["callback_payload"]["workflow"]["status"],
                          "in_progress")
         statuses = [x.status for x in self.s.hud.requests()
                     if pr.delivery.encode() in x.body]
         self.assertEqual(statuses, [503, 503, 200])
         rows = wait_until(lambda: [r for r in self.outbox(pr.delivery, "hud_forward")
-                                   if r["state"] == "sent"])
+                                   if r["state"] == "sent"], 10.0, 0.1)
         self.assertEqual(len(rows), 1)
         self.assertEqual(rows[0]["attempts"], 3)
 
@@ -533,26 +548,28 @@ class HandlerCasesTest(CallbackMixin, unittest.TestCase):
     def test_3_6_3_in_progress_reports_queue_time_only(self):
         t0 = time.monotonic()
         pr = self.open_pr(repos=[L2])
-        time.sleep(0.3)
+        self.settle()  # the dispatch's time recorded before the clock moves
+        self.s.clock.advance(30)  # the job waited 30 s in a queue
         self.assertOk(self.cb(L2, pr, "in_progress"), "in_progress")
         elapsed = time.monotonic() - t0
         m = self.wait_hud(pr.delivery, 1)[0]["trusted"]["ci_metrics"]
         self.assertIsNone(m["execution_time"])
         self.assertIsInstance(m["queue_time"], (int, float))
-        self.assertGreaterEqual(m["queue_time"], 0.0)
-        self.assertLessEqual(m["queue_time"], elapsed + 1.0)
+        self.assertGreaterEqual(m["queue_time"], 30.0)
+        self.assertLessEqual(m["queue_time"], 30.0 + elapsed + 1.0)
 
     def test_3_6_4_completed_reports_execution_time_since_in_progress(self):
         pr = self.open_pr(repos=[L2])
         self.assertOk(self.cb(L2, pr, "in_progress"), "in_progress")
         t0 = time.monotonic()
-        time.sleep(1.2)
+        self.settle()  # nothing in flight: two minutes is a lease
+        self.s.clock.advance(120)  # the job ran two minutes
         self.assertOk(self.cb(L2, pr, "completed"), "completed")
         elapsed = time.monotonic() - t0
         m = self.hud_status(pr.delivery, "completed")["trusted"]["ci_metrics"]
         self.assertIsNone(m["queue_time"])
-        self.assertGreaterEqual(m["execution_time"], 1.1)
-        self.assertLessEqual(m["execution_time"], elapsed + 0.5)
+        self.assertGreaterEqual(m["execution_time"], 120.0)
+        self.assertLessEqual(m["execution_time"], 120.0 + elapsed + 1.0)
 
     def test_3_6_5_hud_4xx_is_not_retried_and_does_not_fail_the_callback(self):
         # Upstream propagates a HUD 422 to the downstream. crcr answers before forwarding: the
@@ -561,12 +578,12 @@ class HandlerCasesTest(CallbackMixin, unittest.TestCase):
         self.s.hud.fail(422, count=1, match=pr.delivery)
         self.assertOk(self.cb(L2, pr, "in_progress"), "in_progress")
         row = wait_until(lambda: [r for r in self.outbox(pr.delivery, "hud_forward")
-                                  if r["state"] == "dead"])
+                                  if r["state"] == "dead"], 10.0, 0.1)
         self.assertTrue(row, "the hud_forward row did not die: %s"
                         % self.outbox(pr.delivery, "hud_forward"))
         self.assertEqual(row[0]["last_status"], 422)
         self.assertIn("422", row[0]["last_error"])
-        time.sleep(0.5)
+        self.settle()  # nothing queued again, however far the clock moves
         hits = [x for x in self.s.hud.requests() if pr.delivery.encode() in x.body]
         self.assertEqual([x.status for x in hits], [422], "a 4xx was retried")
         # The state was committed regardless: the completed transition is accepted.
@@ -580,12 +597,12 @@ class HandlerCasesTest(CallbackMixin, unittest.TestCase):
         self.s.hud.fail(502, match=pr.delivery)
         self.assertOk(self.cb(L2, pr, "in_progress"), "in_progress")
         row = wait_until(lambda: [r for r in self.outbox(pr.delivery, "hud_forward")
-                                  if r["state"] == "dead"], 15.0)
+                                  if r["state"] == "dead"], 15.0, 0.1, self.s.clock, 0.5)
         self.assertTrue(row, "never gave up: %s" % self.outbox(pr.delivery, "hud_forward"))
         self.assertEqual((row[0]["attempts"], row[0]["last_status"]), (4, 502))
         self.assertIn("gave up after 4 attempts", row[0]["last_error"])
         self.s.hud.clear_faults()
-        time.sleep(0.5)
+        self.settle()  # nothing queued again, however far the clock moves
         hits = [x for x in self.s.hud.requests() if pr.delivery.encode() in x.body]
         self.assertEqual([x.status for x in hits], [502] * 4)
         self.assertOk(self.cb(L2, pr, "completed"), "completed")
@@ -599,10 +616,15 @@ class HandlerCasesTest(CallbackMixin, unittest.TestCase):
         # after it, or the HUD shows the finished job as running forever.
         self.own_stack()
         pr = self.open_pr(repos=[L2])
-        self.s.hud.fail(502, count=1, match=pr.delivery, delay_ms=400)
+        # The in_progress forward's 502 is held until the completed callback was answered.
+        gate = threading.Event()
+        self.addCleanup(gate.set)
+        self.s.hud.fail(502, count=1, match=pr.delivery, gate=gate)
         self.assertOk(self.cb(L2, pr, "in_progress", job_name="ordered"), "in_progress")
+        self.assertTrue(self.s.hud.wait_held(1), "the in_progress forward never reached the HUD")
         self.assertOk(self.cb(L2, pr, "completed", job_name="ordered"), "completed")
-        self.wait_hud(pr.delivery, 2)
+        gate.set()
+        self.wait_hud(pr.delivery, 2, step=0.5)
         self.settle()
         arrived = [b["untrusted"]["callback_payload"]["workflow"]["status"]
                    for b in self.hud_for(pr.delivery)]
@@ -662,12 +684,82 @@ class HandlerCasesTest(CallbackMixin, unittest.TestCase):
                                   "unknown callback status: '%s'" % status)
         self.assertEqual(self.outbox(pr.delivery, "hud_forward"), [])
 
+    def test_a_typo_in_the_conclusion_is_400_and_the_correct_report_follows(self):
+        # Issue 24: "sucess" was stored for good (the run completed, the HUD showed it, health
+        # counted a failure, GitHub refused its check run) and the correct report was refused.
+        pr = self.open_pr(repos=[L4])
+        self.assertOk(self.cb(L4, pr, "in_progress", job_name="typo"), "in_progress")
+        r = self.cb(L4, pr, "completed", job_name="typo", conclusion="sucess")
+        self.assertDetail(r, 400, "workflow.conclusion must be one of action_required, "
+                                  "cancelled, failure, neutral, success, skipped, stale, "
+                                  "timed_out when status is completed, got 'sucess'")
+        for bad in ("completed", "", None):
+            b = self.body(pr.cp(L4), "completed", job_name="typo")
+            b["workflow"]["conclusion"] = bad
+            self.assertDetail(self.post_callback(L4, b), 400,
+                              contains="workflow.conclusion must be one of")
+        # Nothing was stored: the correct report completes the run.
+        self.assertOk(self.cb(L4, pr, "completed", job_name="typo", conclusion="success"),
+                      "completed")
+        checks = self.wait_checks(pr.sha, 2, L4)
+        self.assertEqual(sorted(c.get("conclusion") or "-" for c in checks), ["-", "success"])
+        # Any case is GitHub's word, kept, shown, sent and forwarded in lower case.
+        self.assertOk(self.cb(L4, pr, "in_progress", job_name="upper"), "in_progress")
+        self.assertOk(self.cb(L4, pr, "completed", job_name="upper", conclusion="Failure"),
+                      "completed")
+        check = wait_until(lambda: [c for c in self.checks_for(pr.sha, L4)
+                                    if c["name"].endswith("/upper") and c.get("conclusion")])
+        self.assertEqual(check[0]["conclusion"], "failure")
+        doc = self.s.relay.get("/api/v1/pr/%d" % pr.number).json()
+        (run,) = [r for s in doc["shas"] for r in s["runs"] if r["job"] == "upper"]
+        self.assertEqual((run["conclusion"], run["result"]), ("failure", "failure"))
+        def upper_done():
+            return [b["untrusted"]["callback_payload"]["workflow"]
+                    for b in self.hud_for(pr.delivery)
+                    if b["untrusted"]["callback_payload"]["workflow"]["job_name"] == "upper"
+                    and b["untrusted"]["callback_payload"]["workflow"]["status"] == "completed"]
+        done = wait_until(upper_done)
+        self.assertTrue(done, self.diag())
+        self.assertEqual(done[0]["conclusion"], "failure")
+
+    def test_links_other_than_https_are_never_stored_served_or_forwarded(self):
+        pr = self.open_pr(repos=[L4])
+        js = "javascript:alert(document.cookie)"
+        self.assertOk(self.cb(L4, pr, "in_progress", job_name="links", artifact_url=js,
+                              url="javascript:fetch('//evil.example')"), "in_progress")
+        self.assertOk(self.cb(L4, pr, "completed", job_name="links", artifact_url=js),
+                      "completed")
+        self.assertOk(self.cb(L4, pr, "in_progress", job_name="ok-links"), "in_progress")
+        good = "https://example.com/artifacts/1.zip"
+        self.assertOk(self.cb(L4, pr, "completed", job_name="ok-links", artifact_url=good),
+                      "completed")
+        fwd = self.wait_hud(pr.delivery, 4)
+        for b in fwd:
+            wf = b["untrusted"]["callback_payload"]["workflow"]
+            self.assertNotIn("javascript", json.dumps(b))
+            if wf["job_name"] == "links":
+                self.assertNotIn("artifact_url", wf)
+            if wf["job_name"] == "links" and wf["status"] == "in_progress":
+                self.assertNotIn("url", wf)
+        doc = self.s.relay.get("/api/v1/pr/%d" % pr.number).json()
+        self.assertNotIn("javascript", json.dumps(doc))
+        arts = {r["job"]: r["artifact_url"] for s in doc["shas"] for r in s["runs"]}
+        self.assertEqual(arts, {"links": None, "ok-links": good})
+        page = self.s.relay.get("/crcr/pr/%d" % pr.number).body.decode("utf-8")
+        self.assertNotIn("javascript", page)
+        self.assertIn('href="%s"' % good, page)
+        db = self.s.relay.db_path if hasattr(self.s.relay, "db_path") else None
+        if db and os.path.exists(db):  # SQLite: not in the store at all (WAL included)
+            for suffix in ("", "-wal"):
+                if os.path.exists(db + suffix):
+                    with open(db + suffix, "rb") as f:
+                        self.assertNotIn(b"javascript:alert", f.read())
+
     def test_3_6_8_rate_limited_is_429_with_retry_after_and_no_forward(self):
         self.own_stack(env={"RATE_LIMIT_PER_MIN": "3"})
         pr = self.open_pr(repos=[L2, L4])
         for i in range(3):
             self.assertOk(self.cb(L2, pr, "in_progress", job_name="j%d" % i), "in_progress")
-        t_limit = time.monotonic()
         r = self.cb(L2, pr, "in_progress", job_name="j3")
         self.assertDetail(r, 429, "rate limit exceeded for %s" % L2)
         retry = int(r.headers.get("retry-after", "-1"))
@@ -683,7 +775,9 @@ class HandlerCasesTest(CallbackMixin, unittest.TestCase):
         jobs = sorted(b["untrusted"]["callback_payload"]["workflow"]["job_name"]
                       for b in self.hud_for(pr.delivery, L2))
         self.assertEqual(jobs, ["j0", "j1", "j2"])
-        self.assertLess(time.monotonic() - t_limit, 55, "test too slow to check the window")
+        # The window is a minute on the relay's clock: a minute later the repo may call again.
+        self.s.clock.advance(61)
+        self.assertOk(self.cb(L2, pr, "in_progress", job_name="j5"), "in_progress")
 
     def test_3_6_9_no_dispatch_record_for_this_repo_is_400(self):
         self.own_stack()  # this test changes the allowlist
@@ -828,12 +922,12 @@ class StateMachineTest(CallbackMixin, unittest.TestCase):
     def test_dynamo_06_in_progress_work_completed_gives_both_metrics_and_timestamps(self):
         pr = self.open_pr(repos=[L2])
         self.assertOk(self.cb(L2, pr, "in_progress", job_name="dynamo06"), "in_progress")
-        time.sleep(1.5)  # crcr-test sleeps 8 s; 1.5 s shows the same
+        self.s.clock.advance(8)  # crcr-test sleeps 8 s
         self.assertOk(self.cb(L2, pr, "completed", job_name="dynamo06"), "completed")
         ip = self.hud_status(pr.delivery, "in_progress")
         done = self.hud_status(pr.delivery, "completed")
         self.assertIsNotNone(ip["trusted"]["ci_metrics"]["queue_time"])
-        self.assertGreaterEqual(done["trusted"]["ci_metrics"]["execution_time"], 1.4)
+        self.assertGreaterEqual(done["trusted"]["ci_metrics"]["execution_time"], 8.0)
         self.assertRegex(ip["untrusted"]["callback_payload"]["workflow"]["started_at"], ISO_Z)
         self.assertRegex(done["untrusted"]["callback_payload"]["workflow"]["completed_at"],
                          ISO_Z)

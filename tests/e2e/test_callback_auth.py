@@ -17,7 +17,6 @@ Harness: test_callback.py. Needs CRCR_BIN; see tests/support/README.md.
 
 import json
 import secrets
-import time
 import unittest
 
 import oidc_issuer as O
@@ -164,7 +163,7 @@ class OidcTokenTest(CallbackMixin, unittest.TestCase):
     def test_time_claims_have_60_s_leeway(self):
         pr = self.open_pr(repos=[L2])
         iss = self.s.issuer
-        now = int(time.time())
+        now = int(iss.now())  # the stack's clock: the relay's
         cases = [
             ("exp 30 s ago", dict(exp=now - 30), None),
             ("exp 120 s ago", dict(exp=now - 120), "Token expired"),
@@ -226,20 +225,61 @@ class OidcTokenTest(CallbackMixin, unittest.TestCase):
                                                  token=tok), 401, INVALID)
         self.assertEqual(len(iss.jwks_fetches()), 1, "invented kids made the relay refetch")
 
-    def test_3_10_5_unreachable_jwks_fails_closed(self):
+    def test_3_10_5_unreachable_jwks_is_503_with_retry_after_and_stores_nothing(self):
+        # Upstream answers 401 "Invalid authorization token" and its action does not retry a 401:
+        # the report was lost for a token that was fine. crcr cannot judge the token without the
+        # issuer's keys: 503, the issuer named, Retry-After; nothing stored (still fails closed).
         self.own_stack()
         pr = self.open_pr(repos=[L2])
         self.s.issuer.fail_jwks(503)
         r = self.post_callback(L2, self.body(pr.cp(L2), "in_progress"))
-        self.assertDetail(r, 401, INVALID)
+        self.assertDetail(r, 503, "the relay cannot get the signing keys of OIDC issuer %s "
+                                  "(HTTP status 503); the token was not judged, please retry"
+                          % self.s.issuer.url)
+        self.assertIn(r.headers.get("retry-after"), [str(n) for n in range(1, 6)])
         self.assertGreaterEqual(len(self.s.issuer.jwks_fetches()), 1)
         self.assertEqual(self.outbox(pr.delivery, "hud_forward"), [])
-        # The failed fetch counts against the once-a-minute refetch limit: a second token right
-        # away does not make the relay retry the issuer.
+        doc = self.s.relay.get("/api/v1/pr/%d" % pr.number).json()
+        self.assertEqual([s["runs"] for s in doc["shas"]], [[]])
+        # The failed fetch counts against the retry interval: a second token right away does not
+        # make the relay ask the issuer again.
         n = len(self.s.issuer.jwks_fetches())
-        self.assertDetail(self.post_callback(L2, self.body(pr.cp(L2), "in_progress")), 401,
-                          INVALID)
+        r = self.post_callback(L2, self.body(pr.cp(L2), "in_progress"))
+        self.assertEqual(r.status, 503, r.body)
         self.assertEqual(len(self.s.issuer.jwks_fetches()), n)
+        # Counted in /metrics, per issuer, and as callbacks answered "unavailable".
+        text = self.s.relay.get("/metrics").body.decode()
+        self.assertIn('crcr_oidc_keys_unavailable_total{issuer="%s"} 2' % self.s.issuer.url, text)
+        self.assertIn('crcr_oidc_jwks_failing{issuer="%s"} 1' % self.s.issuer.url, text)
+        self.assertIn('crcr_callbacks_total{result="unavailable"} 2', text)
+        # The issuer answers again: once the retry interval has passed on the relay's clock, the
+        # same report is taken.
+        self.s.issuer.fail_jwks(None)
+        self.s.relay.clock.advance(5)
+        self.assertOk(self.post_callback(L2, self.body(pr.cp(L2), "in_progress")), "in_progress")
+        text = self.s.relay.get("/metrics").body.decode()
+        self.assertIn('crcr_oidc_jwks_failing{issuer="%s"} 0' % self.s.issuer.url, text)
+
+    def test_a_bad_token_stays_401_while_the_issuer_is_down(self):
+        # Keys the relay has judge a token: a forgery under a known kid is 401 during an outage.
+        self.own_stack()
+        pr = self.open_pr(repos=[L2])
+        self.assertOk(self.post_callback(L2, self.body(pr.cp(L2), "in_progress", job_name="a")),
+                      "in_progress")
+        self.s.issuer.fail_jwks(500)
+        # An hour later the cached keys are old: a refresh is tried and fails, the keys stay.
+        clock = self.s.relay.clock
+        clock.advance(3600)
+        n = len(self.s.issuer.jwks_fetches())
+        issuer = self.s.issuer
+        forged = issuer.sign(issuer.claims(L2, now=clock.now()), key=issuer.foreign_key)
+        r = self.post_callback(L2, self.body(pr.cp(L2), "in_progress", job_name="b"),
+                               token=forged)
+        self.assertDetail(r, 401, INVALID)
+        self.assertEqual(len(issuer.jwks_fetches()), n + 1)  # the refresh was tried
+        good = issuer.token(L2, now=clock.now())
+        self.assertOk(self.post_callback(L2, self.body(pr.cp(L2), "in_progress", job_name="c"),
+                                         token=good), "in_progress")
 
 
 class IssuerConfigTest(CallbackMixin, unittest.TestCase):

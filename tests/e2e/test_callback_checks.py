@@ -16,12 +16,12 @@ Harness: test_callback.py. Needs CRCR_BIN; see tests/support/README.md.
 
 import json
 import secrets
-import time
 import unittest
 
 import relay as R
 from test_callback import (L2, L3, L3B, L3_OTHER, L4, CHECK_RUNS_PATH, CallbackMixin,
-                           new_run_id, wait_until)
+                           new_run_id)
+from waiting import wait_until
 
 ACCESS_TOKENS_PATH = r"^/app/installations/%d/access_tokens$"
 
@@ -159,28 +159,39 @@ class CheckRunTest(ChecksMixin, unittest.TestCase):
         pr = self.open_pr(repos=[L4])
         tok_fault = self.s.gh.fault_5xx(ACCESS_TOKENS_PATH % pytorch_inst, status=500, count=2)
         cr_fault = self.s.gh.fault_5xx(CHECK_RUNS_PATH, status=502, count=1)
-        slow = self.s.gh.fault_delay(CHECK_RUNS_PATH, delay_ms=1500)
-        t0 = time.monotonic()
+        # The first GitHub call of the check run (pytorch/pytorch's installation lookup) is held
+        # until the callback was answered: an answer that waited for GitHub would never come.
+        lookup = self.s.gh.hold("GET", r"^/repos/pytorch/pytorch/installation$", count=1)
+        self.addCleanup(lookup.release)
         self.assertOk(self.cb(L4, pr, "in_progress"), "in_progress")
-        self.assertLess(time.monotonic() - t0, 1.0, "the answer waited for GitHub")
-        checks = self.wait_checks(pr.sha, 1, L4, timeout=15)
+        self.assertTrue(lookup.wait_reached(), "the check run never reached GitHub")
+        lookup.release()
+        checks = self.wait_checks(pr.sha, 1, L4, timeout=15, step=0.5)
         self.assertEqual(len(checks), 1)
         self.assertEqual(tok_fault.hits, 2)
         self.assertEqual(cr_fault.hits, 1)
-        self.assertGreaterEqual(slow.hits, 1)
         rows = self.outbox(pr.delivery, "check_run")
         self.assertEqual([(r["state"], r["last_status"]) for r in rows], [("sent", 201)])
 
     def test_a_retried_in_progress_check_run_never_lands_after_the_completed_one(self):
         # GitHub shows the newest check run of a name on a commit (reference §2.5). Upstream
         # creates them inside the callback, in callback order. Here the in_progress POST fails
-        # once (a slow 502) while the completed one goes through: if the retried in_progress is
-        # created after it, the PR shows the finished job as running forever.
+        # once (a 502), and its retry is held at GitHub until the completed callback was
+        # answered: if the completed one went out meanwhile, or the retried in_progress were
+        # created after it, the PR would show the finished job as running forever.
         self.own_stack()
         pr = self.open_pr(repos=[L4])
-        self.s.gh.add_fault("POST", CHECK_RUNS_PATH, status=502, count=1, delay_ms=400)
+        fault = self.s.gh.add_fault("POST", CHECK_RUNS_PATH, status=502, count=1)
+        retry = self.s.gh.hold("POST", CHECK_RUNS_PATH, count=1, after=False)
+        self.addCleanup(retry.release)
         self.assertOk(self.cb(L4, pr, "in_progress", job_name="ordered"), "in_progress")
         self.assertOk(self.cb(L4, pr, "completed", job_name="ordered"), "completed")
+        # The retry comes after its backoff (moved clock); nothing else reaches GitHub meanwhile.
+        self.assertTrue(wait_until(lambda: retry.held, 15, clock=self.s.clock, step=0.5),
+                        "the in_progress check run was not retried" + self.diag())
+        self.assertEqual(fault.hits, 1)
+        self.assertEqual(len(self.s.gh.requests("POST", CHECK_RUNS_PATH)), 2)
+        retry.release()
         self.wait_checks(pr.sha, 2, L4, timeout=15)
         self.settle()
         newest = max(self.checks_for(pr.sha, L4), key=lambda c: c["id"])
@@ -367,7 +378,7 @@ class RerunTest(ChecksMixin, unittest.TestCase):
         r = self.webhook("check_run", check_run_event("crcr/%s/CI/build" % L3, str(run)))
         self.assertEqual((r.status, r.json()["ok"]), (200, True))
         row = wait_until(lambda: [x for x in self.outbox(r.delivery, "rerun")
-                                  if x["state"] not in ("queued", "running")])
+                                  if x["state"] not in ("queued", "running")], 10.0, 0.1)
         self.assertEqual([(x["state"], x["attempts"], x["note"]) for x in row],
                          [("sent", 1, "already running")])
         self.settle()
@@ -446,7 +457,7 @@ class RerunTest(ChecksMixin, unittest.TestCase):
         r = self.webhook("check_suite", check_suite_event(suite))
         self.assertEqual(r.status, 200)
         row = wait_until(lambda: [x for x in self.outbox(r.delivery, "rerun_suite")
-                                  if x["state"] == "sent"])
+                                  if x["state"] == "sent"], 10.0, 0.1)
         self.assertEqual(row[0]["note"], "0 re-runs queued")
         self.settle()
         self.assertEqual(self.reruns_of(997, 998, 999), [])

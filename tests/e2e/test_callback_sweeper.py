@@ -1,7 +1,8 @@
 """End-to-end zombie sweeper: runs left in_progress become completed/timed_out.
 
-The relay runs with ZOMBIE_TIMEOUT_SECONDS=2 and CRCR_SWEEP_SECONDS=1, so a run whose
-in_progress callback is older than 2 s is timed out at the next sweep (within about 3 s). Covered:
+The relay runs with ZOMBIE_TIMEOUT_SECONDS=3600 and CRCR_SWEEP_SECONDS=60 on the stack's test
+clock: a test moves the clock past the timeout and awaits the sweep that follows
+(crcr_sweeper_last_run_timestamp_seconds), instead of waiting for it. Covered:
 upstream reference §3.9 (cleanup handler) 1, 2, 4-7, 9, 10 and §3.13 STATE-05 (in_progress only ->
 shown as running until the sweeper times it out), black-box through the fake HUD, the fake GitHub
 and the state machine's answers; labelled L3 zombies (label on the PR, or sha marked by a labeled
@@ -20,36 +21,58 @@ import unittest
 
 import relay as R
 from test_callback import (ALLOWLIST, ISO_Z, L2, L3, L3B, L4, UPSTREAM, CallbackMixin,
-                           new_run_id, wait_until)
+                           new_run_id)
 from test_callback_checks import labeled_event
+from waiting import wait_until
 
-ZOMBIE_S = 2
-SWEEP_TIMEOUT = 10.0  # generous: timeout 2 s + one sweep period 1 s + outbox
+ZOMBIE_S = 3600
+SWEEP_S = 60
 
 
 class SweeperTest(CallbackMixin, unittest.TestCase):
-    STACK_ENV = {"ZOMBIE_TIMEOUT_SECONDS": str(ZOMBIE_S), "CRCR_SWEEP_SECONDS": "1"}
+    STACK_ENV = {"ZOMBIE_TIMEOUT_SECONDS": str(ZOMBIE_S), "CRCR_SWEEP_SECONDS": str(SWEEP_S)}
+
+    def relays(self):
+        return [self.s.relay] + getattr(self, "more_relays", [])
+
+    def last_sweep(self):
+        """When the last finished sweeper pass started, over every instance on the store."""
+        return max(r.metric("crcr_sweeper_last_run_timestamp_seconds") or 0
+                   for r in self.relays())
+
+    def sweep(self, advance):
+        """With nothing in flight (a row in flight would lose its lease), moves the clock
+        `advance` s and awaits a sweeper pass that started after the move, then everything it
+        queued being sent."""
+        self.settle()
+        self.s.clock.advance(advance)
+        moved_to = self.s.clock.now()
+        ok = wait_until(lambda: self.last_sweep() >= moved_to - 1, 10.0)
+        self.assertTrue(ok, "no sweep after the clock moved%s" % self.diag())
+        self.settle()
+
+    def sweep_past_timeout(self):
+        self.sweep(ZOMBIE_S + SWEEP_S)
 
     def timed_out(self, delivery, repo=None, n=1):
-        """Waits for `n` timed_out HUD forwards of `delivery`; returns them."""
-        def got():
-            x = [b for b in self.hud_for(delivery, repo)
-                 if b["untrusted"]["callback_payload"]["workflow"].get("conclusion") ==
-                 "timed_out"]
-            return x if len(x) >= n else None
-        out = wait_until(got, SWEEP_TIMEOUT)
-        self.assertTrue(out, "no timed_out forward for %s%s" % (delivery, self.diag()))
-        return out
+        """The timed_out HUD forwards of `delivery` (at least `n`, after a sweep past the
+        timeout)."""
+        x = [b for b in self.hud_for(delivery, repo)
+             if b["untrusted"]["callback_payload"]["workflow"].get("conclusion") == "timed_out"]
+        self.assertGreaterEqual(len(x), n, "timed_out forwards for %s: %d%s"
+                                % (delivery, len(x), self.diag()))
+        return x
 
     def test_3_9_1_and_state_05_in_progress_only_times_out_with_the_stored_payload(self):
         pr = self.open_pr(repos=[L2])
         run = new_run_id()
         body = self.body(pr.cp(L2), "in_progress", run_id=run, job_name="my-job",
                          check_run_id="cr-456")
-        t0 = time.time()
+        t0, moved0 = time.monotonic(), self.s.clock.offset_ms
         self.assertOk(self.post_callback(L2, body), "in_progress")
+        self.sweep_past_timeout()
         (fwd,) = self.timed_out(pr.delivery)
-        waited = time.time() - t0
+        waited = time.monotonic() - t0 + (self.s.clock.offset_ms - moved0) / 1000.0
         self.assertEqual(fwd["trusted"]["verified_repo"], L2)
         self.assertEqual(fwd["trusted"]["downstream_repo_level"], "L2")
         self.assertIsNone(fwd["trusted"]["ci_metrics"]["queue_time"])
@@ -81,6 +104,7 @@ class SweeperTest(CallbackMixin, unittest.TestCase):
     def test_3_9_2_push_run_without_pull_request_times_out(self):
         pr = self.push(repos=[L2])
         self.assertOk(self.cb(L2, pr, "in_progress", job_name="push-job"), "in_progress")
+        self.sweep_past_timeout()
         (fwd,) = self.timed_out(pr.delivery)
         self.assertIsNotNone(fwd["trusted"]["ci_metrics"]["execution_time"])
         self.assertEqual(fwd["untrusted"]["callback_payload"]["event_type"], "push")
@@ -88,8 +112,7 @@ class SweeperTest(CallbackMixin, unittest.TestCase):
     def test_3_9_4_finished_runs_are_never_swept(self):
         pr = self.open_pr(repos=[L4])
         self.progress(L4, pr, job_name="quick")
-        time.sleep(ZOMBIE_S + 1.5)
-        self.settle()
+        self.sweep_past_timeout()
         fwd = self.hud_for(pr.delivery)
         self.assertEqual(sorted(str(b["untrusted"]["callback_payload"]["workflow"]["conclusion"])
                                 for b in fwd), ["None", "success"])
@@ -103,9 +126,9 @@ class SweeperTest(CallbackMixin, unittest.TestCase):
         for job in jobs:
             self.assertOk(self.cb(L2, pr, "in_progress", run_id=run, job_name=job),
                           "in_progress")
-        fwd = self.timed_out(pr.delivery, n=3)
-        time.sleep(1.5)  # one more sweep: nothing is timed out twice
-        self.settle()
+        self.sweep_past_timeout()
+        self.timed_out(pr.delivery, n=3)
+        self.sweep(SWEEP_S)  # one more sweep: nothing is timed out twice
         fwd = [b for b in self.hud_for(pr.delivery)
                if b["untrusted"]["callback_payload"]["workflow"]["conclusion"] == "timed_out"]
         self.assertEqual(sorted(b["untrusted"]["callback_payload"]["workflow"]["job_name"]
@@ -118,6 +141,7 @@ class SweeperTest(CallbackMixin, unittest.TestCase):
         self.assertOk(self.cb(L2, pr, "in_progress", job_name="hud-down"), "in_progress")
         self.wait_hud(pr.delivery, 1)
         self.s.hud.fail(500, count=2, match=pr.delivery)
+        self.sweep_past_timeout()  # its settle moves the clock across the retries' backoff
         self.timed_out(pr.delivery)
         rows = [r for r in self.outbox(pr.delivery, "hud_forward") if r["attempts"] > 1]
         self.assertEqual([(r["state"], r["attempts"]) for r in rows], [("sent", 3)])
@@ -127,7 +151,8 @@ class SweeperTest(CallbackMixin, unittest.TestCase):
         run = new_run_id()
         self.assertOk(self.cb(L4, pr, "in_progress", run_id=run, job_name="l4-zombie"),
                       "in_progress")
-        checks = self.wait_checks(pr.sha, 2, L4, timeout=SWEEP_TIMEOUT)
+        self.sweep_past_timeout()
+        checks = self.wait_checks(pr.sha, 2, L4)
         self.assertEqual([(c["status"], c["conclusion"]) for c in checks],
                          [("in_progress", None), ("completed", "timed_out")])
         c = checks[1]
@@ -140,9 +165,9 @@ class SweeperTest(CallbackMixin, unittest.TestCase):
         pr = self.open_pr(repos=[L2, L3])
         self.assertOk(self.cb(L2, pr, "in_progress", job_name="l2-zombie"), "in_progress")
         self.assertOk(self.cb(L3, pr, "in_progress", job_name="l3-zombie"), "in_progress")
+        self.sweep_past_timeout()
         self.timed_out(pr.delivery, L2)
         self.timed_out(pr.delivery, L3)
-        self.settle()
         self.assertEqual(self.checks_for(pr.sha), [])
 
     def test_l3_zombie_of_a_pr_carrying_the_label_gets_a_timed_out_check_run(self):
@@ -152,8 +177,9 @@ class SweeperTest(CallbackMixin, unittest.TestCase):
         # PR shows the job running forever.
         pr = self.open_pr(labels=["ciflow/crcr/dev"], repos=[L3B])
         self.assertOk(self.cb(L3B, pr, "in_progress", job_name="l3-zombie"), "in_progress")
+        self.sweep_past_timeout()
         self.timed_out(pr.delivery)
-        checks = self.wait_checks(pr.sha, 2, L3B, timeout=3.0)
+        checks = self.wait_checks(pr.sha, 2, L3B)
         self.assertEqual([(c["status"], c["conclusion"]) for c in checks],
                          [("in_progress", None), ("completed", "timed_out")])
 
@@ -162,7 +188,8 @@ class SweeperTest(CallbackMixin, unittest.TestCase):
         self.assertEqual(self.webhook("pull_request", labeled_event(pr, "ciflow/crcr/dev")).status,
                          200)
         self.assertOk(self.cb(L3, pr, "in_progress", job_name="l3-marked"), "in_progress")
-        checks = self.wait_checks(pr.sha, 2, L3, timeout=SWEEP_TIMEOUT)
+        self.sweep_past_timeout()
+        checks = self.wait_checks(pr.sha, 2, L3)
         self.assertEqual([(c["status"], c["conclusion"]) for c in checks],
                          [("in_progress", None), ("completed", "timed_out")])
 
@@ -173,16 +200,17 @@ class SweeperTest(CallbackMixin, unittest.TestCase):
             # scripts/test.sh runs this suite again with PostgreSQL, where this test runs.
             self.skipTest("several instances need the PostgreSQL store (CRCR_E2E_PG_URI)")
         env = dict(self.s.relay.extra_env, CRCR_STORE=self.s.relay.store_uri)
-        second = R.Relay(env=env, allowlist=ALLOWLIST)
+        second = R.Relay(env=env, allowlist=ALLOWLIST, clock=self.s.clock)
         self.addCleanup(second.close)
         second.start()
+        self.more_relays = [second]
         pr = self.open_pr(repos=[L4])
         jobs = ["pair-%d" % i for i in range(5)]
         for job in jobs:
             self.assertOk(self.cb(L4, pr, "in_progress", job_name=job), "in_progress")
+        self.sweep_past_timeout()
         self.timed_out(pr.delivery, n=5)
-        time.sleep(1.5)  # both instances swept at least once more
-        self.settle()
+        self.sweep(SWEEP_S)  # one more sweep: nothing is timed out twice
         timed_out = [c["name"] for c in self.checks_for(pr.sha, L4)
                      if c["conclusion"] == "timed_out"]
         self.assertEqual(sorted(timed_out), ["crcr/%s/CI/%s" % (L4, j) for j in jobs])

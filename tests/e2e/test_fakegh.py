@@ -19,6 +19,8 @@ import unittest
 import fakegh
 import relay
 import rsa_pure
+from testclock import TestClock
+from waiting import wait_until
 
 APP_ID = 12345
 
@@ -449,26 +451,57 @@ class FakeGitHubHttpTest(FakeGitHubTestBase):
         self.assertGreater(int(h1["x-ratelimit-reset"]), time.time())
 
     def test_global_latency_delays_every_answer(self):
+        # Real time is the subject (the fake's latency, for benchmarks): a lower bound only.
         self.gh.latency_ms = 150
         t0 = time.monotonic()
         self.call("GET", "/x")
         self.assertGreaterEqual(time.monotonic() - t0, 0.15)
 
     def test_concurrent_requests_are_served_in_parallel(self):
-        self.gh.latency_ms = 300
+        # Eight requests held at once: each has a thread of its own (no timing needed).
+        hold = self.gh.hold(path_re="^/x$", count=None, after=False)
+        self.addCleanup(hold.release)
         results = []
 
         def one():
             results.append(self.call("GET", "/x")[0])
 
         threads = [threading.Thread(target=one) for _ in range(8)]
-        t0 = time.monotonic()
         for t in threads:
             t.start()
+        self.assertTrue(wait_until(lambda: len(hold.held) == 8, 10), len(hold.held))
+        self.assertEqual(results, [])
+        hold.release()
         for t in threads:
             t.join(10)
         self.assertEqual(results, [404] * 8)
-        self.assertLess(time.monotonic() - t0, 1.5)  # serial would take 2.4 s
+
+    def test_a_test_clock_dates_tokens_jwts_and_rate_limit_resets(self):
+        clock = TestClock()
+        self.addCleanup(clock.close)
+        gh = fakegh.FakeGitHub(APP_ID, read(relay.APP_PUB), clock=clock).start()
+        self.addCleanup(gh.stop)
+        clock.advance(7200)  # two hours ahead of the real clock
+        self.gh = gh
+        # A JWT dated on the real clock is two hours old for the fake; one on its clock is good.
+        self.assertEqual(self.call("GET", "/repos/org1/repo1/installation",
+                                   headers=self.jwt_headers())[0], 401)
+        st, h, body = self.call("GET", "/repos/org1/repo1/installation",
+                                headers=self.jwt_headers(now=clock.now()))
+        self.assertEqual(st, 200, body)
+        self.assertAlmostEqual(int(h["x-ratelimit-reset"]), clock.now() + 3600, delta=5)
+        iid = json.loads(body)["id"]
+        st, _, body = self.call("POST", "/app/installations/%d/access_tokens" % iid,
+                                headers=self.jwt_headers(now=clock.now()))
+        self.assertEqual(st, 201, body)
+        exp = calendar.timegm(time.strptime(json.loads(body)["expires_at"],
+                                            "%Y-%m-%dT%H:%M:%SZ"))
+        self.assertAlmostEqual(exp - clock.now(), 3600, delta=5)
+        # An hour later on that clock the token is expired.
+        tok = json.loads(body)["token"]
+        clock.advance(3601)
+        st, _, body = self.dispatch("org1/repo1", {"event_type": "x", "client_payload": {}}, tok)
+        self.assertEqual(st, 401, body)
 
 
 class FakeGitHubFaultTest(FakeGitHubTestBase):
@@ -537,6 +570,7 @@ class FakeGitHubFaultTest(FakeGitHubTestBase):
                                    headers=self.jwt_headers())[0], 404)
 
     def test_delay_fault_answers_normally_after_the_delay(self):
+        # Real time is the subject (the fake's delay, for benchmarks): a lower bound only.
         f = self.gh.fault_delay(r"/installation$", delay_ms=300, count=1)
         t0 = time.monotonic()
         st, _, _ = self.call("GET", "/repos/org1/repo1/installation", headers=self.jwt_headers())
@@ -557,9 +591,7 @@ class FakeGitHubFaultTest(FakeGitHubTestBase):
                    for _ in range(3)]
         for t in threads:
             t.start()
-        deadline = time.monotonic() + 10
-        while len(hold.held) < 3 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: len(hold.held) >= 3, 10)
         self.assertEqual(len(hold.held), 3)
         self.assertEqual(answers, [])  # nothing answered while held
         hold.release()

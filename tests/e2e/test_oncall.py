@@ -8,18 +8,22 @@ mentioning them, with upstream's marker `<!-- crcr-oncall:OWNER/REPO -->` as the
     a second failure of the same repo on the same PR (also from a reopened PR's new delivery)
     adds none;
   - a PR that already holds upstream's marker for the repo gets none (another repo's marker does
-    not count);
+    not count); a marker written by another user (any GitHub user can comment), or by upstream's
+    bot anywhere but at the start of its comment, does not stop the comment; with
+    CRCR_ONCALL_TRUSTED_AUTHORS=- only the App's own comments count;
   - crash safety: the relay SIGKILLed after GitHub created the comment but before the relay learnt
     of it (the fake holds its answer), and SIGKILLed while it listed the PR's comments, before its
     POST; after the restart there is exactly one comment either way;
   - CRCR_ONCALL_COMMENTS=0 posts nothing; a repo without on-calls gets none; success, an
     in_progress check run and a push (no PR) get none; L2 never; L3 only with its check run (the
     label on the PR, or the label event's back-fill of a failed job);
-  - the sweeper's timed_out check run comments;
+  - the sweeper's timed_out check run comments (the zombie timeout runs out on the stack's moved
+    clock);
   - dry-run (no App) records the comment row as dry_run and sends nothing;
   - a hostile job name cannot mention anyone or break the comment's table.
 Every wait is on an observable event (a request, a comment, an outbox row's state), never a
-sleep. Harness: test_callback.py. Needs CRCR_BIN; see tests/support/README.md.
+sleep; timers (the zombie timeout, a dead claim's lease) run out on the moved clock. Harness:
+test_callback.py. Needs CRCR_BIN; see tests/support/README.md.
 """
 
 import json
@@ -28,8 +32,9 @@ import secrets
 import unittest
 
 import relay as R
-from test_callback import PR, UPSTREAM, CallbackMixin, new_run_id, new_sha, wait_until
+from test_callback import PR, UPSTREAM, CallbackMixin, new_run_id, new_sha
 from test_callback_checks import labeled_event
+from waiting import wait_until
 
 L2, L3, L3_NONE, L4, L4_NONE = ("org2/repo2", "org3/repo3", "org3/repo3b", "org4/repo4",
                                 "org6/repo6")
@@ -73,13 +78,14 @@ class OncallMixin(CallbackMixin):
                                 % (len(got), n, pr.number, self.diag()))
         return got
 
-    def comment_rows(self, delivery, n=1):
-        """The `comment` outbox rows of `delivery` once there are `n` and all are finished."""
+    def comment_rows(self, delivery, n=1, step=0.0):
+        """The `comment` outbox rows of `delivery` once there are `n` and all are finished (with
+        `step`, each poll without them moves the clock `step` s: a lease runs out)."""
         def got():
             rows = self.outbox(delivery, "comment")
             done = [r for r in rows if r["state"] in ("sent", "dry_run", "dead")]
             return rows if len(rows) >= n and len(done) == len(rows) else None
-        rows = wait_until(got, ROW_TIMEOUT, interval=0.1)
+        rows = wait_until(got, ROW_TIMEOUT, 0.1, self.s.clock, step)
         self.assertTrue(rows, "comment rows of %s: %r%s"
                         % (delivery, self.outbox(delivery, "comment"), self.diag()))
         return rows
@@ -176,12 +182,40 @@ class OncallCommentTest(OncallMixin, unittest.TestCase):
         self.assertEqual(rows[1]["note"], "already commented (recorded)")
         self.assertEqual(len(self.comment_requests(pr, "GET")), 1)
 
+    def test_a_marker_by_another_user_does_not_stop_the_comment(self):
+        number = 750000 + new_run_id() % 100000
+        # Any GitHub user can comment on a PR: a user writing the marker, a user writing it under
+        # the bot's name without the [bot] suffix, and upstream's bot quoting it further down
+        # its comment are no on-call comment.
+        self.s.gh.add_comment(UPSTREAM, number, MARKER % L4 + "\n" + TITLE, login="mallory",
+                              user_type="User")
+        self.s.gh.add_comment(UPSTREAM, number, MARKER % L4, login="pytorch-bot",
+                              user_type="User")
+        self.s.gh.add_comment(UPSTREAM, number, "see above:\n" + MARKER % L4)
+        pr = self.open_pr(number=number, repos=[L4])
+        self.fail_job(L4, pr)
+        (row,) = self.comment_rows(pr.delivery)
+        self.assertEqual((row["state"], row["note"]), ("sent", "commented"))
+        (posted,) = [c for c in self.comments(pr) if c["user"]["login"] == "crcr-test[bot]"]
+        self.assertTrue(posted["body"].startswith(MARKER % L4 + "\n"), posted["body"])
+        self.assertEqual(len(self.comment_requests(pr, "POST")), 1)
+
+    def test_with_no_trusted_authors_only_the_apps_own_marker_counts(self):
+        s = self.own(env={"CRCR_ONCALL_TRUSTED_AUTHORS": "-"})
+        number = 760000 + new_run_id() % 100000
+        s.gh.add_comment(UPSTREAM, number, MARKER % L4 + "\n" + TITLE)  # upstream's bot
+        pr = self.open_pr(number=number, repos=[L4])
+        self.fail_job(L4, pr)
+        (row,) = self.comment_rows(pr.delivery)
+        self.assertEqual(row["note"], "commented")
+        self.assertEqual(len(self.comment_requests(pr, "POST")), 1)
+
     def test_the_marker_is_found_past_the_first_page(self):
         number = 800000 + new_run_id() % 100000
         for i in range(65):
             self.s.gh.add_comment(UPSTREAM, number, "chatter %d" % i, login="someone",
                                   user_type="User")
-        self.s.gh.add_comment(UPSTREAM, number, "x\n<!-- crcr-oncall:org4/repo4 -->")
+        self.s.gh.add_comment(UPSTREAM, number, "<!-- crcr-oncall:org4/repo4 -->\n" + TITLE)
         pr = self.open_pr(number=number, repos=[L4])
         self.fail_job(L4, pr)
         (row,) = self.comment_rows(pr.delivery)
@@ -295,11 +329,13 @@ class OncallDryRunTest(OncallMixin, unittest.TestCase):
 
 
 class OncallSweeperTest(OncallMixin, unittest.TestCase):
-    STACK_ENV = {"ZOMBIE_TIMEOUT_SECONDS": "2", "CRCR_SWEEP_SECONDS": "1"}
+    STACK_ENV = {"ZOMBIE_TIMEOUT_SECONDS": "3600", "CRCR_SWEEP_SECONDS": "60"}
 
     def test_the_sweepers_timed_out_check_run_comments(self):
         pr = self.open_pr(repos=[L4])
         self.assertOk(self.cb(L4, pr, "in_progress", job_name="zombie"), "in_progress")
+        self.settle()  # nothing in flight: moving the clock an hour cannot cost a lease
+        self.s.clock.advance(3600 + 60)
         (c,) = self.wait_comments(pr, 1)
         self.assert_our_comment(c["body"], L4, pr, ["@alice", "@pytorch/accel-oncall"],
                                 "crcr/%s/CI/zombie" % L4, "timed_out")
@@ -311,10 +347,11 @@ class OncallSweeperTest(OncallMixin, unittest.TestCase):
 
 class OncallCrashTest(OncallMixin, unittest.TestCase):
     """The relay SIGKILLed at either side of the comment's POST, then restarted on the same store
-    (SQLite, or PostgreSQL with CRCR_E2E_PG_URI, where the dead claim's lease must run out)."""
+    (SQLite, or PostgreSQL with CRCR_E2E_PG_URI, where the dead claim's lease must run out: the
+    waits move the clock past it)."""
 
     STACK_KW = None  # every test has its own stack
-    LEASE = {"CRCR_LEASE_SECONDS": "2"}
+    LEASE = {}  # the default lease (120 s), run out on the moved clock
 
     @classmethod
     def setUpClass(cls):
@@ -344,7 +381,7 @@ class OncallCrashTest(OncallMixin, unittest.TestCase):
         # GitHub has the comment; the relay has not heard back and has recorded nothing.
         self.assertEqual(len(self.comments(pr)), 1)
         self.restart_after_kill(hold)
-        (row,) = self.comment_rows(pr.delivery)
+        (row,) = self.comment_rows(pr.delivery, step=10)
         self.assertEqual((row["state"], row["note"]),
                          ("sent", "already commented (marker on the PR)"))
         self.assertEqual(len(self.comments(pr)), 1)
@@ -355,7 +392,7 @@ class OncallCrashTest(OncallMixin, unittest.TestCase):
         pr, hold = self.fail_and_hold("GET")
         self.assertEqual(self.comments(pr), [])
         self.restart_after_kill(hold)
-        (row,) = self.comment_rows(pr.delivery)
+        (row,) = self.comment_rows(pr.delivery, step=10)
         self.assertEqual((row["state"], row["note"]), ("sent", "commented"))
         (c,) = self.comments(pr)
         self.assertEqual(c["body"].split("\n")[0], MARKER % L4)

@@ -18,7 +18,7 @@
   that back. For PostgreSQL it prints the pg_dump command (password hidden) and exits 2.
 - Upgrade: tests/data/stores/schema-v1.db, written by the last schema-1 crcr
   (tests/data/stores/make-schema-v1.py), is opened by this binary: every row of every table is
-  still there and the schema version is now current. A store newer than the binary is refused
+  still there (run ids now as text: version 4) and the schema version is now current. A store newer than the binary is refused
   with a clear message by the CLI and by `crcr serve` (exit 2).
 
 Needs CRCR_BIN; see tests/support/README.md. SQLite-only tests are skipped when the relay's store
@@ -38,13 +38,13 @@ import tempfile
 import unittest
 
 import relay as R
-from test_dispatch import wait_until
+from waiting import wait_until
 
 ADMIN_TOKEN = "admin-token-for-operator-e2e-0123456789"
 V1_FIXTURE = os.path.join(str(R.DATA_DIR), "stores", "schema-v1.db")
 V1_TABLES = ("schema_version", "deliveries", "outbox", "kv", "runs", "labels_wanted",
              "rate_hits", "rate_counts", "callback_rejections")
-CURRENT_SCHEMA = 4
+CURRENT_SCHEMA = 5  # src/store/store.h CRCR_SCHEMA_VERSION
 
 
 def clean_env(**extra):
@@ -331,7 +331,7 @@ class AllowlistStrictnessTest(TempDirMixin, unittest.TestCase):
         return json.loads(relay.get("/readyz").body)
 
     def metric(self, relay, name):
-        for line in relay.get("/metrics").body.decode().splitlines():
+        for line in relay.poll("/metrics").body.decode().splitlines():
             if line.startswith(name + " "):
                 return float(line.split()[1])
         return None
@@ -476,8 +476,13 @@ class UpgradeTest(TempDirMixin, unittest.TestCase):
         self.assertEqual(schema_version(path), CURRENT_SCHEMA)
         new = table_rows(path)
         for t in V1_TABLES:
-            if t != "schema_version":
+            if t != "schema_version" and t != "runs":
                 self.assertEqual(new[t], old[t], "table %s changed" % t)
+        # Version 4: run ids are text (column 2 of runs), every other value as it was.
+        self.assertTrue(all(isinstance(r[2], int) for r in old["runs"]), old["runs"][:1])
+        as_text = sorted((r[:2] + (str(r[2]),) + r[3:] for r in old["runs"]), key=repr)
+        self.assertEqual(new["runs"], as_text)
+        self.assertTrue(all(isinstance(r[2], str) for r in new["runs"]))
         con = sqlite3.connect("file:%s?mode=ro" % path, uri=True)
         tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         con.close()

@@ -32,7 +32,8 @@ from collections import Counter
 import fakegh as F
 import relay as R
 from test_dispatch import (DISPATCH_PATH, INSTALLATION_PATH, TARGETS, TOKEN_PATH,
-                           GitHubRelayMixin, pair_counts, wait_until)
+                           GitHubRelayMixin, pair_counts)
+from waiting import wait_until
 
 ADMIN_TOKEN = "admin-token-for-e2e-0123456789abcdef"
 ADMIN = {"Authorization": "Bearer " + ADMIN_TOKEN}
@@ -308,7 +309,7 @@ class MetricsTest(GitHubRelayMixin, unittest.TestCase):
         self.assertEqual(cb.status, 401)
         self.wait_pairs({(d, t) for d in (pr.delivery, push.delivery) for t in TARGETS},
                         timeout=20)
-        self.quiesce(0.5)
+        self.quiesce()
 
         fams = scrape(self.relay)
         want = {
@@ -475,7 +476,7 @@ class AdminApiTest(GitHubRelayMixin, unittest.TestCase):
         pr = self.post_ok("pull_request", R.load_example("pull_request.opened"))
         push = self.post_ok("push", R.load_example("push"))
         self.wait_pairs({(d, t) for d in (pr.delivery, push.delivery) for t in TARGETS})
-        self.quiesce(0.5)
+        self.quiesce()
 
         r = self.api("GET", "/api/v1/admin/deliveries")
         self.assertEqual(r.status, 200, r.body)
@@ -539,7 +540,7 @@ class AdminApiTest(GitHubRelayMixin, unittest.TestCase):
                               what="org3/repo3 sent after redeliver")
         self.assertEqual((rows["org3/repo3"]["attempts"], rows["org3/repo3"]["last_status"]),
                          (1, 204))
-        self.quiesce(0.5)
+        self.quiesce()
         self.assertEqual(fault.hits, 1)
         self.assertEqual(pair_counts(self.gh), Counter({(r.delivery, t): 1 for t in TARGETS}))
         fams = scrape(self.relay)
@@ -620,7 +621,7 @@ class LogScrubTest(GitHubRelayMixin, unittest.TestCase):
         self.relay.get("/api/v1/admin/deliveries", {"Authorization": "Bearer " + token})
         self.relay.get("/api/v1/admin/deliveries", ADMIN)
         self.relay.webhook("push", R.load_example("push"), secret="not-the-secret")
-        self.quiesce(0.5)
+        self.quiesce()
         shown = "".join(self.relay.cli(["deliveries", "show", d, "--format", "json"])[1]
                         for d in (first.delivery, second.delivery, third.delivery))
         self.relay.stop()

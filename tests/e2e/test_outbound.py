@@ -18,12 +18,12 @@ Needs CRCR_BIN; see tests/support/README.md. Helpers come from test_dispatch.py.
 """
 
 import os
-import re
 import unittest
 from collections import Counter
 
 import relay as R
-from test_dispatch import (GitHubRelayMixin, allowlist_yaml, app_env, pair_counts, wait_until)
+from test_dispatch import GitHubRelayMixin, allowlist_yaml, app_env, pair_counts
+from waiting import wait_until
 
 
 def kind_of(rec):
@@ -53,9 +53,8 @@ def peak_in_flight(recs):
 
 def metric(relay, name):
     """A sample of the relay's /metrics (0 when absent)."""
-    text = relay.get("/metrics").body.decode("utf-8", "replace")
-    m = re.search(r"^%s (\S+)$" % re.escape(name), text, re.M)
-    return float(m.group(1)) if m else 0.0
+    v = relay.metric(name)
+    return 0.0 if v is None else v
 
 
 def push_example():
@@ -78,7 +77,7 @@ class BudgetTest(GitHubRelayMixin, unittest.TestCase):
         self.assertEqual(metric(self.relay, "crcr_github_requests_in_flight"), 4)
         hold.release()
         self.wait_pairs({(d, r) for r in repos}, timeout=30)
-        self.quiesce(0.5)
+        self.quiesce()
         recs = self.gh.requests()
         self.assertEqual(Counter(kind_of(r) for r in recs),
                          Counter({"installation": 12, "token": 12, "dispatch": 12}))
@@ -95,7 +94,8 @@ class SharedBudgetTest(GitHubRelayMixin, unittest.TestCase):
         env = {"CRCR_GITHUB_CONCURRENCY": str(budget), "MAX_DISPATCH_WORKERS": str(rows_each)}
         allowlist = allowlist_yaml(l1=repos)
         a, gh = self.start_pair(allowlist=allowlist, env=env)
-        b = R.Relay(env=app_env(gh, dict(env, CRCR_STORE=a.store_uri)), allowlist=allowlist)
+        b = R.Relay(env=app_env(gh, dict(env, CRCR_STORE=a.store_uri)), allowlist=allowlist,
+                    clock=self.clock)
         self.addCleanup(b.close)
         self.addCleanup(R.check_clean_exit, self, b)
         b.start()
@@ -123,7 +123,7 @@ class SharedBudgetTest(GitHubRelayMixin, unittest.TestCase):
         self.assertEqual(sum(out), budget)
         hold.release()
         self.wait_pairs({(d, r) for r in repos}, timeout=60)
-        self.quiesce(0.5)
+        self.quiesce()
         self.assertEqual(pair_counts(gh), Counter({(d, r): 1 for r in repos}))
         self.assertLessEqual(peak_in_flight(gh.requests()), budget)
         sent = [x.log_text().count("event=outbox.sent") for x in (a, b)]
@@ -138,7 +138,7 @@ class InstallationIdTest(GitHubRelayMixin, unittest.TestCase):
         mark = len(self.gh.requests())
         d = self.post_ok("push", push_example()).delivery
         self.wait_pairs({(d, r) for r in self.REPOS})
-        self.quiesce(0.5)
+        self.quiesce()
         return d, Counter(kind_of(r) for r in self.gh.requests()[mark:])
 
     def installation_event(self, owner, sign=True):
@@ -190,7 +190,7 @@ class InstallationIdTest(GitHubRelayMixin, unittest.TestCase):
                               and all(rows[t]["state"] == "sent" for t in self.REPOS
                                       if t != "own1/b"), what="own1/b dead, others sent")
         self.assertIn("not installed", rows["own1/b"]["last_error"] or "")
-        self.quiesce(0.5)
+        self.quiesce()
         calls = [(r.method, kind_of(r), r.status) for r in self.gh.requests()[mark:]
                  if "/own1/b/" in r.path]
         self.assertEqual(calls, [("POST", "dispatch", 404), ("GET", "installation", 404)])
@@ -201,7 +201,7 @@ class InstallationIdTest(GitHubRelayMixin, unittest.TestCase):
         rc, out, err = self.relay.cli(["deliveries", "redeliver", d, "--repo", "own1/b"])
         self.assertEqual(rc, 0, out + err)
         self.wait_pairs({(d, "own1/b")})
-        self.quiesce(0.5)
+        self.quiesce()
         self.assertEqual(Counter(kind_of(r) for r in self.gh.requests()[mark:]),
                          Counter({"installation": 1, "token": 1, "dispatch": 1}))
 

@@ -28,6 +28,7 @@ from collections import Counter
 
 import fakegh as F
 import relay as R
+from waiting import wait_until
 
 APP_ID = 424242
 DISPATCH_PATH = r"^/repos/[^/]+/[^/]+/dispatches$"
@@ -94,12 +95,10 @@ class ReconcileBase(unittest.TestCase):
 
     def wait_passes(self, r, n, result="ok", timeout=20.0):
         """Waits until relay `r` has ended at least n passes with `result`."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            got = self.passes(r)
-            if got[result] >= n:
-                return got
-            time.sleep(0.05)  # polling the relay's own counter: an event wait, not a timer
+        got = wait_until(lambda: (lambda g: g if g[result] >= n else None)(self.passes(r)),
+                         timeout)
+        if got:
+            return got
         self.fail("relay did not end %d %s reconciler passes within %.0f s: %r; log:\n%s"
                   % (n, result, timeout, self.passes(r), r.log_tail(30)))
 
@@ -259,16 +258,12 @@ class TwoInstancesTest(ReconcileBase):
         a.start(port=a.port)
         b.start()
         for r in (a, b):
-            deadline = time.monotonic() + 20
-            while sum(self.passes(r).values()) < 1 and time.monotonic() < deadline:
-                time.sleep(0.05)
+            wait_until(lambda: sum(self.passes(r).values()) >= 1, 20)
         self.wait_dispatched([x["guid"] for x in lost])
         before = [self.passes(r) for r in (a, b)]
         self.advance(a, PERIOD_S)  # both instances move (one clock file)
         for r, p in zip((a, b), before):
-            deadline = time.monotonic() + 20
-            while sum(self.passes(r).values()) <= sum(p.values()) and time.monotonic() < deadline:
-                time.sleep(0.05)
+            wait_until(lambda: sum(self.passes(r).values()) > sum(p.values()), 20)
         asks = self.asks()
         self.assertEqual({x["guid"]: asks[x["guid"]] for x in lost},
                          {x["guid"]: 1 for x in lost})

@@ -4,7 +4,9 @@ The real binary runs with a fake GitHub Actions environment against one local HT
 plays both the Actions OIDC token endpoint (ACTIONS_ID_TOKEN_REQUEST_URL) and the relay's
 callback endpoint. The body it sends must be byte-for-byte what the upstream action's
 report_callback.py sends for the same inputs (so a downstream can switch), and the retry rules
-(429 + Retry-After, 5xx, time budget) must hold.
+(429 + Retry-After, 5xx, time budget) must hold. `crcr report` runs on a test clock
+(testclock.py): each "retrying in N s" it announces moves the clock N s, which ends that wait at
+once; the retry times are checked on that clock.
 
 Needs CRCR_BIN (the crcr binary); see tests/support/README.md.
 """
@@ -17,13 +19,13 @@ import shutil
 import subprocess
 import tempfile
 import threading
-import time
 import unittest
 import urllib.parse
 import uuid
 from datetime import datetime, timezone
 
 import relay as R
+from testclock import TestClock
 
 REQUEST_TOKEN = "actions-request-token-5f0c1e7d9a"  # ACTIONS_ID_TOKEN_REQUEST_TOKEN
 # A JWT-shaped token (never verified here: the fake relay only compares it).
@@ -35,10 +37,10 @@ ISO_SECONDS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
 
 
 class Recorded:
-    def __init__(self, method, path, query, headers, body):
+    def __init__(self, method, path, query, headers, body, clock):
         self.method, self.path, self.query = method, path, query
         self.headers, self.body = headers, body
-        self.time = time.monotonic()
+        self.time = clock.now()  # arrival on the report's clock
 
 
 class FakeActionsAndRelay:
@@ -48,7 +50,8 @@ class FakeActionsAndRelay:
     turn; when it runs out, 200 {"ok": true, ...}. `token_answer` overrides the token endpoint.
     """
 
-    def __init__(self):
+    def __init__(self, clock):
+        self.clock = clock
         self.requests = []
         self.callback_answers = []
         self.token_answer = None
@@ -74,7 +77,7 @@ class FakeActionsAndRelay:
             def _record(self, body):
                 u = urllib.parse.urlsplit(self.path)
                 rec = Recorded(self.command, u.path, urllib.parse.parse_qs(u.query),
-                               {k.lower(): v for k, v in self.headers.items()}, body)
+                               {k.lower(): v for k, v in self.headers.items()}, body, outer.clock)
                 with outer.lock:
                     outer.requests.append(rec)
                 return rec
@@ -107,7 +110,8 @@ class FakeActionsAndRelay:
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.server.serve_forever,
+                                       kwargs={"poll_interval": 0.05}, daemon=True)
 
     def start(self):
         self.thread.start()
@@ -174,7 +178,9 @@ class ReportTest(unittest.TestCase):
         self.bin = R.crcr_bin()
         self.tmp = tempfile.mkdtemp(prefix="crcr-e2e-report-")
         self.addCleanup(shutil.rmtree, self.tmp, True)
-        self.fake = FakeActionsAndRelay()
+        self.clock = TestClock(self.tmp)
+        self.addCleanup(self.clock.close)
+        self.fake = FakeActionsAndRelay(self.clock)
         self.fake.start()
         self.addCleanup(self.fake.stop)
         try:
@@ -223,10 +229,31 @@ class ReportTest(unittest.TestCase):
         return env
 
     def run_report(self, args, env=None, timeout=60):
-        t0 = time.monotonic()
-        p = subprocess.run([self.bin, "report"] + list(args), env=env or self.env(),
-                           capture_output=True, text=True, timeout=timeout)
-        self.elapsed = time.monotonic() - t0
+        """Runs `crcr report` on the test clock; every wait it announces on stderr ("retrying
+        in N s") is ended by moving the clock N s. The result has returncode, stdout, stderr."""
+        env = dict(env or self.env(), **self.clock.env())
+        proc = subprocess.Popen([self.bin, "report"] + list(args), env=env, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        err = []
+
+        def pump():
+            for line in proc.stderr:
+                err.append(line)
+                m = re.search(r"retrying in (\d+) s", line)
+                if m:
+                    self.clock.advance(int(m.group(1)))
+
+        t = threading.Thread(target=pump)
+        t.start()
+        try:
+            out = proc.stdout.read()
+            proc.wait(timeout)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            t.join()
+        p = subprocess.CompletedProcess(proc.args, proc.returncode, out, "".join(err))
         if "unknown command" in p.stderr:
             self.fail("crcr does not dispatch 'report' to report_main yet: " + p.stderr[:200])
         self.assertNotIn(FAKE_JWT, p.stdout + p.stderr, "OIDC token printed")
@@ -239,7 +266,7 @@ class ReportTest(unittest.TestCase):
         now = wf["started_at"] or wf["completed_at"]
         self.assertRegex(now, ISO_SECONDS)
         sent = datetime.strptime(now, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
-        self.assertLess(abs((datetime.now(timezone.utc) - sent).total_seconds()), 30)
+        self.assertLess(abs(self.clock.now() - sent.timestamp()), 30)  # the report's clock
         env = dict(env, JOB_NAME=kw.pop("job_name", env.get("GITHUB_JOB")))
         return upstream_body(self.client_payload, env, now=now, **kw)
 
@@ -333,10 +360,12 @@ class ReportTest(unittest.TestCase):
         self.assertEqual(p.returncode, 1)
         self.assertIn("Error: Callback server returned HTTP 503.", p.stderr)
         cbs = self.fake.callbacks()
-        # attempts at about 0 s and 1 s; the next wait (2 s) would end after the 3 s budget
+        # attempts at about 0 s and 1 s; the next wait (2 s) would end after the 3 s budget, so
+        # it gives up without waiting it: the only wait was the first one's 1 s
         self.assertEqual(len(cbs), 2, p.stderr)
         self.assertGreaterEqual(cbs[1].time - cbs[0].time, 1.0)
-        self.assertLess(self.elapsed, 3.0)
+        self.assertIn("giving up (--max-time 3 s)", p.stderr)
+        self.assertEqual(self.clock.offset_ms, 1000)
 
     def test_connection_errors_are_retried_within_the_budget(self):
         dead = "http://127.0.0.1:%d/github/callback" % R.free_port()  # nobody listens
@@ -345,8 +374,9 @@ class ReportTest(unittest.TestCase):
         self.assertEqual(p.returncode, 1)
         self.assertIn("retrying in 1 s", p.stderr)
         self.assertIn("Error: callback request failed", p.stderr)
-        self.assertGreaterEqual(self.elapsed, 1.0)
-        self.assertLess(self.elapsed, 2.5)
+        # One wait of 1 s, then the budget is spent (the next wait would pass it).
+        self.assertEqual(p.stderr.count("retrying in"), 1, p.stderr)
+        self.assertEqual(self.clock.offset_ms, 1000)
 
     def test_an_unreachable_relay_is_named_with_where_its_url_came_from(self):
         dead = "http://127.0.0.1:%d/github/callback" % R.free_port()  # nobody listens
@@ -402,6 +432,9 @@ class ReportTest(unittest.TestCase):
             ["--status", "completed", "--conclusion", "success", "--test-results", "{nope"],
             ["--status", "in_progress", "--callback-url", "http://relay.example/github/callback"],
             ["--status", "in_progress", "--max-time", "0"],
+            ["--status", "completed", "--conclusion", "sucess"],  # none of GitHub's words
+            ["--status", "in_progress", "--callback-url",
+             self.fake.url.replace("://", "://user:pw@") + "/github/callback"],
             ["--bogus"],
         ]
         for args in cases:

@@ -13,11 +13,11 @@ Needs CRCR_BIN; see tests/support/README.md.
 
 import json
 import random
-import time
 import unittest
 import uuid
 
 import relay as R
+from waiting import wait_until
 
 SECRET = "e2e-current-secret"
 PREVIOUS_SECRET = "e2e-previous-secret"
@@ -209,21 +209,24 @@ class DryRunOutcomeTest(IngressTestBase):
         rc, out, err = self.relay.cli(["deliveries", "show", delivery, "--format", "json"])
         return rc, out, err
 
-    def wait_dry_run(self, delivery, n, timeout=5.0):
-        deadline = time.monotonic() + timeout
-        last = None
-        while True:
+    def wait_dry_run(self, delivery, n, timeout=10.0):
+        last = {}
+
+        def done():
             rc, out, err = self.show(delivery)
-            last = (rc, out[-2000:], err[-2000:])
+            last["v"] = (rc, out[-2000:], err[-2000:])
             if rc == 0:
                 doc = json.loads(out)
                 rows = [r for r in doc["outbox"] if r["kind"] == "dispatch"]
                 if len(rows) == n and all(r["state"] == "dry_run" for r in rows):
                     return doc, rows
-            if time.monotonic() > deadline:
-                self.fail("no %d dry_run dispatch rows within %.0f s; last `deliveries show`: %r"
-                          "\nrelay log:\n%s" % (n, timeout, last, self.relay.log_tail()))
-            time.sleep(0.1)
+            return None
+
+        got = wait_until(done, timeout, 0.05)
+        if not got:
+            self.fail("no %d dry_run dispatch rows; last `deliveries show`: %r\nrelay log:\n%s"
+                      % (n, last.get("v"), self.relay.log_tail()))
+        return got
 
     def check_bodies(self, event, payload, delivery, rows):
         self.assertEqual(sorted(r["target"] for r in rows), TARGETS)

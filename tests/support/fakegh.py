@@ -23,8 +23,11 @@ Every request is recorded (see Recorded). Fault rules (add_fault and the fault_*
 or delay answers, in order, optionally with a probability drawn from a seeded random.Random (or,
 with `key`, from the seed, the request's key and how many requests of that key came before: the
 same draws whatever order requests arrive in), for a bounded count. `latency_ms` delays every
-answer (benchmarks). `time_offset` shifts the fake's clock (token and JWT expiry) without
-sleeping. Holds (hold()) keep matching answers back until the test
+answer (benchmarks). The fake's clock (App JWT iat/exp checks, the expiry of the tokens it issues,
+x-ratelimit-reset and dates it sends) is `clock.now()` when a testclock.TestClock is given (the
+relay's: `FakeGitHub(..., clock=relay.clock)`, so that a test moving the relay's clock moves the
+fake's too), else time.time(); `time_offset` shifts it further (expire tokens without sleeping).
+Holds (hold()) keep matching answers back until the test
 releases them, before or after the route took effect: a test can stop a client deterministically
 between GitHub doing something and the client learning of it.
 
@@ -104,12 +107,12 @@ class Recorded:
 
     method, path (without query, not percent-decoded), query (dict name -> first value),
     raw_query, headers (dict, lower-case names), body (bytes), time (time.monotonic() at arrival),
-    wall (time.time()), status (int answered; 0 = connection dropped by a fault), fault (the Fault
-    that answered or delayed it, or None), note (why the fake refused it, e.g. the JWT problem),
-    client_port (the peer's TCP port: equal ports mean one kept-alive connection), answered
-    (time.monotonic() when the answer was written or the connection dropped; None before),
-    outside (True when a GHES fake got a path outside its /api/v3 prefix). `path` is without
-    the API prefix.
+    wall (the fake's clock at arrival: now()), status (int answered; 0 = connection dropped by a
+    fault), fault (the Fault that answered or delayed it, or None), note (why the fake refused
+    it, e.g. the JWT problem), client_port (the peer's TCP port: equal ports mean one kept-alive
+    connection), answered (time.monotonic() when the answer was written or the connection
+    dropped; None before), outside (True when a GHES fake got a path outside its /api/v3
+    prefix). `path` is without the API prefix.
     """
 
     __slots__ = ("method", "path", "query", "raw_query", "headers", "body", "time", "wall",
@@ -314,8 +317,10 @@ class FakeGitHub(HookDeliveries):
 
     def __init__(self, app_id, public_key, installed_repos=None, token_ttl=3600, latency_ms=0,
                  seed=0, port=0, rate_limit=5000, token_format="classic", default_ref="main",
-                 flavor=None, api_prefix=None, contract=None, hook_per_page_cap=100):
+                 flavor=None, api_prefix=None, contract=None, hook_per_page_cap=100,
+                 clock=None):
         self.app_id = str(app_id)
+        self.clock = clock
         self._init_contract(flavor, api_prefix, contract)
         self.public_key = rsa_pure.as_public_key(public_key)
         self.token_ttl = token_ttl
@@ -407,7 +412,10 @@ class FakeGitHub(HookDeliveries):
         return "%s/%s/blob/%s/%s" % (self.web_url, owner_repo, ref, path)
 
     def now(self):
-        return time.time() + self.time_offset
+        """Seconds since the epoch on the fake's clock: the test clock (or time.time()) plus
+        time_offset."""
+        base = self.clock.now() if self.clock is not None else time.time()
+        return base + self.time_offset
 
     # ------------------------------------------------------------------ state accessors
 
@@ -653,7 +661,7 @@ class FakeGitHub(HookDeliveries):
             headers[k] = headers[k] + ", " + v if k in headers else v
         rec = Recorded(method=h.command, path=raw_path, raw_query=raw_query,
                        query={k: v[0] for k, v in parse_qs(raw_query).items()},
-                       headers=headers, body=b"", time=arrival, wall=time.time(), status=None,
+                       headers=headers, body=b"", time=arrival, wall=self.now(), status=None,
                        fault=None, note=None, client_port=h.client_address[1],
                        outside=outside)
         try:

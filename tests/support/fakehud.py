@@ -11,10 +11,11 @@ torchci endpoint (pages/api/crcr/results.ts):
     body not JSON                             400 {"error":"Invalid JSON"}
     otherwise                                 200 {"ok":true,"status":<status>,"dynamoKey":...}
 
-unless a scripted answer applies: `fail(status, count=None, body=None, match=None, delay_ms=0)`
-makes the next `count` POSTs (all, when None; only those whose body contains `match`, when given)
-answer `status` (after `delay_ms`). Every request is recorded (`requests()`); `results()`
-returns the accepted (2xx) bodies parsed.
+unless a scripted answer applies: `fail(status, count=None, body=None, match=None, delay_ms=0,
+gate=None)` makes the next `count` POSTs (all, when None; only those whose body contains `match`,
+when given) answer `status` (after `delay_ms`, or once the threading.Event `gate` is set: the test
+decides when the answer leaves; `wait_held(n)` waits until n answers wait at gates). Every request
+is recorded (`requests()`); `results()` returns the accepted (2xx) bodies parsed.
 
     hud = FakeHUD(bot_key="hud-bot-key").start()
     ... relay env HUD_API_URL=hud.url, HUD_BOT_KEY=hud-bot-key ...
@@ -76,7 +77,8 @@ class FakeHUD:
         self._port = port
         self._cond = threading.Condition()
         self._records = []
-        self._faults = []  # [status, remaining or None, body]
+        self._faults = []  # [status, remaining or None, body, match, delay_ms, gate]
+        self._held = 0  # answers waiting at a gate now
         self._server = None
         self._thread = None
 
@@ -112,14 +114,22 @@ class FakeHUD:
 
     # -------------------------------------------------------------- scripting
 
-    def fail(self, status, count=None, body=None, match=None, delay_ms=0):
+    def fail(self, status, count=None, body=None, match=None, delay_ms=0, gate=None):
         """The next `count` POSTs to /crcr/results (every one when None) answer `status` with
-        `body` (a JSON object), after `delay_ms`. With `match` (str or bytes) only POSTs whose
-        body contains it count, e.g. one delivery id."""
+        `body` (a JSON object), after `delay_ms`, or once `gate` (a threading.Event) is set. With
+        `match` (str or bytes) only POSTs whose body contains it count, e.g. one delivery id."""
         if isinstance(match, str):
             match = match.encode("utf-8")
         with self._cond:
-            self._faults.append([status, count, body, match, delay_ms])
+            self._faults.append([status, count, body, match, delay_ms, gate])
+
+    def wait_held(self, n, timeout=10.0):
+        """Waits until `n` answers wait at gates (fail(gate=...)); returns whether they do."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._held < n and time.monotonic() < deadline:
+                self._cond.wait(0.05)
+            return self._held >= n
 
     def clear_faults(self):
         with self._cond:
@@ -156,9 +166,16 @@ class FakeHUD:
     # -------------------------------------------------------------- the endpoint
 
     def _handle(self, rec):
-        status, answer, delay_ms = self._decide(rec)
+        status, answer, delay_ms, gate = self._decide(rec)
         if delay_ms:
             time.sleep(delay_ms / 1000.0)
+        if gate is not None:
+            with self._cond:
+                self._held += 1
+                self._cond.notify_all()
+            gate.wait(60)
+            with self._cond:
+                self._held -= 1
         with self._cond:
             rec.status = status
             self._records.append(rec)
@@ -167,9 +184,9 @@ class FakeHUD:
 
     def _decide(self, rec):
         if rec.path != RESULTS_PATH:
-            return 404, {"error": "Not found"}, 0
+            return 404, {"error": "Not found"}, 0, None
         if rec.method != "POST":
-            return 405, {"error": "Method not allowed"}, 0
+            return 405, {"error": "Method not allowed"}, 0, None
         with self._cond:
             for f in self._faults:
                 if f[3] is not None and f[3] not in rec.body:
@@ -178,17 +195,17 @@ class FakeHUD:
                     if f[1] is not None:
                         f[1] -= 1
                     return (f[0], f[2] if f[2] is not None else {"error": "scripted %d" % f[0]},
-                            f[4])
+                            f[4], f[5])
         if self.bot_key is not None and rec.headers.get("x-hud-internal-bot") != self.bot_key:
-            return 401, {"error": "Unauthorized"}, 0
+            return 401, {"error": "Unauthorized"}, 0, None
         try:
             doc = json.loads(rec.body)
         except ValueError:
-            return 400, {"error": "Invalid JSON"}, 0
+            return 400, {"error": "Invalid JSON"}, 0, None
         cp = ((doc.get("untrusted") or {}).get("callback_payload") or {}) \
             if isinstance(doc, dict) else {}
         wf = cp.get("workflow") or {} if isinstance(cp, dict) else {}
         repo = (doc.get("trusted") or {}).get("verified_repo") if isinstance(doc, dict) else None
         key = "%s/%s/%s/%s/%s" % (repo, cp.get("delivery_id"), wf.get("name"),
                                   wf.get("job_name"), wf.get("check_run_id"))
-        return 200, {"ok": True, "status": wf.get("status"), "dynamoKey": key}, 0
+        return 200, {"ok": True, "status": wf.get("status"), "dynamoKey": key}, 0, None

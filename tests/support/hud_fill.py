@@ -19,7 +19,8 @@ What it builds (PR numbers 5000-5012, one head sha each, plus a push and nightly
                                5004 -> 11/13 = 84.6 % -> below level, recommended L2; two
                                refused callbacks
   l3org/npu-ci          L3     2 jobs x 12 PRs, label ciflow/crcr/npu on even PRs (check runs),
-                               2 cancelled; a zombie on PR 5000 timed out by the sweeper
+                               2 cancelled; a zombie on PR 5000 timed out by the sweeper (an
+                               hour later on the moved clock)
   l3org/xpu-ci          L3     3 PRs only (too few runs -> at risk); SEC-10/11: a job name with
                                HTML and artifact_url https://example.com/<script>alert('xss')
                                </script>, plus a javascript: artifact URL that must not be linked
@@ -44,6 +45,8 @@ import contract as C
 import fakegh as F
 import oidc_issuer as O
 import relay as R
+from testclock import TestClock
+from waiting import wait_until
 
 APP_ID = 515151
 PR_BASE = 5000
@@ -80,20 +83,12 @@ L4:
 
 XSS_ARTIFACT = "https://example.com/<script>alert('xss')</script>"
 XSS_JOB = "<img src=x onerror=alert(1)>build<script>alert(2)</script>"
-JS_ARTIFACT = "javascript:alert(3)"
+JS_ARTIFACT = "javascript:alert(3)"  # dropped at parse time: never stored nor shown
 
 
-def wait_until(pred, timeout=10.0, interval=0.05):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v or time.monotonic() >= deadline:
-            return v
-        time.sleep(interval)
-
-
-def utc_now():
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+def utc_now(clock=None):
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                         time.gmtime(clock.now() if clock is not None else None))
 
 
 class FillError(AssertionError):
@@ -101,11 +96,13 @@ class FillError(AssertionError):
 
 
 class HudWorld:
-    """Fake GitHub + OIDC issuer + relay, filled as described in the module docstring."""
+    """Fake GitHub + OIDC issuer + relay on one test clock (`clock`), filled as described in the
+    module docstring."""
 
     def __init__(self, relay_env=None):
         self.relay_env = dict(relay_env or {})
         self.gh = self.issuer = self.relay = None
+        self.clock = TestClock()
         self.prs = {}  # number -> {"sha", "delivery", "payloads": {repo: client_payload}}
         self.push = None
         self.nightly_shas = []
@@ -120,8 +117,8 @@ class HudWorld:
             with open(R.APP_PUB, encoding="ascii") as f:
                 installed = [r for r in ALL_REPOS if r != OBS_DEAD] + ["pytorch/pytorch"]
                 self.gh = F.FakeGitHub(app_id=APP_ID, public_key=f.read(),
-                                       installed_repos=installed).start()
-            self.issuer = O.OIDCIssuer().start()
+                                       installed_repos=installed, clock=self.clock).start()
+            self.issuer = O.OIDCIssuer(clock=self.clock).start()
             env = {
                 "GITHUB_APP_ID": str(APP_ID),
                 "GITHUB_APP_PRIVATE_KEY_FILE": R.APP_KEY,
@@ -131,12 +128,13 @@ class HudWorld:
                 "CRCR_RETRY_BASE_MS": "600000",
                 "CRCR_RETRY_MAX_MS": "600000",
                 "CRCR_LOG": "info",
-                # phase 1: in-progress runs become zombies at once
-                "ZOMBIE_TIMEOUT_SECONDS": "1",
-                "CRCR_SWEEP_SECONDS": "1",
+                # zombies after an hour (a PR head's time stays under the L3+ limit of 3 h); the
+                # clock moves past it once, in phase 1
+                "ZOMBIE_TIMEOUT_SECONDS": "3600",
+                "CRCR_SWEEP_SECONDS": "60",
             }
             env.update(self.relay_env)
-            self.relay = R.Relay(env=env, allowlist=ALLOWLIST)
+            self.relay = R.Relay(env=env, allowlist=ALLOWLIST, clock=self.clock)
             self.relay.start()
             self._fill()
         except BaseException:
@@ -156,6 +154,7 @@ class HudWorld:
                 violation = e
             except Exception:  # cleanup goes on
                 pass
+        self.clock.close()
         if violation is not None:
             raise violation
 
@@ -166,9 +165,9 @@ class HudWorld:
 
     def token(self, repo):
         tok, at = self._tokens.get(repo, (None, 0))
-        if not tok or time.monotonic() - at > 200:
+        if not tok or self.clock.now() - at > 200:  # tokens live 300 s on the moved clock
             tok = self.issuer.token(repo)
-            self._tokens[repo] = (tok, time.monotonic())
+            self._tokens[repo] = (tok, self.clock.now())
         return tok
 
     def next_run_id(self):
@@ -212,7 +211,7 @@ class HudWorld:
     def body(self, cp, status, conclusion=None, run_id=None, run_attempt=1, job="build",
              workflow="CI", artifact_url=None, tests=None):
         b = copy.deepcopy(cp)
-        now = utc_now()
+        now = utc_now(self.clock)
         wf = {
             "schema_version": "1",
             "status": status,
@@ -269,22 +268,23 @@ class HudWorld:
     # ------------------------------------------------------------------ the data
 
     def _fill(self):
-        # Phase 1: zombies. In-progress runs older than 1 s are timed out by the sweeper.
+        # Phase 1: zombies. The clock moves past the zombie timeout (1 h) and a sweeper period
+        # (1 min) once nothing is in flight: the sweeper times the in-progress runs out.
         self.pr_webhook(PR_BASE, labels=("ciflow/crcr/npu",))
         self.job(NPU, PR_BASE, "long-test", "running")
         self.job(XPU_SLOW, PR_BASE, "test", "running")
+        if not self.relay.wait_outbox_idle(20.0):
+            raise FillError("outbox did not settle before the zombies" + self.diag())
+        self.clock.advance(3600 + 60 + 1)
 
         def swept():
             doc = self.relay.get("/api/v1/pr/%d" % PR_BASE).json()
             runs = [r for s in doc["shas"] for r in s["runs"]]
             return len(runs) == 2 and all(r["conclusion"] == "timed_out" for r in runs)
 
-        if not wait_until(swept, 15.0, 0.2):
+        if not wait_until(swept, 15.0, 0.02):
             raise FillError("the sweeper did not time out the zombies" + self.diag())
-        # Phase 2: the normal zombie timeout, so that running runs stay running.
-        self.relay.extra_env["ZOMBIE_TIMEOUT_SECONDS"] = None
-        self.relay.extra_env["CRCR_SWEEP_SECONDS"] = None
-        self.relay.restart()
+        # Phase 2: later runs stay running (the clock does not move again).
 
         for i in range(N_PRS):
             number = PR_BASE + 1 + i

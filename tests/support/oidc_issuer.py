@@ -36,6 +36,10 @@ Forgeries (`forged(kind, repo)`):
 
 Every JWKS request is recorded (`jwks_fetches()`); `fail_jwks(status)` makes the endpoint answer
 an error instead (None restores it).
+
+Token times (iat, nbf, exp) come from `clock` when one is given (a testclock.TestClock, the
+relay's: `OIDCIssuer(clock=relay.clock)`), so that a test that moves the relay's clock mints
+tokens on the relay's time; otherwise from time.time().
 """
 
 import json
@@ -77,12 +81,14 @@ class _Handler(BaseHTTPRequestHandler):
 class OIDCIssuer:
     """See the module docstring. Thread-safe."""
 
-    def __init__(self, keys=None, audience=AUDIENCE, port=0, path=""):
+    def __init__(self, keys=None, audience=AUDIENCE, port=0, path="", clock=None):
         """keys: {kid: private key (PEM path, PEM text or rsa_pure key)}; default
         {"k1": tests/data/keys/oidc.pem}. The first kid is the default signing key. `path`
         puts the issuer under a path, as GitHub Enterprise Server's Actions issuer
-        https://HOST/_services/token (ACTIONS_GHES_PATH)."""
+        https://HOST/_services/token (ACTIONS_GHES_PATH). `clock`: a testclock.TestClock whose
+        now() dates the tokens (default: the real clock)."""
         self.audience = audience
+        self.clock = clock
         self._port = port
         self.path = path.rstrip("/")
         self._lock = threading.Lock()
@@ -187,10 +193,14 @@ class OIDCIssuer:
 
     # -------------------------------------------------------------- tokens
 
+    def now(self):
+        """Seconds since the epoch on the issuer's clock (the test clock when given)."""
+        return self.clock.now() if self.clock is not None else time.time()
+
     def claims(self, repo, ttl=DEFAULT_TTL, now=None, **extra):
         """GitHub Actions ID token claims for a workflow of `repo`. `extra` overrides or adds
         claims; a value of None removes the claim."""
-        now = int(time.time() if now is None else now)
+        now = int(self.now() if now is None else now)
         owner = repo.split("/", 1)[0]
         c = {
             "jti": str(uuid.uuid4()),
@@ -227,7 +237,7 @@ class OIDCIssuer:
         """Buildkite agent OIDC token claims (buildkite-agent oidc request-token) for a job of
         the pipeline `pipeline_id` of `organization_id`: no "repository". `extra` overrides or
         adds claims; a value of None (an id too) removes the claim."""
-        now = int(time.time() if now is None else now)
+        now = int(self.now() if now is None else now)
         branch = extra.get("build_branch") or "main"
         c = {
             "iss": self.url,
@@ -275,7 +285,7 @@ class OIDCIssuer:
 
     def forged(self, kind, repo):
         """A token the relay must refuse; `kind` is one of FORGERIES."""
-        now = int(time.time())
+        now = int(self.now())
         if kind == "wrong_key":
             return self.sign(self.claims(repo), kid=self._default_kid, key=self.foreign_key)
         if kind == "unknown_kid":

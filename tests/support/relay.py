@@ -33,12 +33,14 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 import uuid
 from collections import namedtuple
 from pathlib import Path
 
 from testclock import TestClock
+from waiting import wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DATA_DIR = Path(os.environ.get("CRCR_TEST_DATA") or (REPO_ROOT / "tests" / "data")).resolve()
@@ -84,6 +86,20 @@ def crcr_bin():
     if not os.access(path, os.X_OK):
         raise RuntimeError("CRCR_BIN=%s is not an executable file" % path)
     return os.path.abspath(path)  # the relay runs in its temp dir: a relative path would break
+
+
+_HOOKS = {}
+
+
+def has_test_hooks(binary):
+    """Whether `binary` was built with the test clock (CRCR_TEST_HOOKS=ON: `crcr version` says
+    so). A binary without it refuses CRCR_TEST_CLOCK_FILE, so Relay passes the clock only to one
+    that has it (the benchmarks run a Release build without hooks and never move the clock)."""
+    if binary not in _HOOKS:
+        p = subprocess.run([binary, "version"], capture_output=True, text=True, timeout=30,
+                           env={"PATH": os.environ.get("PATH", "")})
+        _HOOKS[binary] = "test hooks" in p.stdout
+    return _HOOKS[binary]
 
 
 def free_port():
@@ -349,7 +365,8 @@ class Relay:
             # installed has /etc/crcr/crcr.env, which must not leak into the tests.
             "CRCR_DEFAULT_CONFIG": "",
         })
-        env.update(self.clock.env())
+        if has_test_hooks(self.binary):
+            env.update(self.clock.env())
         if self.port is not None:
             env["CRCR_LISTEN"] = "127.0.0.1:%d" % self.port
         for src in (self.extra_env, extra or {}):
@@ -412,7 +429,7 @@ class Relay:
                     return
             except (OSError, http.client.HTTPException):
                 pass
-            time.sleep(0.05)
+            time.sleep(0.01)
         self.kill()
         raise RelayError("crcr did not answer GET /healthz 200 within %.0f s; log:\n%s"
                          % (self.start_timeout, self.log_tail(40, log_offset)))
@@ -454,6 +471,8 @@ class Relay:
 
     def close(self):
         """Stops the process (SIGTERM, then SIGKILL) and removes the temp dir. Never raises."""
+        for conn in self.__dict__.pop("_poll_conns", []):
+            conn.close()
         try:
             if self.running():
                 try:
@@ -543,6 +562,105 @@ class Relay:
         r.delivery = delivery if delivery is not False else None
         return r
 
+    # -- metrics and the outbox
+
+    def poll(self, path):
+        """GET `path` on a kept-alive connection of this thread (a fresh connection costs the
+        relay ten times the CPU of the request: polls come every 20 ms), reconnecting once when
+        the relay closed it (idle timeout, a restart). Only for GETs, which may be repeated."""
+        local = self.__dict__.setdefault("_poll_local", threading.local())
+        for attempt in range(2):
+            conn = getattr(local, "conn", None)
+            if conn is None or getattr(local, "port", None) != self.port:
+                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+                local.conn, local.port = conn, self.port
+                self.__dict__.setdefault("_poll_conns", []).append(conn)
+            try:
+                conn.request("GET", path)
+                r = conn.getresponse()
+                body = r.read()
+                return Resp(r.status, _headers_dict(r.getheaders()), body)
+            except (OSError, http.client.HTTPException):
+                conn.close()
+                local.conn = None
+                if attempt:
+                    raise
+
+    def metrics(self):
+        """GET /metrics parsed: {(name, ((label, value), ...) sorted): float}."""
+        r = self.poll("/metrics")
+        if r.status != 200:
+            raise RelayError("GET /metrics: %d %r" % (r.status, r.body[:200]))
+        return parse_metrics(r.body.decode("utf-8"))
+
+    def metric(self, name, **labels):
+        """One sample of GET /metrics (labels given as keywords), or None when absent."""
+        return self.metrics().get((name, tuple(sorted(labels.items()))))
+
+    def outbox_busy(self):
+        """Outbox rows of the store not finished yet (queued, with their time come or not, and
+        running); None when the store did not answer."""
+        m = self.metrics()
+        if m.get(("crcr_store_up", ())) != 1:
+            return None
+        return sum(m.get(("crcr_outbox_rows", (("state", s),)), 0) for s in ("queued", "running"))
+
+    def wait_outbox_idle(self, timeout=10.0, step=0.0):
+        """Waits until no outbox row of the store is queued or running: every call the relay had
+        to make (dispatches, check runs, HUD forwards, comments, re-runs) was made and its
+        outcome recorded, and nothing is scheduled again. With `step`, each poll that finds work
+        left moves the relay's clock `step` seconds forward (rows waiting out a backoff become
+        due). Returns True, or False after `timeout` s."""
+        return bool(wait_until(lambda: self.outbox_busy() == 0, timeout, 0.02,
+                               self.clock if step else None, step))
+
+    def waiting_for_time(self):
+        """True when the relay only waits for its clock: outbox rows are queued for later, none
+        is running and none is late (due but not claimed). Moving the clock then cannot catch a
+        request in flight."""
+        m = self.metrics()
+        rows = {s: m.get(("crcr_outbox_rows", (("state", s),)), 0) for s in ("queued", "running")}
+        late = m.get(("crcr_outbox_oldest_due_age_seconds", ()), 0)
+        return rows["queued"] > 0 and rows["running"] == 0 and late == 0
+
+    def wait_with_timers(self, pred, timeout=30.0, step=1.0):
+        """Awaits pred() (returns its value, falsy after `timeout` s of real time), moving the
+        relay's clock `step` s whenever the relay only waits for it (waiting_for_time): retries
+        and rate-limit pauses run out in moved time, one step at a time, while no request is in
+        flight: a request reaches a fake (on the same clock) at the moved time it was sent, plus
+        its real-time latency."""
+        def poll():
+            v = pred()
+            if not v and self.waiting_for_time():
+                self.clock.advance(step)
+            return v
+        return wait_until(poll, timeout, 0.02)
+
+    def store_rows(self, sql):
+        """Rows (lists of strings, NULL as None) of one read-only query on the relay's store: the
+        SQLite file (opened read-only, beside the running relay) or the PostgreSQL database (psql).
+        For what no front door shows, e.g. which lease an outbox row is under."""
+        if self.store_uri.startswith("sqlite:"):
+            import sqlite3
+            db = sqlite3.connect("file:%s?mode=ro" % self.store_uri[len("sqlite:"):], uri=True,
+                                 timeout=10)
+            try:
+                return [[None if v is None else str(v) for v in row]
+                        for row in db.execute(sql).fetchall()]
+            finally:
+                db.close()
+        import glob
+        import shutil as _sh
+        exe = _sh.which("psql") or next(iter(sorted(glob.glob("/usr/lib/postgresql/*/bin/psql"),
+                                                     reverse=True)), None)
+        p = subprocess.run([exe, "-X", "-q", "-A", "-t", "-F", "\t", "-v", "ON_ERROR_STOP=1",
+                            "-d", self.store_uri, "-c", sql], capture_output=True, text=True,
+                           timeout=60)
+        if p.returncode != 0:
+            raise RelayError("psql %r: %s" % (sql, p.stderr.strip()))
+        return [[None if v == "" else v for v in line.split("\t")]
+                for line in p.stdout.splitlines() if line]
+
     # -- CLI
 
     def cli(self, args, timeout=30.0, env=None, input=None):
@@ -551,6 +669,29 @@ class Relay:
         p = subprocess.run([self.binary] + list(args), env=self.child_env(env), cwd=self.tmp,
                            input=input, capture_output=True, text=True, timeout=timeout)
         return p.returncode, p.stdout, p.stderr
+
+
+def parse_metrics(text):
+    """Prometheus text exposition -> {(name, ((label, value), ...) sorted): float}."""
+    out = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        head, _, value = line.rpartition(" ")
+        name, labels = head, ()
+        if "{" in head:
+            name, rest = head.split("{", 1)
+            pairs = []
+            for part in rest.rstrip("}").split(","):
+                if "=" in part:
+                    k, v = part.split("=", 1)
+                    pairs.append((k.strip(), v.strip().strip('"')))
+            labels = tuple(sorted(pairs))
+        try:
+            out[(name, labels)] = float(value)
+        except ValueError:
+            pass
+    return out
 
 
 def check_clean_exit(test, relay, timeout=15.0):

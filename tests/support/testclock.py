@@ -7,20 +7,32 @@ mapped by the relay, so `advance()` is seen at once by every process started wit
 on one store, the CLI run against their store); test doubles that judge times (the fake GitHub's
 JWT checks, the OIDC issuer's token times) take the same clock through `now()`.
 
-    clock = TestClock(tmpdir)
+    clock = TestClock()               # or TestClock(directory) for the file's place
+    gh = FakeGitHub(..., clock=clock)
     relay = Relay(clock=clock)        # or Relay() and relay.clock
     clock.advance(6 * 3600)           # six hours later, for the relay and the doubles
+
+The relay's timer loops wait at most 20 ms of real time while the control is on, so a moved
+clock is seen within that. To await an event that needs a timer to run out, give
+waiting.wait_until the clock and a step.
 """
 import mmap
 import os
+import shutil
 import struct
+import tempfile
 import time
 
 _FMT = "=q"  # native byte order, signed 64-bit milliseconds, as clock.c reads it
 
 
 class TestClock:
-    def __init__(self, directory):
+    def __init__(self, directory=None):
+        """The offset file goes into `directory`, or into a temp dir of its own (removed by
+        close()) when none is given."""
+        self._own_dir = None
+        if directory is None:
+            directory = self._own_dir = tempfile.mkdtemp(prefix="crcr-clock-")
         self.path = os.path.join(directory, "clock.offset")
         with open(self.path, "wb") as f:
             f.write(struct.pack(_FMT, 0))
@@ -51,3 +63,6 @@ class TestClock:
             os.close(self._fd)
         except (OSError, ValueError):
             pass
+        if self._own_dir:
+            shutil.rmtree(self._own_dir, ignore_errors=True)
+            self._own_dir = None

@@ -13,10 +13,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <arpa/inet.h>
 #include <curl/curl.h>
-#include <microhttpd.h>
-#include <netinet/in.h>
 #include <openssl/evp.h>
 #include <pthread.h>
 #include <sqlite3.h>
@@ -29,6 +26,7 @@
 #include "clock.h"
 #include "log.h"
 #include "store.h"
+#include "ut_httpd.h"
 
 /* ---------------------------------------------------------------------------------------- */
 /* Blob URLs (gh_blob_url_parse: test_gh_contents.c). */
@@ -430,7 +428,7 @@ static void test_new_needs_a_source_and_prefers_the_file(void **state)
 }
 
 /* ---------------------------------------------------------------------------------------- */
-/* Several instances: the URL source against a fake contents API (libmicrohttpd on 127.0.0.1),
+/* Several instances: the URL source against a fake contents API (support/ut_httpd.h on 127.0.0.1),
  * sources sharing one SQLite store file (each through its own connection, as two processes
  * would). Times are explicit `now` values near the real clock (start-up uses the real clock). */
 
@@ -440,8 +438,7 @@ static void test_new_needs_a_source_and_prefers_the_file(void **state)
 #define SH_CONTENTS_PATH "/repos/o/r/contents/list.yml"
 
 typedef struct fakegh {
-    struct MHD_Daemon *d;
-    int port;
+    ut_httpd *srv;
     pthread_mutex_t mu;
     char text[4096];  /* the file served */
     unsigned version; /* its ETag is "v<version>" */
@@ -450,17 +447,12 @@ typedef struct fakegh {
     unsigned n_304;
 } fakegh;
 
-static enum MHD_Result fake_handler(void *cls, struct MHD_Connection *c, const char *url,
-                                    const char *method, const char *version, const char *upload,
-                                    size_t *upload_size, void **con_cls)
+static void fake_handler(void *cls, const ut_httpd_req *rq, ut_httpd_resp *resp)
 {
-    (void)version;
-    (void)upload;
-    (void)upload_size;
-    (void)con_cls;
     fakegh *f = cls;
-    const char *ref = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "ref");
-    const char *inm = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "If-None-Match");
+    const char *method = rq->method, *url = rq->path;
+    const char *ref = ut_httpd_query(rq, "ref");
+    const char *inm = ut_httpd_header(rq, "If-None-Match");
     unsigned status = 404;
     char etag[32] = "";
     char *body = NULL;
@@ -488,14 +480,10 @@ static enum MHD_Result fake_handler(void *cls, struct MHD_Connection *c, const c
         }
     }
     pthread_mutex_unlock(&f->mu);
-    struct MHD_Response *r =
-        MHD_create_response_from_buffer(body ? strlen(body) : 0, body ? body : (void *)"",
-                                        body ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
+    ut_httpd_reply(resp, status, body ? body : "");
+    free(body);
     if (etag[0] && status != 503)
-        MHD_add_response_header(r, "ETag", etag);
-    enum MHD_Result ret = MHD_queue_response(c, status, r);
-    MHD_destroy_response(r);
-    return ret;
+        ut_httpd_resp_header(resp, "ETag", etag);
 }
 
 static void fake_serve(fakegh *f, const char *text)
@@ -551,18 +539,8 @@ static int shared_setup(void **state)
     assert_non_null(x);
     pthread_mutex_init(&x->f.mu, NULL);
     fake_serve(&x->f, GOOD_V1);
-    struct sockaddr_in sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    x->f.d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0, NULL, NULL,
-                              fake_handler, &x->f, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
-                              MHD_OPTION_END);
-    assert_non_null(x->f.d);
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(x->f.d, MHD_DAEMON_INFO_BIND_PORT);
-    assert_non_null(info);
-    x->f.port = info->port;
-    snprintf(x->api, sizeof(x->api), "http://127.0.0.1:%d", x->f.port);
+    x->f.srv = ut_httpd_start(fake_handler, &x->f);
+    snprintf(x->api, sizeof(x->api), "%s", ut_httpd_base(x->f.srv));
 
     snprintf(x->db, sizeof(x->db), "/tmp/crcr-allowlist-shared-XXXXXX");
     int fd = mkstemp(x->db);
@@ -606,7 +584,7 @@ static int shared_teardown(void **state)
         store_close(x->st[i]);
     }
     gh_client_free(x->gh);
-    MHD_stop_daemon(x->f.d);
+    ut_httpd_stop(x->f.srv);
     pthread_mutex_destroy(&x->f.mu);
     char side[96];
     unlink(x->db);

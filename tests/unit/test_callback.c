@@ -1,8 +1,10 @@
 /*
  * test_callback.c - callback body validation (callback_parse, callback.h step 6): the upstream
  * relay's required fields and messages ("callback body missing required field: ..."), crcr's
- * stricter numeric run ids (a 400 where upstream crashes into a 500), the run_attempt default,
- * the named limits, and where the head sha and labels are read from.
+ * stricter numeric run ids for GitHub tokens (a 400 where upstream crashes into a 500) and
+ * Buildkite's build ids (upstream's wrapper sends the build's UUID), the run_attempt default,
+ * GitHub's check-run conclusions, link fields kept only as https:// URLs, the named limits, and
+ * where the head sha is read from.
  *
  * Bodies are built from the callback action's real shape (upstream reference §2.8 and the unit
  * fixtures of §3: delivery del-123, PR 42, head sha abc123, run 99999), changing one field per
@@ -46,8 +48,9 @@ static const char nightly_body[] =
 
 typedef struct fixture {
     jv *body;
+    crcr_issuer_kind kind; /* of the caller's token: GitHub unless a test says otherwise */
     cb_fields f;
-    char detail[256];
+    char detail[512];
 } fixture;
 
 static jv *parse(const char *json)
@@ -103,7 +106,7 @@ static bool same_str(const char *a, const char *b)
 static bool run(fixture *fx)
 {
     memset(fx->detail, 0, sizeof(fx->detail));
-    bool ok = callback_parse(fx->body, &fx->f, fx->detail, sizeof(fx->detail));
+    bool ok = callback_parse(fx->body, fx->kind, &fx->f, fx->detail, sizeof(fx->detail));
     buf_t text;
     buf_init(&text, 1 << 20);
     assert_int_equal(jv_dump(fx->body, &text), CRCR_OK);
@@ -112,7 +115,7 @@ static bool run(fixture *fx)
     cb_fields g;
     char detail[sizeof(fx->detail)];
     memset(detail, 0, sizeof(detail));
-    assert_int_equal(callback_parse(sel, &g, detail, sizeof(detail)), ok);
+    assert_int_equal(callback_parse(sel, fx->kind, &g, detail, sizeof(detail)), ok);
     assert_string_equal(detail, fx->detail);
     if (ok) {
         const cb_fields *f = &fx->f;
@@ -125,16 +128,14 @@ static bool run(fixture *fx)
         assert_true(same_str(g.artifact_url, f->artifact_url));
         assert_true(same_str(g.head_sha, f->head_sha));
         assert_true(same_str(g.token, f->token));
-        assert_int_equal(g.run_id, f->run_id);
+        assert_true(same_str(g.details_url, f->details_url));
+        assert_string_equal(g.run_id, f->run_id);
+        assert_int_equal(g.clean_body, f->clean_body);
         assert_int_equal(g.run_attempt, f->run_attempt);
         assert_int_equal(g.pr_number, f->pr_number);
         assert_int_equal(g.passed, f->passed);
         assert_int_equal(g.failed, f->failed);
         assert_int_equal(g.skipped, f->skipped);
-        assert_int_equal(jv_arr_len(g.labels), jv_arr_len(f->labels));
-        for (size_t i = 0; i < jv_arr_len(f->labels); i++)
-            assert_true(same_str(jv_path_str(jv_arr_at(g.labels, i), "name"),
-                                 jv_path_str(jv_arr_at(f->labels, i), "name")));
     }
     jv_free(sel);
     buf_free(&text);
@@ -172,7 +173,7 @@ static void test_pull_request_body_fields_are_read(void **state)
     assert_null(f->conclusion);
     assert_string_equal(f->workflow_name, "CI");
     assert_string_equal(f->job_name, "build");
-    assert_int_equal(f->run_id, 99999);
+    assert_string_equal(f->run_id, "99999");
     assert_int_equal(f->run_attempt, 1);
     assert_int_equal(f->pr_number, 42);
     assert_string_equal(f->head_sha, "abc123");
@@ -189,15 +190,57 @@ static void test_run_id_accepted_as_integer_and_as_numeric_string(void **state)
     fixture *fx = *state;
     put(wf(fx), "run_id", jv_new_int(12345678901LL)); /* run ids pass 2^32 */
     assert_true(run(fx));
-    assert_int_equal(fx->f.run_id, 12345678901LL);
+    assert_string_equal(fx->f.run_id, "12345678901");
 
-    put(wf(fx), "run_id", jv_new_str("12345678901"));
+    put(wf(fx), "run_id", jv_new_str("12345678901")); /* the same run: the same text */
     assert_true(run(fx));
-    assert_int_equal(fx->f.run_id, 12345678901LL);
+    assert_string_equal(fx->f.run_id, "12345678901");
+
+    put(wf(fx), "run_id", jv_new_str("00042")); /* digits are a number, whatever the zeros */
+    assert_true(run(fx));
+    assert_string_equal(fx->f.run_id, "42");
 
     put(wf(fx), "run_id", jv_new_str("999999999999999999")); /* 18 digits: the largest form */
     assert_true(run(fx));
-    assert_int_equal(fx->f.run_id, 999999999999999999LL);
+    assert_string_equal(fx->f.run_id, "999999999999999999");
+}
+
+/* Upstream's Buildkite wrapper sends the build's UUID as run_id (RUN_ID=$BUILDKITE_BUILD_ID):
+ * kept as text for a Buildkite token, still refused for a GitHub Actions one. */
+static void test_buildkite_build_uuid_is_a_run_id_for_buildkite_tokens_only(void **state)
+{
+    fixture *fx = *state;
+    static const char uuid[] = "0190f1a2-0000-4000-8000-00000000b002";
+    put(wf(fx), "run_id", jv_new_str(uuid));
+    put(wf(fx), "check_run_id", jv_new_str("0190f1a2-0000-4000-8000-00000000b002-1"));
+    assert_refused(fx, "workflow.run_id must be a positive integer");
+    fx->kind = CRCR_ISSUER_BUILDKITE;
+    assert_true(run(fx));
+    assert_string_equal(fx->f.run_id, uuid);
+    /* Numbers are numbers for both (crcr report sent the build number before). */
+    put(wf(fx), "run_id", jv_new_str("4242"));
+    assert_true(run(fx));
+    assert_string_equal(fx->f.run_id, "4242");
+    put(wf(fx), "run_id", jv_new_int(4242));
+    assert_true(run(fx));
+    assert_string_equal(fx->f.run_id, "4242");
+    /* The text rule: what a URL, an external_id ("run:pr") and HTML take without escaping. */
+    static const char *const bad[] = {"",    "a b",           "a:b", "<script>",
+                                      "a/b", "\u00e9t\u00e9", "0",   "a+b"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        put(wf(fx), "run_id", jv_new_str(bad[i]));
+        assert_refused(fx, "workflow.run_id must be the build's id: 1 to 64 characters of A-Z "
+                           "a-z 0-9 . _ -");
+    }
+    char *long_id = repeat('a', CRCR_RUN_ID_MAX);
+    put(wf(fx), "run_id", jv_new_str(long_id));
+    assert_false(run(fx));
+    long_id[CRCR_RUN_ID_MAX - 1] = '\0'; /* 64 characters: the longest */
+    put(wf(fx), "run_id", jv_new_str(long_id));
+    assert_true(run(fx));
+    free(long_id);
+    put(wf(fx), "run_id", jv_new_real(1.5));
+    assert_false(run(fx));
 }
 
 static void test_non_numeric_run_id_is_a_400_not_a_crash(void **state)
@@ -210,6 +253,9 @@ static void test_non_numeric_run_id_is_a_400_not_a_crash(void **state)
         put(wf(fx), "run_id", jv_new_str(bad[i]));
         assert_refused(fx, "workflow.run_id must be a positive integer");
     }
+    /* A Buildkite build id is no GitHub run id (re-runs name GitHub's in its API). */
+    put(wf(fx), "run_id", jv_new_str("0190f1a2-0000-4000-8000-00000000b002"));
+    assert_refused(fx, "workflow.run_id must be a positive integer");
     put(wf(fx), "run_id", jv_new_int(-1));
     assert_refused(fx, "workflow.run_id must be a positive integer");
     put(wf(fx), "run_id", jv_new_real(1.5));
@@ -276,6 +322,137 @@ static void test_in_progress_drops_a_conclusion(void **state)
     put(wf(fx), "conclusion", jv_new_str("success"));
     assert_true(run(fx));
     assert_null(fx->f.conclusion);
+    /* Whatever it is: upstream's reporter sends null with in_progress. */
+    put(wf(fx), "conclusion", jv_new_str("sucess"));
+    assert_true(run(fx));
+    assert_null(fx->f.conclusion);
+    assert_false(fx->f.clean_body);
+}
+
+#define CONCLUSIONS                                                                                \
+    "action_required, cancelled, failure, neutral, success, skipped, stale, timed_out"
+
+static void test_completed_needs_one_of_githubs_conclusions(void **state)
+{
+    fixture *fx = *state;
+    put(wf(fx), "status", jv_new_str("completed"));
+    static const char *const good[] = {"action_required", "cancelled", "failure", "neutral",
+                                       "success",         "skipped",   "stale",   "timed_out"};
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        put(wf(fx), "conclusion", jv_new_str(good[i]));
+        assert_true(run(fx));
+        assert_string_equal(fx->f.conclusion, good[i]);
+        assert_false(fx->f.clean_body);
+    }
+    put(wf(fx), "conclusion", jv_new_str("sucess"));
+    assert_refused(fx, "workflow.conclusion must be one of " CONCLUSIONS
+                       " when status is completed, got 'sucess'");
+    static const char *const bad[] = {"", "succeeded", "success ", "in_progress", "ok"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        put(wf(fx), "conclusion", jv_new_str(bad[i]));
+        assert_false(run(fx));
+        assert_non_null(strstr(fx->detail, "workflow.conclusion must be one of " CONCLUSIONS));
+    }
+    put(wf(fx), "conclusion", jv_new_null());
+    assert_refused(fx,
+                   "workflow.conclusion must be one of " CONCLUSIONS " when status is completed");
+    put(wf(fx), "conclusion", NULL);
+    assert_refused(fx,
+                   "workflow.conclusion must be one of " CONCLUSIONS " when status is completed");
+    put(wf(fx), "conclusion", jv_new_int(1));
+    assert_refused(fx,
+                   "workflow.conclusion must be one of " CONCLUSIONS " when status is completed");
+    char *long_word = repeat('x', 5000);
+    put(wf(fx), "conclusion", jv_new_str(long_word));
+    assert_false(run(fx));
+    assert_true(strlen(fx->detail) < 200); /* the word is quoted cut */
+    free(long_word);
+}
+
+/* Any ASCII case is GitHub's word: kept and sent in lower case, the body cleaned to match. */
+static void test_conclusion_case_is_githubs(void **state)
+{
+    fixture *fx = *state;
+    put(wf(fx), "status", jv_new_str("completed"));
+    put(wf(fx), "conclusion", jv_new_str("Success"));
+    assert_true(run(fx));
+    assert_string_equal(fx->f.conclusion, "success");
+    assert_true(fx->f.clean_body);
+    put(wf(fx), "conclusion", jv_new_str("TIMED_OUT"));
+    assert_true(run(fx));
+    assert_string_equal(fx->f.conclusion, "timed_out");
+
+    buf_t text, out;
+    buf_init(&text, 1 << 20);
+    buf_init(&out, 1 << 20);
+    assert_int_equal(jv_dump(fx->body, &text), CRCR_OK);
+    assert_int_equal(callback_clean_body(text.data, text.len, &fx->f, &out), CRCR_OK);
+    jv *clean = parse(buf_cstr(&out));
+    assert_string_equal(jv_path_str(clean, "workflow.conclusion"), "timed_out");
+    /* Everything else as received. */
+    jv_del(jv_get(clean, "workflow"), "conclusion");
+    jv_del(wf(fx), "conclusion");
+    assert_true(jv_equal(clean, fx->body));
+    jv_free(clean);
+    buf_free(&text);
+    buf_free(&out);
+}
+
+/* Link fields keep https:// URLs only; anything else is dropped from the fields and from the
+ * body as stored and forwarded (callback_clean_body). */
+static void test_links_are_https_or_dropped(void **state)
+{
+    fixture *fx = *state;
+    put(wf(fx), "artifact_url", jv_new_str("https://example.com/logs.zip"));
+    assert_true(run(fx));
+    assert_string_equal(fx->f.artifact_url, "https://example.com/logs.zip");
+    assert_string_equal(fx->f.details_url, "https://github.com/org/repo/actions/runs/99999");
+    assert_false(fx->f.clean_body);
+
+    static const char *const bad[] = {"javascript:alert(document.cookie)",
+                                      "JAVASCRIPT:alert(1)",
+                                      "http://example.com/logs.zip",
+                                      "data:text/html,<script>alert(1)</script>",
+                                      "https://",
+                                      "https://example.com/a b",
+                                      "https://example.com/\\evil",
+                                      " https://example.com/x",
+                                      "//example.com/x",
+                                      ""};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        for (int which = 0; which < 2; which++) {
+            const char *key = which ? "url" : "artifact_url";
+            put(wf(fx), "artifact_url", jv_new_str("https://example.com/ok"));
+            put(wf(fx), "url", jv_new_str("https://github.com/org/repo/actions/runs/99999"));
+            put(wf(fx), key, jv_new_str(bad[i]));
+            assert_true(run(fx));
+            assert_null(which ? fx->f.details_url : fx->f.artifact_url);
+            assert_non_null(which ? fx->f.artifact_url : fx->f.details_url);
+            assert_true(fx->f.clean_body);
+
+            buf_t text, out;
+            buf_init(&text, 1 << 20);
+            buf_init(&out, 1 << 20);
+            assert_int_equal(jv_dump(fx->body, &text), CRCR_OK);
+            assert_int_equal(callback_clean_body(text.data, text.len, &fx->f, &out), CRCR_OK);
+            if (strlen(bad[i]) > 8) /* not a part of the kept URLs */
+                assert_null(strstr(buf_cstr(&out), bad[i]));
+            jv *clean = parse(buf_cstr(&out));
+            assert_null(jv_get(jv_get(clean, "workflow"), key));
+            assert_non_null(jv_get(jv_get(clean, "workflow"), which ? "artifact_url" : "url"));
+            jv_free(clean);
+            buf_free(&text);
+            buf_free(&out);
+        }
+    }
+    put(wf(fx), "url", jv_new_str("https://github.com/org/repo/actions/runs/99999"));
+    put(wf(fx), "artifact_url", jv_new_int(5)); /* not even a string */
+    assert_true(run(fx));
+    assert_null(fx->f.artifact_url);
+    assert_true(fx->f.clean_body);
+    put(wf(fx), "artifact_url", jv_new_null()); /* null is "none", nothing to drop */
+    assert_true(run(fx));
+    assert_false(fx->f.clean_body);
 }
 
 static void test_nightly_body_is_accepted(void **state)
@@ -290,12 +467,11 @@ static void test_nightly_body_is_accepted(void **state)
     assert_string_equal(fx->f.conclusion, "success");
     assert_string_equal(fx->f.workflow_name, "CRCR Nightly CI");
     assert_string_equal(fx->f.job_name, "nightly-build");
-    assert_int_equal(fx->f.run_id, 12345);
+    assert_string_equal(fx->f.run_id, "12345");
     assert_int_equal(fx->f.run_attempt, 1);
-    /* payload {}: no PR, no sha, no labels, no token. */
+    /* payload {}: no PR, no sha, no token. */
     assert_int_equal(fx->f.pr_number, 0);
     assert_null(fx->f.head_sha);
-    assert_null(fx->f.labels);
     assert_null(fx->f.token);
 }
 
@@ -413,7 +589,7 @@ static void test_detail_is_cut_safely_in_a_small_buffer(void **state)
     put(fx->body, "delivery_id", NULL);
     char small[12];
     memset(small, 'x', sizeof(small));
-    assert_false(callback_parse(fx->body, &fx->f, small, sizeof(small)));
+    assert_false(callback_parse(fx->body, fx->kind, &fx->f, small, sizeof(small)));
     assert_string_equal(small, "callback bo");
 }
 
@@ -439,7 +615,6 @@ static void test_head_sha_from_push_after(void **state)
     assert_true(run(fx));
     assert_string_equal(fx->f.head_sha, "0123456789abcdef0123456789abcdef01234567");
     assert_int_equal(fx->f.pr_number, 0);
-    assert_null(fx->f.labels);
 }
 
 static void test_overlong_head_sha_is_dropped(void **state)
@@ -457,16 +632,38 @@ static void test_overlong_head_sha_is_dropped(void **state)
     free(sha);
 }
 
-static void test_labels_point_into_the_body(void **state)
+static void test_strings_point_into_the_body(void **state)
 {
     fixture *fx = *state;
     assert_true(run(fx));
-    assert_ptr_equal(fx->f.labels, jv_path(fx->body, "payload.pull_request.labels"));
-    assert_int_equal(jv_arr_len(fx->f.labels), 2);
-    assert_string_equal(jv_path_str(jv_arr_at(fx->f.labels, 0), "name"), "ciflow/crcr/device1");
-    /* Strings are borrowed too: no copies to free. */
+    /* Strings are borrowed: no copies to free. */
     assert_ptr_equal(fx->f.delivery_id, jv_path_str(fx->body, "delivery_id"));
     assert_ptr_equal(fx->f.job_name, jv_path_str(fx->body, "workflow.job_name"));
+}
+
+/* Before its token a body is only validated (jv_validate); afterwards the handler builds only
+ * what callback_parse reads. The echoed labels are not among it (the relay decides check runs
+ * from its own record), so even 732 KB of {} under them builds nothing. */
+static void test_the_echoed_labels_are_never_built(void **state)
+{
+    (void)state;
+    buf_t text;
+    buf_init(&text, 2u << 20);
+    buf_puts(&text, "{\"delivery_id\":\"d\",\"payload\":{\"pull_request\":{\"labels\":[");
+    for (int i = 0; i < 366000; i++)
+        buf_puts(&text, i ? ",{}" : "{}");
+    buf_puts(&text, "]}},\"workflow\":{\"status\":\"in_progress\",\"run_id\":1,\"name\":\"CI\"}}");
+    bool is_obj = false;
+    assert_true(jv_validate(text.data, text.len, &is_obj, NULL, 0));
+    assert_true(is_obj);
+    jv *sel = callback_body_parse(text.data, text.len);
+    assert_non_null(sel);
+    assert_null(jv_path(sel, "payload.pull_request.labels"));
+    cb_fields f;
+    char detail[512];
+    assert_true(callback_parse(sel, CRCR_ISSUER_GITHUB, &f, detail, sizeof(detail)));
+    jv_free(sel);
+    buf_free(&text);
 }
 
 static void test_pr_number_accepted_as_string(void **state)
@@ -493,7 +690,7 @@ static void test_unknown_status_detail_stays_valid_utf8(void **state)
     assert_non_null(doc);
     cb_fields f;
     char detail[512];
-    assert_false(callback_parse(doc, &f, detail, sizeof(detail)));
+    assert_false(callback_parse(doc, CRCR_ISSUER_GITHUB, &f, detail, sizeof(detail)));
     assert_non_null(strstr(detail, "unknown callback status"));
     /* The detail must be valid UTF-8: jansson refuses invalid strings. */
     jv *s = jv_new_str(detail);
@@ -509,11 +706,15 @@ int main(void)
         cmocka_unit_test(test_unknown_status_detail_stays_valid_utf8),
         T(test_pull_request_body_fields_are_read),
         T(test_run_id_accepted_as_integer_and_as_numeric_string),
+        T(test_buildkite_build_uuid_is_a_run_id_for_buildkite_tokens_only),
         T(test_non_numeric_run_id_is_a_400_not_a_crash),
         T(test_run_attempt_defaults_to_one),
         T(test_bad_run_attempt_is_refused),
         T(test_completed_keeps_conclusion_and_test_results),
         T(test_in_progress_drops_a_conclusion),
+        T(test_completed_needs_one_of_githubs_conclusions),
+        T(test_conclusion_case_is_githubs),
+        T(test_links_are_https_or_dropped),
         T(test_nightly_body_is_accepted),
         T(test_missing_required_fields_name_the_field),
         T(test_null_or_wrong_type_required_fields_count_as_missing),
@@ -526,7 +727,8 @@ int main(void)
         T(test_head_sha_from_pull_request_head),
         T(test_head_sha_from_push_after),
         T(test_overlong_head_sha_is_dropped),
-        T(test_labels_point_into_the_body),
+        T(test_strings_point_into_the_body),
+        cmocka_unit_test(test_the_echoed_labels_are_never_built),
         T(test_pr_number_accepted_as_string),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

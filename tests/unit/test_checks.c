@@ -27,7 +27,7 @@ static checks_run a_run(void)
                         .head_sha = "abc123",
                         .status = "in_progress",
                         .conclusion = NULL,
-                        .run_id = 99999,
+                        .run_id = "99999",
                         .pr_number = 42};
 }
 
@@ -94,7 +94,7 @@ static void seq_key_is_check_sha_name(void **state)
     checks_run a = a_run(), b = a_run();
     b.status = "completed";
     b.conclusion = "success";
-    b.run_id = 1;
+    b.run_id = "1";
     char ka[1024];
     snprintf(ka, sizeof(ka), "%s", seq_key_of(&a));
     assert_string_equal(ka, seq_key_of(&b));
@@ -236,7 +236,7 @@ static void without_pr_the_external_id_is_the_run_id(void **state)
 {
     checks_run r = a_run();
     r.pr_number = 0;
-    r.run_id = 12345678901LL; /* run ids pass 2^32 */
+    r.run_id = "12345678901"; /* run ids pass 2^32 */
     jv *doc = body_of(&r);
     assert_string_equal(jv_path_str(doc, "external_id"), "12345678901");
     assert_int_equal(checks_parse_external_id(jv_path_str(doc, "external_id")), 12345678901LL);
@@ -245,6 +245,25 @@ static void without_pr_the_external_id_is_the_run_id(void **state)
     doc = body_of(&r);
     assert_string_equal(jv_path_str(doc, "external_id"), "12345678901:7");
     assert_int_equal(checks_parse_external_id(jv_path_str(doc, "external_id")), 12345678901LL);
+    jv_free(doc);
+}
+
+/* A Buildkite run (its build's UUID as run id): the external_id carries it, and reads back as no
+ * GitHub run, so a re-run request of its check run asks GitHub for nothing. */
+static void a_buildkite_build_id_is_no_github_run_id(void **state)
+{
+    checks_run r = a_run();
+    r.run_id = "0190f1a2-0000-4000-8000-00000000b002";
+    r.details_url = "https://buildkite.com/acme/vllm-ci/builds/42";
+    jv *doc = body_of(&r);
+    assert_string_equal(jv_path_str(doc, "external_id"), "0190f1a2-0000-4000-8000-00000000b002:42");
+    assert_int_equal(checks_parse_external_id(jv_path_str(doc, "external_id")), 0);
+    assert_string_equal(jv_path_str(doc, "details_url"),
+                        "https://buildkite.com/acme/vllm-ci/builds/42");
+    jv_free(doc);
+    r.run_id = "12345678-aaaa";
+    doc = body_of(&r);
+    assert_int_equal(checks_parse_external_id(jv_path_str(doc, "external_id")), 0);
     jv_free(doc);
 }
 
@@ -351,6 +370,7 @@ int main(void)
         cmocka_unit_test(details_url_is_on_the_web_host),
         cmocka_unit_test(a_long_conclusion_is_cut_in_the_title_only),
         cmocka_unit_test(without_pr_the_external_id_is_the_run_id),
+        cmocka_unit_test(a_buildkite_build_id_is_no_github_run_id),
         cmocka_unit_test(names_with_json_specials_stay_valid_json),
         cmocka_unit_test(names_read_back_to_the_downstream_repo),
         cmocka_unit_test(names_that_are_not_crcr_check_runs_are_refused),

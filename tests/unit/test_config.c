@@ -726,6 +726,28 @@ static void test_callback_token_and_log_level_values(void **state)
     expect_fail(bad_log, "CRCR_LOG: ", err, sizeof(err));
 }
 
+static void test_oncall_trusted_authors_are_logins(void **state)
+{
+    crcr_config cfg;
+    char err[256];
+    const char *none[] = {NULL};
+    assert_int_equal(load(&cfg, NULL, none, err, sizeof(err)), CRCR_OK);
+    assert_string_equal(cfg.oncall_trusted_authors, "pytorch-bot[bot]"); /* upstream's bot */
+    config_free(&cfg);
+    static const char *good[] = {"-", "alice", "pytorch-bot[bot], other-app[bot] ,bob", "a,,b"};
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        const char *env[] = {"CRCR_ONCALL_TRUSTED_AUTHORS", good[i], NULL};
+        assert_int_equal(load(&cfg, NULL, env, err, sizeof(err)), CRCR_OK);
+        assert_string_equal(cfg.oncall_trusted_authors, good[i]);
+        config_free(&cfg);
+    }
+    static const char *bad[] = {"al ice", "[bot]", "bob[bot]x", "a_b", "x/y", "alice,b c"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        const char *env[] = {"CRCR_ONCALL_TRUSTED_AUTHORS", bad[i], NULL};
+        expect_fail(env, "CRCR_ONCALL_TRUSTED_AUTHORS: expected GitHub logins", err, sizeof(err));
+    }
+}
+
 static void test_upstream_repo_must_be_owner_slash_repo(void **state)
 {
     static const char *bad[] = {"pytorch", "/pytorch", "pytorch/", "py torch/pytorch",
@@ -1110,6 +1132,7 @@ int main(void)
         cmocka_unit_test_setup(test_oidc_issuer_kinds, test_setup),
         cmocka_unit_test_setup(test_listen_addresses, test_setup),
         cmocka_unit_test_setup(test_callback_token_and_log_level_values, test_setup),
+        cmocka_unit_test_setup(test_oncall_trusted_authors_are_logins, test_setup),
         cmocka_unit_test_setup(test_upstream_repo_must_be_owner_slash_repo, test_setup),
         cmocka_unit_test_setup(test_private_key_from_text_pkcs1_and_pkcs8, test_setup),
         cmocka_unit_test_setup(test_private_key_with_escaped_newlines_in_environment, test_setup),

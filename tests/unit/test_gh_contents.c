@@ -2,9 +2,10 @@
  * test_gh_contents.c - one file of a GitHub repository (src/github/gh_contents.c): blob URLs
  * accepted and refused (owner/repo rules, ref, path, percent-escapes, query and fragment, lengths,
  * what a message may echo), and gh_contents_fetch() against a fake contents API served on 127.0.0.1
- * by the relay's own HTTP server (http_server.h): base64 content with GitHub's line breaks, the
- * ETag and a 304, errors (404, no answer, answers that are not a file), a file over the caller's
- * cap, the path and ref escaped in the request, and the anonymous retry after a refused token.
+ * by the unit tests' HTTP server (support/ut_httpd.h): base64 content with GitHub's line breaks,
+ * the ETag and a 304, errors (404, no answer, answers that are not a file), a file over the
+ * caller's cap, the path and ref escaped in the request, and the anonymous retry after a refused
+ * token.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -21,8 +22,8 @@
 #include <pthread.h>
 
 #include "gh_contents.h"
-#include "http_server.h"
 #include "log.h"
+#include "ut_httpd.h"
 
 /* ---------------------------------------------------------------------------------------- */
 /* Blob URLs. */
@@ -302,36 +303,43 @@ typedef struct fake {
 
 typedef struct fixture {
     fake f;
-    http_route routes[1];
-    http_server *srv;
+    ut_httpd *srv;
     char api[64];
     crcr_config cfg;
     gh_client *gh;
     buf_t log;
 } fixture;
 
-static void fake_handler(void *ctx, const http_request *req, http_response *resp)
+static void json_answer(ut_httpd_resp *resp, unsigned status, const char *body)
+{
+    ut_httpd_reply(resp, status, body);
+    ut_httpd_resp_header(resp, "Content-Type", "application/json");
+}
+
+static void fake_handler(void *ctx, const ut_httpd_req *req, ut_httpd_resp *resp)
 {
     fake *f = ctx;
     pthread_mutex_lock(&f->mu);
     f->n_requests++;
-    const char *ref = http_req_query(req, "ref");
-    const char *inm = http_req_header(req, "If-None-Match");
+    const char *ref = ut_httpd_query(req, "ref");
+    const char *inm = ut_httpd_header(req, "If-None-Match");
     snprintf(f->path, sizeof(f->path), "%s", req->path);
     snprintf(f->ref, sizeof(f->ref), "%s", ref ? ref : "(none)");
     f->had_inm = inm != NULL;
     snprintf(f->inm, sizeof(f->inm), "%s", inm ? inm : "");
-    f->had_auth = http_req_header(req, "Authorization") != NULL;
-    if (strcmp(req->path, INSTALLATION_PATH) == 0) {
-        http_resp_json(resp, 404, "{\"message\":\"Not Found\"}");
+    f->had_auth = ut_httpd_header(req, "Authorization") != NULL;
+    if (strcmp(req->method, "GET") != 0) {
+        ut_httpd_reply(resp, 405, "");
+    } else if (strcmp(req->path, INSTALLATION_PATH) == 0) {
+        json_answer(resp, 404, "{\"message\":\"Not Found\"}");
     } else if (strcmp(req->path, FILE_PATH) != 0 || !ref || strcmp(ref, "main") != 0) {
-        http_resp_json(resp, 404, "{\"message\":\"Not Found\"}");
+        json_answer(resp, 404, "{\"message\":\"Not Found\"}");
     } else if (f->etag[0] && inm && strcmp(inm, f->etag) == 0) {
         resp->status = 304;
     } else {
-        http_resp_json(resp, f->status, f->body);
+        json_answer(resp, (unsigned)f->status, f->body);
         if (f->etag[0])
-            http_resp_header(resp, "ETag", f->etag);
+            ut_httpd_resp_header(resp, "ETag", f->etag);
     }
     pthread_mutex_unlock(&f->mu);
 }
@@ -375,14 +383,9 @@ static int fx_setup(void **state)
     fixture *x = calloc(1, sizeof(*x));
     assert_non_null(x);
     pthread_mutex_init(&x->f.mu, NULL);
-    x->routes[0] = (http_route){
-        .method = "GET", .path = "/repos/", .prefix = true, .fn = fake_handler, .ctx = &x->f};
-    http_server_opts opts = {.host = "127.0.0.1", .port = 0, .threads = 2};
+    x->srv = ut_httpd_start(fake_handler, &x->f);
     char err[256] = "";
-    x->srv = http_server_start(&opts, x->routes, 1, err, sizeof(err));
-    if (!x->srv)
-        fail_msg("http_server_start: %s", err);
-    snprintf(x->api, sizeof(x->api), "http://127.0.0.1:%d", http_server_port(x->srv));
+    snprintf(x->api, sizeof(x->api), "%s", ut_httpd_base(x->srv));
     x->cfg.github_api_url = x->api;
     x->cfg.dry_run = true;
     x->gh = gh_client_new(&x->cfg, err, sizeof(err));
@@ -399,7 +402,7 @@ static int fx_teardown(void **state)
     fixture *x = *state;
     log_set_sink(NULL, NULL);
     gh_client_free(x->gh);
-    http_server_stop(x->srv, 1000);
+    ut_httpd_stop(x->srv);
     pthread_mutex_destroy(&x->f.mu);
     buf_free(&x->log);
     free(x);
@@ -627,7 +630,7 @@ static void test_http_errors_and_no_answer_fail(void **state)
     buf_free(&r.text);
 
     /* Nobody listening: no answer at all. */
-    http_server_stop(x->srv, 1000);
+    ut_httpd_stop(x->srv);
     x->srv = NULL;
     fetch(x, &q, &r);
     assert_int_equal(r.res, GH_CONTENTS_FAILED);

@@ -1,8 +1,9 @@
 /*
- * test_github.c - the GitHub client (github.c) against a fake GitHub API served by libmicrohttpd
- * on 127.0.0.1 inside this process. The fake verifies the App JWT (signature and claims) with the
- * test key, checks installation tokens on dispatches, records the headers it sees and counts every
- * request, so the tests can assert exactly how many calls each operation costs.
+ * test_github.c - the GitHub client (github.c) against a fake GitHub API served by the unit tests'
+ * HTTP server (support/ut_httpd.h) on 127.0.0.1 inside this process, on the relay's clock. The fake
+ * verifies the App JWT (signature and claims) with the test key, checks installation tokens on
+ * dispatches, records the headers it sees and counts every request, so the tests can assert exactly
+ * how many calls each operation costs.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,7 +18,6 @@
 #include <arpa/inet.h>
 #include <cmocka.h>
 #include <curl/curl.h>
-#include <microhttpd.h>
 #include <netinet/in.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -26,11 +26,13 @@
 #include <sys/socket.h>
 
 #include "buf.h"
+#include "clock.h"
 #include "config.h"
 #include "github.h"
 #include "json.h"
 #include "jwt.h"
 #include "crcr_limits.h"
+#include "ut_httpd.h"
 
 #ifndef CRCR_VERSION
 #define CRCR_VERSION "dev"
@@ -45,8 +47,7 @@ static char *g_pem;
 /* ---------------------------------------------------------------- the fake GitHub */
 
 typedef struct fake {
-    struct MHD_Daemon *d;
-    int port;
+    ut_httpd *srv;
     pthread_mutex_t mu;
     /* behaviour (set by tests under mu) */
     long install_status;   /* answer to GET /repos/{o}/{r}/installation */
@@ -59,7 +60,7 @@ typedef struct fake {
     bool always_401;       /* dispatches always answer 401 */
     long dispatch_status;  /* answer to a dispatch with a valid token (0: 204) */
     /* observations */
-    unsigned n_install, n_mint, n_dispatch, n_other, n_conns;
+    unsigned n_install, n_mint, n_dispatch, n_other;
     unsigned bad_jwt, bad_token, bad_headers;
     char last_install_path[256];
     char last_ua[128];
@@ -71,10 +72,6 @@ typedef struct fake {
     unsigned n_hook_pages;
 } fake;
 
-typedef struct req {
-    buf_t body;
-} req;
-
 /* The token minted as number `k`: "ghs_tok000001AAAA..." of `len` characters. */
 static void make_token(unsigned k, size_t len, char *out, size_t outsz)
 {
@@ -85,9 +82,9 @@ static void make_token(unsigned k, size_t len, char *out, size_t outsz)
     out[i] = '\0';
 }
 
-static void copy_hdr(struct MHD_Connection *c, const char *name, char *dst, size_t dstsz)
+static void copy_hdr(const ut_httpd_req *rq, const char *name, char *dst, size_t dstsz)
 {
-    const char *v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, name);
+    const char *v = ut_httpd_header(rq, name);
     snprintf(dst, dstsz, "%s", v ? v : "");
 }
 
@@ -100,7 +97,7 @@ static bool app_jwt_ok(const char *auth)
     jwt_parts p;
     jwt_parts_init(&p);
     bool ok = jwt_decode(t, strlen(t), &p) == CRCR_OK && jwt_verify_rs256(&p, g_key) == CRCR_OK;
-    int64_t iat = 0, exp = 0, iss = 0, now = (int64_t)time(NULL);
+    int64_t iat = 0, exp = 0, iss = 0, now = clock_now_ms() / 1000;
     ok = ok && jv_int(jv_get(p.payload, "iat"), &iat) && jv_int(jv_get(p.payload, "exp"), &exp) &&
          jv_int(jv_get(p.payload, "iss"), &iss);
     ok = ok && iss == APP_ID_NUM && iat <= now - 59 && iat >= now - 70 && exp == iat + 600;
@@ -108,44 +105,8 @@ static bool app_jwt_ok(const char *auth)
     return ok;
 }
 
-static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, const char *body,
-                             const char *const *hdrs)
-{
-    struct MHD_Response *resp =
-        MHD_create_response_from_buffer(strlen(body), (void *)body, MHD_RESPMEM_MUST_COPY);
-    if (!resp)
-        return MHD_NO;
-    if (body[0])
-        MHD_add_response_header(resp, "Content-Type", "application/json");
-    for (size_t i = 0; hdrs && hdrs[i]; i += 2)
-        MHD_add_response_header(resp, hdrs[i], hdrs[i + 1]);
-    enum MHD_Result r = MHD_queue_response(c, status, resp);
-    MHD_destroy_response(resp);
-    return r;
-}
-
-static ssize_t fill_x(void *cls, uint64_t pos, char *buf, size_t max)
-{
-    uint64_t total = *(const uint64_t *)cls;
-    if (pos >= total)
-        return MHD_CONTENT_READER_END_OF_STREAM;
-    size_t n = total - pos < max ? (size_t)(total - pos) : max;
-    memset(buf, 'x', n);
-    return (ssize_t)n;
-}
-
 static const uint64_t over_cap = CRCR_GH_RESPONSE_MAX + 1u;
 static const uint64_t at_cap = CRCR_GH_RESPONSE_MAX;
-
-/* Streams `*total` bytes, chunked when `chunked`, else with a Content-Length. */
-static enum MHD_Result reply_big(struct MHD_Connection *c, const uint64_t *total, bool chunked)
-{
-    struct MHD_Response *resp = MHD_create_response_from_callback(
-        chunked ? MHD_SIZE_UNKNOWN : *total, 64 * 1024, fill_x, (void *)total, NULL);
-    enum MHD_Result r = MHD_queue_response(c, MHD_HTTP_OK, resp);
-    MHD_destroy_response(resp);
-    return r;
-}
 
 static bool ends_with(const char *s, const char *suffix)
 {
@@ -153,43 +114,26 @@ static bool ends_with(const char *s, const char *suffix)
     return a >= b && strcmp(s + a - b, suffix) == 0;
 }
 
-static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *url,
-                               const char *method, const char *version, const char *upload,
-                               size_t *upload_size, void **con_cls)
+static void handler(void *cls, const ut_httpd_req *rq, ut_httpd_resp *resp)
 {
-    (void)version;
     fake *f = cls;
-    req *r = *con_cls;
-    if (!r) {
-        r = calloc(1, sizeof(*r));
-        if (!r)
-            return MHD_NO;
-        buf_init(&r->body, 64 * 1024);
-        *con_cls = r;
-        return MHD_YES;
-    }
-    if (*upload_size) {
-        buf_append(&r->body, upload, *upload_size);
-        *upload_size = 0;
-        return MHD_YES;
-    }
-
-    const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-    const char *accept = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Accept");
-    const char *ver = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-GitHub-Api-Version");
-    const char *ua = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "User-Agent");
+    const char *url = rq->path, *method = rq->method;
+    const char *auth = ut_httpd_header(rq, "Authorization");
+    const char *accept = ut_httpd_header(rq, "Accept");
+    const char *ver = ut_httpd_header(rq, "X-GitHub-Api-Version");
+    const char *ua = ut_httpd_header(rq, "User-Agent");
 
     pthread_mutex_lock(&f->mu);
     if (!accept || strcmp(accept, "application/vnd.github+json") != 0 || !ver ||
         strcmp(ver, "2022-11-28") != 0 || !ua || strcmp(ua, "crcr/" CRCR_VERSION) != 0)
         f->bad_headers++;
-    copy_hdr(c, "User-Agent", f->last_ua, sizeof(f->last_ua));
-    copy_hdr(c, "Content-Type", f->last_ctype, sizeof(f->last_ctype));
+    copy_hdr(rq, "User-Agent", f->last_ua, sizeof(f->last_ua));
+    copy_hdr(rq, "Content-Type", f->last_ctype, sizeof(f->last_ctype));
     f->last_had_auth = auth != NULL;
-    snprintf(f->last_body, sizeof(f->last_body), "%s", buf_cstr(&r->body));
+    snprintf(f->last_body, sizeof(f->last_body), "%s", rq->body);
 
     char body[4096];
-    unsigned status = MHD_HTTP_NOT_FOUND;
+    unsigned status = 404;
     const char *const *hdrs = NULL;
     snprintf(body, sizeof(body), "{\"message\":\"Not Found\"}");
 
@@ -199,23 +143,23 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         snprintf(f->last_install_path, sizeof(f->last_install_path), "%s", url);
         if (!app_jwt_ok(auth)) {
             f->bad_jwt++;
-            status = MHD_HTTP_UNAUTHORIZED;
+            status = 401;
         } else if (f->install_status == 200) {
-            status = MHD_HTTP_OK;
+            status = 200;
             snprintf(body, sizeof(body), "{\"id\":%lld,\"app_id\":%d}", (long long)f->install_id,
                      APP_ID_NUM);
         }
     } else if (strcmp(method, "POST") == 0 && strncmp(url, "/app/installations/", 19) == 0 &&
                ends_with(url, "/access_tokens")) {
-        copy_hdr(c, "Content-Type", f->mint_ctype, sizeof(f->mint_ctype));
+        copy_hdr(rq, "Content-Type", f->mint_ctype, sizeof(f->mint_ctype));
         char want[128];
         snprintf(want, sizeof(want), "/app/installations/%lld/access_tokens",
                  (long long)f->install_id);
         if (!app_jwt_ok(auth)) {
             f->bad_jwt++;
-            status = MHD_HTTP_UNAUTHORIZED;
+            status = 401;
         } else if (strcmp(url, want) != 0) {
-            status = MHD_HTTP_NOT_FOUND;
+            status = 404;
         } else if (f->mint_status != 201) {
             status = (unsigned)f->mint_status;
             snprintf(body, sizeof(body), "{\"message\":\"nope\"}");
@@ -223,12 +167,12 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
             f->n_mint++;
             char tok[1500];
             make_token(f->n_mint, f->token_len, tok, sizeof(tok));
-            time_t exp = time(NULL) + f->token_ttl_s;
+            time_t exp = (time_t)(clock_now_ms() / 1000 + f->token_ttl_s);
             struct tm tm;
             gmtime_r(&exp, &tm);
             char iso[32];
             strftime(iso, sizeof(iso), "%Y-%m-%dT%H:%M:%SZ", &tm);
-            status = MHD_HTTP_CREATED;
+            status = 201;
             snprintf(body, sizeof(body),
                      "{\"token\":\"%s\",\"expires_at\":\"%s\",\"permissions\":{\"contents\":"
                      "\"read\"},\"repository_selection\":\"all\"}",
@@ -250,11 +194,11 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
             status = (unsigned)f->dispatch_status;
             snprintf(body, sizeof(body), "{\"message\":\"Not Found\"}");
         } else if (valid) {
-            status = MHD_HTTP_NO_CONTENT;
+            status = 204;
             body[0] = '\0';
         } else {
             f->bad_token++;
-            status = MHD_HTTP_UNAUTHORIZED;
+            status = 401;
             /* Like some servers do: echo the credential back in the error. */
             snprintf(body, sizeof(body), "{\"message\":\"Bad credentials: %.1000s\"}",
                      auth ? auth : "");
@@ -262,16 +206,16 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     } else if (strcmp(method, "GET") == 0 && strcmp(url, "/app") == 0) {
         f->n_other++;
         if (app_jwt_ok(auth)) {
-            status = MHD_HTTP_OK;
+            status = 200;
             snprintf(body, sizeof(body), "{\"id\":%d}", APP_ID_NUM);
         } else {
             f->bad_jwt++;
-            status = MHD_HTTP_UNAUTHORIZED;
+            status = 401;
         }
     } else if (strcmp(method, "GET") == 0 && strcmp(url, "/app/hook/deliveries") == 0) {
         /* Two pages; the first's next link names another host: only its cursor may be used. */
-        const char *pp = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "per_page");
-        const char *cur = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "cursor");
+        const char *pp = ut_httpd_query(rq, "per_page");
+        const char *cur = ut_httpd_query(rq, "cursor");
         if (f->n_hook_pages < 4)
             snprintf(f->hook_queries[f->n_hook_pages++], sizeof(f->hook_queries[0]),
                      "per_page=%s cursor=%s", pp ? pp : "-", cur ? cur : "-");
@@ -286,9 +230,9 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
             NULL};
         if (!app_jwt_ok(auth)) {
             f->bad_jwt++;
-            status = MHD_HTTP_UNAUTHORIZED;
+            status = 401;
         } else {
-            status = MHD_HTTP_OK;
+            status = 200;
             hdrs = cur ? last : first;
             snprintf(body, sizeof(body), "[{\"id\":%d}]", cur ? 2 : 3);
         }
@@ -296,9 +240,9 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
                ends_with(url, "/attempts")) {
         if (!app_jwt_ok(auth)) {
             f->bad_jwt++;
-            status = MHD_HTTP_UNAUTHORIZED;
+            status = 401;
         } else if (strcmp(url, "/app/hook/deliveries/4294967303/attempts") == 0) {
-            status = MHD_HTTP_ACCEPTED;
+            status = 202;
             snprintf(body, sizeof(body), "{}");
         } else {
             status = 422;
@@ -309,14 +253,14 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         static const char *const h[] = {
             "Retry-After", "120",  "X-RateLimit-Remaining", "0", "x-ratelimit-reset",
             "1900000000",  "ETag", "W/\"abc123\"",          NULL};
-        status = MHD_HTTP_FORBIDDEN;
+        status = 403;
         hdrs = h;
         snprintf(body, sizeof(body), "{\"message\":\"API rate limit exceeded\"}");
     } else if (strcmp(url, "/retry-date") == 0) {
         f->n_other++;
         static char date[64];
         static const char *h[] = {"retry-after", date, NULL};
-        time_t t = time(NULL) + 30;
+        time_t t = (time_t)(clock_now_ms() / 1000 + 30);
         struct tm tm;
         gmtime_r(&t, &tm);
         strftime(date, sizeof(date), "%a, %d %b %Y %H:%M:%S GMT", &tm);
@@ -325,47 +269,24 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         snprintf(body, sizeof(body), "{\"message\":\"slow down\"}");
     } else if (strcmp(url, "/ok") == 0) {
         f->n_other++;
-        status = MHD_HTTP_OK;
+        status = 200;
         snprintf(body, sizeof(body), "{\"method\":\"%s\"}", method);
     } else if (strcmp(url, "/big") == 0 || strcmp(url, "/bigchunked") == 0 ||
                strcmp(url, "/atcap") == 0) {
         f->n_other++;
         pthread_mutex_unlock(&f->mu);
-        if (strcmp(url, "/atcap") == 0)
-            return reply_big(c, &at_cap, false);
-        return reply_big(c, &over_cap, strcmp(url, "/bigchunked") == 0);
+        resp->stream_len = strcmp(url, "/atcap") == 0 ? at_cap : over_cap;
+        resp->stream_chunked = strcmp(url, "/bigchunked") == 0;
+        return;
     } else {
         f->n_other++;
     }
     pthread_mutex_unlock(&f->mu);
-    return reply(c, status, body, hdrs);
-}
-
-static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
-                      enum MHD_RequestTerminationCode toe)
-{
-    (void)cls;
-    (void)c;
-    (void)toe;
-    req *r = *con_cls;
-    if (r) {
-        buf_free(&r->body);
-        free(r);
-    }
-    *con_cls = NULL;
-}
-
-static void on_connection(void *cls, struct MHD_Connection *c, void **socket_ctx,
-                          enum MHD_ConnectionNotificationCode code)
-{
-    (void)c;
-    (void)socket_ctx;
-    fake *f = cls;
-    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
-        pthread_mutex_lock(&f->mu);
-        f->n_conns++;
-        pthread_mutex_unlock(&f->mu);
-    }
+    ut_httpd_reply(resp, status, body);
+    if (body[0])
+        ut_httpd_resp_header(resp, "Content-Type", "application/json");
+    for (size_t i = 0; hdrs && hdrs[i]; i += 2)
+        ut_httpd_resp_header(resp, hdrs[i], hdrs[i + 1]);
 }
 
 static void fake_start(fake *f)
@@ -377,26 +298,12 @@ static void fake_start(fake *f)
     f->mint_status = 201;
     f->token_ttl_s = 3600;
     f->token_len = 40;
-    struct sockaddr_in sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sin_family = AF_INET;
-    sa.sin_port = 0;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    f->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ERROR_LOG, 0,
-                            NULL, NULL, handler, f, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
-                            MHD_OPTION_THREAD_POOL_SIZE, 4u, MHD_OPTION_NOTIFY_COMPLETED, completed,
-                            f, MHD_OPTION_NOTIFY_CONNECTION, on_connection, f,
-                            MHD_OPTION_CONNECTION_TIMEOUT, 30u, MHD_OPTION_END);
-    assert_non_null(f->d);
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(f->d, MHD_DAEMON_INFO_BIND_PORT);
-    assert_non_null(info);
-    f->port = info->port;
-    assert_true(f->port > 0);
+    f->srv = ut_httpd_start(handler, f);
 }
 
 static void fake_stop(fake *f)
 {
-    MHD_stop_daemon(f->d);
+    ut_httpd_stop(f->srv);
     pthread_mutex_destroy(&f->mu);
 }
 
@@ -424,7 +331,7 @@ static int fx_setup(void **state)
     if (!x)
         return -1;
     fake_start(&x->f);
-    snprintf(x->url, sizeof(x->url), "http://127.0.0.1:%d", x->f.port);
+    snprintf(x->url, sizeof(x->url), "%s", ut_httpd_base(x->f.srv));
     x->cfg.app_id = APP_ID;
     x->cfg.private_key_pem = g_pem;
     x->cfg.github_api_url = x->url;
@@ -733,6 +640,34 @@ static void test_token_expiring_within_5_minutes_is_reminted(void **state)
     gh_resp_free(&r);
     assert_int_equal(fget(&x->f, &x->f.n_mint), 3);
     assert_int_equal(fget(&x->f, &x->f.bad_token), 0);
+}
+
+/* Token expiry reads the relay's clock (clock.h): moved past the token's refresh margin, the
+ * cached token is re-minted; the fake judges the App JWT and the token times on the same clock. */
+static void test_moved_clock_expires_the_cached_token(void **state)
+{
+#ifdef CRCR_TEST_HOOKS
+    fx *x = *state;
+    gh_resp r;
+    assert_int_equal(dispatch(x->gh, "o/r", &r), CRCR_OK); /* lookup, mint, dispatch */
+    gh_resp_free(&r);
+    clock_test_set_offset_ms((3600 - 300 - 60) * 1000LL); /* a minute before the margin */
+    assert_int_equal(dispatch(x->gh, "o/r", &r), CRCR_OK);
+    assert_int_equal(r.api_calls, 1); /* still the cached token */
+    gh_resp_free(&r);
+    clock_test_set_offset_ms((3600 - 300 + 1) * 1000LL); /* inside the margin */
+    assert_int_equal(dispatch(x->gh, "o/r", &r), CRCR_OK);
+    assert_int_equal(r.status, 204);
+    assert_int_equal(r.api_calls, 2); /* mint + dispatch */
+    gh_resp_free(&r);
+    clock_test_set_offset_ms(0);
+    assert_int_equal(fget(&x->f, &x->f.n_mint), 2);
+    assert_int_equal(fget(&x->f, &x->f.bad_jwt), 0);
+    assert_int_equal(fget(&x->f, &x->f.bad_token), 0);
+#else
+    (void)state;
+    skip(); /* a build without CRCR_TEST_HOOKS cannot move its clock */
+#endif
 }
 
 static void test_unparsable_expires_at_uses_token_once_without_caching(void **state)
@@ -1170,7 +1105,7 @@ static void test_sequential_requests_reuse_one_connection(void **state)
         assert_int_equal(r.status, 204);
         gh_resp_free(&r);
     }
-    assert_int_equal(fget(&x->f, &x->f.n_conns), 1);
+    assert_int_equal(ut_httpd_connections(x->f.srv), 1);
 }
 
 typedef struct worker_arg {
@@ -1211,7 +1146,7 @@ static void test_8_threads_x_50_dispatches_share_one_token_mint(void **state)
     assert_int_equal(atomic_load(&a.calls), 402);
     assert_int_equal(fget(&x->f, &x->f.bad_token), 0);
     /* At most one kept-alive connection per concurrent caller. */
-    assert_true(fget(&x->f, &x->f.n_conns) <= 8);
+    assert_true(ut_httpd_connections(x->f.srv) <= 8);
     gh_stats st;
     gh_get_stats(x->gh, &st);
     assert_int_equal(st.token_misses, 1);
@@ -1282,6 +1217,7 @@ int main(void)
         FX_TEST(test_first_dispatch_costs_three_calls_next_99_cost_one),
         FX_TEST(test_repo_names_are_cached_case_insensitively),
         FX_TEST(test_token_expiring_within_5_minutes_is_reminted),
+        FX_TEST(test_moved_clock_expires_the_cached_token),
         FX_TEST(test_unparsable_expires_at_uses_token_once_without_caching),
         FX_TEST(test_401_on_cached_token_remints_once_and_retries),
         FX_TEST(test_persistent_401_is_retried_at_most_once),

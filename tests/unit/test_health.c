@@ -346,9 +346,11 @@ static void ingest(store *st, const char *id, int64_t pr, const char *sha, const
 static void run(store *st, const char *id, const char *repo, int64_t run_id, const char *status,
                 const char *conclusion, int64_t pr, const char *sha, int64_t now)
 {
+    char run_text[24];
+    snprintf(run_text, sizeof(run_text), "%lld", (long long)run_id);
     store_run_update u = {.key = {.delivery_id = id,
                                   .repo = repo,
-                                  .run_id = run_id,
+                                  .run_id = run_text,
                                   .run_attempt = 1,
                                   .job_name = "build"},
                           .status = status,

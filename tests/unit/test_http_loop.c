@@ -1,7 +1,7 @@
 /*
- * test_http_loop.c - the event loop of outbound exchanges (http_loop.c) against a server served
- * by libmicrohttpd on 127.0.0.1 inside this process, one thread per connection, which can hold
- * its answers back until the test releases them and counts the requests it is serving at once.
+ * test_http_loop.c - the event loop of outbound exchanges (http_loop.c) against the unit tests'
+ * HTTP server (support/ut_httpd.h, a thread per connection), whose handler here holds /hold
+ * answers back until the test releases them and counts the requests it is serving at once.
  * So the budget is checked where GitHub would count it: at the server. Covered: every exchange
  * answered on one thread, the budget (never more budgeted requests at the server than the
  * capacity, a raised capacity starting waiting ones at once, unbudgeted requests passing), the
@@ -18,22 +18,18 @@
 #include <string.h>
 #include <time.h>
 
-#include <arpa/inet.h>
 #include <cmocka.h>
 #include <curl/curl.h>
-#include <microhttpd.h>
-#include <netinet/in.h>
 #include <pthread.h>
-#include <sys/socket.h>
 
 #include "buf.h"
 #include "http_loop.h"
+#include "ut_httpd.h"
 
 /* ---------------------------------------------------------------- the server */
 
 typedef struct server {
-    struct MHD_Daemon *d;
-    int port;
+    ut_httpd *srv;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     unsigned active, peak, served;
@@ -42,74 +38,43 @@ typedef struct server {
 
 static server g_srv;
 
-static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, const char *body)
+static void handler(void *ctx, const ut_httpd_req *rq, ut_httpd_resp *resp)
 {
-    struct MHD_Response *resp =
-        MHD_create_response_from_buffer(strlen(body), (void *)body, MHD_RESPMEM_MUST_COPY);
-    if (!resp)
-        return MHD_NO;
-    enum MHD_Result r = MHD_queue_response(c, status, resp);
-    MHD_destroy_response(resp);
-    return r;
-}
-
-static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *url,
-                               const char *method, const char *version, const char *upload,
-                               size_t *upload_size, void **con_cls)
-{
-    server *s = cls;
-    if (!*con_cls) {
-        *con_cls = (void *)1;
-        return MHD_YES;
-    }
-    if (*upload_size) {
-        *upload_size = 0;
-        return MHD_YES;
-    }
+    server *s = ctx;
     pthread_mutex_lock(&s->mu);
     s->active++;
     if (s->active > s->peak)
         s->peak = s->active;
     pthread_cond_broadcast(&s->cv);
-    while (strcmp(url, "/hold") == 0 && s->hold)
+    while (strcmp(rq->path, "/hold") == 0 && s->hold)
         pthread_cond_wait(&s->cv, &s->mu);
     s->active--;
     s->served++;
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
-    return reply(c, MHD_HTTP_OK, "ok");
+    ut_httpd_reply(resp, 200, "ok");
 }
 
 static int server_start(void **state)
 {
+    (void)state;
     server *s = &g_srv;
     memset(s, 0, sizeof(*s));
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
-    struct sockaddr_in sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    s->d = MHD_start_daemon(
-        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG, 0,
-        NULL, NULL, handler, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
-        MHD_OPTION_CONNECTION_LIMIT, 512u, MHD_OPTION_CONNECTION_TIMEOUT, 30u, MHD_OPTION_END);
-    if (!s->d)
-        return -1;
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
-    if (!info || info->port == 0)
-        return -1;
-    s->port = info->port;
+    /* A thread per connection: every held request holds one, and up to six are held at once. */
+    s->srv = ut_httpd_start_opts(handler, s, true);
     return 0;
 }
 
 static int server_stop(void **state)
 {
+    (void)state;
     pthread_mutex_lock(&g_srv.mu);
     g_srv.hold = false;
     pthread_cond_broadcast(&g_srv.cv);
     pthread_mutex_unlock(&g_srv.mu);
-    MHD_stop_daemon(g_srv.d);
+    ut_httpd_stop(g_srv.srv);
     pthread_cond_destroy(&g_srv.cv);
     pthread_mutex_destroy(&g_srv.mu);
     return 0;
@@ -216,7 +181,7 @@ static void xs_free(xs *x)
 
 static void submit(xs *x, size_t i, const char *path, bool budgeted)
 {
-    snprintf(x->url[i], sizeof(x->url[i]), "http://127.0.0.1:%d%s", g_srv.port, path);
+    snprintf(x->url[i], sizeof(x->url[i]), "%s%s", ut_httpd_base(g_srv.srv), path);
     x->call[i] = (http_call){.method = "GET",
                              .url = x->url[i],
                              .allow_http = true,

@@ -833,7 +833,9 @@ static void the_cache_is_off_without_cache_ms(void **state)
 static void a_request_that_never_finishes_is_cut_at_the_deadline(void **state)
 {
     http_server_stop(*state, 0);
-    /* An idle timeout far beyond the bound: only the deadline can close these. */
+    /* Real time is the subject: the deadline cuts a client that is slow in real time (clock.h
+     * keeps the server's deadlines on the real clock), so this waits it out, 1 s. An idle
+     * timeout far beyond the bound: only the deadline can close these. */
     *state = start((http_server_opts){.request_deadline_s = 1, .idle_timeout_s = 600});
     int port = port_of(state);
     metrics_reset();

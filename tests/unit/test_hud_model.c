@@ -125,7 +125,7 @@ static store_run_row a_run(void)
                            .conclusion = "timed_out",
                            .head_sha = "abc1234",
                            .details_url = "https://example.com/run/1",
-                           .run_id = 9000000000LL,
+                           .run_id = "9000000000",
                            .run_attempt = 2,
                            .pr_number = 77,
                            .level = 4,
@@ -168,7 +168,8 @@ static void runs_are_copied_and_written_as_api_objects(void **state)
     assert_string_equal(
         buf_cstr(&b),
         "{\"repo\":\"o/r\",\"level\":\"L4\",\"workflow\":\"ci\",\"job\":\"\",\"state\":"
-        "\"completed\",\"conclusion\":\"timed_out\",\"result\":\"timed_out\",\"run_id\":9000000000,"
+        "\"completed\",\"conclusion\":\"timed_out\",\"result\":\"timed_out\",\"run_id\":"
+        "\"9000000000\","
         "\"run_attempt\":2,\"delivery_id\":\"d1\",\"event_type\":\"pull_request\",\"pr_number\":77,"
         "\"head_sha\":\"abc1234\",\"details_url\":\"https://example.com/run/1\",\"artifact_url\":"
         "null,\"dispatched_at\":\"1970-01-01T00:00:01Z\",\"started_at\":\"1970-01-01T00:00:05Z\","
@@ -192,6 +193,29 @@ static void runs_are_copied_and_written_as_api_objects(void **state)
     arena_free(&a);
 }
 
+/* A row of a store older than schema 4 may hold any artifact link: only https:// ones are
+ * copied. The details URL is the relay's own, copied as it is. */
+static void links_that_are_not_https_are_not_copied(void **state)
+{
+    arena a;
+    arena_init(&a, HUD_ARENA_MAX);
+    run_list l = {.a = &a};
+    store_run_row row = a_run();
+    row.artifact_url = "javascript:alert(document.domain)";
+    row.details_url = "http://127.0.0.1:8080/o/r/actions/runs/1"; /* a loopback test host */
+    hud_collect_run(&l, &row);
+    row.artifact_url = "https://example.com/artifacts/1";
+    row.details_url = "https://buildkite.com/acme/vllm-ci/builds/42";
+    hud_collect_run(&l, &row);
+    assert_int_equal(l.n, 2);
+    assert_null(l.v[0]->artifact_url);
+    assert_string_equal(l.v[0]->details_url, "http://127.0.0.1:8080/o/r/actions/runs/1");
+    assert_string_equal(l.v[1]->artifact_url, "https://example.com/artifacts/1");
+    assert_string_equal(l.v[1]->details_url, "https://buildkite.com/acme/vllm-ci/builds/42");
+    free(l.v);
+    arena_free(&a);
+}
+
 static void a_full_arena_marks_the_list_and_stops_collecting(void **state)
 {
     arena a;
@@ -201,7 +225,7 @@ static void a_full_arena_marks_the_list_and_stops_collecting(void **state)
     char big[ARENA_BLOCK];
     memset(big, 'u', sizeof(big) - 1);
     big[sizeof(big) - 1] = '\0';
-    row.details_url = big; /* does not fit next to the run itself */
+    row.workflow_name = big; /* does not fit next to the run itself */
     hud_collect_run(&l, &row);
     assert_true(l.oom);
     assert_true(a.oom);
@@ -290,6 +314,7 @@ int main(void)
         cmocka_unit_test(repositories_follow_github_names),
         cmocka_unit_test(pr_numbers_and_shas_are_strict),
         cmocka_unit_test(runs_are_copied_and_written_as_api_objects),
+        cmocka_unit_test(links_that_are_not_https_are_not_copied),
         cmocka_unit_test(a_full_arena_marks_the_list_and_stops_collecting),
         cmocka_unit_test(deliveries_are_listed_with_their_outbox_rows),
     };

@@ -647,6 +647,63 @@ static double cpu_ms(void)
 /* Issue 12: 16,384 keys that all share one FNV-1a hash (so one chain of the old table: quadratic,
  * 721 ms) cost the validator work linear in the number of keys now. The work is counted in
  * key comparisons (deterministic), not in time; the CPU times are printed for the record. */
+/* jv_validate: jv_parse()'s answer on every document but one with a duplicate key, the root's
+ * kind, and no key compared (nothing allocated for keys). */
+static void validate_agrees_with_parse_but_for_duplicates(void **state)
+{
+    static const struct {
+        const char *text;
+        bool parses, valid, object;
+    } cases[] = {
+        {"{}", true, true, true},
+        {"{\"a\":[1,2.5,\"x\",null,true,{\"b\":{}}]}", true, true, true},
+        {"[1,2]", true, true, false},
+        {"\"str\"", true, true, false},
+        {"17", true, true, false},
+        {"{\"a\":1,\"a\":2}", false, true, true}, /* JSON allows it; jv_parse does not */
+        {"{\"a\":{\"b\":1,\"\\u0062\":2}}", false, true, true}, /* the same key, escaped */
+        {"{\"a\":1,}", false, false, false},
+        {"{\"a\":\"\\u0000\"}", false, false, false},
+        {"{\"a\":\"\\ud800\"}", false, false, false},
+        {"{\"a\":1e400}", false, false, false},
+        {"{\"a\":9223372036854775808}", false, false, false},
+        {"{\"a\":\"\xff\"}", false, false, false},
+        {"{} x", false, false, false},
+        {"", false, false, false},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const char *t = cases[i].text;
+        jv *full = jv_parse(t, strlen(t), NULL, 0);
+        if ((full != NULL) != cases[i].parses)
+            fail_msg("case %zu: jv_parse %s", i, full ? "accepts" : "refuses");
+        jv_free(full);
+        bool obj = !cases[i].object;
+        char err[160] = "";
+        if (jv_validate(t, strlen(t), &obj, err, sizeof(err)) != cases[i].valid)
+            fail_msg("case %zu: jv_validate %s (%s)", i, cases[i].valid ? "refuses" : "accepts",
+                     err);
+        if (cases[i].valid)
+            assert_int_equal(obj, cases[i].object);
+        else
+            assert_true(err[0] != '\0');
+    }
+    /* Limits as jv_parse: depth and value count. */
+    char deep[CRCR_JSON_MAX_DEPTH + 2];
+    memset(deep, '[', sizeof(deep));
+    assert_false(jv_validate(deep, sizeof(deep), NULL, NULL, 0));
+    /* 100,000 distinct keys: no comparison is made (the duplicate check is jv_parse_select's). */
+    buf_t b;
+    buf_init(&b, 4u << 20);
+    buf_putc(&b, '{');
+    for (int i = 0; i < 100000; i++)
+        buf_printf(&b, "%s\"k%d\":0", i ? "," : "", i);
+    buf_putc(&b, '}');
+    uint64_t before = jv_select_key_probes();
+    assert_true(jv_validate(b.data, b.len, NULL, NULL, 0));
+    assert_int_equal(jv_select_key_probes(), before);
+    buf_free(&b);
+}
+
 static void select_work_is_linear_for_colliding_keys(void **state)
 {
     uint64_t rng = 0x9E3779B97F4A7C15ull;
@@ -741,6 +798,7 @@ int main(void)
         cmocka_unit_test(select_builds_only_the_selected_paths),
         cmocka_unit_test(select_agrees_with_parse_on_real_webhooks),
         cmocka_unit_test(select_work_is_linear_for_colliding_keys),
+        cmocka_unit_test(validate_agrees_with_parse_but_for_duplicates),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

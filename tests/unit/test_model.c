@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -70,6 +71,26 @@ static void unknown_text_is_the_unknown_value(void **state)
     assert_null(conclusion_name(CONCLUSION_UNKNOWN));
 }
 
+/* What a client reports: GitHub's words in any ASCII case; the list for messages is the table. */
+static void reported_conclusions_are_githubs_in_any_case(void **state)
+{
+    assert_int_equal(conclusion_parse_reported("success"), CONCLUSION_SUCCESS);
+    assert_int_equal(conclusion_parse_reported("Success"), CONCLUSION_SUCCESS);
+    assert_int_equal(conclusion_parse_reported("TIMED_OUT"), CONCLUSION_TIMED_OUT);
+    assert_int_equal(conclusion_parse_reported("Action_Required"), CONCLUSION_ACTION_REQUIRED);
+    static const char *const bad[] = {
+        "sucess", "", "success ", " success", "timed-out", "in_progress", "startup_failure"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        assert_int_equal(conclusion_parse_reported(bad[i]), CONCLUSION_UNKNOWN);
+    assert_int_equal(conclusion_parse_reported(NULL), CONCLUSION_UNKNOWN);
+    char list[256] = "";
+    size_t n = 0;
+    for (int c = 1; c < CONCLUSION_COUNT; c++)
+        n += (size_t)snprintf(list + n, sizeof(list) - n, "%s%s", c > 1 ? ", " : "",
+                              conclusion_name((crcr_conclusion)c));
+    assert_string_equal(conclusion_names_list(), list);
+}
+
 static void outcomes_classify_status_and_conclusion(void **state)
 {
     assert_int_equal(outcome_of("completed", "success"), OUTCOME_SUCCESS);
@@ -121,6 +142,7 @@ int main(void)
         cmocka_unit_test(every_word_parses_back_to_its_value),
         cmocka_unit_test(the_words_are_the_stored_ones),
         cmocka_unit_test(unknown_text_is_the_unknown_value),
+        cmocka_unit_test(reported_conclusions_are_githubs_in_any_case),
         cmocka_unit_test(outcomes_classify_status_and_conclusion),
         cmocka_unit_test(chip_classes_come_from_a_fixed_table),
         cmocka_unit_test(outbox_states_have_classes_and_words),

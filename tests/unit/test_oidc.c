@@ -1,7 +1,7 @@
 /*
- * test_oidc.c - GitHub Actions OIDC verification (oidc.c) against a real JWKS endpoint: an
- * in-process libmicrohttpd server on 127.0.0.1 serves /.well-known/jwks, counts fetches and can
- * swap its key set (rotation) or fail. Tokens are signed here with freshly generated RSA keys.
+ * test_oidc.c - GitHub Actions OIDC verification (oidc.c) against a real JWKS endpoint: the unit
+ * tests' HTTP server (support/ut_httpd.h) on 127.0.0.1 serves /.well-known/jwks, counts fetches and
+ * can swap its key set (rotation) or fail. Tokens are signed here with freshly generated RSA keys.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,9 +13,6 @@
 
 #include <cmocka.h>
 
-#include <arpa/inet.h>
-#include <microhttpd.h>
-#include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
 
@@ -31,6 +28,7 @@
 #include "jwt.h"
 #include "log.h"
 #include "oidc.h"
+#include "ut_httpd.h"
 
 #define AUD "pytorch-cross-repo-ci-relay"
 #define NOW ((int64_t)1700000000)
@@ -55,8 +53,7 @@ static void log_capture(const char *line, size_t len, void *ctx)
 /* ---------------------------------------------------------------- JWKS server */
 
 typedef struct jwks_server {
-    struct MHD_Daemon *d;
-    uint16_t port;
+    ut_httpd *srv;   /* NULL once stopped */
     char issuer[64]; /* http://127.0.0.1:<port> */
     pthread_mutex_t mu;
     char *body; /* current JWKS document (owned), guarded by mu */
@@ -64,31 +61,18 @@ typedef struct jwks_server {
     atomic_int fetches;
 } jwks_server;
 
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
-                                  const char *method, const char *version, const char *upload,
-                                  size_t *upload_size, void **con_cls)
+static void on_request(void *cls, const ut_httpd_req *rq, ut_httpd_resp *resp)
 {
-    (void)version;
-    (void)upload;
-    (void)upload_size;
-    (void)con_cls;
     jwks_server *s = cls;
-    struct MHD_Response *r;
-    int status;
-    if (strcmp(method, "GET") == 0 && strcmp(url, "/.well-known/jwks") == 0) {
+    if (strcmp(rq->method, "GET") == 0 && strcmp(rq->path, "/.well-known/jwks") == 0) {
         atomic_fetch_add(&s->fetches, 1);
         pthread_mutex_lock(&s->mu);
-        status = s->status;
-        r = MHD_create_response_from_buffer(strlen(s->body), s->body, MHD_RESPMEM_MUST_COPY);
+        ut_httpd_reply(resp, (unsigned)s->status, s->body);
         pthread_mutex_unlock(&s->mu);
     } else {
-        status = 404;
-        r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+        ut_httpd_reply(resp, 404, "");
     }
-    MHD_add_response_header(r, "Content-Type", "application/json");
-    enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
-    MHD_destroy_response(r);
-    return ret;
+    ut_httpd_resp_header(resp, "Content-Type", "application/json");
 }
 
 /* Starts a server on 127.0.0.1 with an ephemeral port serving `body` (copied). */
@@ -99,19 +83,8 @@ static jwks_server *server_start(const char *body)
     pthread_mutex_init(&s->mu, NULL);
     s->body = strdup(body);
     s->status = 200;
-    struct sockaddr_in sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sin_family = AF_INET;
-    sa.sin_port = 0;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    s->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD, 0, NULL, NULL, on_request, s,
-                            MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_END);
-    assert_non_null(s->d);
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
-    assert_non_null(info);
-    s->port = info->port;
-    assert_true(s->port != 0);
-    snprintf(s->issuer, sizeof(s->issuer), "http://127.0.0.1:%u", (unsigned)s->port);
+    s->srv = ut_httpd_start(on_request, s);
+    snprintf(s->issuer, sizeof(s->issuer), "%s", ut_httpd_base(s->srv));
     return s;
 }
 
@@ -129,9 +102,8 @@ static void server_set(jwks_server *s, const char *body, int status)
 /* Stops the listener (the port then refuses connections) but keeps the record. */
 static void server_stop(jwks_server *s)
 {
-    if (s->d)
-        MHD_stop_daemon(s->d);
-    s->d = NULL;
+    ut_httpd_stop(s->srv);
+    s->srv = NULL;
 }
 
 static void server_free(jwks_server *s)
@@ -303,7 +275,8 @@ static int check(fixture *f, const char *header, int64_t now, oidc_identity *id,
 {
     int rc = oidc_verify(f->v, header, now, id, reason, reasonsz);
     if (rc != 0) {
-        assert_int_equal(rc, 401);
+        if (rc != 503) /* the issuer's keys could not be had: see the JWKS outage tests */
+            assert_int_equal(rc, 401);
         assert_true(reason[0] != '\0');
         assert_string_equal(id->repository, "");
     }
@@ -693,7 +666,7 @@ static void test_unknown_issuer_is_named_in_reason_without_fetch(void **state)
     claims = claims_ok(iss);
     expect_claims(f, claims, NOW, 401, NULL);
     free(claims);
-    snprintf(iss, sizeof(iss), "HTTP://127.0.0.1:%u", (unsigned)f->srv->port);
+    snprintf(iss, sizeof(iss), "HTTP://127.0.0.1:%d", ut_httpd_port(f->srv->srv));
     claims = claims_ok(iss);
     expect_claims(f, claims, NOW, 401, NULL);
     free(claims);
@@ -795,51 +768,116 @@ static void test_key_rotation_refetches_at_most_once_a_minute(void **state)
     free(claims);
 }
 
-static void test_jwks_server_down_rejects_with_401(void **state)
+/* oidc_verify_ex at `now`: its status, the reason in `reason`, the Retry-After in *retry. */
+static int check_ex(fixture *f, const char *header, int64_t now, char *reason, size_t reasonsz,
+                    int64_t *retry)
+{
+    oidc_identity id;
+    return oidc_verify_ex(f->v, header, now, &id, reason, reasonsz, retry);
+}
+
+/* The issuer's keys cannot be had: not the caller's fault. 503, the issuer and the cause named,
+ * when to retry; one fetch per OIDC_JWKS_RETRY_S meanwhile; counted per issuer. */
+static void test_jwks_server_down_answers_503_with_retry_after(void **state)
 {
     fixture *f = *state;
     char *claims = claims_full(f->srv->issuer, "\"" AUD "\"", 600, "");
     char *tok = sign_token(g_k1, "k1", claims);
-    oidc_identity id;
-    char reason[128];
+    char reason[OIDC_REASON_MAX], want[OIDC_REASON_MAX];
+    int64_t retry = -1;
 
     /* The server answers 500. */
     server_set(f->srv, NULL, 500);
-    assert_int_equal(check(f, tok, NOW, &id, reason, sizeof(reason)), 401);
-    assert_string_equal(reason, "Invalid authorization token");
+    assert_int_equal(check_ex(f, tok, NOW, reason, sizeof(reason), &retry), 503);
+    snprintf(want, sizeof(want),
+             "the relay cannot get the signing keys of OIDC issuer %s (HTTP status 500); the "
+             "token was not judged, please retry",
+             f->srv->issuer);
+    assert_string_equal(reason, want);
+    assert_int_equal(retry, OIDC_JWKS_RETRY_S);
+    assert_int_equal(fetches(f), 1);
+    /* Within the retry interval: no fetch, the time left. */
+    assert_int_equal(check_ex(f, tok, NOW + 2, reason, sizeof(reason), &retry), 503);
+    assert_int_equal(retry, OIDC_JWKS_RETRY_S - 2);
     assert_int_equal(fetches(f), 1);
 
     /* Not a JWKS document. */
     server_set(f->srv, "{\"keys\":[{\"kty\":\"EC\",\"kid\":\"k1\"}]}", 200);
-    assert_int_equal(check(f, tok, NOW + 61, &id, reason, sizeof(reason)), 401);
+    assert_int_equal(check_ex(f, tok, NOW + OIDC_JWKS_RETRY_S, reason, sizeof(reason), &retry),
+                     503);
+    assert_non_null(strstr(reason, "not a JWKS document"));
     assert_int_equal(fetches(f), 2);
 
-    /* Nothing listens any more. */
+    /* Nothing listens any more; oidc_verify() answers the same. */
     server_stop(f->srv);
-    assert_int_equal(oidc_verify(f->v, tok, NOW + 122, &id, reason, sizeof(reason)), 401);
-    assert_string_equal(reason, "Invalid authorization token");
+    oidc_identity id;
+    assert_int_equal(
+        oidc_verify(f->v, tok, NOW + 2 * OIDC_JWKS_RETRY_S, &id, reason, sizeof(reason)), 503);
+    assert_non_null(strstr(reason, f->srv->issuer));
+    assert_string_equal(id.repository, "");
     uint64_t nf;
     oidc_stats(f->v, &nf, NULL, NULL);
     assert_int_equal(nf, 3);
+    oidc_issuer_stat st;
+    assert_true(oidc_issuer_stats(f->v, 0, &st));
+    assert_string_equal(st.url, f->srv->issuer);
+    assert_true(st.failing);
+    assert_int_equal(st.unavailable, 4);
+    assert_false(oidc_issuer_stats(f->v, 1, &st));
     free(tok);
     free(claims);
 }
 
-static void test_server_recovering_is_used_after_the_refetch_interval(void **state)
+/* A token the keys the relay has can judge stays a 401 while the issuer is down; a kid those
+ * keys lack is a 503 (it may be a new key the relay cannot fetch). */
+static void test_keys_the_relay_has_still_judge_during_an_outage(void **state)
+{
+    fixture *f = *state;
+    char *claims = claims_full(f->srv->issuer, "\"" AUD "\"", 3600, "");
+    char *good = sign_token(g_k1, "k1", claims);
+    char *forged = sign_token(g_evil, "k1", claims);
+    char *rotated = sign_token(g_k2, "k2", claims);
+    char reason[OIDC_REASON_MAX];
+    int64_t retry = -1;
+    assert_int_equal(check_ex(f, good, NOW, reason, sizeof(reason), &retry), 0);
+    assert_int_equal(retry, 0);
+    server_set(f->srv, NULL, 502);
+    /* k2 is unknown: a fetch (after the refetch interval), which fails: 503. */
+    assert_int_equal(check_ex(f, rotated, NOW + 61, reason, sizeof(reason), &retry), 503);
+    assert_int_equal(fetches(f), 2);
+    assert_true(retry >= 1 && retry <= OIDC_JWKS_RETRY_S);
+    /* k1 is known: a forgery under its kid is judged by it, the real one passes. */
+    assert_int_equal(check_ex(f, forged, NOW + 62, reason, sizeof(reason), &retry), 401);
+    assert_string_equal(reason, "Invalid authorization token");
+    assert_int_equal(retry, 0);
+    assert_int_equal(check_ex(f, good, NOW + 62, reason, sizeof(reason), &retry), 0);
+    oidc_issuer_stat st;
+    assert_true(oidc_issuer_stats(f->v, 0, &st));
+    assert_int_equal(st.unavailable, 1);
+    free(good);
+    free(forged);
+    free(rotated);
+    free(claims);
+}
+
+static void test_server_recovering_is_used_after_the_retry_interval(void **state)
 {
     fixture *f = *state;
     char *claims = claims_full(f->srv->issuer, "\"" AUD "\"", 600, "");
     char *tok = sign_token(g_k1, "k1", claims);
     oidc_identity id;
-    char reason[128];
+    char reason[OIDC_REASON_MAX];
     server_set(f->srv, NULL, 503);
-    assert_int_equal(check(f, tok, NOW, &id, reason, sizeof(reason)), 401);
+    assert_int_equal(check(f, tok, NOW, &id, reason, sizeof(reason)), 503);
     server_set(f->srv, NULL, 200);
-    /* Within the minute the failed attempt still counts. */
-    assert_int_equal(check(f, tok, NOW + 30, &id, reason, sizeof(reason)), 401);
+    /* Within the retry interval the failed attempt still counts. */
+    assert_int_equal(check(f, tok, NOW + OIDC_JWKS_RETRY_S - 1, &id, reason, sizeof(reason)), 503);
     assert_int_equal(fetches(f), 1);
-    assert_int_equal(check(f, tok, NOW + 60, &id, reason, sizeof(reason)), 0);
+    assert_int_equal(check(f, tok, NOW + OIDC_JWKS_RETRY_S, &id, reason, sizeof(reason)), 0);
     assert_int_equal(fetches(f), 2);
+    oidc_issuer_stat st;
+    assert_true(oidc_issuer_stats(f->v, 0, &st));
+    assert_false(st.failing);
     free(tok);
     free(claims);
 }
@@ -1254,8 +1292,9 @@ int main(void)
         T(test_missing_or_malformed_repository_is_rejected),
         T(test_malformed_optional_claims_are_rejected),
         T(test_key_rotation_refetches_at_most_once_a_minute),
-        T(test_jwks_server_down_rejects_with_401),
-        T(test_server_recovering_is_used_after_the_refetch_interval),
+        T(test_jwks_server_down_answers_503_with_retry_after),
+        T(test_keys_the_relay_has_still_judge_during_an_outage),
+        T(test_server_recovering_is_used_after_the_retry_interval),
         T(test_old_key_set_is_refreshed_after_max_age_and_kept_on_failure),
         T(test_unusable_jwks_entries_are_skipped),
         T(test_set_jwks_installs_keys_without_fetching),

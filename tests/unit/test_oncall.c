@@ -122,36 +122,83 @@ static void the_marker_is_recognised_by_repo(void **state)
     assert_int_equal(oncall_marker("Org/Repo", &m), CRCR_OK);
     assert_string_equal(buf_cstr(&m), "<!-- crcr-oncall:Org/Repo -->");
     buf_free(&m);
-    const char *body = "hello\n<!-- crcr-oncall:ORG/repo -->\n## :x: CRCR downstream CI failure";
-    assert_true(oncall_has_marker(body, strlen(body), "org/repo"));
-    assert_true(oncall_has_marker(body, strlen(body), "Org/Repo"));
-    assert_false(oncall_has_marker(body, strlen(body), "org/rep"));
-    assert_false(oncall_has_marker(body, strlen(body), "org/repo2"));
-    assert_false(oncall_has_marker(body, strlen(body), "other/repo"));
+    const char *body = "<!-- crcr-oncall:ORG/repo -->\n## :x: CRCR downstream CI failure";
+    assert_true(oncall_marker_leads(body, strlen(body), "org/repo"));
+    assert_true(oncall_marker_leads(body, strlen(body), "Org/Repo"));
+    assert_false(oncall_marker_leads(body, strlen(body), "org/rep"));
+    assert_false(oncall_marker_leads(body, strlen(body), "org/repo2"));
+    assert_false(oncall_marker_leads(body, strlen(body), "other/repo"));
+    const char *blanks = " \r\n\t<!-- crcr-oncall:org/repo -->";
+    assert_true(oncall_marker_leads(blanks, strlen(blanks), "org/repo"));
+    /* Only at the start: a marker quoted further down a comment does not count. */
+    const char *quoted = "hello\n<!-- crcr-oncall:org/repo -->\n## :x: CRCR downstream CI failure";
+    assert_false(oncall_marker_leads(quoted, strlen(quoted), "org/repo"));
+    const char *quote = "> <!-- crcr-oncall:org/repo -->";
+    assert_false(oncall_marker_leads(quote, strlen(quote), "org/repo"));
     const char *other = "<!-- crcr-oncall:org/repo2 --> <!-- crcr-oncall -->";
-    assert_false(oncall_has_marker(other, strlen(other), "org/repo"));
-    /* The length bounds the search: a marker past it does not count. */
-    assert_false(oncall_has_marker(body, 20, "org/repo"));
+    assert_false(oncall_marker_leads(other, strlen(other), "org/repo"));
+    /* The length bounds the text: a marker cut by it does not count. */
+    assert_false(oncall_marker_leads(body, 20, "org/repo"));
     const char *cut = "<!-- crcr-oncall:org/repo --";
-    assert_false(oncall_has_marker(cut, strlen(cut), "org/repo"));
-    assert_false(oncall_has_marker(NULL, 0, "org/repo"));
-    assert_false(oncall_has_marker(body, strlen(body), NULL));
+    assert_false(oncall_marker_leads(cut, strlen(cut), "org/repo"));
+    assert_false(oncall_marker_leads(NULL, 0, "org/repo"));
+    assert_false(oncall_marker_leads(body, strlen(body), NULL));
 }
 
-static void the_marker_search_is_linear_on_hostile_text(void **state)
+/* An issue comment as GitHub's API lists it: `body` by `login`, through the App `app_id` (0: by
+ * a person or another integration's token, performed_via_github_app null). */
+static jv *comment(const char *body, const char *login, int64_t app_id)
 {
-    /* 4 MiB of almost-markers: each '<' starts a partial match. */
-    size_t n = 4u << 20;
-    char *text = malloc(n + 1);
-    assert_non_null(text);
-    static const char piece[] = "<!-- crcr-oncall:org/rep<<";
-    for (size_t i = 0; i < n; i++)
-        text[i] = piece[i % (sizeof(piece) - 1)];
-    text[n] = '\0';
-    assert_false(oncall_has_marker(text, n, "org/repo"));
-    memcpy(text + n - 40, "<!-- crcr-oncall:org/repo -->", 29);
-    assert_true(oncall_has_marker(text, n, "org/repo"));
-    free(text);
+    char json[1024];
+    if (app_id)
+        snprintf(json, sizeof(json),
+                 "{\"id\":1,\"user\":{\"login\":\"%s\",\"type\":\"Bot\"},\"body\":\"%s\","
+                 "\"performed_via_github_app\":{\"id\":%lld,\"slug\":\"crcr-test\","
+                 "\"client_id\":\"Iv1.abc123\"}}",
+                 login, body, (long long)app_id);
+    else
+        snprintf(json, sizeof(json),
+                 "{\"id\":1,\"user\":{\"login\":\"%s\",\"type\":\"User\"},\"body\":\"%s\","
+                 "\"performed_via_github_app\":null}",
+                 login, body);
+    jv *doc = jv_parse(json, strlen(json), NULL, 0);
+    assert_non_null(doc);
+    return doc;
+}
+
+static void the_marker_counts_only_from_this_app_or_a_trusted_login(void **state)
+{
+    static const char marker[] =
+        "<!-- crcr-oncall:org/repo -->\\n## :x: CRCR downstream CI failure";
+    static const char trusted[] = "pytorch-bot[bot], Other-Bot[bot]";
+    struct {
+        jv *c;
+        bool counts;
+    } cases[] = {
+        {comment(marker, "crcr-test[bot]", 42), true},   /* this App, by its id */
+        {comment(marker, "crcr-test[bot]", 43), false},  /* another App */
+        {comment(marker, "pytorch-bot[bot]", 99), true}, /* upstream's bot (trusted login) */
+        {comment(marker, "other-bot[bot]", 0), true},    /* case-insensitive */
+        {comment(marker, "mallory", 0), false},          /* any user can write a marker */
+        {comment(marker, "pytorch-bot", 0), false},      /* a user, not the bot */
+        {comment("see <!-- crcr-oncall:org/repo -->", "pytorch-bot[bot]", 99), false},
+        {comment("<!-- crcr-oncall:org/other -->", "crcr-test[bot]", 42), false},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        if (oncall_comment_is_marker(cases[i].c, "org/repo", "42", trusted) != cases[i].counts)
+            fail_msg("case %zu: expected %s", i, cases[i].counts ? "a marker" : "no marker");
+    }
+    /* A client id as GITHUB_APP_ID: the App's client_id names it. */
+    assert_true(oncall_comment_is_marker(cases[0].c, "org/repo", "Iv1.abc123", NULL));
+    assert_false(oncall_comment_is_marker(cases[0].c, "org/repo", "Iv1.other", NULL));
+    /* No trusted logins: only this App's. */
+    assert_false(oncall_comment_is_marker(cases[2].c, "org/repo", "42", ""));
+    assert_false(oncall_comment_is_marker(cases[2].c, "org/repo", "42", NULL));
+    /* Dry-run (no App id): only trusted logins. */
+    assert_false(oncall_comment_is_marker(cases[0].c, "org/repo", NULL, trusted));
+    assert_true(oncall_comment_is_marker(cases[2].c, "org/repo", NULL, trusted));
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        jv_free(cases[i].c);
 }
 
 /* A failure of o/r's job j on SHA with `oncalls`; each test changes what it looks at. */
@@ -195,7 +242,7 @@ static void the_comment_has_upstreams_shape(void **state)
            "|---|---|---|\n"
            "| [`crcr/org4/repo4/CI/build (linux)`]"
            "(https://github.com/org4/repo4/actions/runs/20000000001) | `0123456` | `failure` |\n");
-    assert_true(oncall_has_marker(c, strlen(c), "org4/repo4"));
+    assert_true(oncall_marker_leads(c, strlen(c), "org4/repo4"));
     free(c);
 }
 
@@ -220,8 +267,8 @@ static void a_hostile_job_name_stays_inside_its_cell(void **state)
     assert_non_null(link);
     assert_null(strstr(link + 1, "](")); /* one link: ours */
     /* A marker in the job name is no marker: it cannot silence another repo's comment. */
-    assert_true(oncall_has_marker(c, strlen(c), "org4/repo4"));
-    assert_false(oncall_has_marker(c, strlen(c), "org5/repo5"));
+    assert_true(oncall_marker_leads(c, strlen(c), "org4/repo4"));
+    assert_false(oncall_marker_leads(c, strlen(c), "org5/repo5"));
     free(c);
 }
 
@@ -357,7 +404,7 @@ int main(void)
         cmocka_unit_test(downstream_text_cannot_mention_link_break_the_table_or_inject_html),
         cmocka_unit_test(long_text_is_cut_at_the_limit),
         cmocka_unit_test(the_marker_is_recognised_by_repo),
-        cmocka_unit_test(the_marker_search_is_linear_on_hostile_text),
+        cmocka_unit_test(the_marker_counts_only_from_this_app_or_a_trusted_login),
         cmocka_unit_test(the_comment_has_upstreams_shape),
         cmocka_unit_test(a_hostile_job_name_stays_inside_its_cell),
         cmocka_unit_test(links_are_https_only),

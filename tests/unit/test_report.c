@@ -327,6 +327,28 @@ static void completed_without_conclusion_is_rejected(void **state)
     assert_build_fails(&o, &env, EVENT, CRCR_E_INVALID, "--conclusion");
 }
 
+/* The relay refuses anything but GitHub's check-run conclusions (400): so does crcr report,
+ * before any request. Any case, as the relay; sent as given. */
+static void completed_needs_one_of_githubs_conclusions(void **state)
+{
+    report_opts o = opts_status("completed", "sucess");
+    report_env env = base_env();
+    assert_build_fails(&o, &env, EVENT, CRCR_E_INVALID,
+                       "--conclusion must be one of action_required, cancelled, failure, neutral, "
+                       "success, skipped, stale, timed_out with --status completed, got 'sucess'");
+    o.conclusion = "Success";
+    jv *d = build_ok(&o, &env, EVENT);
+    assert_string_equal(jv_path_str(d, "workflow.conclusion"), "Success");
+    jv_free(d);
+    o.conclusion = "timed_out";
+    d = build_ok(&o, &env, EVENT);
+    jv_free(d);
+    /* in_progress: the conclusion is not sent, so not judged. */
+    o = opts_status("in_progress", "sucess");
+    d = build_ok(&o, &env, EVENT);
+    jv_free(d);
+}
+
 static void unknown_or_missing_status_is_rejected(void **state)
 {
     report_opts o = opts_status("queued", NULL);
@@ -454,8 +476,8 @@ static void buildkite_variables_are_mapped_like_upstreams_wrapper(void **state)
     report_env env;
     report_env_load(&env, fake_getenv);
     assert_true(env.buildkite);
-    assert_string_equal(env.run_id, "4242");
-    assert_string_equal(env.run_attempt, "3"); /* retry count + 1 */
+    assert_string_equal(env.run_id, "0190f7e2-aaaa-bbbb-cccc-000000000001"); /* the build's UUID */
+    assert_string_equal(env.run_attempt, "3");                               /* retry count + 1 */
     assert_string_equal(env.workflow, "vllm-ci");
     assert_string_equal(env.job, ":pytorch: Nightly");
     assert_string_equal(env.run_url, "https://buildkite.com/acme/vllm-ci/builds/4242");
@@ -470,10 +492,10 @@ static void buildkite_variables_are_mapped_like_upstreams_wrapper(void **state)
     const jv *wf = jv_get(doc, "workflow");
     assert_string_equal(jv_path_str(wf, "name"), "vllm-ci");
     assert_string_equal(jv_path_str(wf, "url"), "https://buildkite.com/acme/vllm-ci/builds/4242");
-    assert_string_equal(jv_path_str(wf, "run_id"), "4242");
+    assert_string_equal(jv_path_str(wf, "run_id"), "0190f7e2-aaaa-bbbb-cccc-000000000001");
     assert_string_equal(jv_path_str(wf, "run_attempt"), "3");
     assert_string_equal(jv_path_str(wf, "job_name"), ":pytorch: Nightly");
-    assert_string_equal(jv_path_str(wf, "check_run_id"), "4242-3");
+    assert_string_equal(jv_path_str(wf, "check_run_id"), "0190f7e2-aaaa-bbbb-cccc-000000000001-3");
     jv_free(doc);
 }
 
@@ -519,7 +541,8 @@ static void buildkite_environment_problems_name_buildkite_variables(void **state
     static const struct {
         const char *var, *value, *needle;
     } cases[] = {
-        {"BUILDKITE_BUILD_NUMBER", "0190f7e2-uuid", "BUILDKITE_BUILD_NUMBER"},
+        {"BUILDKITE_BUILD_ID", "", "BUILDKITE_BUILD_ID"},
+        {"BUILDKITE_BUILD_ID", "0190 f7e2", "BUILDKITE_BUILD_ID is not set or not a build id"},
         {"BUILDKITE_RETRY_COUNT", "-1", "BUILDKITE_RETRY_COUNT is not a number: '-1'"},
         {"BUILDKITE_PIPELINE_SLUG", "", "BUILDKITE_PIPELINE_SLUG"},
         {"BUILDKITE_BUILD_URL", "", "BUILDKITE_BUILD_URL"},
@@ -581,6 +604,7 @@ int main(void)
         cmocka_unit_test(event_type_without_delivery_id_is_rejected),
         cmocka_unit_test(self_report_must_be_completed_nightly_or_periodic),
         cmocka_unit_test(completed_without_conclusion_is_rejected),
+        cmocka_unit_test(completed_needs_one_of_githubs_conclusions),
         cmocka_unit_test(unknown_or_missing_status_is_rejected),
         cmocka_unit_test(invalid_test_results_json_is_a_usage_error),
         cmocka_unit_test(event_without_client_payload_object_is_rejected),

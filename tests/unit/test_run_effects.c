@@ -194,7 +194,7 @@ static void hud_body_quotes_the_repo_and_names_every_level(void **state)
 
 static const store_run_key KEY = {.delivery_id = "del-1",
                                   .repo = NPU,
-                                  .run_id = 99999,
+                                  .run_id = "99999",
                                   .run_attempt = 2,
                                   .workflow_name = "CI",
                                   .job_name = "build"};
@@ -207,7 +207,7 @@ static checks_run a_check(void)
                         .head_sha = SHA,
                         .status = "completed",
                         .conclusion = "failure",
-                        .run_id = 99999,
+                        .run_id = "99999",
                         .pr_number = 42};
 }
 

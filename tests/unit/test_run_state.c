@@ -93,7 +93,7 @@ static void row_params_are_the_upsert_columns_in_order(void **state)
 {
     store_run_update u = {.key = {.delivery_id = "d",
                                   .repo = "o/r",
-                                  .run_id = 7,
+                                  .run_id = "7",
                                   .run_attempt = 2,
                                   .workflow_name = NULL,
                                   .job_name = "build"},

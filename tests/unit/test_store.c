@@ -361,7 +361,7 @@ static store_run_update run_update(const char *status, const char *body, size_t 
 {
     return (store_run_update){.key = {.delivery_id = "d1",
                                       .repo = "org/a",
-                                      .run_id = 7,
+                                      .run_id = "7",
                                       .run_attempt = 1,
                                       .job_name = "build"},
                               .status = status,

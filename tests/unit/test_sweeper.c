@@ -145,7 +145,7 @@ static void on_run(void *ctx, const store_run_row *r)
     snprintf(v->repo, sizeof(v->repo), "%s", r->repo);
     snprintf(v->state, sizeof(v->state), "%s", r->state);
     snprintf(v->conclusion, sizeof(v->conclusion), "%s", r->conclusion ? r->conclusion : "");
-    v->run_id = r->run_id;
+    v->run_id = strtoll(r->run_id, NULL, 10);
     v->exec_ms = r->exec_ms;
     v->completed_at = r->completed_at;
 }

@@ -1,10 +1,10 @@
 /*
  * test_webhook_send.c - `crcr webhook send` (src/cli/webhook_send.c) against a receiver served on
- * 127.0.0.1 by the relay's own HTTP server (http_server.h): the request is the one GitHub would
- * send (headers, the file's bytes, an HMAC-SHA256 signature checked here with OpenSSL directly),
- * the answer is printed with the exit status of its class, options in both forms, the defaults
- * (a UUID v4 delivery id, the secret from GITHUB_APP_SECRET), standard input, and every usage and
- * file error with its exit status.
+ * 127.0.0.1 by the unit tests' HTTP server (support/ut_httpd.h): the request is the one GitHub
+ * would send (headers, the file's bytes, an HMAC-SHA256 signature checked here with OpenSSL
+ * directly), the answer is printed with the exit status of its class, options in both forms, the
+ * defaults (a UUID v4 delivery id, the secret from GITHUB_APP_SECRET), standard input, and every
+ * usage and file error with its exit status.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -22,9 +22,9 @@
 #include <unistd.h>
 
 #include "crcr_limits.h"
-#include "http_server.h"
 #include "log.h"
 #include "unit_support.h"
+#include "ut_httpd.h"
 #include "webhook_send.h"
 
 #define PAYLOAD "{\"action\":\"synchronize\",\"number\":7}\n"
@@ -44,20 +44,23 @@ typedef struct receiver {
 typedef struct fixture {
     ut_dir dir;
     receiver r;
-    http_route routes[1];
-    http_server *srv;
+    ut_httpd *srv;
     char url[96];
 } fixture;
 
-static void copy_header(const http_request *req, const char *name, char *out, size_t outsz)
+static void copy_header(const ut_httpd_req *req, const char *name, char *out, size_t outsz)
 {
-    const char *v = http_req_header(req, name);
+    const char *v = ut_httpd_header(req, name);
     snprintf(out, outsz, "%s", v ? v : "(none)");
 }
 
-static void receive(void *ctx, const http_request *req, http_response *resp)
+static void receive(void *ctx, const ut_httpd_req *req, ut_httpd_resp *resp)
 {
     receiver *r = ctx;
+    if (strcmp(req->method, "POST") != 0 || strcmp(req->path, "/github/webhook") != 0) {
+        ut_httpd_reply(resp, 404, "");
+        return;
+    }
     pthread_mutex_lock(&r->mu);
     r->n_requests++;
     copy_header(req, "X-GitHub-Event", r->event, sizeof(r->event));
@@ -89,18 +92,8 @@ static int setup(void **state)
     pthread_mutex_init(&fx->r.mu, NULL);
     buf_init(&fx->r.answer, 4u * 1024u * 1024u);
     buf_init(&fx->r.body, WEBHOOK_SEND_MAX_FILE);
-    fx->routes[0] = (http_route){.method = "POST",
-                                 .path = "/github/webhook",
-                                 .max_body = WEBHOOK_SEND_MAX_FILE,
-                                 .fn = receive,
-                                 .ctx = &fx->r};
-    http_server_opts opts = {.host = "127.0.0.1", .port = 0, .threads = 2};
-    char err[256] = "";
-    fx->srv = http_server_start(&opts, fx->routes, 1, err, sizeof(err));
-    if (!fx->srv)
-        fail_msg("http_server_start: %s", err);
-    snprintf(fx->url, sizeof(fx->url), "http://127.0.0.1:%d/github/webhook",
-             http_server_port(fx->srv));
+    fx->srv = ut_httpd_start(receive, &fx->r);
+    snprintf(fx->url, sizeof(fx->url), "%s/github/webhook", ut_httpd_base(fx->srv));
     answer(fx, 202, "{\"detail\":\"queued\"}", 19);
     char path[128];
     ut_write_file(ut_path(&fx->dir, "payload.json", path, sizeof(path)), PAYLOAD);
@@ -113,7 +106,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     fixture *fx = *state;
-    http_server_stop(fx->srv, 1000);
+    ut_httpd_stop(fx->srv);
     buf_free(&fx->r.answer);
     buf_free(&fx->r.body);
     pthread_mutex_destroy(&fx->r.mu);
@@ -297,7 +290,7 @@ static void test_no_answer_exits_1(void **state)
     fixture *fx = *state;
     char url[128];
     snprintf(url, sizeof(url), "%s", fx->url);
-    http_server_stop(fx->srv, 1000);
+    ut_httpd_stop(fx->srv);
     fx->srv = NULL;
     char *argv[] = {"send", payload_path(fx), "--url", url, "--secret",
                     "k",    "--event",        "ping",  NULL};

@@ -248,6 +248,17 @@ static inline void ut_ingest(store *st, const char *id, int64_t pr, const char *
     assert_int_equal(store_ingest(st, &d, jobs, n), CRCR_OK);
 }
 
+/* The text of run id `n` (run ids are text in the store): a slot of a ring of 256, so that the
+ * updates of one test can hold on to theirs. */
+static inline const char *ut_run_id(int64_t n)
+{
+    static char ring[256][24];
+    static unsigned next;
+    char *s = ring[next++ % 256];
+    snprintf(s, sizeof(ring[0]), "%lld", (long long)n);
+    return s;
+}
+
 /* A transition of run `run_id` (attempt 1, workflow "CI") of `repo` on delivery `id`. */
 static inline store_run_update ut_run_update(const char *id, const char *repo, int64_t run_id,
                                              const char *job, const char *status,
@@ -256,7 +267,7 @@ static inline store_run_update ut_run_update(const char *id, const char *repo, i
 {
     return (store_run_update){.key = {.delivery_id = id,
                                       .repo = repo,
-                                      .run_id = run_id,
+                                      .run_id = ut_run_id(run_id),
                                       .run_attempt = 1,
                                       .workflow_name = "CI",
                                       .job_name = job},

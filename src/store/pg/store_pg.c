@@ -608,6 +608,8 @@ static const char *const MIGRATIONS[] = {
     " event text, action text, attempts integer NOT NULL, first_asked_at bigint NOT NULL,"
     " last_asked_at bigint NOT NULL, last_status integer NOT NULL DEFAULT 0, last_result text);"
     "CREATE INDEX IF NOT EXISTS redeliveries_asked ON redeliveries(last_asked_at);",
+    /* 4 -> 5: run ids as text (a Buildkite build's id is a UUID); runs_key follows the column. */
+    "ALTER TABLE runs ALTER COLUMN run_id TYPE text USING run_id::text;",
 };
 _Static_assert(sizeof(MIGRATIONS) / sizeof(MIGRATIONS[0]) == CRCR_SCHEMA_VERSION,
                "one PostgreSQL migration per schema version");

@@ -111,7 +111,7 @@ static crcr_err op_run_apply(pgx *x, void *arg)
     /* The run's key: $1 delivery, $2 repo, $3 run_id, $4 run_attempt, $5 job, $6 workflow. */
     const store_param key[] = {ARG_TEXT(u->key.delivery_id),
                                ARG_TEXT(u->key.repo),
-                               ARG_INT(u->key.run_id),
+                               ARG_TEXT(u->key.run_id),
                                ARG_INT(u->key.run_attempt),
                                ARG_TEXT(u->key.job_name ? u->key.job_name : ""),
                                ARG_TEXT(u->key.workflow_name ? u->key.workflow_name : "")};

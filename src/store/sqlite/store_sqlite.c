@@ -108,6 +108,37 @@ static const char *const MIGRATIONS[] = {
     " event TEXT, action TEXT, attempts INTEGER NOT NULL, first_asked_at INTEGER NOT NULL,"
     " last_asked_at INTEGER NOT NULL, last_status INTEGER NOT NULL DEFAULT 0, last_result TEXT);"
     "CREATE INDEX IF NOT EXISTS redeliveries_asked ON redeliveries(last_asked_at);",
+    /* 4 -> 5: run ids as text (a Buildkite build's id is a UUID). SQLite cannot change a column's
+     * type in place: the table is copied into one with run_id TEXT (SQLite's documented rebuild,
+     * rows in rowid order: the rowid breaks ties in sq_runs_for_sha) and its indexes made again.
+     * Self-contained: it names every column runs has at version 3. */
+    "CREATE TABLE runs_v5("
+    " delivery_id TEXT NOT NULL, repo TEXT NOT NULL COLLATE NOCASE, run_id TEXT NOT NULL,"
+    " run_attempt INTEGER NOT NULL, job_name TEXT NOT NULL, event_type TEXT, state TEXT NOT NULL,"
+    " level INTEGER, pr_number INTEGER NOT NULL DEFAULT 0, head_sha TEXT,"
+    " workflow_name TEXT NOT NULL DEFAULT '',"
+    " conclusion TEXT, details_url TEXT, artifact_url TEXT, dispatched_at INTEGER,"
+    " started_at INTEGER, completed_at INTEGER, queue_ms INTEGER, exec_ms INTEGER,"
+    " test_passed INTEGER, test_failed INTEGER, test_skipped INTEGER, payload BLOB,"
+    " updated_at INTEGER NOT NULL,"
+    " PRIMARY KEY(delivery_id, repo, run_id, run_attempt, workflow_name, job_name));"
+    "INSERT INTO runs_v5(delivery_id, repo, run_id, run_attempt, job_name, event_type, state,"
+    " level, pr_number, head_sha, workflow_name, conclusion, details_url, artifact_url,"
+    " dispatched_at, started_at, completed_at, queue_ms, exec_ms, test_passed, test_failed,"
+    " test_skipped, payload, updated_at)"
+    " SELECT delivery_id, repo, CAST(run_id AS TEXT), run_attempt, job_name, event_type, state,"
+    " level, pr_number, head_sha, workflow_name, conclusion, details_url, artifact_url,"
+    " dispatched_at, started_at, completed_at, queue_ms, exec_ms, test_passed, test_failed,"
+    " test_skipped, payload, updated_at FROM runs ORDER BY rowid;"
+    "DROP TABLE runs;"
+    "ALTER TABLE runs_v5 RENAME TO runs;"
+    "CREATE INDEX IF NOT EXISTS runs_sha ON runs(head_sha, repo);"
+    "CREATE INDEX IF NOT EXISTS runs_state ON runs(state, started_at);"
+    "CREATE INDEX IF NOT EXISTS runs_hud ON runs(repo, updated_at, event_type, state, conclusion,"
+    " pr_number, head_sha, delivery_id, job_name, workflow_name, details_url, artifact_url,"
+    " run_id, run_attempt, level, dispatched_at, started_at, completed_at, queue_ms, exec_ms,"
+    " test_passed, test_failed, test_skipped);"
+    "CREATE INDEX IF NOT EXISTS runs_pr ON runs(pr_number);",
 };
 _Static_assert(sizeof(MIGRATIONS) / sizeof(MIGRATIONS[0]) == CRCR_SCHEMA_VERSION,
                "one SQLite migration per schema version");

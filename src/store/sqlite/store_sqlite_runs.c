@@ -104,7 +104,7 @@ static crcr_err run_apply_tx(sqlite_store *s, const store_run_update *u, store_e
         s, SQ_RUN_STATE, "run_apply",
         "SELECT " RUN_PREV_COLUMNS " FROM runs WHERE delivery_id=?1 AND repo=?2 AND run_id=?3 AND "
         "run_attempt=?4 AND job_name=?5 AND workflow_name=?6",
-        ARGS(ARG_TEXT(u->key.delivery_id), ARG_TEXT(u->key.repo), ARG_INT(u->key.run_id),
+        ARGS(ARG_TEXT(u->key.delivery_id), ARG_TEXT(u->key.repo), ARG_TEXT(u->key.run_id),
              ARG_INT(u->key.run_attempt), ARG_TEXT(u->key.job_name ? u->key.job_name : ""),
              ARG_TEXT(u->key.workflow_name ? u->key.workflow_name : "")),
         run_prev_row, &prev);
