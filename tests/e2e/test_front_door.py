@@ -51,7 +51,8 @@ from test_dispatch import DISPATCH_PATH, GitHubRelayMixin, pair_counts, wait_unt
 FLOOD_PEER = "127.0.0.2"
 FLOOD_HOLD = 3000
 FLOOD_S = 10.0
-FLOOD_WAIT_MAX_S = 2.0  # acceptance: no signed webhook waits longer (GitHub's limit is 10 s)
+FLOOD_WAIT_MAX_S = 2.0  # issue 23's acceptance: no signed webhook waits longer (GitHub's limit is
+# 10 s); real time is this test's subject: how long GitHub would wait for an answer
 PER_CLIENT = 64  # CRCR_MAX_CONNECTIONS_PER_CLIENT default
 
 BURST_N = 48
@@ -218,7 +219,10 @@ class FloodTest(RelayMixin, unittest.TestCase):
             lat.append(time.monotonic() - t0)
             statuses.append(status)
             held.append(scrape(relay, "crcr_http_connections"))
-            time.sleep(0.1)
+            time.sleep(0.1)  # the pace of the signed webhooks, not a wait for the relay
+        # The relay cuts the flood's idle connections at the header timeout: await (event, not a
+        # time) more cuts than the attacker held at once, i.e. it reopened and was cut again.
+        wait_until(lambda: stats[2] > FLOOD_HOLD, 120)
         attacker_open, opened, cut = stats[:]
         end_attack()
 
