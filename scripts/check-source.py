@@ -11,12 +11,12 @@
    the isolated layer (the front doors) an include stays within the file's family; a file in a
    folder that is not a layer is a problem too.
    `--self-test` shows the check failing on a deliberate upward include in a scratch tree.
-5. Vocabularies: no outbox kind, outbox state, run status or conclusion (the name tables of
-   src/model/vocab.c) is spelled as a whole string literal in src/ outside src/model/; words
+5. Vocabularies: no outbox kind, outbox state, run status, conclusion or end reason (the name
+   tables of src/model/vocab.c) is spelled as a whole string literal in src/ outside src/model/; words
    inside longer literals (SQL, messages) are fine. A literal that equals a word but is another
    concept (a webhook event called check_run, a test count called skipped) carries a marker
    `vocab-ok: <why>` in a comment on its line or the line above. In the store's SQL, every word
-   compared with or inserted into a `kind` or `state` column must be in the tables.
+   compared with or inserted into a `kind`, `state` or `ended` column must be in the tables.
    `--self-test` shows it failing on a deliberate literal and an unknown SQL word.
 """
 import pathlib
@@ -137,7 +137,8 @@ VOCAB_FILE = pathlib.Path("model") / "vocab.c"
 # The name tables of the concepts the rule covers (the model's other tables, such as outcome.c's
 # words for people, are not vocabularies of stored data).
 VOCAB_TABLES = {"OB_KIND_NAMES": "kind", "OB_STATE_NAMES": "state", "RUN_STATUS_NAMES": "state",
-                "CONCLUSION_NAMES": "conclusion"}
+                "CONCLUSION_NAMES": "conclusion", "END_REASON_NAMES": "ended"}
+SQL_COLUMNS = ("kind", "state", "ended")  # columns whose SQL words must be in the tables
 VOCAB_MARK = re.compile(r"vocab-ok:\s*\S")
 C_STRING = re.compile(r'"((?:[^"\\\n]|\\.)*)"')
 
@@ -183,8 +184,8 @@ def literals(text):
 
 # Joined SQL of one statement: adjacent literals with only blanks and macro names between them.
 SQL_RUN = re.compile(r'"(?:[^"\\\n]|\\.)*"(?:(?:\s|\b[A-Z_][A-Z0-9_]*\b)*"(?:[^"\\\n]|\\.)*")*')
-SQL_CMP = re.compile(r"\b(kind|state)\s*(?:=|<>|!=)\s*'([^']*)'", re.I)
-SQL_IN = re.compile(r"\b(kind|state)\s+(?:NOT\s+)?IN\s*\(([^)]*)\)", re.I)
+SQL_CMP = re.compile(r"\b(kind|state|ended)\s*(?:=|<>|!=)\s*'([^']*)'", re.I)
+SQL_IN = re.compile(r"\b(kind|state|ended)\s+(?:NOT\s+)?IN\s*\(([^)]*)\)", re.I)
 SQL_INSERT = re.compile(r"INSERT\s+INTO\s+\w+\s*\(([^)]*)\)\s*VALUES\s*\(([^)]*)\)", re.I)
 
 
@@ -203,7 +204,7 @@ def sql_words(text):
             cols = [x.strip().lower() for x in c.group(1).split(",")]
             vals = [x.strip() for x in c.group(2).split(",")]
             for col, val in zip(cols, vals):
-                if col in ("kind", "state") and val.startswith("'"):
+                if col in SQL_COLUMNS and val.startswith("'"):
                     out.append((line, col, val.strip("'")))
     return out
 
@@ -220,7 +221,7 @@ def check_vocab(src):
     words = set().union(*tables.values())
     if not words:
         return [f"{VOCAB_FILE}: no vocabulary tables found ({', '.join(VOCAB_TABLES)})"]
-    allowed = {col: set() for col in ("kind", "state")}
+    allowed = {col: set() for col in SQL_COLUMNS}
     for name, col in VOCAB_TABLES.items():
         if col in allowed:
             allowed[col] |= tables[name]

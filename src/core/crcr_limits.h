@@ -82,6 +82,15 @@
 /* repository_dispatch. GitHub: client_payload < 64 KB, <= 10 keys, event_type <= 100 chars. */
 #define CRCR_DISPATCH_BUDGET_DEFAULT 65000u
 
+/* Depends-On lines of a PyTorch PR body (§3.13): lines honoured at most (one per downstream
+ * repository; the rest are ignored and logged), and bytes of the body read for them (GitHub caps
+ * a PR body at 65,536 characters, so at most 262,144 bytes of UTF-8). */
+#define CRCR_DEPENDS_ON_MAX 8u
+#define CRCR_PR_BODY_MAX (256u * 1024u)
+/* Runs of one dispatch ended (superseded) per store statement batch; a dispatch with more is
+ * ended in several batches of the same transaction. */
+#define CRCR_SUPERSEDE_BATCH 256u
+
 /* Log lines. */
 #define CRCR_LOG_LINE_MAX 8192u
 

@@ -20,6 +20,7 @@
 #include "cbtoken.h"
 #include "checks.h"
 #include "clock.h"
+#include "depends_on.h"
 #include "ids.h"
 #include "json.h"
 #include "crcr_limits.h"
@@ -126,7 +127,10 @@ static const char *const CALLBACK_JSON_PATHS[] = {
     "payload.head_sha",
 };
 
-static void answer_status(http_response *resp, const char *status, bool duplicate)
+/* {"ok":true,"status":S[,"duplicate":true][,"ended":R]}: `ended` (a run of a dispatch a newer one
+ * ended, §3.12) tells the downstream that the relay recorded it and nothing follows from it. */
+static void answer_status(http_response *resp, const char *status, bool duplicate,
+                          const char *ended)
 {
     buf_t b;
     buf_init(&b, 256);
@@ -134,6 +138,10 @@ static void answer_status(http_response *resp, const char *status, bool duplicat
     jv_quote(&b, status, strlen(status));
     if (duplicate)
         buf_puts(&b, ",\"duplicate\":true");
+    if (ended && *ended) {
+        buf_puts(&b, ",\"ended\":");
+        jv_quote(&b, ended, strlen(ended));
+    }
     buf_putc(&b, '}');
     http_resp_json(resp, 200, buf_cstr(&b));
     buf_free(&b);
@@ -297,13 +305,20 @@ typedef struct effects_ctx {
     size_t raw_len;
     const store_run_key *key;
     run_effect_bodies bodies;
-    size_t n_jobs; /* how many the transition queued */
+    size_t n_jobs;    /* how many the transition queued */
+    const char *pair; /* the Depends-On pair tested, "o/r#N @ sha7", or NULL */
+    const char *pair_ref;
+    const char *note; /* why a named pair was not tested, or NULL */
 } effects_ctx;
 
 static crcr_err build_effects(void *vctx, const store_run_result *res, store_new_job *jobs,
                               size_t max, size_t *n)
 {
     effects_ctx *c = vctx;
+    if (res->ended[0]) { /* a run a newer dispatch ended: recorded, nothing follows (§3.12) */
+        *n = c->n_jobs = 0;
+        return CRCR_OK;
+    }
     checks_run r = {
         .repo = c->repo,
         .workflow_name = c->f->workflow_name,
@@ -315,6 +330,9 @@ static crcr_err build_effects(void *vctx, const store_run_result *res, store_new
         .pr_number = c->f->pr_number,
         .details_url = c->details_url,
         .web_url = config_web_url(&c->app->cfg),
+        .pair = c->pair,
+        .pair_ref = c->pair_ref,
+        .note = c->note,
     };
     run_effects_env env = {c->app->st, &c->app->cfg, c->al};
     crcr_err err =
@@ -365,7 +383,9 @@ typedef struct cb_request {
     bool nightly;
     store_dispatch dispatch; /* PR/push: the relay's record of what it sent to `repo` (its
                                 payload only at L3; freed by callback_handle) */
-    const char *body;        /* the body as stored and forwarded: the request's, or `clean` */
+    depends_on_pair pair;    /* the record's Depends-On pair (§3.13), when it had one */
+    bool paired;
+    const char *body; /* the body as stored and forwarded: the request's, or `clean` */
     size_t body_len;
     buf_t clean; /* callback_clean_body's, when the fields asked for it */
     int refusal; /* 0, or the status of the refusal in `detail` */
@@ -420,12 +440,17 @@ static void check_dispatched(cb_request *c)
         return;
     }
     const store_dispatch *d = &c->dispatch;
+    c->paired = depends_on_record_parse(d->pair, strlen(d->pair), &c->pair);
+    bool bound = c->paired && c->pair.resolved; /* what the token was minted with */
     if (c->f.token) {
-        /* The token binds the echoed PR and sha (an absent one too) to this delivery and repo;
-         * the relay minted it over its own record, so a token that verifies against the body's
-         * values means the body says what was dispatched. */
-        if (!cbtoken_verify(c->app->cfg.app_secret, c->app->cfg.app_secret_previous, c->f.token,
-                            c->f.delivery_id, c->repo, c->f.head_sha, c->f.pr_number)) {
+        /* The token binds the echoed PR and sha (an absent one too) to this delivery and repo,
+         * and the pair the relay sent with it (its record); the relay minted it over its own
+         * record, so a token that verifies against the body's values means the body says what
+         * was dispatched. */
+        if (!cbtoken_verify_pair(c->app->cfg.app_secret, c->app->cfg.app_secret_previous,
+                                 c->f.token, c->f.delivery_id, c->repo, c->f.head_sha,
+                                 c->f.pr_number, bound ? c->pair.number : 0,
+                                 bound ? c->pair.head_sha : NULL)) {
             snprintf(c->detail, sizeof(c->detail), "%s",
                      "callback_token does not match this repository, delivery, pull request and "
                      "head sha");
@@ -597,6 +622,19 @@ static void apply_transition(cb_request *c, http_response *resp, const allowlist
         .raw_body = c->body,
         .raw_len = c->body_len,
     };
+    /* The check run names the pair the dispatch carried, or why a named one was not tested. */
+    char pair_label[CRCR_REPO_NAME_MAX + 48], pair_note[CRCR_REPO_NAME_MAX + 400];
+    if (!c->nightly && c->paired) {
+        depends_on_label(&c->pair, pair_label, sizeof(pair_label));
+        if (c->pair.resolved) {
+            ec.pair = pair_label;
+            ec.pair_ref = c->pair.head_ref;
+        } else if (c->pair.problem[0]) {
+            snprintf(pair_note, sizeof(pair_note), "Depends-On %s was not tested: %s.", pair_label,
+                     c->pair.problem);
+            ec.note = pair_note;
+        }
+    }
     run_effect_bodies_init(&ec.bodies, c->body_len);
     store_run_update u = {
         .key = {.delivery_id = f->delivery_id,
@@ -656,11 +694,13 @@ static void apply_transition(cb_request *c, http_response *resp, const allowlist
         http_resp_detail(resp, 503, "store unavailable, please retry");
     } else {
         metrics_callback_result(res.duplicate ? "duplicate" : "accepted");
+        bool queued = ec.check_run && !res.duplicate && !res.ended[0];
         LOG_INFO(res.duplicate ? "callback.duplicate" : "callback.accepted", "delivery",
                  f->delivery_id, "repo", c->repo, "run", run_s, "job", f->job_name, "status",
                  f->status, "conclusion", f->conclusion, ob_kind_name(OB_KIND_CHECK_RUN),
-                 ec.check_run ? ob_state_name(OB_STATE_QUEUED) : NULL, NULL);
-        answer_status(resp, f->status, res.duplicate);
+                 queued ? ob_state_name(OB_STATE_QUEUED) : NULL, "ended",
+                 res.ended[0] ? res.ended : NULL, NULL);
+        answer_status(resp, f->status, res.duplicate, res.ended);
         if (!res.duplicate) /* nothing when no job was queued */
             outbox_wake(app->ob, ec.n_jobs);
     }

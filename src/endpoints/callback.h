@@ -20,11 +20,15 @@
  *      at most 64 KiB (413), the repo's daily byte budget (429 + Retry-After); no dispatch record
  *   7. PR/push: a dispatch of this delivery to this repo -> else 400; the body's head sha or PR
  *      number differing from the delivery's -> 403; callback_token (when present, or required)
- *      vs repo + delivery + the delivery's PR and sha -> 403
+ *      vs repo + delivery + the delivery's PR and sha (+ the Depends-On pair the dispatch
+ *      carried, §3.13) -> 403
  *   8. atomic transition DISPATCHED -> IN_PROGRESS -> COMPLETED (exact repeat: 200 duplicate;
- *      invalid: 400), with its check run (L3/L4) and HUD forward queued in the same transaction;
- *      the run's head sha, PR number and the L3 label decision come from the relay's records
- *   9. 200 {"ok":true,"status":...}; the answer never waits for GitHub or the HUD.
+ *      invalid: 400), with its check run (L3/L4, naming a Depends-On pair) and HUD forward queued
+ *      in the same transaction; the run's head sha, PR number and the L3 label decision come from
+ *      the relay's records. A run of a dispatch a newer one ended (§3.12) is recorded but causes
+ *      nothing: no check run, no comment, no HUD forward, never a refusal for it
+ *   9. 200 {"ok":true,"status":...} (+ "ended":"superseded"|"pr_closed" for such a run); the
+ *      answer never waits for GitHub or the HUD.
  */
 #ifndef CRCR_CALLBACK_H
 #define CRCR_CALLBACK_H

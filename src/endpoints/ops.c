@@ -143,11 +143,9 @@ static crcr_err app_metrics(crcr_app *app, buf_t *b)
         const struct {
             crcr_ob_state state;
             int64_t n;
-        } rows[] = {{OB_STATE_QUEUED, os.queued},
-                    {OB_STATE_RUNNING, os.running},
-                    {OB_STATE_SENT, os.sent},
-                    {OB_STATE_DRY_RUN, os.dry_run},
-                    {OB_STATE_DEAD, os.dead}};
+        } rows[] = {{OB_STATE_QUEUED, os.queued}, {OB_STATE_RUNNING, os.running},
+                    {OB_STATE_SENT, os.sent},     {OB_STATE_DRY_RUN, os.dry_run},
+                    {OB_STATE_DEAD, os.dead},     {OB_STATE_WITHDRAWN, os.withdrawn}};
         for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]) && !e; i++) {
             const char *l[] = {"state", ob_state_name(rows[i].state), NULL};
             e = metrics_sample(b, "crcr_outbox_rows", l, (double)rows[i].n);

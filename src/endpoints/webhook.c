@@ -10,6 +10,7 @@
 #include "app.h"
 #include "checks.h"
 #include "clock.h"
+#include "depends_on.h"
 #include "ids.h"
 #include "json.h"
 #include "crcr_limits.h"
@@ -113,9 +114,118 @@ static store_delivery delivery_row(const http_request *req, const char *event, c
     };
 }
 
-/* Persists the delivery with one dispatch row per allowlisted repo and answers. */
+/* ---- supersession and Depends-On (§3.12, §3.13) ---- */
+
+/* What a supersession's ended runs cause: a cancelled check run on their old sha, only where one
+ * was created (store_new_job.after_seq), naming the pair they tested and why they ended. No
+ * on-call comment (nothing failed) and no HUD forward (no callback came). */
+typedef struct ended_ctx {
+    crcr_app *app;
+    buf_t body, key; /* the current check run's (store_ended_fn: valid until the next call) */
+    char label[CRCR_REPO_NAME_MAX + 48];
+} ended_ctx;
+
+static crcr_err ended_effects(void *vctx, const store_run_row *run, const char *pair,
+                              size_t pair_len, store_new_job *jobs, size_t max, size_t *n)
+{
+    ended_ctx *c = vctx;
+    *n = 0;
+    if (max < 1 || !run->head_sha || !*run->head_sha)
+        return CRCR_OK;
+    depends_on_pair p;
+    bool paired = depends_on_record_parse(pair, pair_len, &p) && p.resolved;
+    if (paired)
+        depends_on_label(&p, c->label, sizeof(c->label));
+    bool closed = end_reason_parse(run->ended) == END_REASON_PR_CLOSED;
+    checks_run r = {
+        .repo = run->repo,
+        .workflow_name = run->workflow_name,
+        .job_name = run->job_name,
+        .head_sha = run->head_sha,
+        .status = run->state,
+        .conclusion = run->conclusion,
+        .run_id = run->run_id,
+        .pr_number = run->pr_number,
+        .details_url = run->details_url,
+        .web_url = config_web_url(&c->app->cfg),
+        .pair = paired ? c->label : NULL,
+        .pair_ref = paired ? p.head_ref : NULL,
+        .note = closed ? "Ended by the relay: the pull request was closed."
+                       : "Superseded: the relay dispatched a newer commit (or Depends-On pair) of "
+                         "this pull request; this run's result no longer counts.",
+    };
+    crcr_err e = run_effects_check_job(&c->app->cfg, &r, &c->body, &c->key, &jobs[0]);
+    if (e)
+        return e;
+    jobs[0].after_seq = true;
+    *n = 1;
+    return CRCR_OK;
+}
+
+static void ended_ctx_init(ended_ctx *c, crcr_app *app)
+{
+    memset(c, 0, sizeof(*c));
+    c->app = app;
+    buf_init(&c->body, RUN_EFFECTS_CHECK_BODY_MAX);
+    buf_init(&c->key, RUN_EFFECTS_KEY_MAX);
+}
+
+static void ended_ctx_free(ended_ctx *c)
+{
+    buf_free(&c->body);
+    buf_free(&c->key);
+}
+
+/* How a dispatch of the upstream PR treats its older dispatches and its Depends-On lines. */
+typedef struct dispatch_plan {
+    const char *reason; /* the end reason of the PR's older dispatches; NULL: none (a push) */
+    bool any_sha;       /* every older one (a closed PR, a Depends-On change), not only those of
+                           another head or pair */
+    const depends_on_line *deps; /* the body's pairs (allowlisted repos get them) */
+    size_t n_deps;
+    bool edit; /* an edit of the body: only repos whose pair changed from old_deps */
+    const depends_on_line *old_deps;
+    size_t n_old;
+} dispatch_plan;
+
+/* Logs the Depends-On lines naming no allowlisted repository: they change nothing (§3.13). */
+static void log_unlisted(const allowlist *al, const char *delivery, const depends_on_line *v,
+                         size_t n, size_t ignored)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (!allowlist_find(al, v[i].repo)) {
+            char num[24];
+            snprintf(num, sizeof(num), "%lld", (long long)v[i].number);
+            LOG_INFO("webhook.depends_on_ignored", "delivery", delivery, "repo", v[i].repo, "pr",
+                     num, "reason", "not on the allowlist", NULL);
+        }
+    }
+    if (ignored) {
+        char k[24];
+        snprintf(k, sizeof(k), "%zu", ignored);
+        LOG_INFO("webhook.depends_on_ignored", "delivery", delivery, "lines", k, "reason",
+                 "malformed, repeated or over the limit", NULL);
+    }
+}
+
+/* Keeps in repos[0..n) the ones whose pair the edit changed; returns how many. */
+static size_t changed_pairs(const dispatch_plan *plan, const char **repos, size_t n)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (depends_on_find(plan->deps, plan->n_deps, repos[i]) !=
+            depends_on_find(plan->old_deps, plan->n_old, repos[i]))
+            repos[k++] = repos[i];
+    }
+    return k;
+}
+
+/* Persists the delivery with one dispatch row per allowlisted repo (an edit: per repo whose pair
+ * changed), their Depends-On pairs and the supersession of the PR's older dispatches, and
+ * answers. */
 static void accept_dispatch(crcr_app *app, const http_request *req, http_response *resp,
-                            const char *event, const char *delivery, const jv *doc)
+                            const char *event, const char *delivery, const jv *doc,
+                            const dispatch_plan *plan)
 {
     allowlist *al = allowlist_source_get(app->allow);
     if (!al) {
@@ -133,13 +243,44 @@ static void accept_dispatch(crcr_app *app, const http_request *req, http_respons
         return;
     }
     allowlist_repos_at_or_above(al, CRCR_LEVEL_L1, repos, n);
+    log_unlisted(al, delivery, plan->deps, plan->n_deps, 0);
+    if (plan->edit && (n = changed_pairs(plan, repos, n)) == 0) {
+        free(repos);
+        free(jobs);
+        allowlist_free(al);
+        LOG_DEBUG("webhook.ignored", "delivery", delivery, "event", event, "action", "edited",
+                  "reason", "Depends-On unchanged", NULL);
+        ignored(app, resp, NULL);
+        return;
+    }
     int64_t now = clock_now_ms();
-    for (size_t i = 0; i < n; i++)
+    buf_t pair_bodies[CRCR_DEPENDS_ON_MAX];
+    size_t n_pairs = 0;
+    for (size_t i = 0; i < n; i++) {
         jobs[i] = (store_new_job){
             .kind = ob_kind_name(OB_KIND_DISPATCH), .target = repos[i], .due_at = now};
+        int64_t pair = depends_on_find(plan->deps, plan->n_deps, repos[i]);
+        if (pair > 0 && n_pairs < CRCR_DEPENDS_ON_MAX) {
+            buf_t *b = &pair_bodies[n_pairs];
+            buf_init(b, CRCR_REPO_NAME_MAX + 96);
+            if (depends_on_request(repos[i], pair, b) == CRCR_OK) {
+                jobs[i].pair_number = pair;
+                jobs[i].body = b->data;
+                jobs[i].body_len = b->len;
+            }
+            n_pairs++;
+        }
+    }
 
     store_delivery d = delivery_row(req, event, delivery, doc, now);
-    crcr_err e = store_ingest(app->st, &d, jobs, n);
+    ended_ctx ec;
+    ended_ctx_init(&ec, app);
+    store_supersede sup = {
+        .reason = plan->reason, .any_sha = plan->any_sha, .effects = ended_effects, .ctx = &ec};
+    crcr_err e = store_ingest_superseding(app->st, &d, jobs, n, plan->reason ? &sup : NULL);
+    ended_ctx_free(&ec);
+    for (size_t i = 0; i < n_pairs; i++)
+        buf_free(&pair_bodies[i]);
     if (e == CRCR_E_DUPLICATE) {
         metrics_webhook_result("duplicate");
         LOG_INFO("webhook.duplicate", "delivery", delivery, "event", event, NULL);
@@ -161,15 +302,164 @@ static void accept_dispatch(crcr_app *app, const http_request *req, http_respons
         buf_puts(&b, "]}");
         http_resp_json(resp, 202, buf_cstr(&b));
         buf_free(&b);
-        char count[24];
+        char count[24], ended[64];
         snprintf(count, sizeof(count), "%zu", n);
+        snprintf(ended, sizeof(ended), "%d/%d/%d", sup.dispatches, sup.runs, sup.withdrawn);
         LOG_INFO("webhook.accepted", "delivery", delivery, "event", event, "action", d.action,
-                 "targets", count, NULL);
-        outbox_wake(app->ob, n);
+                 "targets", count, "ended", plan->reason ? ended : NULL, NULL);
+        outbox_wake(app->ob, n + (size_t)sup.runs);
     }
     free(repos);
     free(jobs);
     allowlist_free(al);
+}
+
+/* The Depends-On lines of the PR body at `path` of `doc`. */
+static size_t body_pairs(const crcr_app *app, const jv *doc, const char *path, depends_on_line *out,
+                         size_t *ignored)
+{
+    const jv *body = jv_path(doc, path);
+    return depends_on_parse(jv_str(body), jv_str_len(body), config_web_url(&app->cfg), out,
+                            CRCR_DEPENDS_ON_MAX, ignored);
+}
+
+/* pull_request opened/reopened/synchronize/closed and push: dispatch to every allowlisted repo.
+ * A PR's dispatch supersedes its older ones (closed: all of them, as pr_closed) and carries the
+ * pairs of its body's Depends-On lines (not when closed: nothing is tested then). */
+static void handle_dispatch(crcr_app *app, const http_request *req, http_response *resp,
+                            const char *event, const char *delivery, const jv *doc,
+                            const char *action)
+{
+    dispatch_plan plan = {0};
+    depends_on_line deps[CRCR_DEPENDS_ON_MAX];
+    if (strcmp(event, "pull_request") == 0) {
+        bool closed = action && strcmp(action, "closed") == 0;
+        plan.reason = end_reason_name(closed ? END_REASON_PR_CLOSED : END_REASON_SUPERSEDED);
+        plan.any_sha = closed;
+        if (!closed) {
+            size_t ignored_lines = 0;
+            plan.n_deps = body_pairs(app, doc, "pull_request.body", deps, &ignored_lines);
+            plan.deps = deps;
+            if (ignored_lines)
+                log_unlisted(NULL, delivery, NULL, 0, ignored_lines);
+        }
+    }
+    accept_dispatch(app, req, resp, event, delivery, doc, &plan);
+}
+
+/* pull_request edited on an open upstream PR whose body changed: dispatch again to every
+ * allowlisted repository whose Depends-On pair changed (added, removed or another PR), and only
+ * to them, superseding their older dispatches of the PR (§3.13). Other edits are ignored. */
+static void handle_edit(crcr_app *app, const http_request *req, http_response *resp,
+                        const char *event, const char *delivery, const jv *doc)
+{
+    const char *state = jv_path_str(doc, "pull_request.state");
+    if (!state || strcmp(state, "open") != 0) {
+        ignored(app, resp, NULL);
+        return;
+    }
+    depends_on_line now_deps[CRCR_DEPENDS_ON_MAX], old_deps[CRCR_DEPENDS_ON_MAX];
+    size_t ignored_lines = 0;
+    dispatch_plan plan = {
+        .reason = end_reason_name(END_REASON_SUPERSEDED),
+        .any_sha = true,
+        .deps = now_deps,
+        .edit = true,
+        .old_deps = old_deps,
+    };
+    plan.n_deps = body_pairs(app, doc, "pull_request.body", now_deps, &ignored_lines);
+    plan.n_old = body_pairs(app, doc, "changes.body.from", old_deps, NULL);
+    if (ignored_lines)
+        log_unlisted(NULL, delivery, NULL, 0, ignored_lines);
+    accept_dispatch(app, req, resp, event, delivery, doc, &plan);
+}
+
+/* Upstream PRs one downstream push re-dispatches at most (more wait for the next push). */
+#define WEBHOOK_PAIR_PUSH_MAX 64u
+
+/* pull_request synchronize of an allowlisted downstream repository: every open upstream PR whose
+ * latest dispatch to it is paired with that PR is dispatched again to that repository only (a
+ * copy of that dispatch's delivery, "<delivery>:pr<N>"), with the new downstream head read at
+ * send time, superseding the older run (§3.13). A PR no upstream PR names changes nothing:
+ * {"ignored":true}, as every other event of a downstream repository. */
+static void handle_pair_push(crcr_app *app, http_response *resp, const char *delivery,
+                             const jv *doc)
+{
+    allowlist *al = allowlist_source_get(app->allow);
+    const allowlist_entry *ent = allowlist_find(al, jv_path_str(doc, "repository.full_name"));
+    int64_t number = 0;
+    if (!ent || !jv_int(jv_path(doc, "pull_request.number"), &number) || number <= 0) {
+        allowlist_free(al);
+        ignored(app, resp, NULL);
+        return;
+    }
+    char repo[CRCR_REPO_NAME_MAX];
+    snprintf(repo, sizeof(repo), "%s", ent->repo);
+    allowlist_free(al);
+    buf_t body;
+    buf_init(&body, CRCR_REPO_NAME_MAX + 96);
+    depends_on_request(repo, number, &body);
+    int64_t now = clock_now_ms();
+    store_new_job job = {.kind = ob_kind_name(OB_KIND_DISPATCH),
+                         .target = repo,
+                         .body = body.data,
+                         .body_len = body.len,
+                         .due_at = now,
+                         .pair_number = number};
+    ended_ctx ec;
+    ended_ctx_init(&ec, app);
+    store_supersede sup = {.reason = end_reason_name(END_REASON_SUPERSEDED),
+                           .any_sha = true,
+                           .effects = ended_effects,
+                           .ctx = &ec};
+    store_pair_hit hits[WEBHOOK_PAIR_PUSH_MAX];
+    size_t n = 0;
+    crcr_err e = store_pair_redispatch(app->st, repo, number, delivery, now, &job, &sup, hits,
+                                       WEBHOOK_PAIR_PUSH_MAX, &n);
+    ended_ctx_free(&ec);
+    buf_free(&body);
+    size_t fresh = 0;
+    for (size_t i = 0; i < n; i++)
+        fresh += !hits[i].duplicate;
+    if (e == CRCR_E_INVALID) {
+        reject(app, resp, 400, "X-GitHub-Delivery too long", delivery);
+    } else if (e) {
+        reject(app, resp, 503, "store unavailable, please redeliver", delivery);
+    } else if (n == 0) {
+        LOG_DEBUG("webhook.ignored", "delivery", delivery, "repo", repo, "reason",
+                  "not a paired pull request", NULL);
+        ignored(app, resp, NULL);
+    } else if (fresh == 0) {
+        metrics_webhook_result("duplicate");
+        http_resp_json(resp, 200, "{\"ok\":true,\"duplicate\":true}");
+    } else {
+        metrics_webhook_result("accepted");
+        buf_t b;
+        buf_init(&b, 4096 + WEBHOOK_PAIR_PUSH_MAX * (CRCR_DELIVERY_ID_MAX + 32));
+        buf_puts(&b, "{\"ok\":true,\"delivery_id\":");
+        jv_quote(&b, delivery, strlen(delivery));
+        buf_puts(&b, ",\"queued\":[");
+        jv_quote(&b, repo, strlen(repo));
+        buf_puts(&b, "],\"redispatched\":[");
+        for (size_t i = 0, k = 0; i < n; i++) {
+            if (hits[i].duplicate)
+                continue;
+            buf_printf(&b, "%s{\"pull_request\":%lld,\"delivery_id\":", k++ ? "," : "",
+                       (long long)hits[i].pr_number);
+            jv_quote(&b, hits[i].delivery_id, strlen(hits[i].delivery_id));
+            buf_putc(&b, '}');
+        }
+        buf_puts(&b, "]}");
+        http_resp_json(resp, 202, buf_cstr(&b));
+        buf_free(&b);
+        char num[24], count[24], ended[64];
+        snprintf(num, sizeof(num), "%lld", (long long)number);
+        snprintf(count, sizeof(count), "%zu", fresh);
+        snprintf(ended, sizeof(ended), "%d/%d/%d", sup.dispatches, sup.runs, sup.withdrawn);
+        LOG_INFO("webhook.pair_push", "delivery", delivery, "repo", repo, "pr", num, "redispatched",
+                 count, "ended", ended, NULL);
+        outbox_wake(app->ob, fresh + (size_t)sup.runs);
+    }
 }
 
 /* Repositories an installation event names that are looked at (GitHub lists at most a few
@@ -228,17 +518,24 @@ void webhook_classify(const char *event, const jv *doc, const char *upstream_rep
     r->kind = WEBHOOK_IGNORE;
     r->action = jv_path_str(doc, "action");
     const char *repo = jv_path_str(doc, "repository.full_name");
-    if (!repo || strcasecmp(repo, upstream_repo) != 0)
-        return; /* another repository's event (the App is installed downstream too) */
+    const char *action = r->action ? r->action : "";
+    if (!repo || strcasecmp(repo, upstream_repo) != 0) {
+        /* Another repository's event (the App is installed downstream too): only a push to a
+         * downstream PR may matter, when an upstream PR names it (§3.13). */
+        if (repo && strcmp(event, "pull_request") == 0 && strcmp(action, "synchronize") == 0)
+            r->kind = WEBHOOK_PAIR_PUSH;
+        return;
+    }
     if (strcmp(event, "push") == 0) {
         r->kind = WEBHOOK_DISPATCH;
         return;
     }
-    const char *action = r->action ? r->action : "";
     if (strcmp(event, "pull_request") == 0) {
         const char *label = jv_path_str(doc, "label.name");
         if (pr_action_dispatches(action)) {
             r->kind = WEBHOOK_DISPATCH;
+        } else if (strcmp(action, "edited") == 0 && jv_is_str(jv_path(doc, "changes.body.from"))) {
+            r->kind = WEBHOOK_EDIT; /* the body changed: its Depends-On lines may have */
         } else if (strcmp(action, "labeled") == 0 && label &&
                    strncmp(label, "ciflow/crcr/", 12) == 0 && label[12] &&
                    strlen(label) < CRCR_LABEL_MAX) {
@@ -492,6 +789,9 @@ const char *const webhook_json_paths[] = {
     "check_suite.id",
     "commits",
     "head_commit",
+    "pull_request.body",
+    "pull_request.state",
+    "changes.body.from",
 };
 const size_t webhook_json_paths_n = sizeof(webhook_json_paths) / sizeof(webhook_json_paths[0]);
 
@@ -656,8 +956,14 @@ void webhook_handle(void *ctx, const http_request *req, http_response *resp)
     case WEBHOOK_RERUN_SUITE:
         handle_suite_rerun(app, req, resp, event, delivery, doc, &r);
         break;
+    case WEBHOOK_EDIT:
+        handle_edit(app, req, resp, event, delivery, doc);
+        break;
+    case WEBHOOK_PAIR_PUSH:
+        handle_pair_push(app, resp, delivery, doc);
+        break;
     default:
-        accept_dispatch(app, req, resp, event, delivery, doc);
+        handle_dispatch(app, req, resp, event, delivery, doc, r.action);
         break;
     }
     jv_free(doc);

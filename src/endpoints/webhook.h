@@ -12,10 +12,17 @@
  *      is answered 401 from the headers, before the body is read
  *   3. ping -> 200 {"ok":true,"pong":true}
  *   4. body not a JSON object -> 400 "Invalid JSON body"
- *   5. repository.full_name other than UPSTREAM_REPO (case-insensitive) -> 200 {"ignored":true}
+ *   5. repository.full_name other than UPSTREAM_REPO (case-insensitive) -> 200 {"ignored":true},
+ *      except pull_request synchronize of an allowlisted repository's PR that an open upstream
+ *      PR names in a Depends-On line (§3.13): that upstream PR is dispatched again to that
+ *      repository only (202 {"ok":true,"delivery_id":..,"queued":[repo],"redispatched":
+ *      [{"pull_request":N,"delivery_id":"<id>:prN"}]}; a redelivery: 200 duplicate)
  *   5b. a signed push that changed the allowlist's file (or the CI providers map's) on the branch
  *      of its URL makes that source reload now (allowlist_source_watches), whatever else it does
- *   6. routing: pull_request opened/reopened/synchronize/closed and push -> dispatch;
+ *   6. routing: pull_request opened/reopened/synchronize/closed and push -> dispatch (a PR's
+ *      supersedes the PR's older dispatches, §3.12; its Depends-On lines pair repositories,
+ *      §3.13); pull_request edited of an open PR whose body's Depends-On lines changed ->
+ *      dispatch to the repositories whose pair changed only (else {"ignored":true});
  *      pull_request labeled ciflow/crcr/<device> -> mark the head sha wanted for the device's L3
  *      repos and back-fill check runs of jobs already reported (200 {"ok":true,
  *      "created_check_runs":[..]}); check_run rerequested on a crcr check run of an L3+ repo ->
@@ -36,11 +43,14 @@
 #include "crcr_limits.h"
 
 typedef enum {
-    WEBHOOK_IGNORE = 0, /* 200 {"ignored":true} (reason optional) */
-    WEBHOOK_DISPATCH,   /* pull_request opened/reopened/synchronize/closed, push */
-    WEBHOOK_LABEL,      /* pull_request labeled ciflow/crcr/<device> */
-    WEBHOOK_RERUN_RUN,  /* check_run rerequested on a crcr check run */
-    WEBHOOK_RERUN_SUITE /* check_suite rerequested */
+    WEBHOOK_IGNORE = 0,  /* 200 {"ignored":true} (reason optional) */
+    WEBHOOK_DISPATCH,    /* pull_request opened/reopened/synchronize/closed, push */
+    WEBHOOK_LABEL,       /* pull_request labeled ciflow/crcr/<device> */
+    WEBHOOK_RERUN_RUN,   /* check_run rerequested on a crcr check run */
+    WEBHOOK_RERUN_SUITE, /* check_suite rerequested */
+    WEBHOOK_EDIT,        /* pull_request edited with changes.body (a Depends-On change
+                            re-dispatches) */
+    WEBHOOK_PAIR_PUSH    /* pull_request synchronize of a downstream repository's PR */
 } webhook_kind;
 
 typedef struct webhook_route {

@@ -17,6 +17,13 @@ static const char KEY_LABEL[] = "crcr callback token key v1";
 void cbtoken_make(const char *secret, const char *delivery_id, const char *repo,
                   const char *head_sha, int64_t pr_number, char out[CBTOKEN_SIZE])
 {
+    cbtoken_make_pair(secret, delivery_id, repo, head_sha, pr_number, 0, NULL, out);
+}
+
+void cbtoken_make_pair(const char *secret, const char *delivery_id, const char *repo,
+                       const char *head_sha, int64_t pr_number, int64_t pair_number,
+                       const char *pair_sha, char out[CBTOKEN_SIZE])
+{
     unsigned char key[32], mac[32];
     unsigned int klen = 0, mlen = 0;
     HMAC(EVP_sha256(), secret, (int)strlen(secret), (const unsigned char *)KEY_LABEL,
@@ -30,6 +37,8 @@ void cbtoken_make(const char *secret, const char *delivery_id, const char *repo,
     buf_init(&m, 4096);
     buf_printf(&m, "v1\n%s\n%s\n%s\n%lld", delivery_id, lower, head_sha ? head_sha : "",
                (long long)pr_number);
+    if (pair_number > 0)
+        buf_printf(&m, "\npair\n%lld\n%s", (long long)pair_number, pair_sha ? pair_sha : "");
     HMAC(EVP_sha256(), key, (int)klen, (const unsigned char *)buf_cstr(&m), m.len, mac, &mlen);
     buf_free(&m);
     memcpy(out, "v1.", 3);
@@ -42,16 +51,26 @@ bool cbtoken_verify(const char *secret, const char *previous, const char *token,
                     const char *delivery_id, const char *repo, const char *head_sha,
                     int64_t pr_number)
 {
+    return cbtoken_verify_pair(secret, previous, token, delivery_id, repo, head_sha, pr_number, 0,
+                               NULL);
+}
+
+bool cbtoken_verify_pair(const char *secret, const char *previous, const char *token,
+                         const char *delivery_id, const char *repo, const char *head_sha,
+                         int64_t pr_number, int64_t pair_number, const char *pair_sha)
+{
     if (!token || strlen(token) != CBTOKEN_SIZE - 1)
         return false;
     char want[CBTOKEN_SIZE];
     bool ok = false;
     if (secret) {
-        cbtoken_make(secret, delivery_id, repo, head_sha, pr_number, want);
+        cbtoken_make_pair(secret, delivery_id, repo, head_sha, pr_number, pair_number, pair_sha,
+                          want);
         ok = CRYPTO_memcmp(want, token, CBTOKEN_SIZE - 1) == 0;
     }
     if (!ok && previous) {
-        cbtoken_make(previous, delivery_id, repo, head_sha, pr_number, want);
+        cbtoken_make_pair(previous, delivery_id, repo, head_sha, pr_number, pair_number, pair_sha,
+                          want);
         ok = CRYPTO_memcmp(want, token, CBTOKEN_SIZE - 1) == 0;
     }
     return ok;

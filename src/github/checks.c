@@ -3,6 +3,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,7 +52,7 @@ crcr_err checks_body(const checks_run *r, buf_t *out)
     buf_init(&name, 4 * CRCR_JOB_NAME_MAX + CRCR_REPO_NAME_MAX);
     buf_init(&details, CHECKS_DETAILS_URL_MAX);
     buf_init(&ext, 64);
-    buf_init(&summary, CHECKS_DETAILS_URL_MAX + CRCR_REPO_NAME_MAX + 16);
+    buf_init(&summary, CHECKS_DETAILS_URL_MAX + 4 * CRCR_REPO_NAME_MAX + 2048);
     crcr_err err = checks_name(r, &name);
     if (!err)
         err = checks_details_url(r, &details);
@@ -61,6 +62,12 @@ crcr_err checks_body(const checks_run *r, buf_t *out)
                   : buf_printf(&ext, "%s", r->run_id ? r->run_id : "");
     if (!err)
         err = buf_printf(&summary, "%s workflow: %s", r->repo, buf_cstr(&details));
+    if (!err && r->pair && *r->pair)
+        err = r->pair_ref && *r->pair_ref
+                  ? buf_printf(&summary, "\n\nTested with %s (%.1024s).", r->pair, r->pair_ref)
+                  : buf_printf(&summary, "\n\nTested with %s.", r->pair);
+    if (!err && r->note && *r->note)
+        err = buf_printf(&summary, "\n\n%.1024s", r->note);
     char title[64] = "In progress";
     if (completed) {
         if (r->conclusion && *r->conclusion)
@@ -68,6 +75,12 @@ crcr_err checks_body(const checks_run *r, buf_t *out)
         else
             memcpy(title, "Completed", sizeof("Completed"));
     }
+    char full_title[64 + CRCR_REPO_NAME_MAX + 64];
+    if (r->pair && *r->pair)
+        snprintf(full_title, sizeof(full_title), "%s - tested with %.*s", title,
+                 (int)(CRCR_REPO_NAME_MAX + 40), r->pair);
+    else
+        snprintf(full_title, sizeof(full_title), "%s", title);
     jv *o = jv_new_obj();
     jv *output = jv_new_obj();
     if (!o || !output)
@@ -96,7 +109,7 @@ crcr_err checks_body(const checks_run *r, buf_t *out)
     if (!err)
         err = jv_set(o, "external_id", jv_new_str(buf_cstr(&ext)));
     if (!err)
-        err = jv_set(output, "title", jv_new_str(title));
+        err = jv_set(output, "title", jv_new_str(full_title));
     if (!err)
         err = jv_set(output, "summary", jv_new_str(buf_cstr(&summary)));
     if (!err) {

@@ -8,6 +8,10 @@
  *                https://HOST instead of https://github.com, checks_run.web_url)
  *   output       {"title": "In progress" | "Success" | "Failure" | "Timed_out" | ... | "Completed",
  *                 "summary": "{repo} workflow: {details_url}"}
+ *                crcr adds (§3.12, §3.13): the title suffix " - tested with OWNER/REPO#N @ sha7"
+ *                and a summary line "Tested with OWNER/REPO#N @ sha7 (ref)." when the dispatch
+ *                carried a Depends-On pair, and a summary paragraph `note` (a pair that could not
+ *                be tested, a run ended because a newer commit was dispatched)
  * Check runs are always created, never patched: GitHub shows the newest run of a name.
  */
 #ifndef CRCR_CHECKS_H
@@ -36,6 +40,9 @@ typedef struct checks_run {
     int64_t pr_number;         /* 0 when none */
     const char *details_url;   /* NULL: the GitHub Actions run URL above */
     const char *web_url;       /* GitHub's web host (config_web_url); NULL: https://github.com */
+    const char *pair;          /* "OWNER/REPO#N @ sha7": the Depends-On pair tested, NULL: none */
+    const char *pair_ref;      /* its head ref, for the summary; NULL: none */
+    const char *note;          /* one more paragraph of the summary, NULL: none */
 } checks_run;
 
 /* Appends the check run's name. */

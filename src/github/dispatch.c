@@ -33,11 +33,14 @@
 #include <openssl/crypto.h>
 
 #include "cbtoken.h"
+#include "depends_on.h"
 #include "json.h"
 #include "crcr_limits.h"
 
 /* Longest callback_token accepted (the relay's own HMAC token is well under 200 bytes). */
 #define DISPATCH_CALLBACK_TOKEN_MAX 1024u
+/* Longest client_payload.depends_on object (depends_on.h: its fields' caps, quoted). */
+#define DISPATCH_DEPENDS_ON_MAX 4096u
 /* Cap of trimmed_note: every step's entry joined, with room to spare. */
 #define DISPATCH_NOTE_MAX 512u
 /* Cap of the envelope pieces around the payload (quoted ids and token, trimmed array). */
@@ -518,6 +521,7 @@ crcr_err dispatch_build(const dispatch_input *in, dispatch_output *out, char *er
     if (!len_ok(in->event, CRCR_EVENT_NAME_MAX, false) ||
         !len_ok(in->delivery_id, CRCR_DELIVERY_ID_MAX, false) ||
         (in->callback_token && !len_ok(in->callback_token, DISPATCH_CALLBACK_TOKEN_MAX, true)) ||
+        (in->depends_on && !len_ok(in->depends_on, DISPATCH_DEPENDS_ON_MAX, false)) ||
         !in->payload || in->payload_len == 0) {
         set_err(err, errsz,
                 "dispatch input: missing or oversized event, delivery id, callback "
@@ -526,7 +530,7 @@ crcr_err dispatch_build(const dispatch_input *in, dispatch_output *out, char *er
     }
 
     /* head = {"event_type":E,"client_payload":{"event_type":E,"delivery_id":D,"payload":
-     * tail = [,"callback_token":T]  (the trimmed array and "}}" follow it) */
+     * tail = [,"depends_on":P][,"callback_token":T]  (the trimmed array and "}}" follow it) */
     buf_t head, tail;
     buf_init(&head, DISPATCH_ENVELOPE_MAX);
     buf_init(&tail, DISPATCH_ENVELOPE_MAX);
@@ -544,6 +548,11 @@ crcr_err dispatch_build(const dispatch_input *in, dispatch_output *out, char *er
         rc = jv_quote(&head, in->delivery_id, strlen(in->delivery_id));
     if (!rc)
         rc = buf_puts(&head, ",\"payload\":");
+    if (!rc && in->depends_on) {
+        rc = buf_puts(&tail, ",\"depends_on\":");
+        if (!rc)
+            rc = buf_puts(&tail, in->depends_on);
+    }
     if (!rc && in->callback_token) {
         rc = buf_puts(&tail, ",\"callback_token\":");
         if (!rc)
@@ -578,18 +587,27 @@ crcr_err dispatch_build(const dispatch_input *in, dispatch_output *out, char *er
 crcr_err dispatch_row_body(const crcr_config *cfg, const dispatch_src *src, dispatch_output *out,
                            char *err, size_t errsz)
 {
+    depends_on_pair pair;
+    buf_t dep;
+    buf_init(&dep, DISPATCH_DEPENDS_ON_MAX);
+    bool paired = depends_on_record_parse(src->pair, src->pair_len, &pair) && pair.resolved &&
+                  depends_on_payload(&pair, &dep) == CRCR_OK;
     char token[CBTOKEN_SIZE];
-    cbtoken_make(cfg->app_secret ? cfg->app_secret : "", src->delivery_id ? src->delivery_id : "",
-                 src->target, src->head_sha, src->pr_number, token);
+    cbtoken_make_pair(cfg->app_secret ? cfg->app_secret : "",
+                      src->delivery_id ? src->delivery_id : "", src->target, src->head_sha,
+                      src->pr_number, paired ? pair.number : 0, paired ? pair.head_sha : NULL,
+                      token);
     dispatch_input in = {
         .event = src->event ? src->event : "",
         .delivery_id = src->delivery_id ? src->delivery_id : "",
         .payload = src->payload,
         .payload_len = src->payload_len,
         .callback_token = token,
+        .depends_on = paired ? buf_cstr(&dep) : NULL,
         .budget = cfg->dispatch_budget,
     };
     crcr_err e = dispatch_build(&in, out, err, errsz);
     OPENSSL_cleanse(token, sizeof(token));
+    buf_free(&dep);
     return e;
 }

@@ -2,7 +2,11 @@
  * dispatch.h - the repository_dispatch request body, exactly as the upstream relay sends it:
  *
  *   {"event_type":"<event>","client_payload":{"event_type":"<event>","delivery_id":"<id>",
- *    "payload":<the webhook body, byte for byte>[,"callback_token":"<t>"]}}
+ *    "payload":<the webhook body, byte for byte>[,"depends_on":{..}][,"callback_token":"<t>"]}}
+ *
+ * depends_on is crcr's (§3.13, depends_on.h): the downstream PR a Depends-On line of the PyTorch
+ * PR named, resolved at dispatch time. client_payload has at most 6 keys (GitHub allows 10); the
+ * pair counts in the budget like the rest of the envelope.
  *
  * The payload bytes are embedded verbatim. Only when the serialised body exceeds the budget
  * (CRCR_DISPATCH_BUDGET) is the payload parsed and trimmed, deterministically, in this order
@@ -32,6 +36,7 @@ typedef struct dispatch_input {
     const char *payload;     /* the verified webhook body */
     size_t payload_len;
     const char *callback_token; /* relay-signed token for callbacks, or NULL */
+    const char *depends_on;     /* client_payload.depends_on, a JSON object, or NULL */
     size_t budget;              /* largest body allowed, bytes */
 } dispatch_input;
 
@@ -58,11 +63,16 @@ typedef struct dispatch_src {
     size_t payload_len;
     const char *target, *head_sha;
     int64_t pr_number;
+    const char *pair; /* the row's Depends-On record (depends_on.h), NULL or "" when unpaired:
+                         a resolved pair is sent as client_payload.depends_on and bound by the
+                         callback token */
+    size_t pair_len;
 } dispatch_src;
 
 /* Builds the exact repository_dispatch body a dispatch row sends: dispatch_build's envelope around
  * the delivery's payload, trimmed to CRCR_DISPATCH_BUDGET, with the relay-signed callback token
- * (cbtoken.h) for the row's target, delivery, head sha and PR under GITHUB_APP_SECRET. `out` is
+ * (cbtoken.h) for the row's target, delivery, head sha, PR and resolved pair under
+ * GITHUB_APP_SECRET. `out` is
  * initialised by dispatch_output_init and owned by the caller. The outbox workers use it to send,
  * and the delivery document (delivery_doc.h) to show a dry-run row's request, which is not
  * stored: the same bytes while GITHUB_APP_SECRET and CRCR_DISPATCH_BUDGET are unchanged. */

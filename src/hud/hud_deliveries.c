@@ -306,12 +306,16 @@ void hud_delivery(hud_req *r, const char *id)
             h_raw(&o, "</span> ");
         }
         if (j->note) {
-            h_raw(&o, ob_kind_parse(j->kind) == OB_KIND_DISPATCH
+            h_raw(&o, ob_kind_parse(j->kind) == OB_KIND_DISPATCH && !j->dep_repo
                           ? "<span class=\"note-trim\">trimmed: "
                           : "<span>");
             h_text(&o, j->note);
             h_raw(&o, "</span>");
         }
+        if (j->dep_repo && !j->note)
+            h_dep(&o, j);
+        if (j->ended)
+            h_ended(&o, j);
         if (j->check_status) {
             h_raw(&o, "<span class=\"check-status\">");
             h_text(&o, j->check_status);

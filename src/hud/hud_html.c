@@ -19,15 +19,25 @@ void h_job_label(hout *o, const hrun *r)
 
 void h_chip(hout *o, const hrun *r, int attempts)
 {
-    crcr_outcome oc = outcome_of(r->state, r->conclusion);
+    crcr_outcome oc = outcome_of_run(r->state, r->conclusion, r->ended);
     const char *cls = outcome_chip_class(oc);
-    const char *text =
-        oc == OUTCOME_RUNNING ? outcome_name(oc) : (r->conclusion ? r->conclusion : "done");
-    char when[48], exec[32], title[160 + CRCR_RUN_ID_MAX];
+    /* A superseded run shows as such (never as a failure); what it reported is in its title. */
+    const char *text = oc == OUTCOME_RUNNING || oc == OUTCOME_SUPERSEDED
+                           ? outcome_name(oc)
+                           : (r->conclusion ? r->conclusion : "done");
+    char when[48], exec[32], title[256 + CRCR_RUN_ID_MAX];
     html_time(hud_run_time(r), when, sizeof(when));
     html_duration(r->exec_ms, exec, sizeof(exec));
-    snprintf(title, sizeof(title), "run %s attempt %lld, %s, exec %s", r->run_id ? r->run_id : "",
-             (long long)r->run_attempt, when, exec);
+    if (oc == OUTCOME_SUPERSEDED)
+        snprintf(title, sizeof(title), "run %s attempt %lld, %s (%s), reported %s %s, %s",
+                 r->run_id ? r->run_id : "", (long long)r->run_attempt,
+                 end_reason_parse(r->ended) == END_REASON_PR_CLOSED
+                     ? "ended: the pull request was closed"
+                     : "ended: a newer commit was dispatched",
+                 r->ended, r->state ? r->state : "", r->conclusion ? r->conclusion : "", when);
+    else
+        snprintf(title, sizeof(title), "run %s attempt %lld, %s, exec %s",
+                 r->run_id ? r->run_id : "", (long long)r->run_attempt, when, exec);
     bool link = html_url_ok(r->details_url);
     h_raw(o, link ? "<a class=\"chip " : "<span class=\"chip ");
     h_raw(o, cls);
@@ -119,6 +129,41 @@ void h_state(hout *o, const ddoc_job *j)
            ob_state_label(s, j->attempts));
 }
 
+void h_dep(hout *o, const ddoc_job *j)
+{
+    h_raw(o, " <span class=\"dep\">with ");
+    h_text(o, j->dep_repo);
+    h_rawf(o, "#%lld", (long long)j->dep_number);
+    if (j->dep_head_sha) {
+        h_raw(o, " @ <span class=\"mono\">");
+        h_textn(o, j->dep_head_sha, 7);
+        h_raw(o, "</span>");
+    } else if (j->dep_problem) {
+        h_raw(o, ": not tested (");
+        h_text(o, j->dep_problem);
+        h_raw(o, ")");
+    }
+    h_raw(o, "</span>");
+}
+
+void h_ended(hout *o, const ddoc_job *j)
+{
+    h_raw(o, " <span class=\"ended\" data-ended=\"");
+    h_text(o, j->ended);
+    h_raw(o, "\">");
+    h_raw(o, end_reason_parse(j->ended) == END_REASON_PR_CLOSED
+                 ? "ended: PR closed"
+                 : end_reason_name(END_REASON_SUPERSEDED));
+    if (j->ended_by) {
+        h_raw(o, " by <a class=\"mono\" href=\"/crcr/deliveries/");
+        h_url_part(o, j->ended_by);
+        h_raw(o, "\">");
+        h_textn(o, j->ended_by, 8);
+        h_raw(o, "</a>");
+    }
+    h_raw(o, "</span>");
+}
+
 void h_dispatch_targets(hout *o, const ddoc_delivery *d, int64_t now)
 {
     bool any = false;
@@ -136,7 +181,7 @@ void h_dispatch_targets(hout *o, const ddoc_delivery *d, int64_t now)
         h_raw(o, "\" title=\"");
         h_raw(o, label);
         if (j->note) {
-            h_raw(o, "; trimmed: ");
+            h_raw(o, j->dep_repo ? "; " : "; trimmed: "); /* a paired row's note names its pair */
             h_text(o, j->note);
         }
         h_raw(o, "\">");
@@ -153,8 +198,12 @@ void h_dispatch_targets(hout *o, const ddoc_delivery *d, int64_t now)
                 h_raw(o, "</span>");
             }
         }
-        if (j->note)
+        if (j->note && !j->dep_repo)
             h_raw(o, " <span class=\"muted\">trimmed</span>");
+        if (j->dep_repo)
+            h_dep(o, j);
+        if (j->ended)
+            h_ended(o, j);
         h_raw(o, "</li>");
     }
     if (!any)

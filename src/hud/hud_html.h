@@ -31,6 +31,11 @@ void h_repo_link(hout *o, const char *repo);
 void h_card(hout *o, const char *id, const char *key);
 /* The state of an outbox row as a small labelled badge. */
 void h_state(hout *o, const ddoc_job *j);
+/* A dispatch row's Depends-On pair (" with o/r#N @ sha7", or why it was not tested) and its end
+ * by a newer dispatch (" superseded by <delivery>", " ended: PR closed"), for dispatch rows that
+ * have them (§3.12, §3.13). */
+void h_dep(hout *o, const ddoc_job *j);
+void h_ended(hout *o, const ddoc_job *j);
 /* Every dispatch target as a small pill coloured by its state; targets that are not simply sent
  * say their state and why (dead) or when (retrying). */
 void h_dispatch_targets(hout *o, const ddoc_delivery *d, int64_t now);

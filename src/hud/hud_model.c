@@ -199,6 +199,7 @@ void hud_collect_run(void *ctx, const store_run_row *r)
     h->artifact_url = html_url_ok(r->artifact_url) ? arena_dup(a, r->artifact_url) : NULL;
     h->head_sha = arena_dup(a, r->head_sha);
     h->event_type = arena_dup(a, r->event_type);
+    h->ended = arena_dup(a, r->ended);
     h->run_id = arena_dup(a, r->run_id ? r->run_id : "");
     h->run_attempt = r->run_attempt;
     h->pr_number = r->pr_number;
@@ -223,7 +224,7 @@ int64_t hud_run_time(const hrun *r)
 
 const char *hud_run_result(const hrun *r)
 {
-    return outcome_name(outcome_of(r->state, r->conclusion));
+    return outcome_name(outcome_of_run(r->state, r->conclusion, r->ended));
 }
 
 void hud_run_json(jw *w, const hrun *r, bool with_repo)
@@ -238,6 +239,8 @@ void hud_run_json(jw *w, const hrun *r, bool with_repo)
     jw_kstr(w, "state", r->state);
     jw_kstr(w, "conclusion", r->conclusion);
     jw_kstr(w, "result", hud_run_result(r));
+    if (r->ended) /* why the relay ended it (§3.12): the result is then "superseded" */
+        jw_kstr(w, "ended", r->ended);
     jw_kstr(w, "run_id", r->run_id);
     jw_kint(w, "run_attempt", r->run_attempt);
     jw_kstr(w, "delivery_id", r->delivery_id);

@@ -73,6 +73,7 @@ crcr_err hud_build_report(hud_req *r, const char *only_repo, int64_t window, hea
 typedef struct hrun {
     const char *delivery_id, *repo, *workflow, *job, *state, *conclusion, *details_url,
         *artifact_url, *head_sha, *event_type, *run_id;
+    const char *ended; /* why the relay ended it (superseded, pr_closed), NULL: it did not */
     int64_t run_attempt, pr_number;
     int level;
     int64_t dispatched_at, started_at, completed_at, queue_ms, exec_ms;
@@ -93,7 +94,7 @@ void hud_collect_run(void *ctx, const store_run_row *r);
 /* When the run last changed: the latest of dispatched, started and completed. */
 int64_t hud_run_time(const hrun *r);
 /* The result word of a run: its outcome's name (outcome.h): success, failure, cancelled,
- * timed_out, running or other. */
+ * timed_out, running, other or superseded. */
 const char *hud_run_result(const hrun *r);
 /* The run as an API object (with its repo and level when `with_repo`). */
 void hud_run_json(jw *w, const hrun *r, bool with_repo);

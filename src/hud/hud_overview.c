@@ -60,6 +60,7 @@ static void jw_relay(jw *w, const relay_health *h)
         jw_kint(w, ob_state_name(OB_STATE_SENT), h->ob.sent);
         jw_kint(w, ob_state_name(OB_STATE_DRY_RUN), h->ob.dry_run);
         jw_kint(w, ob_state_name(OB_STATE_DEAD), h->ob.dead);
+        jw_kint(w, ob_state_name(OB_STATE_WITHDRAWN), h->ob.withdrawn);
         jw_ktime(w, "oldest_due_at", h->ob.oldest_due);
         jw_obj_end(w);
     } else {

@@ -353,7 +353,7 @@ static void pr_blocking(hud_req *r, int64_t pr)
                         strcmp(rl.v[p]->job, run->job) == 0;
             if (older)
                 continue;
-            crcr_outcome oc = outcome_of(run->state, run->conclusion);
+            crcr_outcome oc = outcome_of_run(run->state, run->conclusion, run->ended);
             if (oc != OUTCOME_RUNNING && oc != OUTCOME_FAILURE)
                 continue;
             if (!open) {

@@ -147,10 +147,10 @@ static crcr_err trend_build(trend *tr, const hrun *const *runs, size_t n_runs, i
             b = HUD_TREND_BUCKETS - 1;
         bucket_of[i] = (size_t)b;
         tr->runs[b]++;
-        crcr_outcome oc = outcome_of(r->state, r->conclusion);
+        crcr_outcome oc = outcome_of_run(r->state, r->conclusion, r->ended);
         if (oc == OUTCOME_SUCCESS)
             tr->success[b]++;
-        if (oc != OUTCOME_CANCELLED)
+        if (oc != OUTCOME_CANCELLED && oc != OUTCOME_SUPERSEDED)
             tr->rate_runs[b]++;
     }
     for (int b = 0; b < HUD_TREND_BUCKETS; b++) {
@@ -224,9 +224,9 @@ static crcr_err repo_model_build(hud_req *r, repo_model *m, int *status)
     size_t nh = 0;
     for (size_t i = 0; i < all->n; i++) {
         const hrun *run = all->v[i];
-        health_run h = health_run_of(run->state, run->conclusion, run->event_type, run->pr_number,
-                                     run->head_sha, run->dispatched_at, run->started_at,
-                                     run->completed_at, run->queue_ms, run->exec_ms);
+        health_run h = health_run_of(
+            run->state, run->conclusion, run->ended, run->event_type, run->pr_number, run->head_sha,
+            run->dispatched_at, run->started_at, run->completed_at, run->queue_ms, run->exec_ms);
         if (health_run_updated(&h) >= m->rep.since)
             hr[nh++] = h;
         if (run_is_nightly(run) == m->nightly)

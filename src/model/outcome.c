@@ -2,15 +2,17 @@
 #include "outcome.h"
 
 static const char *const OUTCOME_NAMES[OUTCOME_COUNT] = {
-    [OUTCOME_RUNNING] = "running",     [OUTCOME_SUCCESS] = "success",
-    [OUTCOME_FAILURE] = "failure",     [OUTCOME_CANCELLED] = "cancelled",
-    [OUTCOME_TIMED_OUT] = "timed_out", [OUTCOME_OTHER] = "other",
+    [OUTCOME_RUNNING] = "running",       [OUTCOME_SUCCESS] = "success",
+    [OUTCOME_FAILURE] = "failure",       [OUTCOME_CANCELLED] = "cancelled",
+    [OUTCOME_TIMED_OUT] = "timed_out",   [OUTCOME_OTHER] = "other",
+    [OUTCOME_SUPERSEDED] = "superseded",
 };
 
 static const char *const OUTCOME_CHIPS[OUTCOME_COUNT] = {
-    [OUTCOME_RUNNING] = "chip-running",     [OUTCOME_SUCCESS] = "chip-success",
-    [OUTCOME_FAILURE] = "chip-failure",     [OUTCOME_CANCELLED] = "chip-cancelled",
-    [OUTCOME_TIMED_OUT] = "chip-timed_out", [OUTCOME_OTHER] = "chip-other",
+    [OUTCOME_RUNNING] = "chip-running",       [OUTCOME_SUCCESS] = "chip-success",
+    [OUTCOME_FAILURE] = "chip-failure",       [OUTCOME_CANCELLED] = "chip-cancelled",
+    [OUTCOME_TIMED_OUT] = "chip-timed_out",   [OUTCOME_OTHER] = "chip-other",
+    [OUTCOME_SUPERSEDED] = "chip-superseded",
 };
 
 crcr_outcome outcome_of(const char *status, const char *conclusion)
@@ -29,6 +31,13 @@ crcr_outcome outcome_of(const char *status, const char *conclusion)
     default:
         return OUTCOME_OTHER;
     }
+}
+
+crcr_outcome outcome_of_run(const char *status, const char *conclusion, const char *ended)
+{
+    if (end_reason_parse(ended) != END_REASON_UNKNOWN)
+        return OUTCOME_SUPERSEDED;
+    return outcome_of(status, conclusion);
 }
 
 const char *outcome_name(crcr_outcome o)
@@ -52,6 +61,7 @@ static const struct {
     [OB_STATE_SENT] = {"sent", "state-sent"},
     [OB_STATE_DRY_RUN] = {"dry-run", "state-dry_run"},
     [OB_STATE_DEAD] = {"dead", "state-dead"},
+    [OB_STATE_WITHDRAWN] = {"withdrawn", "state-withdrawn"},
 };
 
 static int ob_state_index(crcr_ob_state s)

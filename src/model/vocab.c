@@ -20,8 +20,9 @@ static const char *const OB_KIND_NAMES[OB_KIND_COUNT] = {
 };
 
 static const char *const OB_STATE_NAMES[OB_STATE_COUNT] = {
-    [OB_STATE_QUEUED] = "queued",   [OB_STATE_RUNNING] = "running", [OB_STATE_SENT] = "sent",
-    [OB_STATE_DRY_RUN] = "dry_run", [OB_STATE_DEAD] = "dead",
+    [OB_STATE_QUEUED] = "queued", [OB_STATE_RUNNING] = "running",
+    [OB_STATE_SENT] = "sent",     [OB_STATE_DRY_RUN] = "dry_run",
+    [OB_STATE_DEAD] = "dead",     [OB_STATE_WITHDRAWN] = "withdrawn",
 };
 
 static const char *const RUN_STATUS_NAMES[RUN_STATUS_COUNT] = {
@@ -39,6 +40,11 @@ static const char *const CONCLUSION_NAMES[CONCLUSION_COUNT] = {
     [CONCLUSION_SKIPPED] = "skipped",
     [CONCLUSION_STALE] = "stale",
     [CONCLUSION_TIMED_OUT] = "timed_out",
+};
+
+static const char *const END_REASON_NAMES[END_REASON_COUNT] = {
+    [END_REASON_SUPERSEDED] = "superseded",
+    [END_REASON_PR_CLOSED] = "pr_closed",
 };
 
 /* The word of value `v` of a table of `n` (index 0 is the unknown value, without a word). */
@@ -110,4 +116,14 @@ const char *conclusion_names_list(void)
 {
     /* CONCLUSION_NAMES in enum order, as GitHub's documentation lists them. */
     return "action_required, cancelled, failure, neutral, success, skipped, stale, timed_out";
+}
+
+const char *end_reason_name(crcr_end_reason r)
+{
+    return name_of(END_REASON_NAMES, END_REASON_COUNT, (int)r);
+}
+
+crcr_end_reason end_reason_parse(const char *s)
+{
+    return (crcr_end_reason)parse_of(END_REASON_NAMES, END_REASON_COUNT, s);
 }

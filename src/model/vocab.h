@@ -5,13 +5,17 @@
  *   outbox kind    what an outbox row does: dispatch, check_run, rerun, rerun_suite,
  *                  hud_forward, comment (the `kind` column, the metrics' `kind` label)
  *   outbox state   where an outbox row is: queued --claim--> running --> sent | dry_run | dead
- *                  (the `state` column; store.h). A delivery's own status is "queued" too.
+ *                  (the `state` column; store.h); a queued dispatch a newer one supersedes
+ *                  goes queued --> withdrawn. A delivery's own status is "queued" too.
  *   run status     where a downstream run is: dispatched -> in_progress -> completed (the runs'
  *                  `state` column, a callback's workflow.status; run_state.h is the machine)
  *   conclusion     how a completed run or check run ended, GitHub's list for check runs:
  *                  action_required, cancelled, failure, neutral, success, skipped, stale,
  *                  timed_out. A completed callback must name one (conclusion_parse_reported);
  *                  rows of older stores may hold another (CONCLUSION_UNKNOWN).
+ *   end reason     why the relay ended a dispatch's open runs itself (§3.12): superseded (a
+ *                  newer dispatch of the same PR to the same repository) or pr_closed (the
+ *                  PR was closed). The `ended` column of runs and the `reason` of dispatch_ends.
  *
  * Each name function returns the word of a known value and NULL for the UNKNOWN value (or any
  * out of range); each parse function returns the value of a word, the UNKNOWN value for NULL or
@@ -39,11 +43,12 @@ typedef enum {
 
 typedef enum {
     OB_STATE_UNKNOWN = 0,
-    OB_STATE_QUEUED,  /* due at next_attempt_at */
-    OB_STATE_RUNNING, /* claimed by a worker under a lease */
-    OB_STATE_SENT,    /* done */
-    OB_STATE_DRY_RUN, /* done without sending (no App credentials) */
-    OB_STATE_DEAD,    /* given up: needs an operator */
+    OB_STATE_QUEUED,    /* due at next_attempt_at */
+    OB_STATE_RUNNING,   /* claimed by a worker under a lease */
+    OB_STATE_SENT,      /* done */
+    OB_STATE_DRY_RUN,   /* done without sending (no App credentials) */
+    OB_STATE_DEAD,      /* given up: needs an operator */
+    OB_STATE_WITHDRAWN, /* a dispatch never sent: superseded (or its PR closed) while queued */
     OB_STATE_COUNT
 } crcr_ob_state;
 
@@ -68,6 +73,13 @@ typedef enum {
     CONCLUSION_COUNT
 } crcr_conclusion;
 
+typedef enum {
+    END_REASON_UNKNOWN = 0, /* not ended (NULL), or a word the relay never writes */
+    END_REASON_SUPERSEDED,  /* a newer dispatch of the PR to the repository */
+    END_REASON_PR_CLOSED,   /* the PR was closed */
+    END_REASON_COUNT
+} crcr_end_reason;
+
 const char *ob_kind_name(crcr_ob_kind k);
 crcr_ob_kind ob_kind_parse(const char *s);
 
@@ -85,5 +97,8 @@ crcr_conclusion conclusion_parse(const char *s);
 crcr_conclusion conclusion_parse_reported(const char *s);
 /* GitHub's conclusions for messages: "action_required, cancelled, ..., timed_out". */
 const char *conclusion_names_list(void);
+
+const char *end_reason_name(crcr_end_reason r);
+crcr_end_reason end_reason_parse(const char *s);
 
 #endif

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "depends_on.h"
 #include "dispatch.h"
 #include "json.h"
 #include "log.h"
@@ -109,6 +110,21 @@ bool ddoc_add_job(arena *a, ddoc_delivery *d, const store_job_row *j, ddoc_view 
     h->created_at = j->created_at;
     h->done_at = j->done_at;
     h->delivery_id = arena_dup(a, j->delivery_id);
+    if (ob_kind_parse(j->kind) == OB_KIND_DISPATCH) {
+        /* A dispatch row's body is its Depends-On record, never the request. */
+        h->ended = arena_dup(a, j->ended);
+        h->ended_by = arena_dup(a, j->ended_by);
+        depends_on_pair pair;
+        if (depends_on_record_parse(j->body, j->body_len, &pair)) {
+            h->dep_repo = arena_dup(a, pair.repo);
+            h->dep_number = pair.number;
+            h->dep_head_sha = pair.resolved ? arena_dup(a, pair.head_sha) : NULL;
+            h->dep_head_ref = pair.resolved ? arena_dup(a, pair.head_ref) : NULL;
+            h->dep_clone_url = pair.resolved ? arena_dup(a, pair.clone_url) : NULL;
+            h->dep_problem = pair.problem[0] ? arena_dup(a, pair.problem) : NULL;
+        }
+        return true;
+    }
     if (!hud) {
         if (j->body && j->body_len) {
             h->body = text_dup(a, j->body, j->body_len);
@@ -178,6 +194,24 @@ void ddoc_write_job(jw *w, const ddoc_job *j, ddoc_view v)
     else
         jw_null(w);
     jw_ktime(w, "done_at", j->done_at);
+    if (j->dep_repo) { /* a paired dispatch row (§3.13) */
+        jw_key(w, "depends_on");
+        jw_obj(w);
+        jw_kstr(w, "repository", j->dep_repo);
+        jw_kint(w, "number", j->dep_number);
+        jw_kstr(w, "head_sha", j->dep_head_sha);
+        jw_kstr(w, "head_ref", j->dep_head_ref);
+        jw_kstr(w, "clone_url", j->dep_clone_url);
+        jw_kstr(w, "problem", j->dep_problem);
+        jw_obj_end(w);
+    }
+    if (j->ended) { /* a dispatch row a newer one ended (§3.12) */
+        jw_key(w, "ended");
+        jw_obj(w);
+        jw_kstr(w, "reason", j->ended);
+        jw_kstr(w, "by", j->ended_by);
+        jw_obj_end(w);
+    }
     if (hud && ob_kind_parse(j->kind) == OB_KIND_CHECK_RUN) {
         jw_key(w, ob_kind_name(OB_KIND_CHECK_RUN));
         jw_obj(w);
@@ -241,12 +275,12 @@ static void admin_delivery(void *ctx, const store_delivery_row *r, const char *p
     c->payload_len = n;
 }
 
-/* A dry-run dispatch row stores no body (outbox.c): its request is rebuilt here by the rule the
- * worker sends with (dispatch_row_body). NULL when it cannot be (the row then shows "body": null);
- * else a copy owned by the arena. */
+/* A dry-run dispatch row stores no request (outbox.c; its body is its Depends-On record): its
+ * request is rebuilt here by the rule the worker sends with (dispatch_row_body). NULL when it
+ * cannot be (the row then shows "body": null); else a copy owned by the arena. */
 static const char *dry_run_body(const admin_ctx *c, const store_job_row *j, size_t *len)
 {
-    if (!c->cfg || !c->payload || j->body_len || ob_kind_parse(j->kind) != OB_KIND_DISPATCH ||
+    if (!c->cfg || !c->payload || ob_kind_parse(j->kind) != OB_KIND_DISPATCH ||
         ob_state_parse(j->state) != OB_STATE_DRY_RUN)
         return NULL;
     dispatch_src src = {
@@ -257,6 +291,8 @@ static const char *dry_run_body(const admin_ctx *c, const store_job_row *j, size
         .target = j->target,
         .head_sha = c->d->head_sha,
         .pr_number = c->d->pr_number,
+        .pair = j->body,
+        .pair_len = j->body_len,
     };
     dispatch_output out;
     dispatch_output_init(&out);

@@ -15,9 +15,12 @@
  *     "dispatch_state" (ob_state_label, outcome.h) and "created_at"; "next_attempt_at" only while
  * the row is queued; a check run's name, status and conclusion as "check_run".
  *   - DDOC_ADMIN, behind the admin token: texts as stored, "next_attempt_at" always, and "body":
- *     the request body (null when empty, not well-formed UTF-8 or holding a NUL; a dry-run
- *     dispatch row stores none, so its body is rebuilt exactly as the worker built it, see
+ *     the request body (null when empty, not well-formed UTF-8 or holding a NUL; a dispatch row
+ *     stores none, so a dry-run one's is rebuilt exactly as the worker built it, see
  *     dispatch_row_body in dispatch.h).
+ * A dispatch row has, in both views, "depends_on" when it is paired: its Depends-On pair (§3.13:
+ * repository, number and, once sent, head_sha, head_ref, clone_url, or the problem that kept it
+ * out), and "ended": {"reason","by"} when a newer dispatch ended it (§3.12).
  */
 #ifndef CRCR_DELIVERY_DOC_H
 #define CRCR_DELIVERY_DOC_H
@@ -58,6 +61,11 @@ typedef struct ddoc_job {
     const char *delivery_id;
     const char *body; /* DDOC_ADMIN: well-formed UTF-8 or NULL */
     size_t body_len;
+    /* dispatch rows */
+    const char *ended, *ended_by; /* a newer dispatch ended it: why, which (NULL otherwise) */
+    const char *dep_repo;         /* its Depends-On pair, NULL when unpaired */
+    int64_t dep_number;
+    const char *dep_head_sha, *dep_head_ref, *dep_clone_url, *dep_problem; /* NULL when none */
 } ddoc_job;
 
 /* One delivery with its outbox rows. The jobs array is owned by the delivery (ddoc_free_jobs). */

@@ -32,15 +32,15 @@ uint64_t health_group_key(int64_t pr_number, const char *head_sha)
     return h;
 }
 
-health_run health_run_of(const char *state, const char *conclusion, const char *event_type,
-                         int64_t pr_number, const char *head_sha, int64_t dispatched_at,
-                         int64_t started_at, int64_t completed_at, int64_t queue_ms,
-                         int64_t exec_ms)
+health_run health_run_of(const char *state, const char *conclusion, const char *ended,
+                         const char *event_type, int64_t pr_number, const char *head_sha,
+                         int64_t dispatched_at, int64_t started_at, int64_t completed_at,
+                         int64_t queue_ms, int64_t exec_ms)
 {
     bool nightly =
         event_type && (strcmp(event_type, "nightly") == 0 || strcmp(event_type, "periodic") == 0);
     return (health_run){
-        .outcome = outcome_of(state, conclusion),
+        .outcome = outcome_of_run(state, conclusion, ended),
         .nightly = nightly,
         .group = health_group_key(pr_number, head_sha),
         .dispatched_at = dispatched_at,
@@ -117,7 +117,8 @@ crcr_err health_compute(const health_run *runs, size_t n, int64_t rejected, heal
             last = r->dispatched_at;
         if (last > out->last_run_at)
             out->last_run_at = last;
-        bool completed = r->outcome != OUTCOME_RUNNING;
+        bool superseded = r->outcome == OUTCOME_SUPERSEDED;
+        bool completed = r->outcome != OUTCOME_RUNNING && !superseded;
         if (r->started_at > 0)
             out->callbacks_accepted++;
         if (completed && r->outcome != OUTCOME_TIMED_OUT)
@@ -127,6 +128,12 @@ crcr_err health_compute(const health_run *runs, size_t n, int64_t rejected, heal
             continue;
         }
         out->runs++;
+        if (superseded) { /* its queue time was real; nothing else of it counts */
+            out->superseded++;
+            if (r->queue_ms >= 0)
+                queue[nq++] = r->queue_ms;
+            continue;
+        }
         switch (r->outcome) {
         case OUTCOME_RUNNING:
             out->running++;
@@ -400,7 +407,7 @@ static void collect_run(void *ctx, const store_run_row *r)
         rv->cap = ncap;
     }
     rv->v[rv->n++] =
-        health_run_of(r->state, r->conclusion, r->event_type, r->pr_number, r->head_sha,
+        health_run_of(r->state, r->conclusion, r->ended, r->event_type, r->pr_number, r->head_sha,
                       r->dispatched_at, r->started_at, r->completed_at, r->queue_ms, r->exec_ms);
 }
 
@@ -562,6 +569,7 @@ crcr_err health_entry_json(const health_entry *e, buf_t *out)
     jw_kint(&w, outcome_name(OUTCOME_CANCELLED), s->cancelled);
     jw_kint(&w, outcome_name(OUTCOME_TIMED_OUT), s->timed_out);
     jw_kint(&w, outcome_name(OUTCOME_RUNNING), s->running);
+    jw_kint(&w, outcome_name(OUTCOME_SUPERSEDED), s->superseded);
     jw_kint(&w, "nightly", s->nightly);
     jw_knum(&w, "success_rate_pct", s->success_pct, 1);
     jw_knum(&w, "timeout_rate_pct", s->timeout_pct, 1);
@@ -626,9 +634,9 @@ crcr_err health_report_text(const health_report *r, buf_t *out)
     crcr_err err = buf_printf(out, "Level health over %s (%s to %s)%s\n\n", win, since, gen,
                               r->from_runs ? ", levels from the runs (no allowlist)" : "");
     if (!err)
-        err = buf_printf(out, "%-40s %-5s %6s %8s %9s %9s %15s %17s %8s  %-12s %s\n", "REPO",
-                         "LEVEL", "RUNS", "SUCCESS", "CANCELLED", "TIMED_OUT", "QUEUE p50/p90",
-                         "PR TOTAL p90/max", "REJECTED", "STATUS", "RECOMMENDED");
+        err = buf_printf(out, "%-40s %-5s %6s %8s %9s %9s %10s %15s %17s %8s  %-12s %s\n", "REPO",
+                         "LEVEL", "RUNS", "SUCCESS", "CANCELLED", "TIMED_OUT", "SUPERSEDED",
+                         "QUEUE p50/p90", "PR TOTAL p90/max", "REJECTED", "STATUS", "RECOMMENDED");
     for (size_t i = 0; i < r->n && !err; i++) {
         const health_entry *e = &r->entries[i];
         const health_stats *s = &e->stats;
@@ -641,10 +649,10 @@ crcr_err health_report_text(const health_report *r, buf_t *out)
         html_duration(s->total_max_ms, tmax, sizeof(tmax));
         snprintf(queue, sizeof(queue), "%s/%s", q50, q90);
         snprintf(total, sizeof(total), "%s/%s", t90, tmax);
-        err = buf_printf(out, "%-40s %-5s %6lld %8s %9lld %9lld %15s %17s %8s  %-12s %s\n", e->repo,
-                         crcr_level_name(e->level), (long long)s->runs, rate,
-                         (long long)s->cancelled, (long long)s->timed_out, queue, total, rej,
-                         health_status_name(e->verdict.status),
+        err = buf_printf(out, "%-40s %-5s %6lld %8s %9lld %9lld %10lld %15s %17s %8s  %-12s %s\n",
+                         e->repo, crcr_level_name(e->level), (long long)s->runs, rate,
+                         (long long)s->cancelled, (long long)s->timed_out, (long long)s->superseded,
+                         queue, total, rej, health_status_name(e->verdict.status),
                          crcr_level_name(e->verdict.recommended));
         if (!err)
             err = buf_printf(out, "%-40s       %s\n", "", e->verdict.reason);
@@ -668,9 +676,9 @@ crcr_err health_report_md(const health_report *r, buf_t *out)
     crcr_err err = buf_printf(out, "**Level health over %s (%s to %s)**\n\n", win, since, gen);
     if (!err)
         err = buf_puts(out, "| Repo | Level | Runs | Success | Cancelled | Timed out | "
-                            "Queue p50 / p90 | PR total p90 / max | Callback rejections | "
-                            "Status | Recommended | Why |\n"
-                            "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|---|\n");
+                            "Superseded | Queue p50 / p90 | PR total p90 / max | "
+                            "Callback rejections | Status | Recommended | Why |\n"
+                            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|\n");
     for (size_t i = 0; i < r->n && !err; i++) {
         const health_entry *e = &r->entries[i];
         const health_stats *s = &e->stats;
@@ -684,18 +692,21 @@ crcr_err health_report_md(const health_report *r, buf_t *out)
         html_duration(s->total_max_ms, tmax, sizeof(tmax));
         /* repo names are owner/repo characters and reasons this file's own words: no '|' */
         err = buf_printf(out,
-                         "| `%s` | %s | %lld | %s | %lld | %lld (%s) | %s / %s | %s / %s | %s | "
-                         "**%s** | %s | %s |\n",
+                         "| `%s` | %s | %lld | %s | %lld | %lld (%s) | %lld | %s / %s | %s / %s | "
+                         "%s | **%s** | %s | %s |\n",
                          e->repo, crcr_level_name(e->level), (long long)s->runs, rate,
-                         (long long)s->cancelled, (long long)s->timed_out, tor, q50, q90, t90, tmax,
-                         rej, health_status_name(e->verdict.status),
+                         (long long)s->cancelled, (long long)s->timed_out, tor,
+                         (long long)s->superseded, q50, q90, t90, tmax, rej,
+                         health_status_name(e->verdict.status),
                          crcr_level_name(e->verdict.recommended), e->verdict.reason);
     }
     if (!err)
         err = buf_printf(
             out,
             "\nSuccess rate = success / (completed - cancelled); failures, timeouts and infra "
-            "errors all count. Thresholds (cumulative): L2 > %d%% and every PR head's runs "
+            "errors all count; superseded runs (a newer commit of the PR was dispatched, or the PR "
+            "was closed) count in none. Thresholds (cumulative): L2 > %d%% and every PR head's "
+            "runs "
             "done within %lldh; L3 > %d%%; L4 > %d%%. At risk: fewer than %lld runs, a success "
             "rate at most %.1f / %.1f / %.1f points above the L2 / L3 / L4 threshold, or a PR "
             "head slower than %d%% of the limit. Generated by `crcr health --format md`.\n",

@@ -13,6 +13,10 @@
  *   callback rejection rate  refused / (accepted + refused) callbacks after authentication;
  *                  accepted ones are counted from the runs: one per in_progress, one per
  *                  completion except timed_out (which the relay's sweeper sets)
+ *   superseded     runs the relay ended because a newer commit of their PR was dispatched or
+ *                  the PR was closed (§3.12): counted apart and kept out of every rate, the
+ *                  execution times and the PR totals (a contributor who pushes often must not
+ *                  push a repository down a level); their queue times count (they were real)
  * Percentiles are nearest-rank.
  *
  * Level requirements are cumulative (a level needs every lower level's too). Defaults, from the
@@ -64,8 +68,8 @@
 
 /* One run, as the computation sees it. */
 typedef struct health_run {
-    crcr_outcome outcome;  /* outcome_of() its stored status and conclusion; OTHER counts as a
-                              failure */
+    crcr_outcome outcome;  /* outcome_of_run() its stored status, conclusion and end reason;
+                              OTHER counts as a failure, SUPERSEDED apart */
     bool nightly;          /* nightly/periodic self-report */
     uint64_t group;        /* same value = same PR head (see health_group_key) */
     int64_t dispatched_at; /* ms, 0 when unknown */
@@ -78,11 +82,11 @@ typedef struct health_run {
 /* A stable key for (PR number, head sha): FNV-1a 64. */
 uint64_t health_group_key(int64_t pr_number, const char *head_sha);
 
-/* The health view of a stored run (all strings may be NULL). */
-health_run health_run_of(const char *state, const char *conclusion, const char *event_type,
-                         int64_t pr_number, const char *head_sha, int64_t dispatched_at,
-                         int64_t started_at, int64_t completed_at, int64_t queue_ms,
-                         int64_t exec_ms);
+/* The health view of a stored run (all strings may be NULL; `ended` its end reason). */
+health_run health_run_of(const char *state, const char *conclusion, const char *ended,
+                         const char *event_type, int64_t pr_number, const char *head_sha,
+                         int64_t dispatched_at, int64_t started_at, int64_t completed_at,
+                         int64_t queue_ms, int64_t exec_ms);
 
 /* When a run was last updated, as the store's window filter sees it: its latest transition. */
 int64_t health_run_updated(const health_run *r);
@@ -93,6 +97,7 @@ typedef struct health_stats {
     int64_t success, failure;     /* failure: every completed outcome that is not success,
                                      cancelled or timed_out */
     int64_t cancelled, timed_out; /* reported apart */
+    int64_t superseded;           /* ended by the relay (§3.12): in runs, in no rate */
     int64_t running;
     int64_t nightly;                    /* nightly/periodic runs (not in the rates) */
     int64_t rate_runs;                  /* the success rate's denominator: completed - cancelled */

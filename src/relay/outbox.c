@@ -44,6 +44,7 @@
 #include "clock.h"
 #include "checks.h"
 #include "cpus.h"
+#include "depends_on.h"
 #include "dispatch.h"
 #include "json.h"
 #include "crcr_limits.h"
@@ -449,12 +450,15 @@ typedef enum {
  * recorded; while one of its calls is out, by that call (the call's end hands it back). */
 struct job {
     outbox *ob;
-    store_job sj;         /* the claimed row */
-    outcome o;            /* what it came to */
-    dispatch_output dout; /* a dispatch's request body */
-    char note[128];
-    int stage; /* the kind's step */
-    int page;  /* listings: the page asked for */
+    store_job sj;          /* the claimed row */
+    outcome o;             /* what it came to */
+    dispatch_output dout;  /* a dispatch's request body */
+    depends_on_pair *pair; /* a paired dispatch's Depends-On pair (heap), or NULL */
+    buf_t record;          /* ... and its record as sent: the row's body from then on */
+    char note[CRCR_REPO_NAME_MAX + DEPENDS_ON_PROBLEM_MAX + 512];
+    char joined[CRCR_REPO_NAME_MAX + DEPENDS_ON_PROBLEM_MAX + 1112]; /* note; trimmed: paths */
+    int stage;                                                       /* the kind's step */
+    int page; /* listings: the page asked for */
     isend_state isend;
     gh_resp r;     /* the answer of the last call */
     crcr_err gerr; /* ... and its result */
@@ -631,12 +635,93 @@ static step_rc inst_send(outbox *ob, job *j, const char *method, const char *bod
 
 /* ---------------------------------------------------------------- the kinds */
 
-/* A dispatch row: the request body built at send time (dispatch_row_body), then POST. */
+/* A fresh outcome: nothing decided yet. */
+static void outcome_reset(outcome *o)
+{
+    *o = (outcome){
+        .verdict = OUTBOX_PERMANENT, .retry_after_s = -1, .rl_remaining = -1, .rl_reset = -1};
+}
+
+/*
+ * The answer to a paired dispatch's GET /repos/{pair repo}/pulls/{n} (§3.13), read as the target's
+ * installation (Pull requests: read), in j->o and j->r. An open PR resolves the pair; a closed,
+ * merged or missing one, or a refusal (403 without a rate limit, 404, 422), leaves it unresolved
+ * with its problem: the dispatch goes without the pair, the record, the row's note and the check
+ * run say why. Returns false, with j->o the verdict for the row, when GitHub did not answer
+ * (retried as any request: 5xx, network, rate limits) or the installation is missing.
+ */
+static bool pair_read(job *j)
+{
+    outcome *o = &j->o;
+    depends_on_pair *pair = j->pair;
+    if (o->verdict == OUTBOX_DONE)
+        depends_on_from_pull(j->r.body.data, j->r.body.len, pair);
+    else if (o->verdict == OUTBOX_PERMANENT && o->installation > 0 && o->status >= 400)
+        snprintf(pair->problem, sizeof(pair->problem), "%.*s", (int)sizeof(pair->problem) - 1,
+                 o->status == 404 ? "not found" : o->error);
+    else
+        return false; /* not answered, rate limited, or no installation: the row's outcome */
+    char num[24];
+    snprintf(num, sizeof(num), "%lld", (long long)pair->number);
+    LOG_INFO("outbox.depends_on", "delivery", j->sj.delivery_id, "repo", j->sj.target, "pr", num,
+             "head_sha", pair->resolved ? pair->head_sha : NULL, "problem",
+             pair->resolved ? NULL : pair->problem, NULL);
+    return true;
+}
+
+/*
+ * A dispatch row: a paired row (its body a Depends-On record) first reads its pair's PR (stage 1,
+ * pair_read); then the request body is built at send time (dispatch_row_body, with the pair's
+ * record) and POSTed (stage 3). The GET and the POST are two requests of one job: no thread waits
+ * for either.
+ */
 static step_rc step_dispatch(outbox *ob, job *j)
 {
+    store_job *sj = &j->sj;
     if (j->stage == 0) {
+        depends_on_pair pair;
+        if (depends_on_record_parse(sj->body.data, sj->body.len, &pair)) {
+            j->pair = malloc(sizeof(*j->pair));
+            if (!j->pair) {
+                j->o.verdict = OUTBOX_RETRY;
+                snprintf(j->o.error, sizeof(j->o.error), "out of memory");
+                return STEP_DONE;
+            }
+            *j->pair = pair;
+        }
+        j->stage = 2;
+        if (j->pair && !ob->gh) {
+            snprintf(j->pair->problem, sizeof(j->pair->problem), "not read in dry-run mode");
+        } else if (j->pair) {
+            snprintf(j->path, sizeof(j->path), "/repos/%s/pulls/%lld", j->pair->repo,
+                     (long long)j->pair->number);
+            j->stage = 1;
+        }
+    }
+    if (j->stage == 1) {
+        if (inst_send(ob, j, "GET", NULL, 0, "Depends-On pull request") == STEP_WAIT)
+            return STEP_WAIT;
+        if (!pair_read(j))
+            return STEP_DONE;
+        j->stage = 2;
+    }
+    if (j->stage == 2) {
+        if (j->pair) {
+            outcome_reset(&j->o);
+            char label[CRCR_REPO_NAME_MAX + 48];
+            depends_on_label(j->pair, label, sizeof(label));
+            if (j->pair->resolved)
+                snprintf(j->note, sizeof(j->note), "Depends-On %s", label);
+            else
+                snprintf(j->note, sizeof(j->note), "Depends-On %s not tested: %s", label,
+                         j->pair->problem);
+            if (depends_on_record(j->pair, &j->record) != CRCR_OK) {
+                j->o.verdict = OUTBOX_PERMANENT;
+                snprintf(j->o.error, sizeof(j->o.error), "cannot record the Depends-On pair");
+                return STEP_DONE;
+            }
+        }
         char err[256] = "";
-        store_job *sj = &j->sj;
         dispatch_src src = {
             .event = sj->event,
             .delivery_id = sj->delivery_id,
@@ -645,6 +730,8 @@ static step_rc step_dispatch(outbox *ob, job *j)
             .target = sj->target,
             .head_sha = sj->head_sha,
             .pr_number = sj->pr_number,
+            .pair = j->record.len ? j->record.data : NULL,
+            .pair_len = j->record.len,
         };
         crcr_err e = dispatch_row_body(ob->cfg, &src, &j->dout, err, sizeof(err));
         if (e) {
@@ -658,7 +745,7 @@ static step_rc step_dispatch(outbox *ob, job *j)
             return STEP_DONE;
         }
         snprintf(j->path, sizeof(j->path), "/repos/%s/dispatches", sj->target);
-        j->stage = 1;
+        j->stage = 3;
     }
     return inst_send(ob, j, "POST", buf_cstr(&j->dout.body), j->dout.body.len,
                      ob_kind_name(OB_KIND_DISPATCH));
@@ -1054,9 +1141,9 @@ static job *job_new(outbox *ob, store_job *sj)
         return NULL;
     j->ob = ob;
     j->sj = *sj;
-    j->o = (outcome){
-        .verdict = OUTBOX_PERMANENT, .retry_after_s = -1, .rl_remaining = -1, .rl_reset = -1};
+    outcome_reset(&j->o);
     dispatch_output_init(&j->dout);
+    buf_init(&j->record, STORE_PAIR_MAX);
     gh_resp_init(&j->r);
     if (sj->reclaimed) /* a row left running by a worker that died or lost its lease */
         LOG_INFO("outbox.reclaimed", "delivery", sj->delivery_id, "repo", sj->target, "kind",
@@ -1070,6 +1157,8 @@ static void job_free(job *j)
         j->state_free(j->state);
     gh_resp_free(&j->r);
     dispatch_output_free(&j->dout);
+    buf_free(&j->record);
+    free(j->pair);
     store_job_free(&j->sj);
     free(j);
 }
@@ -1087,6 +1176,18 @@ typedef struct settled {
     enum { S_DONE, S_DEAD, S_WAIT, S_GAVE_UP, S_RETRY } what;
 } settled;
 
+/* The row's note: what trimming removed (the paths alone, as always), or for a paired dispatch
+ * what it says of its pair, then "; trimmed: " and the paths. */
+static const char *row_note(job *j)
+{
+    const char *trimmed = j->dout.trimmed ? buf_cstr(&j->dout.trimmed_note) : NULL;
+    if (trimmed && j->note[0]) {
+        snprintf(j->joined, sizeof(j->joined), "%s; trimmed: %s", j->note, trimmed);
+        return j->joined;
+    }
+    return trimmed ? trimmed : (j->note[0] ? j->note : NULL);
+}
+
 /* Decides the row's outcome (retry delays, pauses) and fills its store item. */
 static void outcome_prepare(outbox *ob, settled *s, store_settle *it, uint64_t *rng)
 {
@@ -1096,8 +1197,9 @@ static void outcome_prepare(outbox *ob, settled *s, store_settle *it, uint64_t *
     long max_attempts = ob->cfg->max_attempts;
     if (ob_kind_parse(j->sj.kind) == OB_KIND_HUD_FORWARD)
         max_attempts = ob->cfg->hud_max_retries + 1;
-    const char *note =
-        j->dout.trimmed ? buf_cstr(&j->dout.trimmed_note) : (j->note[0] ? j->note : NULL);
+    const char *note = row_note(j);
+    /* A paired dispatch keeps the record of what it sent (or why it sent no pair) as its body. */
+    const char *body = j->record.len ? j->record.data : NULL;
     int attempt = j->sj.attempts + 1;
     snprintf(s->attempt_s, sizeof(s->attempt_s), "%d", attempt);
     *it = (store_settle){.job = &j->sj, .now = now, .note = note};
@@ -1113,12 +1215,16 @@ static void outcome_prepare(outbox *ob, settled *s, store_settle *it, uint64_t *
         it->finish = true;
         it->state = ob_state_name(s->dry ? OB_STATE_DRY_RUN : OB_STATE_SENT);
         it->http_status = o->status;
+        it->body = body;
+        it->body_len = j->record.len;
     } else if (o->verdict == OUTBOX_PERMANENT) {
         s->what = S_DEAD;
         it->finish = true;
         it->state = ob_state_name(OB_STATE_DEAD);
         it->http_status = o->status;
         it->error = o->error;
+        it->body = body;
+        it->body_len = j->record.len;
     } else if (o->status == -1) {
         /* Installation already paused (or the relay stopping): wait without spending an
          * attempt. */
@@ -1177,7 +1283,7 @@ static void outcome_report(outbox *ob, const settled *s, crcr_err fe)
         const char *done = ob_state_name(s->dry ? OB_STATE_DRY_RUN : OB_STATE_SENT);
         atomic_fetch_add(s->dry ? &ob->dry_run : &ob->sent, 1);
         metrics_outbox_result(sj->kind, done);
-        const char *note = j->dout.trimmed ? buf_cstr(&j->dout.trimmed_note) : NULL;
+        const char *note = row_note(j);
         LOG_INFO(s->dry ? "outbox.dry_run" : "outbox.sent", "delivery", sj->delivery_id, "repo",
                  sj->target, "kind", sj->kind, "attempt", s->attempt_s, "trimmed", note, NULL);
     } else if (s->what == S_DEAD || s->what == S_GAVE_UP) {

@@ -7,7 +7,11 @@
  * GitHub requests share the App's budget (CRCR_GITHUB_CONCURRENCY) and none of them holds a
  * thread or a store connection while it is out (outbox.c). Kinds of rows:
  *   dispatch     POST /repos/{target}/dispatches (body built at send time from the delivery,
- *                trimmed to CRCR_DISPATCH_BUDGET, with the callback token)
+ *                trimmed to CRCR_DISPATCH_BUDGET, with the callback token); a paired row (its
+ *                body a Depends-On record, §3.13) first reads GET /repos/{target}/pulls/{n}:
+ *                an open PR goes as client_payload.depends_on, a closed, merged, missing or
+ *                refused one is recorded as the row's problem and the dispatch goes without it,
+ *                an unanswered read retries the row; the row keeps the record of what it sent
  *   check_run    POST /repos/{upstream}/check-runs with the stored body
  *   rerun        POST /repos/{target}/actions/runs/{id}/rerun-failed-jobs (or /rerun);
  *                403 "already running" counts as success

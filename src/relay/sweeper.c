@@ -7,6 +7,7 @@
 
 #include "checks.h"
 #include "clock.h"
+#include "depends_on.h"
 #include "json.h"
 #include "crcr_limits.h"
 #include "log.h"
@@ -74,6 +75,8 @@ typedef struct sweep_effects {
     zombie *z;
     crcr_level level;
     bool check_run;
+    depends_on_pair pair; /* the dispatch's Depends-On pair, when it had one (§3.13) */
+    char pair_label[CRCR_REPO_NAME_MAX + 48];
     const store_run_key *key;
     run_effect_bodies bodies;
     buf_t timed_out_payload;
@@ -107,6 +110,9 @@ static crcr_err sweep_effects_fn(void *vctx, const store_run_result *res, store_
                                  size_t max, size_t *n)
 {
     sweep_effects *c = vctx;
+    *n = 0;
+    if (res->ended[0]) /* ended by a newer dispatch meanwhile: nothing to time out (§3.12) */
+        return CRCR_OK;
     checks_run r = {
         .repo = c->z->repo,
         .workflow_name = c->z->workflow_name,
@@ -117,6 +123,8 @@ static crcr_err sweep_effects_fn(void *vctx, const store_run_result *res, store_
         .run_id = c->z->run_id,
         .pr_number = c->z->pr_number,
         .web_url = config_web_url(c->env.cfg),
+        .pair = c->pair_label[0] ? c->pair_label : NULL,
+        .pair_ref = c->pair.resolved ? c->pair.head_ref : NULL,
     };
     /* As upstream's sweeper: no queue time, execution time up to now. */
     return run_effects_build(&c->env, c->check_run ? &r : NULL, c->key, c->level, -1, res->exec_ms,
@@ -157,6 +165,14 @@ void sweeper_run(const sweeper_deps *d, const char *owner, int64_t now, sweeper_
         if (c.level == CRCR_LEVEL_NONE)
             c.level = (crcr_level)z->level;
         c.check_run = zombie_wants_check_run(&c.env, al, z);
+        if (c.check_run) { /* its check run names the pair it tested, as the others did */
+            store_dispatch rec;
+            buf_init(&rec.payload, 0);
+            if (store_dispatch_get(d->st, z->delivery_id, z->repo, false, &rec) == CRCR_OK &&
+                depends_on_record_parse(rec.pair, strlen(rec.pair), &c.pair) && c.pair.resolved)
+                depends_on_label(&c.pair, c.pair_label, sizeof(c.pair_label));
+            buf_free(&rec.payload);
+        }
         run_effect_bodies_init(&c.bodies, z->payload_len + 4096);
         buf_init(&c.timed_out_payload, z->payload_len + 4096);
         timed_out_payload(z, now, &c.timed_out_payload);
@@ -181,6 +197,7 @@ void sweeper_run(const sweeper_deps *d, const char *owner, int64_t now, sweeper_
             .payload_len = c.timed_out_payload.len,
             .now = now,
             .single_shot = true, /* the dispatch record may be gone; the run row is proof */
+            .only_open = true,   /* a run a supersession ended meanwhile stays as it is */
         };
         c.key = &u.key;
         store_run_result rr;

@@ -5,6 +5,8 @@
  * (through the same atomic transition as a callback, so a late real callback cannot double it),
  * with a timed_out check run where one is wanted (L3 with the label, L4) and a HUD forward whose
  * callback payload says status completed / conclusion timed_out, as the upstream sweeper does.
+ * A run a newer dispatch ended (§3.12) is never timed out: it is no zombie, and the timeout
+ * applies only over a run still open (store_run_update.only_open).
  * Deliveries, runs and marks older than CRCR_RETENTION_SECONDS are deleted. When several
  * instances share a store, only the holder of the store lease "sweeper" works.
  */

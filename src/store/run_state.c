@@ -9,6 +9,36 @@
 #define RUN_LIST_DEFAULT 1000
 #define RUN_LIST_MAX 100000
 
+/* Over a run of an ended dispatch (run_state.h): recorded, never reopened. */
+static run_outcome ended_next(const run_prev *prev, const store_run_update *u,
+                              int64_t dispatched_at, store_run_result *res)
+{
+    crcr_run_status was = run_status_parse(prev->exists ? prev->state : "");
+    if (u->only_open) {
+        res->duplicate = true;
+        return RUN_DUPLICATE;
+    }
+    if (run_status_parse(u->status) != RUN_STATUS_COMPLETED) {
+        if (prev->exists) {
+            res->duplicate = true;
+            return RUN_DUPLICATE;
+        }
+        res->started_at = u->now;
+        if (dispatched_at)
+            res->queue_ms = u->now > dispatched_at ? u->now - dispatched_at : 0;
+        return RUN_APPLY;
+    }
+    if (was == RUN_STATUS_COMPLETED &&
+        ((!u->conclusion && !prev->has_conclusion) ||
+         (u->conclusion && prev->has_conclusion && strcmp(u->conclusion, prev->conclusion) == 0))) {
+        res->duplicate = true;
+        return RUN_DUPLICATE;
+    }
+    if (res->started_at)
+        res->exec_ms = u->now > res->started_at ? u->now - res->started_at : 0;
+    return RUN_APPLY;
+}
+
 run_outcome run_state_next(const run_prev *prev, const store_run_update *u, int64_t dispatched_at,
                            store_run_result *res, char *reason, size_t reasonsz)
 {
@@ -16,6 +46,15 @@ run_outcome run_state_next(const run_prev *prev, const store_run_update *u, int6
     crcr_run_status was = run_status_parse(state);
     res->dispatched_at = dispatched_at;
     res->started_at = prev->exists ? prev->started_at : 0;
+    /* A row the relay ended keeps its reason; a run with no row yet takes its dispatch's. */
+    const char *ended = prev->exists ? prev->ended : prev->dispatch_ended;
+    snprintf(res->ended, sizeof(res->ended), "%s", ended);
+    if (res->ended[0])
+        return ended_next(prev, u, dispatched_at, res);
+    if (u->only_open && was != RUN_STATUS_IN_PROGRESS) {
+        res->duplicate = true;
+        return RUN_DUPLICATE;
+    }
     if (run_status_parse(u->status) != RUN_STATUS_COMPLETED) {
         if (was == RUN_STATUS_IN_PROGRESS) {
             res->duplicate = true;
@@ -104,6 +143,7 @@ void run_row_params(const store_run_update *u, const store_run_result *res,
                              .blob = body,
                              .len = body ? u->payload_len : 0};
     out[k++] = integer(u->now);
+    out[k++] = text(res->ended[0] ? res->ended : NULL);
 }
 
 void run_row_fill(store_run_row *r, const store_row_source *s)
@@ -131,6 +171,7 @@ void run_row_fill(store_run_row *r, const store_row_source *s)
     r->test_passed = s->i64(src, 19, -1);
     r->test_failed = s->i64(src, 20, -1);
     r->test_skipped = s->i64(src, 21, -1);
+    r->ended = s->text(src, 22);
     r->payload = s->blob(src, RUN_PAYLOAD_COLUMN, &r->payload_len);
 }
 
@@ -145,6 +186,8 @@ int run_prev_row(void *ctx, const store_row_source *s)
     if (conclusion)
         snprintf(prev->conclusion, sizeof(prev->conclusion), "%s", conclusion);
     prev->started_at = s->i64(s->src, 2, 0);
+    const char *ended = s->text(s->src, 3);
+    snprintf(prev->ended, sizeof(prev->ended), "%s", ended ? ended : "");
     return 1;
 }
 

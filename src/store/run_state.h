@@ -18,6 +18,14 @@
  *                                       (applied for single-shot nightly/periodic reports)
  *   completed over completed         -> duplicate when the conclusion is the same, else invalid
  *                                       "already completed with conclusion X"
+ * A run of a dispatch the relay ended (§3.12: its row carries `ended`, or it has no row yet and
+ * its dispatch is in dispatch_ends) is recorded but reopens nothing, and the row keeps (or gets)
+ * the reason in `ended` (res->ended, for the caller to add no side effect):
+ *   in_progress over nothing         -> applied (recorded in progress, ended)
+ *   in_progress over anything else   -> duplicate
+ *   completed over the same conclusion -> duplicate
+ *   completed over anything else     -> applied: the late report is recorded (the truth shown)
+ * The sweeper's timeout (only_open) is a duplicate over anything but an open, not ended run.
  */
 #ifndef CRCR_RUN_STATE_H
 #define CRCR_RUN_STATE_H
@@ -36,6 +44,10 @@ typedef struct run_prev {
     bool has_conclusion; /* conclusion not NULL */
     char conclusion[64];
     int64_t started_at; /* ms, 0 when unknown */
+    char ended[16];     /* the row's end reason, "" when it was not ended */
+    /* what the store read of the dispatch in the same transaction: its end reason from
+     * dispatch_ends, "" when it was not ended (set by the store after run_prev_row) */
+    char dispatch_ended[16];
 } run_prev;
 
 typedef enum {
@@ -52,31 +64,33 @@ run_outcome run_state_next(const run_prev *prev, const store_run_update *u, int6
 
 /* ---- the row, as both stores write and read it ---- */
 
-/* Columns of a listed run in store_run_row order; RUN_COLUMNS adds the payload (column 22). */
+/* Columns of a listed run in store_run_row order; RUN_COLUMNS adds the payload (column 23). */
 #define RUN_COLUMNS_NO_PAYLOAD                                                                     \
     "delivery_id, repo, job_name, event_type, state, head_sha, workflow_name, conclusion, "        \
     "details_url, artifact_url, run_id, run_attempt, pr_number, level, dispatched_at, "            \
-    "started_at, completed_at, queue_ms, exec_ms, test_passed, test_failed, test_skipped"
+    "started_at, completed_at, queue_ms, exec_ms, test_passed, test_failed, test_skipped, ended"
 #define RUN_COLUMNS RUN_COLUMNS_NO_PAYLOAD ", payload"
-#define RUN_PAYLOAD_COLUMN 22
+#define RUN_PAYLOAD_COLUMN 23
 
 /* Columns of the upsert, in run_row_params order. */
 #define RUN_UPSERT_COLUMNS                                                                         \
     "delivery_id, repo, run_id, run_attempt, job_name, event_type, state, level, pr_number, "      \
     "head_sha, workflow_name, conclusion, details_url, artifact_url, dispatched_at, started_at, "  \
-    "completed_at, queue_ms, exec_ms, test_passed, test_failed, test_skipped, payload, updated_at"
-#define RUN_UPSERT_PARAMS 24
+    "completed_at, queue_ms, exec_ms, test_passed, test_failed, test_skipped, payload, "           \
+    "updated_at, "                                                                                 \
+    "ended"
+#define RUN_UPSERT_PARAMS 25
 
 /* The upsert's values for an applied transition (RUN_APPLY) with its decided `res`, borrowed from
  * the update for the call. */
 void run_row_params(const store_run_update *u, const store_run_result *res,
                     store_param out[RUN_UPSERT_PARAMS]);
 
-/* Fills `r` from the columns RUN_COLUMNS (the payload from column 22) of a listing's row. */
+/* Fills `r` from the columns RUN_COLUMNS (the payload from column 23) of a listing's row. */
 void run_row_fill(store_run_row *r, const store_row_source *s);
 
 /* Columns of the key's current row, as run_prev_row reads them. */
-#define RUN_PREV_COLUMNS "state, conclusion, started_at"
+#define RUN_PREV_COLUMNS "state, conclusion, started_at, ended"
 
 /* A store_row_fn: fills the run_prev `prev` from a row of RUN_PREV_COLUMNS (the key's row exists)
  * and stops. */

@@ -169,7 +169,40 @@ crcr_err store_probe_write(store *st)
 
 crcr_err store_ingest(store *st, const store_delivery *d, const store_new_job *jobs, size_t n)
 {
-    crcr_err e = st->ops->outbox->ingest(st, d, jobs, n);
+    crcr_err e = st->ops->outbox->ingest(st, d, jobs, n, NULL);
+    if (!e) /* a durable write went through */
+        store_fault_clear(st);
+    return e;
+}
+
+crcr_err store_ingest_superseding(store *st, const store_delivery *d, const store_new_job *jobs,
+                                  size_t n, store_supersede *sup)
+{
+    if (sup) {
+        sup->dispatches = sup->runs = sup->withdrawn = 0;
+        if (d->pr_number <= 0 || end_reason_parse(sup->reason) == END_REASON_UNKNOWN)
+            sup = NULL;
+    }
+    crcr_err e = st->ops->outbox->ingest(st, d, jobs, n, sup);
+    if (!e) /* a durable write went through */
+        store_fault_clear(st);
+    return e;
+}
+
+crcr_err store_pair_redispatch(store *st, const char *repo, int64_t number, const char *base_id,
+                               int64_t now, const store_new_job *job, store_supersede *sup,
+                               store_pair_hit *hits, size_t max, size_t *n)
+{
+    *n = 0;
+    sup->dispatches = sup->runs = sup->withdrawn = 0;
+    char probe[CRCR_DELIVERY_ID_MAX];
+    if (!repo || number <= 0 || !base_id ||
+        !store_pair_delivery_id(base_id, INT64_MAX, probe, sizeof(probe)) ||
+        end_reason_parse(sup->reason) == END_REASON_UNKNOWN ||
+        ob_kind_parse(job->kind) != OB_KIND_DISPATCH)
+        return CRCR_E_INVALID;
+    crcr_err e =
+        st->ops->outbox->pair_redispatch(st, repo, number, base_id, now, job, sup, hits, max, n);
     if (!e) /* a durable write went through */
         store_fault_clear(st);
     return e;
@@ -534,6 +567,9 @@ static void stats_count(store_outbox_stats *out, const char *state, int64_t coun
     case OB_STATE_DEAD:
         out->dead = count;
         break;
+    case OB_STATE_WITHDRAWN:
+        out->withdrawn = count;
+        break;
     default:
         break;
     }
@@ -608,6 +644,8 @@ static void job_fill(store_job_row *r, const store_row_source *s)
     r->created_at = s->i64(src, 10, 0);
     r->done_at = s->i64(src, 11, 0);
     r->body = s->blob(src, 12, &r->body_len);
+    r->ended = s->text(src, 13);
+    r->ended_by = s->text(src, 14);
 }
 
 static void identity_fill(store_identity_row *r, const store_row_source *s)
@@ -711,9 +749,124 @@ int store_dispatch_row(void *ctx, const store_row_source *s)
     out->pr_number = s->i64(s->src, 1, 0);
     snprintf(out->head_sha, sizeof(out->head_sha), "%s", sha ? sha : "");
     snprintf(out->event, sizeof(out->event), "%s", event ? event : "");
+    size_t pair_len = 0;
+    const void *pair = s->blob(s->src, 4, &pair_len);
+    out->pair[0] = '\0';
+    if (pair && pair_len < sizeof(out->pair)) {
+        memcpy(out->pair, pair, pair_len);
+        out->pair[pair_len] = '\0';
+    }
     if (d->with_payload)
-        d->err = store_row_append(s, 4, &out->payload);
+        d->err = store_row_append(s, DISPATCH_PAYLOAD_COLUMN, &out->payload);
     return 1;
+}
+
+/* ---- supersession (store_impl.h) ---- */
+
+int store_ended_row(void *ctx, const store_row_source *s)
+{
+    store_ended_list *l = ctx;
+    if (l->n >= STORE_ENDED_MAX)
+        return 1;
+    store_ended_dispatch *e = &l->v[l->n];
+    const char *id = s->text(s->src, 0);
+    if (!id || strlen(id) >= sizeof(e->delivery_id))
+        return 0; /* cannot be a delivery id the store wrote */
+    memset(e, 0, sizeof(*e));
+    memcpy(e->delivery_id, id, strlen(id) + 1);
+    size_t len = 0;
+    const void *pair = s->blob(s->src, 1, &len);
+    if (pair && len) {
+        e->pair = malloc(len + 1);
+        if (!e->pair) {
+            l->err = CRCR_E_NOMEM;
+            return 1;
+        }
+        memcpy(e->pair, pair, len);
+        e->pair[len] = '\0';
+        e->pair_len = len;
+    }
+    l->n++;
+    return 0;
+}
+
+void store_ended_list_free(store_ended_list *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        free(l->v[i].pair);
+    l->n = 0;
+}
+
+/* Copies `t` into out[sz]; false when it does not fit (NULL copies as ""). */
+static bool copy_text(char *out, size_t sz, const char *t)
+{
+    size_t n = t ? strlen(t) : 0;
+    if (n >= sz) {
+        out[0] = '\0';
+        return false;
+    }
+    memcpy(out, t ? t : "", n + 1);
+    return true;
+}
+
+int store_ended_run_row(void *ctx, const store_row_source *s)
+{
+    store_ended_runs *l = ctx;
+    if (l->n >= CRCR_SUPERSEDE_BATCH)
+        return 1;
+    store_run_row r;
+    run_row_fill(&r, s);
+    store_ended_run *e = &l->v[l->n++];
+    memset(e, 0, sizeof(*e));
+    bool ok = copy_text(e->delivery_id, sizeof(e->delivery_id), r.delivery_id);
+    ok = copy_text(e->repo, sizeof(e->repo), r.repo) && ok;
+    ok = copy_text(e->job_name, sizeof(e->job_name), r.job_name) && ok;
+    ok = copy_text(e->workflow_name, sizeof(e->workflow_name), r.workflow_name) && ok;
+    ok = copy_text(e->event_type, sizeof(e->event_type), r.event_type) && ok;
+    ok = copy_text(e->head_sha, sizeof(e->head_sha), r.head_sha) && ok;
+    ok = copy_text(e->run_id, sizeof(e->run_id), r.run_id) && ok;
+    copy_text(e->details_url, sizeof(e->details_url), r.details_url); /* not part of the key */
+    e->cut = !ok;
+    e->run_attempt = r.run_attempt;
+    e->pr_number = r.pr_number;
+    e->level = r.level;
+    e->dispatched_at = r.dispatched_at;
+    e->started_at = r.started_at;
+    e->queue_ms = r.queue_ms;
+    e->rowid = s->i64(s->src, RUN_PAYLOAD_COLUMN + 1, 0);
+    return 0;
+}
+
+void store_ended_run_view(const store_ended_run *e, const char *reason, int64_t now,
+                          store_run_row *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->delivery_id = e->delivery_id;
+    out->repo = e->repo;
+    out->job_name = e->job_name;
+    out->workflow_name = e->workflow_name;
+    out->event_type = e->event_type;
+    out->head_sha = e->head_sha[0] ? e->head_sha : NULL;
+    out->details_url = e->details_url[0] ? e->details_url : NULL;
+    out->state = run_status_name(RUN_STATUS_COMPLETED);
+    out->conclusion = conclusion_name(CONCLUSION_CANCELLED);
+    out->ended = reason;
+    out->run_id = e->run_id;
+    out->run_attempt = e->run_attempt;
+    out->pr_number = e->pr_number;
+    out->level = (int)e->level;
+    out->dispatched_at = e->dispatched_at;
+    out->started_at = e->started_at;
+    out->completed_at = now;
+    out->queue_ms = e->queue_ms;
+    out->exec_ms = e->started_at && now > e->started_at ? now - e->started_at : -1;
+    out->test_passed = out->test_failed = out->test_skipped = -1;
+}
+
+bool store_pair_delivery_id(const char *base, int64_t pr, char *out, size_t outsz)
+{
+    int k = snprintf(out, outsz, "%s:pr%lld", base, (long long)pr);
+    return k > 0 && (size_t)k < outsz;
 }
 
 int store_pin_row(void *ctx, const store_row_source *s)

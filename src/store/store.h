@@ -18,14 +18,17 @@
 #include <stdint.h>
 
 #include "buf.h"
+#include "crcr_limits.h"
 #include "err.h"
 
 /* Version 1: the first release. Version 2: repo_identity (pins of callback identities) and
  * budgets (byte budgets such as the nightly one). Version 3: the instance holding a claimed outbox
  * row (PostgreSQL; nothing changes on SQLite). Version 4: redeliveries (what the reconciler asked
- * GitHub to redeliver, §5.7). Version 5: run ids as text (Buildkite's build UUIDs). A store is
- * upgraded in place at open; a newer store than the binary knows is refused. */
-#define CRCR_SCHEMA_VERSION 5
+ * GitHub to redeliver, §5.7). Version 5: run ids as text (Buildkite's build UUIDs). Version 6:
+ * supersession and Depends-On pairs (§3.12, §3.13): runs.ended, dispatch_ends, pairs,
+ * dispatch_heads. A store is upgraded in place at open; a newer store than the binary knows is
+ * refused. */
+#define CRCR_SCHEMA_VERSION 6
 
 typedef struct store store;
 
@@ -102,14 +105,84 @@ typedef struct store_new_job {
     const char *seq_key; /* rows with the same key are carried out in creation order: a row is
                             not claimed while an earlier one with its key is unfinished; NULL:
                             no ordering */
-    const char *body;    /* request body for kinds that carry one; NULL for dispatch */
+    const char *body;    /* request body for kinds that carry one; a dispatch row's is its
+                            Depends-On record (NULL: unpaired), see store_dispatch.pair */
     size_t body_len;
     int64_t due_at;
+    /* dispatch rows: the PR of the target repository that a Depends-On line of the upstream PR
+     * named (§3.13), recorded in `pairs` (what store_pair_redispatch looks up); 0: none */
+    int64_t pair_number;
+    /* inserted only when a row with the same seq_key exists already: a cancelled check run
+     * completes one that was created, it never starts one */
+    bool after_seq;
 } store_new_job;
 
 /* Writes the delivery and its jobs in one transaction. CRCR_E_DUPLICATE (and nothing written)
  * when the delivery id is already known. */
 crcr_err store_ingest(store *st, const store_delivery *d, const store_new_job *jobs, size_t n);
+
+/* ---- supersession (§3.12) ---- */
+
+/* Builds the rows a run ended by a supersession causes (a cancelled check run), inside the
+ * transaction: `run` is the row as now written (completed, cancelled, `ended` set), `pair` the
+ * ended dispatch row's body (its Depends-On record, NULL when none). Fills up to `max` jobs whose
+ * memory the ctx owns until the next call. */
+struct store_run_row;
+typedef crcr_err (*store_ended_fn)(void *ctx, const struct store_run_row *run, const char *pair,
+                                   size_t pair_len, store_new_job *jobs, size_t max, size_t *n);
+
+/*
+ * What a dispatch of PR N ends, in the transaction that stores it. For every target of its
+ * dispatch rows, every older dispatch of N to that repository that is not ended yet (other
+ * deliveries, whatever their state) gets a dispatch_ends row (reason, the new delivery, now):
+ *   - its runs in progress become completed/cancelled with `ended` = reason (completed runs
+ *     stay as they are), and `effects` is called for each;
+ *   - its dispatch row, when still queued, is withdrawn (never sent) when the reason is
+ *     superseded (a newer commit or pair: the older run would be wasted CI); a closed PR's queued
+ *     rows are still sent, as upstream relays a PR's events in order;
+ *   - a callback that comes later for it is recorded with `ended` set and causes nothing
+ *     (store_run_apply).
+ * Without any_sha only older dispatches of another head sha, or paired with another Depends-On
+ * PR number than the new row's, are ended: a re-opened PR with the same head supersedes nothing.
+ * On PostgreSQL the PR's supersessions and the callbacks of its runs serialise on an advisory
+ * lock of the PR (exclusive here, shared in store_run_apply), so that no run is left open by a
+ * callback racing the ingest.
+ */
+typedef struct store_supersede {
+    const char *reason; /* "superseded" or "pr_closed" (vocab.h) */
+    bool any_sha;       /* a closed PR, a Depends-On re-dispatch: every older dispatch */
+    store_ended_fn effects;
+    void *ctx;
+    /* counted by the call (0 on failure) */
+    int dispatches; /* older dispatches ended */
+    int runs;       /* runs in progress ended */
+    int withdrawn;  /* queued dispatch rows withdrawn */
+} store_supersede;
+
+/* store_ingest, then (same transaction) the supersession `sup` of the delivery's PR
+ * (d->pr_number > 0; NULL or no PR: store_ingest). */
+crcr_err store_ingest_superseding(store *st, const store_delivery *d, const store_new_job *jobs,
+                                  size_t n, store_supersede *sup);
+
+/* One upstream PR store_pair_redispatch dispatched again. */
+typedef struct store_pair_hit {
+    char delivery_id[CRCR_DELIVERY_ID_MAX]; /* the new delivery */
+    int64_t pr_number;
+    bool duplicate; /* the delivery existed already (a redelivered push): nothing done */
+} store_pair_hit;
+
+/*
+ * A push to PR `number` of the downstream repository `repo` (§3.13). For every upstream PR whose
+ * latest dispatch to `repo` is paired with that PR and not ended, in one transaction: the new
+ * delivery "<base_id>:pr<N>" copying that dispatch's delivery (event, action, PR, head sha,
+ * payload; received `now`), its dispatch row `job` (target `repo`, pair_number `number`) and
+ * the supersession `sup` (any_sha) of N x repo. hits[0..*n) say what was done (at most `max`
+ * PRs; more are left for the next push). base_id must leave room for ":pr" and 19 digits
+ * (CRCR_E_INVALID otherwise).
+ */
+crcr_err store_pair_redispatch(store *st, const char *repo, int64_t number, const char *base_id,
+                               int64_t now, const store_new_job *job, store_supersede *sup,
+                               store_pair_hit *hits, size_t max, size_t *n);
 
 /* A claimed outbox row. Owned by the caller: release with store_job_free(). */
 typedef struct store_job {
@@ -224,6 +297,9 @@ typedef struct store_delivery_row {
 typedef struct store_job_row {
     int64_t id;
     const char *kind, *delivery_id, *target, *state, *last_error, *note;
+    /* a dispatch row whose dispatch a newer one ended (§3.12): the reason and the newer
+     * delivery (NULL otherwise) */
+    const char *ended, *ended_by;
     int attempts;
     long last_status;
     int64_t next_attempt_at, created_at, done_at; /* done_at 0 when not done */
@@ -251,7 +327,7 @@ crcr_err store_get_delivery(store *st, const char *delivery_id,
 
 /* Counts of outbox rows by state, for metrics and /readyz. */
 typedef struct store_outbox_stats {
-    int64_t queued, running, sent, dry_run, dead;
+    int64_t queued, running, sent, dry_run, dead, withdrawn;
     int64_t oldest_due; /* next_attempt_at of the oldest queued row, 0 when none */
 } store_outbox_stats;
 crcr_err store_outbox_stats_get(store *st, store_outbox_stats *out);
@@ -309,6 +385,9 @@ typedef struct store_run_update {
     size_t payload_len;
     int64_t now;
     bool single_shot; /* nightly/periodic: no dispatch record; one completed row per key */
+    /* the sweeper's timeout: applied only over a run still in progress and not ended (else a
+     * duplicate: nothing changes) */
+    bool only_open;
     /* The dispatch record's time (store_dispatch.dispatched_at) when the caller has read the
      * record already (a callback checks it first): the transition trusts it and reads no
      * record. 0: the transition reads the record itself (CRCR_E_NOT_FOUND without one). */
@@ -329,6 +408,10 @@ typedef struct store_run_result {
     int64_t exec_ms;        /* completed - in_progress, -1 when unknown */
     bool rate_limited;      /* the rate hit was refused: nothing applied (CRCR_OK returned) */
     int64_t retry_after_ms; /* when rate_limited: as store_rate_hit's */
+    /* the run belongs to a dispatch a newer one ended (§3.12): its reason ("" otherwise). Such a
+     * callback is recorded (the run keeps `ended`) but reopens nothing: in_progress over it is a
+     * duplicate, any completed is recorded, and the caller's effects must add nothing. */
+    char ended[16];
 } store_run_result;
 
 /* Builds the side-effect jobs of a transition, inside its transaction, once its metrics are
@@ -352,6 +435,7 @@ crcr_err store_run_apply(store *st, const store_run_update *u, store_effects_fn 
 typedef struct store_run_row {
     const char *delivery_id, *repo, *job_name, *event_type, *state, *head_sha, *workflow_name,
         *conclusion, *details_url, *artifact_url, *run_id;
+    const char *ended; /* why the relay ended it (superseded, pr_closed), NULL when it did not */
     int64_t run_attempt, pr_number;
     int level;
     int64_t dispatched_at, started_at, completed_at, queue_ms, exec_ms;
@@ -364,7 +448,8 @@ typedef struct store_run_row {
 crcr_err store_runs_for_sha(store *st, const char *head_sha, const char *repo,
                             void (*fn)(void *ctx, const store_run_row *row), void *ctx);
 
-/* In-progress runs that started before `started_before` (zombies), at most `limit`. */
+/* In-progress runs that started before `started_before` and were not ended by a supersession
+ * (zombies), at most `limit`. */
 crcr_err store_zombies(store *st, int64_t started_before, int limit,
                        void (*fn)(void *ctx, const store_run_row *row), void *ctx);
 
@@ -404,13 +489,20 @@ crcr_err store_list_runs(store *st, const store_run_filter *f,
 
 /* ---- Dispatch records as the relay wrote them: what callbacks are checked against ---- */
 
+/* Longest Depends-On record of a dispatch row (repository, number, head sha and ref, clone URL
+ * on a web host of up to 2048 bytes, or a problem). */
+#define STORE_PAIR_MAX 4096u
+
 typedef struct store_dispatch {
     int64_t dispatched_at; /* ms: when the dispatch was sent (or queued, while it is not yet) */
     int64_t pr_number;     /* the delivery's PR number, 0 when none */
     char head_sha[72];     /* the delivery's head sha (push: after), "" when none */
     char event[64];        /* the delivery's X-GitHub-Event */
-    buf_t payload;         /* the delivery's webhook body when asked for; the caller inits it
-                              (buf_init with its cap) and frees it */
+    /* the dispatch row's Depends-On record (§3.13, JSON as the outbox wrote it: what was
+     * requested, then what was sent), "" when unpaired or longer than STORE_PAIR_MAX */
+    char pair[STORE_PAIR_MAX];
+    buf_t payload; /* the delivery's webhook body when asked for; the caller inits it
+                      (buf_init with its cap) and frees it */
 } store_dispatch;
 
 /* The dispatch of `delivery_id` to `repo` (case-insensitive) with its delivery's fields, and the

@@ -97,15 +97,22 @@ crcr_err store_row_append(const store_row_source *s, int col, buf_t *out);
 #define REDELIVERY_COLUMNS                                                                         \
     "r.guid, r.event, r.action, r.last_result, r.hook_id, r.attempts, r.last_status, "             \
     "r.first_asked_at, r.last_asked_at, COALESCE(d.received_at, 0)"
-/* Columns of an outbox row in store_job_row order. */
+/* Columns of an outbox row in store_job_row order, from `outbox o LEFT JOIN dispatch_ends e`
+ * (JOB_ENDS_JOIN: a dispatch row's end, NULLs for the others). */
 #define JOB_COLUMNS                                                                                \
-    "id, kind, delivery_id, target, state, last_error, note, attempts, last_status, "              \
-    "next_attempt_at, created_at, done_at, body"
+    "o.id, o.kind, o.delivery_id, o.target, o.state, o.last_error, o.note, o.attempts, "           \
+    "o.last_status, o.next_attempt_at, o.created_at, o.done_at, o.body, e.reason, e.by_delivery"
+#define JOB_ENDS_JOIN                                                                              \
+    " LEFT JOIN dispatch_ends e ON o.kind='dispatch' AND e.delivery_id=o.delivery_id AND "         \
+    "lower(e.repo)=lower(o.target)"
 /* Columns of a pin in store_identity_row order. */
 #define IDENTITY_COLUMNS "repo, repository_id, owner_id, pinned_at, last_seen_at"
-/* The dispatch record of a delivery to a repo, from `outbox o JOIN deliveries d`, then the
- * delivery's payload when it is wanted (NULL otherwise), as store_dispatch_row reads them. */
-#define DISPATCH_COLUMNS "COALESCE(o.done_at, o.created_at), d.pr_number, d.head_sha, d.event"
+/* The dispatch record of a delivery to a repo, from `outbox o JOIN deliveries d` (with the row's
+ * Depends-On record, its body), then the delivery's payload when it is wanted (NULL otherwise),
+ * as store_dispatch_row reads them. */
+#define DISPATCH_COLUMNS                                                                           \
+    "COALESCE(o.done_at, o.created_at), d.pr_number, d.head_sha, d.event, o.body"
+#define DISPATCH_PAYLOAD_COLUMN 5
 
 /* The caller's callback of a listing (set the one the listing calls) and its context. */
 typedef struct store_rows {
@@ -130,6 +137,51 @@ typedef struct store_claim_read {
     crcr_err err; /* of the body's copy */
 } store_claim_read;
 int store_claim_row(void *ctx, const store_row_source *s);
+
+/* ---- supersession (store_supersede), the same for both backends ---- */
+
+/* An older dispatch a supersession ends: its delivery and its row's body (Depends-On record). */
+typedef struct store_ended_dispatch {
+    char delivery_id[CRCR_DELIVERY_ID_MAX];
+    char *pair; /* owned (free), NULL when none */
+    size_t pair_len;
+} store_ended_dispatch;
+
+/* The older dispatches of a supersession (rows of STORE_ENDED_COLUMNS), ctx a store_ended_list;
+ * more than STORE_ENDED_MAX at once are left for a later pass. */
+#define STORE_ENDED_MAX 64u
+#define STORE_ENDED_COLUMNS "o.delivery_id, o.body"
+typedef struct store_ended_list {
+    store_ended_dispatch v[STORE_ENDED_MAX];
+    size_t n;
+    crcr_err err;
+} store_ended_list;
+int store_ended_row(void *ctx, const store_row_source *s);
+void store_ended_list_free(store_ended_list *l);
+
+/* A run in progress a supersession ends, copied out of its row (RUN_COLUMNS_NO_PAYLOAD), as
+ * store_ended_fn will see it once ended. */
+typedef struct store_ended_run {
+    char delivery_id[CRCR_DELIVERY_ID_MAX], repo[CRCR_REPO_NAME_MAX];
+    char job_name[CRCR_JOB_NAME_MAX + 1], workflow_name[CRCR_JOB_NAME_MAX + 1];
+    char event_type[64], head_sha[CRCR_SHA_MAX + 8], details_url[2200];
+    char run_id[CRCR_RUN_ID_MAX];
+    int64_t run_attempt, pr_number, level, dispatched_at, started_at, queue_ms;
+    int64_t rowid; /* the row's id (SQLite rowid, PostgreSQL seq): column 24, after a NULL
+                      payload (RUN_COLUMNS_NO_PAYLOAD ", NULL, rowid") */
+    bool cut;      /* a name was longer than its field: no effects for this run */
+} store_ended_run;
+typedef struct store_ended_runs {
+    store_ended_run v[CRCR_SUPERSEDE_BATCH];
+    size_t n;
+} store_ended_runs;
+int store_ended_run_row(void *ctx, const store_row_source *s);
+/* The row as the supersession writes it (completed, cancelled, ended `reason` at `now`), its
+ * strings borrowed from `e`, for store_ended_fn. */
+void store_ended_run_view(const store_ended_run *e, const char *reason, int64_t now,
+                          struct store_run_row *out);
+/* The delivery id of a pair re-dispatch: "<base>:pr<N>" (false when it does not fit). */
+bool store_pair_delivery_id(const char *base, int64_t pr, char *out, size_t outsz);
 
 /* Adds one `SELECT state, count(*), min(next_attempt_at) ... GROUP BY state` row to the
  * store_outbox_stats `out` (both backends' outbox statistics). */
@@ -200,7 +252,13 @@ typedef struct store_run_call {
 
 /* Deliveries, the outbox, kv and leases, retention. */
 typedef struct store_outbox_ops {
-    crcr_err (*ingest)(store *st, const store_delivery *d, const store_new_job *jobs, size_t n);
+    /* `sup` NULL: no supersession (store.c passes none for a delivery without a PR). */
+    crcr_err (*ingest)(store *st, const store_delivery *d, const store_new_job *jobs, size_t n,
+                       store_supersede *sup);
+    /* store_pair_redispatch; `sup`'s counts are zero, *n is 0, base_id fits. */
+    crcr_err (*pair_redispatch)(store *st, const char *repo, int64_t number, const char *base_id,
+                                int64_t now, const store_new_job *job, store_supersede *sup,
+                                store_pair_hit *hits, size_t max, size_t *n);
     /* up to `max` rows into out[0..*n) (store_claim_batch) */
     crcr_err (*claim)(store *st, int64_t now, int64_t lease_ms, store_job *out, size_t max,
                       size_t *n);

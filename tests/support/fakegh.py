@@ -15,6 +15,7 @@ validation rules where they matter to the relay:
   GET  /repos/{o}/{r}/contents/{path}?ref=R             no auth needed; ETag / If-None-Match
   GET  /repos/{o}/{r}/issues/{n}/comments               installation token, paginated (Link)
   POST /repos/{o}/{r}/issues/{n}/comments               installation token          -> 201
+  GET  /repos/{o}/{r}/pulls/{n}                         installation token          -> 200 / 404
   GET  /app/hook/deliveries[/{id}], POST .../{id}/attempts  App JWT: the App's webhook delivery
                                                         log and redelivery (fakegh_hooks.py; the
                                                         fake also "sends" webhooks: send_webhook)
@@ -50,6 +51,7 @@ Example:
 """
 
 import base64
+import copy
 import hashlib
 import json
 import os
@@ -85,7 +87,7 @@ COMMENT_MAX_BODY = 65536  # characters of one issue comment
 APP_BOT_LOGIN = "crcr-test[bot]"  # the App's comments are authored by its bot user
 APP_SLUG = "crcr-test"
 APP_PERMISSIONS = {"actions": "write", "checks": "write", "contents": "write", "issues": "write",
-                   "metadata": "read"}
+                   "metadata": "read", "pull_requests": "read"}
 DISPATCH_MAX_BODY = 65536  # "the total size of the JSON payload must be less than 64KB"
 DISPATCH_MAX_EVENT_TYPE = 100
 DISPATCH_MAX_PROPERTIES = 10
@@ -345,6 +347,7 @@ class FakeGitHub(HookDeliveries):
         self._reruns = []
         self._files = {}  # (repo lower, path, ref) -> bytes
         self._comments = {}  # (repo lower, issue number) -> list of comment dicts
+        self._pulls = {}  # (repo lower, number) -> pull request dict (set_pull)
         self._next_comment_id = COMMENT_ID_BASE
         self._holds = []
         self._rl_used = 0
@@ -812,6 +815,7 @@ class FakeGitHub(HookDeliveries):
          "_r_list_comments"),
         ("POST", re.compile(r"^/repos/([^/]+)/([^/]+)/issues/(\d+)/comments$"),
          "_r_create_comment"),
+        ("GET", re.compile(r"^/repos/([^/]+)/([^/]+)/pulls/(\d+)$"), "_r_pull"),
     ] + HookDeliveries._HOOK_ROUTES
 
     def _route(self, method, path, rec):
@@ -950,6 +954,61 @@ class FakeGitHub(HookDeliveries):
                                  % COMMENT_MAX_BODY)
         return 201, {}, self._new_comment(owner + "/" + repo, int(number), body, APP_BOT_LOGIN,
                                           "Bot", app=True)
+
+    # ------------------------------------------------------------------ pull requests
+
+    _PULL_TEMPLATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data",
+                                  "webhooks", "pull_request.opened.json")
+
+    def set_pull(self, repo, number, head_sha, head_ref="feature", state="open", merged=False,
+                 fork=None):
+        """Serves GET /repos/{repo}/pulls/{number}: GitHub's pull-request object (the example
+        webhook's, whose shape the description accepts) with this number, state, head sha and
+        ref; `fork` (owner/repo) is the head's repository (default: `repo` itself). Setting it
+        again replaces it (a push to the PR). Returns the object."""
+        with open(self._PULL_TEMPLATE, encoding="utf-8") as f:
+            pr = json.load(f)["pull_request"]
+        number = int(number)
+        api = "%s/repos/%s" % (self.url, repo)
+        web = "%s/%s" % (self.web_url, repo)
+        pr.update({
+            "number": number, "state": "closed" if merged else state, "merged": bool(merged),
+            "url": "%s/pulls/%d" % (api, number), "html_url": "%s/pull/%d" % (web, number),
+            "issue_url": "%s/issues/%d" % (api, number),
+            "diff_url": "%s/pull/%d.diff" % (web, number),
+            "patch_url": "%s/pull/%d.patch" % (web, number),
+        })
+        head_repo = fork or repo
+        for side, name, sha, ref in (("head", head_repo, head_sha, head_ref),
+                                     ("base", repo, pr["base"]["sha"], pr["base"]["ref"])):
+            part = pr[side]
+            part["sha"], part["ref"] = sha, ref
+            part["label"] = "%s:%s" % (name.split("/")[0], ref)
+            r = part["repo"]
+            r["full_name"], r["name"] = name, name.split("/")[1]
+            r["clone_url"] = "%s/%s.git" % (self.web_url, name)
+            r["html_url"] = "%s/%s" % (self.web_url, name)
+        with self._lock:
+            self._pulls[(repo.lower(), number)] = pr
+        return copy.deepcopy(pr)
+
+    def pull_reads(self, repo=None, number=None):
+        """The GET /repos/{repo}/pulls/{number} requests the fake received."""
+        rx = r"^/repos/%s/pulls/%s$" % (re.escape(repo) if repo else "[^/]+/[^/]+",
+                                        number if number else r"\d+")
+        return self.requests(method="GET", path_re=rx)
+
+    def _r_pull(self, rec, owner, repo, number):
+        why = self._token_for_repo(rec, owner, repo)
+        if why:
+            return self._unauthorized_token(rec, why)
+        with self._lock:
+            pr = self._pulls.get(((owner + "/" + repo).lower(), int(number)))
+            pr = copy.deepcopy(pr) if pr else None
+        if pr is None:
+            rec.note = "no such pull request"
+            return 404, {}, {"message": "Not Found", "documentation_url": DOCS}
+        return 200, {}, pr
 
     # ------------------------------------------------------------------ contract check
 

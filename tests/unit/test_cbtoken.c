@@ -168,6 +168,32 @@ static void malformed_tokens_are_refused(void **state)
     assert_false(verify(SECRET, PREVIOUS, bad));
 }
 
+static void a_dispatch_with_a_pair_binds_its_number_and_head(void **state)
+{
+    static const char pair_sha[] = "fedcba9876543210fedcba9876543210fedcba98";
+    char tok[CBTOKEN_SIZE], want[CBTOKEN_SIZE], plain[CBTOKEN_SIZE];
+    cbtoken_make_pair(SECRET, DELIVERY, REPO, SHA, PR, 7, pair_sha, tok);
+    reference_token(SECRET,
+                    "v1\n" DELIVERY "\nexample-org/accelerator-ci\n" SHA "\n4242\npair\n7\n"
+                    "fedcba9876543210fedcba9876543210fedcba98",
+                    want);
+    assert_string_equal(tok, want);
+    /* Without a pair the message, and so the token, is cbtoken_make's. */
+    cbtoken_make_pair(SECRET, DELIVERY, REPO, SHA, PR, 0, pair_sha, plain);
+    make(SECRET, DELIVERY, REPO, SHA, PR, want);
+    assert_string_equal(plain, want);
+    assert_true(cbtoken_verify_pair(SECRET, NULL, tok, DELIVERY, REPO, SHA, PR, 7, pair_sha));
+    /* Another pair, another head of it, or none at all: refused. */
+    assert_false(cbtoken_verify_pair(SECRET, NULL, tok, DELIVERY, REPO, SHA, PR, 8, pair_sha));
+    assert_false(cbtoken_verify_pair(SECRET, NULL, tok, DELIVERY, REPO, SHA, PR, 7,
+                                     "0000000000000000000000000000000000000000"));
+    assert_false(cbtoken_verify(SECRET, NULL, tok, DELIVERY, REPO, SHA, PR));
+    assert_false(cbtoken_verify_pair(SECRET, NULL, plain, DELIVERY, REPO, SHA, PR, 7, pair_sha));
+    /* Rotation works for paired tokens too. */
+    cbtoken_make_pair(PREVIOUS, DELIVERY, REPO, SHA, PR, 7, pair_sha, tok);
+    assert_true(cbtoken_verify_pair(SECRET, PREVIOUS, tok, DELIVERY, REPO, SHA, PR, 7, pair_sha));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -178,6 +204,7 @@ int main(void)
         cmocka_unit_test(every_bound_field_changes_the_token),
         cmocka_unit_test(a_token_of_the_previous_secret_passes_during_rotation),
         cmocka_unit_test(malformed_tokens_are_refused),
+        cmocka_unit_test(a_dispatch_with_a_pair_binds_its_number_and_head),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -358,10 +358,36 @@ static void external_ids_give_the_run_id_or_zero(void **state)
     assert_int_equal(checks_parse_external_id(NULL), 0);
 }
 
+static void a_pair_is_named_in_the_title_and_the_summary_and_a_note_is_added(void **state)
+{
+    checks_run r = a_run();
+    r.status = "completed";
+    r.conclusion = "success";
+    r.pair = "l4-org/relay-l4#7 @ abcdef1";
+    r.pair_ref = "fix-api";
+    jv *doc = body_of(&r);
+    assert_string_equal(title_of(doc), "Success - tested with l4-org/relay-l4#7 @ abcdef1");
+    const char *summary = jv_path_str(doc, "output.summary");
+    assert_non_null(strstr(summary, "\n\nTested with l4-org/relay-l4#7 @ abcdef1 (fix-api)."));
+    assert_string_equal(jv_path_str(doc, "name"), "crcr/example-org/npu-ci/CI/build");
+    jv_free(doc);
+    r.pair = NULL;
+    r.conclusion = "cancelled";
+    r.note = "Superseded: a newer commit.";
+    doc = body_of(&r);
+    assert_string_equal(title_of(doc), "Cancelled");
+    summary = jv_path_str(doc, "output.summary");
+    const char *note = strstr(summary, "\n\nSuperseded: a newer commit.");
+    assert_non_null(note);
+    assert_string_equal(note, "\n\nSuperseded: a newer commit."); /* the last paragraph */
+    jv_free(doc);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(name_is_crcr_repo_workflow_job),
+        cmocka_unit_test(a_pair_is_named_in_the_title_and_the_summary_and_a_note_is_added),
         cmocka_unit_test(seq_key_is_check_sha_name),
         cmocka_unit_test(in_progress_body_has_every_upstream_field),
         cmocka_unit_test(in_progress_ignores_a_conclusion_and_unknown_status_is_in_progress),

@@ -16,6 +16,7 @@
 
 #include <cmocka.h>
 
+#include "cbtoken.h"
 #include "dispatch.h"
 #include "json.h"
 
@@ -808,11 +809,90 @@ static void test_push_over_budget_keeps_ref_fields(void **state)
     dispatch_output_free(&out);
 }
 
+static void test_depends_on_goes_before_the_token_and_counts_in_the_budget(void **state)
+{
+    const char *payload = "{\"action\":\"opened\"}";
+    dispatch_input in = {.event = "pull_request",
+                         .delivery_id = "d1",
+                         .payload = payload,
+                         .payload_len = strlen(payload),
+                         .callback_token = "v1.t",
+                         .depends_on = "{\"repository\":\"o/r\",\"number\":7}",
+                         .budget = 65000};
+    dispatch_output out;
+    dispatch_output_init(&out);
+    char err[256];
+    assert_int_equal(dispatch_build(&in, &out, err, sizeof(err)), CRCR_OK);
+    assert_string_equal(buf_cstr(&out.body),
+                        "{\"event_type\":\"pull_request\",\"client_payload\":{\"event_type\":"
+                        "\"pull_request\",\"delivery_id\":\"d1\",\"payload\":{\"action\":"
+                        "\"opened\"},\"depends_on\":{\"repository\":\"o/r\",\"number\":7},"
+                        "\"callback_token\":\"v1.t\"}}");
+    /* A spaced-out payload over that budget: re-encoded to fit with the pair counted. */
+    in.budget = out.body.len + 20;
+    in.payload = "{\"action\":\"opened\"                                        }";
+    in.payload_len = strlen(in.payload);
+    assert_int_equal(dispatch_build(&in, &out, err, sizeof(err)), CRCR_OK);
+    assert_true(out.body.len <= in.budget);
+    assert_true(out.trimmed); /* re-encoded: "trimmed":[] */
+    assert_non_null(strstr(buf_cstr(&out.body), "\"depends_on\":{\"repository\":\"o/r\""));
+    dispatch_output_free(&out);
+}
+
+static void test_a_row_sends_its_resolved_pair_and_binds_it_in_the_token(void **state)
+{
+    crcr_config cfg = {.app_secret = "s3cret", .dispatch_budget = 65000};
+    const char *payload = "{\"action\":\"opened\"}";
+    static const char resolved[] =
+        "{\"depends_on\":{\"repository\":\"o/r\",\"number\":7,\"head_sha\":"
+        "\"0123456789abcdef0123456789abcdef01234567\",\"head_ref\":\"fix\",\"clone_url\":"
+        "\"https://github.com/o/r.git\"}}";
+    static const char unresolved[] =
+        "{\"depends_on\":{\"repository\":\"o/r\",\"number\":7},\"problem\":\"closed\"}";
+    dispatch_src src = {.event = "pull_request",
+                        .delivery_id = "d1",
+                        .payload = payload,
+                        .payload_len = strlen(payload),
+                        .target = "o/r",
+                        .head_sha = "abc",
+                        .pr_number = 5,
+                        .pair = resolved,
+                        .pair_len = sizeof(resolved) - 1};
+    dispatch_output out;
+    dispatch_output_init(&out);
+    char err[256];
+    assert_int_equal(dispatch_row_body(&cfg, &src, &out, err, sizeof(err)), CRCR_OK);
+    jv *doc = jv_parse(out.body.data, out.body.len, NULL, 0);
+    const jv *cp = jv_get(doc, "client_payload");
+    assert_string_equal(jv_path_str(cp, "depends_on.head_sha"),
+                        "0123456789abcdef0123456789abcdef01234567");
+    assert_string_equal(jv_path_str(cp, "depends_on.clone_url"), "https://github.com/o/r.git");
+    assert_int_equal(jv_obj_len(jv_get(cp, "depends_on")), 5);
+    char want[CBTOKEN_SIZE];
+    cbtoken_make_pair("s3cret", "d1", "o/r", "abc", 5, 7,
+                      "0123456789abcdef0123456789abcdef01234567", want);
+    assert_string_equal(jv_path_str(cp, "callback_token"), want);
+    jv_free(doc);
+    /* Not resolved (or no record): no pair in the envelope, the unpaired token. */
+    src.pair = unresolved;
+    src.pair_len = sizeof(unresolved) - 1;
+    assert_int_equal(dispatch_row_body(&cfg, &src, &out, err, sizeof(err)), CRCR_OK);
+    doc = jv_parse(out.body.data, out.body.len, NULL, 0);
+    cp = jv_get(doc, "client_payload");
+    assert_null(jv_get(cp, "depends_on"));
+    cbtoken_make("s3cret", "d1", "o/r", "abc", 5, want);
+    assert_string_equal(jv_path_str(cp, "callback_token"), want);
+    jv_free(doc);
+    dispatch_output_free(&out);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_small_payload_is_embedded_verbatim_in_exact_envelope),
         cmocka_unit_test(test_callback_token_is_added_after_payload),
+        cmocka_unit_test(test_depends_on_goes_before_the_token_and_counts_in_the_budget),
+        cmocka_unit_test(test_a_row_sends_its_resolved_pair_and_binds_it_in_the_token),
         cmocka_unit_test(test_envelope_strings_are_json_escaped),
         cmocka_unit_test(test_fast_path_does_not_parse_the_payload),
         cmocka_unit_test(test_real_pull_request_under_budget_is_byte_identical),

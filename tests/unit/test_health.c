@@ -525,11 +525,40 @@ static void configured_thresholds_replace_the_defaults(void **state)
     free(h);
 }
 
+static void superseded_runs_count_apart_and_in_no_rate(void **state)
+{
+    history h = {0};
+    add(&h, OUTCOME_SUCCESS, 9);
+    add(&h, OUTCOME_FAILURE, 1);
+    add(&h, OUTCOME_SUPERSEDED, 40); /* a repository whose contributors push often */
+    health_stats s;
+    judge(&h, CRCR_LEVEL_L2, &s);
+    assert_int_equal(s.runs, 50);
+    assert_int_equal(s.superseded, 40);
+    assert_int_equal(s.completed, 10);
+    assert_int_equal(s.rate_runs, 10);
+    assert_int_equal(s.timed_out, 0);
+    assert_int_equal(s.failure, 1);
+    assert_int_equal(s.running, 0);
+    assert_true(s.success_pct > 89.99 && s.success_pct < 90.01);
+    assert_true(s.timeout_pct > -0.01 && s.timeout_pct < 0.01);
+    assert_int_equal(s.heads, 10); /* their PR heads are not waited for */
+    /* A stored run: its end reason decides, whatever it reported. */
+    health_run r = health_run_of("completed", "failure", "superseded", "pull_request", 7, "abc", 1,
+                                 2, 3, 1, 1);
+    assert_int_equal(r.outcome, OUTCOME_SUPERSEDED);
+    r = health_run_of("in_progress", NULL, "pr_closed", "pull_request", 7, "abc", 1, 2, 0, 1, -1);
+    assert_int_equal(r.outcome, OUTCOME_SUPERSEDED);
+    r = health_run_of("completed", "failure", NULL, "pull_request", 7, "abc", 1, 2, 3, 1, 1);
+    assert_int_equal(r.outcome, OUTCOME_FAILURE);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(success_rate_excludes_cancelled_and_counts_timeouts_as_failures),
         cmocka_unit_test(other_conclusions_count_against_the_success_rate),
+        cmocka_unit_test(superseded_runs_count_apart_and_in_no_rate),
         cmocka_unit_test(l2_at_exactly_70_percent_is_below_level_and_recommends_l1),
         cmocka_unit_test(l2_just_above_70_percent_is_at_risk),
         cmocka_unit_test(l2_margin_ends_at_75_percent),

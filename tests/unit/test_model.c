@@ -103,8 +103,8 @@ static void outcomes_classify_status_and_conclusion(void **state)
     assert_int_equal(outcome_of("in_progress", "failure"), OUTCOME_RUNNING);
     assert_int_equal(outcome_of(NULL, NULL), OUTCOME_RUNNING);
     /* The API's `result` words. */
-    static const char *const words[OUTCOME_COUNT] = {"running",   "success",   "failure",
-                                                     "cancelled", "timed_out", "other"};
+    static const char *const words[OUTCOME_COUNT] = {
+        "running", "success", "failure", "cancelled", "timed_out", "other", "superseded"};
     for (int o = 0; o < OUTCOME_COUNT; o++)
         assert_string_equal(outcome_name((crcr_outcome)o), words[o]);
 }
@@ -136,6 +136,25 @@ static void outbox_states_have_classes_and_words(void **state)
     assert_string_equal(ob_state_label(ob_state_parse(NULL), 0), "unknown");
 }
 
+static void end_reasons_supersede_every_outcome_and_withdrawn_rows_have_a_word(void **state)
+{
+    assert_string_equal(end_reason_name(END_REASON_SUPERSEDED), "superseded");
+    assert_string_equal(end_reason_name(END_REASON_PR_CLOSED), "pr_closed");
+    assert_null(end_reason_name(END_REASON_UNKNOWN));
+    assert_int_equal(end_reason_parse("pr_closed"), END_REASON_PR_CLOSED);
+    assert_int_equal(end_reason_parse("Superseded"), END_REASON_UNKNOWN);
+    assert_int_equal(end_reason_parse(NULL), END_REASON_UNKNOWN);
+    assert_int_equal(outcome_of_run("completed", "failure", "superseded"), OUTCOME_SUPERSEDED);
+    assert_int_equal(outcome_of_run("in_progress", NULL, "pr_closed"), OUTCOME_SUPERSEDED);
+    assert_int_equal(outcome_of_run("completed", "failure", NULL), OUTCOME_FAILURE);
+    assert_int_equal(outcome_of_run("completed", "failure", ""), OUTCOME_FAILURE);
+    assert_int_equal(outcome_of_run("completed", "failure", "x\"y"), OUTCOME_FAILURE);
+    assert_string_equal(outcome_chip_class(OUTCOME_SUPERSEDED), "chip-superseded");
+    assert_int_equal(ob_state_parse("withdrawn"), OB_STATE_WITHDRAWN);
+    assert_string_equal(ob_state_label(OB_STATE_WITHDRAWN, 1), "withdrawn");
+    assert_string_equal(ob_state_class(OB_STATE_WITHDRAWN, 1), "state-withdrawn");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -144,6 +163,7 @@ int main(void)
         cmocka_unit_test(unknown_text_is_the_unknown_value),
         cmocka_unit_test(reported_conclusions_are_githubs_in_any_case),
         cmocka_unit_test(outcomes_classify_status_and_conclusion),
+        cmocka_unit_test(end_reasons_supersede_every_outcome_and_withdrawn_rows_have_a_word),
         cmocka_unit_test(chip_classes_come_from_a_fixed_table),
         cmocka_unit_test(outbox_states_have_classes_and_words),
     };

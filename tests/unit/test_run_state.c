@@ -166,10 +166,86 @@ static void rate_window_counts_and_decides(void **state)
     assert_int_equal(retry, 1); /* at least 1 ms */
 }
 
+/* A run of a dispatch a newer one ended (§3.12): recorded, never reopened, never refused. */
+static void runs_of_an_ended_dispatch_are_recorded_and_reopen_nothing(void **state)
+{
+    static const struct {
+        const char *prev_state, *prev_conclusion, *prev_ended, *dispatch_ended;
+        const char *status, *conclusion;
+        bool only_open;
+        run_outcome want;
+        const char *ended;
+        int64_t exec_ms;
+    } cases[] = {
+        /* no row yet, the dispatch ended: the first callback is recorded, ended */
+        {NULL, NULL, "", "superseded", "in_progress", NULL, false, RUN_APPLY, "superseded", -1},
+        {NULL, NULL, "", "pr_closed", "completed", "success", false, RUN_APPLY, "pr_closed", -1},
+        /* the relay ended it: a late completed is recorded whatever came before */
+        {"completed", "cancelled", "superseded", "superseded", "completed", "success", false,
+         RUN_APPLY, "superseded", 10000},
+        {"completed", "success", "superseded", "superseded", "completed", "failure", false,
+         RUN_APPLY, "superseded", 10000},
+        {"completed", "cancelled", "superseded", "superseded", "completed", "cancelled", false,
+         RUN_DUPLICATE, "superseded", -1},
+        {"completed", "cancelled", "superseded", "superseded", "in_progress", NULL, false,
+         RUN_DUPLICATE, "superseded", -1},
+        {"in_progress", NULL, "superseded", "superseded", "in_progress", NULL, false, RUN_DUPLICATE,
+         "superseded", -1},
+        /* the sweeper's timeout leaves an ended run, and a completed one, alone */
+        {"in_progress", NULL, "pr_closed", "pr_closed", "completed", "timed_out", true,
+         RUN_DUPLICATE, "pr_closed", -1},
+        {"completed", "success", "", "", "completed", "timed_out", true, RUN_DUPLICATE, "", -1},
+        {"in_progress", NULL, "", "", "completed", "timed_out", true, RUN_APPLY, "", 10000},
+        /* a run that completed before its dispatch was ended follows the normal rules */
+        {"completed", "success", "", "superseded", "completed", "failure", false, RUN_INVALID, "",
+         -1},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        run_prev prev = {0};
+        if (cases[i].prev_state) {
+            prev.exists = true;
+            snprintf(prev.state, sizeof(prev.state), "%s", cases[i].prev_state);
+            prev.has_conclusion = cases[i].prev_conclusion != NULL;
+            snprintf(prev.conclusion, sizeof(prev.conclusion), "%s",
+                     cases[i].prev_conclusion ? cases[i].prev_conclusion : "");
+            prev.started_at = 90000;
+            snprintf(prev.ended, sizeof(prev.ended), "%s", cases[i].prev_ended);
+        }
+        snprintf(prev.dispatch_ended, sizeof(prev.dispatch_ended), "%s", cases[i].dispatch_ended);
+        store_run_update u = {.status = cases[i].status,
+                              .conclusion = cases[i].conclusion,
+                              .only_open = cases[i].only_open,
+                              .single_shot = cases[i].only_open,
+                              .now = NOW};
+        store_run_result res = {.queue_ms = -1, .exec_ms = -1};
+        char reason[128] = "";
+        run_outcome o = run_state_next(&prev, &u, 70000, &res, reason, sizeof(reason));
+        if (o != cases[i].want || strcmp(res.ended, cases[i].ended) != 0 ||
+            (o == RUN_APPLY && res.exec_ms != cases[i].exec_ms))
+            fail_msg("case %zu: outcome %d ended '%s' exec %lld (%s)", i, (int)o, res.ended,
+                     (long long)res.exec_ms, reason);
+        assert_int_equal(res.duplicate, o == RUN_DUPLICATE);
+    }
+    /* The row keeps the reason: the upsert's last parameter. */
+    store_run_update u = {.key = {.delivery_id = "d", .repo = "o/r", .job_name = ""},
+                          .status = "completed",
+                          .conclusion = "success",
+                          .now = NOW};
+    store_run_result res = {.queue_ms = -1, .exec_ms = -1};
+    snprintf(res.ended, sizeof(res.ended), "superseded");
+    store_param p[RUN_UPSERT_PARAMS];
+    run_row_params(&u, &res, p);
+    assert_string_equal(p[24].text, "superseded");
+    res.ended[0] = '\0';
+    run_row_params(&u, &res, p);
+    assert_true(p[24].is_null);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(transitions_follow_the_table),
+        cmocka_unit_test(runs_of_an_ended_dispatch_are_recorded_and_reopen_nothing),
         cmocka_unit_test(row_params_are_the_upsert_columns_in_order),
         cmocka_unit_test(list_limits_are_clamped),
         cmocka_unit_test(rate_window_counts_and_decides),

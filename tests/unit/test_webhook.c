@@ -503,6 +503,38 @@ static void test_external_id_overflowing_int64_is_ignored(void **state)
     jv_free(doc);
 }
 
+/* §3.13: a body edit may change Depends-On lines; a push to a downstream PR may be a pair's. */
+static void test_body_edits_and_downstream_pushes_are_routed_for_depends_on(void **state)
+{
+    (void)state;
+    jv *doc = load("pull_request.opened.json");
+    set_str(doc, "", "action", "edited");
+    assert_int_equal(classify("pull_request", doc, UPSTREAM).kind, WEBHOOK_IGNORE); /* title */
+    assert_int_equal(jv_set(doc, "changes", jv_new_obj()), CRCR_OK);
+    assert_int_equal(jv_set(jv_get(doc, "changes"), "body", jv_new_obj()), CRCR_OK);
+    set_str(doc, "changes.body", "from", "Depends-On: o/r#1");
+    webhook_route r = classify("pull_request", doc, UPSTREAM);
+    assert_int_equal(r.kind, WEBHOOK_EDIT);
+    assert_string_equal(r.action, "edited");
+    set_str(doc, "repository", "full_name", "org/downstream"); /* a downstream PR's edit */
+    assert_int_equal(classify("pull_request", doc, UPSTREAM).kind, WEBHOOK_IGNORE);
+    jv_free(doc);
+
+    doc = load("pull_request.synchronize.json");
+    set_str(doc, "repository", "full_name", "org/downstream");
+    assert_int_equal(classify("pull_request", doc, UPSTREAM).kind, WEBHOOK_PAIR_PUSH);
+    static const char *const others[] = {"opened", "closed", "edited", "labeled"};
+    for (size_t i = 0; i < sizeof(others) / sizeof(others[0]); i++) {
+        set_str(doc, "", "action", others[i]);
+        assert_int_equal(classify("pull_request", doc, UPSTREAM).kind, WEBHOOK_IGNORE);
+    }
+    jv_free(doc);
+    doc = load("push.json");
+    set_str(doc, "repository", "full_name", "org/downstream");
+    assert_int_equal(classify("push", doc, UPSTREAM).kind, WEBHOOK_IGNORE);
+    jv_free(doc);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -511,6 +543,7 @@ int main(void)
         cmocka_unit_test(test_pull_request_lifecycle_actions_dispatch),
         cmocka_unit_test(test_upstream_repo_matches_ignoring_case),
         cmocka_unit_test(test_event_from_foreign_repo_is_ignored),
+        cmocka_unit_test(test_body_edits_and_downstream_pushes_are_routed_for_depends_on),
         cmocka_unit_test(test_missing_or_non_string_repository_is_ignored),
         cmocka_unit_test(test_other_pull_request_actions_are_ignored),
         cmocka_unit_test(test_events_the_router_does_not_handle_are_ignored),

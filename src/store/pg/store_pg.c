@@ -610,6 +610,23 @@ static const char *const MIGRATIONS[] = {
     "CREATE INDEX IF NOT EXISTS redeliveries_asked ON redeliveries(last_asked_at);",
     /* 4 -> 5: run ids as text (a Buildkite build's id is a UUID); runs_key follows the column. */
     "ALTER TABLE runs ALTER COLUMN run_id TYPE text USING run_id::text;",
+    /* 5 -> 6: supersession and Depends-On pairs (§3.12, §3.13): why the relay ended a run
+     * (NULL: it did not), the dispatches it ended, the pairs dispatches were made with. */
+    "ALTER TABLE runs ADD COLUMN IF NOT EXISTS ended text;"
+    "CREATE TABLE IF NOT EXISTS dispatch_ends(delivery_id text NOT NULL, repo text NOT NULL,"
+    " pr_number bigint NOT NULL, reason text NOT NULL, by_delivery text NOT NULL,"
+    " ended_at bigint NOT NULL);"
+    "CREATE UNIQUE INDEX IF NOT EXISTS dispatch_ends_key ON dispatch_ends(delivery_id,"
+    " lower(repo));"
+    "CREATE TABLE IF NOT EXISTS pairs(seq bigserial, delivery_id text NOT NULL, repo text NOT NULL,"
+    " pr_number bigint NOT NULL, number bigint NOT NULL, created_at bigint NOT NULL);"
+    "CREATE UNIQUE INDEX IF NOT EXISTS pairs_key ON pairs(delivery_id, lower(repo));"
+    "CREATE INDEX IF NOT EXISTS pairs_number ON pairs(lower(repo), number);"
+    "CREATE TABLE IF NOT EXISTS dispatch_heads(pr_number bigint NOT NULL, repo text NOT NULL,"
+    " head_sha text NOT NULL, pair_number bigint NOT NULL, delivery_id text NOT NULL,"
+    " at bigint NOT NULL);"
+    "CREATE UNIQUE INDEX IF NOT EXISTS dispatch_heads_key ON dispatch_heads(pr_number,"
+    " lower(repo));",
 };
 _Static_assert(sizeof(MIGRATIONS) / sizeof(MIGRATIONS[0]) == CRCR_SCHEMA_VERSION,
                "one PostgreSQL migration per schema version");

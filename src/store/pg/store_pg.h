@@ -11,6 +11,7 @@
  *   store_pg_runs.c    run transitions, the rate limit, runs listings, zombies, labels,
  *                      rejections, dispatch records, identity pins, budgets
  *   store_pg_reconcile.c  the reconciler's redelivery records
+ *   store_pg_supersede.c  supersession and Depends-On pairs (§3.12, §3.13)
  *
  * An operation runs on one borrowed connection (pg_with_conn), retried once on a fresh one when
  * the connection broke before anything reached the caller; single statements go through pg_run.
@@ -28,7 +29,7 @@
 #include "run_state.h"
 #include "store_impl.h"
 
-/* Parameters of one statement (the runs upsert has 24). */
+/* Parameters of one statement (the runs upsert has 25). */
 #define PG_PARAMS_MAX 32
 /* A claimed row's body or payload; the same cap as the SQLite store. */
 #define PG_JOB_BYTES_MAX (CRCR_MAX_BODY_DEFAULT * 4u)
@@ -149,6 +150,21 @@ crcr_err pg_finish_tx(pgx *x, crcr_err err, bool discard);
  * workers at commit. */
 crcr_err pg_insert_jobs(pgx *x, const char *delivery_id, const store_new_job *jobs, size_t n,
                         int64_t now);
+
+/* Supersession (store_pg_supersede.c). The advisory lock of upstream PR `pr` for the
+ * transaction: exclusive for a supersession, shared for a callback's transition of one of its
+ * runs (pr <= 0: none taken). */
+crcr_err pg_lock_pr(pgx *x, int64_t pr, bool exclusive);
+/* The pairs rows of the paired dispatch rows among jobs[0..n) of `delivery_id` (PR `pr`). */
+crcr_err pg_insert_pairs(pgx *x, const char *delivery_id, int64_t pr, const store_new_job *jobs,
+                         size_t n, int64_t now);
+/* The supersession `sup` by the new delivery `by` (PR `pr`, head `head_sha`) for the dispatch
+ * rows among jobs[0..n), inside the caller's transaction, which holds the PR's lock. */
+crcr_err pg_supersede(pgx *x, const char *by, int64_t pr, const char *head_sha,
+                      const store_new_job *jobs, size_t n, store_supersede *sup, int64_t now);
+crcr_err pg_pair_redispatch(store *st, const char *repo, int64_t number, const char *base_id,
+                            int64_t now, const store_new_job *job, store_supersede *sup,
+                            store_pair_hit *hits, size_t max, size_t *n);
 
 /* The operations of store_pg_live.c, store_pg_outbox.c, store_pg_runs.c and
  * store_pg_reconcile.c. */

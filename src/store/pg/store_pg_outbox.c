@@ -17,21 +17,26 @@
 crcr_err pg_insert_jobs(pgx *x, const char *delivery_id, const store_new_job *jobs, size_t n,
                         int64_t now)
 {
+    int64_t added = 0;
     for (size_t i = 0; i < n; i++) {
         const store_new_job *j = &jobs[i];
-        crcr_err e =
-            pg_query(x,
-                     "INSERT INTO outbox(kind, delivery_id, target, body, state, "
-                     "attempts, next_attempt_at, created_at, seq_key) VALUES ($1, $2, "
-                     "$3, $4::bytea, 'queued', 0, $5, $6, $7) ON CONFLICT DO NOTHING",
-                     ARGS(ARG_TEXT(j->kind), ARG_TEXT(delivery_id), ARG_TEXT(j->target),
-                          ARG_BLOB(j->body, j->body_len), ARG_INT(j->due_at ? j->due_at : now),
-                          ARG_INT(now), ARG_TEXT(j->seq_key)),
-                     NULL, NULL, NULL);
+        /* A row after_seq only follows a row of its seq_key (store.h). */
+        crcr_err e = pg_query(
+            x,
+            "INSERT INTO outbox(kind, delivery_id, target, body, state, "
+            "attempts, next_attempt_at, created_at, seq_key) SELECT $1, $2, "
+            "$3, $4::bytea, 'queued', 0, $5, $6, $7 WHERE NOT $8::boolean OR EXISTS "
+            "(SELECT 1 FROM outbox s WHERE s.seq_key=$7) ON CONFLICT DO NOTHING",
+            ARGS(ARG_TEXT(j->kind), ARG_TEXT(delivery_id), ARG_TEXT(j->target),
+                 ARG_BLOB(j->body, j->body_len), ARG_INT(j->due_at ? j->due_at : now), ARG_INT(now),
+                 ARG_TEXT(j->seq_key), ARG_TEXT(j->after_seq ? "true" : "false")),
+            NULL, NULL, j->after_seq ? &added : NULL);
         if (e)
             return e;
+        if (!j->after_seq)
+            added++;
     }
-    return n ? pg_notify_rows(x, (int64_t)n) : CRCR_OK;
+    return added ? pg_notify_rows(x, added) : CRCR_OK;
 }
 
 /* ---- ingest ---- */
@@ -42,6 +47,7 @@ typedef struct jobs_args {
     const char *delivery_id;
     const store_new_job *jobs;
     size_t n;
+    store_supersede *sup; /* ingest: what it supersedes, or NULL */
 } jobs_args;
 
 static crcr_err op_ingest(pgx *x, void *arg)
@@ -49,27 +55,43 @@ static crcr_err op_ingest(pgx *x, void *arg)
     jobs_args *a = arg;
     const store_delivery *d = a->d;
     int64_t rows = 0;
-    crcr_err e = pg_query(
-        x,
-        "INSERT INTO deliveries(delivery_id, event, action, upstream_repo, pr_number, head_sha, "
-        "ref, received_at, payload, payload_bytes, status) VALUES ($1, $2, $3, $4, $5, $6, $7, "
-        "$8, $9::bytea, $10, $11) ON CONFLICT (delivery_id) DO NOTHING",
-        ARGS(ARG_TEXT(d->delivery_id), ARG_TEXT(d->event), ARG_TEXT(d->action),
-             ARG_TEXT(d->upstream_repo), ARG_INT(d->pr_number), ARG_TEXT(d->head_sha),
-             ARG_TEXT(d->ref), ARG_INT(d->received_at),
-             ARG_BLOB(d->payload ? d->payload : "", d->payload_len),
-             ARG_INT((int64_t)d->payload_len),
-             ARG_TEXT(d->status ? d->status : ob_state_name(OB_STATE_QUEUED))),
-        NULL, NULL, &rows);
+    if (a->sup) /* an attempt retried on a fresh connection counts afresh */
+        a->sup->dispatches = a->sup->runs = a->sup->withdrawn = 0;
+    crcr_err e = a->sup ? pg_lock_pr(x, d->pr_number, true) : CRCR_OK;
+    if (!e)
+        e = pg_query(
+            x,
+            "INSERT INTO deliveries(delivery_id, event, action, upstream_repo, pr_number, "
+            "head_sha, "
+            "ref, received_at, payload, payload_bytes, status) VALUES ($1, $2, $3, $4, $5, $6, $7, "
+            "$8, $9::bytea, $10, $11) ON CONFLICT (delivery_id) DO NOTHING",
+            ARGS(ARG_TEXT(d->delivery_id), ARG_TEXT(d->event), ARG_TEXT(d->action),
+                 ARG_TEXT(d->upstream_repo), ARG_INT(d->pr_number), ARG_TEXT(d->head_sha),
+                 ARG_TEXT(d->ref), ARG_INT(d->received_at),
+                 ARG_BLOB(d->payload ? d->payload : "", d->payload_len),
+                 ARG_INT((int64_t)d->payload_len),
+                 ARG_TEXT(d->status ? d->status : ob_state_name(OB_STATE_QUEUED))),
+            NULL, NULL, &rows);
     if (!e && rows == 0)
         e = CRCR_E_DUPLICATE;
-    return e ? e : pg_insert_jobs(x, d->delivery_id, a->jobs, a->n, d->received_at);
+    if (!e)
+        e = pg_insert_jobs(x, d->delivery_id, a->jobs, a->n, d->received_at);
+    if (!e)
+        e = pg_insert_pairs(x, d->delivery_id, d->pr_number, a->jobs, a->n, d->received_at);
+    if (!e && a->sup)
+        e = pg_supersede(x, d->delivery_id, d->pr_number, d->head_sha, a->jobs, a->n, a->sup,
+                         d->received_at);
+    return e;
 }
 
-static crcr_err pg_ingest(store *st, const store_delivery *d, const store_new_job *jobs, size_t n)
+static crcr_err pg_ingest(store *st, const store_delivery *d, const store_new_job *jobs, size_t n,
+                          store_supersede *sup)
 {
-    jobs_args a = {.d = d, .jobs = jobs, .n = n};
-    return pg_with_tx(pg_store_of(st), "ingest", op_ingest, &a);
+    jobs_args a = {.d = d, .jobs = jobs, .n = n, .sup = sup};
+    crcr_err e = pg_with_tx(pg_store_of(st), "ingest", op_ingest, &a);
+    if (e && sup) /* rolled back: nothing was ended */
+        sup->dispatches = sup->runs = sup->withdrawn = 0;
+    return e;
 }
 
 static crcr_err op_enqueue(pgx *x, void *arg)
@@ -397,7 +419,9 @@ static crcr_err op_get_delivery(pgx *x, void *arg)
     PGresult *j = NULL;
     if (a->jobs->job) {
         /* Both reads first: a failure must not follow a callback. */
-        j = pg_result(x, "SELECT " JOB_COLUMNS " FROM outbox WHERE delivery_id=$1 ORDER BY id",
+        j = pg_result(x,
+                      "SELECT " JOB_COLUMNS " FROM outbox o" JOB_ENDS_JOIN
+                      " WHERE o.delivery_id=$1 ORDER BY o.id",
                       ARGS(ARG_TEXT(a->delivery_id)));
         if (!j) {
             PQclear(d);
@@ -564,6 +588,12 @@ static crcr_err op_retention(pgx *x, void *arg)
         "DELETE FROM labels_wanted WHERE created_at < $1",
         "DELETE FROM callback_rejections WHERE at < $1",
         "DELETE FROM budgets WHERE expires_at < $1",
+        /* Supersession and pair records live as long as their delivery. */
+        "DELETE FROM dispatch_ends e WHERE e.ended_at < $1 AND NOT EXISTS (SELECT 1 FROM "
+        "deliveries d WHERE d.delivery_id=e.delivery_id)",
+        "DELETE FROM pairs p WHERE p.created_at < $1 AND NOT EXISTS (SELECT 1 FROM deliveries d "
+        "WHERE d.delivery_id=p.delivery_id)",
+        "DELETE FROM dispatch_heads WHERE at < $1",
         "DELETE FROM redeliveries WHERE last_asked_at < $1",
         /* Finished rows of no delivery (nightly HUD forwards) go after the same time. */
         "DELETE FROM outbox o WHERE o.done_at < $1 AND o.state IN ('sent','dry_run','dead') AND "
@@ -588,6 +618,7 @@ static crcr_err pg_retention(store *st, int64_t before, int *n)
 /* This file's operations (store_impl.h). */
 const store_outbox_ops PG_OUTBOX_OPS = {
     .ingest = pg_ingest,
+    .pair_redispatch = pg_pair_redispatch,
     .claim = pg_claim,
     .next_due = pg_next_due,
     .job_finish = pg_job_finish,

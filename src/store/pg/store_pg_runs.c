@@ -100,6 +100,15 @@ static crcr_err pg_rate_hit(store *st, const char *repo, int64_t now, int64_t wi
 
 /* ---- run transitions ---- */
 
+/* The end reason of a dispatch (one text column) into a char[16]; stops. */
+static int ended_row(void *ctx, const store_row_source *s)
+{
+    char *out = ctx;
+    const char *t = s->text(s->src, 0);
+    snprintf(out, 16, "%s", t ? t : "");
+    return 1;
+}
+
 static crcr_err op_run_apply(pgx *x, void *arg)
 {
     store_run_call *a = arg;
@@ -119,12 +128,19 @@ static crcr_err op_run_apply(pgx *x, void *arg)
     crcr_err e = pg_cmd(x, "BEGIN");
     if (e)
         return e;
-    /* Every transition of this key waits here for the one before it to commit. */
+    /* Every transition of this key waits here for the one before it to commit; then, in the
+     * same round trip and always in this order (the materialized key lock first), for the PR's
+     * lock, shared: a supersession of the PR (exclusive, pg_lock_pr) is not running (§3.12).
+     * The sweeper's timeouts take both too. */
+    const store_param locks[] = {
+        key[0], key[1], key[2], key[3], key[4], key[5], ARG_INT(u->pr_number)};
     e = pg_query(x,
-                 "SELECT 1 FROM (SELECT pg_advisory_xact_lock(hashtextextended('crcr.run:' || "
-                 "$1::text || chr(31) || lower($2::text) || chr(31) || $3::text || chr(31) || "
-                 "$4::text || chr(31) || $6::text || chr(31) || $5::text, 0))) l",
-                 key, 6, NULL, NULL, NULL);
+                 "WITH k AS MATERIALIZED (SELECT pg_advisory_xact_lock(hashtextextended("
+                 "'crcr.run:' || $1::text || chr(31) || lower($2::text) || chr(31) || $3::text || "
+                 "chr(31) || $4::text || chr(31) || $6::text || chr(31) || $5::text, 0)) AS held) "
+                 "SELECT CASE WHEN $7::bigint > 0 THEN pg_advisory_xact_lock_shared("
+                 "hashtextextended('crcr.pr:' || $7::bigint::text, 0)) END FROM k",
+                 locks, 7, NULL, NULL, NULL);
     res->dispatched_at = u->dispatched_at;
     if (!e && !u->single_shot && !u->dispatched_at) {
         /* The dispatch record: this delivery was sent (or queued) to this repo. */
@@ -145,6 +161,12 @@ static crcr_err op_run_apply(pgx *x, void *arg)
                      "lower(repo)=lower($2) AND run_id=$3 AND run_attempt=$4 AND job_name=$5 AND "
                      "workflow_name=$6",
                      key, 6, run_prev_row, &prev, NULL);
+    /* Whether a newer dispatch ended this one, read under the PR's lock. */
+    if (!e)
+        e = pg_query(x,
+                     "SELECT reason FROM dispatch_ends WHERE delivery_id=$1 AND "
+                     "lower(repo)=lower($2)",
+                     key, 2, ended_row, prev.dispatch_ended, NULL);
     if (!e) {
         run_outcome o = run_state_next(&prev, u, res->dispatched_at, res, a->reason, a->reasonsz);
         if (o == RUN_INVALID)
@@ -159,9 +181,10 @@ static crcr_err op_run_apply(pgx *x, void *arg)
         x,
         "INSERT INTO runs(" RUN_UPSERT_COLUMNS ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8::integer, "
         "$9, $10, $11, $12, $13, $14, $15::bigint, $16::bigint, $17::bigint, $18::bigint, "
-        "$19::bigint, $20::bigint, $21::bigint, $22::bigint, $23::bytea, $24) ON CONFLICT "
+        "$19::bigint, $20::bigint, $21::bigint, $22::bigint, $23::bytea, $24, $25) ON CONFLICT "
         "(delivery_id, lower(repo), run_id, run_attempt, workflow_name, job_name) DO UPDATE SET "
         "state=excluded.state, level=excluded.level, conclusion=excluded.conclusion, "
+        "ended=excluded.ended, "
         "completed_at=excluded.completed_at, exec_ms=excluded.exec_ms, "
         "test_passed=excluded.test_passed, test_failed=excluded.test_failed, "
         "test_skipped=excluded.test_skipped, "
@@ -220,7 +243,7 @@ static crcr_err pg_zombies(store *st, int64_t started_before, int limit, store_r
 {
     return pg_run(pg_store_of(st), "zombies",
                   "SELECT " RUN_COLUMNS " FROM runs WHERE state='in_progress' AND started_at < "
-                  "$1 ORDER BY started_at, seq LIMIT $2",
+                  "$1 AND ended IS NULL ORDER BY started_at, seq LIMIT $2",
                   ARGS(ARG_INT(started_before), ARG_INT(limit)), store_listing_row, rows, NULL);
 }
 

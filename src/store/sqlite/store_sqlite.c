@@ -139,9 +139,53 @@ static const char *const MIGRATIONS[] = {
     " run_id, run_attempt, level, dispatched_at, started_at, completed_at, queue_ms, exec_ms,"
     " test_passed, test_failed, test_skipped);"
     "CREATE INDEX IF NOT EXISTS runs_pr ON runs(pr_number);",
+    /* 5 -> 6: supersession and Depends-On pairs (§3.12, §3.13). runs.ended is why the relay
+     * ended a run (NULL: it did not), in runs_hud too, which covers the HUD's listings. */
+    "ALTER TABLE runs ADD COLUMN ended TEXT;"
+    "DROP INDEX IF EXISTS runs_hud;"
+    "CREATE INDEX IF NOT EXISTS runs_hud ON runs(repo, updated_at, event_type, state, conclusion,"
+    " pr_number, head_sha, delivery_id, job_name, workflow_name, details_url, artifact_url,"
+    " run_id, run_attempt, level, dispatched_at, started_at, completed_at, queue_ms, exec_ms,"
+    " test_passed, test_failed, test_skipped, ended);"
+    "CREATE TABLE IF NOT EXISTS dispatch_ends(delivery_id TEXT NOT NULL,"
+    " repo TEXT NOT NULL COLLATE NOCASE, pr_number INTEGER NOT NULL, reason TEXT NOT NULL,"
+    " by_delivery TEXT NOT NULL, ended_at INTEGER NOT NULL, PRIMARY KEY(delivery_id, repo));"
+    "CREATE TABLE IF NOT EXISTS pairs(delivery_id TEXT NOT NULL,"
+    " repo TEXT NOT NULL COLLATE NOCASE, pr_number INTEGER NOT NULL, number INTEGER NOT NULL,"
+    " created_at INTEGER NOT NULL, PRIMARY KEY(delivery_id, repo));"
+    "CREATE INDEX IF NOT EXISTS pairs_number ON pairs(repo, number);"
+    "CREATE TABLE IF NOT EXISTS dispatch_heads(pr_number INTEGER NOT NULL,"
+    " repo TEXT NOT NULL COLLATE NOCASE, head_sha TEXT NOT NULL, pair_number INTEGER NOT NULL,"
+    " delivery_id TEXT NOT NULL, at INTEGER NOT NULL, PRIMARY KEY(pr_number, repo));",
 };
 _Static_assert(sizeof(MIGRATIONS) / sizeof(MIGRATIONS[0]) == CRCR_SCHEMA_VERSION,
                "one SQLite migration per schema version");
+
+/* Runs one migration, statement by statement: like CREATE ... IF NOT EXISTS, an ALTER TABLE ...
+ * ADD COLUMN of a column the table has already is skipped (SQLite has no IF NOT EXISTS for
+ * columns), so that migrations stay idempotent (s->mu held, inside the open's transaction). */
+static crcr_err sq_migrate(sqlite_store *s, const char *sql)
+{
+    while (sql && *sql) {
+        sqlite3_stmt *q = NULL;
+        const char *tail = NULL;
+        if (sqlite3_prepare_v2(s->db, sql, -1, &q, &tail) != SQLITE_OK) {
+            bool dup = strstr(sqlite3_errmsg(s->db), "duplicate column name") != NULL;
+            if (!dup || strncmp(sql + strspn(sql, " \n"), "ALTER TABLE", 11) != 0)
+                return sq_fail(s->db, "migrate");
+            /* prepare found the column: the statement ends at its ';' */
+            const char *semi = strchr(sql, ';');
+            sql = semi ? semi + 1 : NULL;
+            continue;
+        }
+        int rc = q ? sqlite3_step(q) : SQLITE_DONE;
+        sqlite3_finalize(q);
+        if (rc != SQLITE_DONE && rc != SQLITE_ROW)
+            return sq_fail(s->db, "migrate");
+        sql = tail;
+    }
+    return CRCR_OK;
+}
 
 /* Run at every open after the migrations: what changed within a version. runs_repo(repo,
  * updated_at) was a prefix of runs_hud, so every transition wrote both; stores made before it was
@@ -863,7 +907,7 @@ crcr_err store_sqlite_open(const char *path, store **out, char *err, size_t errs
         return CRCR_E_CONFIG;
     }
     for (int i = v; !e && i >= 0 && i < CRCR_SCHEMA_VERSION; i++)
-        e = sq_exec(s, MIGRATIONS[i]);
+        e = sq_migrate(s, MIGRATIONS[i]);
     if (!e)
         e = sq_exec(s, SQ_TIDY);
     if (!e && v < CRCR_SCHEMA_VERSION) {

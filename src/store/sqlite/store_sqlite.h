@@ -10,6 +10,7 @@
  *                          rejections, dispatch records, identity pins, budgets
  *   store_sqlite_backup.c  store_backup of a SQLite file
  *   store_sqlite_reconcile.c  the reconciler's redelivery records
+ *   store_sqlite_supersede.c  supersession and Depends-On pairs (§3.12, §3.13)
  *
  * Locks: s->mu guards the writer's connection `db` and its cached statements; each reader has a
  * lock of its own (sq_reader). A helper that is given a connection or a statement expects its
@@ -55,6 +56,16 @@ enum {
     SQ_RATE_COUNT_SET,
     SQ_RATE_OLDEST,
     SQ_RATE_INSERT,
+    SQ_SEQ_EXISTS,
+    SQ_RUN_ENDED,
+    SQ_INS_PAIR,
+    SQ_INS_END,
+    SQ_WITHDRAW,
+    SQ_ENDED_DISPATCHES,
+    SQ_ENDED_RUNS,
+    SQ_END_RUN,
+    SQ_HEAD_GET,
+    SQ_HEAD_SET,
     SQ_SLOTS
 };
 
@@ -170,6 +181,19 @@ crcr_err sq_group_commit(sqlite_store *s, sq_group_req *me);
  * row that exists already is kept, not an error. A job without due_at is due `now`. */
 crcr_err sq_insert_jobs(sqlite_store *s, const char *delivery_id, const store_new_job *jobs,
                         size_t n, int64_t now);
+
+/* The pairs rows of the paired dispatch rows among jobs[0..n) of `delivery_id` (PR `pr`), inside
+ * the caller's transaction (store_sqlite_supersede.c). */
+crcr_err sq_insert_pairs(sqlite_store *s, const char *delivery_id, int64_t pr,
+                         const store_new_job *jobs, size_t n, int64_t now);
+/* The supersession `sup` (store.h) by the new delivery `by` of PR `pr` at head `head_sha`, for
+ * the dispatch rows among jobs[0..n), inside the caller's transaction; counts into `sup`. */
+crcr_err sq_supersede(sqlite_store *s, const char *by, int64_t pr, const char *head_sha,
+                      const store_new_job *jobs, size_t n, store_supersede *sup, int64_t now);
+/* store_pair_redispatch (its own group commit). */
+crcr_err sq_pair_redispatch(store *st, const char *repo, int64_t number, const char *base_id,
+                            int64_t now, const store_new_job *job, store_supersede *sup,
+                            store_pair_hit *hits, size_t max, size_t *n);
 
 /* The operations of store_sqlite_outbox.c, store_sqlite_runs.c and store_sqlite_reconcile.c. */
 extern const store_outbox_ops SQ_OUTBOX_OPS;

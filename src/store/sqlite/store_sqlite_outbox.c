@@ -28,10 +28,19 @@ static crcr_err insert_step(sqlite_store *s, sqlite3_stmt *q, const char *op, co
     return rc == SQLITE_DONE ? CRCR_OK : sq_fail(s->db, op);
 }
 
-/* Inserts one outbox row (s->mu held); CRCR_E_DUPLICATE for a dispatch row that exists. */
+/* Inserts one outbox row (s->mu held); CRCR_E_DUPLICATE for a dispatch row that exists. A row
+ * `after_seq` is left out (CRCR_OK) when no row of its seq_key exists. */
 static crcr_err insert_job(sqlite_store *s, const char *delivery_id, const store_new_job *job,
                            int64_t due, int64_t created, const char *op)
 {
+    if (job->after_seq) {
+        store_scalar started = {0};
+        crcr_err err =
+            sq_cached(s, SQ_SEQ_EXISTS, op, "SELECT 1 FROM outbox WHERE seq_key=?1 LIMIT 1",
+                      ARGS(ARG_TEXT(job->seq_key)), store_scalar_row, &started);
+        if (err || !job->seq_key || !started.found)
+            return err;
+    }
     sqlite3_stmt *q = sq_stmt(s, SQ_INS_JOB,
                               "INSERT INTO outbox(kind, delivery_id, target, body, state, "
                               "attempts, next_attempt_at, created_at, seq_key) VALUES "
@@ -58,9 +67,10 @@ crcr_err sq_insert_jobs(sqlite_store *s, const char *delivery_id, const store_ne
 
 /* ---- ingest ---- */
 
-/* Writes one delivery and its rows inside the caller's transaction (s->mu held). */
+/* Writes one delivery, its rows and its pairs inside the caller's transaction (s->mu held), then
+ * what it supersedes (`sup` may be NULL). */
 static crcr_err ingest_one(sqlite_store *s, const store_delivery *d, const store_new_job *jobs,
-                           size_t n)
+                           size_t n, store_supersede *sup)
 {
     sqlite3_stmt *q = sq_stmt(s, SQ_INS_DELIVERY,
                               "INSERT INTO deliveries(delivery_id, event, action, upstream_repo, "
@@ -80,6 +90,11 @@ static crcr_err ingest_one(sqlite_store *s, const store_delivery *d, const store
         if (err == CRCR_E_DUPLICATE) /* within one delivery a repeated row is a failure */
             err = sq_fail(s->db, "ingest.job");
     }
+    if (!err)
+        err = sq_insert_pairs(s, d->delivery_id, d->pr_number, jobs, n, d->received_at);
+    if (!err && sup)
+        err = sq_supersede(s, d->delivery_id, d->pr_number, d->head_sha, jobs, n, sup,
+                           d->received_at);
     return err;
 }
 
@@ -87,20 +102,28 @@ typedef struct ingest_args {
     const store_delivery *d;
     const store_new_job *jobs;
     size_t n;
+    store_supersede *sup;
 } ingest_args;
 
 static crcr_err ingest_apply(sqlite_store *s, sq_group_req *r)
 {
     const ingest_args *a = r->arg;
-    return ingest_one(s, a->d, a->jobs, a->n);
+    crcr_err err = ingest_one(s, a->d, a->jobs, a->n, a->sup);
+    if (err && a->sup) /* its savepoint is undone: nothing was ended */
+        a->sup->dispatches = a->sup->runs = a->sup->withdrawn = 0;
+    return err;
 }
 
 /* Concurrent ingests share one durable commit (sq_group_commit). */
-static crcr_err sq_ingest(store *st, const store_delivery *d, const store_new_job *jobs, size_t n)
+static crcr_err sq_ingest(store *st, const store_delivery *d, const store_new_job *jobs, size_t n,
+                          store_supersede *sup)
 {
-    ingest_args a = {.d = d, .jobs = jobs, .n = n};
+    ingest_args a = {.d = d, .jobs = jobs, .n = n, .sup = sup};
     sq_group_req me = {.apply = ingest_apply, .arg = &a};
-    return sq_group_commit(sq_store(st), &me);
+    crcr_err err = sq_group_commit(sq_store(st), &me);
+    if (err && sup) /* the group's transaction was lost */
+        sup->dispatches = sup->runs = sup->withdrawn = 0;
+    return err;
 }
 
 /* ---- claims and the claimed row's fences ---- */
@@ -425,9 +448,10 @@ static crcr_err sq_get_delivery(store *st, const char *delivery_id, store_delive
     if (!err && !delivery->found)
         err = CRCR_E_NOT_FOUND;
     if (!err && jobs->job)
-        err =
-            sq_run(db, "get", "SELECT " JOB_COLUMNS " FROM outbox WHERE delivery_id=? ORDER BY id",
-                   ARGS(ARG_TEXT(delivery_id)), store_listing_row, jobs);
+        err = sq_run(db, "get",
+                     "SELECT " JOB_COLUMNS " FROM outbox o" JOB_ENDS_JOIN " WHERE o.delivery_id=? "
+                     "ORDER BY o.id",
+                     ARGS(ARG_TEXT(delivery_id)), store_listing_row, jobs);
     sq_reader_done(s, slot);
     return err;
 }
@@ -511,6 +535,12 @@ static crcr_err sq_retention(store *st, int64_t before, int *n)
         "DELETE FROM labels_wanted WHERE created_at < ?1",
         "DELETE FROM callback_rejections WHERE at < ?1",
         "DELETE FROM budgets WHERE expires_at < ?1",
+        /* Supersession and pair records live as long as their delivery. */
+        "DELETE FROM dispatch_ends WHERE ended_at < ?1 AND NOT EXISTS (SELECT 1 FROM deliveries "
+        "d WHERE d.delivery_id=dispatch_ends.delivery_id)",
+        "DELETE FROM pairs WHERE created_at < ?1 AND NOT EXISTS (SELECT 1 FROM deliveries d "
+        "WHERE d.delivery_id=pairs.delivery_id)",
+        "DELETE FROM dispatch_heads WHERE at < ?1",
         "DELETE FROM redeliveries WHERE last_asked_at < ?1",
         /* Finished rows of no delivery (nightly HUD forwards) go after the same time. */
         "DELETE FROM outbox WHERE done_at < ?1 AND state IN ('sent','dry_run','dead') AND NOT "
@@ -535,6 +565,7 @@ static crcr_err sq_retention(store *st, int64_t before, int *n)
 /* This file's operations (store_impl.h). */
 const store_outbox_ops SQ_OUTBOX_OPS = {
     .ingest = sq_ingest,
+    .pair_redispatch = sq_pair_redispatch,
     .claim = sq_claim,
     .next_due = sq_next_due,
     .job_finish = sq_job_finish,

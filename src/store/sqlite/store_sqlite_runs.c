@@ -78,6 +78,15 @@ static crcr_err sq_rate_hit(store *st, const char *repo, int64_t now, int64_t wi
 
 /* ---- run transitions ---- */
 
+/* The end reason of a dispatch (one text column) into a char[16]; stops. */
+static int ended_row(void *ctx, const store_row_source *s)
+{
+    char *out = ctx;
+    const char *t = s->text(s->src, 0);
+    snprintf(out, 16, "%s", t ? t : "");
+    return 1;
+}
+
 /* One transition (store_run_apply's contract without the rate hit) inside the caller's
  * transaction (s->mu held). Writes nothing unless it returns CRCR_OK with !res->duplicate; on a
  * failure after a write the caller undoes its savepoint. */
@@ -110,6 +119,14 @@ static crcr_err run_apply_tx(sqlite_store *s, const store_run_update *u, store_e
         run_prev_row, &prev);
     if (err)
         return err;
+    /* Whether a newer dispatch ended this one (§3.12): the single writer orders this read with
+     * every supersession. */
+    err = sq_cached(s, SQ_RUN_ENDED, "run_apply",
+                    "SELECT reason FROM dispatch_ends WHERE delivery_id=?1 AND repo=?2",
+                    ARGS(ARG_TEXT(u->key.delivery_id), ARG_TEXT(u->key.repo)), ended_row,
+                    prev.dispatch_ended);
+    if (err)
+        return err;
 
     run_outcome o = run_state_next(&prev, u, dispatched.v, res, reason, reasonsz);
     if (o == RUN_INVALID)
@@ -121,10 +138,11 @@ static crcr_err run_apply_tx(sqlite_store *s, const store_run_update *u, store_e
     run_row_params(u, res, params);
     err = sq_cached(s, SQ_RUN_UPSERT, "run_apply",
                     "INSERT INTO runs(" RUN_UPSERT_COLUMNS ") VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,"
-                    "?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22,?23,?24) ON "
+                    "?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22,?23,?24,?25) ON "
                     "CONFLICT(delivery_id, repo, run_id, run_attempt, workflow_name, job_name) DO "
                     "UPDATE SET state=excluded.state, level=excluded.level, "
                     "conclusion=excluded.conclusion, completed_at=excluded.completed_at, "
+                    "ended=excluded.ended, "
                     "exec_ms=excluded.exec_ms, test_passed=excluded.test_passed, "
                     "test_failed=excluded.test_failed, test_skipped=excluded.test_skipped, "
                     "artifact_url=COALESCE(excluded.artifact_url, runs.artifact_url), "
@@ -199,7 +217,7 @@ static crcr_err sq_zombies(store *st, int64_t started_before, int limit, store_r
 {
     return sq_locked(sq_store(st), SQ_ONCE, "zombies",
                      "SELECT " RUN_COLUMNS " FROM runs WHERE state='in_progress' AND "
-                     "started_at < ?1 ORDER BY started_at LIMIT ?2",
+                     "started_at < ?1 AND ended IS NULL ORDER BY started_at LIMIT ?2",
                      ARGS(ARG_INT(started_before), ARG_INT(limit)), store_listing_row, rows, NULL);
 }
 

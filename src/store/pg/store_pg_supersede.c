@@ -1,0 +1,343 @@
+/*
+ * store_pg_supersede.c - the PostgreSQL store's side of supersession and Depends-On pairs
+ * (§3.12, §3.13; store.h's store_supersede and store_pair_redispatch), the same statements as
+ * the SQLite store's, inside the caller's transaction.
+ *
+ * Several instances: a supersession holds the PR's advisory lock exclusively for its transaction
+ * (pg_lock_pr), a callback's transition of a run of that PR holds it shared (store_pg_runs.c).
+ * So a callback either commits before the supersession's statements run (READ COMMITTED: they
+ * see its row and end it) or reads dispatch_ends after the supersession committed: no run is
+ * left open, and two dispatches of one PR are superseded one after the other.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store_pg.h"
+#include "vocab.h"
+
+/* Side-effect jobs one ended run may add (a cancelled check run). */
+#define PG_ENDED_JOBS_MAX 4
+
+crcr_err pg_lock_pr(pgx *x, int64_t pr, bool exclusive)
+{
+    if (pr <= 0)
+        return CRCR_OK;
+    return pg_query(x,
+                    exclusive ? "SELECT 1 FROM (SELECT pg_advisory_xact_lock(hashtextextended("
+                                "'crcr.pr:' || $1::text, 0))) l"
+                              : "SELECT 1 FROM (SELECT pg_advisory_xact_lock_shared("
+                                "hashtextextended('crcr.pr:' || $1::text, 0))) l",
+                    ARGS(ARG_INT(pr)), NULL, NULL, NULL);
+}
+
+crcr_err pg_insert_pairs(pgx *x, const char *delivery_id, int64_t pr, const store_new_job *jobs,
+                         size_t n, int64_t now)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (jobs[i].pair_number <= 0 || ob_kind_parse(jobs[i].kind) != OB_KIND_DISPATCH)
+            continue;
+        crcr_err e = pg_query(x,
+                              "INSERT INTO pairs(delivery_id, repo, pr_number, number, "
+                              "created_at) VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+                              ARGS(ARG_TEXT(delivery_id), ARG_TEXT(jobs[i].target), ARG_INT(pr),
+                                   ARG_INT(jobs[i].pair_number), ARG_INT(now)),
+                              NULL, NULL, NULL);
+        if (e)
+            return e;
+    }
+    return CRCR_OK;
+}
+
+/* Ends the in-progress runs of dispatch `old` to `repo`, a batch at a time. */
+static crcr_err end_runs(pgx *x, const store_ended_dispatch *old, const char *repo, const char *by,
+                         store_supersede *sup, int64_t now)
+{
+    store_ended_runs *l = malloc(sizeof(*l));
+    if (!l)
+        return CRCR_E_NOMEM;
+    crcr_err e = CRCR_OK;
+    do {
+        l->n = 0;
+        e = pg_query(
+            x,
+            "SELECT " RUN_COLUMNS_NO_PAYLOAD ", NULL::bytea, seq FROM runs WHERE "
+            "delivery_id=$1 AND lower(repo)=lower($2) AND state='in_progress' AND "
+            "ended IS NULL LIMIT $3",
+            ARGS(ARG_TEXT(old->delivery_id), ARG_TEXT(repo), ARG_INT(CRCR_SUPERSEDE_BATCH)),
+            store_ended_run_row, l, NULL);
+        for (size_t i = 0; i < l->n && !e; i++) {
+            store_ended_run *r = &l->v[i];
+            int64_t changed = 0;
+            e = pg_query(x,
+                         "UPDATE runs SET state='completed', conclusion='cancelled', "
+                         "completed_at=$1, exec_ms=CASE WHEN started_at IS NULL THEN NULL ELSE "
+                         "GREATEST($1 - started_at, 0) END, ended=$2, payload=NULL, "
+                         "updated_at=$1 WHERE seq=$3 AND state='in_progress' AND ended IS NULL",
+                         ARGS(ARG_INT(now), ARG_TEXT(sup->reason), ARG_INT(r->rowid)), NULL, NULL,
+                         &changed);
+            if (e || changed == 0)
+                continue;
+            sup->runs++;
+            if (!sup->effects || r->cut)
+                continue;
+            store_run_row view;
+            store_ended_run_view(r, sup->reason, now, &view);
+            store_new_job jobs[PG_ENDED_JOBS_MAX];
+            size_t n = 0;
+            e = sup->effects(sup->ctx, &view, old->pair, old->pair_len, jobs, PG_ENDED_JOBS_MAX,
+                             &n);
+            if (!e)
+                e = pg_insert_jobs(x, by, jobs, n > PG_ENDED_JOBS_MAX ? 0 : n, now);
+        }
+    } while (!e && l->n == CRCR_SUPERSEDE_BATCH);
+    free(l);
+    return e;
+}
+
+static crcr_err end_dispatch(pgx *x, const store_ended_dispatch *old, const char *repo, int64_t pr,
+                             const char *by, store_supersede *sup, int64_t now)
+{
+    crcr_err e = pg_query(x,
+                          "INSERT INTO dispatch_ends(delivery_id, repo, pr_number, reason, "
+                          "by_delivery, ended_at) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT "
+                          "DO NOTHING",
+                          ARGS(ARG_TEXT(old->delivery_id), ARG_TEXT(repo), ARG_INT(pr),
+                               ARG_TEXT(sup->reason), ARG_TEXT(by), ARG_INT(now)),
+                          NULL, NULL, NULL);
+    if (e)
+        return e;
+    sup->dispatches++;
+    /* A newer commit (or pair) makes an unsent dispatch of the older one wasted CI: withdrawn. A
+     * closed PR's are still sent (see store_sqlite_supersede.c). */
+    if (end_reason_parse(sup->reason) != END_REASON_SUPERSEDED)
+        return end_runs(x, old, repo, by, sup, now);
+    int64_t withdrawn = 0;
+    e = pg_query(x,
+                 "UPDATE outbox SET state='withdrawn', done_at=$1, lease_until=NULL WHERE "
+                 "kind='dispatch' AND delivery_id=$2 AND lower(target)=lower($3) AND "
+                 "state='queued'",
+                 ARGS(ARG_INT(now), ARG_TEXT(old->delivery_id), ARG_TEXT(repo)), NULL, NULL,
+                 &withdrawn);
+    if (e)
+        return e;
+    sup->withdrawn += (int)withdrawn;
+    return end_runs(x, old, repo, by, sup, now);
+}
+
+/* The head (sha, pair) of the latest dispatch of a PR to a repository (dispatch_heads). */
+typedef struct head_read {
+    const char *sha;
+    int64_t pair;
+    bool found, same;
+} head_read;
+
+static int head_row(void *ctx, const store_row_source *s)
+{
+    head_read *h = ctx;
+    const char *sha = s->text(s->src, 0);
+    h->found = true;
+    h->same = sha && strcmp(sha, h->sha) == 0 && s->i64(s->src, 1, -1) == h->pair;
+    return 1;
+}
+
+/* As SQLite's (store_sqlite_supersede.c): a dispatch at the head of the PR's latest dispatch to
+ * the repository has nothing to end and costs one read. */
+static crcr_err supersede_target(pgx *x, const char *by, int64_t pr, const char *head_sha,
+                                 const store_new_job *job, store_supersede *sup, int64_t now)
+{
+    head_read head = {.sha = head_sha ? head_sha : "", .pair = job->pair_number};
+    crcr_err e = pg_query(x,
+                          "SELECT head_sha, pair_number FROM dispatch_heads WHERE pr_number=$1 "
+                          "AND lower(repo)=lower($2)",
+                          ARGS(ARG_INT(pr), ARG_TEXT(job->target)), head_row, &head, NULL);
+    if (e || (!sup->any_sha && head.found && head.same))
+        return e;
+    store_ended_list l;
+    for (;;) {
+        memset(&l, 0, sizeof(l));
+        e = pg_query(
+            x,
+            "SELECT " STORE_ENDED_COLUMNS " FROM outbox o JOIN deliveries d ON "
+            "d.delivery_id=o.delivery_id LEFT JOIN pairs p ON p.delivery_id=o.delivery_id AND "
+            "lower(p.repo)=lower(o.target) WHERE d.pr_number=$1 AND o.kind='dispatch' AND "
+            "lower(o.target)=lower($2) AND o.delivery_id<>$3 AND NOT EXISTS (SELECT 1 FROM "
+            "dispatch_ends e WHERE e.delivery_id=o.delivery_id AND lower(e.repo)=lower(o.target)) "
+            "AND ($4::boolean OR d.head_sha IS DISTINCT FROM $5::text OR COALESCE(p.number, "
+            "0)<>$6) "
+            "ORDER BY o.id LIMIT $7",
+            ARGS(ARG_INT(pr), ARG_TEXT(job->target), ARG_TEXT(by),
+                 ARG_TEXT(sup->any_sha ? "true" : "false"), ARG_TEXT(head_sha),
+                 ARG_INT(job->pair_number), ARG_INT(STORE_ENDED_MAX)),
+            store_ended_row, &l, NULL);
+        if (!e)
+            e = l.err;
+        for (size_t i = 0; i < l.n && !e; i++)
+            e = end_dispatch(x, &l.v[i], job->target, pr, by, sup, now);
+        size_t got = l.n;
+        store_ended_list_free(&l);
+        if (e || got < STORE_ENDED_MAX)
+            break;
+    }
+    if (!e)
+        e = pg_query(x,
+                     "INSERT INTO dispatch_heads(pr_number, repo, head_sha, pair_number, "
+                     "delivery_id, at) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (pr_number, "
+                     "lower(repo)) DO UPDATE SET head_sha=excluded.head_sha, "
+                     "pair_number=excluded.pair_number, delivery_id=excluded.delivery_id, "
+                     "at=excluded.at",
+                     ARGS(ARG_INT(pr), ARG_TEXT(job->target), ARG_TEXT(head.sha),
+                          ARG_INT(job->pair_number), ARG_TEXT(by), ARG_INT(now)),
+                     NULL, NULL, NULL);
+    return e;
+}
+
+crcr_err pg_supersede(pgx *x, const char *by, int64_t pr, const char *head_sha,
+                      const store_new_job *jobs, size_t n, store_supersede *sup, int64_t now)
+{
+    crcr_err e = CRCR_OK;
+    for (size_t i = 0; i < n && !e; i++) {
+        if (ob_kind_parse(jobs[i].kind) == OB_KIND_DISPATCH)
+            e = supersede_target(x, by, pr, head_sha, &jobs[i], sup, now);
+    }
+    return e;
+}
+
+/* ---- store_pair_redispatch ---- */
+
+typedef struct pair_src {
+    char delivery_id[CRCR_DELIVERY_ID_MAX];
+    int64_t pr;
+} pair_src;
+
+typedef struct pair_srcs {
+    pair_src *v;
+    size_t n, max;
+} pair_srcs;
+
+/* Keeps the first (latest) pair of each PR (rows come by PR, newest first). */
+static int pair_src_row(void *ctx, const store_row_source *s)
+{
+    pair_srcs *l = ctx;
+    const char *id = s->text(s->src, 0);
+    int64_t pr = s->i64(s->src, 1, 0);
+    if (!id || strlen(id) >= CRCR_DELIVERY_ID_MAX || pr <= 0)
+        return 0;
+    if (l->n > 0 && l->v[l->n - 1].pr == pr)
+        return 0;
+    if (l->n >= l->max)
+        return 1;
+    memcpy(l->v[l->n].delivery_id, id, strlen(id) + 1);
+    l->v[l->n++].pr = pr;
+    return 0;
+}
+
+/* A text column into a char[CRCR_SHA_MAX + 8] ("" when NULL or longer); stops. */
+static int text_row(void *ctx, const store_row_source *s)
+{
+    char *out = ctx;
+    const char *t = s->text(s->src, 0);
+    snprintf(out, CRCR_SHA_MAX + 8, "%s", t && strlen(t) < CRCR_SHA_MAX + 8 ? t : "");
+    return 1;
+}
+
+typedef struct redispatch_args {
+    const char *repo, *base_id;
+    int64_t number, now;
+    const store_new_job *job;
+    store_supersede *sup;
+    store_pair_hit *hits;
+    size_t max, n;
+} redispatch_args;
+
+/* One upstream PR: under its lock, the pair is looked at again (a supersession may have ended it
+ * since the listing), then the copied delivery, its row and pair, the supersession. */
+static crcr_err redispatch_one(pgx *x, redispatch_args *a, const pair_src *src, store_pair_hit *hit)
+{
+    memset(hit, 0, sizeof(*hit));
+    hit->pr_number = src->pr;
+    if (!store_pair_delivery_id(a->base_id, src->pr, hit->delivery_id, sizeof(hit->delivery_id)))
+        return CRCR_E_INVALID;
+    crcr_err e = pg_lock_pr(x, src->pr, true);
+    store_scalar known = {0};
+    if (!e)
+        e = pg_query(x, "SELECT 1::bigint FROM deliveries WHERE delivery_id=$1",
+                     ARGS(ARG_TEXT(hit->delivery_id)), store_scalar_row, &known, NULL);
+    if (e)
+        return e;
+    if (known.found) {
+        hit->duplicate = true;
+        return CRCR_OK;
+    }
+    int64_t copied = 0;
+    e = pg_query(x,
+                 "INSERT INTO deliveries(delivery_id, event, action, upstream_repo, pr_number, "
+                 "head_sha, ref, received_at, payload, payload_bytes, status) SELECT $1, event, "
+                 "action, upstream_repo, pr_number, head_sha, ref, $2, payload, payload_bytes, "
+                 "'queued' FROM deliveries d WHERE d.delivery_id=$3 AND NOT EXISTS (SELECT 1 "
+                 "FROM dispatch_ends e WHERE e.delivery_id=$3 AND lower(e.repo)=lower($4)) ON "
+                 "CONFLICT (delivery_id) DO NOTHING",
+                 ARGS(ARG_TEXT(hit->delivery_id), ARG_INT(a->now), ARG_TEXT(src->delivery_id),
+                      ARG_TEXT(a->repo)),
+                 NULL, NULL, &copied);
+    if (e)
+        return e;
+    if (copied == 0) { /* gone (retention), or ended meanwhile: nothing to send */
+        hit->delivery_id[0] = '\0';
+        return CRCR_OK;
+    }
+    char sha[CRCR_SHA_MAX + 8] = "";
+    e = pg_query(x, "SELECT head_sha FROM deliveries WHERE delivery_id=$1",
+                 ARGS(ARG_TEXT(hit->delivery_id)), text_row, sha, NULL);
+    if (!e)
+        e = pg_insert_jobs(x, hit->delivery_id, a->job, 1, a->now);
+    if (!e)
+        e = pg_insert_pairs(x, hit->delivery_id, src->pr, a->job, 1, a->now);
+    if (!e) /* any_sha: every older dispatch of the PR to the repository */
+        e = pg_supersede(x, hit->delivery_id, src->pr, sha, a->job, 1, a->sup, a->now);
+    return e;
+}
+
+static crcr_err op_pair_redispatch(pgx *x, void *arg)
+{
+    redispatch_args *a = arg;
+    a->n = 0;
+    a->sup->dispatches = a->sup->runs = a->sup->withdrawn = 0;
+    pair_src *v = calloc(a->max ? a->max : 1, sizeof(*v));
+    if (!v)
+        return CRCR_E_NOMEM;
+    pair_srcs l = {v, 0, a->max};
+    crcr_err e = pg_query(x,
+                          "SELECT p.delivery_id, p.pr_number FROM pairs p WHERE "
+                          "lower(p.repo)=lower($1) AND p.number=$2 AND NOT EXISTS (SELECT 1 FROM "
+                          "dispatch_ends e WHERE e.delivery_id=p.delivery_id AND "
+                          "lower(e.repo)=lower(p.repo)) ORDER BY p.pr_number, p.created_at DESC, "
+                          "p.seq DESC",
+                          ARGS(ARG_TEXT(a->repo), ARG_INT(a->number)), pair_src_row, &l, NULL);
+    for (size_t i = 0; i < l.n && !e; i++) {
+        e = redispatch_one(x, a, &l.v[i], &a->hits[a->n]);
+        if (!e && a->hits[a->n].delivery_id[0])
+            a->n++;
+    }
+    free(v);
+    return e;
+}
+
+crcr_err pg_pair_redispatch(store *st, const char *repo, int64_t number, const char *base_id,
+                            int64_t now, const store_new_job *job, store_supersede *sup,
+                            store_pair_hit *hits, size_t max, size_t *n)
+{
+    redispatch_args a = {.repo = repo,
+                         .base_id = base_id,
+                         .number = number,
+                         .now = now,
+                         .job = job,
+                         .sup = sup,
+                         .hits = hits,
+                         .max = max};
+    crcr_err e = pg_with_tx(pg_store_of(st), "pair_redispatch", op_pair_redispatch, &a);
+    *n = e ? 0 : a.n;
+    if (e)
+        sup->dispatches = sup->runs = sup->withdrawn = 0;
+    return e;
+}

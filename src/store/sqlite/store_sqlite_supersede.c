@@ -1,0 +1,336 @@
+/*
+ * store_sqlite_supersede.c - the SQLite store's side of supersession and Depends-On pairs
+ * (§3.12, §3.13; store.h's store_supersede and store_pair_redispatch): the older dispatches of a
+ * PR that a new one ends, their runs in progress, their queued rows, the pairs a dispatch was
+ * made with, and the re-dispatch of a PR when its paired downstream PR moves. Everything runs
+ * inside the caller's transaction (s->mu held; the ingest's savepoint of a group commit), so a
+ * supersession is exactly as durable as the dispatch that causes it. One writer (s->mu) orders
+ * it with every callback's transition: a callback is applied either before (its run is then
+ * ended here) or after (it finds dispatch_ends).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "store_sqlite.h"
+#include "vocab.h"
+
+/* Side-effect jobs one ended run may add (a cancelled check run). */
+#define SQ_ENDED_JOBS_MAX 4
+
+crcr_err sq_insert_pairs(sqlite_store *s, const char *delivery_id, int64_t pr,
+                         const store_new_job *jobs, size_t n, int64_t now)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (jobs[i].pair_number <= 0 || ob_kind_parse(jobs[i].kind) != OB_KIND_DISPATCH)
+            continue;
+        crcr_err err =
+            sq_cached(s, SQ_INS_PAIR, "pairs",
+                      "INSERT INTO pairs(delivery_id, repo, pr_number, number, created_at) VALUES "
+                      "(?1, ?2, ?3, ?4, ?5) ON CONFLICT DO NOTHING",
+                      ARGS(ARG_TEXT(delivery_id), ARG_TEXT(jobs[i].target), ARG_INT(pr),
+                           ARG_INT(jobs[i].pair_number), ARG_INT(now)),
+                      NULL, NULL);
+        if (err)
+            return err;
+    }
+    return CRCR_OK;
+}
+
+/* Ends the in-progress runs of dispatch `old` to `repo` (store_supersede), a batch at a time,
+ * and inserts what each one causes under the new delivery `by`. */
+static crcr_err end_runs(sqlite_store *s, const store_ended_dispatch *old, const char *repo,
+                         const char *by, store_supersede *sup, int64_t now)
+{
+    store_ended_runs *l = malloc(sizeof(*l));
+    if (!l)
+        return CRCR_E_NOMEM;
+    crcr_err err = CRCR_OK;
+    do {
+        l->n = 0;
+        err = sq_cached(
+            s, SQ_ENDED_RUNS, "supersede",
+            "SELECT " RUN_COLUMNS_NO_PAYLOAD ", NULL, rowid FROM runs WHERE "
+            "delivery_id=?1 AND repo=?2 AND state='in_progress' AND ended IS NULL "
+            "LIMIT ?3",
+            ARGS(ARG_TEXT(old->delivery_id), ARG_TEXT(repo), ARG_INT(CRCR_SUPERSEDE_BATCH)),
+            store_ended_run_row, l);
+        for (size_t i = 0; i < l->n && !err; i++) {
+            store_ended_run *e = &l->v[i];
+            err =
+                sq_cached(s, SQ_END_RUN, "supersede",
+                          "UPDATE runs SET state='completed', conclusion='cancelled', "
+                          "completed_at=?1, exec_ms=CASE WHEN started_at IS NULL THEN NULL "
+                          "WHEN ?1 > started_at THEN ?1 - started_at ELSE 0 END, ended=?2, "
+                          "payload=NULL, updated_at=?1 WHERE rowid=?3 AND state='in_progress' "
+                          "AND ended IS NULL",
+                          ARGS(ARG_INT(now), ARG_TEXT(sup->reason), ARG_INT(e->rowid)), NULL, NULL);
+            if (err || sqlite3_changes(s->db) == 0)
+                continue;
+            sup->runs++;
+            if (!sup->effects || e->cut)
+                continue;
+            store_run_row view;
+            store_ended_run_view(e, sup->reason, now, &view);
+            store_new_job jobs[SQ_ENDED_JOBS_MAX];
+            size_t n = 0;
+            err = sup->effects(sup->ctx, &view, old->pair, old->pair_len, jobs, SQ_ENDED_JOBS_MAX,
+                               &n);
+            if (!err)
+                err = sq_insert_jobs(s, by, jobs, n > SQ_ENDED_JOBS_MAX ? 0 : n, now);
+        }
+    } while (!err && l->n == CRCR_SUPERSEDE_BATCH);
+    free(l);
+    return err;
+}
+
+/* Ends dispatch `old` of PR `pr` to `repo` for the new delivery `by`. */
+static crcr_err end_dispatch(sqlite_store *s, const store_ended_dispatch *old, const char *repo,
+                             int64_t pr, const char *by, store_supersede *sup, int64_t now)
+{
+    crcr_err err = sq_cached(s, SQ_INS_END, "supersede",
+                             "INSERT INTO dispatch_ends(delivery_id, repo, pr_number, reason, "
+                             "by_delivery, ended_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT "
+                             "DO NOTHING",
+                             ARGS(ARG_TEXT(old->delivery_id), ARG_TEXT(repo), ARG_INT(pr),
+                                  ARG_TEXT(sup->reason), ARG_TEXT(by), ARG_INT(now)),
+                             NULL, NULL);
+    if (err)
+        return err;
+    sup->dispatches++;
+    /* A newer commit (or pair) makes an unsent dispatch of the older one wasted CI: withdrawn. A
+     * closed PR's are still sent, as upstream relays a PR's events in order (their runs, if any,
+     * are recorded as ended). */
+    if (end_reason_parse(sup->reason) != END_REASON_SUPERSEDED)
+        return end_runs(s, old, repo, by, sup, now);
+    err = sq_cached(s, SQ_WITHDRAW, "supersede",
+                    "UPDATE outbox SET state='withdrawn', done_at=?1, lease_until=NULL WHERE "
+                    "kind='dispatch' AND delivery_id=?2 AND lower(target)=lower(?3) AND "
+                    "state='queued'",
+                    ARGS(ARG_INT(now), ARG_TEXT(old->delivery_id), ARG_TEXT(repo)), NULL, NULL);
+    if (err)
+        return err;
+    sup->withdrawn += sqlite3_changes(s->db);
+    return end_runs(s, old, repo, by, sup, now);
+}
+
+/* The head (sha, pair) of the latest dispatch of a PR to a repository, as dispatch_heads keeps
+ * it: found, and whether it equals the new dispatch's. */
+typedef struct head_read {
+    const char *sha;
+    int64_t pair;
+    bool found, same;
+} head_read;
+
+static int head_row(void *ctx, const store_row_source *s)
+{
+    head_read *h = ctx;
+    const char *sha = s->text(s->src, 0);
+    h->found = true;
+    h->same = sha && strcmp(sha, h->sha) == 0 && s->i64(s->src, 1, -1) == h->pair;
+    return 1;
+}
+
+/* The supersession of one target (a dispatch row of the new delivery). dispatch_heads keeps the
+ * head of the PR's latest dispatch to the repository: every older dispatch of another head was
+ * ended when that head came, so a dispatch of the same head has nothing to end and costs one
+ * read (a PR re-dispatched at one head thousands of times, as the benchmarks do, never scans). */
+static crcr_err supersede_target(sqlite_store *s, const char *by, int64_t pr, const char *head_sha,
+                                 const store_new_job *job, store_supersede *sup, int64_t now)
+{
+    head_read head = {.sha = head_sha ? head_sha : "", .pair = job->pair_number};
+    crcr_err err = sq_cached(s, SQ_HEAD_GET, "supersede",
+                             "SELECT head_sha, pair_number FROM dispatch_heads WHERE "
+                             "pr_number=?1 AND repo=?2",
+                             ARGS(ARG_INT(pr), ARG_TEXT(job->target)), head_row, &head);
+    if (err || (!sup->any_sha && head.found && head.same))
+        return err;
+    store_ended_list l;
+    do {
+        memset(&l, 0, sizeof(l));
+        /* The older, not yet ended dispatches of this PR to this repository (deliveries_pr, then
+         * outbox_delivery), of another head or pair unless every one is wanted. */
+        err = sq_cached(
+            s, SQ_ENDED_DISPATCHES, "supersede",
+            "SELECT " STORE_ENDED_COLUMNS " FROM outbox o JOIN deliveries d ON "
+            "d.delivery_id=o.delivery_id LEFT JOIN pairs p ON p.delivery_id=o.delivery_id AND "
+            "p.repo=o.target WHERE d.pr_number=?1 AND o.kind='dispatch' AND "
+            "lower(o.target)=lower(?2) AND o.delivery_id<>?3 AND NOT EXISTS (SELECT 1 FROM "
+            "dispatch_ends e WHERE e.delivery_id=o.delivery_id AND e.repo=o.target) AND (?4 OR "
+            "d.head_sha IS NOT ?5 OR COALESCE(p.number, 0)<>?6) ORDER BY o.id LIMIT ?7",
+            ARGS(ARG_INT(pr), ARG_TEXT(job->target), ARG_TEXT(by), ARG_INT(sup->any_sha ? 1 : 0),
+                 ARG_TEXT(head_sha), ARG_INT(job->pair_number), ARG_INT(STORE_ENDED_MAX)),
+            store_ended_row, &l);
+        if (!err)
+            err = l.err;
+        for (size_t i = 0; i < l.n && !err; i++)
+            err = end_dispatch(s, &l.v[i], job->target, pr, by, sup, now);
+        size_t got = l.n;
+        store_ended_list_free(&l);
+        if (got < STORE_ENDED_MAX)
+            break;
+    } while (!err);
+    if (!err)
+        err = sq_cached(s, SQ_HEAD_SET, "supersede",
+                        "INSERT INTO dispatch_heads(pr_number, repo, head_sha, pair_number, "
+                        "delivery_id, at) VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT(pr_number, "
+                        "repo) DO UPDATE SET head_sha=excluded.head_sha, "
+                        "pair_number=excluded.pair_number, delivery_id=excluded.delivery_id, "
+                        "at=excluded.at",
+                        ARGS(ARG_INT(pr), ARG_TEXT(job->target), ARG_TEXT(head.sha),
+                             ARG_INT(job->pair_number), ARG_TEXT(by), ARG_INT(now)),
+                        NULL, NULL);
+    return err;
+}
+
+crcr_err sq_supersede(sqlite_store *s, const char *by, int64_t pr, const char *head_sha,
+                      const store_new_job *jobs, size_t n, store_supersede *sup, int64_t now)
+{
+    crcr_err err = CRCR_OK;
+    for (size_t i = 0; i < n && !err; i++) {
+        if (ob_kind_parse(jobs[i].kind) == OB_KIND_DISPATCH)
+            err = supersede_target(s, by, pr, head_sha, &jobs[i], sup, now);
+    }
+    return err;
+}
+
+/* ---- store_pair_redispatch ---- */
+
+/* A pair whose dispatch is not ended: its delivery and upstream PR. */
+typedef struct pair_src {
+    char delivery_id[CRCR_DELIVERY_ID_MAX];
+    int64_t pr;
+} pair_src;
+
+typedef struct pair_srcs {
+    pair_src *v;
+    size_t n, max;
+} pair_srcs;
+
+/* Keeps the first (latest) pair of each PR (rows come by PR, newest first). */
+static int pair_src_row(void *ctx, const store_row_source *s)
+{
+    pair_srcs *l = ctx;
+    const char *id = s->text(s->src, 0);
+    int64_t pr = s->i64(s->src, 1, 0);
+    if (!id || strlen(id) >= CRCR_DELIVERY_ID_MAX || pr <= 0)
+        return 0;
+    if (l->n > 0 && l->v[l->n - 1].pr == pr)
+        return 0;
+    if (l->n >= l->max)
+        return 1;
+    memcpy(l->v[l->n].delivery_id, id, strlen(id) + 1);
+    l->v[l->n++].pr = pr;
+    return 0;
+}
+
+/* A text column into a char[CRCR_SHA_MAX + 8] ("" when NULL or longer); stops. */
+static int text_row(void *ctx, const store_row_source *s)
+{
+    char *out = ctx;
+    const char *t = s->text(s->src, 0);
+    snprintf(out, CRCR_SHA_MAX + 8, "%s", t && strlen(t) < CRCR_SHA_MAX + 8 ? t : "");
+    return 1;
+}
+
+typedef struct redispatch_args {
+    const char *repo, *base_id;
+    int64_t number, now;
+    const store_new_job *job;
+    store_supersede *sup;
+    store_pair_hit *hits;
+    size_t max, *n;
+} redispatch_args;
+
+/* One upstream PR of a pair re-dispatch: the copied delivery, its dispatch row and pair, the
+ * supersession. hit->delivery_id is left empty when the source delivery is gone (retention),
+ * hit->duplicate set when the new one existed (a redelivered push). */
+static crcr_err redispatch_one(sqlite_store *s, const redispatch_args *a, const pair_src *src,
+                               store_pair_hit *hit)
+{
+    memset(hit, 0, sizeof(*hit));
+    hit->pr_number = src->pr;
+    if (!store_pair_delivery_id(a->base_id, src->pr, hit->delivery_id, sizeof(hit->delivery_id)))
+        return CRCR_E_INVALID;
+    store_scalar known = {0};
+    crcr_err err = sq_run(s->db, "pair_redispatch", "SELECT 1 FROM deliveries WHERE delivery_id=?1",
+                          ARGS(ARG_TEXT(hit->delivery_id)), store_scalar_row, &known);
+    if (err)
+        return err;
+    if (known.found) {
+        hit->duplicate = true;
+        return CRCR_OK;
+    }
+    err = sq_run(s->db, "pair_redispatch",
+                 "INSERT INTO deliveries(delivery_id, event, action, upstream_repo, pr_number, "
+                 "head_sha, ref, received_at, payload, payload_bytes, status) SELECT ?1, event, "
+                 "action, upstream_repo, pr_number, head_sha, ref, ?2, payload, payload_bytes, "
+                 "'queued' FROM deliveries WHERE delivery_id=?3",
+                 ARGS(ARG_TEXT(hit->delivery_id), ARG_INT(a->now), ARG_TEXT(src->delivery_id)),
+                 NULL, NULL);
+    if (err)
+        return err;
+    if (sqlite3_changes(s->db) == 0) { /* its delivery is gone (retention): nothing to send */
+        hit->delivery_id[0] = '\0';
+        return CRCR_OK;
+    }
+    char sha[CRCR_SHA_MAX + 8] = "";
+    err = sq_run(s->db, "pair_redispatch", "SELECT head_sha FROM deliveries WHERE delivery_id=?1",
+                 ARGS(ARG_TEXT(hit->delivery_id)), text_row, sha);
+    if (!err)
+        err = sq_insert_jobs(s, hit->delivery_id, a->job, 1, a->now);
+    if (!err)
+        err = sq_insert_pairs(s, hit->delivery_id, src->pr, a->job, 1, a->now);
+    if (!err) /* any_sha: every older dispatch of the PR to the repository */
+        err = sq_supersede(s, hit->delivery_id, src->pr, sha, a->job, 1, a->sup, a->now);
+    return err;
+}
+
+static crcr_err redispatch_apply(sqlite_store *s, sq_group_req *r)
+{
+    redispatch_args *a = r->arg;
+    *a->n = 0;
+    pair_src *v = calloc(a->max ? a->max : 1, sizeof(*v));
+    if (!v)
+        return CRCR_E_NOMEM;
+    pair_srcs l = {v, 0, a->max};
+    crcr_err err = sq_run(s->db, "pair_redispatch",
+                          "SELECT p.delivery_id, p.pr_number FROM pairs p WHERE p.repo=?1 AND "
+                          "p.number=?2 AND NOT EXISTS (SELECT 1 FROM dispatch_ends e WHERE "
+                          "e.delivery_id=p.delivery_id AND e.repo=p.repo) ORDER BY p.pr_number, "
+                          "p.created_at DESC, p.rowid DESC",
+                          ARGS(ARG_TEXT(a->repo), ARG_INT(a->number)), pair_src_row, &l);
+    for (size_t i = 0; i < l.n && !err; i++) {
+        err = redispatch_one(s, a, &l.v[i], &a->hits[*a->n]);
+        if (!err && a->hits[*a->n].delivery_id[0])
+            (*a->n)++;
+    }
+    free(v);
+    if (err) {
+        *a->n = 0;
+        a->sup->dispatches = a->sup->runs = a->sup->withdrawn = 0;
+    }
+    return err;
+}
+
+crcr_err sq_pair_redispatch(store *st, const char *repo, int64_t number, const char *base_id,
+                            int64_t now, const store_new_job *job, store_supersede *sup,
+                            store_pair_hit *hits, size_t max, size_t *n)
+{
+    redispatch_args a = {.repo = repo,
+                         .base_id = base_id,
+                         .number = number,
+                         .now = now,
+                         .job = job,
+                         .sup = sup,
+                         .hits = hits,
+                         .max = max,
+                         .n = n};
+    sq_group_req me = {.apply = redispatch_apply, .arg = &a};
+    crcr_err err = sq_group_commit(sq_store(st), &me);
+    if (err) {
+        *n = 0;
+        sup->dispatches = sup->runs = sup->withdrawn = 0;
+    }
+    return err;
+}
