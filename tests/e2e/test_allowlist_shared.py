@@ -33,7 +33,8 @@ from testclock import TestClock
 from waiting import wait_until
 
 PG_URI = os.environ.get("CRCR_TEST_PG_URI") or os.environ.get("CRCR_E2E_PG_URI") or ""
-TTL_S = 3
+TTL_S = 60  # long against real time (a slow start must not run it out); the clock moves it
+STEP_S = TTL_S / 30.0  # how far a poll moves the clock while it awaits a timer
 ALLOWLIST_REPO = "pytorch/pytorch"
 ALLOWLIST_PATH = ".github/allowlist.yml"
 ALLOWLIST_URL = "https://github.com/%s/blob/main/%s" % (ALLOWLIST_REPO, ALLOWLIST_PATH)
@@ -130,7 +131,7 @@ class SharedAllowlistTest(unittest.TestCase):
         a tenth of a second per poll, for a follower that looked before the holder fetched)."""
         self.clock.advance(TTL_S * 1.1)
         ok = wait_until(lambda: all(fresh(r, TTL_S * 0.5) for r in relays), 20, 0.02,
-                        self.clock, 0.1)
+                        self.clock, STEP_S)
         self.assertTrue(ok, "not refreshed after a TTL: ages %r%s"
                         % ([gauge(r, "crcr_allowlist_age_seconds") for r in relays],
                            self.diag()))
@@ -166,7 +167,7 @@ class SharedAllowlistTest(unittest.TestCase):
     def test_a_changed_file_reaches_both_instances(self):
         self.wait_repos(self.relays, 2)
         self.gh.set_file(ALLOWLIST_REPO, ALLOWLIST_PATH, "main", V2)
-        took = self.wait_repos(self.relays, 3, step=0.1)
+        took = self.wait_repos(self.relays, 3, step=STEP_S)
         print("\nnew allowlist in force on both instances %.1f s later on the relays' clock "
               "(TTL %d s)" % (took, TTL_S))
         # About one TTL (the holder's refresh) plus the follower's slack, on the relays' clock.
@@ -183,17 +184,20 @@ class SharedAllowlistTest(unittest.TestCase):
 
     def test_the_other_instance_takes_over_when_the_holder_dies(self):
         # The holder is whoever renewed the lease last; wait for a renewal to be sure there is one.
-        self.assertTrue(wait_until(lambda: self.holder() is not None, 10, 0.05, self.clock, 0.3),
+        self.assertTrue(wait_until(lambda: self.holder() is not None, 10, 0.05, self.clock, STEP_S),
                         "lease owner %r" % self.lease_owner())
+        self.next_period(self.relays)  # the copy is at most half a TTL old
         dead = self.holder()
         survivor = [r for r in self.relays if r is not dead][0]
         dead.kill()
         n0 = self.contents_requests()
-        # Its lease lasts 2 TTLs from its last renewal; then the survivor takes it and fetches.
-        self.assertTrue(wait_until(lambda: self.holder() is survivor, 10, 0.05, self.clock, 0.3),
+        # Its lease lasts 2 TTLs from its last renewal: one move of the clock past it (the copy
+        # stays younger than the 3 TTLs that make an instance fetch for itself), then the
+        # survivor takes the lease and fetches, awaited without moving the clock further.
+        self.clock.advance(TTL_S * 2.1)
+        self.assertTrue(wait_until(lambda: self.holder() is survivor, 60, 0.1),
                         "lease owner %r%s" % (self.lease_owner(), self.diag()))
-        self.assertTrue(wait_until(lambda: self.contents_requests() > n0, 10, 0.05, self.clock,
-                                   0.3), self.diag())
+        self.assertTrue(wait_until(lambda: self.contents_requests() > n0, 60), self.diag())
         self.assertNotIn("allowlist.copy_stale", survivor.log_text())
         # It keeps fetching once per TTL, and follows changes.
         n1 = self.contents_requests()
@@ -201,7 +205,7 @@ class SharedAllowlistTest(unittest.TestCase):
             self.next_period([survivor])
         self.assertEqual(self.contents_requests() - n1, 3, self.diag())
         self.gh.set_file(ALLOWLIST_REPO, ALLOWLIST_PATH, "main", V3)
-        self.wait_repos([survivor], 1, step=0.3)
+        self.wait_repos([survivor], 1, step=STEP_S)
         ready = survivor.get("/readyz")
         self.assertEqual(ready.status, 200, ready.body)
         self.assertIsNone(json.loads(ready.body)["allowlist_error"], ready.body)

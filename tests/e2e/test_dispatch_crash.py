@@ -148,18 +148,18 @@ class TwoInstanceCrashTest(CrashTestBase):
 class LeaseTest(GitHubRelayMixin, unittest.TestCase):
     def test_a_worker_whose_lease_ran_out_sends_nothing(self):
         """A worker stuck for longer than its lease (here: its installation lookup is held while
-        the clock moves 2 s past a 1 s lease) must not send once another worker has taken the
+        the clock moves 31 s past a 30 s lease) must not send once another worker has taken the
         row over; the row is dispatched once, by the new holder, and the late worker records
         nothing."""
         self.start_pair(allowlist=allowlist_yaml(l1=["solo/repo"]),
-                        env={"MAX_DISPATCH_WORKERS": "4", "CRCR_LEASE_SECONDS": "1"})
+                        env={"MAX_DISPATCH_WORKERS": "4", "CRCR_LEASE_SECONDS": "30"})  # long against real time
         slow = self.gh.hold("GET", r"^/repos/solo/repo/installation$", count=1)
         self.addCleanup(slow.release)
         d = self.post_ok("push", R.load_example("push")).delivery
         self.assertTrue(slow.wait_reached(), "the lookup never reached the fake" + self.diag())
         lease = "SELECT lease_until FROM outbox WHERE target='solo/repo'"
         first = self.relay.store_rows(lease)
-        self.clock.advance(2)  # the stuck worker's lease runs out; another takes the row ...
+        self.clock.advance(31)  # the stuck worker's lease runs out; another takes the row ...
         self.assertTrue(wait_until(lambda: self.relay.store_rows(lease) != first, 10, 0.1),
                         "no other worker took the row over" + self.diag())
         slow.release()  # ... and waits for the same lookup (one flight), then dispatches

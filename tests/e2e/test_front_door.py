@@ -86,7 +86,7 @@ def sanitized(pid):
 
 
 def scrape(relay, name):
-    for line in relay.get("/metrics").body.decode().splitlines():
+    for line in relay.get("/metrics", timeout=60).body.decode().splitlines():
         if line.startswith(name + " "):
             return float(line.split()[1])
     raise AssertionError("%s not on /metrics" % name)
@@ -294,6 +294,7 @@ class UploadBurstTest(RelayMixin, unittest.TestCase):
         base = vm_mib(pid, "VmRSS")
         body = b"x" * BURST_SIZE
         figures = []
+        refused_before = 0
         for burst in range(BURSTS):
             out = [None] * BURST_N
             threads = [threading.Thread(target=upload, args=(relay.port, BURST_SIZE, body, out, i))
@@ -313,7 +314,13 @@ class UploadBurstTest(RelayMixin, unittest.TestCase):
             self.assertFalse([c for c in out if c not in ("401", "503")
                               and not str(c).startswith("closed")],
                              "an upload was not refused: %s" % codes)
-            self.assertIn("503", codes, "the budget of unauthenticated bodies refused nothing")
+            # The relay's own count, not the client's view: on a slow machine the request
+            # deadline may cut an upload before the budget answers it, or the answer is lost in
+            # the reset of a socket still sending (both seen as "closed").
+            refused = scrape(relay, "crcr_http_unauth_budget_refused_total")
+            self.assertGreater(refused, refused_before,
+                               "the budget of unauthenticated bodies refused nothing: %s" % codes)
+            refused_before = refused
             self.assertLessEqual(peak - base, PEAK_MIB * (2 if asan else 1),
                                  "peak RSS %.1f MiB over the baseline" % (peak - base))
             if not asan:  # ASan's allocator keeps its own mappings: the return is glibc's

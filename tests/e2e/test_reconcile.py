@@ -93,7 +93,7 @@ class ReconcileBase(unittest.TestCase):
         return {k: metric(m, "crcr_reconcile_passes_total", {"result": k})
                 for k in ("ok", "failed", "skipped")}
 
-    def wait_passes(self, r, n, result="ok", timeout=20.0):
+    def wait_passes(self, r, n, result="ok", timeout=120.0):
         """Waits until relay `r` has ended at least n passes with `result`."""
         got = wait_until(lambda: (lambda g: g if g[result] >= n else None)(self.passes(r)),
                          timeout)
@@ -258,12 +258,12 @@ class TwoInstancesTest(ReconcileBase):
         a.start(port=a.port)
         b.start()
         for r in (a, b):
-            wait_until(lambda: sum(self.passes(r).values()) >= 1, 20)
+            wait_until(lambda: sum(self.passes(r).values()) >= 1, 120)
         self.wait_dispatched([x["guid"] for x in lost])
         before = [self.passes(r) for r in (a, b)]
         self.advance(a, PERIOD_S)  # both instances move (one clock file)
         for r, p in zip((a, b), before):
-            wait_until(lambda: sum(self.passes(r).values()) > sum(p.values()), 20)
+            wait_until(lambda: sum(self.passes(r).values()) > sum(p.values()), 120)
         asks = self.asks()
         self.assertEqual({x["guid"]: asks[x["guid"]] for x in lost},
                          {x["guid"]: 1 for x in lost})
