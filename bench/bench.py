@@ -1419,8 +1419,9 @@ class Bench:
         m = re.search(r"first non-200 answers:\n((?:.+\n?){1,3})", w["raw"])
         w["bad_sample"] = m.group(1).strip() if m else ""
         w["states"] = {st: n for st, n in self.db_rows(
-            rl, "SELECT state, count(*) FROM runs WHERE delivery_id=? AND run_id>=? AND "
-                "run_id<? GROUP BY state", (delivery, base, base + 1000000))}
+            rl, "SELECT state, count(*) FROM runs WHERE delivery_id=? AND CAST(run_id AS BIGINT)"
+                ">=? AND CAST(run_id AS BIGINT)<? GROUP BY state",  # run ids are text (schema 5)
+            (delivery, base, base + 1000000))}
         return w
 
     # ----------------------------------------------------------------------------- 4. memory

@@ -271,7 +271,9 @@ def main():
     strategy = dep["spec"].get("strategy", {})
     surge = as_int(strategy.get("rollingUpdate", {}).get("maxSurge", 0)
                    if strategy.get("type", "RollingUpdate") == "RollingUpdate" else 0, "maxSurge")
-    workers = as_int(config.get("MAX_DISPATCH_WORKERS", "32"), "MAX_DISPATCH_WORKERS")
+    # Outbox worker threads at most (src/relay/outbox.c OUTBOX_THREADS_MAX): the ones that use
+    # store connections; rows in flight (MAX_DISPATCH_WORKERS) hold none.
+    workers = 8
     threads = as_int(config.get("CRCR_HTTP_THREADS", "0"), "CRCR_HTTP_THREADS")
     pool = as_int(config.get("CRCR_STORE_POOL", "0"), "CRCR_STORE_POOL")
     hud = as_int(config.get("CRCR_HUD_CONCURRENCY", "2"), "CRCR_HUD_CONCURRENCY")
@@ -280,7 +282,7 @@ def main():
     check(threads > 0, f"CRCR_HTTP_THREADS is explicit ({threads}), not sized from the node's CPUs")
     check(pool > 0, f"CRCR_STORE_POOL is explicit ({pool}), not sized from the node's CPUs")
     check(pool >= workers + threads + hud + 2,
-          f"CRCR_STORE_POOL {pool} >= MAX_DISPATCH_WORKERS {workers} + CRCR_HTTP_THREADS {threads}"
+          f"CRCR_STORE_POOL {pool} >= outbox threads {workers} + CRCR_HTTP_THREADS {threads}"
           f" + CRCR_HUD_CONCURRENCY {hud} + 2 (no worker waits for a connection)")
     peak = (replicas + surge) * (pool + 1)
     budget = PG_MAX_CONNECTIONS - PG_SUPERUSER_RESERVED - HEADROOM

@@ -138,14 +138,15 @@ static unsigned http_threads(const crcr_config *cfg)
 }
 
 /* Connections of a shared store's pool. CRCR_STORE_POOL 0: one per thread that can use the store
- * at the same time - every outbox worker, every HTTP thread, every HUD render thread, the main
- * loop and one spare - so no worker queues for a connection while its lease runs (the listening
- * connection is separate). */
+ * at the same time - every outbox worker thread (outbox_threads: a few per CPU, whatever
+ * MAX_DISPATCH_WORKERS is, since a row waiting for GitHub holds no connection), every HTTP
+ * thread, every HUD render thread, the main loop and one spare for the reconciler and the budget
+ * (the listening connection is separate). */
 static long store_pool_size(const crcr_config *cfg)
 {
     if (cfg->store_pool > 0)
         return cfg->store_pool;
-    long n = cfg->max_dispatch_workers + (long)http_threads(cfg) + cfg->hud_concurrency + 2;
+    long n = (long)outbox_threads(cfg) + (long)http_threads(cfg) + cfg->hud_concurrency + 2;
     return n > APP_STORE_POOL_MAX ? APP_STORE_POOL_MAX : n;
 }
 
@@ -182,6 +183,8 @@ static void app_teardown(crcr_app *app)
     app->providers = NULL;
     oidc_free(app->oidc);
     app->oidc = NULL;
+    gh_budget_stop(app->budget);
+    app->budget = NULL;
     gh_client_free(app->gh);
     app->gh = NULL;
     store_close(app->st);
@@ -256,6 +259,12 @@ int app_serve_main(int argc, char **argv)
     if (!app->gh) {
         fprintf(stderr, "crcr: GITHUB_APP_PRIVATE_KEY: %s\n", err);
         rc = 2;
+        goto out;
+    }
+    /* Every GitHub request of this instance within its share of the App's budget. */
+    app->budget = gh_budget_start(app->st, app->gh, app->cfg.github_concurrency, err, sizeof(err));
+    if (!app->budget) {
+        fprintf(stderr, "crcr: %s\n", err);
         goto out;
     }
     app->allow = allowlist_source_new(&app->cfg, app->gh, err, sizeof(err));

@@ -70,8 +70,17 @@ const key_def config_keys[K_COUNT] = {
                        "Key sent to the external HUD (x-hud-internal-bot)."},
     [K_HUD_MAX_RETRIES] = {"HUD_MAX_RETRIES", "3", false, 0, 16, AS(V_LONG, hud_max_retries),
                            "Retries of one HUD write on 5xx or network errors."},
-    [K_MAX_DISPATCH_WORKERS] = {"MAX_DISPATCH_WORKERS", "32", false, 1, CRCR_MAX_DISPATCH_WORKERS,
-                                AS(V_LONG, max_dispatch_workers), "Outbox worker threads."},
+    [K_MAX_DISPATCH_WORKERS] = {"MAX_DISPATCH_WORKERS", XSTR(CRCR_DISPATCH_WORKERS_DEFAULT), false,
+                                1, CRCR_MAX_DISPATCH_WORKERS, AS(V_LONG, max_dispatch_workers),
+                                "Outbox rows (dispatches, check runs, comments...) one instance "
+                                "carries out at once; their requests share "
+                                "CRCR_GITHUB_CONCURRENCY. No thread per row."},
+    [K_CRCR_GITHUB_CONCURRENCY] = {"CRCR_GITHUB_CONCURRENCY", XSTR(CRCR_GITHUB_CONCURRENCY_DEFAULT),
+                                   false, 1, CRCR_MAX_DISPATCH_WORKERS,
+                                   AS(V_LONG, github_concurrency),
+                                   "Requests to the GitHub API in flight at once for the whole "
+                                   "App: every instance on one PostgreSQL store together (GitHub "
+                                   "allows 100 concurrent requests)."},
     [K_CRCR_LISTEN] = {"CRCR_LISTEN", "127.0.0.1:8000", false, NOT_INT, OWN,
                        "Listen address: IPV4:PORT, [IPV6]:PORT or localhost:PORT; port 0 lets "
                        "the OS choose."},

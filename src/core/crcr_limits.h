@@ -11,8 +11,15 @@
 #define CRCR_MAX_BODY_DEFAULT (25u * 1024u * 1024u)
 /* Bytes of request line and headers a request may have; beyond it the answer is 431. */
 #define CRCR_MAX_HEADER_BYTES (32u * 1024u)
-/* Outbox worker threads at most (MAX_DISPATCH_WORKERS's upper bound). */
+/* Outbox rows in flight per instance at most (MAX_DISPATCH_WORKERS's upper bound; also
+ * CRCR_GITHUB_CONCURRENCY's). */
 #define CRCR_MAX_DISPATCH_WORKERS 1024
+/* MAX_DISPATCH_WORKERS's default: rows one instance carries out at once (docs/configuration.md). */
+#define CRCR_DISPATCH_WORKERS_DEFAULT 100
+/* CRCR_GITHUB_CONCURRENCY's default: GitHub documents at most 100 concurrent requests per App;
+ * 20 are left to whatever else uses the App's credentials and to requests a timeout gave up on
+ * that GitHub may still be serving. */
+#define CRCR_GITHUB_CONCURRENCY_DEFAULT 80
 /* Simultaneous connections accepted by the HTTP server. */
 #define CRCR_MAX_CONNECTIONS 2048u
 /* Seconds a connection may stay idle before MHD closes it. */

@@ -25,6 +25,7 @@
 #include "app.h"
 #include "clock.h"
 #include "delivery_doc.h"
+#include "http_loop.h"
 #include "ids.h"
 #include "crcr_limits.h"
 #include "log.h"
@@ -195,6 +196,44 @@ static crcr_err app_metrics(crcr_app *app, buf_t *b)
         const char *l[] = {"cache", caches[i].cache, "result", caches[i].result, NULL};
         e = metrics_sample(b, "crcr_github_cache_lookups_total", l, (double)caches[i].n);
     }
+
+    /* The GitHub budget (gh_budget.h): what this instance has out, waits for and may use. */
+    http_loop_stats ls;
+    memset(&ls, 0, sizeof(ls));
+    if (app->gh)
+        http_loop_get_stats(gh_loop(app->gh), &ls);
+    gh_budget_stats bs;
+    memset(&bs, 0, sizeof(bs));
+    if (app->budget)
+        gh_budget_get_stats(app->budget, &bs);
+    size_t rows = 0, max_rows = 0;
+    if (app->ob)
+        outbox_get_load(app->ob, &rows, &max_rows);
+    if (!e)
+        e = gauge(b, "crcr_github_requests_in_flight", "gauge",
+                  "Requests to the GitHub API this instance has out now.",
+                  (double)ls.inflight_budgeted);
+    if (!e)
+        e = gauge(b, "crcr_github_requests_in_flight_peak", "gauge",
+                  "Most requests to the GitHub API this instance had out at once.",
+                  (double)ls.peak_budgeted);
+    if (!e)
+        e = gauge(b, "crcr_github_requests_waiting", "gauge",
+                  "Requests to the GitHub API waiting for this instance's share of the budget.",
+                  (double)ls.waiting);
+    if (!e)
+        e = gauge(b, "crcr_github_budget_share", "gauge",
+                  "This instance's share of the App's GitHub budget (CRCR_GITHUB_CONCURRENCY).",
+                  (double)bs.share);
+    if (!e)
+        e = gauge(b, "crcr_github_budget", "gauge",
+                  "Requests to the GitHub API all instances may have out together "
+                  "(CRCR_GITHUB_CONCURRENCY).",
+                  (double)bs.total);
+    if (!e)
+        e = gauge(b, "crcr_outbox_rows_in_flight", "gauge",
+                  "Outbox rows this instance is carrying out now (at most MAX_DISPATCH_WORKERS).",
+                  (double)rows);
 
     /* The reconciler (§5.7): its last recorded pass, as every instance sharing the store sees
      * it. Nothing is recorded in dry-run or with CRCR_RECONCILE_SECONDS=0 (all 0). */

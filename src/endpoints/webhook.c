@@ -36,6 +36,14 @@ static bool event_supported(const char *ev)
     return false;
 }
 
+/* The App's installation events: answered like any event crcr does not relay (200
+ * {"ignored":true}, also unsigned or badly signed, as upstream), but a verified one drops the
+ * installation ids the outbox keeps for the installation it names (outbox.h). */
+static bool event_installation(const char *ev)
+{
+    return strcmp(ev, "installation") == 0 || strcmp(ev, "installation_repositories") == 0;
+}
+
 static void ignored(crcr_app *app, http_response *resp, const char *reason)
 {
     metrics_webhook_result("ignored");
@@ -454,6 +462,10 @@ static void handle_pair_push(crcr_app *app, http_response *resp, const char *del
     }
 }
 
+/* Repositories an installation event names that are looked at (GitHub lists at most a few
+ * hundred per event page). */
+#define WEBHOOK_INSTALLATION_REPOS_MAX 1024u
+
 /* Files a push's commits list, at most WEBHOOK_PUSH_PATHS_MAX (GitHub lists at most 20 commits
  * in a push payload; each names the files it added, modified or removed). */
 #define WEBHOOK_PUSH_PATHS_MAX 4096u
@@ -790,11 +802,13 @@ bool webhook_guard(void *ctx, const http_request *req, http_response *resp)
     atomic_store(&app->last_webhook_at, clock_now_ms());
     metrics_webhook_begin(event);
 
+    const char *sig = http_req_header(req, "X-Hub-Signature-256");
+    if (event && event_installation(event) && sig && sig_header_valid(sig))
+        return false; /* read and verified, then answered as ignored (installation_changed) */
     if (!event || strlen(event) >= CRCR_EVENT_NAME_MAX || !event_supported(event)) {
         ignored(app, resp, NULL);
         return true;
     }
-    const char *sig = http_req_header(req, "X-Hub-Signature-256");
     if (!sig || !*sig) {
         reject(app, resp, 400, "No signature", NULL);
         return true;
@@ -828,6 +842,38 @@ static bool body_auth_finish(void *state)
 
 const http_body_auth webhook_body_auth = {body_auth_start, body_auth_update, body_auth_finish};
 
+/* A verified installation event: the installation's ids (and those of the repositories it
+ * names) are forgotten; the answer is the ignored one all the same. */
+static void installation_changed(crcr_app *app, const http_request *req, const char *event,
+                                 const char *delivery)
+{
+    jv *doc = req->body_len ? jv_parse(req->body, req->body_len, NULL, 0) : NULL;
+    int64_t id = 0;
+    if (!jv_int(jv_path(doc, "installation.id"), &id) || id <= 0) {
+        jv_free(doc);
+        return;
+    }
+    static const char *const lists[] = {"repositories", "repositories_added",
+                                        "repositories_removed"};
+    const char *repos[WEBHOOK_INSTALLATION_REPOS_MAX];
+    size_t n = 0;
+    for (size_t l = 0; l < sizeof(lists) / sizeof(lists[0]); l++) {
+        const jv *arr = jv_get(doc, lists[l]);
+        for (size_t i = 0; i < jv_arr_len(arr) && n < WEBHOOK_INSTALLATION_REPOS_MAX; i++) {
+            const char *name = jv_path_str(jv_arr_at(arr, i), "full_name");
+            if (name && ids_full_name_valid(name))
+                repos[n++] = name;
+        }
+    }
+    size_t dropped = outbox_installation_changed(app->ob, id, repos, n);
+    char ids[24], count[24];
+    snprintf(ids, sizeof(ids), "%lld", (long long)id);
+    snprintf(count, sizeof(count), "%zu", dropped);
+    LOG_INFO("webhook.installation_changed", "delivery", delivery, "event", event, "action",
+             jv_path_str(doc, "action"), "installation", ids, "forgotten", count, NULL);
+    jv_free(doc);
+}
+
 void webhook_handle(void *ctx, const http_request *req, http_response *resp)
 {
     crcr_app *app = ctx;
@@ -847,6 +893,12 @@ void webhook_handle(void *ctx, const http_request *req, http_response *resp)
         ok = app->cfg.app_secret && sig_verify(sig, req->body, req->body_len, app->cfg.app_secret);
         if (!ok && app->cfg.app_secret_previous)
             ok = sig_verify(sig, req->body, req->body_len, app->cfg.app_secret_previous);
+    }
+    if (event_installation(event)) {
+        if (ok && (!delivery || ids_delivery_valid(delivery)))
+            installation_changed(app, req, event, delivery);
+        ignored(app, resp, NULL);
+        return;
     }
     if (!ok) {
         reject(app, resp, 401, "Bad signature", NULL);

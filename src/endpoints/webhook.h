@@ -1,7 +1,11 @@
 /*
  * webhook.h - POST /github/webhook, in the upstream relay's order of checks:
  *   1. X-GitHub-Event not pull_request/push/check_run/check_suite/ping -> 200 {"ignored":true}
- *      (before any signature check, as upstream)
+ *      (before any signature check, as upstream). The App's `installation` and
+ *      `installation_repositories` events are answered the same, whatever their signature; one
+ *      with a valid signature makes the outbox forget the installation ids it keeps for the
+ *      installation it names (outbox_installation_changed): their body is read and verified
+ *      first, like a relayed event's
  *   2. X-Hub-Signature-256 missing -> 400 "No signature"; wrong -> 401 "Bad signature"
  *      (HMAC-SHA256 over the raw body with GITHUB_APP_SECRET, or GITHUB_APP_SECRET_PREVIOUS),
  *      computed as the body arrives (webhook_body_auth); a header that is not "sha256=<64 hex>"

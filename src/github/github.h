@@ -14,11 +14,14 @@
  * CRCR_GH_RESPONSE_MAX bytes. Tokens, JWTs and keys are never logged and never copied into
  * gh_resp.error.
  *
- * Threading: one gh_client is shared by every worker thread. Requests go through http_client.h
- * with the client's http_pool: a call borrows an idle easy handle (creating one when none is
- * idle) and returns it afterwards, so its kept-alive connection serves the next call. Each outbox
- * job is a short chain of dependent calls, which reads best as straight-line blocking code on its
- * worker thread.
+ * Threading: one gh_client is shared by every thread. Its requests go through one http_loop
+ * (http_loop.h): a thread of its own drives every exchange, and requests to GITHUB_API_URL are
+ * its budgeted exchanges, at most CRCR_GITHUB_CONCURRENCY in flight (http_loop_set_capacity on
+ * gh_loop(); relay/gh_budget.c shares that number between instances). gh_start begins a call and
+ * returns; `done` hears of its end. The blocking functions (gh_request, gh_installation_id,
+ * gh_request_url) are a gh_start and a wait: no thread is spent per request, only the caller's own
+ * waits. A 404 to a request made with a cached installation id drops the id and looks it up once
+ * more (the repository may have left the installation, or the App was reinstalled).
  */
 #ifndef CRCR_GITHUB_H
 #define CRCR_GITHUB_H
@@ -43,6 +46,12 @@ typedef struct gh_resp {
     char link_next[2048]; /* the Link header's rel="next" URL, "" when absent (HTTP_LINK_URL_MAX) */
     char error[256];      /* what went wrong, for logs and the outbox row ("" when nothing) */
     int api_calls;        /* HTTP requests this call made, auth steps included */
+    /* GH_AUTH_INSTALLATION: the installation id the call used (0 when none was found), whether
+     * it asked GitHub for it (a lookup: callers may keep the id), and whether a cached id was
+     * found stale on the way (404 to its token mint or to the request: callers drop their copy) */
+    int64_t installation;
+    bool installation_looked_up;
+    bool installation_dropped;
 } gh_resp;
 
 typedef enum { GH_AUTH_NONE = 0, GH_AUTH_APP, GH_AUTH_INSTALLATION } gh_auth;
@@ -53,6 +62,7 @@ typedef struct gh_stats {
     uint64_t token_misses;   /* installation token minted */
     uint64_t install_hits;   /* installation id served from cache */
     uint64_t install_misses; /* installation id looked up */
+    uint64_t jwt_signs;      /* App JWTs signed (one serves GH_JWT_REUSE_S of requests) */
 } gh_stats;
 
 /* Prepares a response holder. */
@@ -91,6 +101,49 @@ crcr_err gh_request_url(gh_client *gh, const char *method, const char *url,
 
 /* The installation id covering `repo` (from cache, or one lookup). Return values as gh_request. */
 crcr_err gh_installation_id(gh_client *gh, const char *repo, int64_t *id, gh_resp *out);
+
+/* ---- calls that do not block ---- */
+
+/* The end of a call started with gh_start: `err` as gh_request's. It runs on the client's loop
+ * thread (or on the thread that started the call, when it ended without a request); it must not
+ * block (no store, no blocking GitHub call). */
+typedef void (*gh_done_fn)(void *ud, crcr_err err);
+
+typedef struct gh_req {
+    gh_auth auth;
+    const char *repo;           /* GH_AUTH_INSTALLATION: the repository whose installation */
+    int64_t installation;       /* ...its id when the caller knows it (0: the client's cache, or
+                                   a lookup); a stale one is dropped and looked up once */
+    bool lookup_only;           /* GH_AUTH_INSTALLATION: only the id (out->installation) */
+    const char *method;         /* GET, POST, PATCH, PUT, DELETE */
+    const char *path;           /* under GITHUB_API_URL; or NULL with `url` */
+    const char *url;            /* an absolute URL outside the API (no GitHub authentication) */
+    const char *const *headers; /* extra "Name: value" lines, NULL-terminated; may be NULL */
+    const char *body;           /* JSON request body, NULL for none */
+    size_t body_len;
+    int64_t start_by_ms; /* a request to GitHub still waiting for the budget at this
+                            time (clock_now_ms) is not sent: CRCR_E_STATE; 0: none */
+} gh_req;
+
+/*
+ * Starts a call; every pointer of *rq and `out` is borrowed until `done` has run. CRCR_OK: `done`
+ * will be called exactly once; CRCR_E_STATE there means a request was not sent (the client is
+ * draining, gh_drain, or a start_by_ms passed). Otherwise (the request is refused before anything
+ * is sent: the checks of gh_request, out->error says why) `done` is never called.
+ */
+crcr_err gh_start(gh_client *gh, const gh_req *rq, gh_resp *out, gh_done_fn done, void *ud);
+
+/* The cached installation id of `repo` (no request); false when none. */
+bool gh_installation_cached(gh_client *gh, const char *repo, int64_t *id);
+/* Remembers `repo`'s installation id (kept elsewhere, e.g. the store) unless one is cached. */
+void gh_installation_seed(gh_client *gh, const char *repo, int64_t id);
+/* Forgets every repository cached as installation `id`, and its token; how many repositories. */
+size_t gh_installation_forget(gh_client *gh, int64_t id);
+
+/* The client's loop (its budget: http_loop_set_capacity, stats). */
+struct http_loop *gh_loop(gh_client *gh);
+/* Stopping: budgeted requests not yet sent end with CRCR_E_STATE from now on (http_loop_drain). */
+void gh_drain(gh_client *gh);
 
 /* ---- the App's webhook delivery log (§5.7; apps/list-webhook-deliveries and
  *      apps/redeliver-webhook-delivery), both with the App JWT ---- */

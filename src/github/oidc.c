@@ -29,6 +29,7 @@
 #include "http_client.h"
 #include "jwt.h"
 #include "log.h"
+#include "oidc_cache.h"
 
 /* Longest Authorization header value looked at: a maximal token plus the "Bearer " prefix and
  * some surrounding blanks. Anything longer is refused without being scanned further. */
@@ -75,6 +76,7 @@ typedef struct issuer {
     bool loopback;      /* http:// allowed for the JWKS fetch */
     jwks_set *keys;     /* guarded by mu; NULL until the first successful fetch */
     int64_t fetched_at; /* guarded by mu; now_s when `keys` was installed */
+    uint64_t keys_gen;  /* guarded by mu; counts installs of `keys` (oidc_cache entries) */
     int64_t attempt_at; /* guarded by mu; now_s of the last fetch attempt */
     bool attempted;     /* guarded by mu */
     bool fetching;      /* guarded by mu */
@@ -92,7 +94,8 @@ struct oidc_verifier {
     char audience[OIDC_AUDIENCE_MAX + 1];
     oidc_resolver resolver[CRCR_ISSUER_BUILDKITE + 1]; /* per kind; set before use */
     void *resolver_ctx[CRCR_ISSUER_BUILDKITE + 1];
-    atomic_uint_fast64_t st_fetches, st_verified, st_rejected;
+    oidc_cache *cache; /* tokens verified already (GitHub issuers), owned */
+    atomic_uint_fast64_t st_fetches, st_verified, st_rejected, st_cache_hits;
 };
 
 /* ---------------------------------------------------------------- small helpers */
@@ -300,6 +303,7 @@ static void install_keys(issuer *is, jwks_set *fresh, int64_t now_s)
     jwks_set *old = is->keys;
     is->keys = fresh;
     is->fetched_at = now_s;
+    is->keys_gen++;
     set_unref(old);
 }
 
@@ -626,6 +630,56 @@ bool oidc_token_present(const char *authorization)
     return token_span(authorization, strnlen(authorization, OIDC_AUTH_HEADER_MAX + 1), &tok, &tlen);
 }
 
+/* ---------------------------------------------------------------- verified tokens */
+
+/*
+ * A token this verifier accepted before (oidc_cache.h), judged again without its signature: only
+ * a GitHub issuer's (a resolver's mapping may change), only while the key set that verified it is
+ * still the issuer's and younger than OIDC_JWKS_MAX_AGE_S (else the full path fetches), and only
+ * when exp, nbf and iat still hold at now_s as check_common() judges them. True with *out filled;
+ * false sends the token down the full path, which gives every refusal its reason.
+ */
+static bool cache_lookup(oidc_verifier *v, const unsigned char key[32], int64_t now_s,
+                         oidc_identity *out)
+{
+    oidc_cached c;
+    if (!oidc_cache_get(v->cache, key, now_s, &c) || c.issuer >= v->n_iss)
+        return false;
+    issuer *is = &v->iss[c.issuer];
+    pthread_mutex_lock(&v->mu);
+    bool current = is->kind == CRCR_ISSUER_GITHUB && is->keys && is->keys_gen == c.keys_gen &&
+                   !apart(now_s, is->fetched_at, OIDC_JWKS_MAX_AGE_S);
+    pthread_mutex_unlock(&v->mu);
+    if (!current || now_s > sat_add(c.exp, OIDC_LEEWAY_S) ||
+        (c.has_nbf && sat_add(now_s, OIDC_LEEWAY_S) < c.nbf) ||
+        (c.has_iat && c.iat > sat_add(now_s, OIDC_LEEWAY_S)))
+        return false;
+    *out = c.id;
+    atomic_fetch_add_explicit(&v->st_cache_hits, 1, memory_order_relaxed);
+    return true;
+}
+
+/* Remembers a token `keys` (borrowed) verified for issuer `is`, when they are still its keys. */
+static void cache_store(oidc_verifier *v, issuer *is, const jwks_set *keys, const jv *claims,
+                        const oidc_identity *id, const unsigned char key[32])
+{
+    oidc_cached c;
+    memset(&c, 0, sizeof(c));
+    c.issuer = (size_t)(is - v->iss);
+    c.exp = id->exp;
+    const jv *t = jv_get(claims, "nbf");
+    c.has_nbf = t && claim_time(t, &c.nbf);
+    t = jv_get(claims, "iat");
+    c.has_iat = t && claim_time(t, &c.iat);
+    c.id = *id;
+    pthread_mutex_lock(&v->mu);
+    bool current = is->keys == keys;
+    c.keys_gen = is->keys_gen;
+    pthread_mutex_unlock(&v->mu);
+    if (current)
+        oidc_cache_put(v->cache, key, &c);
+}
+
 /* The body of oidc_verify(): returns 0 or an HTTP status with the reason in why[0..whysz). */
 static int verify_token(oidc_verifier *v, const char *authorization, int64_t now_s,
                         oidc_identity *out, char *why, size_t whysz, int64_t *retry_after_s)
@@ -649,6 +703,11 @@ static int verify_token(oidc_verifier *v, const char *authorization, int64_t now
         snprintf(why, whysz, "%s", R_INVALID);
         return 401;
     }
+
+    unsigned char ckey[32];
+    bool cacheable = v->cache && oidc_cache_key(tok, tlen, ckey);
+    if (cacheable && cache_lookup(v, ckey, now_s, out))
+        return 0;
 
     jwt_parts parts;
     jwt_parts_init(&parts);
@@ -710,8 +769,11 @@ static int verify_token(oidc_verifier *v, const char *authorization, int64_t now
 
     status = check_kind(v, is->kind, parts.payload, v->audience, now_s, out, why, whysz);
     fixed = NULL;
-    if (status == 0)
+    if (status == 0) {
         memcpy(out->issuer, is->url, is->url_len + 1);
+        if (cacheable && is->kind == CRCR_ISSUER_GITHUB)
+            cache_store(v, is, keys, parts.payload, out, ckey);
+    }
 
 done:
     set_unref(keys);
@@ -815,6 +877,7 @@ oidc_verifier *oidc_new_kinds(const char *const *issuers, const crcr_issuer_kind
     atomic_init(&v->st_fetches, 0);
     atomic_init(&v->st_verified, 0);
     atomic_init(&v->st_rejected, 0);
+    atomic_init(&v->st_cache_hits, 0);
     memcpy(v->audience, audience, alen + 1);
     for (size_t i = 0; i < n_issuers; i++) {
         bool ok = issuer_init(&v->iss[i], issuers[i], i, err, errsz);
@@ -835,8 +898,9 @@ oidc_verifier *oidc_new_kinds(const char *const *issuers, const crcr_issuer_kind
         }
     }
     v->pool = http_pool_new();
-    if (!v->pool) {
-        snprintf(err, errsz, "oidc: cannot create a curl handle");
+    v->cache = oidc_cache_new();
+    if (!v->pool || !v->cache) {
+        snprintf(err, errsz, "oidc: cannot create a curl handle or the token cache");
         oidc_free(v);
         return NULL;
     }
@@ -850,6 +914,7 @@ void oidc_free(oidc_verifier *v)
     for (size_t i = 0; i < v->n_iss; i++)
         set_unref(v->iss[i].keys);
     http_pool_free(v->pool);
+    oidc_cache_free(v->cache);
     pthread_cond_destroy(&v->cond);
     pthread_mutex_destroy(&v->mu);
     free(v);
@@ -885,6 +950,11 @@ void oidc_stats(oidc_verifier *v, uint64_t *jwks_fetches, uint64_t *verified, ui
         *verified = v ? atomic_load(&v->st_verified) : 0;
     if (rejected)
         *rejected = v ? atomic_load(&v->st_rejected) : 0;
+}
+
+uint64_t oidc_cache_hits(oidc_verifier *v)
+{
+    return v ? atomic_load(&v->st_cache_hits) : 0;
 }
 
 crcr_err oidc_set_jwks(oidc_verifier *v, const char *issuer_url, const char *json, size_t len,

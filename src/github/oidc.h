@@ -29,6 +29,13 @@
  * retry, and the next fetch may come after OIDC_JWKS_RETRY_S. A token that the keys the relay
  * has do judge stays a 401 when it fails.
  *
+ * Verified tokens: a GitHub issuer's token accepted once is remembered by the SHA-256 of its
+ * bytes (oidc_cache.h, OIDC_CACHE_SLOTS entries) with the identity it gave, so that a job's
+ * in_progress and completed reports with one token cost one signature check. A remembered token
+ * is accepted again only while the key set that verified it is still the issuer's (any JWKS fetch
+ * or install ends the issuer's entries: a key removed by a rotation takes its tokens with it) and
+ * fresh, and only when exp, nbf and iat hold at `now_s` as above; otherwise it takes the full path.
+ *
  * Nothing in here logs or returns the token: reasons are fixed phrases (plus the token's "iss",
  * which is public, shortened and reduced to printable ASCII), and rejections are logged at debug
  * level with the reason only.
@@ -181,6 +188,8 @@ bool oidc_issuer_stats(oidc_verifier *v, size_t i, oidc_issuer_stat *out);
  * tokens rejected. Any pointer may be NULL.
  */
 void oidc_stats(oidc_verifier *v, uint64_t *jwks_fetches, uint64_t *verified, uint64_t *rejected);
+/* Tokens accepted from the cache of verified tokens (counted in `verified` too). */
+uint64_t oidc_cache_hits(oidc_verifier *v);
 
 /**
  * Checks the claims of an already signature-verified token (`claims` is the payload object,

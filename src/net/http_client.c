@@ -8,6 +8,8 @@
  */
 #include "http_client.h"
 
+#include "http_easy.h"
+
 #include <arpa/inet.h>
 #include <curl/curl.h>
 #include <netinet/in.h>
@@ -626,7 +628,7 @@ static void easy_release(http_pool *p, easy_slot *s)
 /* ---------------------------------------------------------------- exchange */
 
 /* Sets the options of one exchange on `h` (freshly reset). */
-static CURLcode set_options(CURL *h, http_pool *pool, const http_call *rq, struct curl_slist *hdrs,
+static CURLcode set_options(CURL *h, CURLSH *share, const http_call *rq, struct curl_slist *hdrs,
                             xfer *x, char *errbuf)
 {
     long total = rq->timeout_ms < 1 ? 1 : rq->timeout_ms;
@@ -637,8 +639,8 @@ static CURLcode set_options(CURL *h, http_pool *pool, const http_call *rq, struc
         if (rc == CURLE_OK)                                                                        \
             rc = curl_easy_setopt(h, opt, val);                                                    \
     } while (0)
-    if (pool)
-        SETOPT(CURLOPT_SHARE, pool->share);
+    if (share)
+        SETOPT(CURLOPT_SHARE, share);
     SETOPT(CURLOPT_URL, rq->url);
     SETOPT(CURLOPT_PROTOCOLS_STR, rq->allow_http ? "http,https" : "https");
     SETOPT(CURLOPT_FOLLOWLOCATION, 0L);
@@ -652,6 +654,13 @@ static CURLcode set_options(CURL *h, http_pool *pool, const http_call *rq, struc
     SETOPT(CURLOPT_HEADERFUNCTION, on_header);
     SETOPT(CURLOPT_HEADERDATA, x);
     SETOPT(CURLOPT_ERRORBUFFER, errbuf);
+    /* HTTP/2 where TLS negotiates it (ALPN), HTTP/1.1 otherwise. Over TLS, on a multi handle
+     * (http_loop.h), a request waits for a connection being set up rather than opening another:
+     * ALPN tells at the handshake whether requests to that host can share one HTTP/2
+     * connection. Not for plain http, where libcurl would learn it only from the first answer
+     * and every other request would wait for it. */
+    SETOPT(CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
+    SETOPT(CURLOPT_PIPEWAIT, strncasecmp(rq->url, "https:", 6) == 0 ? 1L : 0L);
     if (!rq->truncate)
         SETOPT(CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)x->out->body->max);
     if (strcmp(rq->method, "GET") == 0) {
@@ -677,8 +686,14 @@ static bool permanent_failure(CURLcode rc)
            rc == CURLE_OUT_OF_MEMORY;
 }
 
-crcr_err http_exchange(http_pool *pool, const http_call *rq, http_answer *out)
+_Static_assert(sizeof(((http_easy_state *)0)->errbuf) >= CURL_ERROR_SIZE,
+               "the error buffer holds what libcurl writes");
+_Static_assert(sizeof(((http_easy_state *)0)->sink) >= sizeof(xfer), "the sink fits");
+
+crcr_err http_easy_begin(CURL *h, CURLSH *share, const http_call *rq, http_answer *out,
+                         http_easy_state *st)
 {
+    memset(st, 0, sizeof(*st));
     out->status = 0;
     out->truncated = false;
     out->sent = false;
@@ -691,51 +706,79 @@ crcr_err http_exchange(http_pool *pool, const http_call *rq, http_answer *out)
     crcr_err err = check_request(rq, out);
     if (err)
         return err;
-
-    struct curl_slist *hdrs = headers_build(rq);
-    easy_slot *slot = hdrs ? easy_acquire(pool) : NULL;
-    if (!slot) {
-        headers_free(hdrs);
+    st->hdrs = headers_build(rq);
+    if (!st->hdrs) {
         snprintf(out->error, sizeof(out->error), "out of memory");
         return CRCR_E_NOMEM;
     }
-    CURL *h = slot->h;
-    xfer x = {.out = out, .truncate = rq->truncate};
-    char errbuf[CURL_ERROR_SIZE] = "";
+    xfer *x = (xfer *)st->sink;
+    *x = (xfer){.out = out, .truncate = rq->truncate};
     curl_easy_reset(h);
-    CURLcode rc = set_options(h, pool, rq, hdrs, &x, errbuf);
-    if (rc == CURLE_OK) {
-        out->sent = true;
-        rc = curl_easy_perform(h);
-    } else {
-        snprintf(errbuf, sizeof(errbuf), "curl option refused: %s", curl_easy_strerror(rc));
+    CURLcode rc = set_options(h, share, rq, st->hdrs, x, st->errbuf);
+    if (rc != CURLE_OK) {
+        /* Nothing was sent: finish as a transport failure that names the refused option. */
+        snprintf(out->error, sizeof(out->error), "curl option refused: %s", curl_easy_strerror(rc));
+        headers_free(st->hdrs);
+        st->hdrs = NULL;
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER, NULL);
+        curl_easy_setopt(h, CURLOPT_ERRORBUFFER, NULL);
+        curl_easy_setopt(h, CURLOPT_WRITEDATA, NULL);
+        curl_easy_setopt(h, CURLOPT_HEADERDATA, NULL);
+        out->permanent = permanent_failure(rc);
+        return CRCR_E_NETWORK;
     }
+    out->sent = true;
+    return CRCR_OK;
+}
+
+crcr_err http_easy_end(CURL *h, CURLcode rc, http_easy_state *st)
+{
+    xfer *x = (xfer *)st->sink;
+    http_answer *out = x->out;
     long status = 0;
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
-    /* A pooled handle must not keep pointers into this frame or the header list. */
+    /* A reused handle must not keep pointers into the state or the header list. */
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, NULL);
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, NULL);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, NULL);
     curl_easy_setopt(h, CURLOPT_HEADERDATA, NULL);
-    easy_release(pool, slot);
-    headers_free(hdrs);
+    headers_free(st->hdrs);
+    st->hdrs = NULL;
 
     if (rc == CURLE_OK) {
         out->status = status;
         return CRCR_OK;
     }
-    if (x.too_large || rc == CURLE_FILESIZE_EXCEEDED) {
+    if (x->too_large || rc == CURLE_FILESIZE_EXCEEDED) {
         out->status = status;
         snprintf(out->error, sizeof(out->error), "answer larger than %zu bytes", out->body->max);
         return CRCR_E_TOO_LARGE;
     }
-    if (x.nomem) {
+    if (x->nomem) {
         out->status = status;
         snprintf(out->error, sizeof(out->error), "out of memory");
         return CRCR_E_NOMEM;
     }
     answer_headers_reset(out);
     out->permanent = permanent_failure(rc);
-    snprintf(out->error, sizeof(out->error), "%s", errbuf[0] ? errbuf : curl_easy_strerror(rc));
+    snprintf(out->error, sizeof(out->error), "%s",
+             st->errbuf[0] ? st->errbuf : curl_easy_strerror(rc));
     return CRCR_E_NETWORK;
+}
+
+crcr_err http_exchange(http_pool *pool, const http_call *rq, http_answer *out)
+{
+    easy_slot *slot = easy_acquire(pool);
+    if (!slot) {
+        out->status = 0;
+        out->sent = false;
+        snprintf(out->error, sizeof(out->error), "out of memory");
+        return CRCR_E_NOMEM;
+    }
+    http_easy_state st;
+    crcr_err err = http_easy_begin(slot->h, pool ? pool->share : NULL, rq, out, &st);
+    if (!err)
+        err = http_easy_end(slot->h, curl_easy_perform(slot->h), &st);
+    easy_release(pool, slot);
+    return err;
 }

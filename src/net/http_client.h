@@ -21,7 +21,9 @@
  * CURLSH shares DNS and TLS sessions between the pool's handles. Connections themselves are not
  * shared between handles: libcurl 7.88 does not support sharing live connections across threads
  * (CURL_LOCK_DATA_CONNECT; curl KNOWN_BUGS, issue #4915). Without a pool (NULL) the exchange
- * uses a fresh handle and closes it, which suits the one-shot command-line callers.
+ * uses a fresh handle and closes it, which suits the one-shot command-line callers. The relay's
+ * own requests (GitHub, the HUD) go through http_loop.h instead: the same exchange, driven with
+ * many others by one thread, within a budget.
  *
  * CA settings are libcurl's defaults (the system trust store). curl_global_init must have run.
  */
@@ -70,6 +72,8 @@ typedef struct http_call {
     long connect_timeout_ms; /* values below 1 count as 1 (0 would mean "none" to libcurl) */
     long timeout_ms;         /* the whole exchange; likewise at least 1 */
     bool truncate;           /* over the body cap: keep the first bytes instead of failing */
+    int64_t start_by_ms;     /* http_loop only: a budgeted exchange still waiting for the
+                                budget at this time (clock_now_ms) ends unsent; 0: no limit */
 } http_call;
 
 typedef struct http_answer {

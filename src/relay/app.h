@@ -13,6 +13,7 @@
 
 #include "allowlist_source.h"
 #include "config.h"
+#include "gh_budget.h"
 #include "github.h"
 #include "http_server.h"
 #include "oidc.h"
@@ -27,6 +28,7 @@ typedef struct crcr_app {
     allowlist_source *allow;
     doc_source *providers; /* the CI providers map (ci_providers.h); NULL when not configured */
     outbox *ob;
+    gh_budget *budget; /* this instance's share of the App's GitHub budget */
     oidc_verifier *oidc;
     http_server *http;
     reconciler *reconciler; /* NULL in dry-run or with CRCR_RECONCILE_SECONDS=0 */

@@ -1,12 +1,33 @@
 /*
- * outbox.c - worker threads over the store's outbox; see outbox.h for the retry policy.
+ * outbox.c - the outbox's rows carried out without a thread per row; see outbox.h for the retry
+ * policy.
  *
- * Each worker loops: take a claimed row, carry it out, record the outcome. Claims are made by one
- * worker at a time for all idle ones, a batch per store transaction (worker()). When nothing is
- * due a worker sleeps on a condition variable until the next row's due time, a wake-up, or a 1 s
- * poll (rows can also become due because a lease expired). A claimed row waits in memory only
- * for an idle worker; a crash loses nothing: the row stays `running` until the store hands it
- * out again.
+ * A claimed row becomes a job: a small state machine per kind (a step function, re-run each time
+ * something it waits for is in). A step does the row's local work (build the request, read the
+ * installation id, the pause and the lease) and either ends the job (dry-run, a known outcome, a
+ * paused installation) or starts one GitHub call (gh_start) and returns; the call's end, on the
+ * GitHub client's loop thread, puts the job on the ready list and wakes a worker, which runs its
+ * next step. So GitHub requests in flight cost no thread and no store connection; at most
+ * MAX_DISPATCH_WORKERS jobs exist at once (rows claimed and not yet recorded), and their requests
+ * share the client's budget (CRCR_GITHUB_CONCURRENCY, gh_budget.c).
+ *
+ * Workers (a few threads, OUTBOX_THREADS_PER_CPU per CPU) loop: run the steps of ready jobs;
+ * else claim rows when some may be due (a wake-up, a due time, the 1 s poll) and there is room
+ * for jobs; else sleep. One worker claims at a time, a batch per store transaction, and runs the
+ * first step of every row it claimed itself: work whose result is local (dry-run rows, rows of a
+ * paused installation, comments already recorded) is done there without waking another thread.
+ * Outcomes of the jobs a worker ends together are recorded in one store transaction
+ * (store_jobs_settle). A job's slot is given back only once its outcome is recorded. A crash
+ * loses nothing: a claimed row stays `running` until the store hands it out again.
+ *
+ * Installation ids are kept in the store's kv ("installation:<repo>", OUTBOX_INSTALLATION_TTL_MS)
+ * besides the client's memory: a restarted relay, or another instance, finds them there (one
+ * read of all at start, one read per id missing from memory), so a cold fan-out costs a token and
+ * a dispatch per installation, not a lookup more. An id found stale (a 404) is dropped from both;
+ * the webhook handler drops an installation's ids on its installation events
+ * (outbox_installation_changed). Rate-limit pauses live in memory and in the store's kv (so that
+ * they survive a restart and reach other instances), read back at most every
+ * OUTBOX_PAUSE_REFRESH_MS in one scan.
  */
 #include "outbox.h"
 
@@ -22,6 +43,7 @@
 
 #include "clock.h"
 #include "checks.h"
+#include "cpus.h"
 #include "depends_on.h"
 #include "dispatch.h"
 #include "json.h"
@@ -34,38 +56,52 @@
 
 #define OUTBOX_POLL_MS 1000
 #define OUTBOX_PAUSES_MAX 1024
-/* Rows one claim takes at the most (one store transaction); also the hand-over queue's size.
- * Each claimed row holds its delivery's payload until it is done: with the outbox behind a 30 KB
- * ingest at c64, batches of 32 raised the peak RSS by 4.2 MiB, 16 by 3.3, 8 by 2.9, 4 by 2.0
- * (bench/RESULTS.md); 8 still claims a 4-target webhook's rows together. */
-#define OUTBOX_BATCH_MAX 8
+/* Rows one claim takes at the most (one store transaction). Each claimed row holds its
+ * delivery's payload until it is done; a claim never takes more than the free job slots. */
+#define OUTBOX_BATCH_MAX 16
 #define OUTBOX_DEFAULT_PAUSE_S 60
+/* Worker threads: per CPU, and at most. They run steps and store writes, never wait for GitHub. */
+#define OUTBOX_THREADS_PER_CPU 2
+#define OUTBOX_THREADS_MAX 8
+/* Ready jobs one worker takes at once; their outcomes are recorded in one transaction. */
+#define OUTBOX_SETTLE_MAX 32
+/* How often the pauses other instances (or an earlier run) recorded are read from the store. */
+#define OUTBOX_PAUSE_REFRESH_MS 1000
+/* Stored installation ids: their key prefix and life. */
+#define OUTBOX_INSTALLATION_PREFIX "installation:"
+#define OUTBOX_INSTALLATION_TTL_MS (30LL * 24 * 3600 * 1000)
+#define OUTBOX_PAUSE_PREFIX "pause:installation:"
 
 typedef struct pause_entry {
     int64_t installation;
     int64_t until_ms;
 } pause_entry;
 
+typedef struct job job;
+
 struct outbox {
     const crcr_config *cfg;
     store *st;
     gh_client *gh;
     allowlist_source *allow;
-    pthread_t threads[CRCR_MAX_DISPATCH_WORKERS];
+    pthread_t threads[OUTBOX_THREADS_MAX];
     size_t n_threads;
     pthread_t waker; /* relays the store's cross-process wake-ups (PostgreSQL NOTIFY) */
     bool has_waker;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool stopping;
-    bool claiming; /* a worker is claiming for all (see worker()) */
-    bool pending;  /* rows may be due that no claim has looked for yet */
-    size_t idle;   /* workers waiting on cv */
-    bool watching; /* with a test clock: an idle worker waits in short slices (see worker()) */
-    store_job handoff[OUTBOX_BATCH_MAX]; /* claimed rows waiting for a worker, owned here */
-    size_t handoff_n;
+    bool claiming;           /* a worker is claiming (see worker()) */
+    bool pending;            /* rows may be due that no claim has looked for yet */
+    size_t idle;             /* workers waiting on cv */
+    bool watching;           /* with a test clock: an idle worker waits in short slices */
+    size_t jobs;             /* rows claimed and not yet recorded (or being claimed) */
+    size_t max_jobs;         /* MAX_DISPATCH_WORKERS */
+    job *ready, *ready_tail; /* jobs whose call ended: their next step is due */
     pause_entry pauses[OUTBOX_PAUSES_MAX];
     size_t n_pauses;
+    int64_t pauses_read_at; /* clock_mono_ms() of the last read of the store's pauses, 0: never */
+    bool pauses_reading;
     atomic_uint_fast64_t sent, dry_run, retried, dead, pauses_count;
 };
 
@@ -152,48 +188,16 @@ static double next_random(uint64_t *s)
     return (double)(x >> 11) / (double)(1ULL << 53);
 }
 
+/* ---------------------------------------------------------------- pauses */
+
 static void pause_key(int64_t installation, char *key, size_t keysz)
 {
-    snprintf(key, keysz, "pause:installation:%lld", (long long)installation);
+    snprintf(key, keysz, OUTBOX_PAUSE_PREFIX "%lld", (long long)installation);
 }
 
-/* When this process's pause of the installation ends (0: not paused). */
-static int64_t pause_until_local(outbox *ob, int64_t installation, int64_t now)
+/* Adds a pause to memory, or lengthens the one there; drops expired ones (ob->mu held). */
+static void pause_merge(outbox *ob, int64_t installation, int64_t until, int64_t now)
 {
-    int64_t until = 0;
-    pthread_mutex_lock(&ob->mu);
-    for (size_t i = 0; i < ob->n_pauses; i++) {
-        if (ob->pauses[i].installation == installation && ob->pauses[i].until_ms > now)
-            until = ob->pauses[i].until_ms;
-    }
-    pthread_mutex_unlock(&ob->mu);
-    return until;
-}
-
-/* When the installation's pause ends (0: not paused). Pauses live in memory and, so that they
- * survive a restart and reach the other instances sharing the store, in the store's kv. */
-static int64_t pause_until(outbox *ob, int64_t installation, int64_t now)
-{
-    int64_t until = pause_until_local(ob, installation, now);
-    if (until)
-        return until;
-    char key[64];
-    pause_key(installation, key, sizeof(key));
-    buf_t v;
-    buf_init(&v, 32);
-    if (store_kv_get(ob->st, key, &v, now) == CRCR_OK) {
-        char *end = NULL;
-        long long t = strtoll(buf_cstr(&v), &end, 10);
-        if (end && *end == '\0' && t > now)
-            until = (int64_t)t;
-    }
-    buf_free(&v);
-    return until;
-}
-
-static void pause_set(outbox *ob, int64_t installation, int64_t until, int64_t now)
-{
-    pthread_mutex_lock(&ob->mu);
     size_t w = 0;
     bool found = false;
     for (size_t i = 0; i < ob->n_pauses; i++) {
@@ -208,14 +212,159 @@ static void pause_set(outbox *ob, int64_t installation, int64_t until, int64_t n
         ob->pauses[w++] = e;
     }
     ob->n_pauses = w;
-    if (!found && ob->n_pauses < OUTBOX_PAUSES_MAX)
+    if (!found && until > now && ob->n_pauses < OUTBOX_PAUSES_MAX)
         ob->pauses[ob->n_pauses++] = (pause_entry){installation, until};
+}
+
+typedef struct pause_read {
+    pause_entry got[OUTBOX_PAUSES_MAX];
+    size_t n;
+} pause_read;
+
+static void pause_got(void *ctx, const char *key, const char *value, size_t len)
+{
+    pause_read *pr = ctx;
+    char v[24], *end = NULL;
+    if (len == 0 || len >= sizeof(v) || pr->n >= OUTBOX_PAUSES_MAX)
+        return;
+    memcpy(v, value, len);
+    v[len] = '\0';
+    long long until = strtoll(v, &end, 10);
+    long long inst = strtoll(key + strlen(OUTBOX_PAUSE_PREFIX), &end, 10);
+    if (end && *end == '\0' && inst > 0 && until > 0)
+        pr->got[pr->n++] = (pause_entry){inst, until};
+}
+
+/* Reads the pauses recorded in the store (by another instance, or before a restart) into memory,
+ * at most every OUTBOX_PAUSE_REFRESH_MS: one scan, not one read per request. */
+static void pauses_refresh(outbox *ob, int64_t now)
+{
+    int64_t mono = clock_mono_ms();
+    pthread_mutex_lock(&ob->mu);
+    bool due = !ob->pauses_reading &&
+               (ob->pauses_read_at == 0 || mono - ob->pauses_read_at >= OUTBOX_PAUSE_REFRESH_MS);
+    if (due)
+        ob->pauses_reading = true;
+    pthread_mutex_unlock(&ob->mu);
+    if (!due)
+        return;
+    pause_read *pr = calloc(1, sizeof(*pr));
+    if (pr)
+        (void)store_kv_scan(ob->st, OUTBOX_PAUSE_PREFIX, now, OUTBOX_PAUSES_MAX, pause_got, pr);
+    pthread_mutex_lock(&ob->mu);
+    for (size_t i = 0; pr && i < pr->n; i++)
+        pause_merge(ob, pr->got[i].installation, pr->got[i].until_ms, now);
+    ob->pauses_read_at = mono ? mono : 1;
+    ob->pauses_reading = false;
+    pthread_mutex_unlock(&ob->mu);
+    free(pr);
+}
+
+/* When the installation's pause ends (0: not paused): this process's pauses and those read from
+ * the store (pauses_refresh). */
+static int64_t pause_until(outbox *ob, int64_t installation, int64_t now)
+{
+    pauses_refresh(ob, now);
+    int64_t until = 0;
+    pthread_mutex_lock(&ob->mu);
+    for (size_t i = 0; i < ob->n_pauses; i++) {
+        if (ob->pauses[i].installation == installation && ob->pauses[i].until_ms > now)
+            until = ob->pauses[i].until_ms;
+    }
+    pthread_mutex_unlock(&ob->mu);
+    return until;
+}
+
+/* Pauses the installation until `until`: in memory at once, and in the store's kv. */
+static void pause_set(outbox *ob, int64_t installation, int64_t until, int64_t now)
+{
+    pthread_mutex_lock(&ob->mu);
+    pause_merge(ob, installation, until, now);
     pthread_mutex_unlock(&ob->mu);
     atomic_fetch_add(&ob->pauses_count, 1);
     char key[64], val[24];
     pause_key(installation, key, sizeof(key));
     snprintf(val, sizeof(val), "%lld", (long long)until);
     store_kv_put(ob->st, key, val, strlen(val), until);
+}
+
+/* ---------------------------------------------------------------- installation ids */
+
+/* "installation:<repo, lower-cased>"; false when the name does not fit. */
+static bool installation_key(const char *repo, char *key, size_t keysz)
+{
+    size_t pl = strlen(OUTBOX_INSTALLATION_PREFIX), n = strlen(repo);
+    if (pl + n + 1 > keysz)
+        return false;
+    memcpy(key, OUTBOX_INSTALLATION_PREFIX, pl);
+    for (size_t i = 0; i <= n; i++) {
+        char c = repo[i];
+        key[pl + i] = (c >= 'A' && c <= 'Z') ? (char)(c - 'A' + 'a') : c;
+    }
+    return true;
+}
+
+/* The stored installation id of `repo` (also remembered by the client), 0 when none. */
+static int64_t installation_stored(outbox *ob, const char *repo)
+{
+    char key[CRCR_REPO_NAME_MAX + 32];
+    if (!installation_key(repo, key, sizeof(key)))
+        return 0;
+    buf_t v;
+    buf_init(&v, 32);
+    int64_t id = 0;
+    if (store_kv_get(ob->st, key, &v, clock_now_ms()) == CRCR_OK) {
+        char *end = NULL;
+        long long x = strtoll(buf_cstr(&v), &end, 10);
+        if (end && *end == '\0' && x > 0)
+            id = x;
+    }
+    buf_free(&v);
+    if (id)
+        gh_installation_seed(ob->gh, repo, id);
+    return id;
+}
+
+static void installation_store(outbox *ob, const char *repo, int64_t id)
+{
+    char key[CRCR_REPO_NAME_MAX + 32], val[24];
+    if (id <= 0 || !installation_key(repo, key, sizeof(key)))
+        return;
+    snprintf(val, sizeof(val), "%lld", (long long)id);
+    store_kv_put(ob->st, key, val, strlen(val), clock_now_ms() + OUTBOX_INSTALLATION_TTL_MS);
+}
+
+static void installation_unstore(outbox *ob, const char *repo)
+{
+    char key[CRCR_REPO_NAME_MAX + 32];
+    if (installation_key(repo, key, sizeof(key)))
+        store_kv_delete(ob->st, key);
+}
+
+typedef struct inst_scan {
+    outbox *ob;
+    int64_t only; /* 0: every entry (seeding), else the entries of this id */
+    char (*keys)[CRCR_REPO_NAME_MAX + 32];
+    size_t n, cap;
+} inst_scan;
+
+static void inst_got(void *ctx, const char *key, const char *value, size_t len)
+{
+    inst_scan *sc = ctx;
+    char v[24], *end = NULL;
+    if (len == 0 || len >= sizeof(v))
+        return;
+    memcpy(v, value, len);
+    v[len] = '\0';
+    long long id = strtoll(v, &end, 10);
+    if (!end || *end != '\0' || id <= 0)
+        return;
+    const char *repo = key + strlen(OUTBOX_INSTALLATION_PREFIX);
+    if (!sc->only) {
+        gh_installation_seed(sc->ob->gh, repo, id);
+    } else if (id == sc->only && sc->n < sc->cap && strlen(key) < sizeof(sc->keys[0])) {
+        memcpy(sc->keys[sc->n++], key, strlen(key) + 1);
+    }
 }
 
 /* The "message" of a GitHub error body (scrubbed, bounded), or the status line. */
@@ -264,18 +413,18 @@ static void outcome_from(outcome *o, const char *what, const gh_resp *r)
 }
 
 /*
- * Called right before a request goes out for `job`: renews the row's lease once a third of it
+ * Called right before a request goes out for row `sj`: renews the row's lease once a third of it
  * has passed since it was taken or last renewed. false (o->verdict OUTBOX_LEASE_LOST) when the
  * row belongs to another worker now, or when the store cannot renew a lease that is nearly over.
  */
-static bool lease_still_ours(outbox *ob, store_job *job, outcome *o)
+static bool lease_still_ours(outbox *ob, store_job *sj, outcome *o)
 {
     int64_t lease_ms = (int64_t)ob->cfg->lease_s * 1000;
     int64_t now = clock_now_ms();
-    if (now < job->lease_until - lease_ms * 2 / 3)
+    if (now < sj->lease_until - lease_ms * 2 / 3)
         return true;
-    crcr_err e = store_job_renew(ob->st, job, now, lease_ms);
-    if (e == CRCR_OK || (e != CRCR_E_STATE && clock_now_ms() < job->lease_until - lease_ms / 4))
+    crcr_err e = store_job_renew(ob->st, sj, now, lease_ms);
+    if (e == CRCR_OK || (e != CRCR_E_STATE && clock_now_ms() < sj->lease_until - lease_ms / 4))
         return true;
     o->verdict = OUTBOX_LEASE_LOST;
     snprintf(o->error, sizeof(o->error), "%s",
@@ -283,58 +432,208 @@ static bool lease_still_ours(outbox *ob, store_job *job, outcome *o)
     return false;
 }
 
-/* Sends one GitHub request as the installation covering `job->target`, honouring a pause of that
- * installation. Fills *o; when `keep` is not NULL the answer stays there (caller frees). */
-static void send_as_installation(outbox *ob, store_job *job, const char *method, const char *path,
-                                 const char *body, size_t body_len, const char *what, outcome *o,
-                                 int64_t now, gh_resp *keep)
+/* ---------------------------------------------------------------- jobs */
+
+typedef enum { STEP_DONE, STEP_WAIT } step_rc;
+
+/* Where a job's GitHub request is (inst_send). */
+typedef enum {
+    IS_IDLE,   /* none out */
+    IS_LOOKUP, /* the installation lookup is out */
+    IS_SEND    /* the request is out */
+} isend_state;
+
+/* The longest request path a job builds. */
+#define JOB_PATH_MAX (CRCR_REPO_NAME_MAX + 160)
+
+/* One claimed row being carried out. Owned by the outbox from its claim until its outcome is
+ * recorded; while one of its calls is out, by that call (the call's end hands it back). */
+struct job {
+    outbox *ob;
+    store_job sj;          /* the claimed row */
+    outcome o;             /* what it came to */
+    dispatch_output dout;  /* a dispatch's request body */
+    depends_on_pair *pair; /* a paired dispatch's Depends-On pair (heap), or NULL */
+    buf_t record;          /* ... and its record as sent: the row's body from then on */
+    char note[CRCR_REPO_NAME_MAX + DEPENDS_ON_PROBLEM_MAX + 512];
+    char joined[CRCR_REPO_NAME_MAX + DEPENDS_ON_PROBLEM_MAX + 1112]; /* note; trimmed: paths */
+    int stage;                                                       /* the kind's step */
+    int page; /* listings: the page asked for */
+    isend_state isend;
+    gh_resp r;     /* the answer of the last call */
+    crcr_err gerr; /* ... and its result */
+    int64_t inst;  /* the row's installation id, once known */
+    char path[JOB_PATH_MAX];
+    void *state; /* the kind's own (heap, freed by state_free) */
+    void (*state_free)(void *state);
+    job *next; /* ready list */
+};
+
+/* The end of a call (on the client's loop thread, or on the thread that started it): the job's
+ * next step is due. */
+static void job_resume(void *ud, crcr_err err)
 {
-    const char *repo = job->target;
-    gh_resp r;
-    gh_resp_init(&r);
-    crcr_err e = gh_installation_id(ob->gh, repo, &o->installation, &r);
-    if (e) {
-        outcome_from(o, "installation lookup", &r);
-        if (o->verdict == OUTBOX_DONE) /* a 2xx without an id */
-            o->verdict = OUTBOX_RETRY;
-        if (e == CRCR_E_HTTP && r.status == 404)
-            snprintf(o->error, sizeof(o->error),
-                     "App not installed on %s (installation lookup: 404)", repo);
-        gh_resp_free(&r);
-        return;
-    }
-    int64_t paused = pause_until(ob, o->installation, now);
-    if (!paused && !lease_still_ours(ob, job, o)) {
-        gh_resp_free(&r);
-        return;
-    }
-    /* The checks above can wait on the store; a pause this process set meanwhile still counts. */
-    if (!paused)
-        paused = pause_until_local(ob, o->installation, now = clock_now_ms());
-    if (paused > now) {
-        o->verdict = OUTBOX_RATE_LIMIT;
-        o->rl_reset = -1;
-        o->retry_after_s = (long)((paused - now + 999) / 1000);
-        o->status = -1; /* marker: waiting, not this row's attempt */
-        snprintf(o->error, sizeof(o->error), "installation %lld paused by a rate limit",
-                 (long long)o->installation);
-        gh_resp_free(&r);
-        return;
-    }
-    gh_resp_free(&r);
-    gh_resp_init(&r);
-    e = gh_request(ob->gh, GH_AUTH_INSTALLATION, repo, method, path, NULL, body, body_len, &r);
-    if (e && e != CRCR_E_HTTP && e != CRCR_E_NETWORK) {
-        o->verdict = OUTBOX_RETRY;
-        snprintf(o->error, sizeof(o->error), "%s: %s", what, crcr_strerror(e));
-    } else {
-        outcome_from(o, e == CRCR_E_HTTP ? "token" : what, &r);
-    }
-    if (keep)
-        *keep = r;
+    job *j = ud;
+    outbox *ob = j->ob;
+    j->gerr = err;
+    pthread_mutex_lock(&ob->mu);
+    j->next = NULL;
+    if (ob->ready_tail)
+        ob->ready_tail->next = j;
     else
-        gh_resp_free(&r);
+        ob->ready = j;
+    ob->ready_tail = j;
+    if (ob->idle)
+        pthread_cond_signal(&ob->cv);
+    pthread_mutex_unlock(&ob->mu);
 }
+
+/* Starts a call for `j` (j->isend already says which); false when it ended at once (j->gerr). */
+static bool job_call(job *j, const gh_req *rq)
+{
+    gh_resp_free(&j->r);
+    gh_resp_init(&j->r);
+    crcr_err e = gh_start(j->ob->gh, rq, &j->r, job_resume, j);
+    if (e) {
+        j->gerr = e;
+        return false;
+    }
+    return true; /* j may already be running elsewhere: not touched any more */
+}
+
+/* The outcome of a request the relay did not send because it is stopping: back to the queue at
+ * once, no attempt counted. */
+static void not_sent(outcome *o)
+{
+    o->verdict = OUTBOX_RATE_LIMIT;
+    o->status = -1; /* marker: no attempt of this row's */
+    o->retry_after_s = 0;
+    o->rl_reset = -1;
+    snprintf(o->error, sizeof(o->error), "not sent before the relay stopped");
+}
+
+static bool outbox_stopping(outbox *ob)
+{
+    pthread_mutex_lock(&ob->mu);
+    bool stop = ob->stopping;
+    pthread_mutex_unlock(&ob->mu);
+    return stop;
+}
+
+/*
+ * One GitHub request as the installation covering the row's target, honouring a pause of that
+ * installation: re-entrant, the step calls it again whenever the job resumes until it returns
+ * STEP_DONE with j->o filled (and j->r holding the answer). The installation id comes from the
+ * client's memory, else the store, else a lookup (then kept in the store); then the pause, the
+ * lease, and the request (token from the client's cache, or a mint). The request must start
+ * while the lease still holds (start_by_ms): one that waited for the budget until then comes
+ * back unsent and goes through the pause and the lease again. Arguments must stay the same
+ * between the calls of one request; j->path is the path.
+ */
+static step_rc inst_send(outbox *ob, job *j, const char *method, const char *body, size_t body_len,
+                         const char *what)
+{
+    outcome *o = &j->o;
+    const char *repo = j->sj.target;
+    for (;;) {
+        if (j->isend == IS_IDLE) {
+            int64_t inst = j->inst;
+            if (!inst && !gh_installation_cached(ob->gh, repo, &inst))
+                inst = installation_stored(ob, repo);
+            j->isend = IS_LOOKUP;
+            if (!inst) {
+                gh_req rq = {.auth = GH_AUTH_INSTALLATION,
+                             .repo = repo,
+                             .lookup_only = true,
+                             .method = "GET",
+                             .path = "/"};
+                if (job_call(j, &rq))
+                    return STEP_WAIT;
+            } else {
+                j->inst = inst;
+                j->gerr = CRCR_OK;
+                j->r.installation = inst;
+                j->r.installation_looked_up = false;
+            }
+        }
+        if (j->isend == IS_LOOKUP) {
+            crcr_err e = j->gerr;
+            if (e == CRCR_E_STATE) {
+                j->isend = IS_IDLE;
+                not_sent(o);
+                return STEP_DONE;
+            }
+            if (e) {
+                j->isend = IS_IDLE;
+                outcome_from(o, "installation lookup", &j->r);
+                if (o->verdict == OUTBOX_DONE) /* a 2xx without an id */
+                    o->verdict = OUTBOX_RETRY;
+                if (e == CRCR_E_HTTP && j->r.status == 404)
+                    snprintf(o->error, sizeof(o->error),
+                             "App not installed on %s (installation lookup: 404)", repo);
+                return STEP_DONE;
+            }
+            j->inst = j->r.installation;
+            if (j->r.installation_looked_up)
+                installation_store(ob, repo, j->inst);
+            o->installation = j->inst;
+            int64_t now = clock_now_ms();
+            int64_t paused = pause_until(ob, j->inst, now);
+            if (!paused && !lease_still_ours(ob, &j->sj, o)) {
+                j->isend = IS_IDLE;
+                return STEP_DONE;
+            }
+            /* The lease check can wait on the store; a pause set meanwhile still counts. */
+            if (!paused)
+                paused = pause_until(ob, j->inst, now = clock_now_ms());
+            if (paused > now) {
+                j->isend = IS_IDLE;
+                o->verdict = OUTBOX_RATE_LIMIT;
+                o->rl_reset = -1;
+                o->retry_after_s = (long)((paused - now + 999) / 1000);
+                o->status = -1; /* marker: waiting, not this row's attempt */
+                snprintf(o->error, sizeof(o->error), "installation %lld paused by a rate limit",
+                         (long long)j->inst);
+                return STEP_DONE;
+            }
+            j->isend = IS_SEND;
+            int64_t lease_ms = (int64_t)ob->cfg->lease_s * 1000;
+            gh_req rq = {.auth = GH_AUTH_INSTALLATION,
+                         .repo = repo,
+                         .installation = j->inst,
+                         .method = method,
+                         .path = j->path,
+                         .body = body,
+                         .body_len = body_len,
+                         .start_by_ms = j->sj.lease_until - lease_ms / 4};
+            if (job_call(j, &rq))
+                return STEP_WAIT;
+        }
+        /* IS_SEND: the answer is in. */
+        j->isend = IS_IDLE;
+        if (j->r.installation_dropped && !j->r.installation_looked_up)
+            installation_unstore(ob, repo);
+        if (j->r.installation_looked_up && j->r.installation > 0)
+            installation_store(ob, repo, j->r.installation);
+        j->inst = j->r.installation;
+        if (j->inst > 0)
+            o->installation = j->inst;
+        crcr_err e = j->gerr;
+        if (e == CRCR_E_STATE && !outbox_stopping(ob))
+            continue; /* waited past its start deadline: pause and lease again, then resend */
+        if (e == CRCR_E_STATE) {
+            not_sent(o);
+        } else if (e && e != CRCR_E_HTTP && e != CRCR_E_NETWORK) {
+            o->verdict = OUTBOX_RETRY;
+            snprintf(o->error, sizeof(o->error), "%s: %s", what, crcr_strerror(e));
+        } else {
+            outcome_from(o, e == CRCR_E_HTTP ? "token" : what, &j->r);
+        }
+        return STEP_DONE;
+    }
+}
+
+/* ---------------------------------------------------------------- the kinds */
 
 /* A fresh outcome: nothing decided yet. */
 static void outcome_reset(outcome *o)
@@ -344,228 +643,274 @@ static void outcome_reset(outcome *o)
 }
 
 /*
- * Reads the Depends-On pair of a dispatch row at send time (§3.13): GET /repos/{target}/pulls/{n}
- * as the target's installation (Pull requests: read). An open PR resolves the pair; a closed,
+ * The answer to a paired dispatch's GET /repos/{pair repo}/pulls/{n} (§3.13), read as the target's
+ * installation (Pull requests: read), in j->o and j->r. An open PR resolves the pair; a closed,
  * merged or missing one, or a refusal (403 without a rate limit, 404, 422), leaves it unresolved
  * with its problem: the dispatch goes without the pair, the record, the row's note and the check
- * run say why. Returns false, with *o the verdict for the row, when GitHub did not answer
+ * run say why. Returns false, with j->o the verdict for the row, when GitHub did not answer
  * (retried as any request: 5xx, network, rate limits) or the installation is missing.
  */
-static bool resolve_pair(outbox *ob, store_job *job, depends_on_pair *pair, outcome *o, int64_t now)
+static bool pair_read(job *j)
 {
-    if (!ob->gh) {
-        snprintf(pair->problem, sizeof(pair->problem), "not read in dry-run mode");
-        return true;
-    }
-    char path[CRCR_REPO_NAME_MAX + 64];
-    snprintf(path, sizeof(path), "/repos/%s/pulls/%lld", pair->repo, (long long)pair->number);
-    gh_resp r;
-    gh_resp_init(&r);
-    send_as_installation(ob, job, "GET", path, NULL, 0, "Depends-On pull request", o, now, &r);
-    bool go_on = true;
-    if (o->verdict == OUTBOX_DONE) {
-        depends_on_from_pull(r.body.data, r.body.len, pair);
-    } else if (o->verdict == OUTBOX_PERMANENT && o->installation > 0 && o->status >= 400) {
-        /* GitHub's error text is cut to the problem's room (a note for the check run). */
-        int room = (int)sizeof(pair->problem) - 1;
-        snprintf(pair->problem, sizeof(pair->problem), "%.*s", room,
+    outcome *o = &j->o;
+    depends_on_pair *pair = j->pair;
+    if (o->verdict == OUTBOX_DONE)
+        depends_on_from_pull(j->r.body.data, j->r.body.len, pair);
+    else if (o->verdict == OUTBOX_PERMANENT && o->installation > 0 && o->status >= 400)
+        snprintf(pair->problem, sizeof(pair->problem), "%.*s", (int)sizeof(pair->problem) - 1,
                  o->status == 404 ? "not found" : o->error);
-    } else {
-        go_on = false; /* not answered, rate limited, or no installation: the row's outcome */
-    }
-    gh_resp_free(&r);
+    else
+        return false; /* not answered, rate limited, or no installation: the row's outcome */
     char num[24];
     snprintf(num, sizeof(num), "%lld", (long long)pair->number);
-    if (go_on)
-        LOG_INFO("outbox.depends_on", "delivery", job->delivery_id, "repo", job->target, "pr", num,
-                 "head_sha", pair->resolved ? pair->head_sha : NULL, "problem",
-                 pair->resolved ? NULL : pair->problem, NULL);
-    return go_on;
+    LOG_INFO("outbox.depends_on", "delivery", j->sj.delivery_id, "repo", j->sj.target, "pr", num,
+             "head_sha", pair->resolved ? pair->head_sha : NULL, "problem",
+             pair->resolved ? NULL : pair->problem, NULL);
+    return true;
 }
 
-/* Carries out a dispatch row; `out` receives the request body, `record` (paired rows) the pair's
- * record as sent and `note` what the row's note says of it. */
-static void run_dispatch(outbox *ob, store_job *job, outcome *o, dispatch_output *out,
-                         buf_t *record, char *note, size_t notesz, int64_t now)
+/*
+ * A dispatch row: a paired row (its body a Depends-On record) first reads its pair's PR (stage 1,
+ * pair_read); then the request body is built at send time (dispatch_row_body, with the pair's
+ * record) and POSTed (stage 3). The GET and the POST are two requests of one job: no thread waits
+ * for either.
+ */
+static step_rc step_dispatch(outbox *ob, job *j)
 {
-    char err[256] = "";
-    depends_on_pair pair;
-    if (depends_on_record_parse(job->body.data, job->body.len, &pair)) {
-        if (!resolve_pair(ob, job, &pair, o, now))
-            return;
-        outcome_reset(o);
-        char label[CRCR_REPO_NAME_MAX + 48];
-        depends_on_label(&pair, label, sizeof(label));
-        if (pair.resolved)
-            snprintf(note, notesz, "Depends-On %s", label);
-        else
-            snprintf(note, notesz, "Depends-On %s not tested: %s", label, pair.problem);
-        if (depends_on_record(&pair, record) != CRCR_OK) {
-            o->verdict = OUTBOX_PERMANENT;
-            snprintf(o->error, sizeof(o->error), "cannot record the Depends-On pair");
-            return;
+    store_job *sj = &j->sj;
+    if (j->stage == 0) {
+        depends_on_pair pair;
+        if (depends_on_record_parse(sj->body.data, sj->body.len, &pair)) {
+            j->pair = malloc(sizeof(*j->pair));
+            if (!j->pair) {
+                j->o.verdict = OUTBOX_RETRY;
+                snprintf(j->o.error, sizeof(j->o.error), "out of memory");
+                return STEP_DONE;
+            }
+            *j->pair = pair;
+        }
+        j->stage = 2;
+        if (j->pair && !ob->gh) {
+            snprintf(j->pair->problem, sizeof(j->pair->problem), "not read in dry-run mode");
+        } else if (j->pair) {
+            snprintf(j->path, sizeof(j->path), "/repos/%s/pulls/%lld", j->pair->repo,
+                     (long long)j->pair->number);
+            j->stage = 1;
         }
     }
-    dispatch_src src = {
-        .event = job->event,
-        .delivery_id = job->delivery_id,
-        .payload = buf_cstr(&job->payload),
-        .payload_len = job->payload.len,
-        .target = job->target,
-        .head_sha = job->head_sha,
-        .pr_number = job->pr_number,
-        .pair = record->len ? record->data : NULL,
-        .pair_len = record->len,
-    };
-    crcr_err e = dispatch_row_body(ob->cfg, &src, out, err, sizeof(err));
-    if (e) {
-        o->verdict = OUTBOX_PERMANENT;
-        snprintf(o->error, sizeof(o->error), "cannot build dispatch: %s",
-                 err[0] ? err : crcr_strerror(e));
-        return;
+    if (j->stage == 1) {
+        if (inst_send(ob, j, "GET", NULL, 0, "Depends-On pull request") == STEP_WAIT)
+            return STEP_WAIT;
+        if (!pair_read(j))
+            return STEP_DONE;
+        j->stage = 2;
     }
-    if (!ob->gh) {
-        o->verdict = OUTBOX_DONE;
-        return;
+    if (j->stage == 2) {
+        if (j->pair) {
+            outcome_reset(&j->o);
+            char label[CRCR_REPO_NAME_MAX + 48];
+            depends_on_label(j->pair, label, sizeof(label));
+            if (j->pair->resolved)
+                snprintf(j->note, sizeof(j->note), "Depends-On %s", label);
+            else
+                snprintf(j->note, sizeof(j->note), "Depends-On %s not tested: %s", label,
+                         j->pair->problem);
+            if (depends_on_record(j->pair, &j->record) != CRCR_OK) {
+                j->o.verdict = OUTBOX_PERMANENT;
+                snprintf(j->o.error, sizeof(j->o.error), "cannot record the Depends-On pair");
+                return STEP_DONE;
+            }
+        }
+        char err[256] = "";
+        dispatch_src src = {
+            .event = sj->event,
+            .delivery_id = sj->delivery_id,
+            .payload = buf_cstr(&sj->payload),
+            .payload_len = sj->payload.len,
+            .target = sj->target,
+            .head_sha = sj->head_sha,
+            .pr_number = sj->pr_number,
+            .pair = j->record.len ? j->record.data : NULL,
+            .pair_len = j->record.len,
+        };
+        crcr_err e = dispatch_row_body(ob->cfg, &src, &j->dout, err, sizeof(err));
+        if (e) {
+            j->o.verdict = OUTBOX_PERMANENT;
+            snprintf(j->o.error, sizeof(j->o.error), "cannot build dispatch: %s",
+                     err[0] ? err : crcr_strerror(e));
+            return STEP_DONE;
+        }
+        if (!ob->gh) {
+            j->o.verdict = OUTBOX_DONE;
+            return STEP_DONE;
+        }
+        snprintf(j->path, sizeof(j->path), "/repos/%s/dispatches", sj->target);
+        j->stage = 3;
     }
-    char path[CRCR_REPO_NAME_MAX + 32];
-    snprintf(path, sizeof(path), "/repos/%s/dispatches", job->target);
-    send_as_installation(ob, job, "POST", path, buf_cstr(&out->body), out->body.len,
-                         ob_kind_name(OB_KIND_DISPATCH), o, now, NULL);
+    return inst_send(ob, j, "POST", buf_cstr(&j->dout.body), j->dout.body.len,
+                     ob_kind_name(OB_KIND_DISPATCH));
 }
 
 /* A check run on the upstream PR: the row's body is the request body. */
-static void run_check_run(outbox *ob, store_job *job, outcome *o, int64_t now)
+static step_rc step_check_run(outbox *ob, job *j)
 {
     if (!ob->gh) {
-        o->verdict = OUTBOX_DONE;
-        return;
+        j->o.verdict = OUTBOX_DONE;
+        return STEP_DONE;
     }
-    char path[CRCR_REPO_NAME_MAX + 32];
-    snprintf(path, sizeof(path), "/repos/%s/check-runs", job->target);
-    send_as_installation(ob, job, "POST", path, buf_cstr(&job->body), job->body.len, "check run", o,
-                         now, NULL);
+    snprintf(j->path, sizeof(j->path), "/repos/%s/check-runs", j->sj.target);
+    return inst_send(ob, j, "POST", buf_cstr(&j->sj.body), j->sj.body.len, "check run");
 }
 
 /* Re-runs a downstream workflow run: body {"run_id":N,"failed_only":bool}. GitHub's 403 "already
  * running" means the run is going anyway: success. */
-static void run_rerun(outbox *ob, store_job *job, outcome *o, char *note, size_t notesz,
-                      int64_t now)
+static step_rc step_rerun(outbox *ob, job *j)
 {
-    jv *b = jv_parse(job->body.data ? job->body.data : "", job->body.len, NULL, 0);
-    int64_t run_id = 0;
-    bool failed_only = jv_is_true(jv_get(b, "failed_only"));
-    if (!jv_int(jv_get(b, "run_id"), &run_id) || run_id <= 0) {
+    if (j->stage == 0) {
+        jv *b = jv_parse(j->sj.body.data ? j->sj.body.data : "", j->sj.body.len, NULL, 0);
+        int64_t run_id = 0;
+        bool failed_only = jv_is_true(jv_get(b, "failed_only"));
+        bool ok = jv_int(jv_get(b, "run_id"), &run_id) && run_id > 0;
         jv_free(b);
-        o->verdict = OUTBOX_PERMANENT;
-        snprintf(o->error, sizeof(o->error), "re-run row without a run id");
-        return;
+        if (!ok) {
+            j->o.verdict = OUTBOX_PERMANENT;
+            snprintf(j->o.error, sizeof(j->o.error), "re-run row without a run id");
+            return STEP_DONE;
+        }
+        if (!ob->gh) {
+            j->o.verdict = OUTBOX_DONE;
+            return STEP_DONE;
+        }
+        snprintf(j->path, sizeof(j->path), "/repos/%s/actions/runs/%lld/rerun%s", j->sj.target,
+                 (long long)run_id, failed_only ? "-failed-jobs" : "");
+        j->stage = 1;
     }
-    jv_free(b);
-    if (!ob->gh) {
-        o->verdict = OUTBOX_DONE;
-        return;
+    if (inst_send(ob, j, "POST", NULL, 0, "re-run") == STEP_WAIT)
+        return STEP_WAIT;
+    if (j->o.verdict != OUTBOX_DONE && j->r.status == 403 &&
+        contains_nocase(buf_cstr(&j->r.body), "already running")) {
+        j->o.verdict = OUTBOX_DONE;
+        j->o.error[0] = '\0';
+        snprintf(j->note, sizeof(j->note), "already running");
     }
-    char path[CRCR_REPO_NAME_MAX + 96];
-    snprintf(path, sizeof(path), "/repos/%s/actions/runs/%lld/rerun%s", job->target,
-             (long long)run_id, failed_only ? "-failed-jobs" : "");
-    gh_resp r;
-    gh_resp_init(&r);
-    send_as_installation(ob, job, "POST", path, NULL, 0, "re-run", o, now, &r);
-    if (o->verdict != OUTBOX_DONE && r.status == 403 &&
-        contains_nocase(buf_cstr(&r.body), "already running")) {
-        o->verdict = OUTBOX_DONE;
-        o->error[0] = '\0';
-        snprintf(note, notesz, "already running");
-    }
-    gh_resp_free(&r);
+    return STEP_DONE;
 }
 
+/* Pages of check runs looked at, and distinct runs re-run, for one "Re-run all checks". */
 #define RERUN_SUITE_MAX_PAGES 20
 #define RERUN_SUITE_MAX_RUNS 256
 
-/* "Re-run all checks": lists the suite's check runs (paginated), and queues one full re-run per
- * distinct (downstream repo, run id) of crcr check runs whose repo is L3 or above. */
-static void run_rerun_suite(outbox *ob, store_job *job, outcome *o, char *note, size_t notesz,
-                            int64_t now)
-{
-    jv *b = jv_parse(job->body.data ? job->body.data : "", job->body.len, NULL, 0);
-    int64_t suite = 0;
-    if (!jv_int(jv_get(b, "check_suite_id"), &suite) || suite <= 0) {
-        jv_free(b);
-        o->verdict = OUTBOX_PERMANENT;
-        snprintf(o->error, sizeof(o->error), "re-run suite row without a check suite id");
-        return;
-    }
-    jv_free(b);
-    if (!ob->gh) {
-        o->verdict = OUTBOX_DONE;
-        return;
-    }
+typedef struct suite_state {
+    int64_t suite;
+    int64_t total, seen;
+    size_t n_found;
     struct {
         char repo[CRCR_REPO_NAME_MAX];
         int64_t run_id;
     } found[RERUN_SUITE_MAX_RUNS];
-    size_t n_found = 0;
-    int64_t total = -1, seen = 0;
+} suite_state;
+
+/* Takes the crcr check runs of one listing page whose repo is L3 or above into the state. */
+static size_t suite_take_page(outbox *ob, suite_state *ss, const gh_resp *r)
+{
+    jv *doc = jv_parse(r->body.data ? r->body.data : "", r->body.len, NULL, 0);
+    jv_int(jv_get(doc, "total_count"), &ss->total);
+    jv *runs = jv_get(doc, "check_runs");
+    size_t n = jv_arr_len(runs);
     allowlist *al = allowlist_source_get(ob->allow);
-    for (int page = 1; page <= RERUN_SUITE_MAX_PAGES; page++) {
-        char path[CRCR_REPO_NAME_MAX + 128];
-        snprintf(path, sizeof(path), "/repos/%s/check-suites/%lld/check-runs?per_page=100&page=%d",
-                 job->target, (long long)suite, page);
-        gh_resp r;
-        gh_resp_init(&r);
-        send_as_installation(ob, job, "GET", path, NULL, 0, "check suite listing", o, now, &r);
-        if (o->verdict != OUTBOX_DONE) {
-            gh_resp_free(&r);
-            allowlist_free(al);
-            return;
+    for (size_t i = 0; i < n; i++) {
+        jv *cr = jv_arr_at(runs, i);
+        char repo[CRCR_REPO_NAME_MAX];
+        int64_t run_id = checks_parse_external_id(jv_path_str(cr, "external_id"));
+        if (!checks_parse_name(jv_path_str(cr, "name"), repo, sizeof(repo)) || run_id <= 0)
+            continue;
+        if (allowlist_level(al, repo) < CRCR_LEVEL_L3)
+            continue;
+        bool dup = false;
+        for (size_t k = 0; k < ss->n_found && !dup; k++)
+            dup = ss->found[k].run_id == run_id && strcasecmp(ss->found[k].repo, repo) == 0;
+        if (!dup && ss->n_found < RERUN_SUITE_MAX_RUNS) {
+            snprintf(ss->found[ss->n_found].repo, sizeof(ss->found[0].repo), "%s", repo);
+            ss->found[ss->n_found++].run_id = run_id;
         }
-        jv *doc = jv_parse(r.body.data ? r.body.data : "", r.body.len, NULL, 0);
-        gh_resp_free(&r);
-        jv_int(jv_get(doc, "total_count"), &total);
-        jv *runs = jv_get(doc, "check_runs");
-        size_t n = jv_arr_len(runs);
-        for (size_t i = 0; i < n; i++) {
-            jv *cr = jv_arr_at(runs, i);
-            char repo[CRCR_REPO_NAME_MAX];
-            int64_t run_id = checks_parse_external_id(jv_path_str(cr, "external_id"));
-            if (!checks_parse_name(jv_path_str(cr, "name"), repo, sizeof(repo)) || run_id <= 0)
-                continue;
-            if (allowlist_level(al, repo) < CRCR_LEVEL_L3)
-                continue;
-            bool dup = false;
-            for (size_t k = 0; k < n_found && !dup; k++)
-                dup = found[k].run_id == run_id && strcasecmp(found[k].repo, repo) == 0;
-            if (!dup && n_found < RERUN_SUITE_MAX_RUNS) {
-                snprintf(found[n_found].repo, sizeof(found[0].repo), "%s", repo);
-                found[n_found++].run_id = run_id;
-            }
-        }
-        seen += (int64_t)n;
-        jv_free(doc);
-        if (n == 0 || (total >= 0 && seen >= total))
-            break;
     }
     allowlist_free(al);
-    store_new_job jobs[RERUN_SUITE_MAX_RUNS];
-    char bodies[RERUN_SUITE_MAX_RUNS][64];
-    for (size_t k = 0; k < n_found; k++) {
+    ss->seen += (int64_t)n;
+    jv_free(doc);
+    return n;
+}
+
+/* "Re-run all checks": lists the suite's check runs (paginated), and queues one full re-run per
+ * distinct (downstream repo, run id) of crcr check runs whose repo is L3 or above. */
+static step_rc step_rerun_suite(outbox *ob, job *j)
+{
+    suite_state *ss = j->state;
+    if (j->stage == 0) {
+        jv *b = jv_parse(j->sj.body.data ? j->sj.body.data : "", j->sj.body.len, NULL, 0);
+        int64_t suite = 0;
+        bool ok = jv_int(jv_get(b, "check_suite_id"), &suite) && suite > 0;
+        jv_free(b);
+        if (!ok) {
+            j->o.verdict = OUTBOX_PERMANENT;
+            snprintf(j->o.error, sizeof(j->o.error), "re-run suite row without a check suite id");
+            return STEP_DONE;
+        }
+        if (!ob->gh) {
+            j->o.verdict = OUTBOX_DONE;
+            return STEP_DONE;
+        }
+        ss = calloc(1, sizeof(*ss));
+        if (!ss) {
+            j->o.verdict = OUTBOX_RETRY;
+            snprintf(j->o.error, sizeof(j->o.error), "out of memory");
+            return STEP_DONE;
+        }
+        ss->suite = suite;
+        ss->total = -1;
+        j->state = ss;
+        j->state_free = free;
+        j->stage = 1;
+        j->page = 1;
+    }
+    for (;;) {
+        snprintf(j->path, sizeof(j->path),
+                 "/repos/%s/check-suites/%lld/check-runs?per_page=100&page=%d", j->sj.target,
+                 (long long)ss->suite, j->page);
+        if (inst_send(ob, j, "GET", NULL, 0, "check suite listing") == STEP_WAIT)
+            return STEP_WAIT;
+        if (j->o.verdict != OUTBOX_DONE)
+            return STEP_DONE;
+        size_t n = suite_take_page(ob, ss, &j->r);
+        if (n == 0 || (ss->total >= 0 && ss->seen >= ss->total) || j->page >= RERUN_SUITE_MAX_PAGES)
+            break;
+        j->page++;
+    }
+    int64_t now = clock_now_ms();
+    store_new_job *jobs = calloc(ss->n_found ? ss->n_found : 1, sizeof(*jobs));
+    char(*bodies)[64] = calloc(ss->n_found ? ss->n_found : 1, sizeof(*bodies));
+    crcr_err e = jobs && bodies ? CRCR_OK : CRCR_E_NOMEM;
+    for (size_t k = 0; !e && k < ss->n_found; k++) {
         snprintf(bodies[k], sizeof(bodies[k]), "{\"run_id\":%lld,\"failed_only\":false}",
-                 (long long)found[k].run_id);
+                 (long long)ss->found[k].run_id);
         jobs[k] = (store_new_job){.kind = ob_kind_name(OB_KIND_RERUN),
-                                  .target = found[k].repo,
+                                  .target = ss->found[k].repo,
                                   .body = bodies[k],
                                   .body_len = strlen(bodies[k]),
                                   .due_at = now};
     }
-    if (n_found && store_enqueue(ob->st, job->delivery_id, jobs, n_found) != CRCR_OK) {
-        o->verdict = OUTBOX_RETRY;
-        snprintf(o->error, sizeof(o->error), "cannot queue the re-runs");
-        return;
+    if (!e && ss->n_found)
+        e = store_enqueue(ob->st, j->sj.delivery_id, jobs, ss->n_found);
+    free(jobs);
+    free(bodies);
+    if (e) {
+        j->o.verdict = OUTBOX_RETRY;
+        snprintf(j->o.error, sizeof(j->o.error), "cannot queue the re-runs");
+        return STEP_DONE;
     }
-    o->verdict = OUTBOX_DONE;
-    snprintf(note, notesz, "%zu re-run%s queued", n_found, n_found == 1 ? "" : "s");
+    j->o.verdict = OUTBOX_DONE;
+    snprintf(j->note, sizeof(j->note), "%zu re-run%s queued", ss->n_found,
+             ss->n_found == 1 ? "" : "s");
+    return STEP_DONE;
 }
 
 /* Comments per listing page: 30 of GitHub's largest (65536 characters) fit CRCR_GH_RESPONSE_MAX. */
@@ -574,6 +919,21 @@ static void run_rerun_suite(outbox *ob, store_job *job, outcome *o, char *note, 
 #define COMMENT_MAX_PAGES 100
 /* Life of the record that a PR has its comment: a PR open longer is caught by the marker. */
 #define COMMENT_RECORD_TTL_MS (400LL * 24 * 3600 * 1000)
+
+typedef struct comment_state {
+    oncall_row row;
+    buf_t key, req;
+    bool found;
+} comment_state;
+
+static void comment_state_free(void *p)
+{
+    comment_state *cs = p;
+    buf_free(&cs->key);
+    buf_free(&cs->req);
+    oncall_row_free(&cs->row);
+    free(cs);
+}
 
 /*
  * The on-call comment on the upstream PR (oncall.h), once per (PR, downstream repo):
@@ -585,257 +945,414 @@ static void run_rerun_suite(outbox *ob, store_job *job, outcome *o, char *note, 
  * A crash between 3 and its record is caught by 2 when the row runs again. Rows of one (PR, repo)
  * run one after another (their sequence key). Dry-run records nothing.
  */
-static void run_comment(outbox *ob, store_job *job, outcome *o, char *note, size_t notesz)
+static step_rc step_comment(outbox *ob, job *j)
 {
-    oncall_row row;
-    if (!oncall_row_parse(job->body.data, job->body.len, &row)) {
-        o->verdict = OUTBOX_PERMANENT;
-        snprintf(o->error, sizeof(o->error), "comment row without a PR, repo or text");
-        return;
-    }
-    o->verdict = OUTBOX_DONE;
-    buf_t key, val, req;
-    buf_init(&key, ONCALL_KEY_MAX);
-    buf_init(&val, 64);
-    buf_init(&req, ONCALL_ROW_MAX);
-    bool found = false, listed = false;
-    char path[CRCR_REPO_NAME_MAX + 96];
-    if (!ob->cfg->oncall_comments || !ob->gh) {
-        if (!ob->cfg->oncall_comments)
-            snprintf(note, notesz, "on-call comments are off (CRCR_ONCALL_COMMENTS=0)");
-    } else if (oncall_record_key(job->target, row.pr, row.repo, &key) != CRCR_OK) {
-        o->verdict = OUTBOX_PERMANENT;
-        snprintf(o->error, sizeof(o->error), "comment record key too long");
-    } else if (store_kv_get(ob->st, buf_cstr(&key), &val, clock_now_ms()) == CRCR_OK) {
-        snprintf(note, notesz, "already commented (recorded)");
-    } else {
-        for (int page = 1; page <= COMMENT_MAX_PAGES && !found && !listed; page++) {
-            snprintf(path, sizeof(path), "/repos/%s/issues/%lld/comments?per_page=%d&page=%d",
-                     job->target, (long long)row.pr, COMMENT_PAGE_SIZE, page);
-            gh_resp r;
-            gh_resp_init(&r);
-            send_as_installation(ob, job, "GET", path, NULL, 0, "comment listing", o,
-                                 clock_now_ms(), &r);
-            jv *doc = o->verdict == OUTBOX_DONE
-                          ? jv_parse(r.body.data ? r.body.data : "", r.body.len, NULL, 0)
-                          : NULL;
-            gh_resp_free(&r);
-            if (o->verdict != OUTBOX_DONE)
-                break;
-            if (!jv_is_arr(doc)) {
-                o->verdict = OUTBOX_RETRY;
-                snprintf(o->error, sizeof(o->error), "comment listing: not a JSON array");
-                jv_free(doc);
-                break;
-            }
-            size_t n = jv_arr_len(doc);
-            for (size_t i = 0; i < n && !found; i++)
-                found = oncall_comment_is_marker(jv_arr_at(doc, i), row.repo, ob->cfg->app_id,
-                                                 ob->cfg->oncall_trusted_authors);
-            listed = n < COMMENT_PAGE_SIZE;
-            jv_free(doc);
+    comment_state *cs = j->state;
+    outcome *o = &j->o;
+    if (j->stage == 0) {
+        cs = calloc(1, sizeof(*cs));
+        if (!cs) {
+            o->verdict = OUTBOX_RETRY;
+            snprintf(o->error, sizeof(o->error), "out of memory");
+            return STEP_DONE;
         }
-        if (o->verdict == OUTBOX_DONE && !found) {
-            snprintf(path, sizeof(path), "/repos/%s/issues/%lld/comments", job->target,
-                     (long long)row.pr);
-            crcr_err e = buf_puts(&req, "{\"body\":");
+        buf_init(&cs->key, ONCALL_KEY_MAX);
+        buf_init(&cs->req, ONCALL_ROW_MAX);
+        if (!oncall_row_parse(j->sj.body.data, j->sj.body.len, &cs->row)) {
+            buf_free(&cs->key);
+            buf_free(&cs->req);
+            free(cs);
+            o->verdict = OUTBOX_PERMANENT;
+            snprintf(o->error, sizeof(o->error), "comment row without a PR, repo or text");
+            return STEP_DONE;
+        }
+        j->state = cs;
+        j->state_free = comment_state_free;
+        o->verdict = OUTBOX_DONE;
+        if (!ob->cfg->oncall_comments || !ob->gh) {
+            if (!ob->cfg->oncall_comments)
+                snprintf(j->note, sizeof(j->note),
+                         "on-call comments are off (CRCR_ONCALL_COMMENTS=0)");
+            return STEP_DONE;
+        }
+        if (oncall_record_key(j->sj.target, cs->row.pr, cs->row.repo, &cs->key) != CRCR_OK) {
+            o->verdict = OUTBOX_PERMANENT;
+            snprintf(o->error, sizeof(o->error), "comment record key too long");
+            return STEP_DONE;
+        }
+        buf_t val;
+        buf_init(&val, 64);
+        bool recorded = store_kv_get(ob->st, buf_cstr(&cs->key), &val, clock_now_ms()) == CRCR_OK;
+        buf_free(&val);
+        if (recorded) {
+            snprintf(j->note, sizeof(j->note), "already commented (recorded)");
+            return STEP_DONE;
+        }
+        j->stage = 1;
+        j->page = 1;
+    }
+    while (j->stage == 1) { /* the PR's comments, for the marker */
+        snprintf(j->path, sizeof(j->path), "/repos/%s/issues/%lld/comments?per_page=%d&page=%d",
+                 j->sj.target, (long long)cs->row.pr, COMMENT_PAGE_SIZE, j->page);
+        if (inst_send(ob, j, "GET", NULL, 0, "comment listing") == STEP_WAIT)
+            return STEP_WAIT;
+        if (o->verdict != OUTBOX_DONE)
+            return STEP_DONE;
+        jv *doc = jv_parse(j->r.body.data ? j->r.body.data : "", j->r.body.len, NULL, 0);
+        if (!jv_is_arr(doc)) {
+            o->verdict = OUTBOX_RETRY;
+            snprintf(o->error, sizeof(o->error), "comment listing: not a JSON array");
+            jv_free(doc);
+            return STEP_DONE;
+        }
+        size_t n = jv_arr_len(doc);
+        for (size_t i = 0; i < n && !cs->found; i++)
+            cs->found = oncall_comment_is_marker(jv_arr_at(doc, i), cs->row.repo, ob->cfg->app_id,
+                                                 ob->cfg->oncall_trusted_authors);
+        jv_free(doc);
+        bool listed = n < COMMENT_PAGE_SIZE;
+        if (cs->found || listed || j->page >= COMMENT_MAX_PAGES)
+            j->stage = cs->found ? 3 : 2;
+        else
+            j->page++;
+    }
+    if (j->stage == 2) { /* no marker: post the comment */
+        if (cs->req.len == 0) {
+            crcr_err e = buf_puts(&cs->req, "{\"body\":");
             if (!e)
-                e = jv_quote(&req, row.comment, strlen(row.comment));
+                e = jv_quote(&cs->req, cs->row.comment, strlen(cs->row.comment));
             if (!e)
-                e = buf_putc(&req, '}');
+                e = buf_putc(&cs->req, '}');
             if (e) {
                 o->verdict = OUTBOX_PERMANENT;
                 snprintf(o->error, sizeof(o->error), "comment: %s", crcr_strerror(e));
-            } else {
-                send_as_installation(ob, job, "POST", path, req.data, req.len,
-                                     ob_kind_name(OB_KIND_COMMENT), o, clock_now_ms(), NULL);
+                return STEP_DONE;
             }
+            snprintf(j->path, sizeof(j->path), "/repos/%s/issues/%lld/comments", j->sj.target,
+                     (long long)cs->row.pr);
         }
-        if (o->verdict == OUTBOX_DONE) {
-            snprintf(note, notesz, found ? "already commented (marker on the PR)" : "commented");
-            if (store_kv_put(ob->st, buf_cstr(&key), "1", 1,
-                             clock_now_ms() + COMMENT_RECORD_TTL_MS) != CRCR_OK)
-                LOG_WARN("outbox.comment_unrecorded", "repo", row.repo, "reason",
-                         "store unavailable; the marker on the PR still prevents a repeat", NULL);
-        }
+        if (inst_send(ob, j, "POST", cs->req.data, cs->req.len, ob_kind_name(OB_KIND_COMMENT)) ==
+            STEP_WAIT)
+            return STEP_WAIT;
+        j->stage = 3;
     }
-    buf_free(&key);
-    buf_free(&val);
-    buf_free(&req);
-    oncall_row_free(&row);
+    if (o->verdict == OUTBOX_DONE) {
+        snprintf(j->note, sizeof(j->note),
+                 cs->found ? "already commented (marker on the PR)" : "commented");
+        if (store_kv_put(ob->st, buf_cstr(&cs->key), "1", 1,
+                         clock_now_ms() + COMMENT_RECORD_TTL_MS) != CRCR_OK)
+            LOG_WARN("outbox.comment_unrecorded", "repo", cs->row.repo, "reason",
+                     "store unavailable; the marker on the PR still prevents a repeat", NULL);
+    }
+    return STEP_DONE;
 }
 
-/* Forwards a result to the external HUD in the upstream wire format. */
-static void run_hud_forward(outbox *ob, store_job *job, outcome *o)
-{
-    if (!ob->gh || !ob->cfg->hud_api_url) {
-        o->verdict = OUTBOX_DONE;
-        return;
-    }
-    if (!lease_still_ours(ob, job, o))
-        return;
+typedef struct hud_state {
     char url[2100];
-    snprintf(url, sizeof(url), "%s/crcr/results", ob->cfg->hud_api_url);
-    char key_hdr[600];
-    snprintf(key_hdr, sizeof(key_hdr), "x-hud-internal-bot: %s",
-             ob->cfg->hud_bot_key ? ob->cfg->hud_bot_key : "");
-    const char *hdrs[] = {key_hdr, "Content-Type: application/json", NULL};
-    gh_resp r;
-    gh_resp_init(&r);
-    crcr_err e = gh_request_url(ob->gh, "POST", url, hdrs, buf_cstr(&job->body), job->body.len, &r);
-    OPENSSL_cleanse(key_hdr, sizeof(key_hdr));
-    if (e && e != CRCR_E_NETWORK) {
+    char key_hdr[600]; /* holds the bot key: wiped */
+    const char *hdrs[3];
+} hud_state;
+
+static void hud_state_free(void *p)
+{
+    hud_state *hs = p;
+    OPENSSL_cleanse(hs->key_hdr, sizeof(hs->key_hdr));
+    free(hs);
+}
+
+/* Forwards a result to the external HUD in the upstream wire format (not GitHub: no budget). */
+static step_rc step_hud_forward(outbox *ob, job *j)
+{
+    outcome *o = &j->o;
+    if (j->stage == 0) {
+        if (!ob->gh || !ob->cfg->hud_api_url) {
+            o->verdict = OUTBOX_DONE;
+            return STEP_DONE;
+        }
+        if (!lease_still_ours(ob, &j->sj, o))
+            return STEP_DONE;
+        hud_state *hs = calloc(1, sizeof(*hs));
+        if (!hs) {
+            o->verdict = OUTBOX_RETRY;
+            snprintf(o->error, sizeof(o->error), "HUD: out of memory");
+            return STEP_DONE;
+        }
+        snprintf(hs->url, sizeof(hs->url), "%s/crcr/results", ob->cfg->hud_api_url);
+        snprintf(hs->key_hdr, sizeof(hs->key_hdr), "x-hud-internal-bot: %s",
+                 ob->cfg->hud_bot_key ? ob->cfg->hud_bot_key : "");
+        hs->hdrs[0] = hs->key_hdr;
+        hs->hdrs[1] = "Content-Type: application/json";
+        hs->hdrs[2] = NULL;
+        j->state = hs;
+        j->state_free = hud_state_free;
+        j->stage = 1;
+        gh_req rq = {.method = "POST",
+                     .url = hs->url,
+                     .headers = hs->hdrs,
+                     .body = buf_cstr(&j->sj.body),
+                     .body_len = j->sj.body.len};
+        if (job_call(j, &rq))
+            return STEP_WAIT;
+    }
+    hud_state *hs = j->state;
+    OPENSSL_cleanse(hs->key_hdr, sizeof(hs->key_hdr));
+    crcr_err e = j->gerr;
+    if (e == CRCR_E_STATE) {
+        not_sent(o);
+    } else if (e && e != CRCR_E_NETWORK) {
         o->verdict = OUTBOX_PERMANENT;
-        snprintf(o->error, sizeof(o->error), "HUD: %s", r.error[0] ? r.error : crcr_strerror(e));
+        snprintf(o->error, sizeof(o->error), "HUD: %s",
+                 j->r.error[0] ? j->r.error : crcr_strerror(e));
     } else {
-        outcome_from(o, "HUD", &r);
+        outcome_from(o, "HUD", &j->r);
         if (o->verdict == OUTBOX_RATE_LIMIT)
             o->verdict = OUTBOX_RETRY; /* the HUD is not GitHub: no installation to pause */
     }
-    gh_resp_free(&r);
+    return STEP_DONE;
 }
+
+/* Runs the job's next step. */
+static step_rc job_step(outbox *ob, job *j)
+{
+    switch (ob_kind_parse(j->sj.kind)) {
+    case OB_KIND_DISPATCH:
+        return step_dispatch(ob, j);
+    case OB_KIND_CHECK_RUN:
+        return step_check_run(ob, j);
+    case OB_KIND_RERUN:
+        return step_rerun(ob, j);
+    case OB_KIND_RERUN_SUITE:
+        return step_rerun_suite(ob, j);
+    case OB_KIND_HUD_FORWARD:
+        return step_hud_forward(ob, j);
+    case OB_KIND_COMMENT:
+        return step_comment(ob, j);
+    default:
+        snprintf(j->o.error, sizeof(j->o.error), "unknown outbox kind '%s'", j->sj.kind);
+        return STEP_DONE;
+    }
+}
+
+/* A job for a claimed row (taking it over). NULL when out of memory. */
+static job *job_new(outbox *ob, store_job *sj)
+{
+    job *j = calloc(1, sizeof(*j));
+    if (!j)
+        return NULL;
+    j->ob = ob;
+    j->sj = *sj;
+    outcome_reset(&j->o);
+    dispatch_output_init(&j->dout);
+    buf_init(&j->record, STORE_PAIR_MAX);
+    gh_resp_init(&j->r);
+    if (sj->reclaimed) /* a row left running by a worker that died or lost its lease */
+        LOG_INFO("outbox.reclaimed", "delivery", sj->delivery_id, "repo", sj->target, "kind",
+                 sj->kind, "reason", sj->reclaimed, NULL);
+    return j;
+}
+
+static void job_free(job *j)
+{
+    if (j->state_free)
+        j->state_free(j->state);
+    gh_resp_free(&j->r);
+    dispatch_output_free(&j->dout);
+    buf_free(&j->record);
+    free(j->pair);
+    store_job_free(&j->sj);
+    free(j);
+}
+
+/* ---------------------------------------------------------------- outcomes */
+
+/* What a finished job's outcome asks of the store (prepared before the batch is written). */
+typedef struct settled {
+    job *j;
+    bool write; /* false: the lease was lost before anything was sent, nothing to record */
+    bool dry;
+    char attempt_s[16];
+    char reason[512]; /* "gave up after N attempts: ..." */
+    int64_t delay;
+    enum { S_DONE, S_DEAD, S_WAIT, S_GAVE_UP, S_RETRY } what;
+} settled;
 
 /* The row's note: what trimming removed (the paths alone, as always), or for a paired dispatch
  * what it says of its pair, then "; trimmed: " and the paths. */
-static const char *row_note(const dispatch_output *out, const char *note_buf, char *joined,
-                            size_t joinedsz)
+static const char *row_note(job *j)
 {
-    const char *trimmed = out->trimmed ? buf_cstr(&out->trimmed_note) : NULL;
-    if (trimmed && note_buf[0]) {
-        snprintf(joined, joinedsz, "%s; trimmed: %s", note_buf, trimmed);
-        return joined;
+    const char *trimmed = j->dout.trimmed ? buf_cstr(&j->dout.trimmed_note) : NULL;
+    if (trimmed && j->note[0]) {
+        snprintf(j->joined, sizeof(j->joined), "%s; trimmed: %s", j->note, trimmed);
+        return j->joined;
     }
-    return trimmed ? trimmed : (note_buf[0] ? note_buf : NULL);
+    return trimmed ? trimmed : (j->note[0] ? j->note : NULL);
 }
 
-static void process(outbox *ob, store_job *job, uint64_t *rng)
+/* Decides the row's outcome (retry delays, pauses) and fills its store item. */
+static void outcome_prepare(outbox *ob, settled *s, store_settle *it, uint64_t *rng)
 {
+    job *j = s->j;
+    outcome *o = &j->o;
     int64_t now = clock_now_ms();
-    outcome o;
-    outcome_reset(&o);
-    dispatch_output out;
-    dispatch_output_init(&out);
-    buf_t record; /* a paired dispatch's record, as sent: the row's body from now on */
-    buf_init(&record, STORE_PAIR_MAX);
-    char note_buf[CRCR_REPO_NAME_MAX + DEPENDS_ON_PROBLEM_MAX + 512] = "";
     long max_attempts = ob->cfg->max_attempts;
-    switch (ob_kind_parse(job->kind)) {
-    case OB_KIND_DISPATCH:
-        run_dispatch(ob, job, &o, &out, &record, note_buf, sizeof(note_buf), now);
-        break;
-    case OB_KIND_CHECK_RUN:
-        run_check_run(ob, job, &o, now);
-        break;
-    case OB_KIND_RERUN:
-        run_rerun(ob, job, &o, note_buf, sizeof(note_buf), now);
-        break;
-    case OB_KIND_RERUN_SUITE:
-        run_rerun_suite(ob, job, &o, note_buf, sizeof(note_buf), now);
-        break;
-    case OB_KIND_HUD_FORWARD:
-        run_hud_forward(ob, job, &o);
+    if (ob_kind_parse(j->sj.kind) == OB_KIND_HUD_FORWARD)
         max_attempts = ob->cfg->hud_max_retries + 1;
-        break;
-    case OB_KIND_COMMENT:
-        run_comment(ob, job, &o, note_buf, sizeof(note_buf));
-        break;
-    default:
-        snprintf(o.error, sizeof(o.error), "unknown outbox kind '%s'", job->kind);
-        break;
-    }
-    now = clock_now_ms();
-    char joined[sizeof(note_buf) + 600];
-    const char *note = row_note(&out, note_buf, joined, sizeof(joined));
+    const char *note = row_note(j);
     /* A paired dispatch keeps the record of what it sent (or why it sent no pair) as its body. */
-    const char *body = record.len ? record.data : NULL;
-    int attempt = job->attempts + 1;
-    char attempt_s[16];
-    snprintf(attempt_s, sizeof(attempt_s), "%d", attempt);
-    crcr_err fe = CRCR_OK; /* CRCR_E_STATE: the lease was lost while the request was out */
-
-    if (o.verdict == OUTBOX_LEASE_LOST) {
-        fe = CRCR_E_STATE; /* nothing was sent: the row's holder carries it out */
-    } else if (o.verdict == OUTBOX_DONE) {
-        bool dry = ob->gh == NULL;
+    const char *body = j->record.len ? j->record.data : NULL;
+    int attempt = j->sj.attempts + 1;
+    snprintf(s->attempt_s, sizeof(s->attempt_s), "%d", attempt);
+    *it = (store_settle){.job = &j->sj, .now = now, .note = note};
+    s->write = true;
+    if (o->verdict == OUTBOX_LEASE_LOST) {
+        s->write = false; /* nothing was sent: the row's holder carries it out */
+    } else if (o->verdict == OUTBOX_DONE) {
+        s->dry = ob->gh == NULL;
+        s->what = S_DONE;
         /* A dry-run dispatch stores no body: showing the row rebuilds the exact request from
          * the stored delivery (dispatch_row_body); writing 30 KB per target here was half of
          * the dry-run ingest cost (bench/RESULTS.md). Other kinds store their body already. */
-        const char *done = ob_state_name(dry ? OB_STATE_DRY_RUN : OB_STATE_SENT);
-        fe = store_job_finish(ob->st, job, done, o.status, NULL, note, body, record.len, now);
-        atomic_fetch_add(dry ? &ob->dry_run : &ob->sent, 1);
-        metrics_outbox_result(job->kind, done);
-        LOG_INFO(dry ? "outbox.dry_run" : "outbox.sent", "delivery", job->delivery_id, "repo",
-                 job->target, "kind", job->kind, "attempt", attempt_s, "trimmed", note, NULL);
-    } else if (o.verdict == OUTBOX_PERMANENT) {
-        fe = store_job_finish(ob->st, job, ob_state_name(OB_STATE_DEAD), o.status, o.error, note,
-                              body, record.len, now);
-        atomic_fetch_add(&ob->dead, 1);
-        metrics_outbox_result(job->kind, ob_state_name(OB_STATE_DEAD));
-        LOG_WARN("outbox.dead", "delivery", job->delivery_id, "repo", job->target, "kind",
-                 job->kind, "reason", o.error, NULL);
-    } else if (o.status == -1) {
-        /* Installation already paused: wait for it without spending an attempt. */
-        fe = store_job_retry(ob->st, job, now + (int64_t)o.retry_after_s * 1000, false, 0, o.error);
+        it->finish = true;
+        it->state = ob_state_name(s->dry ? OB_STATE_DRY_RUN : OB_STATE_SENT);
+        it->http_status = o->status;
+        it->body = body;
+        it->body_len = j->record.len;
+    } else if (o->verdict == OUTBOX_PERMANENT) {
+        s->what = S_DEAD;
+        it->finish = true;
+        it->state = ob_state_name(OB_STATE_DEAD);
+        it->http_status = o->status;
+        it->error = o->error;
+        it->body = body;
+        it->body_len = j->record.len;
+    } else if (o->status == -1) {
+        /* Installation already paused (or the relay stopping): wait without spending an
+         * attempt. */
+        s->what = S_WAIT;
+        it->next_at = now + (int64_t)o->retry_after_s * 1000;
+        it->error = o->error;
     } else if (attempt >= max_attempts) {
-        char reason[512];
-        snprintf(reason, sizeof(reason), "gave up after %d attempts: %s", attempt, o.error);
-        fe = store_job_finish(ob->st, job, ob_state_name(OB_STATE_DEAD), o.status, reason, note,
-                              NULL, 0, now);
-        atomic_fetch_add(&ob->dead, 1);
-        metrics_outbox_result(job->kind, ob_state_name(OB_STATE_DEAD));
-        LOG_WARN("outbox.dead", "delivery", job->delivery_id, "repo", job->target, "kind",
-                 job->kind, "reason", reason, NULL);
+        s->what = S_GAVE_UP;
+        snprintf(s->reason, sizeof(s->reason), "gave up after %d attempts: %s", attempt, o->error);
+        it->finish = true;
+        it->state = ob_state_name(OB_STATE_DEAD);
+        it->http_status = o->status;
+        it->error = s->reason;
     } else {
+        s->what = S_RETRY;
         int64_t delay = outbox_backoff_ms(ob->cfg->retry_base_ms, ob->cfg->retry_max_ms, attempt,
                                           next_random(rng));
-        if (o.verdict == OUTBOX_RATE_LIMIT) {
+        if (o->verdict == OUTBOX_RATE_LIMIT) {
             int64_t until;
-            if (o.retry_after_s >= 0)
-                until = now + (int64_t)o.retry_after_s * 1000;
-            else if (o.rl_remaining == 0 && o.rl_reset > 0)
-                until = o.rl_reset * 1000;
+            if (o->retry_after_s >= 0)
+                until = now + (int64_t)o->retry_after_s * 1000;
+            else if (o->rl_remaining == 0 && o->rl_reset > 0)
+                until = o->rl_reset * 1000;
             else /* no time named: at least a minute, backing off (GitHub's guidance) */
                 until = now + outbox_rate_limit_pause_ms(ob->cfg->retry_max_ms, attempt,
                                                          next_random(rng));
             if (until < now)
                 until = now;
-            if (o.installation > 0)
-                pause_set(ob, o.installation, until, now);
+            if (o->installation > 0)
+                pause_set(ob, o->installation, until, now);
             delay = until - now;
             char secs[24];
             snprintf(secs, sizeof(secs), "%lld", (long long)(delay / 1000));
-            LOG_WARN("github.rate_limited", "delivery", job->delivery_id, "repo", job->target,
+            LOG_WARN("github.rate_limited", "delivery", j->sj.delivery_id, "repo", j->sj.target,
                      "pause_s", secs, NULL);
-        } else if (o.retry_after_s >= 0 && o.retry_after_s * 1000 > delay) {
-            delay = (int64_t)o.retry_after_s * 1000;
+        } else if (o->retry_after_s >= 0 && o->retry_after_s * 1000 > delay) {
+            delay = (int64_t)o->retry_after_s * 1000;
         }
-        fe = store_job_retry(ob->st, job, now + delay, true, o.status, o.error);
-        atomic_fetch_add(&ob->retried, 1);
-        metrics_outbox_result(job->kind, "retry");
-        char delay_s[24];
-        snprintf(delay_s, sizeof(delay_s), "%lld", (long long)delay);
-        LOG_INFO("outbox.retry", "delivery", job->delivery_id, "repo", job->target, "attempt",
-                 attempt_s, "delay_ms", delay_s, "reason", o.error, NULL);
+        s->delay = delay;
+        it->next_at = now + delay;
+        it->count_attempt = true;
+        it->http_status = o->status;
+        it->error = o->error;
     }
-    if (fe == CRCR_E_STATE) {
-        metrics_outbox_result(job->kind, "lease_lost");
-        LOG_WARN("outbox.lease_lost", "delivery", job->delivery_id, "repo", job->target, "kind",
-                 job->kind, "attempt", attempt_s, LOG_KEY_SENT,
-                 o.verdict == OUTBOX_LEASE_LOST ? "no" : "yes", NULL);
-    }
-    dispatch_output_free(&out);
-    buf_free(&record);
 }
 
-/* Processes one claimed row and frees it. */
-static void run_job(outbox *ob, store_job *job, uint64_t *rng)
+/* After the write: counters, metrics and the log line of one outcome. */
+static void outcome_report(outbox *ob, const settled *s, crcr_err fe)
 {
-    if (job->reclaimed) /* a row left running by a worker that died or lost its lease */
-        LOG_INFO("outbox.reclaimed", "delivery", job->delivery_id, "repo", job->target, "kind",
-                 job->kind, "reason", job->reclaimed, NULL);
-    process(ob, job, rng);
-    store_job_free(job);
+    job *j = s->j;
+    store_job *sj = &j->sj;
+    const outcome *o = &j->o;
+    if (!s->write) {
+        fe = CRCR_E_STATE;
+    } else if (s->what == S_DONE) {
+        const char *done = ob_state_name(s->dry ? OB_STATE_DRY_RUN : OB_STATE_SENT);
+        atomic_fetch_add(s->dry ? &ob->dry_run : &ob->sent, 1);
+        metrics_outbox_result(sj->kind, done);
+        const char *note = row_note(j);
+        LOG_INFO(s->dry ? "outbox.dry_run" : "outbox.sent", "delivery", sj->delivery_id, "repo",
+                 sj->target, "kind", sj->kind, "attempt", s->attempt_s, "trimmed", note, NULL);
+    } else if (s->what == S_DEAD || s->what == S_GAVE_UP) {
+        atomic_fetch_add(&ob->dead, 1);
+        metrics_outbox_result(sj->kind, ob_state_name(OB_STATE_DEAD));
+        LOG_WARN("outbox.dead", "delivery", sj->delivery_id, "repo", sj->target, "kind", sj->kind,
+                 "reason", s->what == S_DEAD ? o->error : s->reason, NULL);
+    } else if (s->what == S_RETRY) {
+        atomic_fetch_add(&ob->retried, 1);
+        metrics_outbox_result(sj->kind, "retry");
+        char delay_s[24];
+        snprintf(delay_s, sizeof(delay_s), "%lld", (long long)s->delay);
+        LOG_INFO("outbox.retry", "delivery", sj->delivery_id, "repo", sj->target, "attempt",
+                 s->attempt_s, "delay_ms", delay_s, "reason", o->error, NULL);
+    }
+    if (fe == CRCR_E_STATE) {
+        metrics_outbox_result(sj->kind, "lease_lost");
+        LOG_WARN("outbox.lease_lost", "delivery", sj->delivery_id, "repo", sj->target, "kind",
+                 sj->kind, "attempt", s->attempt_s, LOG_KEY_SENT,
+                 o->verdict == OUTBOX_LEASE_LOST ? "no" : "yes", NULL);
+    }
 }
+
+/* Gives back `n` job slots (their outcomes are recorded); a claim may follow. */
+static void slots_free(outbox *ob, size_t n)
+{
+    if (n == 0)
+        return;
+    pthread_mutex_lock(&ob->mu);
+    bool was_full = ob->jobs >= ob->max_jobs;
+    ob->jobs -= n;
+    /* Rows left waiting for a slot: an idle worker claims them (this one does on its next turn
+     * unless it finds ready jobs first). */
+    if (was_full && ob->pending && !ob->claiming && ob->idle)
+        pthread_cond_signal(&ob->cv);
+    if (ob->stopping && ob->jobs == 0)
+        pthread_cond_broadcast(&ob->cv);
+    pthread_mutex_unlock(&ob->mu);
+}
+
+/* Runs the next step of each job; the outcomes of those that ended are recorded in one store
+ * transaction, then the jobs are freed and their slots given back. */
+static void run_jobs(outbox *ob, job **jobs, size_t n, uint64_t *rng)
+{
+    settled ss[OUTBOX_SETTLE_MAX];
+    store_settle items[OUTBOX_SETTLE_MAX];
+    size_t k = 0, w = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (job_step(ob, jobs[i]) == STEP_WAIT)
+            continue; /* its call owns it now */
+        ss[k] = (settled){.j = jobs[i]};
+        outcome_prepare(ob, &ss[k], &items[w], rng);
+        if (ss[k].write)
+            w++;
+        k++;
+    }
+    if (w)
+        (void)store_jobs_settle(ob->st, items, w);
+    for (size_t i = 0, wi = 0; i < k; i++) {
+        crcr_err fe = CRCR_OK;
+        if (ss[i].write)
+            fe = items[wi++].result;
+        outcome_report(ob, &ss[i], fe);
+        job_free(ss[i].j);
+    }
+    slots_free(ob, k);
+}
+
+/* ---------------------------------------------------------------- workers */
 
 /* Wakes up to `n` idle workers (ob->mu held). */
 static void wake_idle(outbox *ob, size_t n)
@@ -848,13 +1365,12 @@ static void wake_idle(outbox *ob, size_t n)
 }
 
 /*
- * One worker claims for all (ob->claiming): as many rows as there are idle workers plus itself,
- * in one store transaction, keeps the first and hands the others over (ob->handoff), waking one
- * idle worker per row. A wake-up (outbox_wake) marks rows as pending and wakes one worker to
- * claim; a worker that finishes a row takes a handed-over one, else claims when rows are pending
- * (or its timer ran out: a due time, the 1 s poll), else sleeps. A claim that filled its batch
- * leaves rows pending (there may be more). Claims per row fell from one transaction each, plus
- * an empty one per woken worker, to one per batch (bench/RESULTS.md).
+ * A worker runs the steps of ready jobs (whose calls ended), up to OUTBOX_SETTLE_MAX at once;
+ * else claims when rows may be due (a wake-up, a full claim before, its timer: a due time or the
+ * 1 s poll) and jobs have room; else sleeps. One worker claims at a time, for as many rows as
+ * there are free job slots (OUTBOX_BATCH_MAX at most), and runs their first steps itself. A
+ * claim that filled its batch leaves rows pending: another idle worker claims the next batch
+ * meanwhile. When stopping, workers claim nothing and exit once every job is recorded.
  */
 static void *worker(void *arg)
 {
@@ -863,32 +1379,43 @@ static void *worker(void *arg)
     if (!rng)
         rng = 88172645463325252ULL;
     store_job batch[OUTBOX_BATCH_MAX];
+    job *jobs[OUTBOX_SETTLE_MAX];
     int64_t wake_at = 0;  /* this worker's timer: claim once it has passed */
     bool watcher = false; /* this worker watches a test clock for the others (ob->watching) */
     pthread_mutex_lock(&ob->mu);
-    while (!ob->stopping) {
-        if (watcher &&
-            (ob->handoff_n > 0 || (!ob->claiming && (ob->pending || clock_now_ms() >= wake_at)))) {
+    for (;;) {
+        if (watcher && (ob->ready || (!ob->claiming && ob->jobs < ob->max_jobs &&
+                                      (ob->pending || clock_now_ms() >= wake_at)))) {
             /* Off to work: another idle worker takes the watch over. */
             watcher = false;
             ob->watching = false;
             if (ob->idle > 0)
                 pthread_cond_signal(&ob->cv);
         }
-        if (ob->handoff_n > 0) {
-            store_job job = ob->handoff[--ob->handoff_n];
+        if (ob->ready) {
+            size_t n = 0;
+            while (ob->ready && n < OUTBOX_SETTLE_MAX) {
+                jobs[n++] = ob->ready;
+                ob->ready = ob->ready->next;
+            }
+            if (!ob->ready)
+                ob->ready_tail = NULL;
             pthread_mutex_unlock(&ob->mu);
-            run_job(ob, &job, &rng);
+            run_jobs(ob, jobs, n, &rng);
             pthread_mutex_lock(&ob->mu);
             continue;
         }
+        if (ob->stopping && ob->jobs == 0)
+            break;
         int64_t now = clock_now_ms();
-        if (!ob->claiming && (ob->pending || now >= wake_at)) {
+        if (!ob->stopping && !ob->claiming && ob->jobs < ob->max_jobs &&
+            (ob->pending || now >= wake_at)) {
             ob->claiming = true;
             ob->pending = false;
-            size_t want = 1 + ob->idle;
+            size_t want = ob->max_jobs - ob->jobs;
             if (want > OUTBOX_BATCH_MAX)
                 want = OUTBOX_BATCH_MAX;
+            ob->jobs += want; /* reserved while the claim runs */
             pthread_mutex_unlock(&ob->mu);
             size_t n = 0;
             crcr_err e =
@@ -900,24 +1427,35 @@ static void *worker(void *arg)
                 wait = due - now;
             if (wait < 5)
                 wait = 5;
+            size_t made = 0;
+            for (size_t i = 0; i < n; i++) {
+                job *j = job_new(ob, &batch[i]);
+                if (j) {
+                    jobs[made++] = j;
+                } else { /* no memory: the row goes back to the queue */
+                    (void)store_job_retry(ob->st, &batch[i], clock_now_ms(), false, 0,
+                                          "out of memory");
+                    store_job_free(&batch[i]);
+                }
+            }
             pthread_mutex_lock(&ob->mu);
             ob->claiming = false;
+            ob->jobs -= want - made;
             if (n == want)
                 ob->pending = true; /* a full batch: there may be more */
-            for (size_t i = 1; i < n; i++)
-                ob->handoff[ob->handoff_n++] = batch[i];
-            /* a helper per handed-over row, and one to claim when rows are pending */
-            wake_idle(ob, (n > 1 ? n - 1 : 0) + (ob->pending ? 1 : 0));
-            if (n > 0) {
-                pthread_mutex_unlock(&ob->mu);
-                run_job(ob, &batch[0], &rng);
-                pthread_mutex_lock(&ob->mu);
-            } else {
+            if (n == 0)
                 wake_at = now + wait;
+            /* Another worker claims the next batch while this one runs its rows. */
+            if (ob->pending && ob->jobs < ob->max_jobs)
+                wake_idle(ob, 1);
+            if (made > 0) {
+                pthread_mutex_unlock(&ob->mu);
+                run_jobs(ob, jobs, made, &rng);
+                pthread_mutex_lock(&ob->mu);
             }
             continue;
         }
-        if (wake_at <= now) /* another worker is claiming: it claims for this one too */
+        if (wake_at <= now) /* another worker is claiming, or no room: look again later */
             wake_at = now + OUTBOX_POLL_MS;
         /* With a test clock (clock.h) one idle worker at a time waits in short slices, so that
          * a moved clock is noticed at once; it claims for the others. The rest wait out their
@@ -962,6 +1500,17 @@ static void *waker(void *arg)
     return NULL;
 }
 
+size_t outbox_threads(const crcr_config *cfg)
+{
+    size_t n = (size_t)cpus_available() * OUTBOX_THREADS_PER_CPU;
+    if (n < 2)
+        n = 2;
+    if (n > OUTBOX_THREADS_MAX)
+        n = OUTBOX_THREADS_MAX;
+    size_t jobs = cfg->max_dispatch_workers > 0 ? (size_t)cfg->max_dispatch_workers : 1;
+    return n < jobs ? n : jobs;
+}
+
 outbox *outbox_start(const crcr_config *cfg, store *st, gh_client *gh, allowlist_source *allow,
                      char *err, size_t errsz)
 {
@@ -974,11 +1523,17 @@ outbox *outbox_start(const crcr_config *cfg, store *st, gh_client *gh, allowlist
     ob->st = st;
     ob->gh = gh;
     ob->allow = allow;
+    ob->max_jobs = cfg->max_dispatch_workers > 0 ? (size_t)cfg->max_dispatch_workers : 1;
+    if (ob->max_jobs > CRCR_MAX_DISPATCH_WORKERS)
+        ob->max_jobs = CRCR_MAX_DISPATCH_WORKERS;
     pthread_mutex_init(&ob->mu, NULL);
     pthread_cond_init(&ob->cv, NULL);
-    size_t n = cfg->max_dispatch_workers > 0 ? (size_t)cfg->max_dispatch_workers : 1;
-    if (n > CRCR_MAX_DISPATCH_WORKERS)
-        n = CRCR_MAX_DISPATCH_WORKERS;
+    if (gh) { /* the installation ids this store knows (another run's, another instance's) */
+        inst_scan sc = {.ob = ob};
+        (void)store_kv_scan(st, OUTBOX_INSTALLATION_PREFIX, clock_now_ms(), CRCR_TOKEN_CACHE_MAX,
+                            inst_got, &sc);
+    }
+    size_t n = outbox_threads(cfg);
     for (size_t i = 0; i < n; i++) {
         if (pthread_create(&ob->threads[i], NULL, worker, ob) != 0) {
             snprintf(err, errsz, "cannot start outbox worker %zu", i);
@@ -1001,12 +1556,33 @@ void outbox_wake(outbox *ob, size_t n)
     if (!ob || n == 0)
         return;
     pthread_mutex_lock(&ob->mu);
-    /* One worker claims the new rows for every idle one (worker()); while a claim runs, its
-     * claimer sees `pending` when it ends and claims again or wakes a worker to. */
+    /* One worker claims the new rows (worker()); while a claim runs, its claimer sees `pending`
+     * when it ends and wakes another to claim again. */
     ob->pending = true;
-    if (!ob->claiming)
+    if (!ob->claiming && ob->jobs < ob->max_jobs)
         pthread_cond_signal(&ob->cv);
     pthread_mutex_unlock(&ob->mu);
+}
+
+size_t outbox_installation_changed(outbox *ob, int64_t installation, const char *const *repos,
+                                   size_t n_repos)
+{
+    if (!ob || installation <= 0)
+        return 0;
+    size_t dropped = gh_installation_forget(ob->gh, installation);
+    inst_scan sc = {.ob = ob, .only = installation, .cap = CRCR_TOKEN_CACHE_MAX};
+    sc.keys = calloc(sc.cap, sizeof(*sc.keys));
+    if (sc.keys) {
+        (void)store_kv_scan(ob->st, OUTBOX_INSTALLATION_PREFIX, clock_now_ms(),
+                            CRCR_TOKEN_CACHE_MAX, inst_got, &sc);
+        for (size_t i = 0; i < sc.n; i++)
+            store_kv_delete(ob->st, sc.keys[i]);
+        free(sc.keys);
+    }
+    for (size_t i = 0; i < n_repos; i++)
+        if (repos[i])
+            installation_unstore(ob, repos[i]);
+    return dropped > sc.n ? dropped : sc.n;
 }
 
 void outbox_stop(outbox *ob)
@@ -1017,17 +1593,12 @@ void outbox_stop(outbox *ob)
     ob->stopping = true;
     pthread_cond_broadcast(&ob->cv);
     pthread_mutex_unlock(&ob->mu);
+    /* Requests not yet sent end now (their rows go back to the queue); those out are answered. */
+    gh_drain(ob->gh);
     for (size_t i = 0; i < ob->n_threads; i++)
         pthread_join(ob->threads[i], NULL);
     if (ob->has_waker)
         pthread_join(ob->waker, NULL);
-    /* Rows claimed for workers that stopped first go back to the queue at once (another instance
-     * may take them), without counting an attempt. */
-    for (size_t i = 0; i < ob->handoff_n; i++) {
-        (void)store_job_retry(ob->st, &ob->handoff[i], clock_now_ms(), false, 0,
-                              "claimed, not started before the relay stopped");
-        store_job_free(&ob->handoff[i]);
-    }
     pthread_cond_destroy(&ob->cv);
     pthread_mutex_destroy(&ob->mu);
     free(ob);
@@ -1040,4 +1611,12 @@ void outbox_get_counters(outbox *ob, outbox_counters *out)
     out->retried = atomic_load(&ob->retried);
     out->dead = atomic_load(&ob->dead);
     out->rate_limit_pauses = atomic_load(&ob->pauses_count);
+}
+
+void outbox_get_load(outbox *ob, size_t *jobs, size_t *max_jobs)
+{
+    pthread_mutex_lock(&ob->mu);
+    *jobs = ob->jobs;
+    *max_jobs = ob->max_jobs;
+    pthread_mutex_unlock(&ob->mu);
 }

@@ -1,9 +1,11 @@
 /*
- * outbox.h - the workers that carry out every outbound side effect stored in the outbox.
+ * outbox.h - carries out every outbound side effect stored in the outbox.
  *
- * MAX_DISPATCH_WORKERS threads claim due rows from the store, perform them against GitHub (or, in
- * dry-run, record the exact request they would have sent), and mark them sent, retry them later,
- * or mark them dead. Kinds of rows:
+ * Rows are claimed from the store, performed against GitHub (or, in dry-run, recorded with the
+ * exact request they would have sent), and marked sent, retried later, or marked dead. At most
+ * MAX_DISPATCH_WORKERS rows are carried out at once (upstream's dispatches in flight); their
+ * GitHub requests share the App's budget (CRCR_GITHUB_CONCURRENCY) and none of them holds a
+ * thread or a store connection while it is out (outbox.c). Kinds of rows:
  *   dispatch     POST /repos/{target}/dispatches (body built at send time from the delivery,
  *                trimmed to CRCR_DISPATCH_BUDGET, with the callback token); a paired row (its
  *                body a Depends-On record, §3.13) first reads GET /repos/{target}/pulls/{n}:
@@ -34,10 +36,10 @@
  *     honours them;
  *   - 404 (App not installed), 422 and other 4xx: permanent, the row is dead with the reason;
  *   - after CRCR_MAX_ATTEMPTS attempts the row is dead ("gave up").
- * Leases: a claim leases the row for CRCR_LEASE_SECONDS. Right before each request a worker
- * renews the lease once a third of it has gone by (slow token mints, waits for a store
- * connection), and sends nothing when the row has meanwhile been claimed by another worker; the
- * store fences the outcome too (store.h), so a late worker never overwrites the new holder's.
+ * Leases: a claim leases the row for CRCR_LEASE_SECONDS. Right before each request the lease is
+ * renewed once a third of it has gone by (slow token mints, a wait for the budget), and nothing
+ * is sent when the row has meanwhile been claimed by another worker; the store fences the outcome
+ * too (store.h), so a late worker never overwrites the new holder's.
  */
 #ifndef CRCR_OUTBOX_H
 #define CRCR_OUTBOX_H
@@ -94,8 +96,22 @@ void outbox_notify(outbox *ob);
  * worker, which claims them for every idle worker (see outbox.c). */
 void outbox_wake(outbox *ob, size_t n);
 
-/* Stops: workers finish the row they hold, then exit. Unfinished rows stay queued. NULL ok. */
+/* Stops: requests not yet sent are not sent (their rows go back to the queue without an
+ * attempt), those out are answered and recorded, then the workers exit. NULL ok. */
 void outbox_stop(outbox *ob);
+
+/* Worker threads outbox_start runs for `cfg` (a few per CPU, never more than
+ * MAX_DISPATCH_WORKERS): each may use one store connection at a time. */
+size_t outbox_threads(const crcr_config *cfg);
+
+/* GitHub says installation `installation` changed (an `installation` or
+ * `installation_repositories` webhook): its ids are forgotten (memory and store), and those of
+ * `repos` (n_repos names, may be 0). How many were forgotten. */
+size_t outbox_installation_changed(outbox *ob, int64_t installation, const char *const *repos,
+                                   size_t n_repos);
+
+/* Rows being carried out now, and the most there may be. */
+void outbox_get_load(outbox *ob, size_t *jobs, size_t *max_jobs);
 
 typedef struct outbox_counters {
     uint64_t sent, dry_run, retried, dead, rate_limit_pauses;

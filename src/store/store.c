@@ -322,6 +322,68 @@ crcr_err store_retention(store *st, int64_t before, int *n)
     return st->ops->outbox->retention(st, before, n);
 }
 
+crcr_err store_jobs_settle(store *st, store_settle *items, size_t n)
+{
+    if (n == 0)
+        return CRCR_OK;
+    for (size_t i = 0; i < n; i++)
+        items[i].result = CRCR_E_STORE;
+    crcr_err e = st->ops->outbox->jobs_settle(st, items, n);
+    if (e) {
+        for (size_t i = 0; i < n; i++)
+            items[i].result = e;
+    }
+    return e;
+}
+
+/* Longest prefix store_kv_scan takes. */
+#define STORE_KV_PREFIX_MAX 64u
+
+crcr_err store_kv_scan(store *st, const char *prefix, int64_t now, size_t max, store_kv_fn fn,
+                       void *ctx)
+{
+    size_t n = prefix ? strlen(prefix) : 0;
+    if (n == 0 || n > STORE_KV_PREFIX_MAX || !fn)
+        return CRCR_E_INVALID;
+    char hi[STORE_KV_PREFIX_MAX + 1];
+    memcpy(hi, prefix, n + 1);
+    if ((unsigned char)hi[n - 1] >= 0x7e)
+        return CRCR_E_INVALID; /* ASCII below '~': the range's end is the next character */
+    hi[n - 1]++;
+    return st->ops->outbox->kv_scan(st, prefix, hi, now, max, fn, ctx);
+}
+
+int store_kv_scan_row(void *ctx, const store_row_source *s)
+{
+    store_kv_scan_read *r = ctx;
+    if (r->left == 0)
+        return 1;
+    r->left--;
+    const char *key = s->text(s->src, 0);
+    size_t len = 0;
+    const void *v = s->blob(s->src, 1, &len);
+    if (key)
+        r->fn(r->ctx, key, v ? v : "", v ? len : 0);
+    return r->left == 0;
+}
+
+crcr_err store_kv_delete(store *st, const char *key)
+{
+    return key ? st->ops->outbox->kv_delete(st, key) : CRCR_E_INVALID;
+}
+
+crcr_err store_gh_slots(store *st, long total, long want, long *granted)
+{
+    if (want < 0)
+        want = 0;
+    if (!st->ops->outbox->gh_slots) {
+        *granted = want < total ? want : total;
+        return CRCR_OK;
+    }
+    *granted = 0;
+    return st->ops->outbox->gh_slots(st, total, want, granted);
+}
+
 crcr_err store_run_apply(store *st, const store_run_update *u, store_effects_fn effects, void *ctx,
                          store_run_result *res, char *reason, size_t reasonsz)
 {

@@ -252,6 +252,33 @@ crcr_err store_job_retry(store *st, const store_job *job, int64_t next_at, bool 
 /* Extends the lease of a claimed row to now + lease_ms (job->lease_until is updated). */
 crcr_err store_job_renew(store *st, store_job *job, int64_t now, int64_t lease_ms);
 
+/* The outcome of one claimed row for store_jobs_settle: a finish (store_job_finish's arguments)
+ * or a retry (store_job_retry's). `result` receives what the single call would have returned
+ * (CRCR_E_STATE: the lease was lost). */
+typedef struct store_settle {
+    const store_job *job;
+    bool finish;
+    /* finish */
+    const char *state;
+    const char *note;
+    const char *body;
+    size_t body_len;
+    int64_t now;
+    /* retry */
+    int64_t next_at;
+    bool count_attempt;
+    /* both */
+    long http_status;
+    const char *error;
+    crcr_err result;
+} store_settle;
+
+/* Records the outcomes of n claimed rows at once: one store transaction (on SQLite one request of
+ * the group commit) instead of one per row, each row still under its own fence. Returns CRCR_OK
+ * when the transaction went through (each item's `result` says how its row fared), or the
+ * store's error (every item's `result` is that error). */
+crcr_err store_jobs_settle(store *st, store_settle *items, size_t n);
+
 /* Re-queues `delivery_id`'s dispatch rows (only `repo`'s when not NULL), whatever their state,
  * due now, with attempts reset. *n receives how many rows. CRCR_E_NOT_FOUND for an unknown id. */
 crcr_err store_redeliver(store *st, const char *delivery_id, const char *repo, int64_t now, int *n);
@@ -313,6 +340,23 @@ crcr_err store_kv_put(store *st, const char *key, const char *value, size_t len,
 
 /* Deletes deliveries received before `before` and their finished outbox rows. *n = deliveries. */
 crcr_err store_retention(store *st, int64_t before, int *n);
+
+/* Calls fn with each live kv entry whose key starts with `prefix` (ASCII, at most 64 bytes), at
+ * most `max` of them. The pointers are valid during the call only. */
+typedef void (*store_kv_fn)(void *ctx, const char *key, const char *value, size_t len);
+crcr_err store_kv_scan(store *st, const char *prefix, int64_t now, size_t max, store_kv_fn fn,
+                       void *ctx);
+/* Deletes the kv entry `key` (CRCR_OK also when there is none). */
+crcr_err store_kv_delete(store *st, const char *key);
+
+/*
+ * The App's GitHub budget shared by the instances of one store (relay/gh_budget.c): sets this
+ * instance's share to as much of `want` as `total` less the shares of the other live instances
+ * allows, and returns it in *granted (never above want). Shares of instances that are no longer
+ * alive (store_claim's liveness) are dropped on the way, so a crashed instance's share comes back
+ * within a second. A store of one serving process (SQLite) grants min(want, total).
+ */
+crcr_err store_gh_slots(store *st, long total, long want, long *granted);
 
 /* ---- Callback runs (§4 `runs`): DISPATCHED -> IN_PROGRESS -> COMPLETED per key ---- */
 

@@ -289,7 +289,23 @@ typedef struct store_outbox_ops {
     crcr_err (*lease)(store *st, const char *key, const char *owner, int64_t now, int64_t ttl_ms,
                       bool *held);
     crcr_err (*retention)(store *st, int64_t before, int *n); /* *n is 0 */
+    /* store_jobs_settle: items' results set by the backend */
+    crcr_err (*jobs_settle)(store *st, store_settle *items, size_t n);
+    /* store_kv_scan with the prefix's key range [lo, hi) (hi: the prefix, its last byte + 1) */
+    crcr_err (*kv_scan)(store *st, const char *lo, const char *hi, int64_t now, size_t max,
+                        store_kv_fn fn, void *ctx);
+    crcr_err (*kv_delete)(store *st, const char *key);
+    /* store_gh_slots; NULL: one serving process (min(want, total)) */
+    crcr_err (*gh_slots)(store *st, long total, long want, long *granted);
 } store_outbox_ops;
+
+/* A kv row (key, value) handed to a store_kv_fn; ctx a store_kv_scan_read. */
+typedef struct store_kv_scan_read {
+    store_kv_fn fn;
+    void *ctx;
+    size_t left;
+} store_kv_scan_read;
+int store_kv_scan_row(void *ctx, const store_row_source *s);
 
 /* Callback runs and what they are checked against. */
 typedef struct store_run_ops {

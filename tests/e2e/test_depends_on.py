@@ -102,9 +102,18 @@ class DependsOnMixin(CallbackMixin):
                 if d["client_payload"].get("delivery_id") == delivery}
 
     def dispatch_row(self, delivery, repo):
-        doc = self.s.relay.get("/api/v1/deliveries/%s" % delivery).json()
-        (row,) = [j for j in doc["outbox"] if j["kind"] == "dispatch" and j["target"] == repo]
-        return row
+        """The dispatch row of `delivery` to `repo` once its outcome is recorded: the fake sees
+        the request before the relay has written what the answer made of the row."""
+        last = {}
+
+        def recorded():
+            doc = self.s.relay.get("/api/v1/deliveries/%s" % delivery).json()
+            (row,) = [j for j in doc["outbox"] if j["kind"] == "dispatch" and j["target"] == repo]
+            last["row"] = row
+            return row["state"] not in ("queued", "running")
+
+        wait_until(recorded, 15.0)
+        return last["row"]
 
     def pr_runs(self, number, repo):
         doc = self.s.relay.get("/api/v1/pr/%d" % number).json()

@@ -1082,8 +1082,14 @@ class FakeGitHub(HookDeliveries):
         rec.note = why
         return 401, {}, {"message": JWT_ERROR, "documentation_url": DOCS}
 
+    # A valid token of an installation that does not cover the repository: GitHub does not show
+    # a repository to a token that cannot see it (404), it does not call the credential bad.
+    _NOT_VISIBLE = ("token not scoped to this repo", "app not installed on the repo")
+
     def _unauthorized_token(self, rec, why):
         rec.note = why
+        if why in self._NOT_VISIBLE:
+            return 404, {}, {"message": "Not Found", "documentation_url": DOCS}
         return 401, {}, {"message": BAD_CREDENTIALS, "documentation_url": DOCS}
 
     def _r_installation(self, rec, owner, repo):

@@ -180,7 +180,7 @@ static void test_defaults_without_file_or_environment(void **state)
     assert_null(cfg.hud_api_url);
     assert_null(cfg.hud_bot_key);
     assert_int_equal(cfg.hud_max_retries, 3);
-    assert_int_equal(cfg.max_dispatch_workers, 32);
+    assert_int_equal(cfg.max_dispatch_workers, 100);
     assert_string_equal(cfg.listen_host, "127.0.0.1");
     assert_int_equal(cfg.listen_port, 8000);
     assert_string_equal(cfg.store_uri, "sqlite:crcr.db");
@@ -232,7 +232,7 @@ static void test_empty_environment_value_means_default(void **state)
     char err[256];
     assert_int_equal(load(&cfg, file, env, err, sizeof(err)), CRCR_OK);
     assert_null(cfg.hud_api_url); /* an empty override turns forwarding off */
-    assert_int_equal(cfg.max_dispatch_workers, 32);
+    assert_int_equal(cfg.max_dispatch_workers, 100);
     config_free(&cfg);
     remove_temp(file);
 }

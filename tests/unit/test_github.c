@@ -58,6 +58,7 @@ typedef struct fake {
     size_t token_len;      /* length of minted tokens */
     unsigned revoked_upto; /* tokens minted as number <= this are refused with 401 */
     bool always_401;       /* dispatches always answer 401 */
+    long dispatch_status;  /* answer to a dispatch with a valid token (0: 204) */
     /* observations */
     unsigned n_install, n_mint, n_dispatch, n_other;
     unsigned bad_jwt, bad_token, bad_headers;
@@ -189,7 +190,10 @@ static void handler(void *cls, const ut_httpd_req *rq, ut_httpd_resp *resp)
                 valid = strlen(auth + 7) == n && CRYPTO_memcmp(auth + 7, tok, n) == 0;
             }
         }
-        if (valid) {
+        if (valid && f->dispatch_status) {
+            status = (unsigned)f->dispatch_status;
+            snprintf(body, sizeof(body), "{\"message\":\"Not Found\"}");
+        } else if (valid) {
             status = 204;
             body[0] = '\0';
         } else {
@@ -363,6 +367,199 @@ static crcr_err dispatch(gh_client *gh, const char *repo, gh_resp *r)
 }
 
 /* ---------------------------------------------------------------- tests */
+
+/* Calls started with gh_start and their ends. */
+#define ASYNC_MAX 64
+
+typedef struct async_calls {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    gh_resp r[ASYNC_MAX];
+    crcr_err err[ASYNC_MAX];
+    int ends[ASYNC_MAX];
+    unsigned done;
+    char path[ASYNC_MAX][128];
+    char repo[ASYNC_MAX][64];
+} async_calls;
+
+typedef struct async_slot {
+    async_calls *a;
+    size_t i;
+} async_slot;
+
+static async_slot g_async[ASYNC_MAX];
+
+static void async_done(void *ud, crcr_err err)
+{
+    async_slot *s = ud;
+    pthread_mutex_lock(&s->a->mu);
+    s->a->err[s->i] = err;
+    s->a->ends[s->i]++;
+    s->a->done++;
+    pthread_cond_broadcast(&s->a->cv);
+    pthread_mutex_unlock(&s->a->mu);
+}
+
+static async_calls *async_new(void)
+{
+    async_calls *a = calloc(1, sizeof(*a));
+    assert_non_null(a);
+    pthread_mutex_init(&a->mu, NULL);
+    pthread_cond_init(&a->cv, NULL);
+    for (size_t i = 0; i < ASYNC_MAX; i++)
+        gh_resp_init(&a->r[i]);
+    return a;
+}
+
+static void async_free(async_calls *a)
+{
+    for (size_t i = 0; i < ASYNC_MAX; i++)
+        gh_resp_free(&a->r[i]);
+    pthread_cond_destroy(&a->cv);
+    pthread_mutex_destroy(&a->mu);
+    free(a);
+}
+
+/* Starts a dispatch to `repo` as call i (installation id `inst`, 0: the client's). */
+static void async_dispatch(gh_client *gh, async_calls *a, size_t i, const char *repo, int64_t inst)
+{
+    snprintf(a->repo[i], sizeof(a->repo[i]), "%s", repo);
+    snprintf(a->path[i], sizeof(a->path[i]), "/repos/%s/dispatches", repo);
+    g_async[i] = (async_slot){a, i};
+    gh_req rq = {.auth = GH_AUTH_INSTALLATION,
+                 .repo = a->repo[i],
+                 .installation = inst,
+                 .method = "POST",
+                 .path = a->path[i],
+                 .body = dispatch_body,
+                 .body_len = strlen(dispatch_body)};
+    assert_int_equal(gh_start(gh, &rq, &a->r[i], async_done, &g_async[i]), CRCR_OK);
+}
+
+static void async_wait(async_calls *a, unsigned n)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += 30;
+    pthread_mutex_lock(&a->mu);
+    while (a->done < n && pthread_cond_timedwait(&a->cv, &a->mu, &ts) == 0)
+        ;
+    unsigned done = a->done;
+    pthread_mutex_unlock(&a->mu);
+    assert_int_equal(done, n);
+}
+
+static void test_calls_started_together_share_one_lookup_one_mint_and_no_thread(void **state)
+{
+    fx *x = *state;
+    async_calls *a = async_new();
+    /* All started from this one thread, none waited for: the client's loop carries them. */
+    for (size_t i = 0; i < 50; i++)
+        async_dispatch(x->gh, a, i, "o/r", 0);
+    async_wait(a, 50);
+    for (size_t i = 0; i < 50; i++) {
+        assert_int_equal(a->err[i], CRCR_OK);
+        assert_int_equal(a->ends[i], 1);
+        assert_int_equal(a->r[i].status, 204);
+        assert_int_equal(a->r[i].installation, 42);
+    }
+    assert_int_equal(fget(&x->f, &x->f.n_install), 1);
+    assert_int_equal(fget(&x->f, &x->f.n_mint), 1);
+    assert_int_equal(fget(&x->f, &x->f.n_dispatch), 50);
+    assert_int_equal(fget(&x->f, &x->f.bad_jwt), 0);
+    assert_int_equal(fget(&x->f, &x->f.bad_token), 0);
+    async_free(a);
+}
+
+static void test_one_app_jwt_serves_a_burst_of_lookups_and_mints(void **state)
+{
+    fx *x = *state;
+    async_calls *a = async_new();
+    static const char *repos[] = {"o1/r", "o2/r", "o3/r", "o4/r", "o5/r"};
+    for (size_t i = 0; i < 5; i++)
+        async_dispatch(x->gh, a, i, repos[i], 0);
+    async_wait(a, 5);
+    for (size_t i = 0; i < 5; i++) {
+        assert_int_equal(a->r[i].status, 204);
+        assert_true(a->r[i].installation_looked_up);
+    }
+    assert_int_equal(fget(&x->f, &x->f.n_install), 5);
+    assert_int_equal(fget(&x->f, &x->f.n_mint), 1); /* one installation in this fake */
+    gh_stats st;
+    gh_get_stats(x->gh, &st);
+    assert_int_equal(st.jwt_signs, 1); /* six App requests, one JWT signed */
+    assert_int_equal(fget(&x->f, &x->f.bad_jwt), 0);
+    async_free(a);
+}
+
+static void test_a_stale_installation_id_given_by_the_caller_is_dropped_and_looked_up(void **state)
+{
+    fx *x = *state;
+    async_calls *a = async_new();
+    async_dispatch(x->gh, a, 0, "o/r", 999); /* not the fake's 42: its mint is a 404 */
+    async_wait(a, 1);
+    assert_int_equal(a->err[0], CRCR_OK);
+    assert_int_equal(a->r[0].status, 204);
+    assert_int_equal(a->r[0].api_calls, 4); /* mint(999) 404, lookup, mint(42), dispatch */
+    assert_true(a->r[0].installation_dropped);
+    assert_true(a->r[0].installation_looked_up);
+    assert_int_equal(a->r[0].installation, 42);
+    int64_t id = 0;
+    assert_true(gh_installation_cached(x->gh, "o/r", &id));
+    assert_int_equal(id, 42);
+    async_free(a);
+}
+
+static void test_a_404_to_a_request_with_a_cached_id_looks_it_up_once_more(void **state)
+{
+    fx *x = *state;
+    gh_resp r;
+    assert_int_equal(dispatch(x->gh, "o/r", &r), CRCR_OK);
+    gh_resp_free(&r);
+    pthread_mutex_lock(&x->f.mu);
+    x->f.install_status = 404; /* the repository left the installation */
+    x->f.dispatch_status = 404;
+    pthread_mutex_unlock(&x->f.mu);
+    assert_int_equal(dispatch(x->gh, "o/r", &r), CRCR_E_HTTP);
+    assert_int_equal(r.status, 404);
+    assert_int_equal(r.api_calls, 2); /* dispatch 404, lookup 404: no loop */
+    assert_true(r.installation_dropped);
+    assert_false(r.installation_looked_up);
+    assert_string_equal(r.error, "installation lookup: 404 (App not installed on o/r)");
+    gh_resp_free(&r);
+    int64_t id = 0;
+    assert_false(gh_installation_cached(x->gh, "o/r", &id));
+    /* A 404 to a request with an id just looked up is the answer itself. */
+    pthread_mutex_lock(&x->f.mu);
+    x->f.install_status = 200;
+    pthread_mutex_unlock(&x->f.mu);
+    assert_int_equal(dispatch(x->gh, "o/r", &r), CRCR_OK);
+    assert_int_equal(r.status, 404);
+    assert_int_equal(r.api_calls, 2); /* lookup, dispatch (the token is still cached) */
+    gh_resp_free(&r);
+}
+
+static void test_seeded_ids_are_used_and_forgotten_by_installation(void **state)
+{
+    fx *x = *state;
+    gh_installation_seed(x->gh, "Seed/One", 42);
+    gh_installation_seed(x->gh, "seed/two", 42);
+    gh_installation_seed(x->gh, "seed/three", 7);
+    int64_t id = 0;
+    assert_true(gh_installation_cached(x->gh, "seed/one", &id));
+    assert_int_equal(id, 42);
+    gh_resp r;
+    assert_int_equal(dispatch(x->gh, "seed/one", &r), CRCR_OK);
+    assert_int_equal(r.api_calls, 2); /* mint, dispatch: no lookup */
+    gh_resp_free(&r);
+    assert_int_equal(gh_installation_forget(x->gh, 42), 2);
+    assert_false(gh_installation_cached(x->gh, "seed/one", &id));
+    assert_false(gh_installation_cached(x->gh, "seed/two", &id));
+    assert_true(gh_installation_cached(x->gh, "seed/three", &id));
+    assert_int_equal(dispatch(x->gh, "seed/one", &r), CRCR_OK);
+    assert_int_equal(r.api_calls, 3); /* the token went with the installation */
+    gh_resp_free(&r);
+}
 
 static void test_first_dispatch_costs_three_calls_next_99_cost_one(void **state)
 {
@@ -1040,6 +1237,11 @@ int main(void)
         FX_TEST(test_invalid_requests_are_refused_before_sending),
         FX_TEST(test_sequential_requests_reuse_one_connection),
         FX_TEST(test_8_threads_x_50_dispatches_share_one_token_mint),
+        FX_TEST(test_calls_started_together_share_one_lookup_one_mint_and_no_thread),
+        FX_TEST(test_one_app_jwt_serves_a_burst_of_lookups_and_mints),
+        FX_TEST(test_a_stale_installation_id_given_by_the_caller_is_dropped_and_looked_up),
+        FX_TEST(test_a_404_to_a_request_with_a_cached_id_looks_it_up_once_more),
+        FX_TEST(test_seeded_ids_are_used_and_forgotten_by_installation),
         cmocka_unit_test(test_parse_retry_after),
     };
     int rc = cmocka_run_group_tests(tests, setup_key, teardown_key);

@@ -28,6 +28,7 @@
 #include "jwt.h"
 #include "log.h"
 #include "oidc.h"
+#include "oidc_cache.h"
 #include "ut_httpd.h"
 
 #define AUD "pytorch-cross-repo-ci-relay"
@@ -1257,6 +1258,160 @@ static void test_new_kinds_refuses_duplicates_and_unknown_kinds(void **state)
     assert_non_null(strstr(err, "unknown kind"));
 }
 
+/* ---------------------------------------------------------------- verified tokens (cache) */
+
+/* A job reports in_progress and then completed with one token: the second report is accepted
+ * from the cache (no signature check, no fetch) with the same identity, until the token expires
+ * on the relay's clock, where the answer is the full path's. */
+static void test_a_verified_token_is_taken_from_the_cache_until_it_expires(void **state)
+{
+    fixture *f = *state;
+    char *claims = claims_full(f->srv->issuer, "\"" AUD "\"", 600, "");
+    char *tok = sign_token(g_k1, "k1", claims);
+    oidc_identity first, again;
+    char reason[128];
+    assert_int_equal(check(f, tok, NOW, &first, reason, sizeof(reason)), 0);
+    assert_int_equal(oidc_cache_hits(f->v), 0);
+    assert_int_equal(check(f, tok, NOW + 300, &again, reason, sizeof(reason)), 0);
+    assert_int_equal(oidc_cache_hits(f->v), 1);
+    assert_memory_equal(&first, &again, sizeof(first));
+    assert_int_equal(fetches(f), 1);
+    /* Within the leeway after exp still; past it refused as the full path refuses it. */
+    assert_int_equal(check(f, tok, NOW + 600 + OIDC_LEEWAY_S, &again, reason, sizeof(reason)), 0);
+    assert_int_equal(oidc_cache_hits(f->v), 2);
+    assert_int_equal(check(f, tok, NOW + 601 + OIDC_LEEWAY_S, &again, reason, sizeof(reason)), 401);
+    assert_string_equal(reason, "Token expired");
+    /* Before its nbf (a clock set back) it is refused too, not taken from the cache. */
+    assert_int_equal(check(f, tok, NOW - 5 - OIDC_LEEWAY_S - 1, &again, reason, sizeof(reason)),
+                     401);
+    assert_int_equal(oidc_cache_hits(f->v), 2);
+    uint64_t ok = 0, bad = 0;
+    oidc_stats(f->v, NULL, &ok, &bad);
+    assert_int_equal(ok, 3);
+    assert_int_equal(bad, 2);
+    free(tok);
+    free(claims);
+}
+
+/* Only the very bytes that were verified: a token differing in one byte of its signature, or
+ * signed by another key under the same kid, is judged afresh and refused. */
+static void test_only_the_same_token_is_taken_from_the_cache(void **state)
+{
+    fixture *f = *state;
+    char *claims = claims_ok(f->srv->issuer);
+    char *tok = sign_token(g_k1, "k1", claims);
+    oidc_identity id;
+    char reason[128];
+    assert_int_equal(check(f, tok, NOW, &id, reason, sizeof(reason)), 0);
+    char *forged = strdup(tok);
+    assert_non_null(forged);
+    size_t n = strlen(forged);
+    forged[n - 2] = forged[n - 2] == 'A' ? 'B' : 'A';
+    assert_int_equal(check(f, forged, NOW, &id, reason, sizeof(reason)), 401);
+    char *evil = sign_token(g_evil, "k1", claims);
+    assert_int_equal(check(f, evil, NOW, &id, reason, sizeof(reason)), 401);
+    assert_int_equal(oidc_cache_hits(f->v), 0);
+    free(evil);
+    free(forged);
+    free(tok);
+    free(claims);
+}
+
+/* A new key set for the issuer ends its cached tokens: after a rotation that removed k1, a token
+ * k1 verified before is refused; after a refresh that kept k1 it is verified afresh (not a hit). */
+static void test_a_new_key_set_ends_the_cached_tokens(void **state)
+{
+    fixture *f = *state;
+    char *claims = claims_full(f->srv->issuer, "\"" AUD "\"", 7200, "");
+    char *tok = sign_token(g_k1, "k1", claims);
+    oidc_identity id;
+    char reason[128];
+    assert_int_equal(check(f, tok, NOW, &id, reason, sizeof(reason)), 0);
+    assert_int_equal(check(f, tok, NOW + 1, &id, reason, sizeof(reason)), 0);
+    assert_int_equal(oidc_cache_hits(f->v), 1);
+    /* The issuer's set is refreshed after OIDC_JWKS_MAX_AGE_S, k1 still in it. */
+    assert_int_equal(check(f, tok, NOW + OIDC_JWKS_MAX_AGE_S + 1, &id, reason, sizeof(reason)), 0);
+    assert_int_equal(fetches(f), 2);
+    assert_int_equal(oidc_cache_hits(f->v), 1);
+    assert_int_equal(check(f, tok, NOW + OIDC_JWKS_MAX_AGE_S + 2, &id, reason, sizeof(reason)), 0);
+    assert_int_equal(oidc_cache_hits(f->v), 2);
+    /* Rotated: k2 only. The cached k1 token is no longer accepted. */
+    EVP_PKEY *keys[] = {g_k2};
+    const char *kids[] = {"k2"};
+    char *doc = jwks_doc(1, keys, kids);
+    assert_int_equal(
+        oidc_set_jwks(f->v, f->srv->issuer, doc, strlen(doc), NOW + OIDC_JWKS_MAX_AGE_S + 3),
+        CRCR_OK);
+    assert_int_equal(check(f, tok, NOW + OIDC_JWKS_MAX_AGE_S + 4, &id, reason, sizeof(reason)),
+                     401);
+    assert_int_equal(oidc_cache_hits(f->v), 2);
+    free(doc);
+    free(tok);
+    free(claims);
+}
+
+/* A Buildkite token is judged by its resolver each time (the pipeline mapping may change). */
+static void test_resolver_tokens_are_not_cached(void **state)
+{
+    fixture *f = *state;
+    oidc_verifier *v = buildkite_verifier(f);
+    oidc_set_resolver(v, CRCR_ISSUER_BUILDKITE, test_resolver, "ctx");
+    char *claims = claims_full(f->srv->issuer, "\"" AUD "\"", 300,
+                               ",\"organization_id\":\"o1\",\"pipeline_id\":\"p1\"");
+    char *tok = sign_token(g_k1, "k1", claims);
+    oidc_identity id;
+    char reason[128];
+    atomic_store(&g_resolver_calls, 0);
+    assert_int_equal(oidc_verify(v, tok, NOW, &id, reason, sizeof(reason)), 0);
+    assert_int_equal(oidc_verify(v, tok, NOW, &id, reason, sizeof(reason)), 0);
+    assert_int_equal(atomic_load(&g_resolver_calls), 2);
+    assert_int_equal(oidc_cache_hits(v), 0);
+    oidc_free(v);
+    free(tok);
+    free(claims);
+}
+
+/* The cache itself: bounded (never more entries than OIDC_CACHE_SLOTS, the latest always there),
+ * an expired entry dropped on its first look. */
+static void test_the_cache_is_bounded_and_drops_expired_entries(void **state)
+{
+    (void)state;
+    oidc_cache *c = oidc_cache_new();
+    assert_non_null(c);
+    oidc_cached v;
+    memset(&v, 0, sizeof(v));
+    v.exp = NOW + 100;
+    unsigned char key[32];
+    char tok[32];
+    const unsigned total = 4 * OIDC_CACHE_SLOTS;
+    for (unsigned i = 0; i < total; i++) {
+        snprintf(tok, sizeof(tok), "token-%u", i);
+        assert_true(oidc_cache_key(tok, strlen(tok), key));
+        v.iat = i;
+        oidc_cache_put(c, key, &v);
+        oidc_cached got;
+        assert_true(oidc_cache_get(c, key, NOW, &got));
+        assert_int_equal(got.iat, i);
+    }
+    unsigned hits = 0;
+    for (unsigned i = 0; i < total; i++) {
+        snprintf(tok, sizeof(tok), "token-%u", i);
+        assert_true(oidc_cache_key(tok, strlen(tok), key));
+        oidc_cached got;
+        if (oidc_cache_get(c, key, NOW, &got)) {
+            hits++;
+            assert_int_equal(got.iat, i);
+        }
+    }
+    assert_true(hits > 0 && hits <= OIDC_CACHE_SLOTS);
+    /* The last one is there, until its exp plus the leeway has passed. */
+    oidc_cached got;
+    assert_true(oidc_cache_get(c, key, NOW + 100 + OIDC_LEEWAY_S, &got));
+    assert_false(oidc_cache_get(c, key, NOW + 101 + OIDC_LEEWAY_S, &got));
+    assert_false(oidc_cache_get(c, key, NOW, &got)); /* dropped */
+    oidc_cache_free(c);
+}
+
 int main(void)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -1302,6 +1457,11 @@ int main(void)
         T(test_eight_threads_verify_concurrently_with_one_fetch),
         T(test_buildkite_issuer_takes_the_repository_from_its_resolver),
         T(test_github_issuer_never_asks_a_resolver),
+        T(test_a_verified_token_is_taken_from_the_cache_until_it_expires),
+        T(test_only_the_same_token_is_taken_from_the_cache),
+        T(test_a_new_key_set_ends_the_cached_tokens),
+        T(test_resolver_tokens_are_not_cached),
+        cmocka_unit_test(test_the_cache_is_bounded_and_drops_expired_entries),
         cmocka_unit_test(test_new_refuses_bad_issuers_and_audience),
         cmocka_unit_test(test_new_kinds_refuses_duplicates_and_unknown_kinds),
         cmocka_unit_test(test_check_claims_directly),

@@ -2408,6 +2408,161 @@ static void a_bad_uri_is_a_configuration_error(void **state)
     assert_non_null(strstr(err, "cannot connect"));
 }
 
+static void jobs_settle_records_each_outcome_under_its_own_fence(void **state)
+{
+    store *st = *state;
+    const char *t[] = {"a/one", "b/two", "c/three"};
+    assert_int_equal(ingest(st, "d", 1000, t, 3), CRCR_OK);
+    store_job a, b, c, c2;
+    assert_int_equal(store_claim(st, 1000, 1000, &a), CRCR_OK);
+    assert_int_equal(store_claim(st, 1000, 1000, &b), CRCR_OK);
+    assert_int_equal(store_claim(st, 1000, 100, &c), CRCR_OK);
+    assert_int_equal(store_claim(st, 1101, 1000, &c2), CRCR_OK); /* c's lease ran out */
+    assert_int_equal(c2.id, c.id);
+    store_settle items[3] = {
+        {.job = &a, .finish = true, .state = "sent", .http_status = 204, .now = 1200},
+        {.job = &b,
+         .next_at = 5000,
+         .count_attempt = true,
+         .http_status = 502,
+         .error = "HTTP 502"},
+        {.job = &c, .finish = true, .state = "sent", .http_status = 204, .now = 1200},
+    };
+    assert_int_equal(store_jobs_settle(st, items, 3), CRCR_OK);
+    assert_int_equal(items[0].result, CRCR_OK);
+    assert_int_equal(items[1].result, CRCR_OK);
+    assert_int_equal(items[2].result, CRCR_E_STATE); /* fenced off: c2 holds the row */
+    store_settle late = {.job = &c2,
+                         .finish = true,
+                         .state = "dead",
+                         .http_status = 422,
+                         .error = "Unprocessable",
+                         .note = "n",
+                         .now = 1300};
+    assert_int_equal(store_jobs_settle(st, &late, 1), CRCR_OK);
+    assert_int_equal(late.result, CRCR_OK);
+    dview *v = view(st, "d");
+    assert_int_equal(v->n, 3);
+    assert_string_equal(v->jobs[0].state, "sent");
+    assert_int_equal(v->jobs[0].last_status, 204);
+    assert_int_equal(v->jobs[0].done_at, 1200);
+    assert_string_equal(v->jobs[1].state, "queued");
+    assert_int_equal(v->jobs[1].attempts, 1);
+    assert_int_equal(v->jobs[1].next_attempt_at, 5000);
+    assert_string_equal(v->jobs[1].error, "HTTP 502");
+    assert_string_equal(v->jobs[2].state, "dead");
+    assert_int_equal(v->jobs[2].last_status, 422);
+    assert_string_equal(v->jobs[2].note, "n");
+    free(v);
+    store_job_free(&a);
+    store_job_free(&b);
+    store_job_free(&c);
+    store_job_free(&c2);
+}
+
+typedef struct kv_seen {
+    char keys[8][32];
+    char vals[8][16];
+    size_t n;
+} kv_seen;
+
+static void on_kv(void *ctx, const char *key, const char *value, size_t len)
+{
+    kv_seen *s = ctx;
+    if (s->n >= 8)
+        return;
+    snprintf(s->keys[s->n], sizeof(s->keys[0]), "%s", key);
+    snprintf(s->vals[s->n], sizeof(s->vals[0]), "%.*s", (int)len, value);
+    s->n++;
+}
+
+static void kv_scan_lists_live_keys_of_a_prefix_and_delete_removes_one(void **state)
+{
+    store *st = *state;
+    assert_int_equal(store_kv_put(st, "p:b", "2", 1, 0), CRCR_OK);
+    assert_int_equal(store_kv_put(st, "p:a", "1", 1, 9000), CRCR_OK);
+    assert_int_equal(store_kv_put(st, "p:c", "3", 1, 500), CRCR_OK); /* expired at 1000 */
+    assert_int_equal(store_kv_put(st, "p", "x", 1, 0), CRCR_OK);
+    assert_int_equal(store_kv_put(st, "p;", "x", 1, 0), CRCR_OK);  /* the byte after ':' */
+    assert_int_equal(store_kv_put(st, "P:z", "x", 1, 0), CRCR_OK); /* prefixes are exact */
+    assert_int_equal(store_kv_put(st, "q:a", "x", 1, 0), CRCR_OK);
+    kv_seen s = {0};
+    assert_int_equal(store_kv_scan(st, "p:", 1000, 10, on_kv, &s), CRCR_OK);
+    assert_int_equal(s.n, 2);
+    assert_string_equal(s.keys[0], "p:a");
+    assert_string_equal(s.vals[0], "1");
+    assert_string_equal(s.keys[1], "p:b");
+    assert_string_equal(s.vals[1], "2");
+    memset(&s, 0, sizeof(s));
+    assert_int_equal(store_kv_scan(st, "p:", 1000, 1, on_kv, &s), CRCR_OK);
+    assert_int_equal(s.n, 1);
+    assert_int_equal(store_kv_delete(st, "p:a"), CRCR_OK);
+    assert_int_equal(store_kv_delete(st, "p:none"), CRCR_OK);
+    memset(&s, 0, sizeof(s));
+    assert_int_equal(store_kv_scan(st, "p:", 1000, 10, on_kv, &s), CRCR_OK);
+    assert_int_equal(s.n, 1);
+    assert_string_equal(s.keys[0], "p:b");
+    assert_int_equal(store_kv_scan(st, "", 1000, 10, on_kv, &s), CRCR_E_INVALID);
+}
+
+/* store_gh_slots until it grants `want` or `timeout_ms` of real time passed (a dead instance's
+ * share is dropped once the server has seen it go). */
+static long slots_within(store *st, long total, long want, int64_t timeout_ms)
+{
+    int64_t t0 = clock_mono_ms();
+    long got = -1;
+    for (;;) {
+        assert_int_equal(store_gh_slots(st, total, want, &got), CRCR_OK);
+        if (got >= want || clock_mono_ms() - t0 >= timeout_ms)
+            return got;
+        usleep(20 * 1000);
+    }
+}
+
+static void gh_slots_share_the_budget_between_live_instances(void **state)
+{
+    long got = -1;
+    if (!g_pg) { /* one serving process: the whole budget, never more */
+        store *a = *state;
+        assert_int_equal(store_recover(a), CRCR_OK);
+        assert_int_equal(store_gh_slots(a, 10, 15, &got), CRCR_OK);
+        assert_int_equal(got, 10);
+        assert_int_equal(store_gh_slots(a, 10, 4, &got), CRCR_OK);
+        assert_int_equal(got, 4);
+        return;
+    }
+    store *a = *state;
+    assert_int_equal(store_recover(a), CRCR_OK);
+    store *b = open_instance();
+    assert_int_equal(store_gh_slots(a, 10, 7, &got), CRCR_OK);
+    assert_int_equal(got, 7);
+    assert_int_equal(store_gh_slots(b, 10, 7, &got), CRCR_OK);
+    assert_int_equal(got, 3); /* what a left */
+    assert_int_equal(store_gh_slots(a, 10, 2, &got), CRCR_OK);
+    assert_int_equal(got, 2); /* a gives 5 back... */
+    assert_int_equal(store_gh_slots(b, 10, 7, &got), CRCR_OK);
+    assert_int_equal(got, 7); /* ...which b may take */
+    assert_int_equal(store_gh_slots(b, 10, 0, &got), CRCR_OK);
+    assert_int_equal(got, 0);
+    assert_int_equal(store_gh_slots(a, 10, 10, &got), CRCR_OK);
+    assert_int_equal(got, 10); /* alone, an instance may use all of it */
+    /* A crashed instance's share comes back: c takes what a held once a is gone. */
+    store *c = open_instance();
+    assert_int_equal(store_gh_slots(c, 10, 4, &got), CRCR_OK);
+    assert_int_equal(got, 0);
+    store_close(a);
+    assert_int_equal(slots_within(c, 10, 4, 30000), 4);
+    assert_int_equal(store_gh_slots(b, 10, 10, &got), CRCR_OK);
+    assert_int_equal(got, 6);
+    /* A store that is not an instance (a command) shares nothing. */
+    store *cmd = open_store();
+    assert_int_equal(store_gh_slots(cmd, 10, 3, &got), CRCR_OK);
+    assert_int_equal(got, 3);
+    store_close(cmd);
+    store_close(c);
+    *state = b;
+}
+
 /* ---- supersession and Depends-On pairs (schema 4, §3.12, §3.13) ---- */
 
 /* A pull_request delivery of PR 42 at head `sha` to targets[0..n), target i paired with PR
@@ -2874,6 +3029,9 @@ int main(int argc, char **argv)
         T(claims_of_a_dead_holder_come_back_before_their_lease_and_a_live_ones_stay),
         T(wait_for_work_wakes_on_rows_written_by_another_instance),
         T(a_dropped_connection_is_replaced_without_an_error),
+        T(jobs_settle_records_each_outcome_under_its_own_fence),
+        T(kv_scan_lists_live_keys_of_a_prefix_and_delete_removes_one),
+        T(gh_slots_share_the_budget_between_live_instances),
         cmocka_unit_test(a_bad_uri_is_a_configuration_error),
     };
     int failed = 0;

@@ -48,6 +48,9 @@
  * No wait when the server had been up PG_LIVE_SERVER_UP_MS when the lock was taken (a restarted
  * instance on a server that stayed up: the usual crash). */
 #define PG_LIVE_GRACE_MS 3000
+/* Advisory lock class under which instances change their shares of the GitHub budget
+ * (store_gh_slots), one at a time ('crcs'). */
+#define PG_SLOTS_CLASS 1668440947
 #define PG_LIVE_SERVER_UP_MS 60000
 
 typedef struct pg_store {

@@ -252,14 +252,21 @@ static crcr_err fenced(store *st, const char *op, const char *sql, const store_p
     return !e && rows == 0 ? CRCR_E_STATE : e;
 }
 
+/* The fenced updates of finish and retry, shared by the single calls and store_jobs_settle. */
+#define PG_FINISH_SQL                                                                              \
+    "UPDATE outbox SET state=$1, attempts=attempts+1, last_status=$2::integer, "                   \
+    "last_error=$3, note=$4, body=COALESCE($5::bytea, body), done_at=$6, "                         \
+    "lease_until=NULL, owner=NULL WHERE id=$7 AND state='running' AND lease_until=$8"
+#define PG_RETRY_SQL                                                                               \
+    "UPDATE outbox SET state='queued', attempts=attempts+$1::integer, "                            \
+    "next_attempt_at=$2, last_status=$3::integer, last_error=$4, "                                 \
+    "lease_until=NULL, owner=NULL WHERE id=$5 AND state='running' AND lease_until=$6"
+
 static crcr_err pg_job_finish(store *st, int64_t id, int64_t lease, const char *state,
                               long http_status, const char *error, const char *note,
                               const char *body, size_t body_len, int64_t now)
 {
-    return fenced(st, "finish",
-                  "UPDATE outbox SET state=$1, attempts=attempts+1, last_status=$2::integer, "
-                  "last_error=$3, note=$4, body=COALESCE($5::bytea, body), done_at=$6, "
-                  "lease_until=NULL, owner=NULL WHERE id=$7 AND state='running' AND lease_until=$8",
+    return fenced(st, "finish", PG_FINISH_SQL,
                   ARGS(ARG_TEXT(state), ARG_INT_IF(http_status > 0, http_status),
                        ARG_TEXT(error && *error ? error : NULL),
                        ARG_TEXT(note && *note ? note : NULL), ARG_BLOB(body, body_len),
@@ -269,13 +276,53 @@ static crcr_err pg_job_finish(store *st, int64_t id, int64_t lease, const char *
 static crcr_err pg_job_retry(store *st, int64_t id, int64_t lease, int64_t next_at,
                              bool count_attempt, long http_status, const char *error)
 {
-    return fenced(st, "retry",
-                  "UPDATE outbox SET state='queued', attempts=attempts+$1::integer, "
-                  "next_attempt_at=$2, last_status=$3::integer, last_error=$4, "
-                  "lease_until=NULL, owner=NULL WHERE id=$5 AND state='running' AND lease_until=$6",
+    return fenced(st, "retry", PG_RETRY_SQL,
                   ARGS(ARG_INT(count_attempt ? 1 : 0), ARG_INT(next_at),
                        ARG_INT_IF(http_status > 0, http_status),
                        ARG_TEXT(error && *error ? error : NULL), ARG_INT(id), ARG_INT(lease)));
+}
+
+typedef struct settle_args {
+    store_settle *items;
+    size_t n;
+} settle_args;
+
+/* Every outcome in one transaction on a relaxed connection; an item whose fence no longer holds
+ * is CRCR_E_STATE, the others are written. */
+static crcr_err op_settle(pgx *x, void *arg)
+{
+    settle_args *a = arg;
+    for (size_t i = 0; i < a->n; i++) {
+        store_settle *it = &a->items[i];
+        const store_job *j = it->job;
+        int64_t rows = 0;
+        crcr_err e;
+        if (it->finish)
+            e = pg_query(x, PG_FINISH_SQL,
+                         ARGS(ARG_TEXT(it->state), ARG_INT_IF(it->http_status > 0, it->http_status),
+                              ARG_TEXT(it->error && *it->error ? it->error : NULL),
+                              ARG_TEXT(it->note && *it->note ? it->note : NULL),
+                              ARG_BLOB(it->body, it->body_len), ARG_INT(it->now), ARG_INT(j->id),
+                              ARG_INT(j->lease_until)),
+                         NULL, NULL, &rows);
+        else
+            e = pg_query(x, PG_RETRY_SQL,
+                         ARGS(ARG_INT(it->count_attempt ? 1 : 0), ARG_INT(it->next_at),
+                              ARG_INT_IF(it->http_status > 0, it->http_status),
+                              ARG_TEXT(it->error && *it->error ? it->error : NULL), ARG_INT(j->id),
+                              ARG_INT(j->lease_until)),
+                         NULL, NULL, &rows);
+        if (e)
+            return e;
+        it->result = rows == 0 ? CRCR_E_STATE : CRCR_OK;
+    }
+    return CRCR_OK;
+}
+
+static crcr_err pg_jobs_settle(store *st, store_settle *items, size_t n)
+{
+    settle_args a = {items, n};
+    return pg_with_tx_relaxed(pg_store_of(st), "settle", op_settle, &a);
 }
 
 static crcr_err pg_job_renew(store *st, int64_t id, int64_t lease, int64_t new_lease)
@@ -422,6 +469,87 @@ static crcr_err pg_kv_put(store *st, const char *key, const char *value, size_t 
                   ARGS(ARG_TEXT(key), ARG_BLOB(value, len), ARG_INT(expires_at)), NULL, NULL, NULL);
 }
 
+/* A prefix's range compared byte-wise (COLLATE "C"), whatever the database's collation. */
+static crcr_err pg_kv_scan(store *st, const char *lo, const char *hi, int64_t now, size_t max,
+                           store_kv_fn fn, void *ctx)
+{
+    store_kv_scan_read r = {.fn = fn, .ctx = ctx, .left = max};
+    if (max == 0)
+        return CRCR_OK;
+    return pg_run(pg_store_of(st), "kv_scan",
+                  "SELECT key, value FROM kv WHERE key COLLATE \"C\" >= $1 AND key COLLATE \"C\" < "
+                  "$2 AND (expires_at=0 OR expires_at>$3) ORDER BY key COLLATE \"C\"",
+                  ARGS(ARG_TEXT(lo), ARG_TEXT(hi), ARG_INT(now)), store_kv_scan_row, &r, NULL);
+}
+
+static crcr_err pg_kv_delete(store *st, const char *key)
+{
+    return pg_run(pg_store_of(st), "kv_delete", "DELETE FROM kv WHERE key=$1", ARGS(ARG_TEXT(key)),
+                  NULL, NULL, NULL);
+}
+
+/* The shares of the GitHub budget live in kv as "ghslots:<instance id>" = the share (decimal),
+ * without expiry: an instance's share counts while the instance is alive (its advisory lock,
+ * store_pg_live.c) and is dropped by the next instance that changes its own once it is not. One
+ * change at a time (a transaction-scoped advisory lock of class PG_SLOTS_CLASS). */
+#define PG_SLOTS_PREFIX "ghslots:"
+
+typedef struct slots_args {
+    long total, want, granted;
+} slots_args;
+
+static crcr_err op_slots(pgx *x, void *arg)
+{
+    slots_args *a = arg;
+    pg_store *s = x->s;
+    int id = atomic_load(&s->live_id);
+    int64_t since = atomic_load(&s->live_since);
+    bool held = id > 0 && since > 0;
+    bool may_judge =
+        held && (atomic_load(&s->live_server_up) || clock_mono_ms() - since >= PG_LIVE_GRACE_MS);
+    char me[48];
+    snprintf(me, sizeof(me), PG_SLOTS_PREFIX "%d", id);
+    store_scalar others = {0};
+    crcr_err e = pg_query(x, "SELECT pg_advisory_xact_lock($1::integer, 0)",
+                          ARGS(ARG_INT(PG_SLOTS_CLASS)), NULL, NULL, NULL);
+    if (!e && may_judge)
+        e = pg_query(x,
+                     "DELETE FROM kv WHERE key LIKE '" PG_SLOTS_PREFIX "%' AND key<>$1 AND "
+                     "pg_try_advisory_xact_lock_shared($2::integer, substr(key, $3)::integer)",
+                     ARGS(ARG_TEXT(me), ARG_INT(PG_LIVE_CLASS),
+                          ARG_INT((int64_t)strlen(PG_SLOTS_PREFIX) + 1)),
+                     NULL, NULL, NULL);
+    if (!e)
+        e = pg_query(x,
+                     "SELECT COALESCE(sum(convert_from(value, 'UTF8')::bigint), 0)::bigint FROM kv "
+                     "WHERE key LIKE '" PG_SLOTS_PREFIX "%' AND key<>$1",
+                     ARGS(ARG_TEXT(me)), store_scalar_row, &others, NULL);
+    if (e)
+        return e;
+    long left = a->total - (long)others.v;
+    a->granted = a->want < left ? a->want : (left > 0 ? left : 0);
+    char v[24];
+    snprintf(v, sizeof(v), "%ld", a->granted);
+    return pg_query(x,
+                    "INSERT INTO kv(key, value, expires_at) VALUES ($1, $2::bytea, 0) ON CONFLICT "
+                    "(key) DO UPDATE SET value=excluded.value, expires_at=0",
+                    ARGS(ARG_TEXT(me), ARG_BLOB(v, strlen(v))), NULL, NULL, NULL);
+}
+
+static crcr_err pg_gh_slots(store *st, long total, long want, long *granted)
+{
+    pg_store *s = pg_store_of(st);
+    if (!atomic_load(&s->live_id)) { /* not an instance (a command): nobody to share with */
+        *granted = want < total ? want : total;
+        return CRCR_OK;
+    }
+    slots_args a = {.total = total, .want = want};
+    crcr_err e = pg_with_tx_relaxed(s, "gh_slots", op_slots, &a);
+    if (!e)
+        *granted = a.granted;
+    return e;
+}
+
 static crcr_err pg_lease(store *st, const char *key, const char *owner, int64_t now, int64_t ttl_ms,
                          bool *held)
 {
@@ -505,4 +633,8 @@ const store_outbox_ops PG_OUTBOX_OPS = {
     .kv_put = pg_kv_put,
     .lease = pg_lease,
     .retention = pg_retention,
+    .jobs_settle = pg_jobs_settle,
+    .kv_scan = pg_kv_scan,
+    .kv_delete = pg_kv_delete,
+    .gh_slots = pg_gh_slots,
 };

@@ -280,14 +280,21 @@ static crcr_err fenced(sqlite_store *s, int slot, const char *op, const char *sq
     return sq_group_commit(s, &me);
 }
 
+/* The fenced updates of finish and retry, shared by the single calls and store_jobs_settle. */
+#define SQ_FINISH_SQL                                                                              \
+    "UPDATE outbox SET state=?1, attempts=attempts+1, last_status=?2, "                            \
+    "last_error=?3, note=?4, body=COALESCE(?5, body), done_at=?6, "                                \
+    "lease_until=NULL WHERE id=?7 AND state='running' AND lease_until=?8"
+#define SQ_RETRY_SQL                                                                               \
+    "UPDATE outbox SET state='queued', attempts=attempts+?1, next_attempt_at=?2, "                 \
+    "last_status=?3, last_error=?4, lease_until=NULL WHERE id=?5 AND "                             \
+    "state='running' AND lease_until=?6"
+
 static crcr_err sq_job_finish(store *st, int64_t id, int64_t lease, const char *state,
                               long http_status, const char *error, const char *note,
                               const char *body, size_t body_len, int64_t now)
 {
-    return fenced(sq_store(st), SQ_FINISH, "finish",
-                  "UPDATE outbox SET state=?1, attempts=attempts+1, last_status=?2, "
-                  "last_error=?3, note=?4, body=COALESCE(?5, body), done_at=?6, "
-                  "lease_until=NULL WHERE id=?7 AND state='running' AND lease_until=?8",
+    return fenced(sq_store(st), SQ_FINISH, "finish", SQ_FINISH_SQL,
                   ARGS(ARG_TEXT(state), ARG_INT_IF(http_status > 0, http_status),
                        ARG_TEXT(error && *error ? error : NULL),
                        ARG_TEXT(note && *note ? note : NULL), ARG_BLOB(body, body_len),
@@ -297,13 +304,58 @@ static crcr_err sq_job_finish(store *st, int64_t id, int64_t lease, const char *
 static crcr_err sq_job_retry(store *st, int64_t id, int64_t lease, int64_t next_at,
                              bool count_attempt, long http_status, const char *error)
 {
-    return fenced(sq_store(st), SQ_RETRY, "retry",
-                  "UPDATE outbox SET state='queued', attempts=attempts+?1, next_attempt_at=?2, "
-                  "last_status=?3, last_error=?4, lease_until=NULL WHERE id=?5 AND "
-                  "state='running' AND lease_until=?6",
+    return fenced(sq_store(st), SQ_RETRY, "retry", SQ_RETRY_SQL,
                   ARGS(ARG_INT(count_attempt ? 1 : 0), ARG_INT(next_at),
                        ARG_INT_IF(http_status > 0, http_status),
                        ARG_TEXT(error && *error ? error : NULL), ARG_INT(id), ARG_INT(lease)));
+}
+
+/* One outcome of store_jobs_settle (s->mu held, inside the group's transaction). */
+static crcr_err settle_one(sqlite_store *s, const store_settle *it)
+{
+    const store_job *j = it->job;
+    crcr_err err;
+    if (it->finish)
+        err = sq_cached(s, SQ_FINISH, "finish", SQ_FINISH_SQL,
+                        ARGS(ARG_TEXT(it->state), ARG_INT_IF(it->http_status > 0, it->http_status),
+                             ARG_TEXT(it->error && *it->error ? it->error : NULL),
+                             ARG_TEXT(it->note && *it->note ? it->note : NULL),
+                             ARG_BLOB(it->body, it->body_len), ARG_INT(it->now), ARG_INT(j->id),
+                             ARG_INT(j->lease_until)),
+                        NULL, NULL);
+    else
+        err = sq_cached(s, SQ_RETRY, "retry", SQ_RETRY_SQL,
+                        ARGS(ARG_INT(it->count_attempt ? 1 : 0), ARG_INT(it->next_at),
+                             ARG_INT_IF(it->http_status > 0, it->http_status),
+                             ARG_TEXT(it->error && *it->error ? it->error : NULL), ARG_INT(j->id),
+                             ARG_INT(j->lease_until)),
+                        NULL, NULL);
+    return !err && sqlite3_changes(s->db) == 0 ? CRCR_E_STATE : err;
+}
+
+typedef struct settle_args {
+    store_settle *items;
+    size_t n;
+} settle_args;
+
+static crcr_err settle_apply(sqlite_store *s, sq_group_req *r)
+{
+    settle_args *a = r->arg;
+    for (size_t i = 0; i < a->n; i++) {
+        crcr_err err = settle_one(s, &a->items[i]);
+        if (err && err != CRCR_E_STATE)
+            return err; /* the savepoint is undone: no item written */
+        a->items[i].result = err;
+    }
+    return CRCR_OK;
+}
+
+/* n outcomes as one relaxed request of the group commit. */
+static crcr_err sq_jobs_settle(store *st, store_settle *items, size_t n)
+{
+    settle_args a = {items, n};
+    sq_group_req me = {.apply = settle_apply, .arg = &a, .relaxed = true};
+    return sq_group_commit(sq_store(st), &me);
 }
 
 static crcr_err sq_job_renew(store *st, int64_t id, int64_t lease, int64_t new_lease)
@@ -430,6 +482,24 @@ static crcr_err sq_kv_put(store *st, const char *key, const char *value, size_t 
                      NULL);
 }
 
+static crcr_err sq_kv_scan(store *st, const char *lo, const char *hi, int64_t now, size_t max,
+                           store_kv_fn fn, void *ctx)
+{
+    store_kv_scan_read r = {.fn = fn, .ctx = ctx, .left = max};
+    if (max == 0)
+        return CRCR_OK;
+    return sq_locked(sq_store(st), SQ_ONCE, "kv_scan",
+                     "SELECT key, value FROM kv WHERE key>=?1 AND key<?2 AND (expires_at=0 OR "
+                     "expires_at>?3) ORDER BY key",
+                     ARGS(ARG_TEXT(lo), ARG_TEXT(hi), ARG_INT(now)), store_kv_scan_row, &r, NULL);
+}
+
+static crcr_err sq_kv_delete(store *st, const char *key)
+{
+    return sq_locked(sq_store(st), SQ_ONCE, "kv_delete", "DELETE FROM kv WHERE key=?1",
+                     ARGS(ARG_TEXT(key)), NULL, NULL, NULL);
+}
+
 static crcr_err sq_lease(store *st, const char *key, const char *owner, int64_t now, int64_t ttl_ms,
                          bool *held)
 {
@@ -510,4 +580,8 @@ const store_outbox_ops SQ_OUTBOX_OPS = {
     .kv_put = sq_kv_put,
     .lease = sq_lease,
     .retention = sq_retention,
+    .jobs_settle = sq_jobs_settle,
+    .kv_scan = sq_kv_scan,
+    .kv_delete = sq_kv_delete,
+    .gh_slots = NULL, /* one serving process per SQLite file */
 };

@@ -146,6 +146,11 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_ctx
 
 ut_httpd *ut_httpd_start(ut_httpd_fn fn, void *ctx)
 {
+    return ut_httpd_start_opts(fn, ctx, false);
+}
+
+ut_httpd *ut_httpd_start_opts(ut_httpd_fn fn, void *ctx, bool thread_per_connection)
+{
     ut_httpd *s = calloc(1, sizeof(*s));
     assert_non_null(s);
     s->fn = fn;
@@ -156,11 +161,20 @@ ut_httpd *ut_httpd_start(ut_httpd_fn fn, void *ctx)
     sa.sin_family = AF_INET;
     sa.sin_port = 0;
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    s->d = MHD_start_daemon(
-        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0, NULL, NULL, on_request, s,
-        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_THREAD_POOL_SIZE, UT_HTTPD_THREADS,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_connection,
-        s, MHD_OPTION_CONNECTION_TIMEOUT, 30u, MHD_OPTION_END);
+    if (thread_per_connection)
+        s->d = MHD_start_daemon(
+            MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG, 0,
+            NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
+            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION,
+            on_connection, s, MHD_OPTION_CONNECTION_LIMIT, 512u, MHD_OPTION_CONNECTION_TIMEOUT, 30u,
+            MHD_OPTION_END);
+    else
+        s->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0, NULL, NULL,
+                                on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
+                                MHD_OPTION_THREAD_POOL_SIZE, UT_HTTPD_THREADS,
+                                MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                                MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+                                MHD_OPTION_CONNECTION_TIMEOUT, 30u, MHD_OPTION_END);
     if (!s->d)
         fail_msg("ut_httpd_start: libmicrohttpd could not listen on 127.0.0.1");
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);

@@ -8,8 +8,8 @@
  * UT_HTTPD_THREADS), so they may block; a ut_gate lets a test hold an answer back until it says so
  * (a timeout that real time is the subject of, without a sleep in the server).
  *
- * Used by test_http_client, test_github, test_gh_contents, test_oidc, test_allowlist_source and
- * test_webhook_send; compiled into every unit test binary (CMakeLists.txt).
+ * Used by test_http_client, test_github, test_gh_contents, test_oidc, test_allowlist_source,
+ * test_webhook_send and test_http_loop; compiled into every unit test binary (CMakeLists.txt).
  */
 #ifndef CRCR_UT_HTTPD_H
 #define CRCR_UT_HTTPD_H
@@ -57,6 +57,9 @@ typedef struct ut_httpd ut_httpd;
 
 /* Starts the server; fails the test when it cannot. Stop with ut_httpd_stop(). */
 ut_httpd *ut_httpd_start(ut_httpd_fn fn, void *ctx);
+/* The same with a thread per connection when `thread_per_connection`: as many handlers can block
+ * at once as there are connections (a test that holds more answers than UT_HTTPD_THREADS). */
+ut_httpd *ut_httpd_start_opts(ut_httpd_fn fn, void *ctx, bool thread_per_connection);
 /* Stops listening (the port then refuses connections), waits for the handlers and frees. */
 void ut_httpd_stop(ut_httpd *s);
 int ut_httpd_port(const ut_httpd *s);

@@ -1,0 +1,471 @@
+/*
+ * http_loop.c - one thread, one libcurl multi handle, every submitted exchange; see http_loop.h.
+ *
+ * The thread loops: take what was submitted (a list under `mu`, the only lock), queue budgeted
+ * exchanges behind the budget and start the others, start waiting exchanges while the budget
+ * allows, let libcurl move every transfer (curl_multi_perform), finish the completed ones (their
+ * callbacks may submit more), then sleep in curl_multi_poll until a socket is ready, one of
+ * libcurl's timers is due, or a submission wakes it (curl_multi_wakeup). Everything but the
+ * submission list and the atomics of the stats is touched by the loop's thread alone.
+ *
+ * Easy handles are reused (LIFO, at most LOOP_IDLE_HANDLES kept): a handle holds no connection
+ * of its own here (connections live in the multi handle's cache, CURLMOPT_MAXCONNECTS of them
+ * when idle), only buffers worth keeping warm. libcurl's download buffer is LOOP_BUFFER_BYTES per
+ * transfer instead of its 16 KiB: a thousand exchanges in flight would otherwise hold 16 MiB of
+ * buffers for answers that are mostly empty (204) or a few hundred bytes.
+ */
+#include "http_loop.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "clock.h"
+#include "http_easy.h"
+
+/* Idle easy handles kept for reuse. */
+#define LOOP_IDLE_HANDLES 64
+/* libcurl's receive buffer per transfer (CURLOPT_BUFFERSIZE, at least 1024). */
+#define LOOP_BUFFER_BYTES 4096L
+/* Longest sleep of the loop without any event (libcurl's own timers wake it earlier). */
+#define LOOP_POLL_MS 1000
+/* How often waiting exchanges are checked against their start_by_ms. */
+#define LOOP_EXPIRY_MS 100
+
+typedef struct lx {
+    http_call call; /* a copy; the strings it points at are the submitter's */
+    http_answer *out;
+    bool budgeted;
+    http_loop_done_fn done;
+    void *ud;
+    CURL *h;
+    http_easy_state st;
+    struct lx *next, *prev; /* submission or waiting list; in-flight list (doubly linked) */
+} lx;
+
+struct http_loop {
+    pthread_t thread;
+    CURLM *multi;
+    CURLSH *share;
+
+    pthread_mutex_t mu; /* the submission list and the flags below */
+    lx *sub_head, *sub_tail;
+    bool stopping, draining;
+    http_loop_pressure_fn pressure;
+    void *pressure_ud;
+
+    atomic_long capacity;
+    /* the loop's thread only */
+    lx *wait_head, *wait_tail;
+    long n_waiting, inflight_b, inflight;
+    lx *flying; /* in flight, for the abort at the end */
+    CURL *idle[LOOP_IDLE_HANDLES];
+    size_t n_idle;
+
+    /* read by any thread */
+    atomic_long st_inflight_b, st_waiting, st_inflight, st_peak;
+    atomic_uint_fast64_t st_started, st_completed;
+};
+
+/* ---------------------------------------------------------------- handles */
+
+static CURL *handle_take(http_loop *l)
+{
+    if (l->n_idle)
+        return l->idle[--l->n_idle];
+    return curl_easy_init();
+}
+
+static void handle_give(http_loop *l, CURL *h)
+{
+    if (l->n_idle < LOOP_IDLE_HANDLES)
+        l->idle[l->n_idle++] = h;
+    else
+        curl_easy_cleanup(h);
+}
+
+/* ---------------------------------------------------------------- finishing */
+
+static void publish(http_loop *l)
+{
+    atomic_store(&l->st_inflight_b, l->inflight_b);
+    atomic_store(&l->st_waiting, l->n_waiting);
+    atomic_store(&l->st_inflight, l->inflight);
+    if (l->inflight_b > atomic_load(&l->st_peak))
+        atomic_store(&l->st_peak, l->inflight_b);
+}
+
+/* Calls the exchange's callback and frees it. */
+static void finish(http_loop *l, lx *x, crcr_err err)
+{
+    http_loop_done_fn done = x->done;
+    void *ud = x->ud;
+    free(x);
+    atomic_fetch_add(&l->st_completed, 1);
+    done(ud, err);
+}
+
+/* Ends an exchange that never started (draining, or past its start_by_ms). */
+static void finish_unsent(http_loop *l, lx *x, const char *why)
+{
+    x->out->status = 0;
+    x->out->sent = false;
+    x->out->permanent = false;
+    snprintf(x->out->error, sizeof(x->out->error), "not sent: %s", why);
+    finish(l, x, CRCR_E_STATE);
+}
+
+#define WHY_STOPPING "the relay is stopping"
+
+/* Ends the waiting exchanges whose start_by_ms has passed. */
+static void expire_waiting(http_loop *l)
+{
+    int64_t now = clock_now_ms();
+    lx *prev = NULL;
+    for (lx *x = l->wait_head; x;) {
+        lx *next = x->next;
+        if (x->call.start_by_ms > 0 && now >= x->call.start_by_ms) {
+            if (prev)
+                prev->next = next;
+            else
+                l->wait_head = next;
+            if (l->wait_tail == x)
+                l->wait_tail = prev;
+            l->n_waiting--;
+            finish_unsent(l, x, "its start deadline passed while it waited for the budget");
+        } else {
+            prev = x;
+        }
+        x = next;
+    }
+}
+
+static void flying_add(http_loop *l, lx *x)
+{
+    x->prev = NULL;
+    x->next = l->flying;
+    if (l->flying)
+        l->flying->prev = x;
+    l->flying = x;
+}
+
+static void flying_remove(http_loop *l, lx *x)
+{
+    if (x->prev)
+        x->prev->next = x->next;
+    else
+        l->flying = x->next;
+    if (x->next)
+        x->next->prev = x->prev;
+}
+
+/* Starts one exchange on the multi handle, or finishes it at once when it cannot start. */
+static void start(http_loop *l, lx *x)
+{
+    x->h = handle_take(l);
+    if (!x->h) {
+        x->out->status = 0;
+        x->out->sent = false;
+        snprintf(x->out->error, sizeof(x->out->error), "out of memory");
+        finish(l, x, CRCR_E_NOMEM);
+        return;
+    }
+    crcr_err err = http_easy_begin(x->h, l->share, &x->call, x->out, &x->st);
+    if (!err && curl_easy_setopt(x->h, CURLOPT_BUFFERSIZE, LOOP_BUFFER_BYTES) == CURLE_OK &&
+        curl_easy_setopt(x->h, CURLOPT_PRIVATE, x) == CURLE_OK &&
+        curl_multi_add_handle(l->multi, x->h) == CURLM_OK) {
+        if (x->budgeted)
+            l->inflight_b++;
+        l->inflight++;
+        flying_add(l, x);
+        atomic_fetch_add(&l->st_started, 1);
+        publish(l);
+        return;
+    }
+    if (!err) { /* begun, but libcurl would not take it: end it as a failed transfer */
+        err = http_easy_end(x->h, CURLE_OUT_OF_MEMORY, &x->st);
+        x->out->sent = false;
+    }
+    handle_give(l, x->h);
+    finish(l, x, err);
+}
+
+/* Starts waiting budgeted exchanges while the budget allows. */
+static void pump(http_loop *l)
+{
+    long cap = atomic_load(&l->capacity);
+    while (l->wait_head && l->inflight_b < cap) {
+        lx *x = l->wait_head;
+        l->wait_head = x->next;
+        if (!l->wait_head)
+            l->wait_tail = NULL;
+        l->n_waiting--;
+        start(l, x);
+    }
+    publish(l);
+}
+
+/* Finishes the transfers libcurl reports done. */
+static bool reap(http_loop *l)
+{
+    bool any = false;
+    CURLMsg *m;
+    int left;
+    while ((m = curl_multi_info_read(l->multi, &left)) != NULL) {
+        if (m->msg != CURLMSG_DONE)
+            continue;
+        CURL *h = m->easy_handle;
+        CURLcode rc = m->data.result; /* read before the handle is removed */
+        lx *x = NULL;
+        curl_easy_getinfo(h, CURLINFO_PRIVATE, (char **)&x);
+        curl_multi_remove_handle(l->multi, h);
+        if (!x) {
+            curl_easy_cleanup(h);
+            continue;
+        }
+        flying_remove(l, x);
+        crcr_err err = http_easy_end(h, rc, &x->st);
+        handle_give(l, h);
+        if (x->budgeted)
+            l->inflight_b--;
+        l->inflight--;
+        publish(l);
+        finish(l, x, err);
+        any = true;
+    }
+    return any;
+}
+
+/* ---------------------------------------------------------------- the thread */
+
+static void *loop_main(void *arg)
+{
+    http_loop *l = arg;
+    bool was_idle = true;
+    int64_t next_expiry = 0;
+    for (;;) {
+        pthread_mutex_lock(&l->mu);
+        lx *sub = l->sub_head;
+        l->sub_head = l->sub_tail = NULL;
+        bool stopping = l->stopping, draining = l->draining;
+        pthread_mutex_unlock(&l->mu);
+
+        bool had_waiting = l->n_waiting > 0;
+        while (sub) {
+            lx *x = sub;
+            sub = x->next;
+            x->next = NULL;
+            if (!x->budgeted) {
+                start(l, x);
+            } else if (draining) {
+                finish_unsent(l, x, WHY_STOPPING);
+            } else {
+                if (l->wait_tail)
+                    l->wait_tail->next = x;
+                else
+                    l->wait_head = x;
+                l->wait_tail = x;
+                l->n_waiting++;
+            }
+        }
+        if (draining) {
+            while (l->wait_head) {
+                lx *x = l->wait_head;
+                l->wait_head = x->next;
+                l->n_waiting--;
+                finish_unsent(l, x, WHY_STOPPING);
+            }
+            l->wait_tail = NULL;
+        }
+        if (stopping)
+            break;
+        if (l->wait_head && clock_mono_ms() >= next_expiry) {
+            expire_waiting(l);
+            next_expiry = clock_mono_ms() + LOOP_EXPIRY_MS;
+        }
+        pump(l);
+
+        int running = 0;
+        curl_multi_perform(l->multi, &running);
+        reap(l);
+        pump(l);
+        bool idle = l->inflight_b == 0 && l->n_waiting == 0;
+        if ((l->n_waiting > 0 && !had_waiting) || (idle && !was_idle)) {
+            /* Under `mu`: once http_loop_set_pressure returns, the old callback is not running. */
+            pthread_mutex_lock(&l->mu);
+            if (l->pressure)
+                l->pressure(l->pressure_ud);
+            pthread_mutex_unlock(&l->mu);
+        }
+        was_idle = idle;
+
+        pthread_mutex_lock(&l->mu);
+        bool more = l->sub_head != NULL || l->stopping;
+        pthread_mutex_unlock(&l->mu);
+        if (!more)
+            curl_multi_poll(l->multi, NULL, 0, l->wait_head ? LOOP_EXPIRY_MS : LOOP_POLL_MS, NULL);
+    }
+    /* Stopping: what waits was never sent; what is in flight is cut off. */
+    while (l->wait_head) {
+        lx *x = l->wait_head;
+        l->wait_head = x->next;
+        l->n_waiting--;
+        finish_unsent(l, x, WHY_STOPPING);
+    }
+    l->wait_tail = NULL;
+    while (l->flying) {
+        lx *x = l->flying;
+        flying_remove(l, x);
+        curl_multi_remove_handle(l->multi, x->h);
+        crcr_err err = http_easy_end(x->h, CURLE_ABORTED_BY_CALLBACK, &x->st);
+        snprintf(x->out->error, sizeof(x->out->error), "%s",
+                 "no answer: the relay stopped while the request was out");
+        handle_give(l, x->h);
+        if (x->budgeted)
+            l->inflight_b--;
+        l->inflight--;
+        finish(l, x, err);
+    }
+    publish(l);
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- API */
+
+/* Owner: the caller, through http_loop_free. */
+http_loop *http_loop_new(long capacity, long idle_conns, char *err, size_t errsz)
+{
+    http_loop *l = calloc(1, sizeof(*l));
+    if (!l) {
+        snprintf(err, errsz, "out of memory");
+        return NULL;
+    }
+    atomic_init(&l->capacity, capacity < 0 ? 0 : capacity);
+    pthread_mutex_init(&l->mu, NULL);
+    l->multi = curl_multi_init();
+    l->share = curl_share_init();
+    /* One thread uses the share: no lock functions needed. */
+    bool ok =
+        l->multi && l->share &&
+        curl_share_setopt(l->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS) == CURLSHE_OK &&
+        curl_share_setopt(l->share, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION) == CURLSHE_OK &&
+        curl_multi_setopt(l->multi, CURLMOPT_PIPELINING, (long)CURLPIPE_MULTIPLEX) == CURLM_OK &&
+        curl_multi_setopt(l->multi, CURLMOPT_MAXCONNECTS, idle_conns < 1 ? 1L : idle_conns) ==
+            CURLM_OK;
+    if (!ok) {
+        snprintf(err, errsz, "cannot set up libcurl's multi handle");
+        if (l->multi)
+            curl_multi_cleanup(l->multi);
+        if (l->share)
+            curl_share_cleanup(l->share);
+        pthread_mutex_destroy(&l->mu);
+        free(l);
+        return NULL;
+    }
+    if (pthread_create(&l->thread, NULL, loop_main, l) != 0) {
+        snprintf(err, errsz, "cannot start the HTTP loop thread");
+        curl_multi_cleanup(l->multi);
+        curl_share_cleanup(l->share);
+        pthread_mutex_destroy(&l->mu);
+        free(l);
+        return NULL;
+    }
+    return l;
+}
+
+crcr_err http_loop_submit(http_loop *l, const http_call *rq, http_answer *out, bool budgeted,
+                          http_loop_done_fn done, void *ud)
+{
+    if (!l || !rq || !out || !done)
+        return CRCR_E_INVALID;
+    lx *x = calloc(1, sizeof(*x));
+    if (!x) {
+        out->status = 0;
+        out->sent = false;
+        snprintf(out->error, sizeof(out->error), "out of memory");
+        return CRCR_E_NOMEM;
+    }
+    x->call = *rq;
+    x->out = out;
+    x->budgeted = budgeted;
+    x->done = done;
+    x->ud = ud;
+    pthread_mutex_lock(&l->mu);
+    if (l->sub_tail)
+        l->sub_tail->next = x;
+    else
+        l->sub_head = x;
+    l->sub_tail = x;
+    pthread_mutex_unlock(&l->mu);
+    if (!pthread_equal(pthread_self(), l->thread))
+        curl_multi_wakeup(l->multi);
+    return CRCR_OK;
+}
+
+void http_loop_set_capacity(http_loop *l, long capacity)
+{
+    if (!l)
+        return;
+    atomic_store(&l->capacity, capacity < 0 ? 0 : capacity);
+    if (!pthread_equal(pthread_self(), l->thread))
+        curl_multi_wakeup(l->multi);
+}
+
+void http_loop_set_pressure(http_loop *l, http_loop_pressure_fn fn, void *ud)
+{
+    pthread_mutex_lock(&l->mu);
+    l->pressure = fn;
+    l->pressure_ud = ud;
+    pthread_mutex_unlock(&l->mu);
+}
+
+void http_loop_get_stats(http_loop *l, http_loop_stats *out)
+{
+    out->capacity = atomic_load(&l->capacity);
+    out->inflight_budgeted = atomic_load(&l->st_inflight_b);
+    out->waiting = atomic_load(&l->st_waiting);
+    out->inflight = atomic_load(&l->st_inflight);
+    out->peak_budgeted = atomic_load(&l->st_peak);
+    out->started = atomic_load(&l->st_started);
+    out->completed = atomic_load(&l->st_completed);
+}
+
+bool http_loop_on_thread(http_loop *l)
+{
+    return l && pthread_equal(pthread_self(), l->thread);
+}
+
+void http_loop_drain(http_loop *l)
+{
+    if (!l)
+        return;
+    pthread_mutex_lock(&l->mu);
+    l->draining = true;
+    pthread_mutex_unlock(&l->mu);
+    curl_multi_wakeup(l->multi);
+}
+
+void http_loop_free(http_loop *l)
+{
+    if (!l)
+        return;
+    pthread_mutex_lock(&l->mu);
+    l->stopping = true;
+    pthread_mutex_unlock(&l->mu);
+    curl_multi_wakeup(l->multi);
+    pthread_join(l->thread, NULL);
+    /* Submissions that raced with the stop: never sent. */
+    while (l->sub_head) {
+        lx *x = l->sub_head;
+        l->sub_head = x->next;
+        finish_unsent(l, x, WHY_STOPPING);
+    }
+    for (size_t i = 0; i < l->n_idle; i++)
+        curl_easy_cleanup(l->idle[i]);
+    curl_multi_cleanup(l->multi);
+    curl_share_cleanup(l->share);
+    pthread_mutex_destroy(&l->mu);
+    free(l);
+}
