@@ -269,7 +269,7 @@ class CallbackMixin:
                    if d["client_payload"].get("delivery_id") == r.delivery}
             return out if want <= set(out) else None
 
-        payloads = wait_until(got, 15.0)
+        payloads = wait_until(got, 60.0)  # bounds a broken relay only
         self.assertTrue(payloads, "dispatches of %s never reached %s%s"
                         % (r.delivery, sorted(want), self.diag()))
         return PR(r.delivery, sha, number, payloads)
