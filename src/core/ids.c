@@ -86,3 +86,19 @@ bool ids_sha_valid(const char *s)
     }
     return n == 40 || n == 64;
 }
+
+bool ids_pr_number(const char *s, size_t n, int64_t *out)
+{
+    if (n == 0 || n > IDS_PR_DIGITS_MAX)
+        return false;
+    int64_t v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return false;
+        v = v * 10 + (s[i] - '0');
+    }
+    if (v <= 0)
+        return false;
+    *out = v;
+    return true;
+}

@@ -7,6 +7,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* An X-GitHub-Delivery id (a GUID in practice): 1 to CRCR_DELIVERY_ID_MAX-1 characters of
  * [A-Za-z0-9-_.:]. Also the form of a nightly report's id (a sha). */
@@ -30,6 +31,11 @@ int ids_hex_value(char c);
  * separates the run from the PR in a check run's external_id) and nothing that needs escaping in
  * a URL, a log line or HTML. */
 bool ids_run_id_valid(const char *s);
+
+/* A pull request or issue number as written in a URL or a reference ("#123"): 1 to
+ * IDS_PR_DIGITS_MAX decimal digits, no sign, above 0. Sets *out. */
+#define IDS_PR_DIGITS_MAX 10u
+bool ids_pr_number(const char *s, size_t n, int64_t *out);
 
 /* A commit sha: 40 (SHA-1) or 64 (SHA-256) hex digits, either case. */
 bool ids_sha_valid(const char *s);

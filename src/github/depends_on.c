@@ -13,23 +13,6 @@ static bool blank(char c)
     return c == ' ' || c == '\t';
 }
 
-/* A PR number of 1 to 10 digits, positive, filling all of s[0..n). */
-static bool pr_number(const char *s, size_t n, int64_t *out)
-{
-    if (n == 0 || n > 10)
-        return false;
-    int64_t v = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] < '0' || s[i] > '9')
-            return false;
-        v = v * 10 + (s[i] - '0');
-    }
-    if (v <= 0)
-        return false;
-    *out = v;
-    return true;
-}
-
 /* OWNER/REPO in s[0..n) by GitHub's name rules, copied to out. */
 static bool owner_repo(const char *s, size_t n, char out[CRCR_REPO_NAME_MAX])
 {
@@ -50,7 +33,7 @@ static bool parse_value(const char *v, size_t n, const char *web_url, depends_on
     const char *hash = memchr(v, '#', n);
     if (hash)
         return owner_repo(v, (size_t)(hash - v), out->repo) &&
-               pr_number(hash + 1, n - (size_t)(hash - v) - 1, &out->number);
+               ids_pr_number(hash + 1, n - (size_t)(hash - v) - 1, &out->number);
     const char *web = web_url && *web_url ? web_url : "https://github.com";
     size_t wn = strlen(web);
     while (wn > 0 && web[wn - 1] == '/')
@@ -67,7 +50,7 @@ static bool parse_value(const char *v, size_t n, const char *web_url, depends_on
     if (last - p < 9 || strncmp(last - 6, "/pull/", 6) != 0) /* "o/r/pull/" at least */
         return false;
     return owner_repo(p, (size_t)(last - 6 - p), out->repo) &&
-           pr_number(last, (size_t)(end - last), &out->number);
+           ids_pr_number(last, (size_t)(end - last), &out->number);
 }
 
 size_t depends_on_parse(const char *body, size_t len, const char *web_url, depends_on_line *out,

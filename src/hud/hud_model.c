@@ -30,7 +30,6 @@ static void html_response_headers(http_response *resp)
 
 /* Path and query inputs (owner/repo names by ids.h's rules): PR numbers of up to 10 digits,
  * integer query values of up to 12 characters. */
-#define HUD_PR_DIGITS_MAX 10u
 #define HUD_INT_PARAM_MAX 12u
 
 /* The error page is built in a buffer of its own (freed here) and copied into the response. */
@@ -116,22 +115,6 @@ bool hud_parse_repo(const char *s, size_t n, char *out, size_t outsz)
         return false;
     memcpy(out, s, n);
     out[n] = '\0';
-    return true;
-}
-
-bool hud_parse_pr(const char *s, size_t n, int64_t *out)
-{
-    if (n == 0 || n > HUD_PR_DIGITS_MAX)
-        return false;
-    int64_t v = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] < '0' || s[i] > '9')
-            return false;
-        v = v * 10 + (s[i] - '0');
-    }
-    if (v <= 0)
-        return false;
-    *out = v;
     return true;
 }
 

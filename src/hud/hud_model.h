@@ -57,8 +57,6 @@ int hud_query_int(const http_request *req, const char *name, long min, long max,
 /* `n` bytes of "owner/repo" with GitHub's characters and lengths (owner 1-39, name 1-100 of
  * [A-Za-z0-9._-], neither "." nor ".."); copied into out (NUL-terminated, must fit outsz). */
 bool hud_parse_repo(const char *s, size_t n, char *out, size_t outsz);
-/* `n` bytes of a PR number: 1 to 10 digits, positive. */
-bool hud_parse_pr(const char *s, size_t n, int64_t *out);
 /* A head sha: 7 to CRCR_SHA_MAX hex digits. */
 bool hud_sha_ok(const char *s);
 /* ?window= as health_parse_window reads it (default HEALTH_WINDOW_DEFAULT_MS); -1 when bad. */

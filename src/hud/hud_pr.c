@@ -15,6 +15,7 @@
 #include "clock.h"
 #include "html.h"
 #include "hud_html.h"
+#include "ids.h"
 #include "crcr_limits.h"
 
 /* Runs and deliveries read for one PR page. */
@@ -391,7 +392,7 @@ void hud_pr(hud_req *r, const char *rest)
     const char *slash = strchr(rest, '/');
     size_t n = slash ? (size_t)(slash - rest) : strlen(rest);
     int64_t pr = 0;
-    if (!hud_parse_pr(rest, n, &pr)) {
+    if (!ids_pr_number(rest, n, &pr)) {
         hud_answer_error(r, 404, "Not found");
         return;
     }

@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "hud_model.h"
+#include "ids.h"
 #include "json.h"
 #include "crcr_limits.h"
 
@@ -86,17 +87,17 @@ static void repositories_follow_github_names(void **state)
 static void pr_numbers_and_shas_are_strict(void **state)
 {
     int64_t pr = 0;
-    assert_true(hud_parse_pr("5012/blocking", 4, &pr));
+    assert_true(ids_pr_number("5012/blocking", 4, &pr));
     assert_int_equal(pr, 5012);
-    assert_true(hud_parse_pr("9999999999", 10, &pr));
+    assert_true(ids_pr_number("9999999999", 10, &pr));
     assert_int_equal(pr, 9999999999LL);
     pr = 7;
-    assert_false(hud_parse_pr("", 0, &pr));
-    assert_false(hud_parse_pr("0", 1, &pr));
-    assert_false(hud_parse_pr("00", 2, &pr));
-    assert_false(hud_parse_pr("12345678901", 11, &pr));
-    assert_false(hud_parse_pr("-1", 2, &pr));
-    assert_false(hud_parse_pr("1a", 2, &pr));
+    assert_false(ids_pr_number("", 0, &pr));
+    assert_false(ids_pr_number("0", 1, &pr));
+    assert_false(ids_pr_number("00", 2, &pr));
+    assert_false(ids_pr_number("12345678901", 11, &pr));
+    assert_false(ids_pr_number("-1", 2, &pr));
+    assert_false(ids_pr_number("1a", 2, &pr));
     assert_int_equal(pr, 7);
 
     assert_true(hud_sha_ok("abcdef1"));
