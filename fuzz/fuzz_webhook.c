@@ -84,9 +84,14 @@ static void check_route(const char *event, const jv *doc, const char *upstream,
     int upstream_match = repo && strcasecmp(repo, upstream) == 0;
 
     CHECK(r->action == action);
-    CHECK(r->kind >= WEBHOOK_IGNORE && r->kind <= WEBHOOK_RERUN_SUITE);
-    if (r->kind != WEBHOOK_IGNORE)
+    CHECK(r->kind >= WEBHOOK_IGNORE && r->kind <= WEBHOOK_PAIR_PUSH);
+    /* Everything but a push to a paired downstream PR comes from upstream (§3.13). */
+    if (r->kind != WEBHOOK_IGNORE && r->kind != WEBHOOK_PAIR_PUSH)
         CHECK(upstream_match);
+    if (r->kind == WEBHOOK_PAIR_PUSH)
+        CHECK(!upstream_match && is(event, "pull_request") && is(action, "synchronize"));
+    if (r->kind == WEBHOOK_EDIT)
+        CHECK(is(event, "pull_request") && is(action, "edited"));
     if (r->kind != WEBHOOK_LABEL)
         CHECK(r->device == NULL);
     /* An ignored check_run may keep what was read before it was refused; other kinds not. */
