@@ -739,6 +739,30 @@ int store_scalar_row(void *ctx, const store_row_source *s)
     return 1;
 }
 
+int store_pair_src_row(void *ctx, const store_row_source *s)
+{
+    store_pair_srcs *l = ctx;
+    const char *id = s->text(s->src, 0);
+    int64_t pr = s->i64(s->src, 1, 0);
+    if (!id || strlen(id) >= CRCR_DELIVERY_ID_MAX || pr <= 0)
+        return 0;
+    if (l->n > 0 && l->v[l->n - 1].pr == pr)
+        return 0;
+    if (l->n >= l->max)
+        return 1;
+    memcpy(l->v[l->n].delivery_id, id, strlen(id) + 1);
+    l->v[l->n++].pr = pr;
+    return 0;
+}
+
+int store_sha_text_row(void *ctx, const store_row_source *s)
+{
+    char *out = ctx;
+    const char *t = s->text(s->src, 0);
+    snprintf(out, CRCR_SHA_MAX + 8, "%s", t && strlen(t) < CRCR_SHA_MAX + 8 ? t : "");
+    return 1;
+}
+
 int store_dispatch_row(void *ctx, const store_row_source *s)
 {
     store_dispatch_read *d = ctx;

@@ -213,6 +213,23 @@ typedef struct store_scalar {
 } store_scalar;
 int store_scalar_row(void *ctx, const store_row_source *s);
 
+/* A pair re-dispatch's sources (both stores): a pair whose dispatch is not ended, by its delivery
+ * and upstream PR. store_pair_src_row (ctx: a store_pair_srcs over the caller's array of `max`)
+ * keeps the first, latest, pair of each PR from rows that come by PR, newest first, and stops
+ * when the array is full. */
+typedef struct store_pair_src {
+    char delivery_id[CRCR_DELIVERY_ID_MAX];
+    int64_t pr;
+} store_pair_src;
+typedef struct store_pair_srcs {
+    store_pair_src *v;
+    size_t n, max;
+} store_pair_srcs;
+int store_pair_src_row(void *ctx, const store_row_source *s);
+
+/* A text column into a char[CRCR_SHA_MAX + 8] ("" when NULL or longer); stops. */
+int store_sha_text_row(void *ctx, const store_row_source *s);
+
 /* A dispatch record (DISPATCH_COLUMNS) into `out`, its payload appended when `with_payload`;
  * ctx: a store_dispatch_read. */
 typedef struct store_dispatch_read {

@@ -205,42 +205,6 @@ crcr_err pg_supersede(pgx *x, const char *by, int64_t pr, const char *head_sha,
 
 /* ---- store_pair_redispatch ---- */
 
-typedef struct pair_src {
-    char delivery_id[CRCR_DELIVERY_ID_MAX];
-    int64_t pr;
-} pair_src;
-
-typedef struct pair_srcs {
-    pair_src *v;
-    size_t n, max;
-} pair_srcs;
-
-/* Keeps the first (latest) pair of each PR (rows come by PR, newest first). */
-static int pair_src_row(void *ctx, const store_row_source *s)
-{
-    pair_srcs *l = ctx;
-    const char *id = s->text(s->src, 0);
-    int64_t pr = s->i64(s->src, 1, 0);
-    if (!id || strlen(id) >= CRCR_DELIVERY_ID_MAX || pr <= 0)
-        return 0;
-    if (l->n > 0 && l->v[l->n - 1].pr == pr)
-        return 0;
-    if (l->n >= l->max)
-        return 1;
-    memcpy(l->v[l->n].delivery_id, id, strlen(id) + 1);
-    l->v[l->n++].pr = pr;
-    return 0;
-}
-
-/* A text column into a char[CRCR_SHA_MAX + 8] ("" when NULL or longer); stops. */
-static int text_row(void *ctx, const store_row_source *s)
-{
-    char *out = ctx;
-    const char *t = s->text(s->src, 0);
-    snprintf(out, CRCR_SHA_MAX + 8, "%s", t && strlen(t) < CRCR_SHA_MAX + 8 ? t : "");
-    return 1;
-}
-
 typedef struct redispatch_args {
     const char *repo, *base_id;
     int64_t number, now;
@@ -252,7 +216,8 @@ typedef struct redispatch_args {
 
 /* One upstream PR: under its lock, the pair is looked at again (a supersession may have ended it
  * since the listing), then the copied delivery, its row and pair, the supersession. */
-static crcr_err redispatch_one(pgx *x, redispatch_args *a, const pair_src *src, store_pair_hit *hit)
+static crcr_err redispatch_one(pgx *x, redispatch_args *a, const store_pair_src *src,
+                               store_pair_hit *hit)
 {
     memset(hit, 0, sizeof(*hit));
     hit->pr_number = src->pr;
@@ -288,7 +253,7 @@ static crcr_err redispatch_one(pgx *x, redispatch_args *a, const pair_src *src, 
     }
     char sha[CRCR_SHA_MAX + 8] = "";
     e = pg_query(x, "SELECT head_sha FROM deliveries WHERE delivery_id=$1",
-                 ARGS(ARG_TEXT(hit->delivery_id)), text_row, sha, NULL);
+                 ARGS(ARG_TEXT(hit->delivery_id)), store_sha_text_row, sha, NULL);
     if (!e)
         e = pg_insert_jobs(x, hit->delivery_id, a->job, 1, a->now);
     if (!e)
@@ -303,17 +268,18 @@ static crcr_err op_pair_redispatch(pgx *x, void *arg)
     redispatch_args *a = arg;
     a->n = 0;
     a->sup->dispatches = a->sup->runs = a->sup->withdrawn = 0;
-    pair_src *v = calloc(a->max ? a->max : 1, sizeof(*v));
+    store_pair_src *v = calloc(a->max ? a->max : 1, sizeof(*v));
     if (!v)
         return CRCR_E_NOMEM;
-    pair_srcs l = {v, 0, a->max};
-    crcr_err e = pg_query(x,
-                          "SELECT p.delivery_id, p.pr_number FROM pairs p WHERE "
-                          "lower(p.repo)=lower($1) AND p.number=$2 AND NOT EXISTS (SELECT 1 FROM "
-                          "dispatch_ends e WHERE e.delivery_id=p.delivery_id AND "
-                          "lower(e.repo)=lower(p.repo)) ORDER BY p.pr_number, p.created_at DESC, "
-                          "p.seq DESC",
-                          ARGS(ARG_TEXT(a->repo), ARG_INT(a->number)), pair_src_row, &l, NULL);
+    store_pair_srcs l = {v, 0, a->max};
+    crcr_err e =
+        pg_query(x,
+                 "SELECT p.delivery_id, p.pr_number FROM pairs p WHERE "
+                 "lower(p.repo)=lower($1) AND p.number=$2 AND NOT EXISTS (SELECT 1 FROM "
+                 "dispatch_ends e WHERE e.delivery_id=p.delivery_id AND "
+                 "lower(e.repo)=lower(p.repo)) ORDER BY p.pr_number, p.created_at DESC, "
+                 "p.seq DESC",
+                 ARGS(ARG_TEXT(a->repo), ARG_INT(a->number)), store_pair_src_row, &l, NULL);
     for (size_t i = 0; i < l.n && !e; i++) {
         e = redispatch_one(x, a, &l.v[i], &a->hits[a->n]);
         if (!e && a->hits[a->n].delivery_id[0])

@@ -196,43 +196,6 @@ crcr_err sq_supersede(sqlite_store *s, const char *by, int64_t pr, const char *h
 
 /* ---- store_pair_redispatch ---- */
 
-/* A pair whose dispatch is not ended: its delivery and upstream PR. */
-typedef struct pair_src {
-    char delivery_id[CRCR_DELIVERY_ID_MAX];
-    int64_t pr;
-} pair_src;
-
-typedef struct pair_srcs {
-    pair_src *v;
-    size_t n, max;
-} pair_srcs;
-
-/* Keeps the first (latest) pair of each PR (rows come by PR, newest first). */
-static int pair_src_row(void *ctx, const store_row_source *s)
-{
-    pair_srcs *l = ctx;
-    const char *id = s->text(s->src, 0);
-    int64_t pr = s->i64(s->src, 1, 0);
-    if (!id || strlen(id) >= CRCR_DELIVERY_ID_MAX || pr <= 0)
-        return 0;
-    if (l->n > 0 && l->v[l->n - 1].pr == pr)
-        return 0;
-    if (l->n >= l->max)
-        return 1;
-    memcpy(l->v[l->n].delivery_id, id, strlen(id) + 1);
-    l->v[l->n++].pr = pr;
-    return 0;
-}
-
-/* A text column into a char[CRCR_SHA_MAX + 8] ("" when NULL or longer); stops. */
-static int text_row(void *ctx, const store_row_source *s)
-{
-    char *out = ctx;
-    const char *t = s->text(s->src, 0);
-    snprintf(out, CRCR_SHA_MAX + 8, "%s", t && strlen(t) < CRCR_SHA_MAX + 8 ? t : "");
-    return 1;
-}
-
 typedef struct redispatch_args {
     const char *repo, *base_id;
     int64_t number, now;
@@ -245,7 +208,7 @@ typedef struct redispatch_args {
 /* One upstream PR of a pair re-dispatch: the copied delivery, its dispatch row and pair, the
  * supersession. hit->delivery_id is left empty when the source delivery is gone (retention),
  * hit->duplicate set when the new one existed (a redelivered push). */
-static crcr_err redispatch_one(sqlite_store *s, const redispatch_args *a, const pair_src *src,
+static crcr_err redispatch_one(sqlite_store *s, const redispatch_args *a, const store_pair_src *src,
                                store_pair_hit *hit)
 {
     memset(hit, 0, sizeof(*hit));
@@ -276,7 +239,7 @@ static crcr_err redispatch_one(sqlite_store *s, const redispatch_args *a, const 
     }
     char sha[CRCR_SHA_MAX + 8] = "";
     err = sq_run(s->db, "pair_redispatch", "SELECT head_sha FROM deliveries WHERE delivery_id=?1",
-                 ARGS(ARG_TEXT(hit->delivery_id)), text_row, sha);
+                 ARGS(ARG_TEXT(hit->delivery_id)), store_sha_text_row, sha);
     if (!err)
         err = sq_insert_jobs(s, hit->delivery_id, a->job, 1, a->now);
     if (!err)
@@ -290,16 +253,16 @@ static crcr_err redispatch_apply(sqlite_store *s, sq_group_req *r)
 {
     redispatch_args *a = r->arg;
     *a->n = 0;
-    pair_src *v = calloc(a->max ? a->max : 1, sizeof(*v));
+    store_pair_src *v = calloc(a->max ? a->max : 1, sizeof(*v));
     if (!v)
         return CRCR_E_NOMEM;
-    pair_srcs l = {v, 0, a->max};
+    store_pair_srcs l = {v, 0, a->max};
     crcr_err err = sq_run(s->db, "pair_redispatch",
                           "SELECT p.delivery_id, p.pr_number FROM pairs p WHERE p.repo=?1 AND "
                           "p.number=?2 AND NOT EXISTS (SELECT 1 FROM dispatch_ends e WHERE "
                           "e.delivery_id=p.delivery_id AND e.repo=p.repo) ORDER BY p.pr_number, "
                           "p.created_at DESC, p.rowid DESC",
-                          ARGS(ARG_TEXT(a->repo), ARG_INT(a->number)), pair_src_row, &l);
+                          ARGS(ARG_TEXT(a->repo), ARG_INT(a->number)), store_pair_src_row, &l);
     for (size_t i = 0; i < l.n && !err; i++) {
         err = redispatch_one(s, a, &l.v[i], &a->hits[*a->n]);
         if (!err && a->hits[*a->n].delivery_id[0])
