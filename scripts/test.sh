@@ -3,8 +3,8 @@
 #  - unit tests (the store conformance suite on SQLite and on PostgreSQL),
 #  - end-to-end tests against the real binary, a fake GitHub, a test OIDC issuer and a fake HUD on
 #    loopback, headless Chromium for the HUD pages, and two relays on one PostgreSQL,
-#  - the end-to-end suites that touch the store once more with PostgreSQL as every relay's store
-#    (ctest entries e2e_pg.*),
+#  - the end-to-end suites whose subject is the store once more with PostgreSQL as every relay's
+#    store (ctest entries e2e_pg.*; CRCR_E2E_PG_ALL=1: every suite that has a store, as CI runs),
 #  - the suites that talk to GitHub once more against a GitHub Enterprise Server 3.19 fake (API
 #    under /api/v3; ctest entries e2e_ghes.*).
 # Every request the relay sends to the fake GitHub, and every answer of the fake, is checked
@@ -14,13 +14,17 @@
 # A throwaway PostgreSQL cluster on 127.0.0.1 is started (while the build runs) and removed
 # afterwards. The tests await events and move the relay's clock instead of waiting for it
 # (tests/support/README.md), so they run side by side: CRCR_TEST_JOBS (default 6) at a time.
-# Variables: those of scripts/build.sh, CRCR_TEST_JOBS, CRCR_E2E_ON_PG=0 to skip the e2e_pg
-# entries and CRCR_E2E_ON_GHES=0 the e2e_ghes ones.
+# Variables: those of scripts/build.sh (CRCR_E2E_PG_ALL among them), CRCR_TEST_JOBS,
+# CRCR_E2E_ON_PG=0 to skip the e2e_pg entries and CRCR_E2E_ON_GHES=0 the e2e_ghes ones.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh --test
 dir="${CRCR_BUILD_DIR:-build}"
-python3 tests/support/contract.py fetch
+# Debian's python3 (the one install-deps.sh gives python3-yaml and python3-jsonschema), as ctest
+# runs it (CMakeLists.txt), before another python3 on PATH.
+py=python3
+[ ! -x /usr/bin/python3 ] || py=/usr/bin/python3
+"$py" tests/support/contract.py fetch
 
 pgdir="$(mktemp -d /tmp/crcr-pg.XXXXXX)"
 pg_pid=""
@@ -63,6 +67,6 @@ echo "   ones against GitHub Enterprise Server; conformance and multi-instance o
 status=0
 ctest --test-dir "$dir" --output-on-failure -j"${CRCR_TEST_JOBS:-6}" "${exclude[@]}" || status=1
 echo "== GitHub REST API contract check"
-python3 tests/support/contract.py summary "$dir/test-output" || status=1
+"$py" tests/support/contract.py summary "$dir/test-output" || status=1
 echo "== done in ${SECONDS} s"
 exit "$status"

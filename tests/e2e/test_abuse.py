@@ -340,7 +340,9 @@ class SlowConnectionTest(RelayMixin, unittest.TestCase):
     DEADLINE = 4  # long enough for a busy machine to accept all the connections before any is cut
     SLOW_HEADER = 500
     SLOW_BODY = 500
-    LEGIT = 60  # webhooks posted while the slow connections are held
+    # Webhooks posted while the slow connections are held: a sample, not a rate (a sanitizer
+    # build on a loaded 2-core machine answers far fewer per second than a quiet one).
+    LEGIT = 30
 
     def test_webhooks_are_answered_while_1000_slow_connections_are_held(self):
         have = raise_fd_limit(4096)
@@ -377,7 +379,7 @@ class SlowConnectionTest(RelayMixin, unittest.TestCase):
         self.assertTrue(wait_until(lambda: attack.cut_count() >= n_slow and
                                    len(results) >= self.LEGIT and
                                    scrape(relay, "crcr_http_requests_reaped_total") >= n_slow,
-                                   60),
+                                   240),
                         "%d cut, %d webhooks, %d reaped"
                         % (attack.cut_count(), len(results),
                            scrape(relay, "crcr_http_requests_reaped_total")))

@@ -26,7 +26,6 @@ start /tmp/pg)`). Each test works in a fresh database created next to the one in
 Needs CRCR_BIN and psql; see tests/support/README.md.
 """
 
-import glob
 import json
 import os
 import shutil
@@ -60,22 +59,12 @@ N_DELIVERIES = 100
 WORKERS = 8
 
 
-def psql_bin():
-    found = shutil.which("psql")
-    if found:
-        return found
-    for path in sorted(glob.glob("/usr/lib/postgresql/*/bin/psql"), reverse=True):
-        return path
-    raise RuntimeError("psql not found (apt-get install postgresql-client)")
-
-
 def psql(uri, sql):
     """Runs `sql`; returns rows as lists of strings."""
-    p = subprocess.run([psql_bin(), "-X", "-q", "-A", "-t", "-F", "\t", "-v", "ON_ERROR_STOP=1",
-                        "-d", uri, "-c", sql], capture_output=True, text=True, timeout=60)
-    if p.returncode != 0:
-        raise AssertionError("psql %r: %s" % (sql, p.stderr.strip()))
-    return [line.split("\t") for line in p.stdout.splitlines() if line]
+    try:
+        return R.psql_rows(uri, sql)
+    except R.RelayError as e:
+        raise AssertionError(str(e)) from None
 
 
 def drop_database(uri, name):

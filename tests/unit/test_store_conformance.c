@@ -314,10 +314,12 @@ static void on_run(void *ctx, const store_run_row *r)
 
 /* The text of run id `n` (run ids are text): a slot of a ring of 256, so that the updates of one
  * test can hold on to theirs. */
+/* Per thread: the concurrency tests build their updates on 8 threads at once (a shared ring and
+ * counter handed two threads one slot, and a run's id changed under it). */
 static const char *rid(int64_t n)
 {
-    static char ring[256][24];
-    static unsigned next;
+    static _Thread_local char ring[256][24];
+    static _Thread_local unsigned next;
     char *s = ring[next++ % 256];
     snprintf(s, sizeof(ring[0]), "%lld", (long long)n);
     return s;
