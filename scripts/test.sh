@@ -15,6 +15,7 @@
 # afterwards. The tests await events and move the relay's clock instead of waiting for it
 # (tests/support/README.md), so they run side by side: CRCR_TEST_JOBS (default 6) at a time.
 # Variables: those of scripts/build.sh (CRCR_E2E_PG_ALL among them), CRCR_TEST_JOBS,
+# CRCR_TEST_TIMEOUT_SCALE (default 3 with CRCR_SANITIZE=1, else 1: tests/support/waiting.py),
 # CRCR_E2E_ON_PG=0 to skip the e2e_pg entries and CRCR_E2E_ON_GHES=0 the e2e_ghes ones.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -48,6 +49,11 @@ echo "== built in ${SECONDS} s"
 CRCR_TEST_PG_URI="$(cat "$pgdir.uri")"
 export CRCR_TEST_PG_URI
 echo "PostgreSQL for the tests: $CRCR_TEST_PG_URI"
+# A sanitizer build does the same work several times slower: the tests' bounds (which only end a
+# broken test, tests/support/waiting.py) stretch with it.
+if [ "${CRCR_SANITIZE:-0}" = "1" ]; then
+  export CRCR_TEST_TIMEOUT_SCALE="${CRCR_TEST_TIMEOUT_SCALE:-3}"
+fi
 mkdir -p "$dir/test-output"
 rm -rf "$dir/test-output/contract" "$dir/test-output/contract-summary.txt"
 

@@ -40,7 +40,7 @@ from collections import namedtuple
 from pathlib import Path
 
 from testclock import TestClock
-from waiting import wait_until
+from waiting import scaled, wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DATA_DIR = Path(os.environ.get("CRCR_TEST_DATA") or (REPO_ROOT / "tests" / "data")).resolve()
@@ -495,7 +495,7 @@ class Relay:
             self.proc = subprocess.Popen([self.binary] + self.args, env=self.child_env(),
                                          cwd=self.tmp, stdin=subprocess.DEVNULL, stdout=log,
                                          stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + self.start_timeout
+        deadline = time.monotonic() + scaled(self.start_timeout)
         while time.monotonic() < deadline:
             rc = self.proc.poll()
             if rc is not None:

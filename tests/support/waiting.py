@@ -13,16 +13,37 @@ speed of the polls, whatever they are set to.
 
 A predicate that runs a process (the CLI, psql) costs tens of ms of CPU per poll: poll it every
 0.1 s (`interval`), not at the 50 ms default.
+
+CRCR_TEST_TIMEOUT_SCALE (a number >= 1; scripts/test.sh sets 3 for a sanitizer build) stretches
+every bound (`scaled`): a sanitizer build on a loaded 2-core machine does the same work several
+times slower, and a bound only ends a broken test.
 """
 
+import os
 import time
+
+
+def _scale():
+    try:
+        return max(1.0, float(os.environ.get("CRCR_TEST_TIMEOUT_SCALE") or 1))
+    except ValueError:
+        return 1.0
+
+
+SCALE = _scale()
+
+
+def scaled(seconds):
+    """A bound of `seconds` as this run stretches it (CRCR_TEST_TIMEOUT_SCALE)."""
+    return seconds * SCALE
 
 
 def wait_until(pred, timeout=10.0, interval=0.05, clock=None, step=0.0):
     """Polls pred() until it returns a truthy value, which is returned. After `timeout` seconds
-    of real time returns the last (falsy) value instead. With `clock` and `step`, each poll that
-    finds pred() falsy first moves `clock` forward by `step` seconds."""
-    deadline = time.monotonic() + timeout
+    of real time (stretched by CRCR_TEST_TIMEOUT_SCALE) returns the last (falsy) value instead.
+    With `clock` and `step`, each poll that finds pred() falsy first moves `clock` forward by
+    `step` seconds."""
+    deadline = time.monotonic() + scaled(timeout)
     while True:
         v = pred()
         if v or time.monotonic() >= deadline:
