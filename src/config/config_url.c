@@ -15,6 +15,7 @@
 #include <openssl/crypto.h>
 
 #include "config.h"
+#include "ids.h"
 #include "log.h"
 
 /* Longest URL accepted for any URL variable. */
@@ -31,15 +32,10 @@ void config_url_strip_slashes(char *url)
 
 bool config_port_parse(const char *s, size_t n, long *out)
 {
-    if (n == 0 || n > 5)
+    int64_t pv = 0;
+    if (!ids_decimal(s, n, 5, &pv))
         return false;
-    long pv = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] < '0' || s[i] > '9')
-            return false;
-        pv = pv * 10 + (s[i] - '0');
-    }
-    *out = pv;
+    *out = (long)pv;
     return pv <= 65535;
 }
 

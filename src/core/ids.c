@@ -87,9 +87,9 @@ bool ids_sha_valid(const char *s)
     return n == 40 || n == 64;
 }
 
-bool ids_pr_number(const char *s, size_t n, int64_t *out)
+bool ids_decimal(const char *s, size_t n, size_t max_digits, int64_t *out)
 {
-    if (n == 0 || n > IDS_PR_DIGITS_MAX)
+    if (n == 0 || n > max_digits || max_digits > IDS_DECIMAL_DIGITS_MAX)
         return false;
     int64_t v = 0;
     for (size_t i = 0; i < n; i++) {
@@ -97,7 +97,14 @@ bool ids_pr_number(const char *s, size_t n, int64_t *out)
             return false;
         v = v * 10 + (s[i] - '0');
     }
-    if (v <= 0)
+    *out = v;
+    return true;
+}
+
+bool ids_pr_number(const char *s, size_t n, int64_t *out)
+{
+    int64_t v = 0;
+    if (!ids_decimal(s, n, IDS_PR_DIGITS_MAX, &v) || v <= 0)
         return false;
     *out = v;
     return true;

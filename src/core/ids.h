@@ -32,6 +32,11 @@ int ids_hex_value(char c);
  * a URL, a log line or HTML. */
 bool ids_run_id_valid(const char *s);
 
+/* An unsigned decimal number of 1 to `max_digits` digits (no sign, no spaces; max_digits at most
+ * IDS_DECIMAL_DIGITS_MAX, so it cannot overflow). Sets *out. */
+#define IDS_DECIMAL_DIGITS_MAX 18u
+bool ids_decimal(const char *s, size_t n, size_t max_digits, int64_t *out);
+
 /* A pull request or issue number as written in a URL or a reference ("#123"): 1 to
  * IDS_PR_DIGITS_MAX decimal digits, no sign, above 0. Sets *out. */
 #define IDS_PR_DIGITS_MAX 10u

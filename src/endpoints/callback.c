@@ -47,19 +47,7 @@ static bool int_like(const jv *v, int64_t *out)
     if (jv_int(v, out))
         return true;
     const char *s = jv_str(v);
-    if (!s)
-        return false;
-    size_t n = strlen(s);
-    if (n == 0 || n > 18)
-        return false;
-    int64_t x = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] < '0' || s[i] > '9')
-            return false;
-        x = x * 10 + (s[i] - '0');
-    }
-    *out = x;
-    return true;
+    return s && ids_decimal(s, strlen(s), IDS_DECIMAL_DIGITS_MAX, out);
 }
 
 /* At most CALLBACK_SHOWN_MAX - 1 bytes of `s` for a message, cut on a UTF-8 character boundary,
