@@ -21,8 +21,9 @@
  * then the end of the previous request on a kept-alive connection) and whether its header block
  * is still coming (until the access handler's first call). A reaper thread shuts down
  * (shutdown(2), SHUT_RDWR) every connection whose header block is not in within the header
- * timeout (CRCR_HEADER_TIMEOUT_MS) and every one whose window is older than the request deadline;
- * MHD then sees the socket end and closes the connection itself. The reaper ticks at a quarter of
+ * timeout (CRCR_HEADER_TIMEOUT_MS) and every one whose window is older than the request deadline
+ * (the deadline judges the client: while the relay works on a request that has arrived whole the
+ * connection is held out of reach, window_hold); MHD then sees the socket end and closes the connection itself. The reaper ticks at a quarter of
  * the header timeout (at most HTTP_REAPER_TICK_MS), so a connection is cut at most a tick late.
  *
  * The fd-reuse race: the reaper must never shut down a socket number that MHD has closed and the
@@ -146,6 +147,7 @@ typedef struct conn_track {
     ino_t ino;
     _Atomic int64_t since_ms; /* start of the current request window */
     _Atomic bool in_headers;  /* the window's header block is still coming */
+    _Atomic bool held;        /* the request is in and the relay is working on it: not reaped */
     bool reaped;              /* shut down once already */
     bool counted;             /* `peer` holds one of this connection's peer's count */
     peer_key peer;
@@ -681,6 +683,20 @@ static conn_track *track_of(struct MHD_Connection *conn)
     return ci ? ci->socket_context : NULL;
 }
 
+/* The request deadline judges the client's time, not the relay's: from the request's last byte
+ * until its answer is queued (the handler, the offload pool's queue, a store commit waiting on a
+ * busy disk) the connection is held out of the reaper's reach; when the answer is queued the
+ * window starts again, so a client that is slow to read the answer is still cut. */
+static void window_hold(struct MHD_Connection *conn, bool hold)
+{
+    conn_track *ct = track_of(conn);
+    if (!ct)
+        return;
+    if (!hold)
+        atomic_store(&ct->since_ms, now_ms());
+    atomic_store(&ct->held, hold);
+}
+
 /* Answers 503 with Retry-After: the unauthenticated-body budget has no room for this body. */
 static enum MHD_Result answer_over_budget(http_server *srv, req_state *st,
                                           struct MHD_Connection *conn, const char *url)
@@ -809,8 +825,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return MHD_YES;
     }
 
-    if (st->answered) /* back from the offload pool */
+    if (st->answered) { /* back from the offload pool */
+        window_hold(conn, false);
         return answer_from_state(st, conn);
+    }
     if (st->status) {
         /* An early answer is queued; drop whatever body still arrives. */
         *upload_data_size = 0;
@@ -844,8 +862,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (st->offloaded)
         return MHD_YES; /* a spurious call while the pool has it */
     if (st->route->flags & HTTP_ROUTE_OFFLOAD) {
+        window_hold(conn, true);
         if (workpool_submit(srv->pool, st, suspend_offloaded))
             return MHD_YES;
+        window_hold(conn, false);
         http_response resp = {.content_type = "application/json"};
         buf_init(&resp.body, 1024);
         http_resp_detail(&resp, 503, "Busy, please retry");
@@ -856,7 +876,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         buf_free(&resp.body);
         return ret;
     }
+    window_hold(conn, true);
     run_handler(st);
+    window_hold(conn, false);
     LOG_DEBUG("http.request", "method", method, "path", url, NULL);
     return answer_from_state(st, conn);
 }
@@ -882,6 +904,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     if (ct) {
         atomic_store(&ct->since_ms, now / 1000);
         atomic_store(&ct->in_headers, true);
+        atomic_store(&ct->held, false);
     }
     if (st->counted)
         atomic_fetch_sub(&srv->inflight, 1);
@@ -922,6 +945,7 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
         ct->peer = peer;
         atomic_init(&ct->since_ms, now_ms());
         atomic_init(&ct->in_headers, true);
+        atomic_init(&ct->held, false);
         pthread_mutex_lock(&srv->conns_lock);
         ct->next = srv->conns;
         if (srv->conns)
@@ -957,7 +981,7 @@ static void reap(http_server *srv, int64_t now, unsigned *headers, unsigned *dea
     int64_t header_limit = (int64_t)srv->header_timeout_ms;
     pthread_mutex_lock(&srv->conns_lock);
     for (conn_track *ct = srv->conns; ct; ct = ct->next) {
-        if (ct->reaped)
+        if (ct->reaped || atomic_load(&ct->held))
             continue;
         int64_t age = now - atomic_load(&ct->since_ms);
         bool late_headers = atomic_load(&ct->in_headers) && age > header_limit;
