@@ -314,7 +314,10 @@ class StoreRefusedTest(ReconcileBase):
         self.assertEqual({g: asks[g] for g in guids}, {g: 1 for g in guids})
         per_pair = Counter((d["client_payload"]["delivery_id"], d["repo"]) for d in ds)
         self.assertEqual({per_pair[(g, t)] for g in guids for t in R.DEFAULT_TARGETS}, {1})
+        # The fake records a redelivery's attempt when the relay's answer is back, which can be
+        # after the relay's dispatch reached the fake: awaited, not read once.
         for g in guids:
+            self.gh.wait_hook_attempts(1, guid=g, redelivery=True)
             self.assertEqual([a["status_code"] for a in self.gh.hook_attempts(guid=g)],
                              [503, 202])
 
