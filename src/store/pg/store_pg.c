@@ -56,6 +56,20 @@
 #define PG_ACQUIRE_TIMEOUT_MS 5000
 /* Advisory lock key serialising schema creation/migration across starting instances. */
 #define PG_MIGRATION_LOCK 7165426221306201601LL
+/* Statements one session prepares at most; texts beyond run unprepared. The store has a few dozen
+ * fixed texts (its IN lists are arrays, not spliced-in values). */
+#define PG_PREPARED_MAX 128
+
+/* Prepared statements. Every query of the store is one of a few dozen fixed texts, each run many
+ * times on every pooled connection, and PostgreSQL parses, analyses and plans a text anew on each
+ * PQexecParams. So a session prepares a text the first time it runs it (named "crcr_<n>", n its
+ * index here) and executes it by name afterwards. The list belongs to the pool slot and is emptied
+ * whenever the slot opens a new session (acquire). A connection pooler must run in session mode
+ * (deployment.md), which keeps prepared statements. */
+typedef struct pg_prepared {
+    size_t n;
+    char *sql[PG_PREPARED_MAX]; /* owned copies of the texts, in preparation order */
+} pg_prepared;
 
 /* ---- connections ---- */
 
@@ -117,6 +131,14 @@ static void note_connect(pg_store *s, bool ok, const char *why)
     }
 }
 
+/* Forgets a slot's prepared statements (its session is gone). */
+static void prepared_forget(pg_prepared *p)
+{
+    for (size_t i = 0; i < p->n; i++)
+        free(p->sql[i]);
+    p->n = 0;
+}
+
 /* Borrows a pooled connection into x->c (lent to the caller until release(); the pool keeps
  * ownership), connecting the slot when it has none, and sets its session's synchronous_commit
  * to what x->relaxed asks (a free connection already set so is preferred: switching costs a
@@ -169,7 +191,8 @@ static crcr_err acquire(pg_store *s, pgx *x)
         char why[PG_ERRTEXT_MAX];
         c = pg_connect(s->uri, why, sizeof(why));
         note_connect(s, c != NULL, why);
-        relaxed = false; /* a new session: the server's setting (on) */
+        relaxed = false;                    /* a new session: the server's setting (on) */
+        prepared_forget(&s->prepared[pick]); /* and none of its statements prepared */
     }
     if (c && relaxed != x->relaxed) {
         PGresult *r = PQexec(c, x->relaxed ? "SET synchronous_commit TO off"
@@ -349,6 +372,33 @@ static void log_result_error(pgx *x, const PGresult *r)
     }
 }
 
+/* Runs `sql` with the parameters `p` on x's session: by name when the session has prepared it
+ * (preparing it first when there is room), else as a one-off statement. The caller owns the
+ * result (PQclear). */
+static PGresult *run_statement(pgx *x, const char *sql, const pgp *p)
+{
+    pg_prepared *prep = &x->s->prepared[x->slot];
+    size_t i = 0;
+    while (i < prep->n && prep->sql[i] != sql && strcmp(prep->sql[i], sql) != 0)
+        i++;
+    char name[32];
+    if (i == prep->n && prep->n < PG_PREPARED_MAX) {
+        char *copy = strdup(sql);
+        snprintf(name, sizeof(name), "crcr_%zu", i);
+        PGresult *r = copy ? PQprepare(x->c, name, sql, 0, NULL) : NULL;
+        bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+        PQclear(r);
+        if (ok)
+            prep->sql[prep->n++] = copy;
+        else
+            free(copy); /* run unprepared below: its own error says what is wrong */
+    }
+    if (i == prep->n)
+        return PQexecParams(x->c, sql, p->n, NULL, p->v, p->len, p->fmt, 1);
+    snprintf(name, sizeof(name), "crcr_%zu", i);
+    return PQexecPrepared(x->c, name, p->n, p->v, p->len, p->fmt, 1);
+}
+
 PGresult *pg_result(pgx *x, const char *sql, const store_param *v, int n)
 {
     if (n > PG_PARAMS_MAX) {
@@ -366,7 +416,7 @@ PGresult *pg_result(pgx *x, const char *sql, const store_param *v, int n)
         else
             pgp_bytes(&p, v[i].blob, v[i].len);
     }
-    PGresult *r = PQexecParams(x->c, sql, p.n, NULL, p.v, p.len, p.fmt, 1);
+    PGresult *r = run_statement(x, sql, &p);
     pgp_free(&p);
     ExecStatusType t = PQresultStatus(r);
     if (t == PGRES_COMMAND_OK || t == PGRES_TUPLES_OK)
@@ -728,6 +778,9 @@ static void pg_close(store *st)
     for (size_t i = 0; i < s->n; i++)
         PQfinish(s->conns ? s->conns[i] : NULL);
     PQfinish(s->listener);
+    for (size_t i = 0; s->prepared && i < s->n; i++)
+        prepared_forget(&s->prepared[i]);
+    free(s->prepared);
     free(s->conns);
     free(s->busy);
     free(s->relaxed);
@@ -822,7 +875,8 @@ crcr_err store_pg_open(const char *uri, long pool, store **out, char *err, size_
     s->conns = calloc(n, sizeof(*s->conns));
     s->busy = calloc(n, sizeof(*s->busy));
     s->relaxed = calloc(n, sizeof(*s->relaxed));
-    if (!s->uri || !s->conns || !s->busy || !s->relaxed) {
+    s->prepared = calloc(n, sizeof(*s->prepared));
+    if (!s->uri || !s->conns || !s->busy || !s->relaxed || !s->prepared) {
         pg_close(&s->base);
         return CRCR_E_NOMEM;
     }
