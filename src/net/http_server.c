@@ -23,8 +23,9 @@
  * (shutdown(2), SHUT_RDWR) every connection whose header block is not in within the header
  * timeout (CRCR_HEADER_TIMEOUT_MS) and every one whose window is older than the request deadline
  * (the deadline judges the client: while the relay works on a request that has arrived whole the
- * connection is held out of reach, window_hold); MHD then sees the socket end and closes the connection itself. The reaper ticks at a quarter of
- * the header timeout (at most HTTP_REAPER_TICK_MS), so a connection is cut at most a tick late.
+ * connection is held out of reach, window_hold); MHD then sees the socket end and closes the
+ * connection itself. The reaper ticks at a quarter of the header timeout (at most
+ * HTTP_REAPER_TICK_MS), so a connection is cut at most a tick late.
  *
  * The fd-reuse race: the reaper must never shut down a socket number that MHD has closed and the
  * kernel has handed to a new connection. The tracking list is guarded by one mutex that the

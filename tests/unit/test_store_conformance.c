@@ -2306,6 +2306,8 @@ static void claims_of_a_dead_holder_come_back_before_their_lease_and_a_live_ones
         usleep(10 * 1000);
     }
     assert_int_equal(store_claim(b, 5000, 60000, &j), CRCR_E_NOT_FOUND);
+    /* The statements a's ended sessions had prepared run on its fresh ones (prepared anew). */
+    assert_int_equal(store_claim(a, 5000, 60000, &j), CRCR_E_NOT_FOUND);
     /* It finishes on a fresh connection, under its lease. */
     assert_int_equal(store_job_finish(a, &mine, "sent", 204, NULL, NULL, NULL, 0, 5000), CRCR_OK);
     store_job_free(&mine);

@@ -191,7 +191,7 @@ static crcr_err acquire(pg_store *s, pgx *x)
         char why[PG_ERRTEXT_MAX];
         c = pg_connect(s->uri, why, sizeof(why));
         note_connect(s, c != NULL, why);
-        relaxed = false;                    /* a new session: the server's setting (on) */
+        relaxed = false;                     /* a new session: the server's setting (on) */
         prepared_forget(&s->prepared[pick]); /* and none of its statements prepared */
     }
     if (c && relaxed != x->relaxed) {
