@@ -63,7 +63,7 @@ typedef struct pg_store {
     bool *busy;     /* slot lent out */
     bool *relaxed;  /* the slot's session runs with synchronous_commit=off (pg_with_conn_relaxed) */
     struct pg_prepared *prepared; /* owned: per slot, the statements its session has prepared */
-    atomic_bool down; /* the last connection attempt failed (logged once per outage) */
+    atomic_bool down;             /* the last connection attempt failed (logged once per outage) */
     pthread_mutex_t lmu;
     PGconn *listener; /* LISTEN connection of store_wait_for_work and the instance's liveness
                          session, guarded by lmu */
