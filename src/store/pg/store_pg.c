@@ -56,8 +56,9 @@
 #define PG_ACQUIRE_TIMEOUT_MS 5000
 /* Advisory lock key serialising schema creation/migration across starting instances. */
 #define PG_MIGRATION_LOCK 7165426221306201601LL
-/* Statements one session prepares at most; texts beyond run unprepared. The store has a few dozen
- * fixed texts (its IN lists are arrays, not spliced-in values). */
+/* Statements one session prepares at most; texts beyond run unprepared. Every text given to
+ * pg_result is a constant, a few dozen in all (the two built at run time, NOTIFY and the disk
+ * probe, go through pg_cmd). */
 #define PG_PREPARED_MAX 128
 
 /* Prepared statements. Every query of the store is one of a few dozen fixed texts, each run many
