@@ -23,9 +23,10 @@
  * (shutdown(2), SHUT_RDWR) every connection whose header block is not in within the header
  * timeout (CRCR_HEADER_TIMEOUT_MS) and every one whose window is older than the request deadline
  * (the deadline judges the client: while the relay works on a request that has arrived whole the
- * connection is held out of reach, window_hold); MHD then sees the socket end and closes the
- * connection itself. The reaper ticks at a quarter of the header timeout (at most
- * HTTP_REAPER_TICK_MS), so a connection is cut at most a tick late.
+ * connection is held out of reach, window_hold, and a connection whose bytes wait unread in its
+ * socket waits on the relay, so it is spared up to twice its limit, reap); MHD then sees the socket
+ * end and closes the connection itself. The reaper ticks at a quarter of the header timeout (at
+ * most HTTP_REAPER_TICK_MS), so a connection is cut at most a tick late.
  *
  * The fd-reuse race: the reaper must never shut down a socket number that MHD has closed and the
  * kernel has handed to a new connection. The tracking list is guarded by one mutex that the
@@ -73,6 +74,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -124,6 +126,9 @@
 #define HTTP_PEER_BUCKETS 1024u
 /* Shortest reaper tick (a header timeout of a few milliseconds in tests). */
 #define HTTP_REAPER_TICK_MIN_MS 10
+/* A connection past its header timeout or deadline whose bytes wait unread in its socket (the
+ * relay is behind, not the client) is cut only past this many times that limit (reap). */
+#define HTTP_BEHIND_FACTOR 2
 
 /* A peer as the per-client cap counts it: b[0] is 4 or 6, then the IPv4 address or the first 8
  * bytes (the /64) of the IPv6 address; the rest is zero. */
@@ -974,8 +979,18 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
     *socket_context = NULL;
 }
 
+/* Whether the socket holds bytes the relay has not read yet (the kernel's receive queue). */
+static bool unread_bytes(int fd)
+{
+    int n = 0;
+    return ioctl(fd, FIONREAD, &n) == 0 && n > 0;
+}
+
 /* Shuts down every connection whose header block is late or whose request window passed the
- * deadline; adds how many of each to *headers and *deadline. */
+ * deadline; adds how many of each to *headers and *deadline. A connection whose socket still holds
+ * bytes the relay has not read is waiting on the relay (its HTTP thread busy with another
+ * request's handler, or short of CPU), not on its client: it is spared until HTTP_BEHIND_FACTOR
+ * times its limit (a client that trickles bytes gains that much only while the relay is behind). */
 static void reap(http_server *srv, int64_t now, unsigned *headers, unsigned *deadline)
 {
     int64_t limit = (int64_t)srv->deadline_s * 1000;
@@ -989,9 +1004,14 @@ static void reap(http_server *srv, int64_t now, unsigned *headers, unsigned *dea
         if (!late_headers && age <= limit)
             continue;
         struct stat sb;
-        ct->reaped = true;
-        if (fstat(ct->fd, &sb) != 0 || sb.st_dev != ct->dev || sb.st_ino != ct->ino)
+        if (fstat(ct->fd, &sb) != 0 || sb.st_dev != ct->dev || sb.st_ino != ct->ino) {
+            ct->reaped = true;
             continue; /* not the socket we saw at accept: leave it alone */
+        }
+        int64_t missed = late_headers && header_limit < limit ? header_limit : limit;
+        if (age <= HTTP_BEHIND_FACTOR * missed && unread_bytes(ct->fd))
+            continue;
+        ct->reaped = true;
         if (shutdown(ct->fd, SHUT_RDWR) == 0)
             (*(late_headers ? headers : deadline))++;
     }

@@ -37,6 +37,7 @@ import sys
 import threading
 import time
 import unittest
+import uuid
 
 import relay as R
 from waiting import scaled, wait_until
@@ -516,6 +517,51 @@ class RequestDeadlineTest(RelayMixin, unittest.TestCase):
              % (time.monotonic() - t0, self.DEADLINE + 1.5, self.DEADLINE))
         self.assertEqual(result.get("status"), 202)
         self.assertEqual(relay.store_rows("SELECT count(*) FROM deliveries"), [["1"]])
+
+    def test_a_request_waiting_behind_another_ones_work_is_not_the_clients_time(self):
+        # One HTTP thread: while it runs one webhook's handler (whose commit waits on the store's
+        # write lock, held by this test past the deadline), another connection's request, sent
+        # whole, waits unread in its socket. That wait is the relay's, not the client's: both are
+        # answered 202 once the lock goes (under load in CI such a webhook was cut, unanswered).
+        # A deadline of 3 s: the lock outlasts it and the reaper's ticks, stays inside the relay's
+        # busy timeout (5 s), and leaves the waiting request 2 s to be answered before twice the
+        # deadline, where a request whose bytes wait unread is cut all the same.
+        deadline = 3
+        relay = self.start_relay(env={"CRCR_REQUEST_DEADLINE_SECONDS": str(deadline),
+                                      "CRCR_HTTP_THREADS": "1"})
+        body = R.load_example("pull_request.opened")
+
+        def request():
+            return raw_head("POST", "/github/webhook", relay.port, {
+                "Content-Type": "application/json", "Content-Length": str(len(body)),
+                "X-GitHub-Event": "pull_request", "X-GitHub-Delivery": str(uuid.uuid4()),
+                "X-Hub-Signature-256": R.sign(body, relay.secret)}) + body
+
+        a = socket.create_connection(("127.0.0.1", relay.port), timeout=30)
+        b = socket.create_connection(("127.0.0.1", relay.port), timeout=30)
+        self.addCleanup(a.close)
+        self.addCleanup(b.close)
+        a_req = request()
+        a.sendall(a_req[:-1])
+        # Both connections accepted (a first: it connected first) before the thread blocks: b is
+        # answered a first request; its next request's window starts from that answer.
+        b.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        first = R._read_response(b, 30)
+        self.assertTrue(first.startswith(b"HTTP/1.1 200"), first[:200])
+        lock = sqlite3.connect(relay.db_path, timeout=10, isolation_level=None)
+        self.addCleanup(lock.close)
+        lock.execute("BEGIN IMMEDIATE")
+        t0 = time.monotonic()
+        a.sendall(a_req[-1:])  # a's handler runs and waits on the lock: the one thread is busy
+        b.sendall(request())   # b's request arrives whole and waits, unread
+        time.sleep(deadline + 1.0)  # real time is the subject
+        lock.execute("ROLLBACK")
+        answers = [R._read_response(s, 30) for s in (a, b)]
+        note("two webhooks on one busy HTTP thread answered after %.2f s (deadline %d s): %s"
+             % (time.monotonic() - t0, deadline, [x[:12] for x in answers]))
+        for x in answers:
+            self.assertTrue(x.startswith(b"HTTP/1.1 202"), x[:200])
+        self.assertEqual(relay.store_rows("SELECT count(*) FROM deliveries"), [["2"]])
 
 
 # ------------------------------------------------------------------------------ JSON bombs
