@@ -11,6 +11,15 @@
  * every burst (measured: 48 concurrent 25 MiB uploads, four bursts, RSS 14 -> 64 -> 89 -> 139 MiB
  * afterwards). Pinning the threshold (mallopt M_MMAP_THRESHOLD, which also stops the dynamic
  * adjustment) gives such buffers back at free(): RSS returned to 14 MiB after each burst.
+ *
+ * Pinning it also pins glibc's trim threshold at its start value, 128 KiB: each thread's arena
+ * then gave its free top back (madvise) whenever more than that was free, and the next request
+ * touched those pages again. A webhook's buffers (its 30 KB body, the claimer's copy, four
+ * dispatch bodies) made that a cycle per request: page faults were 22 % of the relay's CPU in a
+ * perf profile of the ingest bench (c64, 4 targets, dry-run). With APP_TRIM_THRESHOLD and
+ * APP_TOP_PAD an arena keeps a few MiB of free top: CPU per stored webhook 1.00 / 0.88 ms -> 0.60
+ * / 0.62 ms, 1,362 / 1,492 -> 1,959 / 1,827 req/s, peak RSS unchanged (30.5 / 30.7 MiB), RSS
+ * after the load 20.0 -> 22.9 MiB (bench/RESULTS.md).
  */
 #include "app.h"
 
@@ -43,6 +52,10 @@
 #define APP_HTTP_THREADS_MIN 8
 /* Allocations from this size on get a mapping of their own, given back at free() (see above). */
 #define APP_MMAP_THRESHOLD (1024 * 1024)
+/* Free memory an arena keeps at its top before giving it back, and the extra it asks for when it
+ * grows (see above). */
+#define APP_TRIM_THRESHOLD (4 * 1024 * 1024)
+#define APP_TOP_PAD (1024 * 1024)
 /* While the store has a write fault: how often the main loop checks whether writes go through
  * again (store_probe_write), so that the relay recovers without a webhook to try. */
 #define APP_STORE_PROBE_MS 1000
@@ -211,6 +224,8 @@ int app_serve_main(int argc, char **argv)
 
 #ifdef M_MMAP_THRESHOLD
     mallopt(M_MMAP_THRESHOLD, APP_MMAP_THRESHOLD); /* glibc: see the header comment */
+    mallopt(M_TRIM_THRESHOLD, APP_TRIM_THRESHOLD);
+    mallopt(M_TOP_PAD, APP_TOP_PAD);
 #endif
     static crcr_app app_storage;
     crcr_app *app = &app_storage;
