@@ -277,6 +277,18 @@ static void select_refuses_bad_utf8_surrogates_and_nul(void **state)
                         wh_paths, N_WH);
     assert_string_equal(jv_path_str(v, "action"), "\xf0\x9f\x98\x80\xc3\xa9\n\t/\\\"\b\f\r");
     jv_free(v);
+    /* Selected strings are decoded by the selective parser itself (sel_string): the empty string,
+     * escapes at either end and back to back, raw UTF-8 next to escapes, whitespace around. */
+    accepted("{\"action\":\"\"}");
+    accepted("{\"action\":\"\\n\"}");
+    accepted("{\"action\":\"\\\"\\\"\"}");
+    accepted("{\"action\":\"\\u00e9\xc3\xa9\\ud83d\\ude00x\\\\\"}");
+    accepted("{\"pull_request\":{\"body\":  \"a\\\"b\\/\"  ,\"state\":\"open\"}}");
+    v = sel_checked("{\"pull_request\":{\"body\":\"\\\\x\\u0041\\ud83d\\ude00\"}}",
+                    strlen("{\"pull_request\":{\"body\":\"\\\\x\\u0041\\ud83d\\ude00\"}}"),
+                    wh_paths, N_WH);
+    assert_string_equal(jv_path_str(v, "pull_request.body"), "\\xA\xf0\x9f\x98\x80");
+    jv_free(v);
 }
 
 static void select_numbers_as_jansson(void **state)
