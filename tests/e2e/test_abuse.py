@@ -523,9 +523,9 @@ class RequestDeadlineTest(RelayMixin, unittest.TestCase):
         # write lock, held by this test past the deadline), another connection's request, sent
         # whole, waits unread in its socket. That wait is the relay's, not the client's: both are
         # answered 202 once the lock goes (under load in CI such a webhook was cut, unanswered).
-        # A deadline of 3 s: the lock outlasts it and the reaper's ticks, stays inside the relay's
-        # busy timeout (5 s), and leaves the waiting request 2 s to be answered before twice the
-        # deadline, where a request whose bytes wait unread is cut all the same.
+        # A deadline of 3 s: the lock (3.75 s) outlasts it and three reaper ticks, ends well inside
+        # the relay's busy timeout (5 s), and leaves the waiting request over 2 s to be answered
+        # before twice the deadline, where a request whose bytes wait unread is cut all the same.
         deadline = 3
         relay = self.start_relay(env={"CRCR_REQUEST_DEADLINE_SECONDS": str(deadline),
                                       "CRCR_HTTP_THREADS": "1"})
@@ -554,7 +554,7 @@ class RequestDeadlineTest(RelayMixin, unittest.TestCase):
         t0 = time.monotonic()
         a.sendall(a_req[-1:])  # a's handler runs and waits on the lock: the one thread is busy
         b.sendall(request())   # b's request arrives whole and waits, unread
-        time.sleep(deadline + 1.0)  # real time is the subject
+        time.sleep(deadline + 0.75)  # real time is the subject
         lock.execute("ROLLBACK")
         answers = [R._read_response(s, 30) for s in (a, b)]
         note("two webhooks on one busy HTTP thread answered after %.2f s (deadline %d s): %s"
