@@ -37,6 +37,13 @@ int64_t clock_now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + test_offset();
 }
 
+int64_t clock_real_mono_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
 int64_t clock_mono_ms(void)
 {
     struct timespec ts;

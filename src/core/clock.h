@@ -13,9 +13,9 @@
  * commands run against their store move together). A binary built without the hooks refuses
  * to start when the variable is set, so a test cannot silently run on the real clock.
  *
- * What stays on the real clock on purpose: log timestamps, the HTTP server's request and header
- * deadlines (real time is their subject: a client that is slow in real time), and the waits of
- * the PostgreSQL pool.
+ * What stays on the real clock on purpose (clock_real_mono_us): log timestamps, the HTTP server's
+ * request and header deadlines (real time is their subject: a client that is slow in real time),
+ * libcurl's transfer timers (http_loop), and the waits of the PostgreSQL pool.
  */
 #ifndef CRCR_CLOCK_H
 #define CRCR_CLOCK_H
@@ -28,6 +28,8 @@
 int64_t clock_now_ms(void);
 /* Milliseconds on CLOCK_MONOTONIC (plus the test offset), for measuring intervals. */
 int64_t clock_mono_ms(void);
+/* Microseconds on CLOCK_MONOTONIC without the test offset: for what stays on the real clock. */
+int64_t clock_real_mono_us(void);
 /* Formats an epoch-ms time as ISO-8601 UTC "2026-11-30T01:02:03Z" into out (>= 21 bytes). */
 void clock_iso8601(int64_t ms, char *out, unsigned outsz);
 

@@ -33,7 +33,6 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "clock.h"
@@ -265,9 +264,7 @@ static bool reap(http_loop *l)
  * relay's clock (clock.h). */
 static int64_t real_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return clock_real_mono_us() / 1000;
 }
 
 /* CURLMOPT_SOCKETFUNCTION: watch `s` for what libcurl waits on, or stop watching it. */

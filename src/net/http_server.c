@@ -81,6 +81,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "cpus.h"
 #include "json.h"
 #include "crcr_limits.h"
@@ -225,9 +226,7 @@ typedef struct req_state {
 
 static int64_t now_us(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+    return clock_real_mono_us(); /* deadlines judge real time (clock.h) */
 }
 
 static int64_t now_ms(void)

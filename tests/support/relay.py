@@ -119,6 +119,22 @@ def sign(body, secret):
 _sign = sign  # Relay.webhook has a parameter named `sign`
 
 
+def hookshot_headers(event, delivery):
+    """The headers GitHub's webhook sender (Hookshot) puts on a delivery, but the signature and
+    the length: X-GitHub-Event, the delivery guid (None: none), the hook and its App target."""
+    h = {
+        "Content-Type": "application/json",
+        "User-Agent": "GitHub-Hookshot/e2e-test",
+        "X-GitHub-Event": event,
+        "X-GitHub-Hook-ID": "123456789",
+        "X-GitHub-Hook-Installation-Target-Type": "integration",
+        "X-GitHub-Hook-Installation-Target-ID": "12345",
+    }
+    if delivery is not None:
+        h["X-GitHub-Delivery"] = delivery
+    return h
+
+
 def compact(obj):
     """Compact JSON bytes (separators , and :), as the examples are stored."""
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
@@ -618,16 +634,7 @@ class Relay:
             body = compact(payload)
         if delivery is None:
             delivery = str(uuid.uuid4())
-        h = {
-            "Content-Type": "application/json",
-            "User-Agent": "GitHub-Hookshot/e2e-test",
-            "X-GitHub-Event": event,
-            "X-GitHub-Hook-ID": "123456789",
-            "X-GitHub-Hook-Installation-Target-Type": "integration",
-            "X-GitHub-Hook-Installation-Target-ID": "12345",
-        }
-        if delivery is not False:
-            h["X-GitHub-Delivery"] = delivery
+        h = hookshot_headers(event, delivery if delivery is not False else None)
         if signature is not None:
             h["X-Hub-Signature-256"] = signature
         elif sign:
