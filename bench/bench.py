@@ -90,7 +90,8 @@ T_CB_P99_MS = 20.0
 T_FANOUT100_WARM_MS = 110.0  # default settings
 T_FANOUT100_COLD_MS = 300.0
 T_FANOUT1000_WARM_MS = 1000.0
-T_RSS_MIB = 40.0  # peak RSS during ingest, at every setting above
+T_RSS_MIB = 40.0
+T_GITHUB_BUDGET = 80  # CRCR_GITHUB_CONCURRENCY's default: requests in flight, all instances  # peak RSS during ingest, at every setting above
 # When the fake GitHub was too busy to answer at its injected latency, a fan-out figure measures
 # the fake, not crcr: such figures are flagged instead of judged. Flagged when the fake's own
 # time (answer - arrival - latency) summed along one relay connection exceeds 10 % of the figure
@@ -482,15 +483,32 @@ def sql_literal(v):
     return "'" + str(v).replace("'", "''") + "'"
 
 
-class FakeGitHubProc:
-    """bench/fakegh_proc.py: the fake GitHub in a process of its own (see there)."""
+FAST_FAKE_SRC = os.path.join(HERE, "fakegh_fast.c")
 
-    def __init__(self, latency_ms, server="asyncio", backlog=4096):
+
+def fast_fake_binary(build_dir):
+    """bench/fakegh_fast.c built into build_dir (again when the source is newer)."""
+    out = os.path.join(build_dir, "fakegh_fast")
+    if not os.path.exists(out) or os.path.getmtime(out) < os.path.getmtime(FAST_FAKE_SRC):
+        subprocess.run(["cc", "-O2", "-std=c11", "-Wall", "-Wextra", "-Werror", FAST_FAKE_SRC,
+                        "-ljansson", "-o", out], check=True)
+    return out
+
+
+class FakeGitHubProc:
+    """The fake GitHub in a process of its own: bench/fakegh_fast.c ("c", the default: one epoll
+    loop in C, the routes a fan-out sends) or bench/fakegh_proc.py ("asyncio", "threads": the
+    test suites' fake with every route). Both speak the same control protocol (see there)."""
+
+    binary = None  # fakegh_fast's path, set by main()
+
+    def __init__(self, latency_ms, server="c", backlog=4096):
         cfg = {"app_id": APP_ID, "public_key": R.APP_PUB, "latency_ms": latency_ms,
                "backlog": backlog, "server": server}
         self.server = server
-        self.p = subprocess.Popen([sys.executable, os.path.join(HERE, "fakegh_proc.py"),
-                                   json.dumps(cfg)], stdin=subprocess.PIPE,
+        argv = [FakeGitHubProc.binary, json.dumps(cfg)] if server == "c" else \
+            [sys.executable, os.path.join(HERE, "fakegh_proc.py"), json.dumps(cfg)]
+        self.p = subprocess.Popen(argv, stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, text=True, start_new_session=True)
         hello = self._read()
         self.url, self.pid = hello["url"], hello["pid"]
@@ -665,15 +683,18 @@ class Bench:
         return r
 
     def relay(self, env=None, allowlist=INGEST_ALLOWLIST, tmpfs=False, binary=None, args=None,
-              start_timeout=15.0, store="sqlite"):
+              start_timeout=15.0, store="sqlite", share_with=None):
         """A Relay (tests/support/relay.py) whose store is the bench's own: with store "sqlite" a
         SQLite file in the temp dir (the disk the fsync probe measures) or on tmpfs, whatever
         store the test support would pick; with "pg" a fresh database on the run's PostgreSQL
-        server (see PgServer)."""
+        server (see PgServer), or `share_with`'s database (a second instance on the same store:
+        close it before `share_with`, whose close drops the database)."""
         d = tempfile.mkdtemp(prefix="crcr-bench-", dir="/dev/shm" if tmpfs else None)
         base = {"CRCR_LOG": "warn", "CRCR_STORE": "sqlite:" + os.path.join(d, "crcr.db")}
         pg_name = None
-        if store == "pg":
+        if share_with is not None:
+            base["CRCR_STORE"] = share_with.bench_store_uri
+        elif store == "pg":
             if not self.pg:
                 shutil.rmtree(d, ignore_errors=True)
                 raise RuntimeError("no PostgreSQL server for the pg store")
@@ -694,6 +715,7 @@ class Bench:
                 self.pg.drop_db(pg_name)
             raise
         rl.bench_db = os.path.join(d, "crcr.db")
+        rl.bench_store_uri = base["CRCR_STORE"]
         rl.bench_dir = d
         rl.bench_store = store
         rl.bench_pg_name = pg_name
@@ -1129,7 +1151,7 @@ class Bench:
         if not self.args.no_diag:
             configs += [(128, False, "sqlite"), (None, True, "sqlite"), (128, True, "sqlite")]
         if "pg" in self.stores:
-            configs.append((None, False, "pg"))
+            configs += [(None, False, "pg"), (None, False, "pg2")]
         if "sqlite" not in self.stores:
             configs = [c for c in configs if c[2] != "sqlite"]
         res = self.results.setdefault("fanout", {})
@@ -1140,7 +1162,7 @@ class Bench:
         if not self.args.no_diag:
             configs.append((1024, False, "sqlite"))  # the most the relay allows: one round
         if "pg" in self.stores:
-            configs.append((None, False, "pg"))
+            configs += [(None, False, "pg"), (None, False, "pg2")]
         if "sqlite" not in self.stores:
             configs = [c for c in configs if c[2] != "sqlite"]
         res = self.results.setdefault("fanout1000", {})
@@ -1150,7 +1172,9 @@ class Bench:
     def _fanout_series(self, n, configs, name, res, calibrate=False):
         """Fan-outs of one webhook to n allowlisted repos of n owners (L1, one installation
         each), App mode, behind the fake GitHub (its own process, +50 ms per request): a cold
-        one on a fresh relay, then warm ones (3 for the default settings, 1 otherwise)."""
+        one on a fresh relay, then warm ones (3 for the default settings, 1 otherwise). Store
+        "pg2": two instances on one PostgreSQL database, the webhook sent to the first; both
+        carry out rows, within one GitHub budget (CRCR_GITHUB_CONCURRENCY) together."""
         fmt = "oot-vendor%03d/pytorch-backend-ci" if n <= 1000 else "oot-vendor%05d/pytorch-ci"
         repos = [fmt % i for i in range(n)]
         allowlist = "L1:\n" + "".join("  - %s\n" % r for r in repos)
@@ -1164,11 +1188,16 @@ class Bench:
                        "GITHUB_API_URL": gh.url}
                 if workers:
                     env["MAX_DISPATCH_WORKERS"] = str(workers)
-                where = "pg" if store == "pg" else ("tmpfs" if tmpfs else "disk")
+                where = store if store in ("pg", "pg2") else ("tmpfs" if tmpfs else "disk")
                 wname = str(workers) if workers else "default"
-                rl = self.relay(env=env, allowlist=allowlist, tmpfs=tmpfs, store=store)
+                rl = self.relay(env=env, allowlist=allowlist, tmpfs=tmpfs,
+                                store="pg" if store == "pg2" else store)
+                rl2 = None
                 try:
                     rl.start()
+                    if store == "pg2":
+                        rl2 = self.relay(env=env, allowlist=allowlist, store="pg", share_with=rl)
+                        rl2.start()
                     self.record("crcr server (%s, App mode, %s store, %s workers)"
                                 % (name, where, wname), [self.crcr, "serve"],
                                 dict(env, GITHUB_API_URL="<fake GitHub, latency_ms=%d>"
@@ -1178,21 +1207,30 @@ class Bench:
                                      CRCR_LOG="warn"))
                     kinds = ["cold", "warm", "warm", "warm"] if workers is None else \
                         ["cold", "warm"]
+                    if store == "pg2":  # each instance has its own tokens: both must be warm
+                        kinds[1:1] = ["warm-up", "warm-up"]
                     for k, kind in enumerate(kinds):
                         with PerfStat(rl.proc.pid, os.path.join(
                                 self.out_dir, "perf_%s_%s_%s_%d.csv" % (name, wname, where, k)),
                                 self.perf_ok) as ps:
+                            sent0 = [self._api_calls(x) for x in (rl, rl2) if x]
                             r = self._fanout_once(rl, gh, body, "%s-%s-%s-%s-%d" % (
                                 name, self.run_id, wname, where, k), n)
                         r.update(kind=kind, workers=wname, store=where, n=n,
                                  fdatasync=ps.counts.get("syscalls:sys_enter_fdatasync"),
-                                 hwm_kib=proc_status(rl.proc.pid)["VmHWM"])
+                                 hwm_kib=max(proc_status(x.proc.pid)["VmHWM"]
+                                             for x in (rl, rl2) if x))
+                        if rl2:  # GitHub requests each instance sent
+                            r["calls_by_instance"] = [self._api_calls(x) - c0 for x, c0 in
+                                                      zip((rl, rl2), sent0)]
                         runs.append(r)
                         log("%s %-4s workers %-7s %-5s: 202 in %s, dispatch %d answered at %s; "
-                            "%.2f API calls/dispatch (%s); fake overhead p50 %s p99 %s, added "
+                            "%.2f API calls/dispatch (%s%s); fake overhead p50 %s p99 %s, added "
                             "<= %s, busy %.0f%%, peak in flight %d%s"
                             % (name, kind, wname, where, fmt_ms(r["ack_ms"]), n,
                                fmt_ms(r["t_last_ms"]), r["calls_per_dispatch"], r["by_kind"],
+                               "; by instance %s" % r["calls_by_instance"]
+                               if "calls_by_instance" in r else "",
                                fmt_ms(r["fake_p50_ms"]), fmt_ms(r["fake_p99_ms"]),
                                fmt_ms(r["fake_added_ms"]),
                                100 * (r["fake_busy"] or 0), r["fake_peak_inflight"],
@@ -1201,6 +1239,8 @@ class Bench:
                     if calibrate and sample is None:
                         sample = gh.sample()
                 finally:
+                    if rl2:
+                        self.close_relay(rl2)
                     self.close_relay(rl)
                     gh.clear()
             if calibrate and sample:
@@ -1210,6 +1250,11 @@ class Bench:
         finally:
             gh.stop()
         return runs
+
+    @staticmethod
+    def _api_calls(rl):
+        """crcr_github_api_calls_total of one relay (requests it sent to GitHub)."""
+        return int(rl.metric("crcr_github_api_calls_total") or 0)
 
     def _fanout_once(self, rl, gh, body, delivery, n):
         gh.clear()
@@ -1938,37 +1983,43 @@ class Bench:
                 rows.append(("callbacks c32 p50 / p99%s" % pgtag(store),
                              "%s / %s" % (fmt_ms(cb["p50"]), fmt_ms(cb["p99"])), "-", "-",
                              "not slower (before: %s)" % b2, v2))
-        for store in stores:
+        # Fan-out: issue 26's targets on every store, and for two instances on one PostgreSQL
+        # database ("pg2"), whose peak in flight at the fake must stay within the one budget.
+        fo_stores = stores + (["pg2"] if "pg" in stores else [])
+        for store in fo_stores:
             for section, kind, n, target in (("fanout", "warm", FANOUT_REPOS, T_FANOUT100_WARM_MS),
                                              ("fanout", "cold", FANOUT_REPOS, T_FANOUT100_COLD_MS),
                                              ("fanout1000", "warm", FANOUT1000_REPOS,
                                               T_FANOUT1000_WARM_MS),
                                              ("fanout1000", "cold", FANOUT1000_REPOS, None)):
-                t, ver, _ = self.fanout_verdict(section, kind, store,
-                                                target if store == "sqlite" else None)
+                t, ver, _ = self.fanout_verdict(section, kind, store, target)
                 if ver is None:
                     continue
-                if store == "sqlite":
-                    tgt = ("<= %s ms" % fmt_num(target)) if target else "-"
-                    if section == "fanout" and kind == "warm":
-                        tgt += " (default settings)"
-                else:
-                    before, v2 = self.vs_baseline("%s_%s" % (section, kind), store, False,
-                                                  fmt_ms)
-                    tgt = "not slower (before: %s)" % before
-                    if not ver.startswith(("UNRELIABLE", "MISSED")):
-                        ver = v2 if self.baseline else ver
-                if target is None and store == "sqlite" and not ver.startswith(
-                        ("UNRELIABLE", "MISSED")):
+                tgt = ("<= %s ms" % fmt_num(target)) if target else "-"
+                if section == "fanout" and kind == "warm":
+                    tgt += " (default settings)"
+                if target is None and not ver.startswith(("UNRELIABLE", "MISSED")):
                     ver = "-"
                 runs = [r for r in res[section]["runs"] if r["kind"] == kind and
                         r["workers"] == "default" and
                         r["store"] == ("disk" if store == "sqlite" else store)]
                 cpd = median([r["calls_per_dispatch"] for r in runs])
+                tag = " [PostgreSQL, 2 instances]" if store == "pg2" else pgtag(store)
                 rows.append(("fan-out to %s repos, %s: webhook -> last dispatch answered%s"
-                             % (fmt_num(n), kind, pgtag(store)), fmt_ms(t), "-",
+                             % (fmt_num(n), kind, tag), fmt_ms(t), "-",
                              "%.1fx latency; %.2f calls/dispatch" % (t / FANOUT_LATENCY_MS, cpd)
                              if t else "-", tgt, ver))
+        two = [r for sec in ("fanout", "fanout1000") for r in res.get(sec, {}).get("runs", [])
+               if r["store"] == "pg2"]
+        if two:
+            peak = max(r["fake_peak_inflight"] for r in two)
+            split = ["%s/%s" % tuple(r["calls_by_instance"]) for r in two
+                     if r.get("calls_by_instance")]
+            rows.append(("two instances, one PostgreSQL store: most requests in flight at the "
+                         "fake together (%d fan-outs; GitHub requests by instance: %s)"
+                         % (len(two), ", ".join(split)), str(peak), "-", "-",
+                         "<= %d (CRCR_GITHUB_CONCURRENCY)" % T_GITHUB_BUDGET,
+                         "met" if peak <= T_GITHUB_BUDGET else "MISSED"))
         cal = res.get("fanout1000", {}).get("calibration") or []
         for w in cal:
             eff = (w["rps"] or 0) / (w["conns"] * 1000.0 / FANOUT_LATENCY_MS)
@@ -2285,10 +2336,12 @@ class Bench:
             cal = self.results.get(section, {}).get("calibration")
             if cal:
                 L.append("The fake alone (`replay.lua`: one recorded dispatch of %s bytes with its "
-                         "token, %d s per row): what one Python process answers with +%d ms per "
+                         "token, %d s per row): what the fake GitHub (%s) answers with +%d ms per "
                          "request. A fan-out that keeps c dispatches in flight cannot beat "
                          "n / (the rate at c connections)."
                          % (fmt_num(cal[0]["body_bytes"]), self.args.calib_duration,
+                            "bench/fakegh_fast.c" if self.args.fake_server == "c" else
+                            "bench/fakegh_proc.py, %s" % self.args.fake_server,
                             FANOUT_LATENCY_MS))
                 L.append("")
                 L.append("| connections | dispatches/s | ideal (c / latency) | p50 | p99 | fake "
@@ -2565,8 +2618,9 @@ def main():
                     help="max seconds to wait for the outbox to drain in ingest_targets")
     ap.add_argument("--cbi-webhook-conns", type=int, default=16,
                     help="connections of the webhook load in callbacks_under_ingest")
-    ap.add_argument("--fake-server", choices=("asyncio", "threads"), default="asyncio",
-                    help="how the fan-out sections' fake GitHub serves HTTP (bench/fakegh_proc.py)")
+    ap.add_argument("--fake-server", choices=("c", "asyncio", "threads"), default="c",
+                    help="the fake GitHub of the fan-out sections and the App-mode ingest row: "
+                         "c (bench/fakegh_fast.c) or bench/fakegh_proc.py's asyncio or threads")
     ap.add_argument("--calib-duration", type=int, default=2,
                     help="seconds per calibration run of the fake GitHub (fanout1000)")
     ap.add_argument("--baseline", default=None,
@@ -2597,6 +2651,8 @@ def main():
             ap.error("unknown store %r (sqlite, pg)" % st)
     if not os.access(args.crcr, os.X_OK):
         ap.error("no crcr binary at %s (bench/run.sh builds it)" % args.crcr)
+    if args.fake_server == "c":
+        FakeGitHubProc.binary = fast_fake_binary(os.path.dirname(os.path.abspath(args.crcr)))
     Bench(args).run(sections)
 
 

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """fakegh_proc.py - the fake GitHub of tests/support/fakegh.py in a process of its own.
 
-The fan-out sections run the fake here rather than in bench.py's process, so that it has a GIL
+bench.py's fan-out sections use bench/fakegh_fast.c (C, same control protocol) by default; this
+one with `--fake-server asyncio` or `threads` (every route of the test suites' fake, ~0.5 ms of
+CPU per dispatch). It runs here rather than in bench.py's process, so that it has a GIL
 of its own: the bench's polling, RSS sampler and perf wrapper do not take turns with the fake's
 request threads. bench.py talks to it over stdin/stdout, one JSON object per line each way:
 

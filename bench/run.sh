@@ -8,7 +8,8 @@
 #   bench/run.sh --no-append          # print the table, write nothing to bench/runs/
 #
 # Steps: installs missing tools (Debian: wrk, valgrind, nodejs/npm; linux-perf and postgresql
-# when available; only as root), builds a Release crcr into build-bench/, installs the
+# when available; only as root), builds a Release crcr into build-bench/ (and bench.py the fake
+# GitHub of the fan-out sections, bench/fakegh_fast.c, beside it), installs the
 # @octokit/webhooks peer into bench/peer/node_modules (npm, version pinned in
 # bench/peer/package.json), then runs bench/bench.py, which prints a table, writes it with the
 # exact commands to bench/runs/<date>-<time>.md and lists that file in bench/RESULTS.md. Raw

@@ -360,7 +360,7 @@ static void *loop_main(void *arg)
         bool stopping = l->stopping, draining = l->draining;
         pthread_mutex_unlock(&l->mu);
 
-        bool had_waiting = l->n_waiting > 0;
+        long waiting_before = l->n_waiting;
         while (sub) {
             lx *x = sub;
             sub = x->next;
@@ -398,7 +398,7 @@ static void *loop_main(void *arg)
         reap(l);
         pump(l);
         bool idle = l->inflight_b == 0 && l->n_waiting == 0;
-        if ((l->n_waiting > 0 && !had_waiting) || (idle && !was_idle)) {
+        if (l->n_waiting > waiting_before || (idle && !was_idle)) {
             /* Under `mu`: once http_loop_set_pressure returns, the old callback is not running. */
             pthread_mutex_lock(&l->mu);
             if (l->pressure)

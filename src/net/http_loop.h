@@ -18,9 +18,9 @@
  * none until the exchanges in flight fall below it. Exchanges that are not budgeted start at
  * once. A budgeted exchange whose call names a start_by_ms (http_client.h) and is still waiting
  * then ends with CRCR_E_STATE, unsent (its caller's claim on the work may have run out meanwhile).
- * `pressure` (optional) is called on the loop's thread when an exchange has to wait for the
- * budget and when the loop has nothing left in flight or waiting, so that whoever sets the
- * capacity (relay/gh_budget.c) hears of demand without polling.
+ * `pressure` (optional) is called on the loop's thread when more exchanges wait for the budget
+ * than at its previous turn and when the loop has nothing left in flight or waiting, so that
+ * whoever sets the capacity (relay/gh_budget.c) hears of growing demand without polling.
  *
  * Callbacks run on the loop's thread and must not block: no store access, no blocking HTTP. They
  * may submit further exchanges. The strings and buffers of a submitted call and its answer are

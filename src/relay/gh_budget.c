@@ -1,9 +1,15 @@
 /*
  * gh_budget.c - this instance's share of the App's GitHub budget; see gh_budget.h.
  *
- * One thread, woken by the loop's pressure callback (requests wait, or the loop went idle) and by
- * its own timer. Everything it decides comes from the loop's counters: it never waits for GitHub,
- * and its store calls (one small transaction each) happen only when the share changes.
+ * One thread, woken by the loop's pressure callback (more requests wait, or the loop went idle)
+ * and by its own timer. Everything it decides comes from the loop's counters: it never waits for
+ * GitHub, and its store calls (one small transaction each) happen only when the share changes.
+ *
+ * A store of one serving process (SQLite: store_gh_slots_shared false) has no one to share with:
+ * the instance holds the whole budget from the start and no thread runs. Growing a share step by
+ * step there only delayed requests: a fan-out's rows are claimed 16 at a time, so its demand
+ * arrived in steps and each step waited for the thread (a warm fan-out to 100 repositories took
+ * 128-131 ms instead of 108-110 in one run of three; bench/RESULTS.md, 2026-12-03 05:40).
  */
 #include "gh_budget.h"
 
@@ -25,6 +31,7 @@ struct gh_budget {
     gh_client *gh;
     http_loop *loop;
     long total;
+    bool fixed; /* the whole budget, no thread (a store of one serving process) */
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -37,6 +44,11 @@ struct gh_budget {
 static void on_pressure(void *ud)
 {
     gh_budget *b = ud;
+    http_loop_stats ls;
+    http_loop_get_stats(b->loop, &ls);
+    /* More demand while the whole budget is held already: nothing to ask for. */
+    if (atomic_load(&b->share) >= b->total && ls.inflight_budgeted + ls.waiting > 0)
+        return;
     pthread_mutex_lock(&b->mu);
     b->poked = true;
     pthread_cond_signal(&b->cv);
@@ -100,6 +112,8 @@ static void *keeper(void *arg)
             wait = GH_BUDGET_RETRY_MS; /* others hold the rest: ask again soon */
         else if (surplus_since)
             wait = GH_BUDGET_IDLE_MS - (now - surplus_since) + 1;
+        else if (share > 0)
+            wait = GH_BUDGET_RETRY_MS; /* demand falls without a word from the loop: look */
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         int64_t ns = (int64_t)ts.tv_nsec + (wait % 1000) * 1000000;
@@ -125,6 +139,12 @@ gh_budget *gh_budget_start(store *st, gh_client *gh, long total, char *err, size
     b->gh = gh;
     b->loop = gh_loop(gh);
     b->total = total > 0 ? total : 1;
+    if (!store_gh_slots_shared(st)) {
+        b->fixed = true;
+        atomic_store(&b->share, b->total);
+        http_loop_set_capacity(b->loop, b->total);
+        return b;
+    }
     pthread_mutex_init(&b->mu, NULL);
     pthread_cond_init(&b->cv, NULL);
     http_loop_set_capacity(b->loop, 0); /* nothing budgeted before the first share */
@@ -153,6 +173,10 @@ void gh_budget_stop(gh_budget *b)
 {
     if (!b)
         return;
+    if (b->fixed) {
+        free(b);
+        return;
+    }
     pthread_mutex_lock(&b->mu);
     b->stopping = true;
     pthread_cond_signal(&b->cv);

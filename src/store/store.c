@@ -372,6 +372,11 @@ crcr_err store_kv_delete(store *st, const char *key)
     return key ? st->ops->outbox->kv_delete(st, key) : CRCR_E_INVALID;
 }
 
+bool store_gh_slots_shared(const store *st)
+{
+    return st->ops->outbox->gh_slots != NULL;
+}
+
 crcr_err store_gh_slots(store *st, long total, long want, long *granted)
 {
     if (want < 0)

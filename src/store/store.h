@@ -357,6 +357,9 @@ crcr_err store_kv_delete(store *st, const char *key);
  * within a second. A store of one serving process (SQLite) grants min(want, total).
  */
 crcr_err store_gh_slots(store *st, long total, long want, long *granted);
+/* Whether instances share the budget through this store (PostgreSQL); false for a store of one
+ * serving process (SQLite), whose only instance holds the whole budget. */
+bool store_gh_slots_shared(const store *st);
 
 /* ---- Callback runs (§4 `runs`): DISPATCHED -> IN_PROGRESS -> COMPLETED per key ---- */
 

@@ -84,6 +84,27 @@ class BudgetTest(GitHubRelayMixin, unittest.TestCase):
         self.assertEqual(peak_in_flight(recs), 4)
         self.assertEqual(metric(self.relay, "crcr_github_requests_in_flight_peak"), 4)
 
+    def test_alone_on_sqlite_the_whole_budget_on_postgresql_a_share_given_back_when_idle(self):
+        repos = ["sha%02d/repo" % i for i in range(6)]
+        self.start_pair(allowlist=allowlist_yaml(l1=repos),
+                        env={"CRCR_GITHUB_CONCURRENCY": "5"})
+        shared = bool(os.environ.get("CRCR_E2E_PG_URI"))  # instances share it through the store
+        share = lambda: metric(self.relay, "crcr_github_budget_share")  # noqa: E731
+        # Before any request: SQLite has one serving process, which holds the whole budget (no
+        # request waits for a share to grow); on PostgreSQL nothing is held while idle.
+        self.assertEqual(share(), 0 if shared else 5)
+        d = self.post_ok("push", push_example()).delivery
+        self.wait_pairs({(d, r) for r in repos}, timeout=30)
+        self.quiesce()
+        if shared:
+            # Idle again: the share goes back to the store for the other instances (its idle
+            # time runs on the relay's clock, moved here rather than waited for).
+            self.assertTrue(wait_until(lambda: share() == 0, 10, 0.05, self.clock, 0.05),
+                            "the share was not given back: %s%s" % (share(), self.diag()))
+        else:
+            self.assertEqual(share(), 5)
+        self.assertEqual(metric(self.relay, "crcr_github_budget"), 5)
+
 
 @unittest.skipUnless(os.environ.get("CRCR_E2E_PG_URI"),
                      "PostgreSQL only: runs in the CRCR_E2E_PG_URI pass of scripts/test.sh")
