@@ -145,8 +145,11 @@ static int claimed_delivery(void *ctx, const store_row_source *s)
  * over both made SQLite sort every due row on every claim (5.5 ms a claim with 20,000 queued
  * rows, quadratic in a fan-out's size; 5.5 us now). A batch repeats them inside one transaction
  * (s->mu held): a row claimed earlier in the batch is `running`, so the next pick skips it and
- * a later row of its seq_key. */
-static crcr_err claim_one(sqlite_store *s, int64_t now, int64_t lease_ms, store_job *out)
+ * a later row of its seq_key. The first statement runs until it finds nothing (*expired_seen):
+ * it walks every running row, and the rows the batch claims meanwhile are not expired (claiming
+ * a fan-out's 100 rows walked ~5,000 running rows, 16 % of the relay's samples in a fan-out). */
+static crcr_err claim_one(sqlite_store *s, int64_t now, int64_t lease_ms, store_job *out,
+                          bool *expired_seen)
 {
     static const struct {
         int slot;
@@ -168,9 +171,13 @@ static crcr_err claim_one(sqlite_store *s, int64_t now, int64_t lease_ms, store_
     buf_init(&out->payload, SQ_JOB_BYTES_MAX);
     store_claim_read c = {.out = out};
     crcr_err err = CRCR_OK;
-    for (size_t i = 0; i < sizeof(claims) / sizeof(claims[0]) && !err && !c.found; i++)
+    for (size_t i = *expired_seen ? 1 : 0;
+         i < sizeof(claims) / sizeof(claims[0]) && !err && !c.found; i++) {
         err = sq_cached(s, claims[i].slot, "claim", claims[i].sql,
                         ARGS(ARG_INT(now + lease_ms), ARG_INT(now)), store_claim_row, &c);
+        if (i == 0 && !err && !c.found)
+            *expired_seen = true;
+    }
     if (!err && !c.found)
         err = CRCR_E_NOT_FOUND;
     if (!err) {
@@ -220,8 +227,9 @@ static crcr_err sq_claim(store *st, int64_t now, int64_t lease_ms, store_job *ou
     if (err)
         return err;
     size_t got = 0;
+    bool expired_seen = false;
     while (!err && got < max) {
-        err = claim_one(s, now, lease_ms, &out[got]);
+        err = claim_one(s, now, lease_ms, &out[got], &expired_seen);
         if (!err) {
             got++;
             err = claim_delivery(s, &out[got - 1], got > 1 ? &out[got - 2] : NULL);
