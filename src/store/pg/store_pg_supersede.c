@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "jw.h"
 #include "store_pg.h"
 #include "vocab.h"
 
@@ -192,14 +193,83 @@ static crcr_err supersede_target(pgx *x, const char *by, int64_t pr, const char 
     return e;
 }
 
+/* The heads of several targets read at once: row i of the ordinality is job i. */
+typedef struct heads_read {
+    head_read *h;
+    size_t n;
+} heads_read;
+
+static int heads_row(void *ctx, const store_row_source *s)
+{
+    heads_read *a = ctx;
+    int64_t i = s->i64(s->src, 0, 0);
+    if (i >= 1 && (uint64_t)i <= a->n) {
+        head_read *h = &a->h[i - 1];
+        const char *sha = s->text(s->src, 1);
+        h->found = true;
+        h->same = sha && strcmp(sha, h->sha) == 0 && s->i64(s->src, 2, -1) == h->pair;
+    }
+    return 0;
+}
+
+/* Reads the dispatch heads of every job's target in one statement (owned array of n, NULL when
+ * there is no memory or the targets do not fit PG_HEADS_JSON_MAX: each target reads its own). */
+#define PG_HEADS_JSON_MAX (1024u * 1024)
+static head_read *heads_of(pgx *x, int64_t pr, const char *head_sha, const store_new_job *jobs,
+                           size_t n, crcr_err *err)
+{
+    *err = CRCR_OK;
+    head_read *h = calloc(n, sizeof(*h));
+    if (!h)
+        return NULL;
+    buf_t doc;
+    buf_init(&doc, PG_HEADS_JSON_MAX);
+    jw w;
+    jw_init(&w, &doc);
+    jw_arr(&w);
+    for (size_t i = 0; i < n; i++) {
+        h[i] = (head_read){.sha = head_sha ? head_sha : "", .pair = jobs[i].pair_number};
+        jw_str(&w, jobs[i].target ? jobs[i].target : "");
+    }
+    jw_arr_end(&w);
+    if (!w.err) {
+        heads_read a = {h, n};
+        *err = pg_query(x,
+                        "SELECT t.i, h.head_sha, h.pair_number FROM json_array_elements_text($2::"
+                        "json) WITH ORDINALITY AS t(repo, i) JOIN dispatch_heads h ON "
+                        "h.pr_number=$1 AND lower(h.repo)=lower(t.repo)",
+                        ARGS(ARG_INT(pr), ARG_TEXT(buf_cstr(&doc))), heads_row, &a, NULL);
+    }
+    buf_free(&doc);
+    if (w.err || *err) {
+        free(h);
+        return NULL;
+    }
+    return h;
+}
+
+/* The heads of a fan-out's targets are read in one statement first: a target whose latest
+ * dispatch for the PR is at this head (the same sha and pair) has nothing to end and is passed
+ * over, as supersede_target would after its own read (which changes nothing, so a target named
+ * twice is judged alike); the others go through supersede_target. A fan-out's ingest to 100
+ * repositories made 100 reads in its transaction, one round trip each. */
 crcr_err pg_supersede(pgx *x, const char *by, int64_t pr, const char *head_sha,
                       const store_new_job *jobs, size_t n, store_supersede *sup, int64_t now)
 {
     crcr_err e = CRCR_OK;
-    for (size_t i = 0; i < n && !e; i++) {
-        if (ob_kind_parse(jobs[i].kind) == OB_KIND_DISPATCH)
-            e = supersede_target(x, by, pr, head_sha, &jobs[i], sup, now);
+    head_read *heads = NULL;
+    if (n > 1 && !sup->any_sha) {
+        heads = heads_of(x, pr, head_sha, jobs, n, &e);
+        if (e)
+            return e;
     }
+    for (size_t i = 0; i < n && !e; i++) {
+        if (ob_kind_parse(jobs[i].kind) != OB_KIND_DISPATCH ||
+            (heads && heads[i].found && heads[i].same))
+            continue;
+        e = supersede_target(x, by, pr, head_sha, &jobs[i], sup, now);
+    }
+    free(heads);
     return e;
 }
 
