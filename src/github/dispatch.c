@@ -584,6 +584,22 @@ crcr_err dispatch_build(const dispatch_input *in, dispatch_output *out, char *er
     return rc;
 }
 
+bool dispatch_row_verbatim(const crcr_config *cfg, const dispatch_src *src)
+{
+    if ((src->pair && src->pair_len) || !src->payload || src->payload_len == 0 ||
+        !len_ok(src->event, CRCR_EVENT_NAME_MAX, false) ||
+        !len_ok(src->delivery_id, CRCR_DELIVERY_ID_MAX, false))
+        return false;
+    size_t budget = cfg->dispatch_budget ? cfg->dispatch_budget : CRCR_DISPATCH_BUDGET_DEFAULT;
+    /* dispatch_build's head and tail at their longest: every character of the event (twice)
+     * and of the delivery id quoted as \u00XX, the callback token (hex) as it is. */
+    static const char fixed[] = "{\"event_type\":,\"client_payload\":{\"event_type\":,"
+                                "\"delivery_id\":,\"payload\":,\"callback_token\":}}";
+    size_t envelope = sizeof(fixed) - 1 + 2 * (6 * strlen(src->event) + 2) +
+                      (6 * strlen(src->delivery_id) + 2) + (CBTOKEN_SIZE - 1 + 2);
+    return src->payload_len <= budget && envelope <= budget - src->payload_len;
+}
+
 crcr_err dispatch_row_body(const crcr_config *cfg, const dispatch_src *src, dispatch_output *out,
                            char *err, size_t errsz)
 {

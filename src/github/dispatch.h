@@ -79,4 +79,10 @@ typedef struct dispatch_src {
 crcr_err dispatch_row_body(const crcr_config *cfg, const dispatch_src *src, dispatch_output *out,
                            char *err, size_t errsz);
 
+/* True when dispatch_row_body would build `src`'s body without trimming and without an error
+ * (short of memory): well-formed inputs, no Depends-On record, and the payload fits the budget
+ * beside the longest envelope its event and delivery id can make. Nothing is built: a dry-run
+ * row, which sends nothing and stores no request, is done without its body (outbox.c). */
+bool dispatch_row_verbatim(const crcr_config *cfg, const dispatch_src *src);
+
 #endif

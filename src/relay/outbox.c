@@ -733,6 +733,13 @@ static step_rc step_dispatch(outbox *ob, job *j)
             .pair = j->record.len ? j->record.data : NULL,
             .pair_len = j->record.len,
         };
+        /* Dry-run: nothing is sent and no request stored (the delivery document rebuilds it to
+         * show it). A body that would be built as it is needs no building: 5 % of the CPU of a
+         * dry-run webhook to 4 repositories went to bodies and tokens thrown away. */
+        if (!ob->gh && dispatch_row_verbatim(ob->cfg, &src)) {
+            j->o.verdict = OUTBOX_DONE;
+            return STEP_DONE;
+        }
         crcr_err e = dispatch_row_body(ob->cfg, &src, &j->dout, err, sizeof(err));
         if (e) {
             j->o.verdict = OUTBOX_PERMANENT;

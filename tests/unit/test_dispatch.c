@@ -886,10 +886,75 @@ static void test_a_row_sends_its_resolved_pair_and_binds_it_in_the_token(void **
     dispatch_output_free(&out);
 }
 
+/* dispatch_row_verbatim says yes only where dispatch_row_body builds the body as it is (what a
+ * dry-run row skips relies on it): payloads of every size across the budget's edge, with an event
+ * and a delivery id that need escaping; never for a paired row or a malformed input. */
+static void test_row_verbatim_only_where_the_body_is_built_as_it_is(void **state)
+{
+    (void)state;
+    crcr_config cfg = {.app_secret = "s3cret", .dispatch_budget = 2048};
+    static char payload[2200];
+    dispatch_output out;
+    dispatch_output_init(&out);
+    char err[256];
+    size_t yes = 0, no = 0;
+    for (size_t n = 1700; n < 2100; n++) {
+        memset(payload, 'x', n);
+        memcpy(payload, "{\"a\":\"", 6);
+        memcpy(payload + n - 2, "\"}", 2);
+        dispatch_src src = {.event = "pull_request\t",
+                            .delivery_id = "d\"1\x01",
+                            .payload = payload,
+                            .payload_len = n,
+                            .target = "o/r",
+                            .head_sha = "abc",
+                            .pr_number = 5};
+        bool verbatim = dispatch_row_verbatim(&cfg, &src);
+        crcr_err e = dispatch_row_body(&cfg, &src, &out, err, sizeof(err));
+        if (verbatim) {
+            yes++;
+            assert_int_equal(e, CRCR_OK);
+            assert_false(out.trimmed);
+            assert_true(out.body.len <= cfg.dispatch_budget);
+            const char *at = strstr(buf_cstr(&out.body), "\"payload\":");
+            assert_non_null(at);
+            assert_memory_equal(at + 10, payload, n); /* the payload as it is */
+        } else {
+            no++;
+        }
+    }
+    assert_true(yes > 0 && no > 0);
+    /* The longest envelope of "pull_request" and "d1" is 323 bytes: 1,725 of 2,048 are left. */
+    dispatch_src edge = {.event = "pull_request",
+                         .delivery_id = "d1",
+                         .payload = payload,
+                         .payload_len = 1725,
+                         .target = "o/r",
+                         .head_sha = "abc"};
+    assert_true(dispatch_row_verbatim(&cfg, &edge));
+    edge.payload_len = 1726;
+    assert_false(dispatch_row_verbatim(&cfg, &edge));
+    edge.payload_len = 2049;
+    assert_false(dispatch_row_verbatim(&cfg, &edge));
+    edge.payload_len = 100;
+    edge.pair = "{}";
+    edge.pair_len = 2;
+    assert_false(dispatch_row_verbatim(&cfg, &edge)); /* paired: built to know its pair */
+    edge.pair = NULL;
+    edge.pair_len = 0;
+    edge.event = "";
+    assert_false(dispatch_row_verbatim(&cfg, &edge));
+    edge.event = "push";
+    edge.payload_len = 0;
+    assert_false(dispatch_row_verbatim(&cfg, &edge));
+    dispatch_output_free(&out);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_small_payload_is_embedded_verbatim_in_exact_envelope),
+        cmocka_unit_test(test_row_verbatim_only_where_the_body_is_built_as_it_is),
         cmocka_unit_test(test_callback_token_is_added_after_payload),
         cmocka_unit_test(test_depends_on_goes_before_the_token_and_counts_in_the_budget),
         cmocka_unit_test(test_a_row_sends_its_resolved_pair_and_binds_it_in_the_token),
