@@ -8,7 +8,9 @@
  *   - on success the body fits the budget; untrimmed means the exact envelope around the input
  *     bytes; trimmed means valid JSON whose always-kept fields equal the input's;
  *   - an input whose untrimmed body fits is never trimmed; CRCR_E_INVALID only for a payload that
- *     is not a JSON object; the same input gives the same bytes twice.
+ *     is not a JSON object; the same input gives the same bytes twice;
+ *   - where dispatch_row_verbatim says yes (a dry-run row is then done without its body),
+ *     dispatch_row_body builds the body untrimmed and within the budget.
  * Seeds: fuzz/corpus/dispatch/.
  */
 #include <stddef.h>
@@ -137,9 +139,34 @@ static void run(const uint8_t *data, size_t size, size_t budget)
     dispatch_output_free(&b);
 }
 
+/* dispatch_row_verbatim's yes is what a dry-run row relies on to skip building its body. */
+static void check_verbatim(const uint8_t *data, size_t size, size_t budget)
+{
+    crcr_config cfg = {.app_secret = "s", .dispatch_budget = budget};
+    dispatch_src src = {.event = "pull_request",
+                        .delivery_id = "d-1",
+                        .payload = (const char *)data,
+                        .payload_len = size,
+                        .target = "o/r",
+                        .head_sha = "abc",
+                        .pr_number = 1};
+    if (!dispatch_row_verbatim(&cfg, &src))
+        return;
+    dispatch_output o;
+    dispatch_output_init(&o);
+    char err[256];
+    crcr_err rc = dispatch_row_body(&cfg, &src, &o, err, sizeof(err));
+    CHECK(rc == CRCR_OK || rc == CRCR_E_NOMEM);
+    if (rc == CRCR_OK)
+        CHECK(!o.trimmed && o.body.len <= budget);
+    dispatch_output_free(&o);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     run(data, size, 300);
     run(data, size, 1500);
+    check_verbatim(data, size, 300);
+    check_verbatim(data, size, 1500);
     return 0;
 }
