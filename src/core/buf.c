@@ -66,6 +66,23 @@ crcr_err buf_append(buf_t *b, const void *p, size_t n)
     return CRCR_OK;
 }
 
+crcr_err buf_append_hex(buf_t *b, const void *p, size_t n)
+{
+    static const char digits[] = "0123456789abcdef";
+    if (n > ((size_t)-1) / 2)
+        return CRCR_E_TOO_LARGE;
+    crcr_err err = buf_reserve(b, 2 * n);
+    if (err)
+        return err;
+    const unsigned char *in = p;
+    for (size_t i = 0; i < n; i++) {
+        b->data[b->len++] = digits[in[i] >> 4];
+        b->data[b->len++] = digits[in[i] & 15];
+    }
+    b->data[b->len] = '\0';
+    return CRCR_OK;
+}
+
 crcr_err buf_puts(buf_t *b, const char *s)
 {
     return buf_append(b, s, strlen(s));

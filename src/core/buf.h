@@ -31,6 +31,10 @@ crcr_err buf_ensure(buf_t *b, size_t extra);
 /* Appends `n` bytes. On error the buffer is unchanged. */
 crcr_err buf_append(buf_t *b, const void *p, size_t n);
 
+/* Appends the `n` bytes at `p` as lower-case hex (2n characters). On error the buffer is
+ * unchanged. */
+crcr_err buf_append_hex(buf_t *b, const void *p, size_t n);
+
 /* Appends a NUL-terminated string. */
 crcr_err buf_puts(buf_t *b, const char *s);
 

@@ -32,6 +32,21 @@ static void growth_past_cap_fails_and_leaves_content(void **state)
     buf_free(&b);
 }
 
+static void hex_is_two_lower_case_digits_a_byte_within_the_cap(void **state)
+{
+    buf_t b;
+    buf_init(&b, 9);
+    assert_int_equal(buf_putc(&b, '"'), CRCR_OK);
+    assert_int_equal(buf_append_hex(&b, "\x00\x7f\xAB\xff", 4), CRCR_OK);
+    assert_string_equal(buf_cstr(&b), "\"007fabff");
+    assert_int_equal(buf_append_hex(&b, "\x01", 1), CRCR_E_TOO_LARGE); /* 11 > 9 */
+    assert_string_equal(buf_cstr(&b), "\"007fabff");
+    assert_int_equal(buf_append_hex(&b, "", 0), CRCR_OK);
+    assert_int_equal(buf_append_hex(&b, "x", SIZE_MAX), CRCR_E_TOO_LARGE);
+    assert_int_equal(b.len, 9);
+    buf_free(&b);
+}
+
 static void huge_length_does_not_overflow(void **state)
 {
     buf_t b;
@@ -79,6 +94,7 @@ int main(void)
         cmocka_unit_test(append_within_cap_keeps_text_terminated),
         cmocka_unit_test(growth_past_cap_fails_and_leaves_content),
         cmocka_unit_test(huge_length_does_not_overflow),
+        cmocka_unit_test(hex_is_two_lower_case_digits_a_byte_within_the_cap),
         cmocka_unit_test(detach_hands_over_memory),
         cmocka_unit_test(reset_keeps_capacity),
     };

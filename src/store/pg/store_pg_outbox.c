@@ -15,8 +15,7 @@
 #include "store_pg.h"
 #include "vocab.h"
 
-/* Jobs of no seq_key taken by one statement at the most (a JSON document of PG_JOBS_JSON_MAX). */
-#define PG_JOBS_BATCH_MAX 1024
+/* The JSON document of one batched INSERT at the most (its rows' kind, target, hex body). */
 #define PG_JOBS_JSON_MAX (8u * 1024 * 1024)
 
 /* Whether a job goes in the one-statement batch: no order among its rows to keep. */
@@ -26,21 +25,21 @@ static bool batched(const store_new_job *j)
 }
 
 /* The batched jobs of `jobs` as one INSERT: a JSON array of [kind, target, hex body, due] read by
- * json_to_recordset, in the jobs' order (WITH ORDINALITY: ids follow it, as the claims' order
+ * json_array_elements, in the jobs' order (WITH ORDINALITY: ids follow it, as the claims' order
  * does). One round trip instead of one per row: a fan-out's ingest to 100 repositories made 100
- * INSERTs in its transaction. A document beyond PG_JOBS_JSON_MAX (bodies of that size) falls
- * back to a statement per row (*done false). */
+ * INSERTs in its transaction. *inserted is the number of rows it took, 0 when the document would
+ * pass PG_JOBS_JSON_MAX (the caller then inserts them a statement each). */
 static crcr_err insert_batch(pgx *x, const char *delivery_id, const store_new_job *jobs, size_t n,
-                             int64_t now, size_t *added, bool *done)
+                             int64_t now, size_t *inserted)
 {
-    *done = false;
+    *inserted = 0;
     buf_t doc;
     buf_init(&doc, PG_JOBS_JSON_MAX);
     jw w;
     jw_init(&w, &doc);
     jw_arr(&w);
     size_t k = 0;
-    for (size_t i = 0; i < n && k < PG_JOBS_BATCH_MAX; i++) {
+    for (size_t i = 0; i < n; i++) {
         const store_new_job *j = &jobs[i];
         if (!batched(j))
             continue;
@@ -48,14 +47,10 @@ static crcr_err insert_batch(pgx *x, const char *delivery_id, const store_new_jo
         jw_str(&w, j->kind);
         jw_str(&w, j->target);
         if (j->body) {
-            static const char hex[] = "0123456789abcdef";
             jw_value_begin(&w);
             crcr_err e = buf_putc(&doc, '"');
-            for (size_t b = 0; b < j->body_len && !e; b++) {
-                unsigned char c = (unsigned char)j->body[b];
-                char two[2] = {hex[c >> 4], hex[c & 15]};
-                e = buf_append(&doc, two, 2);
-            }
+            if (!e)
+                e = buf_append_hex(&doc, j->body, j->body_len);
             if (!e)
                 e = buf_putc(&doc, '"');
             if (e && !w.err)
@@ -69,7 +64,7 @@ static crcr_err insert_batch(pgx *x, const char *delivery_id, const store_new_jo
     }
     jw_arr_end(&w);
     crcr_err e = CRCR_OK;
-    if (!w.err && k > 0) {
+    if (!w.err) {
         e = pg_query(x,
                      "INSERT INTO outbox(kind, delivery_id, target, body, state, attempts, "
                      "next_attempt_at, created_at) SELECT r->>0, $1, r->>1, decode(r->>2, 'hex'), "
@@ -77,11 +72,9 @@ static crcr_err insert_batch(pgx *x, const char *delivery_id, const store_new_jo
                      "ORDINALITY AS t(r, i) ORDER BY t.i ON CONFLICT DO NOTHING",
                      ARGS(ARG_TEXT(delivery_id), ARG_INT(now), ARG_TEXT(buf_cstr(&doc))), NULL,
                      NULL, NULL);
-        *added = k;
-        *done = !e;
+        if (!e)
+            *inserted = k;
     }
-    if (!w.err && k == 0)
-        *done = true;
     buf_free(&doc);
     return e;
 }
@@ -89,21 +82,18 @@ static crcr_err insert_batch(pgx *x, const char *delivery_id, const store_new_jo
 crcr_err pg_insert_jobs(pgx *x, const char *delivery_id, const store_new_job *jobs, size_t n,
                         int64_t now)
 {
-    int64_t added = 0;
-    size_t in_batch = 0;
-    bool batch_done = false;
-    size_t n_batched = 0;
+    size_t n_batched = 0, in_batch = 0;
     for (size_t i = 0; i < n; i++)
         n_batched += batched(&jobs[i]);
-    if (n_batched > 1 && n_batched <= PG_JOBS_BATCH_MAX) {
-        crcr_err e = insert_batch(x, delivery_id, jobs, n, now, &in_batch, &batch_done);
+    if (n_batched > 1) {
+        crcr_err e = insert_batch(x, delivery_id, jobs, n, now, &in_batch);
         if (e)
             return e;
-        added += (int64_t)in_batch;
     }
+    int64_t added = (int64_t)in_batch;
     for (size_t i = 0; i < n; i++) {
         const store_new_job *j = &jobs[i];
-        if (batch_done && batched(j))
+        if (in_batch && batched(j))
             continue;
         /* A row after_seq only follows a row of its seq_key (store.h). */
         crcr_err e = pg_query(

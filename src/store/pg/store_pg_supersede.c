@@ -212,9 +212,11 @@ static int heads_row(void *ctx, const store_row_source *s)
     return 0;
 }
 
+/* The JSON array of a fan-out's targets read in one statement at the most. */
+#define PG_HEADS_JSON_MAX (1024u * 1024)
+
 /* Reads the dispatch heads of every job's target in one statement (owned array of n, NULL when
  * there is no memory or the targets do not fit PG_HEADS_JSON_MAX: each target reads its own). */
-#define PG_HEADS_JSON_MAX (1024u * 1024)
 static head_read *heads_of(pgx *x, int64_t pr, const char *head_sha, const store_new_job *jobs,
                            size_t n, crcr_err *err)
 {
