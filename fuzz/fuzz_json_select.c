@@ -16,7 +16,9 @@
  *     an object in the document;
  *   - the result is an object exactly when the document is; an array root gives an empty array,
  *     a scalar root the equal scalar;
- *   - a failure always leaves a non-empty reason in err.
+ *   - a failure always leaves a non-empty reason in err;
+ *   - for every key k without a backslash of a valid object document, jv_member_span(k), when it
+ *     finds k as written, gives a span whose bytes parse to a value json-equal to jv_get(full, k).
  * Seeds: fuzz/corpus/json_select/ (small documents for each rule, regressions as regress-*).
  */
 #include <stdbool.h>
@@ -62,6 +64,25 @@ static int prefix_is_obj(const jv *root, const char *p, size_t n)
     return jv_is_obj(jv_path(root, buf));
 }
 
+/* jv_member_span of every member of `full` (a valid object document `text`) gives its value. */
+static void check_member_spans(const char *text, size_t size, jv *full)
+{
+    if (!jv_is_obj(full))
+        return;
+    for (void *it = jv_iter(full); it; it = jv_iter_next(full, it)) {
+        const char *k = jv_iter_key(it);
+        size_t off = 0, n = 0;
+        if (strchr(k, '\\')) /* as written, another member's spelling may equal it */
+            continue;
+        if (!jv_member_span(text, size, k, &off, &n))
+            continue; /* written with escapes, or a NUL-containing key: not found as written */
+        CHECK(off + n <= size);
+        jv *v = jv_parse(text + off, n, NULL, 0);
+        CHECK(v != NULL && jv_equal(v, jv_iter_val(it)));
+        jv_free(v);
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     init_paths();
@@ -84,6 +105,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     }
     CHECK(jv_is_obj(full) == jv_is_obj(sel));
+    check_member_spans(text, size, full);
     if (jv_is_arr(full))
         CHECK(jv_is_arr(sel) && jv_arr_len(sel) == 0);
     else if (!jv_is_obj(full))

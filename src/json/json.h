@@ -65,6 +65,13 @@ jv *jv_parse_select(const char *text, size_t len, const char *const *paths, size
  * its token; after it, jv_parse_select() refuses duplicates). */
 bool jv_validate(const char *text, size_t len, bool *is_object, char *err, size_t errsz);
 
+/* For a text jv_validate() accepted whose root is an object: the byte span [*off, *off + *n) of
+ * the value of its top-level member `key`, matched as written (a key spelled with escapes is not
+ * found; with duplicate keys, the first). False when the root is not an object or has no such
+ * member. One pass over the bytes up to the member's end, nothing allocated. For a caller that
+ * keeps part of a body apart from the rest (the store's echoed webhook of a callback). */
+bool jv_member_span(const char *text, size_t len, const char *key, size_t *off, size_t *n);
+
 /* Key comparisons the duplicate-key check of jv_parse_select() made on this thread so far: the
  * work stays linear in the number of keys whatever the keys are (tests read it). */
 uint64_t jv_select_key_probes(void);

@@ -889,3 +889,81 @@ jv *jv_parse_select(const char *text, size_t len, const char *const *paths, size
     }
     return p.result;
 }
+
+/* ---- jv_member_span: where a top-level member's value lies in a validated text -------------- */
+
+/* The index just past the string whose opening quote is at t[i], or len when it is not closed.
+ * A quote ends the string when an even number of backslashes precedes it. */
+static size_t span_skip_string(const char *t, size_t len, size_t i)
+{
+    for (size_t k = i + 1; k < len;) {
+        const char *q = memchr(t + k, '"', len - k);
+        if (!q)
+            return len;
+        size_t at = (size_t)(q - t), bs = 0;
+        while (at - bs > i + 1 && t[at - bs - 1] == '\\')
+            bs++;
+        if (bs % 2 == 0)
+            return at + 1;
+        k = at + 1;
+    }
+    return len;
+}
+
+/* The index just past the value starting at t[i] (len when the text ends inside it). */
+static size_t span_skip_value(const char *t, size_t len, size_t i)
+{
+    if (i >= len)
+        return len;
+    if (t[i] == '"')
+        return span_skip_string(t, len, i);
+    if (t[i] != '{' && t[i] != '[') { /* number or literal: up to a delimiter */
+        while (i < len && !strchr(",}] \t\r\n", t[i]))
+            i++;
+        return i;
+    }
+    size_t depth = 0;
+    while (i < len) {
+        char ch = t[i];
+        if (ch == '"') {
+            i = span_skip_string(t, len, i);
+            continue;
+        }
+        if (ch == '{' || ch == '[')
+            depth++;
+        else if ((ch == '}' || ch == ']') && --depth == 0)
+            return i + 1;
+        i++;
+    }
+    return len;
+}
+
+bool jv_member_span(const char *text, size_t len, const char *key, size_t *off, size_t *n)
+{
+    size_t klen = strlen(key);
+    size_t i = skip_ws(text, len, 0);
+    if (i >= len || text[i] != '{')
+        return false;
+    i = skip_ws(text, len, i + 1);
+    while (i < len && text[i] == '"') {
+        size_t kend = span_skip_string(text, len, i); /* past the closing quote */
+        bool match = kend - i - 2 == klen && memcmp(text + i + 1, key, klen) == 0;
+        i = skip_ws(text, len, kend);
+        if (i >= len || text[i] != ':')
+            return false;
+        size_t v = skip_ws(text, len, i + 1);
+        size_t vend = span_skip_value(text, len, v);
+        if (vend <= v || vend > len)
+            return false;
+        if (match) {
+            *off = v;
+            *n = vend - v;
+            return true;
+        }
+        i = skip_ws(text, len, vend);
+        if (i >= len || text[i] != ',')
+            return false;
+        i = skip_ws(text, len, i + 1);
+    }
+    return false;
+}

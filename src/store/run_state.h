@@ -80,6 +80,7 @@ run_outcome run_state_next(const run_prev *prev, const store_run_update *u, int6
     "updated_at, "                                                                                 \
     "ended"
 #define RUN_UPSERT_PARAMS 25
+#define RUN_UPSERT_PAYLOAD_PARAM 22 /* index of `payload` among them */
 
 /* The upsert's values for an applied transition (RUN_APPLY) with its decided `res`, borrowed from
  * the update for the call. */

@@ -28,7 +28,7 @@
  * supersession and Depends-On pairs (§3.12, §3.13): runs.ended, dispatch_ends, pairs,
  * dispatch_heads. A store is upgraded in place at open; a newer store than the binary knows is
  * refused. */
-#define CRCR_SCHEMA_VERSION 6
+#define CRCR_SCHEMA_VERSION 7
 
 typedef struct store store;
 
@@ -386,6 +386,11 @@ typedef struct store_run_update {
     int64_t test_passed, test_failed, test_skipped; /* -1 when not reported */
     const char *payload;                            /* the callback body as received */
     size_t payload_len;
+    /* The echoed webhook within payload: the bytes [echo_off, echo_off + echo_len) (the value of
+     * its top-level "payload" member), echo_len 0 when unknown. Every job of one dispatch echoes
+     * the same webhook: a store may keep those bytes once per (delivery, repo) and the rest of
+     * each body apart (SQLite does); a body read back is always the one given, byte for byte. */
+    size_t echo_off, echo_len;
     int64_t now;
     bool single_shot; /* nightly/periodic: no dispatch record; one completed row per key */
     /* the sweeper's timeout: applied only over a run still in progress and not ended (else a

@@ -44,7 +44,7 @@ ADMIN_TOKEN = "admin-token-for-operator-e2e-0123456789"
 V1_FIXTURE = os.path.join(str(R.DATA_DIR), "stores", "schema-v1.db")
 V1_TABLES = ("schema_version", "deliveries", "outbox", "kv", "runs", "labels_wanted",
              "rate_hits", "rate_counts", "callback_rejections")
-CURRENT_SCHEMA = 6  # src/store/store.h CRCR_SCHEMA_VERSION
+CURRENT_SCHEMA = 7  # src/store/store.h CRCR_SCHEMA_VERSION
 
 
 def clean_env(**extra):
@@ -480,17 +480,18 @@ class UpgradeTest(TempDirMixin, unittest.TestCase):
                 width = len(old[t][0]) if old[t] else 0
                 self.assertEqual([r[:width] for r in new[t]], old[t], "table %s changed" % t)
         # Version 5: run ids are text (column 2 of runs), every other value as it was; version 6
-        # adds runs.ended (last, NULL: the relay ended none of these runs).
+        # adds runs.ended (NULL: the relay ended none of these runs), version 7 runs.echo_at
+        # (NULL: each body whole in its row), last.
         self.assertTrue(all(isinstance(r[2], int) for r in old["runs"]), old["runs"][:1])
         width = len(old["runs"][0])
         as_text = sorted((r[:2] + (str(r[2]),) + r[3:] for r in old["runs"]), key=repr)
         self.assertEqual(sorted((r[:width] for r in new["runs"]), key=repr), as_text)
-        self.assertTrue(all(r[width:] == (None,) for r in new["runs"]), new["runs"][:1])
+        self.assertTrue(all(r[width:] == (None, None) for r in new["runs"]), new["runs"][:1])
         self.assertTrue(all(isinstance(r[2], str) for r in new["runs"]))
         con = sqlite3.connect("file:%s?mode=ro" % path, uri=True)
         tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         con.close()
-        self.assertLessEqual({"repo_identity", "budgets"}, tables)
+        self.assertLessEqual({"repo_identity", "budgets", "run_echoes"}, tables)
 
         # The rows read back through the commands: the delivery, its 14 outbox rows, no pins.
         delivery = listed[0]["delivery_id"]

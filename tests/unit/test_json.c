@@ -716,6 +716,34 @@ static void validate_agrees_with_parse_but_for_duplicates(void **state)
     buf_free(&b);
 }
 
+/* jv_member_span: the top-level member's value as its bytes, whatever precedes it. */
+static void member_span_finds_a_top_level_value(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *text, *key, *want; /* want NULL: not found */
+    } cases[] = {
+        {"{\"payload\":{\"a\":[1,{\"b\":\"}\"}]},\"w\":1}", "payload", "{\"a\":[1,{\"b\":\"}\"}]}"},
+        {" { \"x\" : \"pay\\\"load\" , \"payload\" :\t[ \"\\\\\" ] } ", "payload", "[ \"\\\\\" ]"},
+        {"{\"a\":{\"payload\":1},\"b\":true}", "payload", NULL}, /* not at the top */
+        {"{\"a\":-1.5e3,\"payload\":null}", "payload", "null"},
+        {"{\"pay\\u006coad\":1}", "payload", NULL}, /* spelled with an escape */
+        {"[\"payload\",1]", "payload", NULL},
+        {"{}", "payload", NULL},
+        {"{\"payload\":\"\\u00e9\"}", "payload", "\"\\u00e9\""},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const char *t = cases[i].text;
+        assert_true(jv_validate(t, strlen(t), NULL, NULL, 0));
+        size_t off = 0, n = 0;
+        bool found = jv_member_span(t, strlen(t), cases[i].key, &off, &n);
+        if (found != (cases[i].want != NULL))
+            fail_msg("case %zu: %s", i, found ? "found" : "not found");
+        if (found && (n != strlen(cases[i].want) || memcmp(t + off, cases[i].want, n) != 0))
+            fail_msg("case %zu: span \"%.*s\"", i, (int)n, t + off);
+    }
+}
+
 static void select_work_is_linear_for_colliding_keys(void **state)
 {
     uint64_t rng = 0x9E3779B97F4A7C15ull;
@@ -811,6 +839,7 @@ int main(void)
         cmocka_unit_test(select_agrees_with_parse_on_real_webhooks),
         cmocka_unit_test(select_work_is_linear_for_colliding_keys),
         cmocka_unit_test(validate_agrees_with_parse_but_for_duplicates),
+        cmocka_unit_test(member_span_finds_a_top_level_value),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -24,6 +24,7 @@
 #include <sqlite3.h>
 
 #include "clock.h"
+#include "json.h"
 #include "log.h"
 #include "store.h"
 #include "store_impl.h"
@@ -1707,6 +1708,127 @@ static void runs_for_sha_gives_the_latest_row_per_workflow_and_job(void **state)
     assert_int_equal(l.n, 0);
 }
 
+/* Bodies of open runs as read back: (run id, bytes) by run id. */
+typedef struct body_list {
+    struct {
+        int64_t run_id;
+        char body[4096];
+        size_t len;
+    } r[8];
+    size_t n;
+} body_list;
+
+static void on_body(void *ctx, const store_run_row *r)
+{
+    body_list *l = ctx;
+    if (l->n >= 8 || r->payload_len > sizeof(l->r[0].body))
+        fail_msg("body_list: %zu rows, a body of %zu bytes", l->n, r->payload_len);
+    l->r[l->n].run_id = strtoll(r->run_id, NULL, 10);
+    memcpy(l->r[l->n].body, r->payload, r->payload_len);
+    l->r[l->n].len = r->payload_len;
+    l->n++;
+}
+
+/* Run `run_id`'s body in `l` is exactly `want`. */
+static void body_is(const body_list *l, int64_t run_id, const char *want)
+{
+    for (size_t i = 0; i < l->n; i++)
+        if (l->r[i].run_id == run_id) {
+            if (l->r[i].len != strlen(want) || memcmp(l->r[i].body, want, l->r[i].len) != 0)
+                fail_msg("run %lld: body of %zu bytes, not the %zu given", (long long)run_id,
+                         l->r[i].len, strlen(want));
+            return;
+        }
+    fail_msg("run %lld not listed", (long long)run_id);
+}
+
+/* A callback body echoing `echo` (its workflow names run k), with its echo's span set in `u`. */
+static void echo_body(store_run_update *u, char *out, size_t cap, const char *echo, int k)
+{
+    snprintf(out, cap,
+             "{\"event_type\":\"pull_request\",\"payload\":%s,\"workflow\":{\"run_id\":%d}}", echo,
+             k);
+    u->payload = out;
+    u->payload_len = strlen(out);
+    assert_true(jv_member_span(out, u->payload_len, "payload", &u->echo_off, &u->echo_len));
+}
+
+/* Every job of a dispatch echoes the same webhook: a store may keep it once (SQLite does), but an
+ * open run's body reads back exactly as given, whatever the other runs of the dispatch sent, and
+ * the echo goes when no open run needs it. */
+static void open_runs_bodies_read_back_whole_when_jobs_echo_one_webhook(void **state)
+{
+    store *st = *state;
+    const char *t[] = {"a/one", "b/two"};
+    assert_int_equal(ingest(st, "d", 1000, t, 2), CRCR_OK);
+    char e1[2100], e2[2100], small[64];
+    snprintf(e1, sizeof(e1), "{\"pull_request\":{\"body\":\"%02000d\"}}", 7);
+    snprintf(e2, sizeof(e2), "{\"pull_request\":{\"body\":\"%02000d\"}}", 8); /* one byte off */
+    snprintf(small, sizeof(small), "{\"after\":\"abc\"}");
+    static char bodies[7][2300];
+    struct {
+        const char *repo;
+        int run;
+        const char *echo;
+    } runs[] = {{"a/one", 1, e1}, {"a/one", 2, e1},    {"a/one", 3, e2},
+                {"B/TWO", 4, e1}, {"a/one", 5, small}, {"b/two", 6, e1}};
+    store_run_result res;
+    char why[128];
+    for (int i = 0; i < 6; i++) {
+        store_run_update u = upd("d", runs[i].repo, runs[i].run, "in_progress", NULL, 2000 + i);
+        echo_body(&u, bodies[i], sizeof(bodies[i]), runs[i].echo, runs[i].run);
+        assert_int_equal(apply(st, &u, NULL, &res, why, sizeof(why)), CRCR_OK);
+        assert_false(res.duplicate);
+    }
+    body_list l = {0};
+    assert_int_equal(store_zombies(st, 99999, 10, on_body, &l), CRCR_OK);
+    assert_int_equal(l.n, 6);
+    for (int i = 0; i < 6; i++)
+        body_is(&l, runs[i].run, bodies[i]);
+    memset(&l, 0, sizeof(l));
+    store_run_filter f = {.repo = "a/one", .limit = 10};
+    assert_int_equal(store_list_runs(st, &f, on_body, &l), CRCR_OK);
+    assert_int_equal(l.n, 4);
+    body_is(&l, 2, bodies[1]);
+    memset(&l, 0, sizeof(l));
+    assert_int_equal(store_runs_for_sha(st, "sha42", "b/two", on_body, &l), CRCR_OK);
+    assert_int_equal(l.n, 1); /* runs 4 and 6 are one (workflow, job): the latest */
+    body_is(&l, 6, bodies[5]);
+    if (!g_pg) { /* one echo per (delivery, repo); the rows hold the rest */
+        assert_int_equal(raw("SELECT count(*) FROM run_echoes"), 2);
+        assert_int_equal(raw("SELECT sum(refs) FROM run_echoes"), 4);
+        assert_true(raw("SELECT max(length(payload)) FROM runs WHERE echo_at IS NOT NULL") < 100);
+        assert_int_equal(raw("SELECT count(*) FROM runs WHERE echo_at IS NULL"), 2); /* 3, 5 */
+    }
+    /* Completed runs keep no body; the echo stays while an open run points at it. */
+    for (int run = 1; run <= 4; run++) {
+        store_run_update u =
+            upd("d", run == 4 ? "b/two" : "a/one", run, "completed", "success", 9000 + run);
+        assert_int_equal(apply(st, &u, NULL, &res, why, sizeof(why)), CRCR_OK);
+    }
+    memset(&l, 0, sizeof(l));
+    assert_int_equal(store_zombies(st, 99999, 10, on_body, &l), CRCR_OK);
+    assert_int_equal(l.n, 2);
+    body_is(&l, 5, bodies[4]);
+    body_is(&l, 6, bodies[5]);
+    if (!g_pg)
+        assert_int_equal(raw("SELECT count(*) FROM run_echoes"), 1); /* b/two's, for run 6 */
+    /* A re-run of run 1 after its echo went: kept again, read back whole. */
+    store_run_update u = upd("d", "a/one", 1, "in_progress", NULL, 12000);
+    u.key.run_attempt = 2;
+    echo_body(&u, bodies[6], sizeof(bodies[6]), e1, 1);
+    assert_int_equal(apply(st, &u, NULL, &res, why, sizeof(why)), CRCR_OK);
+    u = upd("d", "b/two", 6, "completed", "failure", 12001);
+    assert_int_equal(apply(st, &u, NULL, &res, why, sizeof(why)), CRCR_OK);
+    memset(&l, 0, sizeof(l));
+    assert_int_equal(store_zombies(st, 99999, 10, on_body, &l), CRCR_OK);
+    assert_int_equal(l.n, 2);
+    body_is(&l, 1, bodies[6]);
+    body_is(&l, 5, bodies[4]);
+    if (!g_pg)
+        assert_int_equal(raw("SELECT count(*) FROM run_echoes"), 1); /* a/one's again */
+}
+
 static void zombies_are_in_progress_runs_started_before_the_cutoff(void **state)
 {
     store *st = *state;
@@ -3015,6 +3137,7 @@ int main(int argc, char **argv)
         T(run_ids_are_text),
         T(runs_for_sha_gives_the_latest_row_per_workflow_and_job),
         T(zombies_are_in_progress_runs_started_before_the_cutoff),
+        T(open_runs_bodies_read_back_whole_when_jobs_echo_one_webhook),
         T(list_runs_filters_orders_and_pages),
         T(wanted_marks_are_per_sha_and_repo_since_a_time),
         T(callback_rejections_are_counted_per_repo_since_a_time),

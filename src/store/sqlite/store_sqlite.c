@@ -157,6 +157,30 @@ static const char *const MIGRATIONS[] = {
     "CREATE TABLE IF NOT EXISTS dispatch_heads(pr_number INTEGER NOT NULL,"
     " repo TEXT NOT NULL COLLATE NOCASE, head_sha TEXT NOT NULL, pair_number INTEGER NOT NULL,"
     " delivery_id TEXT NOT NULL, at INTEGER NOT NULL, PRIMARY KEY(pr_number, repo));",
+    /* 6 -> 7: every job of a dispatch echoes the same webhook (~30 KB) in its in_progress body,
+     * which a run keeps until it completes: the echo is kept once per (delivery, repo) in
+     * run_echoes, and a run row whose echo_at is set holds its body without it (the echo goes
+     * back in at that byte offset, SQ_RUN_PAYLOAD). refs counts the rows that point at an echo,
+     * kept by the triggers whatever statement changes a row; an echo nobody points at goes. */
+    "CREATE TABLE IF NOT EXISTS run_echoes(delivery_id TEXT NOT NULL,"
+    " repo TEXT NOT NULL COLLATE NOCASE, refs INTEGER NOT NULL, echo BLOB NOT NULL,"
+    " PRIMARY KEY(delivery_id, repo));"
+    "ALTER TABLE runs ADD COLUMN echo_at INTEGER;"
+    "CREATE TRIGGER IF NOT EXISTS runs_echo_insert AFTER INSERT ON runs"
+    " WHEN new.echo_at IS NOT NULL BEGIN"
+    " UPDATE run_echoes SET refs=refs+1 WHERE delivery_id=new.delivery_id AND repo=new.repo;"
+    " END;"
+    "CREATE TRIGGER IF NOT EXISTS runs_echo_update AFTER UPDATE OF echo_at ON runs"
+    " WHEN (old.echo_at IS NULL) <> (new.echo_at IS NULL) BEGIN"
+    " UPDATE run_echoes SET refs=refs+(CASE WHEN new.echo_at IS NULL THEN -1 ELSE 1 END)"
+    " WHERE delivery_id=new.delivery_id AND repo=new.repo;"
+    " DELETE FROM run_echoes WHERE delivery_id=new.delivery_id AND repo=new.repo AND refs<=0;"
+    " END;"
+    "CREATE TRIGGER IF NOT EXISTS runs_echo_delete AFTER DELETE ON runs"
+    " WHEN old.echo_at IS NOT NULL BEGIN"
+    " UPDATE run_echoes SET refs=refs-1 WHERE delivery_id=old.delivery_id AND repo=old.repo;"
+    " DELETE FROM run_echoes WHERE delivery_id=old.delivery_id AND repo=old.repo AND refs<=0;"
+    " END;",
 };
 _Static_assert(sizeof(MIGRATIONS) / sizeof(MIGRATIONS[0]) == CRCR_SCHEMA_VERSION,
                "one SQLite migration per schema version");

@@ -5,6 +5,7 @@
  * on the hot reader), identity pins and byte budgets. See store_sqlite.c for the connections.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "store_sqlite.h"
@@ -78,6 +79,74 @@ static crcr_err sq_rate_hit(store *st, const char *repo, int64_t now, int64_t wi
 
 /* ---- run transitions ---- */
 
+/* An echoed webhook shorter than this stays in its run's body: apart, it would save less than
+ * its run_echoes row and lookup cost. */
+#define SQ_ECHO_MIN 1024u
+
+/* A run's body as listings read it (column RUN_PAYLOAD_COLUMN), from a row of runs named `t`:
+ * the stored body, or with echo_at set, the body with its dispatch's echo put back at that
+ * offset. substr counts bytes in a BLOB; || joins the bytes as text, cast back to a BLOB. */
+#define SQ_RUN_PAYLOAD(t)                                                                          \
+    "CASE WHEN " t ".echo_at IS NULL THEN " t ".payload ELSE CAST(substr(" t ".payload, 1, " t     \
+    ".echo_at) || (SELECT e.echo FROM run_echoes e WHERE e.delivery_id=" t ".delivery_id AND "     \
+    "e.repo=" t ".repo) || substr(" t ".payload, " t ".echo_at + 1) AS BLOB) END"
+
+/* Compares a stored echo (one blob column) with the candidate, and stops. */
+typedef struct echo_cmp {
+    const char *p;
+    size_t n;
+    bool found, same;
+} echo_cmp;
+
+static int echo_cmp_row(void *ctx, const store_row_source *s)
+{
+    echo_cmp *c = ctx;
+    size_t n = 0;
+    const void *b = s->blob(s->src, 0, &n);
+    c->found = true;
+    c->same = b && n == c->n && memcmp(b, c->p, n) == 0;
+    return 1;
+}
+
+/* The body param of a run row without its echo (u->echo_off/echo_len), when the body is stored,
+ * its echo is long enough and equals the one kept for the dispatch (kept now when there is none):
+ * *body then points at *owned (malloc'd, the caller frees it) and *echo_at is the offset. Else
+ * nothing changes (*echo_at NULL): the row holds its body whole. Inside the caller's transaction
+ * (s->mu held); a failure undoes the caller's savepoint. */
+static crcr_err echo_apart(sqlite_store *s, const store_run_update *u, store_param *body,
+                           store_param *echo_at, char **owned)
+{
+    *echo_at = (store_param){.kind = STORE_P_INT, .is_null = true};
+    *owned = NULL;
+    if (body->is_null || u->echo_len < SQ_ECHO_MIN || u->echo_off > body->len ||
+        u->echo_len > body->len - u->echo_off)
+        return CRCR_OK;
+    const char *all = body->blob;
+    echo_cmp c = {.p = all + u->echo_off, .n = u->echo_len};
+    crcr_err err = sq_cached(
+        s, SQ_ECHO_GET, "run_apply", "SELECT echo FROM run_echoes WHERE delivery_id=?1 AND repo=?2",
+        ARGS(ARG_TEXT(u->key.delivery_id), ARG_TEXT(u->key.repo)), echo_cmp_row, &c);
+    if (!err && !c.found) /* refs counts from 0: the row's trigger counts it */
+        err =
+            sq_cached(s, SQ_ECHO_PUT, "run_apply",
+                      "INSERT INTO run_echoes(delivery_id, repo, refs, echo) VALUES (?1,?2,0,?3)",
+                      ARGS(ARG_TEXT(u->key.delivery_id), ARG_TEXT(u->key.repo), ARG_BLOB(c.p, c.n)),
+                      NULL, NULL);
+    if (err || (c.found && !c.same))
+        return err;
+    size_t rest = body->len - u->echo_off - u->echo_len;
+    char *cut = malloc(u->echo_off + rest + 1);
+    if (!cut)
+        return CRCR_E_NOMEM;
+    memcpy(cut, all, u->echo_off);
+    memcpy(cut + u->echo_off, all + u->echo_off + u->echo_len, rest);
+    body->blob = cut;
+    body->len = u->echo_off + rest;
+    *owned = cut;
+    *echo_at = (store_param){.kind = STORE_P_INT, .i = (int64_t)u->echo_off};
+    return CRCR_OK;
+}
+
 /* The end reason of a dispatch (one text column) into a char[16]; stops. */
 static int ended_row(void *ctx, const store_row_source *s)
 {
@@ -134,21 +203,26 @@ static crcr_err run_apply_tx(sqlite_store *s, const store_run_update *u, store_e
     if (o == RUN_DUPLICATE)
         return CRCR_OK;
 
-    store_param params[RUN_UPSERT_PARAMS];
+    store_param params[RUN_UPSERT_PARAMS + 1]; /* + echo_at */
     run_row_params(u, res, params);
-    err = sq_cached(s, SQ_RUN_UPSERT, "run_apply",
-                    "INSERT INTO runs(" RUN_UPSERT_COLUMNS ") VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,"
-                    "?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22,?23,?24,?25) ON "
-                    "CONFLICT(delivery_id, repo, run_id, run_attempt, workflow_name, job_name) DO "
-                    "UPDATE SET state=excluded.state, level=excluded.level, "
-                    "conclusion=excluded.conclusion, completed_at=excluded.completed_at, "
-                    "ended=excluded.ended, "
-                    "exec_ms=excluded.exec_ms, test_passed=excluded.test_passed, "
-                    "test_failed=excluded.test_failed, test_skipped=excluded.test_skipped, "
-                    "artifact_url=COALESCE(excluded.artifact_url, runs.artifact_url), "
-                    "details_url=COALESCE(excluded.details_url, runs.details_url), "
-                    "payload=excluded.payload, updated_at=excluded.updated_at",
-                    params, RUN_UPSERT_PARAMS, NULL, NULL);
+    char *cut = NULL;
+    err = echo_apart(s, u, &params[RUN_UPSERT_PAYLOAD_PARAM], &params[RUN_UPSERT_PARAMS], &cut);
+    if (!err)
+        err = sq_cached(
+            s, SQ_RUN_UPSERT, "run_apply",
+            "INSERT INTO runs(" RUN_UPSERT_COLUMNS ", echo_at) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,"
+            "?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22,?23,?24,?25,?26) ON "
+            "CONFLICT(delivery_id, repo, run_id, run_attempt, workflow_name, job_name) DO "
+            "UPDATE SET state=excluded.state, level=excluded.level, "
+            "conclusion=excluded.conclusion, completed_at=excluded.completed_at, "
+            "ended=excluded.ended, "
+            "exec_ms=excluded.exec_ms, test_passed=excluded.test_passed, "
+            "test_failed=excluded.test_failed, test_skipped=excluded.test_skipped, "
+            "artifact_url=COALESCE(excluded.artifact_url, runs.artifact_url), "
+            "details_url=COALESCE(excluded.details_url, runs.details_url), "
+            "payload=excluded.payload, echo_at=excluded.echo_at, updated_at=excluded.updated_at",
+            params, RUN_UPSERT_PARAMS + 1, NULL, NULL);
+    free(cut);
     if (!err && effects) {
         store_new_job jobs[RUN_EFFECTS_MAX];
         size_t n = 0;
@@ -203,21 +277,24 @@ static crcr_err sq_run_apply(store *st, store_run_call *call)
 static crcr_err sq_runs_for_sha(store *st, const char *head_sha, const char *repo, store_rows *rows)
 {
     /* The latest row per (workflow, job): highest run_attempt, then last update. */
-    return sq_locked(sq_store(st), SQ_ONCE, "runs",
-                     "SELECT " RUN_COLUMNS " FROM runs r WHERE head_sha=?1 AND repo=?2 AND "
-                     "NOT EXISTS (SELECT 1 FROM runs o WHERE o.head_sha=r.head_sha AND "
-                     "o.repo=r.repo AND o.workflow_name IS r.workflow_name AND "
-                     "o.job_name=r.job_name AND (o.updated_at>r.updated_at OR "
-                     "(o.updated_at=r.updated_at AND o.rowid>r.rowid))) ORDER BY workflow_name, "
-                     "job_name",
-                     ARGS(ARG_TEXT(head_sha), ARG_TEXT(repo)), store_listing_row, rows, NULL);
+    return sq_locked(
+        sq_store(st), SQ_ONCE, "runs",
+        "SELECT " RUN_COLUMNS_NO_PAYLOAD ", " SQ_RUN_PAYLOAD(
+            "r") " FROM runs r WHERE head_sha=?1 AND repo=?2 AND "
+                 "NOT EXISTS (SELECT 1 FROM runs o WHERE o.head_sha=r.head_sha AND "
+                 "o.repo=r.repo AND o.workflow_name IS r.workflow_name AND "
+                 "o.job_name=r.job_name AND (o.updated_at>r.updated_at OR "
+                 "(o.updated_at=r.updated_at AND o.rowid>r.rowid))) ORDER BY workflow_name, "
+                 "job_name",
+        ARGS(ARG_TEXT(head_sha), ARG_TEXT(repo)), store_listing_row, rows, NULL);
 }
 
 static crcr_err sq_zombies(store *st, int64_t started_before, int limit, store_rows *rows)
 {
     return sq_locked(sq_store(st), SQ_ONCE, "zombies",
-                     "SELECT " RUN_COLUMNS " FROM runs WHERE state='in_progress' AND "
-                     "started_at < ?1 AND ended IS NULL ORDER BY started_at LIMIT ?2",
+                     "SELECT " RUN_COLUMNS_NO_PAYLOAD ", " SQ_RUN_PAYLOAD(
+                         "runs") " FROM runs WHERE state='in_progress' AND "
+                                 "started_at < ?1 AND ended IS NULL ORDER BY started_at LIMIT ?2",
                      ARGS(ARG_INT(started_before), ARG_INT(limit)), store_listing_row, rows, NULL);
 }
 
@@ -236,11 +313,11 @@ static crcr_err sq_list_runs(store *st, const store_run_filter *f, store_rows *r
                         : f->head_sha  ? " INDEXED BY runs_sha"
                         : f->pr_number ? " INDEXED BY runs_pr"
                                        : "";
-    char sql[1024];
+    char sql[2048];
     size_t n = 0;
     n += (size_t)snprintf(sql + n, sizeof(sql) - n,
                           "SELECT " RUN_COLUMNS_NO_PAYLOAD ", %s FROM runs%s WHERE 1=1",
-                          f->no_payload ? "NULL" : "payload", index);
+                          f->no_payload ? "NULL" : SQ_RUN_PAYLOAD("runs"), index);
     if (f->since > 0)
         n += (size_t)snprintf(sql + n, sizeof(sql) - n, " AND updated_at >= ?5");
     if (f->repo)
