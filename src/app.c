@@ -48,8 +48,17 @@
 #define APP_SHUTDOWN_GRACE_MS 10000
 /* The largest pool CRCR_STORE_POOL accepts (store_pg.c has the same cap). */
 #define APP_STORE_POOL_MAX 256
+/* Default HTTP threads on PostgreSQL: each one that commits holds a pool connection. */
 #define APP_HTTP_THREADS_PER_CPU 4
 #define APP_HTTP_THREADS_MIN 8
+/* On SQLite: the commits of concurrent requests are one group commit (one WAL append, one
+ * fdatasync), whose size is bounded by the threads waiting in it. At 8 threads a group of
+ * callbacks was ~2 requests and 32 connections got 2,842-3,061 callbacks/s, p99 27-69 ms; at 32
+ * it was ~4 and 4,417-5,105/s, p99 15-18 ms; webhooks c64 2,018-2,056 -> 2,634-2,891/s
+ * (bench/RESULTS.md). A waiting thread costs its stack, no CPU. */
+#define APP_HTTP_THREADS_PER_CPU_SQLITE 16
+#define APP_HTTP_THREADS_MIN_SQLITE 32
+#define APP_HTTP_THREADS_DEFAULT_MAX 256
 /* Allocations from this size on get a mapping of their own, given back at free() (see above). */
 #define APP_MMAP_THRESHOLD (1024 * 1024)
 /* Free memory an arena keeps at its top before giving it back, and the extra it asks for when it
@@ -139,15 +148,19 @@ static void usage(void)
     fputs("usage: crcr serve [--config FILE]\n", stderr);
 }
 
-/* HTTP threads (CRCR_HTTP_THREADS; 0: APP_HTTP_THREADS_PER_CPU per CPU, at least
- * APP_HTTP_THREADS_MIN). Handlers block while their webhook's group commit runs (store.h), so
- * threads beyond the CPUs are what lets concurrent webhooks share one commit. */
+/* HTTP threads (CRCR_HTTP_THREADS; 0: per CPU, with a floor, by store: above). Handlers block
+ * while their request's commit runs (store.h), so threads beyond the CPUs are what lets
+ * concurrent webhooks and callbacks share one commit. */
 static unsigned http_threads(const crcr_config *cfg)
 {
     if (cfg->http_threads > 0)
         return (unsigned)cfg->http_threads;
-    long n = (long)cpus_available() * APP_HTTP_THREADS_PER_CPU;
-    return n < APP_HTTP_THREADS_MIN ? APP_HTTP_THREADS_MIN : (unsigned)n;
+    bool sqlite = strncmp(cfg->store_uri, "sqlite:", 7) == 0;
+    long n = (long)cpus_available() *
+             (sqlite ? APP_HTTP_THREADS_PER_CPU_SQLITE : APP_HTTP_THREADS_PER_CPU);
+    long min = sqlite ? APP_HTTP_THREADS_MIN_SQLITE : APP_HTTP_THREADS_MIN;
+    n = n < min ? min : n;
+    return (unsigned)(n > APP_HTTP_THREADS_DEFAULT_MAX ? APP_HTTP_THREADS_DEFAULT_MAX : n);
 }
 
 /* Connections of a shared store's pool. CRCR_STORE_POOL 0: one per thread that can use the store
