@@ -288,6 +288,8 @@ static void accept_dispatch(crcr_app *app, const http_request *req, http_respons
     } else if (e) {
         reject(app, resp, 503, "store unavailable, please redeliver", delivery);
     } else {
+        /* The workers claim the rows while the answer is built and sent. */
+        outbox_wake(app->ob, n + (size_t)sup.runs);
         metrics_webhook_result("accepted");
         buf_t b;
         buf_init(&b, 64u * 1024u + n * (CRCR_REPO_NAME_MAX + 4));
@@ -307,7 +309,6 @@ static void accept_dispatch(crcr_app *app, const http_request *req, http_respons
         snprintf(ended, sizeof(ended), "%d/%d/%d", sup.dispatches, sup.runs, sup.withdrawn);
         LOG_INFO("webhook.accepted", "delivery", delivery, "event", event, "action", d.action,
                  "targets", count, "ended", plan->reason ? ended : NULL, NULL);
-        outbox_wake(app->ob, n + (size_t)sup.runs);
     }
     free(repos);
     free(jobs);

@@ -2848,10 +2848,16 @@ static void a_newer_dispatch_ends_the_older_ones_runs_and_queued_rows_at_once(vo
     store_run_result res;
     char why[128] = "";
     static const char *const jobs[] = {"build", "test", "done"};
+    /* The jobs echo one webhook (SQLite keeps it once, until no open run points at it). */
+    char echo[1200], bodies[3][1400];
+    snprintf(echo, sizeof(echo), "{\"after\":\"%01100d\"}", 5);
     for (size_t i = 0; i < 3; i++) {
         store_run_update u = job_upd("a", "R/One", jobs[i], "in_progress", NULL, 2000);
+        echo_body(&u, bodies[i], sizeof(bodies[i]), echo, (int)i);
         assert_int_equal(apply(st, &u, NULL, &res, why, sizeof(why)), CRCR_OK);
     }
+    if (!g_pg)
+        assert_int_equal(raw("SELECT refs FROM run_echoes"), 3);
     store_run_update u = job_upd("a", "r/one", "done", "completed", "success", 2500);
     assert_int_equal(apply(st, &u, NULL, &res, why, sizeof(why)), CRCR_OK);
     store_new_job started = {.kind = "check_run",
@@ -2867,6 +2873,8 @@ static void a_newer_dispatch_ends_the_older_ones_runs_and_queued_rows_at_once(vo
     assert_int_equal(ingest_pr(st, "b", 3000, "s2", t, 2, NULL, &sup), CRCR_OK);
     assert_int_equal(sup.dispatches, 2);
     assert_int_equal(sup.runs, 2); /* build and test; done had completed */
+    if (!g_pg)                     /* the runs it ended point at no echo any more */
+        assert_int_equal(raw("SELECT count(*) FROM run_echoes"), 0);
     assert_int_equal(sup.withdrawn, 1);
     assert_int_equal(fx.calls, 2);
     assert_string_equal(fx.reasons[0], "superseded");

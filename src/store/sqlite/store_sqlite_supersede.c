@@ -57,14 +57,14 @@ static crcr_err end_runs(sqlite_store *s, const store_ended_dispatch *old, const
             store_ended_run_row, l);
         for (size_t i = 0; i < l->n && !err; i++) {
             store_ended_run *e = &l->v[i];
-            err =
-                sq_cached(s, SQ_END_RUN, "supersede",
-                          "UPDATE runs SET state='completed', conclusion='cancelled', "
-                          "completed_at=?1, exec_ms=CASE WHEN started_at IS NULL THEN NULL "
-                          "WHEN ?1 > started_at THEN ?1 - started_at ELSE 0 END, ended=?2, "
-                          "payload=NULL, updated_at=?1 WHERE rowid=?3 AND state='in_progress' "
-                          "AND ended IS NULL",
-                          ARGS(ARG_INT(now), ARG_TEXT(sup->reason), ARG_INT(e->rowid)), NULL, NULL);
+            err = sq_cached(
+                s, SQ_END_RUN, "supersede",
+                "UPDATE runs SET state='completed', conclusion='cancelled', "
+                "completed_at=?1, exec_ms=CASE WHEN started_at IS NULL THEN NULL "
+                "WHEN ?1 > started_at THEN ?1 - started_at ELSE 0 END, ended=?2, "
+                "payload=NULL, echo_at=NULL, updated_at=?1 WHERE rowid=?3 AND state='in_progress' "
+                "AND ended IS NULL",
+                ARGS(ARG_INT(now), ARG_TEXT(sup->reason), ARG_INT(e->rowid)), NULL, NULL);
             if (err || sqlite3_changes(s->db) == 0)
                 continue;
             sup->runs++;
