@@ -447,6 +447,38 @@ static void version_4_run_ids_become_text(void **state)
 
 /* ---- deliveries and outbox ---- */
 
+/* A claim of several deliveries' rows gives each row its own delivery's fields, whatever order
+ * the rows come in (a store may read a delivery once per claim). */
+static void claimed_rows_carry_their_own_deliverys_payload(void **state)
+{
+    store *st = *state;
+    const char *t3[] = {"a/one", "b/two", "c/three"}, *t2[] = {"d/four", "e/five"};
+    char p1[3000], p2[3000];
+    memset(p1, 'x', sizeof(p1));
+    memset(p2, 'y', sizeof(p2));
+    p2[0] = '\0'; /* bytes, not text */
+    assert_int_equal(ingest_full(st, "d1", 1000, t3, 3, p1, sizeof(p1)), CRCR_OK);
+    assert_int_equal(ingest_full(st, "d2", 1000, t2, 2, p2, sizeof(p2)), CRCR_OK);
+    assert_int_equal(ingest_full(st, "d3", 1000, t2, 1, "{}", 2), CRCR_OK);
+    store_job j[8];
+    size_t got = 0;
+    assert_int_equal(store_claim_batch(st, 2000, 60000, j, 8, &got), CRCR_OK);
+    assert_int_equal(got, 6);
+    for (size_t i = 0; i < got; i++) {
+        const char *want = strcmp(j[i].delivery_id, "d1") == 0   ? p1
+                           : strcmp(j[i].delivery_id, "d2") == 0 ? p2
+                                                                 : "{}";
+        size_t n = want == p1 ? sizeof(p1) : want == p2 ? sizeof(p2) : 2;
+        if (j[i].payload.len != n || memcmp(j[i].payload.data, want, n) != 0)
+            fail_msg("row %zu (%s, %s): a payload of %zu bytes, not its delivery's", i,
+                     j[i].delivery_id, j[i].target, j[i].payload.len);
+        assert_string_equal(j[i].event, "pull_request");
+        assert_string_equal(j[i].head_sha, "sha42");
+        assert_int_equal(j[i].pr_number, 42);
+        store_job_free(&j[i]);
+    }
+}
+
 static void ingest_keeps_payload_bytes_exactly_and_refuses_a_known_delivery(void **state)
 {
     store *st = *state;
@@ -3114,6 +3146,7 @@ int main(int argc, char **argv)
         T(version_4_run_ids_become_text),
         T(open_refuses_a_schema_newer_than_the_binary),
         T(ingest_keeps_payload_bytes_exactly_and_refuses_a_known_delivery),
+        T(claimed_rows_carry_their_own_deliverys_payload),
         T(ingest_without_jobs_records_an_ignored_delivery),
         T(claim_hands_out_due_rows_in_due_order_with_their_delivery),
         T(claim_takes_back_a_row_whose_lease_expired),

@@ -204,11 +204,28 @@ static int claimed_row(void *ctx, const store_row_source *s)
     store_claim_row(&read, s);
     crcr_err err = read.err;
     out->lease_until = a->now + a->lease_ms;
-    out->event = store_row_dup(s, 6);
-    if (!err)
-        err = store_row_append(s, 7, &out->payload);
-    out->pr_number = s->i64(s->src, 8, 0);
-    out->head_sha = store_row_dup(s, 9);
+    /* The delivery's fields come with the first of its rows in the result (column 12 is 1);
+     * the rows after it copy them from that one: a fan-out's claim returns its ~30 KB payload
+     * once, not once per row. */
+    const store_job *first = NULL;
+    if (!s->i64(s->src, 12, 1) && out->delivery_id)
+        for (size_t k = a->n - 1; k-- > 0 && !first;)
+            if (a->out[k].delivery_id && strcmp(a->out[k].delivery_id, out->delivery_id) == 0)
+                first = &a->out[k];
+    if (first) {
+        out->pr_number = first->pr_number;
+        if ((first->event && !(out->event = strdup(first->event))) ||
+            (first->head_sha && !(out->head_sha = strdup(first->head_sha))))
+            err = CRCR_E_NOMEM;
+        if (!err)
+            err = buf_append(&out->payload, buf_cstr(&first->payload), first->payload.len);
+    } else {
+        out->event = store_row_dup(s, 6);
+        if (!err)
+            err = store_row_append(s, 7, &out->payload);
+        out->pr_number = s->i64(s->src, 8, 0);
+        out->head_sha = store_row_dup(s, 9);
+    }
     const char *was = s->text(s->src, 10);
     if (ob_state_parse(was) == OB_STATE_RUNNING)
         out->reclaimed = s->i64(s->src, 11, 0) < a->now ? "lease_expired" : "holder_gone";
@@ -230,9 +247,13 @@ static int claimed_row(void *ctx, const store_row_source *s)
     "LIMIT " limit                                                                                 \
     " FOR UPDATE SKIP LOCKED) w WHERE u.id=w.id RETURNING u.id, u.kind, u.delivery_id, "           \
     "u.target, u.attempts, u.body, w.state AS was_state, w.lease_until AS was_lease, "             \
-    "u.next_attempt_at) SELECT c.id, c.kind, c.delivery_id, c.target, c.attempts, c.body, "        \
-    "d.event, d.payload, d.pr_number, d.head_sha, c.was_state, c.was_lease FROM c LEFT JOIN "      \
-    "deliveries d ON d.delivery_id = c.delivery_id ORDER BY c.next_attempt_at, c.id"
+    "u.next_attempt_at), f AS (SELECT c.*, (row_number() OVER (PARTITION BY c.delivery_id ORDER "  \
+    "BY c.next_attempt_at, c.id) = 1)::integer AS first FROM c) SELECT f.id, f.kind, "             \
+    "f.delivery_id, f.target, f.attempts, f.body, CASE WHEN f.first = 1 THEN d.event END, CASE "   \
+    "WHEN f.first = 1 THEN d.payload END, d.pr_number, CASE WHEN f.first = 1 THEN d.head_sha "     \
+    "END, "                                                                                        \
+    "f.was_state, f.was_lease, f.first FROM f LEFT JOIN deliveries d ON d.delivery_id = "          \
+    "f.delivery_id ORDER BY f.next_attempt_at, f.id"
 
 /* Running rows that are due again ($4 may judge liveness, $5 the lock class, $6 the limit). */
 static const char CLAIM_RUNNING[] =
