@@ -22,8 +22,10 @@
  *
  * Installation ids are kept in the store's kv ("installation:<repo>", OUTBOX_INSTALLATION_TTL_MS)
  * besides the client's memory: a restarted relay, or another instance, finds them there (one
- * read of all at start, one read per id missing from memory), so a cold fan-out costs a token and
- * a dispatch per installation, not a lookup more. An id found stale (a 404) is dropped from both;
+ * read of all at start; for an id missing from memory, one such read at most once per
+ * OUTBOX_INSTALLATION_RESCAN_MS, shared by the rows that miss meanwhile), so a cold fan-out costs
+ * a token and a dispatch per installation, not a lookup more. A looked-up id is written to the
+ * store once the request it was looked up for is out, not before it. An id found stale (a 404) is dropped from both;
  * the webhook handler drops an installation's ids on its installation events
  * (outbox_installation_changed). Rate-limit pauses live in memory and in the store's kv (so that
  * they survive a restart and reach other instances), read back at most every
@@ -70,6 +72,11 @@
 /* Stored installation ids: their key prefix and life. */
 #define OUTBOX_INSTALLATION_PREFIX "installation:"
 #define OUTBOX_INSTALLATION_TTL_MS (30LL * 24 * 3600 * 1000)
+/* An id missing from memory is looked for in the store by one scan of every stored id (which
+ * seeds the client's memory), at most once per this long: the rows of a cold fan-out share one
+ * scan instead of one read each (on PostgreSQL 100 round trips through the workers were ~25 ms of
+ * a cold fan-out to 100 repositories). Within it a miss is looked up at GitHub. */
+#define OUTBOX_INSTALLATION_RESCAN_MS 1000
 #define OUTBOX_PAUSE_PREFIX "pause:installation:"
 
 typedef struct pause_entry {
@@ -102,6 +109,9 @@ struct outbox {
     size_t n_pauses;
     int64_t pauses_read_at; /* clock_mono_ms() of the last read of the store's pauses, 0: never */
     bool pauses_reading;
+    pthread_mutex_t inst_mu; /* one scan of the stored installation ids at a time */
+    int64_t inst_scan_at;    /* clock_mono_ms() of the last scan (under inst_mu), 0: never */
+    bool inst_scan_full;     /* that scan saw CRCR_TOKEN_CACHE_MAX ids: some may be left out */
     atomic_uint_fast64_t sent, dry_run, retried, dead, pauses_count;
 };
 
@@ -304,15 +314,49 @@ static bool installation_key(const char *repo, char *key, size_t keysz)
     return true;
 }
 
-/* The stored installation id of `repo` (also remembered by the client), 0 when none. */
+typedef struct inst_scan {
+    outbox *ob;
+    int64_t only; /* 0: every entry (seeding), else the entries of this id */
+    char (*keys)[CRCR_REPO_NAME_MAX + 32];
+    size_t n, cap;
+    size_t seen; /* entries the scan gave */
+} inst_scan;
+
+static void inst_got(void *ctx, const char *key, const char *value, size_t len);
+
+/* Seeds the client's memory with every stored installation id (ob->inst_mu held). */
+static void installation_scan(outbox *ob)
+{
+    inst_scan sc = {.ob = ob};
+    (void)store_kv_scan(ob->st, OUTBOX_INSTALLATION_PREFIX, clock_now_ms(), CRCR_TOKEN_CACHE_MAX,
+                        inst_got, &sc);
+    ob->inst_scan_at = clock_mono_ms();
+    ob->inst_scan_full = sc.seen >= CRCR_TOKEN_CACHE_MAX;
+}
+
+/* The stored installation id of `repo` (also remembered by the client), 0 when none: from a scan
+ * of every stored id when the last one is older than OUTBOX_INSTALLATION_RESCAN_MS (a caller that
+ * waited for another's scan finds its result in memory), else from a read of its own key when
+ * the last scan may have left ids out. */
 static int64_t installation_stored(outbox *ob, const char *repo)
 {
     char key[CRCR_REPO_NAME_MAX + 32];
     if (!installation_key(repo, key, sizeof(key)))
         return 0;
+    int64_t id = 0;
+    pthread_mutex_lock(&ob->inst_mu);
+    if (!gh_installation_cached(ob->gh, repo, &id) &&
+        (!ob->inst_scan_at ||
+         clock_mono_ms() - ob->inst_scan_at >= OUTBOX_INSTALLATION_RESCAN_MS)) {
+        installation_scan(ob);
+        (void)gh_installation_cached(ob->gh, repo, &id);
+    }
+    bool full = ob->inst_scan_full;
+    pthread_mutex_unlock(&ob->inst_mu);
+    if (id > 0 || !full)
+        return id > 0 ? id : 0;
     buf_t v;
     buf_init(&v, 32);
-    int64_t id = 0;
     if (store_kv_get(ob->st, key, &v, clock_now_ms()) == CRCR_OK) {
         char *end = NULL;
         long long x = strtoll(buf_cstr(&v), &end, 10);
@@ -325,13 +369,28 @@ static int64_t installation_stored(outbox *ob, const char *repo)
     return id;
 }
 
+/* An installation id to keep in the store, prepared while its job is ours and written after its
+ * next request is out (installation_keep): the write is not on that request's way. */
+typedef struct inst_keep {
+    char key[CRCR_REPO_NAME_MAX + 32];
+    int64_t id; /* 0: nothing to write */
+} inst_keep;
+
+static void installation_keep(outbox *ob, inst_keep *k)
+{
+    if (k->id <= 0)
+        return;
+    char val[24];
+    snprintf(val, sizeof(val), "%lld", (long long)k->id);
+    store_kv_put(ob->st, k->key, val, strlen(val), clock_now_ms() + OUTBOX_INSTALLATION_TTL_MS);
+    k->id = 0;
+}
+
 static void installation_store(outbox *ob, const char *repo, int64_t id)
 {
-    char key[CRCR_REPO_NAME_MAX + 32], val[24];
-    if (id <= 0 || !installation_key(repo, key, sizeof(key)))
-        return;
-    snprintf(val, sizeof(val), "%lld", (long long)id);
-    store_kv_put(ob->st, key, val, strlen(val), clock_now_ms() + OUTBOX_INSTALLATION_TTL_MS);
+    inst_keep k = {.id = id};
+    if (installation_key(repo, k.key, sizeof(k.key)))
+        installation_keep(ob, &k);
 }
 
 static void installation_unstore(outbox *ob, const char *repo)
@@ -341,16 +400,10 @@ static void installation_unstore(outbox *ob, const char *repo)
         store_kv_delete(ob->st, key);
 }
 
-typedef struct inst_scan {
-    outbox *ob;
-    int64_t only; /* 0: every entry (seeding), else the entries of this id */
-    char (*keys)[CRCR_REPO_NAME_MAX + 32];
-    size_t n, cap;
-} inst_scan;
-
 static void inst_got(void *ctx, const char *key, const char *value, size_t len)
 {
     inst_scan *sc = ctx;
+    sc->seen++;
     char v[24], *end = NULL;
     if (len == 0 || len >= sizeof(v))
         return;
@@ -574,13 +627,16 @@ static step_rc inst_send(outbox *ob, job *j, const char *method, const char *bod
                 return STEP_DONE;
             }
             j->inst = j->r.installation;
-            if (j->r.installation_looked_up)
-                installation_store(ob, repo, j->inst);
+            /* A looked-up id is stored once its request is out (or the job ends here). */
+            inst_keep keep = {.id = 0};
+            if (j->r.installation_looked_up && installation_key(repo, keep.key, sizeof(keep.key)))
+                keep.id = j->inst;
             o->installation = j->inst;
             int64_t now = clock_now_ms();
             int64_t paused = pause_until(ob, j->inst, now);
             if (!paused && !lease_still_ours(ob, &j->sj, o)) {
                 j->isend = IS_IDLE;
+                installation_keep(ob, &keep);
                 return STEP_DONE;
             }
             /* The lease check can wait on the store; a pause set meanwhile still counts. */
@@ -594,6 +650,7 @@ static step_rc inst_send(outbox *ob, job *j, const char *method, const char *bod
                 o->status = -1; /* marker: waiting, not this row's attempt */
                 snprintf(o->error, sizeof(o->error), "installation %lld paused by a rate limit",
                          (long long)j->inst);
+                installation_keep(ob, &keep);
                 return STEP_DONE;
             }
             j->isend = IS_SEND;
@@ -606,7 +663,10 @@ static step_rc inst_send(outbox *ob, job *j, const char *method, const char *bod
                          .body = body,
                          .body_len = body_len,
                          .start_by_ms = j->sj.lease_until - lease_ms / 4};
-            if (job_call(j, &rq))
+            /* Once the call is out the job may be another worker's: only `keep` is read after. */
+            bool out = job_call(j, &rq);
+            installation_keep(ob, &keep);
+            if (out)
                 return STEP_WAIT;
         }
         /* IS_SEND: the answer is in. */
@@ -1535,11 +1595,9 @@ outbox *outbox_start(const crcr_config *cfg, store *st, gh_client *gh, allowlist
         ob->max_jobs = CRCR_MAX_DISPATCH_WORKERS;
     pthread_mutex_init(&ob->mu, NULL);
     pthread_cond_init(&ob->cv, NULL);
-    if (gh) { /* the installation ids this store knows (another run's, another instance's) */
-        inst_scan sc = {.ob = ob};
-        (void)store_kv_scan(st, OUTBOX_INSTALLATION_PREFIX, clock_now_ms(), CRCR_TOKEN_CACHE_MAX,
-                            inst_got, &sc);
-    }
+    pthread_mutex_init(&ob->inst_mu, NULL);
+    if (gh) /* the installation ids this store knows (another run's, another instance's) */
+        installation_scan(ob);
     size_t n = outbox_threads(cfg);
     for (size_t i = 0; i < n; i++) {
         if (pthread_create(&ob->threads[i], NULL, worker, ob) != 0) {
@@ -1608,6 +1666,7 @@ void outbox_stop(outbox *ob)
         pthread_join(ob->waker, NULL);
     pthread_cond_destroy(&ob->cv);
     pthread_mutex_destroy(&ob->mu);
+    pthread_mutex_destroy(&ob->inst_mu);
     free(ob);
 }
 
