@@ -25,8 +25,8 @@
  * read of all at start; for an id missing from memory, one such read at most once per
  * OUTBOX_INSTALLATION_RESCAN_MS, shared by the rows that miss meanwhile), so a cold fan-out costs
  * a token and a dispatch per installation, not a lookup more. A looked-up id is written to the
- * store once the request it was looked up for is out, not before it. An id found stale (a 404) is dropped from both;
- * the webhook handler drops an installation's ids on its installation events
+ * store once the request it was looked up for is out, not before it. An id found stale (a 404) is
+ * dropped from both; the webhook handler drops an installation's ids on its installation events
  * (outbox_installation_changed). Rate-limit pauses live in memory and in the store's kv (so that
  * they survive a restart and reach other instances), read back at most every
  * OUTBOX_PAUSE_REFRESH_MS in one scan.
