@@ -651,8 +651,6 @@ static void apply_transition(cb_request *c, http_response *resp, const allowlist
         .rate_limit = hit_in_apply ? app->cfg.rate_limit_per_min : 0,
         .rate_window_ms = CALLBACK_RATE_WINDOW_MS,
     };
-    if (u.payload && !jv_member_span(u.payload, u.payload_len, "payload", &u.echo_off, &u.echo_len))
-        u.echo_off = u.echo_len = 0;
     buf_t details_buf;
     buf_init(&details_buf, CHECKS_DETAILS_URL_MAX);
     checks_run page = {.repo = c->repo, .run_id = f->run_id, .web_url = config_web_url(&app->cfg)};

@@ -68,8 +68,9 @@ bool jv_validate(const char *text, size_t len, bool *is_object, char *err, size_
 /* For a text jv_validate() accepted whose root is an object: the byte span [*off, *off + *n) of
  * the value of its top-level member `key`, matched as written (a key spelled with escapes is not
  * found; with duplicate keys, the first). False when the root is not an object or has no such
- * member. One pass over the bytes up to the member's end, nothing allocated. For a caller that
- * keeps part of a body apart from the rest (the store's echoed webhook of a callback). */
+ * member. One pass over the bytes up to the member's end, nothing allocated; on text that is not
+ * JSON it reads nothing beyond `len` and may give any span within it. For a caller that keeps
+ * part of a body apart from the rest (the SQLite store's echoed webhook of a callback). */
 bool jv_member_span(const char *text, size_t len, const char *key, size_t *off, size_t *n);
 
 /* Key comparisons the duplicate-key check of jv_parse_select() made on this thread so far: the

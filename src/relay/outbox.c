@@ -354,7 +354,7 @@ static int64_t installation_stored(outbox *ob, const char *repo)
     bool full = ob->inst_scan_full;
     pthread_mutex_unlock(&ob->inst_mu);
     if (id > 0 || !full)
-        return id > 0 ? id : 0;
+        return id;
     buf_t v;
     buf_init(&v, 32);
     if (store_kv_get(ob->st, key, &v, clock_now_ms()) == CRCR_OK) {

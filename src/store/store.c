@@ -720,6 +720,15 @@ int store_claim_row(void *ctx, const store_row_source *s)
     return 0;
 }
 
+crcr_err store_job_copy_delivery(store_job *out, const store_job *from)
+{
+    out->pr_number = from->pr_number;
+    if ((from->event && !(out->event = strdup(from->event))) ||
+        (from->head_sha && !(out->head_sha = strdup(from->head_sha))))
+        return CRCR_E_NOMEM;
+    return buf_append(&out->payload, buf_cstr(&from->payload), from->payload.len);
+}
+
 int store_stats_row(void *out, const store_row_source *s)
 {
     stats_count(out, s->text(s->src, 0), s->i64(s->src, 1, 0), s->i64(s->src, 2, 0));

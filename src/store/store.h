@@ -26,8 +26,9 @@
  * row (PostgreSQL; nothing changes on SQLite). Version 4: redeliveries (what the reconciler asked
  * GitHub to redeliver, §5.7). Version 5: run ids as text (Buildkite's build UUIDs). Version 6:
  * supersession and Depends-On pairs (§3.12, §3.13): runs.ended, dispatch_ends, pairs,
- * dispatch_heads. A store is upgraded in place at open; a newer store than the binary knows is
- * refused. */
+ * dispatch_heads. Version 7: a dispatch's echoed webhook kept once (SQLite: run_echoes,
+ * runs.echo_at; nothing changes on PostgreSQL). A store is upgraded in place at open; a newer store
+ * than the binary knows is refused. */
 #define CRCR_SCHEMA_VERSION 7
 
 typedef struct store store;
@@ -384,13 +385,10 @@ typedef struct store_run_update {
     const char *details_url;
     const char *artifact_url;
     int64_t test_passed, test_failed, test_skipped; /* -1 when not reported */
-    const char *payload;                            /* the callback body as received */
+    /* The callback body as received; read back byte for byte (a store may keep the webhook
+     * every job of a dispatch echoes once: SQLite's run_echoes). */
+    const char *payload;
     size_t payload_len;
-    /* The echoed webhook within payload: the bytes [echo_off, echo_off + echo_len) (the value of
-     * its top-level "payload" member), echo_len 0 when unknown. Every job of one dispatch echoes
-     * the same webhook: a store may keep those bytes once per (delivery, repo) and the rest of
-     * each body apart (SQLite does); a body read back is always the one given, byte for byte. */
-    size_t echo_off, echo_len;
     int64_t now;
     bool single_shot; /* nightly/periodic: no dispatch record; one completed row per key */
     /* the sweeper's timeout: applied only over a run still in progress and not ended (else a

@@ -138,6 +138,10 @@ typedef struct store_claim_read {
 } store_claim_read;
 int store_claim_row(void *ctx, const store_row_source *s);
 
+/* Copies the delivery's fields (event, payload, PR number, head sha) of `from`, a job of the same
+ * delivery claimed before it in the batch, into `out`: a claim reads a delivery once. */
+crcr_err store_job_copy_delivery(store_job *out, const store_job *from);
+
 /* ---- supersession (store_supersede), the same for both backends ---- */
 
 /* An older dispatch a supersession ends: its delivery and its row's body (Depends-On record). */

@@ -213,12 +213,8 @@ static int claimed_row(void *ctx, const store_row_source *s)
             if (a->out[k].delivery_id && strcmp(a->out[k].delivery_id, out->delivery_id) == 0)
                 first = &a->out[k];
     if (first) {
-        out->pr_number = first->pr_number;
-        if ((first->event && !(out->event = strdup(first->event))) ||
-            (first->head_sha && !(out->head_sha = strdup(first->head_sha))))
-            err = CRCR_E_NOMEM;
         if (!err)
-            err = buf_append(&out->payload, buf_cstr(&first->payload), first->payload.len);
+            err = store_job_copy_delivery(out, first);
     } else {
         out->event = store_row_dup(s, 6);
         if (!err)

@@ -197,13 +197,8 @@ static crcr_err claim_delivery(sqlite_store *s, store_job *out, const store_job 
 {
     if (!out->delivery_id)
         return CRCR_OK;
-    if (prev && prev->delivery_id && strcmp(prev->delivery_id, out->delivery_id) == 0) {
-        out->pr_number = prev->pr_number;
-        if ((prev->event && !(out->event = strdup(prev->event))) ||
-            (prev->head_sha && !(out->head_sha = strdup(prev->head_sha))))
-            return CRCR_E_NOMEM;
-        return buf_append(&out->payload, buf_cstr(&prev->payload), prev->payload.len);
-    }
+    if (prev && prev->delivery_id && strcmp(prev->delivery_id, out->delivery_id) == 0)
+        return store_job_copy_delivery(out, prev);
     sqlite3_stmt *p = sq_stmt(s, SQ_CLAIM_DELIVERY,
                               "SELECT event, payload, pr_number, head_sha FROM deliveries "
                               "WHERE delivery_id=?");

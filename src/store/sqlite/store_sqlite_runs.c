@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "json.h"
 #include "store_sqlite.h"
 
 /* Side-effect jobs one transition may add. */
@@ -108,21 +109,24 @@ static int echo_cmp_row(void *ctx, const store_row_source *s)
     return 1;
 }
 
-/* The body param of a run row without its echo (u->echo_off/echo_len), when the body is stored,
- * its echo is long enough and equals the one kept for the dispatch (kept now when there is none):
- * *body then points at *owned (malloc'd, the caller frees it) and *echo_at is the offset. Else
- * nothing changes (*echo_at NULL): the row holds its body whole. Inside the caller's transaction
- * (s->mu held); a failure undoes the caller's savepoint. */
+/* The body param of a run row without its echo (the value of the body's top-level "payload",
+ * jv_member_span), when the body is stored, its echo is long enough and equals the one kept for
+ * the dispatch (kept now when there is none): *body then points at *owned (malloc'd, the caller
+ * frees it) and *echo_at is the offset. Else nothing changes (*echo_at NULL): the row holds its
+ * body whole. The bytes read back are the body's whatever span is cut out, so a body that is not
+ * JSON costs at most a useless run_echoes row. Inside the caller's transaction (s->mu held); a
+ * failure undoes the caller's savepoint. */
 static crcr_err echo_apart(sqlite_store *s, const store_run_update *u, store_param *body,
                            store_param *echo_at, char **owned)
 {
     *echo_at = (store_param){.kind = STORE_P_INT, .is_null = true};
     *owned = NULL;
-    if (body->is_null || u->echo_len < SQ_ECHO_MIN || u->echo_off > body->len ||
-        u->echo_len > body->len - u->echo_off)
+    size_t off = 0, len = 0;
+    if (body->is_null || body->len < SQ_ECHO_MIN ||
+        !jv_member_span(body->blob, body->len, "payload", &off, &len) || len < SQ_ECHO_MIN)
         return CRCR_OK;
     const char *all = body->blob;
-    echo_cmp c = {.p = all + u->echo_off, .n = u->echo_len};
+    echo_cmp c = {.p = all + off, .n = len};
     crcr_err err = sq_cached(
         s, SQ_ECHO_GET, "run_apply", "SELECT echo FROM run_echoes WHERE delivery_id=?1 AND repo=?2",
         ARGS(ARG_TEXT(u->key.delivery_id), ARG_TEXT(u->key.repo)), echo_cmp_row, &c);
@@ -134,16 +138,16 @@ static crcr_err echo_apart(sqlite_store *s, const store_run_update *u, store_par
                       NULL, NULL);
     if (err || (c.found && !c.same))
         return err;
-    size_t rest = body->len - u->echo_off - u->echo_len;
-    char *cut = malloc(u->echo_off + rest + 1);
+    size_t rest = body->len - off - len;
+    char *cut = malloc(off + rest + 1); /* + 1: never malloc(0) */
     if (!cut)
         return CRCR_E_NOMEM;
-    memcpy(cut, all, u->echo_off);
-    memcpy(cut + u->echo_off, all + u->echo_off + u->echo_len, rest);
+    memcpy(cut, all, off);
+    memcpy(cut + off, all + off + len, rest);
     body->blob = cut;
-    body->len = u->echo_off + rest;
+    body->len = off + rest;
     *owned = cut;
-    *echo_at = (store_param){.kind = STORE_P_INT, .i = (int64_t)u->echo_off};
+    *echo_at = (store_param){.kind = STORE_P_INT, .i = (int64_t)off};
     return CRCR_OK;
 }
 
