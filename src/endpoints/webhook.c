@@ -220,6 +220,31 @@ static size_t changed_pairs(const dispatch_plan *plan, const char **repos, size_
     return k;
 }
 
+/* Hands the rows a successful ingest claimed (jobs[0..reserved), store_new_job.claimed_id) to
+ * the outbox, and gives back the slots of those its store left queued; how many it took. */
+static size_t hand_over(crcr_app *app, const store_delivery *d, const store_new_job *jobs,
+                        size_t reserved)
+{
+    store_job *sj = reserved ? calloc(reserved, sizeof(*sj)) : NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < reserved; i++) {
+        if (*jobs[i].claimed_id <= 0)
+            continue; /* left queued: claimed after the wake-up */
+        store_job none = {.id = *jobs[i].claimed_id, .lease_until = jobs[i].lease_until};
+        store_job *to = sj ? &sj[k] : &none;
+        if (sj && store_job_claimed(to, d, &jobs[i]) == CRCR_OK) {
+            k++;
+        } else { /* no memory: the row goes back to the queue (a fence needs its id and lease) */
+            (void)store_job_retry(app->st, to, clock_now_ms(), false, 0, "out of memory");
+            store_job_free(to);
+        }
+    }
+    outbox_take(app->ob, sj, k, d->payload, d->payload_len);
+    outbox_unreserve(app->ob, reserved - k);
+    free(sj);
+    return k;
+}
+
 /* Persists the delivery with one dispatch row per allowlisted repo (an edit: per repo whose pair
  * changed), their Depends-On pairs and the supersession of the PR's older dispatches, and
  * answers. */
@@ -235,9 +260,11 @@ static void accept_dispatch(crcr_app *app, const http_request *req, http_respons
     size_t n = allowlist_repos_at_or_above(al, CRCR_LEVEL_L1, NULL, 0);
     const char **repos = calloc(n ? n : 1, sizeof(*repos));
     store_new_job *jobs = calloc(n ? n : 1, sizeof(*jobs));
-    if (!repos || !jobs) {
+    int64_t *claimed = calloc(n ? n : 1, sizeof(*claimed));
+    if (!repos || !jobs || !claimed) {
         free(repos);
         free(jobs);
+        free(claimed);
         allowlist_free(al);
         reject(app, resp, 503, "out of memory", delivery);
         return;
@@ -247,6 +274,7 @@ static void accept_dispatch(crcr_app *app, const http_request *req, http_respons
     if (plan->edit && (n = changed_pairs(plan, repos, n)) == 0) {
         free(repos);
         free(jobs);
+        free(claimed);
         allowlist_free(al);
         LOG_DEBUG("webhook.ignored", "delivery", delivery, "event", event, "action", "edited",
                   "reason", "Depends-On unchanged", NULL);
@@ -256,9 +284,16 @@ static void accept_dispatch(crcr_app *app, const http_request *req, http_respons
     int64_t now = clock_now_ms();
     buf_t pair_bodies[CRCR_DEPENDS_ON_MAX];
     size_t n_pairs = 0;
+    /* The rows the outbox has room for are claimed by the ingest and handed over after it. */
+    int64_t lease_until = 0;
+    size_t reserved = outbox_reserve(app->ob, n, &lease_until);
     for (size_t i = 0; i < n; i++) {
         jobs[i] = (store_new_job){
             .kind = ob_kind_name(OB_KIND_DISPATCH), .target = repos[i], .due_at = now};
+        if (i < reserved) {
+            jobs[i].lease_until = lease_until;
+            jobs[i].claimed_id = &claimed[i];
+        }
         int64_t pair = depends_on_find(plan->deps, plan->n_deps, repos[i]);
         if (pair > 0 && n_pairs < CRCR_DEPENDS_ON_MAX) {
             buf_t *b = &pair_bodies[n_pairs];
@@ -279,8 +314,6 @@ static void accept_dispatch(crcr_app *app, const http_request *req, http_respons
         .reason = plan->reason, .any_sha = plan->any_sha, .effects = ended_effects, .ctx = &ec};
     crcr_err e = store_ingest_superseding(app->st, &d, jobs, n, plan->reason ? &sup : NULL);
     ended_ctx_free(&ec);
-    for (size_t i = 0; i < n_pairs; i++)
-        buf_free(&pair_bodies[i]);
     if (e == CRCR_E_DUPLICATE) {
         metrics_webhook_result("duplicate");
         LOG_INFO("webhook.duplicate", "delivery", delivery, "event", event, NULL);
@@ -288,8 +321,10 @@ static void accept_dispatch(crcr_app *app, const http_request *req, http_respons
     } else if (e) {
         reject(app, resp, 503, "store unavailable, please redeliver", delivery);
     } else {
-        /* The workers claim the rows while the answer is built and sent. */
-        outbox_wake(app->ob, n + (size_t)sup.runs);
+        /* The workers start on the rows while the answer is built and sent. */
+        size_t taken = hand_over(app, &d, jobs, reserved);
+        reserved = 0;
+        outbox_wake(app->ob, n - taken + (size_t)sup.runs);
         metrics_webhook_result("accepted");
         buf_t b;
         buf_init(&b, 64u * 1024u + n * (CRCR_REPO_NAME_MAX + 4));
@@ -310,8 +345,12 @@ static void accept_dispatch(crcr_app *app, const http_request *req, http_respons
         LOG_INFO("webhook.accepted", "delivery", delivery, "event", event, "action", d.action,
                  "targets", count, "ended", plan->reason ? ended : NULL, NULL);
     }
+    outbox_unreserve(app->ob, reserved); /* not stored: the slots go back */
+    for (size_t i = 0; i < n_pairs; i++) /* the rows' bodies, copied by hand_over */
+        buf_free(&pair_bodies[i]);
     free(repos);
     free(jobs);
+    free(claimed);
     allowlist_free(al);
 }
 

@@ -96,6 +96,18 @@ void outbox_notify(outbox *ob);
  * worker, which claims them for every idle worker (see outbox.c). */
 void outbox_wake(outbox *ob, size_t n);
 
+/* Rows an ingest claims in its own transaction (store_new_job.claimed_id) and hands over at once,
+ * saving a claim's transaction and the wait for it (a fan-out's first requests leave sooner).
+ * outbox_reserve takes up to `n` free job slots (0 while stopping or full; NULL ob: 0) and says
+ * the lease to claim under; each reserved slot then goes to outbox_take (its row was claimed) or
+ * back through outbox_unreserve (the ingest failed, or its store left the row queued). */
+size_t outbox_reserve(outbox *ob, size_t n, int64_t *lease_until);
+void outbox_unreserve(outbox *ob, size_t n);
+/* Takes over `n` claimed rows of one delivery in reserved slots (their store_jobs are moved: the
+ * caller keeps nothing to free; their payload empty): the workers run their steps as for rows
+ * they claimed, with one copy of the delivery's payload (`payload`, borrowed) shared by all. */
+void outbox_take(outbox *ob, store_job *sj, size_t n, const char *payload, size_t payload_len);
+
 /* Stops: requests not yet sent are not sent (their rows go back to the queue without an
  * attempt), those out are answered and recorded, then the workers exit. NULL ok. */
 void outbox_stop(outbox *ob);

@@ -222,6 +222,26 @@ void store_job_free(store_job *job)
     memset(job, 0, sizeof(*job));
 }
 
+/* The largest row body or payload a claimed row carries (the stores' claims have the same). */
+#define STORE_JOB_BYTES_MAX (CRCR_MAX_BODY_DEFAULT * 4u)
+
+crcr_err store_job_claimed(store_job *out, const store_delivery *d, const store_new_job *j)
+{
+    memset(out, 0, sizeof(*out));
+    buf_init(&out->body, STORE_JOB_BYTES_MAX);
+    buf_init(&out->payload, STORE_JOB_BYTES_MAX);
+    out->id = *j->claimed_id;
+    out->lease_until = j->lease_until;
+    out->pr_number = d->pr_number;
+    if (!(out->kind = strdup(j->kind)) || !(out->target = strdup(j->target)) ||
+        (d->delivery_id && !(out->delivery_id = strdup(d->delivery_id))) ||
+        (d->event && !(out->event = strdup(d->event))) ||
+        (d->head_sha && !(out->head_sha = strdup(d->head_sha))) ||
+        buf_append(&out->body, j->body ? j->body : "", j->body_len) != CRCR_OK)
+        return CRCR_E_NOMEM;
+    return CRCR_OK;
+}
+
 crcr_err store_claim(store *st, int64_t now, int64_t lease_ms, store_job *out)
 {
     size_t n = 0;

@@ -116,6 +116,13 @@ typedef struct store_new_job {
     /* inserted only when a row with the same seq_key exists already: a cancelled check run
      * completes one that was created, it never starts one */
     bool after_seq;
+    /* A row the caller carries out itself at once (outbox_take), claimed in the ingest's own
+     * transaction instead of by a claim after it: with claimed_id set (and no seq_key, not
+     * after_seq), store_ingest inserts it `running` under this lease (its store_job_claimed)
+     * and writes its id there; a store that cannot leaves the row queued and the id as it was
+     * (set it to 0 first). Read it only when the ingest succeeded. */
+    int64_t lease_until;
+    int64_t *claimed_id;
 } store_new_job;
 
 /* Writes the delivery and its jobs in one transaction. CRCR_E_DUPLICATE (and nothing written)
@@ -205,6 +212,12 @@ typedef struct store_job {
 } store_job;
 
 void store_job_free(store_job *job);
+
+/* The claimed row of a successful ingest (a store_new_job with claimed_id, now set), as a claim
+ * would return it but for the delivery's payload, left empty (the rows of one delivery share
+ * one copy, see outbox_take): fills `out` with copies of the row's and the delivery's other
+ * fields. Owner: the caller, through store_job_free (also on failure: CRCR_E_NOMEM). */
+crcr_err store_job_claimed(store_job *out, const store_delivery *d, const store_new_job *j);
 
 /*
  * Claims the earliest due row and leases it until now + lease_ms. Due: queued with its time come,

@@ -586,6 +586,75 @@ static void claim_takes_back_a_row_whose_lease_expired(void **state)
     store_job_free(&again);
 }
 
+/* Rows an ingest claims itself (store_new_job.claimed_id, the webhook's hand-over to the outbox)
+ * are running under the lease given: no claim hands them out while it holds, the ids written
+ * fence their finish as a claim's would, the others stay queued, and an unfinished claimed row
+ * comes back once its lease ran out. */
+static void ingest_claims_the_rows_given_a_lease(void **state)
+{
+    store *st = *state;
+    int64_t ids[3] = {0, 0, 0};
+    const char *targets[] = {"a/one", "b/two", "c/three"};
+    store_new_job jobs[3];
+    for (size_t i = 0; i < 3; i++)
+        jobs[i] = (store_new_job){.kind = "dispatch", .target = targets[i], .due_at = 1000};
+    jobs[0].lease_until = jobs[1].lease_until = 61000;
+    jobs[0].claimed_id = &ids[0];
+    jobs[1].claimed_id = &ids[1];
+    store_delivery d = {.delivery_id = "d-claimed",
+                        .event = "pull_request",
+                        .action = "opened",
+                        .upstream_repo = "pytorch/pytorch",
+                        .pr_number = 7,
+                        .head_sha = "sha7",
+                        .received_at = 1000,
+                        .payload = "{\"x\":2}",
+                        .payload_len = 7,
+                        .status = "queued"};
+    assert_int_equal(store_ingest(st, &d, jobs, 3), CRCR_OK);
+    assert_true(ids[0] > 0);
+    assert_true(ids[1] > 0);
+    assert_true(ids[0] != ids[1]);
+    assert_int_equal(ids[2], 0);
+    store_outbox_stats s;
+    assert_int_equal(store_outbox_stats_get(st, &s), CRCR_OK);
+    assert_int_equal(s.running, 2);
+    assert_int_equal(s.queued, 1);
+
+    /* Only the row without a lease is claimable. */
+    store_job j;
+    assert_int_equal(store_claim(st, 2000, 60000, &j), CRCR_OK);
+    assert_string_equal(j.target, "c/three");
+    store_job_free(&j);
+    assert_int_equal(store_claim(st, 3000, 60000, &j), CRCR_E_NOT_FOUND);
+
+    /* The caller's row is the claimed one: its finish goes through under the lease. */
+    store_job mine;
+    assert_int_equal(store_job_claimed(&mine, &d, &jobs[0]), CRCR_OK);
+    assert_int_equal(mine.id, ids[0]);
+    assert_int_equal(mine.lease_until, 61000);
+    assert_string_equal(mine.kind, "dispatch");
+    assert_string_equal(mine.target, "a/one");
+    assert_string_equal(mine.delivery_id, "d-claimed");
+    assert_string_equal(mine.event, "pull_request");
+    assert_string_equal(mine.head_sha, "sha7");
+    assert_int_equal(mine.pr_number, 7);
+    assert_int_equal(mine.attempts, 0);
+    assert_int_equal(mine.payload.len, 0); /* shared by the caller (outbox_take) */
+    assert_int_equal(store_job_finish(st, &mine, "sent", 204, NULL, NULL, NULL, 0, 4000), CRCR_OK);
+    store_job_free(&mine);
+
+    /* The other claimed row, never finished, comes back after its lease. */
+    assert_int_equal(store_claim(st, 61000, 60000, &j), CRCR_E_NOT_FOUND);
+    assert_int_equal(store_claim(st, 61001, 60000, &j), CRCR_OK);
+    assert_int_equal(j.id, ids[1]);
+    assert_string_equal(j.target, "b/two");
+    assert_int_equal(j.payload.len, 7);
+    store_job_free(&j);
+    assert_int_equal(store_outbox_stats_get(st, &s), CRCR_OK);
+    assert_int_equal(s.sent, 1);
+}
+
 /* A worker whose lease ran out must not change the row any more: neither its late "sent" nor
  * its late retry (which would send the row a third time) may overwrite the new holder's work. */
 static void a_lost_lease_fences_finish_retry_and_renew(void **state)
@@ -3151,6 +3220,7 @@ int main(int argc, char **argv)
         T(ingest_without_jobs_records_an_ignored_delivery),
         T(claim_hands_out_due_rows_in_due_order_with_their_delivery),
         T(claim_takes_back_a_row_whose_lease_expired),
+        T(ingest_claims_the_rows_given_a_lease),
         T(a_lost_lease_fences_finish_retry_and_renew),
         T(claim_of_a_job_row_carries_its_own_body),
         T(finish_and_retry_record_outcomes_and_attempts),

@@ -24,15 +24,42 @@ static bool batched(const store_new_job *j)
     return !j->seq_key && !j->after_seq;
 }
 
+/* The rows of a batched INSERT as they come back: a claimed one's id goes to its job. */
+typedef struct batch_claims {
+    const store_new_job *jobs;
+    size_t n;
+    int64_t queued; /* rows inserted queued */
+} batch_claims;
+
+static int batch_claimed(void *ctx, const store_row_source *s)
+{
+    batch_claims *b = ctx;
+    if (s->i64(s->src, 3, 0) <= 0) { /* no lease: queued */
+        b->queued++;
+        return 0;
+    }
+    const char *kind = s->text(s->src, 1), *target = s->text(s->src, 2);
+    for (size_t i = 0; kind && target && i < b->n; i++) {
+        const store_new_job *j = &b->jobs[i];
+        if (j->claimed_id && j->lease_until > 0 && batched(j) && strcmp(j->kind, kind) == 0 &&
+            strcmp(j->target, target) == 0) {
+            *j->claimed_id = s->i64(s->src, 0, 0);
+            break;
+        }
+    }
+    return 0;
+}
+
 /* The batched jobs of `jobs` as one INSERT: a JSON array of [kind, target, hex body, due] read by
  * json_array_elements, in the jobs' order (WITH ORDINALITY: ids follow it, as the claims' order
  * does). One round trip instead of one per row: a fan-out's ingest to 100 repositories made 100
  * INSERTs in its transaction. *inserted is the number of rows it took, 0 when the document would
  * pass PG_JOBS_JSON_MAX (the caller then inserts them a statement each). */
 static crcr_err insert_batch(pgx *x, const char *delivery_id, const store_new_job *jobs, size_t n,
-                             int64_t now, size_t *inserted)
+                             int64_t now, size_t *inserted, int64_t *queued)
 {
     *inserted = 0;
+    *queued = 0;
     buf_t doc;
     buf_init(&doc, PG_JOBS_JSON_MAX);
     jw w;
@@ -59,21 +86,41 @@ static crcr_err insert_batch(pgx *x, const char *delivery_id, const store_new_jo
             jw_null(&w);
         }
         jw_int(&w, j->due_at ? j->due_at : now);
+        if (j->claimed_id && j->lease_until > 0)
+            jw_int(&w, j->lease_until);
+        else
+            jw_null(&w);
         jw_arr_end(&w);
         k++;
     }
     jw_arr_end(&w);
     crcr_err e = CRCR_OK;
     if (!w.err) {
+        /* Rows with a lease are claimed by this instance (store_new_job.claimed_id), as a claim
+         * does: running, its lease, this instance as their owner (none when not one). */
+        pg_store *s = x->s;
+        int id = atomic_load(&s->live_id);
+        bool held = id > 0 && atomic_load(&s->live_since) > 0;
+        batch_claims bc = {.jobs = jobs, .n = n};
+        bool called_back = x->called_back;
         e = pg_query(x,
                      "INSERT INTO outbox(kind, delivery_id, target, body, state, attempts, "
-                     "next_attempt_at, created_at) SELECT r->>0, $1, r->>1, decode(r->>2, 'hex'), "
-                     "'queued', 0, (r->>3)::bigint, $2 FROM json_array_elements($3::json) WITH "
-                     "ORDINALITY AS t(r, i) ORDER BY t.i ON CONFLICT DO NOTHING",
-                     ARGS(ARG_TEXT(delivery_id), ARG_INT(now), ARG_TEXT(buf_cstr(&doc))), NULL,
-                     NULL, NULL);
-        if (!e)
+                     "next_attempt_at, created_at, lease_until, owner) SELECT r->>0, $1, r->>1, "
+                     "decode(r->>2, 'hex'), CASE WHEN r->>4 IS NULL THEN 'queued' ELSE 'running' "
+                     "END, 0, (r->>3)::bigint, $2, (r->>4)::bigint, CASE WHEN r->>4 IS NULL THEN "
+                     "NULL ELSE $4::integer END FROM json_array_elements($3::json) WITH "
+                     "ORDINALITY AS t(r, i) ORDER BY t.i ON CONFLICT DO NOTHING RETURNING id, "
+                     "kind, target, lease_until",
+                     ARGS(ARG_TEXT(delivery_id), ARG_INT(now), ARG_TEXT(buf_cstr(&doc)),
+                          ARG_INT_IF(held, id)),
+                     batch_claimed, &bc, NULL);
+        /* The ids reach the caller only through the outcome of the whole transaction: an
+         * attempt retried on a fresh connection writes them again. */
+        x->called_back = called_back;
+        if (!e) {
             *inserted = k;
+            *queued = bc.queued;
+        }
     }
     buf_free(&doc);
     return e;
@@ -83,14 +130,14 @@ crcr_err pg_insert_jobs(pgx *x, const char *delivery_id, const store_new_job *jo
                         int64_t now)
 {
     size_t n_batched = 0, in_batch = 0;
+    int64_t added = 0; /* rows other instances may claim: their wake-up */
     for (size_t i = 0; i < n; i++)
         n_batched += batched(&jobs[i]);
     if (n_batched > 1) {
-        crcr_err e = insert_batch(x, delivery_id, jobs, n, now, &in_batch);
+        crcr_err e = insert_batch(x, delivery_id, jobs, n, now, &in_batch, &added);
         if (e)
             return e;
     }
-    int64_t added = (int64_t)in_batch;
     for (size_t i = 0; i < n; i++) {
         const store_new_job *j = &jobs[i];
         if (in_batch && batched(j))
@@ -132,6 +179,9 @@ static crcr_err op_ingest(pgx *x, void *arg)
     int64_t rows = 0;
     if (a->sup) /* an attempt retried on a fresh connection counts afresh */
         a->sup->dispatches = a->sup->runs = a->sup->withdrawn = 0;
+    for (size_t i = 0; i < a->n; i++) /* ... and claims afresh */
+        if (a->jobs[i].claimed_id)
+            *a->jobs[i].claimed_id = 0;
     crcr_err e = a->sup ? pg_lock_pr(x, d->pr_number, true) : CRCR_OK;
     if (!e)
         e = pg_query(

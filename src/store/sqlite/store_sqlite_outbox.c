@@ -41,16 +41,23 @@ static crcr_err insert_job(sqlite_store *s, const char *delivery_id, const store
         if (err || !job->seq_key || !started.found)
             return err;
     }
+    /* A row the caller claims in this transaction (store.h): running under its lease. */
+    bool claimed = job->claimed_id && job->lease_until > 0 && !job->seq_key && !job->after_seq;
     sqlite3_stmt *q = sq_stmt(s, SQ_INS_JOB,
                               "INSERT INTO outbox(kind, delivery_id, target, body, state, "
-                              "attempts, next_attempt_at, created_at, seq_key) VALUES "
-                              "(?,?,?,?,'queued',0,?,?,?)");
+                              "attempts, next_attempt_at, created_at, seq_key, lease_until) "
+                              "VALUES (?,?,?,?,?,0,?,?,?,?)");
     if (!q)
         return CRCR_E_STORE;
-    return insert_step(s, q, op,
-                       ARGS(ARG_TEXT(job->kind), ARG_TEXT(delivery_id), ARG_TEXT(job->target),
-                            ARG_BLOB(job->body, job->body_len), ARG_INT(due), ARG_INT(created),
-                            ARG_TEXT(job->seq_key)));
+    crcr_err err = insert_step(
+        s, q, op,
+        ARGS(ARG_TEXT(job->kind), ARG_TEXT(delivery_id), ARG_TEXT(job->target),
+             ARG_BLOB(job->body, job->body_len),
+             ARG_TEXT(ob_state_name(claimed ? OB_STATE_RUNNING : OB_STATE_QUEUED)), ARG_INT(due),
+             ARG_INT(created), ARG_TEXT(job->seq_key), ARG_INT_IF(claimed, job->lease_until)));
+    if (!err && claimed)
+        *job->claimed_id = (int64_t)sqlite3_last_insert_rowid(s->db);
+    return err;
 }
 
 crcr_err sq_insert_jobs(sqlite_store *s, const char *delivery_id, const store_new_job *jobs,
@@ -108,6 +115,9 @@ typedef struct ingest_args {
 static crcr_err ingest_apply(sqlite_store *s, sq_group_req *r)
 {
     const ingest_args *a = r->arg;
+    for (size_t i = 0; i < a->n; i++) /* an apply run again claims afresh */
+        if (a->jobs[i].claimed_id)
+            *a->jobs[i].claimed_id = 0;
     crcr_err err = ingest_one(s, a->d, a->jobs, a->n, a->sup);
     if (err && a->sup) /* its savepoint is undone: nothing was ended */
         a->sup->dispatches = a->sup->runs = a->sup->withdrawn = 0;
