@@ -289,8 +289,11 @@ class AuthBeforeWorkTest(CallbackMixin, unittest.TestCase):
         note("worst shape: %s, median %.2f ms; peak RSS grew %.1f MiB over all shapes"
              % (worst[1], worst[0], grown_mb))
         if not sanitized(pid):  # ASan's quarantine keeps freed memory: no figure to judge
-            # Nothing built: the labels' 249,857 objects took 55 MiB of peak RSS to build.
-            self.assertLess(grown_mb, 8.0)
+            # Nothing built: the labels' 249,857 objects took 55 MiB of peak RSS to build. Which
+            # HTTP thread takes a connection is the kernel's choice, so the warm-up may leave
+            # some without their 1 MiB buffer: up to 8 MiB of buffers, 4 MiB of slack (6.1-6.2
+            # MiB alone, 8.05 once while the whole suite ran).
+            self.assertLess(grown_mb, 12.0)
 
     REPEAT = 9
 
