@@ -1679,7 +1679,9 @@ size_t outbox_reserve(outbox *ob, size_t n, int64_t *lease_until)
         return 0;
     pthread_mutex_lock(&ob->mu);
     size_t k = 0;
-    if (!ob->stopping && ob->jobs < ob->max_jobs) {
+    /* Not while rows wait for a claim (`pending`): new rows then queue behind them, in due order,
+     * instead of taking the slots the older ones wait for. */
+    if (!ob->stopping && !ob->pending && ob->jobs < ob->max_jobs) {
         k = ob->max_jobs - ob->jobs;
         if (k > n)
             k = n;

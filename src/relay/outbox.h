@@ -98,9 +98,10 @@ void outbox_wake(outbox *ob, size_t n);
 
 /* Rows an ingest claims in its own transaction (store_new_job.claimed_id) and hands over at once,
  * saving a claim's transaction and the wait for it (a fan-out's first requests leave sooner).
- * outbox_reserve takes up to `n` free job slots (0 while stopping or full; NULL ob: 0) and says
- * the lease to claim under; each reserved slot then goes to outbox_take (its row was claimed) or
- * back through outbox_unreserve (the ingest failed, or its store left the row queued). */
+ * outbox_reserve takes up to `n` free job slots (0 while stopping, full, or rows wait for a
+ * claim, which keeps the order of due rows; NULL ob: 0) and says the lease to claim under; each
+ * reserved slot then goes to outbox_take (its row was claimed) or back through outbox_unreserve
+ * (the ingest failed, or its store left the row queued). */
 size_t outbox_reserve(outbox *ob, size_t n, int64_t *lease_until);
 void outbox_unreserve(outbox *ob, size_t n);
 /* Takes over `n` claimed rows of one delivery in reserved slots (their store_jobs are moved: the
