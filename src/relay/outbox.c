@@ -16,6 +16,9 @@
  * for jobs; else sleep. One worker claims at a time, a batch per store transaction, and runs the
  * first step of every row it claimed itself: work whose result is local (dry-run rows, rows of a
  * paused installation, comments already recorded) is done there without waking another thread.
+ * A webhook's dispatch rows skip the claim when there are free slots and no rows waiting for one:
+ * its ingest claims them in its own transaction (outbox_reserve, then outbox_take puts them on
+ * the ready list with one shared copy of the payload).
  * Outcomes of the jobs a worker ends together are recorded in one store transaction
  * (store_jobs_settle). A job's slot is given back only once its outcome is recorded. A crash
  * loses nothing: a claimed row stays `running` until the store hands it out again.
