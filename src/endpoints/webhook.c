@@ -220,31 +220,6 @@ static size_t changed_pairs(const dispatch_plan *plan, const char **repos, size_
     return k;
 }
 
-/* Hands the rows a successful ingest claimed (jobs[0..reserved), store_new_job.claimed_id) to
- * the outbox, and gives back the slots of those its store left queued; how many it took. */
-static size_t hand_over(crcr_app *app, const store_delivery *d, const store_new_job *jobs,
-                        size_t reserved)
-{
-    store_job *sj = reserved ? calloc(reserved, sizeof(*sj)) : NULL;
-    size_t k = 0;
-    for (size_t i = 0; i < reserved; i++) {
-        if (*jobs[i].claimed_id <= 0)
-            continue; /* left queued: claimed after the wake-up */
-        store_job none = {.id = *jobs[i].claimed_id, .lease_until = jobs[i].lease_until};
-        store_job *to = sj ? &sj[k] : &none;
-        if (sj && store_job_claimed(to, d, &jobs[i]) == CRCR_OK) {
-            k++;
-        } else { /* no memory: the row goes back to the queue (a fence needs its id and lease) */
-            (void)store_job_retry(app->st, to, clock_now_ms(), false, 0, "out of memory");
-            store_job_free(to);
-        }
-    }
-    outbox_take(app->ob, sj, k, d->payload, d->payload_len);
-    outbox_unreserve(app->ob, reserved - k);
-    free(sj);
-    return k;
-}
-
 /* Persists the delivery with one dispatch row per allowlisted repo (an edit: per repo whose pair
  * changed), their Depends-On pairs and the supersession of the PR's older dispatches, and
  * answers. */
@@ -322,7 +297,7 @@ static void accept_dispatch(crcr_app *app, const http_request *req, http_respons
         reject(app, resp, 503, "store unavailable, please redeliver", delivery);
     } else {
         /* The workers start on the rows while the answer is built and sent. */
-        size_t taken = hand_over(app, &d, jobs, reserved);
+        size_t taken = outbox_take(app->ob, &d, jobs, reserved);
         reserved = 0;
         outbox_wake(app->ob, n - taken + (size_t)sup.runs);
         metrics_webhook_result("accepted");
@@ -346,7 +321,7 @@ static void accept_dispatch(crcr_app *app, const http_request *req, http_respons
                  "targets", count, "ended", plan->reason ? ended : NULL, NULL);
     }
     outbox_unreserve(app->ob, reserved); /* not stored: the slots go back */
-    for (size_t i = 0; i < n_pairs; i++) /* the rows' bodies, copied by hand_over */
+    for (size_t i = 0; i < n_pairs; i++) /* the rows' bodies, copied by outbox_take */
         buf_free(&pair_bodies[i]);
     free(repos);
     free(jobs);

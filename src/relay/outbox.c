@@ -1701,21 +1701,27 @@ void outbox_unreserve(outbox *ob, size_t n)
         slots_free(ob, n);
 }
 
-void outbox_take(outbox *ob, store_job *sj, size_t n, const char *payload, size_t payload_len)
+size_t outbox_take(outbox *ob, const store_delivery *d, const store_new_job *jobs, size_t reserved)
 {
+    if (!ob || reserved == 0)
+        return 0;
     job *head = NULL, *tail = NULL;
     size_t made = 0;
-    shared_payload *sp = n ? shared_payload_new(payload, payload_len) : NULL;
-    for (size_t i = 0; i < n; i++) {
-        job *j = sp ? job_new(ob, &sj[i]) : NULL;
-        if (j) {
-            atomic_fetch_add(&sp->refs, 1);
-            j->shared = sp;
-        } else { /* no memory: the row goes back to the queue */
-            (void)store_job_retry(ob->st, &sj[i], clock_now_ms(), false, 0, "out of memory");
-            store_job_free(&sj[i]);
+    shared_payload *sp = shared_payload_new(d->payload, d->payload_len);
+    for (size_t i = 0; i < reserved; i++) {
+        if (*jobs[i].claimed_id <= 0)
+            continue; /* left queued: claimed after the wake-up */
+        store_job sj;
+        job *j = NULL;
+        if (store_job_claimed(&sj, d, &jobs[i]) == CRCR_OK && sp)
+            j = job_new(ob, &sj);
+        if (!j) { /* no memory: the row goes back to the queue (its id and lease are the fence) */
+            (void)store_job_retry(ob->st, &sj, clock_now_ms(), false, 0, "out of memory");
+            store_job_free(&sj);
             continue;
         }
+        atomic_fetch_add(&sp->refs, 1);
+        j->shared = sp;
         if (tail)
             tail->next = j;
         else
@@ -1724,9 +1730,9 @@ void outbox_take(outbox *ob, store_job *sj, size_t n, const char *payload, size_
         made++;
     }
     shared_payload_drop(sp);
-    slots_free(ob, n - made);
+    slots_free(ob, reserved - made);
     if (!head)
-        return;
+        return 0;
     pthread_mutex_lock(&ob->mu);
     if (ob->ready_tail)
         ob->ready_tail->next = head;
@@ -1736,6 +1742,7 @@ void outbox_take(outbox *ob, store_job *sj, size_t n, const char *payload, size_
     /* A worker takes OUTBOX_SETTLE_MAX ready jobs at a time: as many as share them. */
     wake_idle(ob, (made + OUTBOX_SETTLE_MAX - 1) / OUTBOX_SETTLE_MAX);
     pthread_mutex_unlock(&ob->mu);
+    return made;
 }
 
 size_t outbox_installation_changed(outbox *ob, int64_t installation, const char *const *repos,

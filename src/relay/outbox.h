@@ -104,10 +104,12 @@ void outbox_wake(outbox *ob, size_t n);
  * (the ingest failed, or its store left the row queued). */
 size_t outbox_reserve(outbox *ob, size_t n, int64_t *lease_until);
 void outbox_unreserve(outbox *ob, size_t n);
-/* Takes over `n` claimed rows of one delivery in reserved slots (their store_jobs are moved: the
- * caller keeps nothing to free; their payload empty): the workers run their steps as for rows
- * they claimed, with one copy of the delivery's payload (`payload`, borrowed) shared by all. */
-void outbox_take(outbox *ob, store_job *sj, size_t n, const char *payload, size_t payload_len);
+/* After a successful ingest of `d`: takes over the rows it claimed among jobs[0..reserved) (the
+ * reserved slots; a row its store left queued has claimed_id 0) and gives back the slots of the
+ * others. The workers run their steps as for rows they claimed, with one copy of the delivery's
+ * payload shared by all; a row without memory for its job goes back to the queue. How many it
+ * took. */
+size_t outbox_take(outbox *ob, const store_delivery *d, const store_new_job *jobs, size_t reserved);
 
 /* Stops: requests not yet sent are not sent (their rows go back to the queue without an
  * attempt), those out are answered and recorded, then the workers exit. NULL ok. */

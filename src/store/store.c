@@ -222,6 +222,11 @@ void store_job_free(store_job *job)
     memset(job, 0, sizeof(*job));
 }
 
+bool store_new_job_claimed(const store_new_job *j)
+{
+    return j->claimed_id && j->lease_until > 0 && !j->seq_key && !j->after_seq;
+}
+
 /* The largest row body or payload a claimed row carries (the stores' claims have the same). */
 #define STORE_JOB_BYTES_MAX (CRCR_MAX_BODY_DEFAULT * 4u)
 

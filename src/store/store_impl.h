@@ -141,6 +141,9 @@ int store_claim_row(void *ctx, const store_row_source *s);
 /* Copies the delivery's fields (event, payload, PR number, head sha) of `from`, a job of the same
  * delivery claimed before it in the batch, into `out`: a claim reads a delivery once. */
 crcr_err store_job_copy_delivery(store_job *out, const store_job *from);
+/* Whether an ingest inserts `j` claimed by its caller (store_new_job.claimed_id): asked for,
+ * and a row without an order to keep (no seq_key, not after_seq). */
+bool store_new_job_claimed(const store_new_job *j);
 
 /* ---- supersession (store_supersede), the same for both backends ---- */
 

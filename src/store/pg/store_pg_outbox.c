@@ -28,9 +28,12 @@ static bool batched(const store_new_job *j)
 typedef struct batch_claims {
     const store_new_job *jobs;
     size_t n;
+    size_t next;    /* where the next claimed row's job is looked for first */
     int64_t queued; /* rows inserted queued */
 } batch_claims;
 
+/* Rows come back in the order inserted, so the search starts past the last match (one step per
+ * row); it goes round once when they do not. */
 static int batch_claimed(void *ctx, const store_row_source *s)
 {
     batch_claims *b = ctx;
@@ -39,22 +42,25 @@ static int batch_claimed(void *ctx, const store_row_source *s)
         return 0;
     }
     const char *kind = s->text(s->src, 1), *target = s->text(s->src, 2);
-    for (size_t i = 0; kind && target && i < b->n; i++) {
+    for (size_t k = 0; kind && target && k < b->n; k++) {
+        size_t i = (b->next + k) % b->n;
         const store_new_job *j = &b->jobs[i];
-        if (j->claimed_id && j->lease_until > 0 && batched(j) && strcmp(j->kind, kind) == 0 &&
+        if (store_new_job_claimed(j) && strcmp(j->kind, kind) == 0 &&
             strcmp(j->target, target) == 0) {
             *j->claimed_id = s->i64(s->src, 0, 0);
+            b->next = i + 1;
             break;
         }
     }
     return 0;
 }
 
-/* The batched jobs of `jobs` as one INSERT: a JSON array of [kind, target, hex body, due] read by
- * json_array_elements, in the jobs' order (WITH ORDINALITY: ids follow it, as the claims' order
- * does). One round trip instead of one per row: a fan-out's ingest to 100 repositories made 100
- * INSERTs in its transaction. *inserted is the number of rows it took, 0 when the document would
- * pass PG_JOBS_JSON_MAX (the caller then inserts them a statement each). */
+/* The batched jobs of `jobs` as one INSERT: a JSON array of [kind, target, hex body, due, lease
+ * (null: queued)] read by json_array_elements, in the jobs' order (WITH ORDINALITY: ids follow
+ * it, as the claims' order does). One round trip instead of one per row: a fan-out's ingest to
+ * 100 repositories made 100 INSERTs in its transaction. *inserted is the number of rows it took,
+ * 0 when the document would pass PG_JOBS_JSON_MAX (the caller then inserts them a statement
+ * each); *queued how many of them are queued (not claimed). */
 static crcr_err insert_batch(pgx *x, const char *delivery_id, const store_new_job *jobs, size_t n,
                              int64_t now, size_t *inserted, int64_t *queued)
 {
@@ -86,7 +92,7 @@ static crcr_err insert_batch(pgx *x, const char *delivery_id, const store_new_jo
             jw_null(&w);
         }
         jw_int(&w, j->due_at ? j->due_at : now);
-        if (j->claimed_id && j->lease_until > 0)
+        if (store_new_job_claimed(j))
             jw_int(&w, j->lease_until);
         else
             jw_null(&w);

@@ -42,7 +42,7 @@ static crcr_err insert_job(sqlite_store *s, const char *delivery_id, const store
             return err;
     }
     /* A row the caller claims in this transaction (store.h): running under its lease. */
-    bool claimed = job->claimed_id && job->lease_until > 0 && !job->seq_key && !job->after_seq;
+    bool claimed = store_new_job_claimed(job);
     sqlite3_stmt *q = sq_stmt(s, SQ_INS_JOB,
                               "INSERT INTO outbox(kind, delivery_id, target, body, state, "
                               "attempts, next_attempt_at, created_at, seq_key, lease_until) "
