@@ -223,6 +223,22 @@ static size_t changed_pairs(const dispatch_plan *plan, const char **repos, size_
 /* Persists the delivery with one dispatch row per allowlisted repo (an edit: per repo whose pair
  * changed), their Depends-On pairs and the supersession of the PR's older dispatches, and
  * answers. */
+/* The early hand-over of accept_dispatch's claimed rows (store_visible): run by the store
+ * between the ingest's commit and its sync. */
+typedef struct take_ctx {
+    outbox *ob;
+    const store_delivery *d;
+    const store_new_job *jobs;
+    size_t reserved;
+    size_t taken;
+} take_ctx;
+
+static void take_early(void *vctx)
+{
+    take_ctx *t = vctx;
+    t->taken = outbox_take(t->ob, t->d, t->jobs, t->reserved);
+}
+
 static void accept_dispatch(crcr_app *app, const http_request *req, http_response *resp,
                             const char *event, const char *delivery, const jv *doc,
                             const dispatch_plan *plan)
@@ -287,8 +303,13 @@ static void accept_dispatch(crcr_app *app, const http_request *req, http_respons
     ended_ctx_init(&ec, app);
     store_supersede sup = {
         .reason = plan->reason, .any_sha = plan->any_sha, .effects = ended_effects, .ctx = &ec};
-    crcr_err e = store_ingest_superseding(app->st, &d, jobs, n, plan->reason ? &sup : NULL);
+    take_ctx tc = {.ob = app->ob, .d = &d, .jobs = jobs, .reserved = reserved};
+    store_visible vis = {.fn = take_early, .ctx = &tc};
+    crcr_err e = store_ingest_superseding(app->st, &d, jobs, n, plan->reason ? &sup : NULL,
+                                          reserved ? &vis : NULL);
     ended_ctx_free(&ec);
+    if (vis.called) /* the rows were handed over while the disk synced: the slots are theirs */
+        reserved = 0;
     if (e == CRCR_E_DUPLICATE) {
         metrics_webhook_result("duplicate");
         LOG_INFO("webhook.duplicate", "delivery", delivery, "event", event, NULL);
@@ -296,8 +317,9 @@ static void accept_dispatch(crcr_app *app, const http_request *req, http_respons
     } else if (e) {
         reject(app, resp, 503, "store unavailable, please redeliver", delivery);
     } else {
-        /* The workers start on the rows while the answer is built and sent. */
-        size_t taken = outbox_take(app->ob, &d, jobs, reserved);
+        /* The workers start on the rows while the answer is built and sent (or started while
+         * the ingest's commit was synced). */
+        size_t taken = vis.called ? tc.taken : outbox_take(app->ob, &d, jobs, reserved);
         reserved = 0;
         outbox_wake(app->ob, n - taken + (size_t)sup.runs);
         metrics_webhook_result("accepted");

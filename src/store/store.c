@@ -169,21 +169,23 @@ crcr_err store_probe_write(store *st)
 
 crcr_err store_ingest(store *st, const store_delivery *d, const store_new_job *jobs, size_t n)
 {
-    crcr_err e = st->ops->outbox->ingest(st, d, jobs, n, NULL);
+    crcr_err e = st->ops->outbox->ingest(st, d, jobs, n, NULL, NULL);
     if (!e) /* a durable write went through */
         store_fault_clear(st);
     return e;
 }
 
 crcr_err store_ingest_superseding(store *st, const store_delivery *d, const store_new_job *jobs,
-                                  size_t n, store_supersede *sup)
+                                  size_t n, store_supersede *sup, store_visible *vis)
 {
+    if (vis)
+        vis->called = false;
     if (sup) {
         sup->dispatches = sup->runs = sup->withdrawn = 0;
         if (d->pr_number <= 0 || end_reason_parse(sup->reason) == END_REASON_UNKNOWN)
             sup = NULL;
     }
-    crcr_err e = st->ops->outbox->ingest(st, d, jobs, n, sup);
+    crcr_err e = st->ops->outbox->ingest(st, d, jobs, n, sup, vis);
     if (!e) /* a durable write went through */
         store_fault_clear(st);
     return e;

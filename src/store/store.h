@@ -167,10 +167,25 @@ typedef struct store_supersede {
     int withdrawn;  /* queued dispatch rows withdrawn */
 } store_supersede;
 
+/* An ingest's early hand-over of the rows it claimed (store_new_job.claimed_id). A store whose
+ * commit makes rows visible to other connections before it makes them durable (SQLite's group
+ * commit: the WAL is synced after the write lock is released) calls fn(ctx) once, on the
+ * calling thread, in between - when the ingest committed alone (a group of others' durable
+ * writes is not held up for it) - and sets `called`. The caller then carries its claimed rows
+ * out while the disk syncs: if the sync fails the ingest still returns CRCR_E_STORE, and the
+ * rows, stored but perhaps not durable, are carried out at least once, as a claim that read them
+ * during the sync would. Not called (`called` false; always on PostgreSQL, whose commit is
+ * durable when it returns): hand the rows over after a successful return, as before. */
+typedef struct store_visible {
+    void (*fn)(void *ctx);
+    void *ctx;
+    bool called;
+} store_visible;
+
 /* store_ingest, then (same transaction) the supersession `sup` of the delivery's PR
- * (d->pr_number > 0; NULL or no PR: store_ingest). */
+ * (d->pr_number > 0; NULL or no PR: store_ingest), with the early hand-over `vis` (NULL: none). */
 crcr_err store_ingest_superseding(store *st, const store_delivery *d, const store_new_job *jobs,
-                                  size_t n, store_supersede *sup);
+                                  size_t n, store_supersede *sup, store_visible *vis);
 
 /* One upstream PR store_pair_redispatch dispatched again. */
 typedef struct store_pair_hit {

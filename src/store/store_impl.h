@@ -276,9 +276,10 @@ typedef struct store_run_call {
 
 /* Deliveries, the outbox, kv and leases, retention. */
 typedef struct store_outbox_ops {
-    /* `sup` NULL: no supersession (store.c passes none for a delivery without a PR). */
+    /* `sup` NULL: no supersession (store.c passes none for a delivery without a PR); `vis`
+     * NULL: no early hand-over (store_visible). */
     crcr_err (*ingest)(store *st, const store_delivery *d, const store_new_job *jobs, size_t n,
-                       store_supersede *sup);
+                       store_supersede *sup, store_visible *vis);
     /* store_pair_redispatch; `sup`'s counts are zero, *n is 0, base_id fits. */
     crcr_err (*pair_redispatch)(store *st, const char *repo, int64_t number, const char *base_id,
                                 int64_t now, const store_new_job *job, store_supersede *sup,

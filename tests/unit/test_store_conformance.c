@@ -655,6 +655,86 @@ static void ingest_claims_the_rows_given_a_lease(void **state)
     assert_int_equal(s.sent, 1);
 }
 
+/* store_visible: what the early hand-over saw and did. */
+typedef struct early_seen {
+    store *st;
+    const store_delivery *d;
+    const store_new_job *jobs;
+    int64_t id_seen;
+    crcr_err finish;
+    int calls;
+} early_seen;
+
+/* The hand-over of the ingest's claimed row, as a worker would carry it out while the ingest's
+ * commit is synced: the row is there, claimed, and its outcome can be recorded. */
+static void early_take(void *ctx)
+{
+    early_seen *e = ctx;
+    e->calls++;
+    e->id_seen = *e->jobs[0].claimed_id;
+    store_job mine;
+    e->finish = store_job_claimed(&mine, e->d, &e->jobs[0]);
+    if (e->finish == CRCR_OK)
+        e->finish = store_job_finish(e->st, &mine, "sent", 204, NULL, NULL, NULL, 0, 2000);
+    store_job_free(&mine);
+}
+
+/* An ingest's early hand-over (store_visible): on SQLite, an ingest committing alone hands its
+ * claimed rows over between its commit and its sync, before it returns; a worker can record the
+ * row's outcome then, and the ingest still returns its own result. PostgreSQL's commit is durable
+ * when it returns: it never calls the hand-over, and the caller hands the rows over after. A
+ * duplicate delivery hands nothing over. */
+static void ingest_hands_rows_over_before_its_sync(void **state)
+{
+    store *st = *state;
+    int64_t id = 0;
+    const char *targets[] = {"a/one", "b/two"};
+    store_new_job jobs[2] = {
+        {.kind = "dispatch",
+         .target = targets[0],
+         .due_at = 1000,
+         .lease_until = 61000,
+         .claimed_id = &id},
+        {.kind = "dispatch", .target = targets[1], .due_at = 1000},
+    };
+    store_delivery d = {.delivery_id = "d-early",
+                        .event = "pull_request",
+                        .action = "opened",
+                        .upstream_repo = "pytorch/pytorch",
+                        .pr_number = 9,
+                        .head_sha = "sha9",
+                        .received_at = 1000,
+                        .payload = "{\"x\":3}",
+                        .payload_len = 7,
+                        .status = "queued"};
+    early_seen seen = {.st = st, .d = &d, .jobs = jobs, .finish = CRCR_E_INVALID};
+    store_visible vis = {.fn = early_take, .ctx = &seen, .called = true};
+    assert_int_equal(store_ingest_superseding(st, &d, jobs, 2, NULL, &vis), CRCR_OK);
+    assert_true(id > 0);
+    store_outbox_stats s;
+    assert_int_equal(store_outbox_stats_get(st, &s), CRCR_OK);
+    assert_int_equal(s.queued, 1); /* the unclaimed row */
+    if (g_pg) {
+        assert_false(vis.called);
+        assert_int_equal(seen.calls, 0);
+        assert_int_equal(s.running, 1);
+    } else {
+        assert_true(vis.called);
+        assert_int_equal(seen.calls, 1);
+        assert_int_equal(seen.id_seen, id);
+        assert_int_equal(seen.finish, CRCR_OK);
+        assert_int_equal(s.running, 0);
+        assert_int_equal(s.sent, 1);
+    }
+
+    /* The same delivery again: a duplicate, nothing handed over. */
+    seen.calls = 0;
+    id = 0;
+    assert_int_equal(store_ingest_superseding(st, &d, jobs, 2, NULL, &vis), CRCR_E_DUPLICATE);
+    assert_false(vis.called);
+    assert_int_equal(seen.calls, 0);
+}
+
 /* A worker whose lease ran out must not change the row any more: neither its late "sent" nor
  * its late retry (which would send the row a third time) may overwrite the new holder's work. */
 static void a_lost_lease_fences_finish_retry_and_renew(void **state)
@@ -2822,7 +2902,7 @@ static crcr_err ingest_pr(store *st, const char *id, int64_t at, const char *sha
                         .payload = "{\"x\":1}",
                         .payload_len = 7,
                         .status = "queued"};
-    return store_ingest_superseding(st, &d, jobs, n, sup);
+    return store_ingest_superseding(st, &d, jobs, n, sup, NULL);
 }
 
 /* store_ended_fn: a check run per ended run, keyed "k:<job>", after its seq_key only. */
@@ -3083,6 +3163,41 @@ static void only_another_head_or_pair_is_superseded_unless_every_one_is(void **s
     assert_string_equal(dispatch_end(st, "e", "r/one").ended, "(null)");
 }
 
+/* A fan-out whose targets differ: one with an older dispatch at another head (ended), one at
+ * this head already (passed over), one new to the PR (its head written). PostgreSQL judges them
+ * in one statement and writes the new heads in one; the outcome is the one-by-one one. */
+static void a_fan_out_ends_only_the_targets_at_another_head(void **state)
+{
+    store *st = *state;
+    const char *ab[] = {"r/a", "r/b"}, *a[] = {"r/a"}, *abc[] = {"r/a", "r/b", "r/c"};
+    store_supersede sup = {.reason = "superseded"};
+    assert_int_equal(ingest_pr(st, "a", 1000, "s1", ab, 2, NULL, &sup), CRCR_OK);
+    assert_int_equal(sup.dispatches, 0);
+    assert_int_equal(raw("SELECT count(*) FROM dispatch_heads WHERE head_sha='s1'"), 2);
+    assert_int_equal(ingest_pr(st, "b", 2000, "s2", a, 1, NULL, &sup), CRCR_OK);
+    assert_int_equal(sup.dispatches, 1); /* a's r/a */
+
+    /* r/a: b is at s2, ended; r/b: at s1, passed over; r/c: new, its head written. */
+    assert_int_equal(ingest_pr(st, "c", 3000, "s1", abc, 3, NULL, &sup), CRCR_OK);
+    assert_int_equal(sup.dispatches, 1);
+    assert_string_equal(dispatch_end(st, "b", "r/a").by, "c");
+    assert_string_equal(dispatch_end(st, "a", "r/b").ended, "(null)");
+    assert_int_equal(raw("SELECT count(*) FROM dispatch_heads WHERE head_sha='s1' AND "
+                         "delivery_id='c'"),
+                     2); /* r/a and r/c; r/b's head stays a's */
+    assert_int_equal(raw("SELECT count(*) FROM dispatch_heads WHERE head_sha='s1'"), 3);
+
+    /* All at s1 now: nothing ended. Then a new head ends every open one: r/a c; r/b a, c, d;
+     * r/c c, d; and r/a's d. */
+    assert_int_equal(ingest_pr(st, "d", 4000, "s1", abc, 3, NULL, &sup), CRCR_OK);
+    assert_int_equal(sup.dispatches, 0);
+    assert_int_equal(ingest_pr(st, "e", 5000, "s3", abc, 3, NULL, &sup), CRCR_OK);
+    assert_int_equal(sup.dispatches, 7);
+    assert_string_equal(dispatch_end(st, "a", "r/b").by, "e");
+    assert_string_equal(dispatch_end(st, "d", "r/c").by, "e");
+    assert_int_equal(raw("SELECT count(*) FROM dispatch_heads WHERE head_sha='s3'"), 3);
+}
+
 static void a_push_to_a_paired_pr_redispatches_the_latest_dispatch_of_each_upstream_pr(void **state)
 {
     store *st = *state;
@@ -3221,6 +3336,7 @@ int main(int argc, char **argv)
         T(claim_hands_out_due_rows_in_due_order_with_their_delivery),
         T(claim_takes_back_a_row_whose_lease_expired),
         T(ingest_claims_the_rows_given_a_lease),
+        T(ingest_hands_rows_over_before_its_sync),
         T(a_lost_lease_fences_finish_retry_and_renew),
         T(claim_of_a_job_row_carries_its_own_body),
         T(finish_and_retry_record_outcomes_and_attempts),
@@ -3256,6 +3372,7 @@ int main(int argc, char **argv)
         T(dispatch_get_returns_the_relays_record_of_a_dispatch),
         T(a_newer_dispatch_ends_the_older_ones_runs_and_queued_rows_at_once),
         T(only_another_head_or_pair_is_superseded_unless_every_one_is),
+        T(a_fan_out_ends_only_the_targets_at_another_head),
         T(a_push_to_a_paired_pr_redispatches_the_latest_dispatch_of_each_upstream_pr),
         T(version_5_runs_can_be_superseded_after_the_upgrade),
         T(identity_pin_holds_the_first_ids_of_a_name),

@@ -215,9 +215,11 @@ static crcr_err op_ingest(pgx *x, void *arg)
     return e;
 }
 
+/* No early hand-over (`vis`): the commit is durable when it returns. */
 static crcr_err pg_ingest(store *st, const store_delivery *d, const store_new_job *jobs, size_t n,
-                          store_supersede *sup)
+                          store_supersede *sup, store_visible *vis)
 {
+    (void)vis;
     jobs_args a = {.d = d, .jobs = jobs, .n = n, .sup = sup};
     crcr_err e = pg_with_tx(pg_store_of(st), "ingest", op_ingest, &a);
     if (e && sup) /* rolled back: nothing was ended */

@@ -250,11 +250,60 @@ static head_read *heads_of(pgx *x, int64_t pr, const char *head_sha, const store
     return h;
 }
 
-/* The heads of a fan-out's targets are read in one statement first: a target whose latest
+/* What pg_supersede does with each job's target. */
+enum { TARGET_PASS, TARGET_HEAD, TARGET_END };
+
+typedef struct target_marks {
+    unsigned char *m;
+    size_t n;
+} target_marks;
+
+/* A target (its job's index + 1 in column 0) with an older dispatch to end. */
+static int needy_row(void *ctx, const store_row_source *s)
+{
+    target_marks *t = ctx;
+    int64_t i = s->i64(s->src, 0, 0);
+    if (i >= 1 && (uint64_t)i <= t->n)
+        t->m[i - 1] = TARGET_END;
+    return 0;
+}
+
+/* [[i + 1, repo, pair], ...] of the jobs marked `which`; how many, or 0 with *err set. */
+static size_t targets_json(const store_new_job *jobs, const unsigned char *m, size_t n,
+                           unsigned char which, buf_t *doc, crcr_err *err)
+{
+    jw w;
+    jw_init(&w, doc);
+    jw_arr(&w);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (m[i] != which)
+            continue;
+        jw_arr(&w);
+        jw_int(&w, (int64_t)i + 1);
+        jw_str(&w, jobs[i].target ? jobs[i].target : "");
+        jw_int(&w, jobs[i].pair_number);
+        jw_arr_end(&w);
+        k++;
+    }
+    jw_arr_end(&w);
+    if (w.err) {
+        *err = CRCR_E_NOMEM;
+        return 0;
+    }
+    return k;
+}
+
+/*
+ * The heads of a fan-out's targets are read in one statement first: a target whose latest
  * dispatch for the PR is at this head (the same sha and pair) has nothing to end and is passed
  * over, as supersede_target would after its own read (which changes nothing, so a target named
- * twice is judged alike); the others go through supersede_target. A fan-out's ingest to 100
- * repositories made 100 reads in its transaction, one round trip each. */
+ * twice is judged alike). Of the others, one statement finds those with an older dispatch to
+ * end, which go through supersede_target; the rest (a PR's first dispatch to a repository) get
+ * their new heads in one statement. A PR's first fan-out to 100 repositories made 300 round trips
+ * in its ingest's transaction (per target a head read, a search for older dispatches, the head
+ * written): 43 ms of a cold fan-out's 202 in a statement log; now 3.
+ */
 crcr_err pg_supersede(pgx *x, const char *by, int64_t pr, const char *head_sha,
                       const store_new_job *jobs, size_t n, store_supersede *sup, int64_t now)
 {
@@ -265,13 +314,56 @@ crcr_err pg_supersede(pgx *x, const char *by, int64_t pr, const char *head_sha,
         if (e)
             return e;
     }
-    for (size_t i = 0; i < n && !e; i++) {
-        if (ob_kind_parse(jobs[i].kind) != OB_KIND_DISPATCH ||
-            (heads && heads[i].found && heads[i].same))
-            continue;
-        e = supersede_target(x, by, pr, head_sha, &jobs[i], sup, now);
+    unsigned char *m = heads ? calloc(n, 1) : NULL;
+    if (!m) { /* one by one: a single target, any_sha, or no memory for the batch */
+        for (size_t i = 0; i < n && !e; i++)
+            if (ob_kind_parse(jobs[i].kind) == OB_KIND_DISPATCH &&
+                !(heads && heads[i].found && heads[i].same))
+                e = supersede_target(x, by, pr, head_sha, &jobs[i], sup, now);
+        free(heads);
+        return e;
     }
+    for (size_t i = 0; i < n; i++)
+        m[i] = ob_kind_parse(jobs[i].kind) != OB_KIND_DISPATCH || (heads[i].found && heads[i].same)
+                   ? TARGET_PASS
+                   : TARGET_HEAD;
     free(heads);
+    buf_t doc;
+    buf_init(&doc, PG_HEADS_JSON_MAX);
+    if (targets_json(jobs, m, n, TARGET_HEAD, &doc, &e) > 0) {
+        target_marks t = {m, n};
+        e = pg_query(x,
+                     "SELECT (t.e->>0)::bigint FROM json_array_elements($2::json) AS t(e) WHERE "
+                     "EXISTS (SELECT 1 FROM outbox o JOIN deliveries d ON "
+                     "d.delivery_id=o.delivery_id LEFT JOIN pairs p ON "
+                     "p.delivery_id=o.delivery_id AND lower(p.repo)=lower(o.target) WHERE "
+                     "d.pr_number=$1 AND o.kind='dispatch' AND lower(o.target)=lower(t.e->>1) "
+                     "AND o.delivery_id<>$3 AND NOT EXISTS (SELECT 1 FROM dispatch_ends de WHERE "
+                     "de.delivery_id=o.delivery_id AND lower(de.repo)=lower(o.target)) AND "
+                     "(d.head_sha IS DISTINCT FROM $4::text OR COALESCE(p.number, 0)<>"
+                     "(t.e->>2)::bigint))",
+                     ARGS(ARG_INT(pr), ARG_TEXT(buf_cstr(&doc)), ARG_TEXT(by), ARG_TEXT(head_sha)),
+                     needy_row, &t, NULL);
+    }
+    for (size_t i = 0; i < n && !e; i++)
+        if (m[i] == TARGET_END)
+            e = supersede_target(x, by, pr, head_sha, &jobs[i], sup, now);
+    /* The last of a target named twice wins, as it would one by one. */
+    buf_reset(&doc);
+    if (!e && targets_json(jobs, m, n, TARGET_HEAD, &doc, &e) > 0)
+        e = pg_query(x,
+                     "INSERT INTO dispatch_heads(pr_number, repo, head_sha, pair_number, "
+                     "delivery_id, at) SELECT DISTINCT ON (lower(t.e->>1)) $1, t.e->>1, $3, "
+                     "(t.e->>2)::bigint, $4, $5 FROM json_array_elements($2::json) AS t(e) "
+                     "ORDER BY lower(t.e->>1), (t.e->>0)::bigint DESC ON CONFLICT (pr_number, "
+                     "lower(repo)) DO UPDATE SET head_sha=excluded.head_sha, "
+                     "pair_number=excluded.pair_number, delivery_id=excluded.delivery_id, "
+                     "at=excluded.at",
+                     ARGS(ARG_INT(pr), ARG_TEXT(buf_cstr(&doc)), ARG_TEXT(head_sha ? head_sha : ""),
+                          ARG_TEXT(by), ARG_INT(now)),
+                     NULL, NULL, NULL);
+    buf_free(&doc);
+    free(m);
     return e;
 }
 

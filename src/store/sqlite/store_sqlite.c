@@ -534,7 +534,11 @@ static crcr_err end_durable(sqlite_store *s, crcr_err err)
  * once the fdatasync returns the group's pages are on disk - as with synchronous=FULL, which syncs
  * the same file inside COMMIT. What changes is that other connections can read a group's rows
  * during its fdatasync: a power loss in that window can lose rows that an outbox claim has
- * already acted on, which at-least-once allows (the caller was never answered).
+ * already acted on, which at-least-once allows (the caller was never answered). For the same
+ * reason an ingest that commits alone hands its claimed rows to the outbox in that window
+ * (store_visible, called by the leader between commit_group and sync_ok): the fdatasync of its
+ * 30 KB body and rows, 1.2-2.9 ms in a trace of warm fan-outs to 100 repositories, no longer
+ * comes before the first dispatch.
  */
 static uint64_t commit_group(sqlite_store *s, sq_group_req *batch)
 {
@@ -660,6 +664,11 @@ crcr_err sq_group_commit(sqlite_store *s, sq_group_req *me)
         pthread_mutex_unlock(&s->gmu);
         if (next_leader) /* it writes the next group while this one's sync runs */
             sem_post(&next_leader->wake);
+        if (seq && !batch->next && me->visible && me->result == CRCR_OK) {
+            /* Committed alone, visible, not yet synced: the caller's rows go out meanwhile. */
+            me->visible->called = true;
+            me->visible->fn(me->visible->ctx);
+        }
         if (seq && !sync_ok(s, seq))
             for (sq_group_req *r = batch; r; r = r->next)
                 r->result = CRCR_E_STORE;

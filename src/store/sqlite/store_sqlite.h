@@ -83,6 +83,7 @@ typedef struct sq_group_req {
     bool relaxed; /* need not survive a power loss (outbox bookkeeping): a group of only such
                    * requests commits with synchronous=NORMAL */
     bool keep;
+    store_visible *visible; /* an ingest's early hand-over (store.h), or NULL */
     crcr_err result;
     bool done;                 /* set by the leader before it posts `wake` */
     sem_t wake;                /* posted once: done, or lead the next group */

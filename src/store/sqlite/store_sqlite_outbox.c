@@ -126,10 +126,10 @@ static crcr_err ingest_apply(sqlite_store *s, sq_group_req *r)
 
 /* Concurrent ingests share one durable commit (sq_group_commit). */
 static crcr_err sq_ingest(store *st, const store_delivery *d, const store_new_job *jobs, size_t n,
-                          store_supersede *sup)
+                          store_supersede *sup, store_visible *vis)
 {
     ingest_args a = {.d = d, .jobs = jobs, .n = n, .sup = sup};
-    sq_group_req me = {.apply = ingest_apply, .arg = &a};
+    sq_group_req me = {.apply = ingest_apply, .arg = &a, .visible = vis};
     crcr_err err = sq_group_commit(sq_store(st), &me);
     if (err && sup) /* the group's transaction was lost */
         sup->dispatches = sup->runs = sup->withdrawn = 0;
