@@ -130,6 +130,14 @@ def pr_variant(body, number):
     return enc(doc)
 
 
+def new_head_payload(seq):
+    """padded_payload("pull_request.opened") as a new commit of its PR: action synchronize and
+    head sha number `seq` (the same size): its fan-out supersedes the PR's earlier dispatches."""
+    body = padded_payload("pull_request.opened", action="synchronize")
+    sha = json.loads(body)["pull_request"]["head"]["sha"]
+    return body.replace(sha.encode(), ("%040x" % (0xC0FFEE0000 + seq)).encode())
+
+
 def padded_payload(name, size=PAYLOAD_BYTES, action=None):
     """tests/data/webhooks/<name>.json, compact, with pull_request.body padded with UTF-8 text so
     the document is exactly `size` bytes. `action` replaces the action when given."""
@@ -1207,6 +1215,8 @@ class Bench:
                                      CRCR_LOG="warn"))
                     kinds = ["cold", "warm", "warm", "warm"] if workers is None else \
                         ["cold", "warm"]
+                    if workers is None and n == FANOUT_REPOS:  # new commits: supersession
+                        kinds += ["new head", "new head"]
                     if store == "pg2":  # each instance mints its own tokens: both must be warm
                         kinds[1:1] = ["warm-up"] * 5  # (an instance takes about half the rows)
                     for k, kind in enumerate(kinds):
@@ -1214,7 +1224,8 @@ class Bench:
                                 self.out_dir, "perf_%s_%s_%s_%d.csv" % (name, wname, where, k)),
                                 self.perf_ok) as ps:
                             sent0 = [self._api_calls(x) for x in (rl, rl2) if x]
-                            r = self._fanout_once(rl, gh, body, "%s-%s-%s-%s-%d" % (
+                            r = self._fanout_once(rl, gh, new_head_payload(k) if kind ==
+                                                  "new head" else body, "%s-%s-%s-%s-%d" % (
                                 name, self.run_id, wname, where, k), n)
                         r.update(kind=kind, workers=wname, store=where, n=n,
                                  fdatasync=ps.counts.get("syscalls:sys_enter_fdatasync"),
@@ -2009,6 +2020,18 @@ class Bench:
                              % (fmt_num(n), kind, tag), fmt_ms(t), "-",
                              "%.1fx latency; %.2f calls/dispatch" % (t / FANOUT_LATENCY_MS, cpd)
                              if t else "-", tgt, ver))
+            # A new commit of the PR: its fan-out ends the dispatches of the one before.
+            nh = [r for r in res.get("fanout", {}).get("runs", []) if r["kind"] == "new head" and
+                  r["store"] == ("disk" if store == "sqlite" else store)]
+            if nh:
+                tag = " [PostgreSQL, 2 instances]" if store == "pg2" else pgtag(store)
+                last = [r["t_last_ms"] for r in nh if r["t_last_ms"] is not None]
+                rows.append(("fan-out to %s repos, a new head (synchronize, superseding): "
+                             "webhook -> 202 / last dispatch answered%s"
+                             % (fmt_num(FANOUT_REPOS), tag),
+                             "%s / %s" % (fmt_ms(median([r["ack_ms"] for r in nh])),
+                                          fmt_ms(median(last)) if last else "-"),
+                             "-", "-", "-", "reported"))
         two = [r for sec in ("fanout", "fanout1000") for r in res.get(sec, {}).get("runs", [])
                if r["store"] == "pg2"]
         if two:
