@@ -149,6 +149,7 @@ bool store_new_job_claimed(const store_new_job *j);
 
 /* An older dispatch a supersession ends: its delivery and its row's body (Depends-On record). */
 typedef struct store_ended_dispatch {
+    int64_t id; /* its outbox row, when the read gave it (0: not known) */
     char delivery_id[CRCR_DELIVERY_ID_MAX];
     char *pair; /* owned (free), NULL when none */
     size_t pair_len;

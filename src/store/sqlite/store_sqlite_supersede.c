@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "store_sqlite.h"
 #include "vocab.h"
@@ -103,11 +104,17 @@ static crcr_err end_dispatch(sqlite_store *s, const store_ended_dispatch *old, c
      * are recorded as ended). */
     if (end_reason_parse(sup->reason) != END_REASON_SUPERSEDED)
         return end_runs(s, old, repo, by, sup, now);
-    err = sq_cached(s, SQ_WITHDRAW, "supersede",
-                    "UPDATE outbox SET state='withdrawn', done_at=?1, lease_until=NULL WHERE "
-                    "kind='dispatch' AND delivery_id=?2 AND lower(target)=lower(?3) AND "
-                    "state='queued'",
-                    ARGS(ARG_INT(now), ARG_TEXT(old->delivery_id), ARG_TEXT(repo)), NULL, NULL);
+    if (old->id > 0) /* its row is known: by its key, not a walk of its delivery's rows */
+        err = sq_cached(s, SQ_WITHDRAW_ID, "supersede",
+                        "UPDATE outbox SET state='withdrawn', done_at=?1, lease_until=NULL WHERE "
+                        "id=?2 AND state='queued'",
+                        ARGS(ARG_INT(now), ARG_INT(old->id)), NULL, NULL);
+    else
+        err = sq_cached(s, SQ_WITHDRAW, "supersede",
+                        "UPDATE outbox SET state='withdrawn', done_at=?1, lease_until=NULL WHERE "
+                        "kind='dispatch' AND delivery_id=?2 AND lower(target)=lower(?3) AND "
+                        "state='queued'",
+                        ARGS(ARG_INT(now), ARG_TEXT(old->delivery_id), ARG_TEXT(repo)), NULL, NULL);
     if (err)
         return err;
     sup->withdrawn += sqlite3_changes(s->db);
@@ -183,11 +190,158 @@ static crcr_err supersede_target(sqlite_store *s, const char *by, int64_t pr, co
     return err;
 }
 
+/* The PR's older dispatches not ended yet, read once for a fan-out (pr_open_row). */
+#define SQ_PR_OPEN_MAX 4096u
+
+typedef struct open_dispatch {
+    char *target; /* owned */
+    int64_t pair; /* its pair's number, 0: none */
+    bool other_sha, done;
+    store_ended_dispatch d;
+} open_dispatch;
+
+typedef struct open_list {
+    open_dispatch *v;
+    size_t n;
+    const char *head_sha;
+    crcr_err err;
+} open_list;
+
+/* Row: id, target, delivery id, body, head sha, pair number. */
+static int pr_open_row(void *ctx, const store_row_source *s)
+{
+    open_list *l = ctx;
+    const char *target = s->text(s->src, 1), *id = s->text(s->src, 2);
+    if (l->n >= SQ_PR_OPEN_MAX || !target || !id || strlen(id) >= sizeof(l->v[0].d.delivery_id))
+        return 0;
+    open_dispatch *o = &l->v[l->n];
+    memset(o, 0, sizeof(*o));
+    o->d.id = s->i64(s->src, 0, 0);
+    memcpy(o->d.delivery_id, id, strlen(id) + 1);
+    size_t len = 0;
+    const void *pair = s->blob(s->src, 3, &len);
+    if (!(o->target = strdup(target)) || (pair && len && !(o->d.pair = malloc(len + 1)))) {
+        free(o->target);
+        l->err = CRCR_E_NOMEM;
+        return 1;
+    }
+    if (o->d.pair) {
+        memcpy(o->d.pair, pair, len);
+        o->d.pair[len] = '\0';
+        o->d.pair_len = len;
+    }
+    const char *sha = s->text(s->src, 4);
+    /* d.head_sha IS NOT the new head (NULL equals NULL, as in supersede_target's query) */
+    o->other_sha = (!sha != !l->head_sha) || (sha && l->head_sha && strcmp(sha, l->head_sha) != 0);
+    o->pair = s->i64(s->src, 5, 0);
+    l->n++;
+    return 0;
+}
+
+static void open_list_free(open_list *l)
+{
+    for (size_t i = 0; i < l->n; i++) {
+        free(l->v[i].target);
+        free(l->v[i].d.pair);
+    }
+    free(l->v);
+}
+
+/* Order of open_list rows: by target (as SQLite's NOCASE compares: ASCII letters folded), then
+ * by row id. */
+static int open_cmp(const void *a, const void *b)
+{
+    const open_dispatch *x = *(open_dispatch *const *)a, *y = *(open_dispatch *const *)b;
+    int c = strcasecmp(x->target, y->target);
+    return c ? c : (x->d.id > y->d.id) - (x->d.id < y->d.id);
+}
+
+/* A fan-out's targets: the PR's older dispatches not yet ended are read once (deliveries_pr, then
+ * outbox_delivery) and matched to the targets here, instead of one read per target, each of
+ * which walked the PR's whole history (a new head's fan-out to 100 repositories, 4 earlier ones
+ * open: 100 walks of 400 rows). Then each target as supersede_target: its matches (another head
+ * or pair) ended in row order, its head written. More than SQ_PR_OPEN_MAX open dispatches, or a
+ * single target, or every one wanted (any_sha): supersede_target for each. */
+static crcr_err supersede_fan_out(sqlite_store *s, const char *by, int64_t pr, const char *head_sha,
+                                  const store_new_job *jobs, size_t n, store_supersede *sup,
+                                  int64_t now, bool *done)
+{
+    *done = false;
+    open_list l = {.v = calloc(SQ_PR_OPEN_MAX, sizeof(open_dispatch)), .head_sha = head_sha};
+    open_dispatch **by_target = l.v ? calloc(SQ_PR_OPEN_MAX, sizeof(*by_target)) : NULL;
+    if (!by_target) {
+        free(l.v);
+        return CRCR_OK; /* no memory for it: one target at a time */
+    }
+    crcr_err err = sq_cached(
+        s, SQ_PR_OPEN_DISPATCHES, "supersede",
+        "SELECT o.id, o.target, o.delivery_id, o.body, d.head_sha, COALESCE(p.number, 0) FROM "
+        "deliveries d JOIN outbox o ON o.delivery_id=d.delivery_id AND o.kind='dispatch' LEFT "
+        "JOIN pairs p ON p.delivery_id=o.delivery_id AND p.repo=o.target WHERE d.pr_number=?1 "
+        "AND o.delivery_id<>?2 AND NOT EXISTS (SELECT 1 FROM dispatch_ends e WHERE "
+        "e.delivery_id=o.delivery_id AND e.repo=o.target) ORDER BY o.id LIMIT ?3",
+        ARGS(ARG_INT(pr), ARG_TEXT(by), ARG_INT(SQ_PR_OPEN_MAX)), pr_open_row, &l);
+    if (!err)
+        err = l.err;
+    if (!err && l.n < SQ_PR_OPEN_MAX) {
+        *done = true;
+        for (size_t k = 0; k < l.n; k++)
+            by_target[k] = &l.v[k];
+        qsort(by_target, l.n, sizeof(*by_target), open_cmp);
+        for (size_t i = 0; i < n && !err; i++) {
+            const store_new_job *job = &jobs[i];
+            if (ob_kind_parse(job->kind) != OB_KIND_DISPATCH)
+                continue;
+            head_read head = {.sha = head_sha ? head_sha : "", .pair = job->pair_number};
+            err = sq_cached(s, SQ_HEAD_GET, "supersede",
+                            "SELECT head_sha, pair_number FROM dispatch_heads WHERE "
+                            "pr_number=?1 AND repo=?2",
+                            ARGS(ARG_INT(pr), ARG_TEXT(job->target)), head_row, &head);
+            if (err || (head.found && head.same))
+                continue;
+            /* the first row of this target, then its others in row order */
+            size_t lo = 0, hi = l.n;
+            while (lo < hi) {
+                size_t mid = lo + (hi - lo) / 2;
+                if (strcasecmp(by_target[mid]->target, job->target) < 0)
+                    lo = mid + 1;
+                else
+                    hi = mid;
+            }
+            for (size_t k = lo;
+                 k < l.n && !err && strcasecmp(by_target[k]->target, job->target) == 0; k++) {
+                open_dispatch *o = by_target[k];
+                if (o->done || !(o->other_sha || o->pair != job->pair_number))
+                    continue;
+                o->done = true; /* a target named twice ends it once */
+                err = end_dispatch(s, &o->d, job->target, pr, by, sup, now);
+            }
+            if (!err)
+                err =
+                    sq_cached(s, SQ_HEAD_SET, "supersede",
+                              "INSERT INTO dispatch_heads(pr_number, repo, head_sha, pair_number, "
+                              "delivery_id, at) VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON "
+                              "CONFLICT(pr_number, repo) DO UPDATE SET head_sha=excluded.head_sha, "
+                              "pair_number=excluded.pair_number, delivery_id=excluded.delivery_id, "
+                              "at=excluded.at",
+                              ARGS(ARG_INT(pr), ARG_TEXT(job->target), ARG_TEXT(head.sha),
+                                   ARG_INT(job->pair_number), ARG_TEXT(by), ARG_INT(now)),
+                              NULL, NULL);
+        }
+    }
+    free(by_target);
+    open_list_free(&l);
+    return err;
+}
+
 crcr_err sq_supersede(sqlite_store *s, const char *by, int64_t pr, const char *head_sha,
                       const store_new_job *jobs, size_t n, store_supersede *sup, int64_t now)
 {
     crcr_err err = CRCR_OK;
-    for (size_t i = 0; i < n && !err; i++) {
+    bool done = false;
+    if (n > 1 && !sup->any_sha)
+        err = supersede_fan_out(s, by, pr, head_sha, jobs, n, sup, now, &done);
+    for (size_t i = 0; i < n && !err && !done; i++) {
         if (ob_kind_parse(jobs[i].kind) == OB_KIND_DISPATCH)
             err = supersede_target(s, by, pr, head_sha, &jobs[i], sup, now);
     }
