@@ -138,6 +138,32 @@ static int head_row(void *ctx, const store_row_source *s)
     return 1;
 }
 
+/* Reads the head of `job`'s target into *head (set up for the new head_sha and pair). */
+static crcr_err head_get(sqlite_store *s, int64_t pr, const char *head_sha,
+                         const store_new_job *job, head_read *head)
+{
+    *head = (head_read){.sha = head_sha ? head_sha : "", .pair = job->pair_number};
+    return sq_cached(s, SQ_HEAD_GET, "supersede",
+                     "SELECT head_sha, pair_number FROM dispatch_heads WHERE pr_number=?1 AND "
+                     "repo=?2",
+                     ARGS(ARG_INT(pr), ARG_TEXT(job->target)), head_row, head);
+}
+
+/* Writes the new head of `job`'s target: the dispatch `by` at `sha` and the job's pair. */
+static crcr_err head_set(sqlite_store *s, int64_t pr, const char *sha, const store_new_job *job,
+                         const char *by, int64_t now)
+{
+    return sq_cached(s, SQ_HEAD_SET, "supersede",
+                     "INSERT INTO dispatch_heads(pr_number, repo, head_sha, pair_number, "
+                     "delivery_id, at) VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT(pr_number, "
+                     "repo) DO UPDATE SET head_sha=excluded.head_sha, "
+                     "pair_number=excluded.pair_number, delivery_id=excluded.delivery_id, "
+                     "at=excluded.at",
+                     ARGS(ARG_INT(pr), ARG_TEXT(job->target), ARG_TEXT(sha),
+                          ARG_INT(job->pair_number), ARG_TEXT(by), ARG_INT(now)),
+                     NULL, NULL);
+}
+
 /* The supersession of one target (a dispatch row of the new delivery). dispatch_heads keeps the
  * head of the PR's latest dispatch to the repository: every older dispatch of another head was
  * ended when that head came, so a dispatch of the same head has nothing to end and costs one
@@ -145,11 +171,8 @@ static int head_row(void *ctx, const store_row_source *s)
 static crcr_err supersede_target(sqlite_store *s, const char *by, int64_t pr, const char *head_sha,
                                  const store_new_job *job, store_supersede *sup, int64_t now)
 {
-    head_read head = {.sha = head_sha ? head_sha : "", .pair = job->pair_number};
-    crcr_err err = sq_cached(s, SQ_HEAD_GET, "supersede",
-                             "SELECT head_sha, pair_number FROM dispatch_heads WHERE "
-                             "pr_number=?1 AND repo=?2",
-                             ARGS(ARG_INT(pr), ARG_TEXT(job->target)), head_row, &head);
+    head_read head;
+    crcr_err err = head_get(s, pr, head_sha, job, &head);
     if (err || (!sup->any_sha && head.found && head.same))
         return err;
     store_ended_list l;
@@ -178,15 +201,7 @@ static crcr_err supersede_target(sqlite_store *s, const char *by, int64_t pr, co
             break;
     } while (!err);
     if (!err)
-        err = sq_cached(s, SQ_HEAD_SET, "supersede",
-                        "INSERT INTO dispatch_heads(pr_number, repo, head_sha, pair_number, "
-                        "delivery_id, at) VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT(pr_number, "
-                        "repo) DO UPDATE SET head_sha=excluded.head_sha, "
-                        "pair_number=excluded.pair_number, delivery_id=excluded.delivery_id, "
-                        "at=excluded.at",
-                        ARGS(ARG_INT(pr), ARG_TEXT(job->target), ARG_TEXT(head.sha),
-                             ARG_INT(job->pair_number), ARG_TEXT(by), ARG_INT(now)),
-                        NULL, NULL);
+        err = head_set(s, pr, head.sha, job, by, now);
     return err;
 }
 
@@ -278,11 +293,8 @@ static crcr_err supersede_fan_out(sqlite_store *s, const char *by, int64_t pr, c
     for (size_t i = 0; i < n && !err; i++) {
         if (ob_kind_parse(jobs[i].kind) != OB_KIND_DISPATCH)
             continue;
-        head_read head = {.sha = head_sha ? head_sha : "", .pair = jobs[i].pair_number};
-        err = sq_cached(s, SQ_HEAD_GET, "supersede",
-                        "SELECT head_sha, pair_number FROM dispatch_heads WHERE "
-                        "pr_number=?1 AND repo=?2",
-                        ARGS(ARG_INT(pr), ARG_TEXT(jobs[i].target)), head_row, &head);
+        head_read head;
+        err = head_get(s, pr, head_sha, &jobs[i], &head);
         need[i] = !(head.found && head.same);
         needy += need[i];
     }
@@ -335,16 +347,7 @@ static crcr_err supersede_fan_out(sqlite_store *s, const char *by, int64_t pr, c
                 err = end_dispatch(s, &o->d, job->target, pr, by, sup, now);
             }
             if (!err)
-                err = sq_cached(
-                    s, SQ_HEAD_SET, "supersede",
-                    "INSERT INTO dispatch_heads(pr_number, repo, head_sha, pair_number, "
-                    "delivery_id, at) VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT(pr_number, "
-                    "repo) DO UPDATE SET head_sha=excluded.head_sha, "
-                    "pair_number=excluded.pair_number, delivery_id=excluded.delivery_id, "
-                    "at=excluded.at",
-                    ARGS(ARG_INT(pr), ARG_TEXT(job->target), ARG_TEXT(head_sha ? head_sha : ""),
-                         ARG_INT(job->pair_number), ARG_TEXT(by), ARG_INT(now)),
-                    NULL, NULL);
+                err = head_set(s, pr, head_sha ? head_sha : "", job, by, now);
         }
     }
     free(by_target);
