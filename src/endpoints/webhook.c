@@ -220,9 +220,6 @@ static size_t changed_pairs(const dispatch_plan *plan, const char **repos, size_
     return k;
 }
 
-/* Persists the delivery with one dispatch row per allowlisted repo (an edit: per repo whose pair
- * changed), their Depends-On pairs and the supersession of the PR's older dispatches, and
- * answers. */
 /* The early hand-over of accept_dispatch's claimed rows (store_visible): run by the store
  * between the ingest's commit and its sync. */
 typedef struct take_ctx {
@@ -239,6 +236,9 @@ static void take_early(void *vctx)
     t->taken = outbox_take(t->ob, t->d, t->jobs, t->reserved);
 }
 
+/* Persists the delivery with one dispatch row per allowlisted repo (an edit: per repo whose pair
+ * changed), their Depends-On pairs and the supersession of the PR's older dispatches, and
+ * answers. */
 static void accept_dispatch(crcr_app *app, const http_request *req, http_response *resp,
                             const char *event, const char *delivery, const jv *doc,
                             const dispatch_plan *plan)
