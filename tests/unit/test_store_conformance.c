@@ -3198,6 +3198,34 @@ static void a_fan_out_ends_only_the_targets_at_another_head(void **state)
     assert_int_equal(raw("SELECT count(*) FROM dispatch_heads WHERE head_sha='s3'"), 3);
 }
 
+/* More open older dispatches than a fan-out's supersession reads at once (PostgreSQL 1,024,
+ * SQLite 4,096 in one statement): the rest are ended target by target, and every one ends. */
+static void a_new_head_past_one_read_ends_every_older_dispatch(void **state)
+{
+    store *st = *state;
+    const char *t[16];
+    char names[16][8];
+    for (size_t i = 0; i < 16; i++) {
+        snprintf(names[i], sizeof(names[i]), "r/%02zu", i);
+        t[i] = names[i];
+    }
+    /* At one head every dispatch stays open: 16 per delivery, past the read's size. */
+    size_t deliveries = g_pg ? 65 : 257;
+    store_supersede sup = {.reason = "superseded"};
+    char id[32];
+    for (size_t k = 0; k < deliveries; k++) {
+        snprintf(id, sizeof(id), "old-%zu", k);
+        assert_int_equal(ingest_pr(st, id, 1000 + (int64_t)k, "s1", t, 16, NULL, &sup), CRCR_OK);
+        assert_int_equal(sup.dispatches, 0);
+    }
+    assert_int_equal(ingest_pr(st, "new", 100000, "s2", t, 16, NULL, &sup), CRCR_OK);
+    assert_int_equal(sup.dispatches, (int)(deliveries * 16));
+    assert_int_equal(raw("SELECT count(*) FROM dispatch_ends WHERE by_delivery='new'"),
+                     (int64_t)(deliveries * 16));
+    assert_string_equal(dispatch_end(st, "old-0", "r/00").by, "new");
+    assert_string_equal(dispatch_end(st, "old-64", "r/15").by, "new");
+}
+
 static void a_push_to_a_paired_pr_redispatches_the_latest_dispatch_of_each_upstream_pr(void **state)
 {
     store *st = *state;
@@ -3373,6 +3401,7 @@ int main(int argc, char **argv)
         T(a_newer_dispatch_ends_the_older_ones_runs_and_queued_rows_at_once),
         T(only_another_head_or_pair_is_superseded_unless_every_one_is),
         T(a_fan_out_ends_only_the_targets_at_another_head),
+        T(a_new_head_past_one_read_ends_every_older_dispatch),
         T(a_push_to_a_paired_pr_redispatches_the_latest_dispatch_of_each_upstream_pr),
         T(version_5_runs_can_be_superseded_after_the_upgrade),
         T(identity_pin_holds_the_first_ids_of_a_name),
