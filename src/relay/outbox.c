@@ -568,6 +568,16 @@ static const char *job_payload(const job *j, size_t *len)
 
 /* The end of a call (on the client's loop thread, or on the thread that started it): the job's
  * next step is due. */
+/* Appends the jobs head..tail (linked by `next`, tail's NULL) to the ready list (ob->mu held). */
+static void ready_append(outbox *ob, job *head, job *tail)
+{
+    if (ob->ready_tail)
+        ob->ready_tail->next = head;
+    else
+        ob->ready = head;
+    ob->ready_tail = tail;
+}
+
 static void job_resume(void *ud, crcr_err err)
 {
     job *j = ud;
@@ -575,11 +585,7 @@ static void job_resume(void *ud, crcr_err err)
     j->gerr = err;
     pthread_mutex_lock(&ob->mu);
     j->next = NULL;
-    if (ob->ready_tail)
-        ob->ready_tail->next = j;
-    else
-        ob->ready = j;
-    ob->ready_tail = j;
+    ready_append(ob, j, j);
     if (ob->idle)
         pthread_cond_signal(&ob->cv);
     pthread_mutex_unlock(&ob->mu);
@@ -1734,11 +1740,7 @@ size_t outbox_take(outbox *ob, const store_delivery *d, const store_new_job *job
     if (!head)
         return 0;
     pthread_mutex_lock(&ob->mu);
-    if (ob->ready_tail)
-        ob->ready_tail->next = head;
-    else
-        ob->ready = head;
-    ob->ready_tail = tail;
+    ready_append(ob, head, tail);
     /* A worker takes OUTBOX_SETTLE_MAX ready jobs at a time: as many as share them. */
     wake_idle(ob, (made + OUTBOX_SETTLE_MAX - 1) / OUTBOX_SETTLE_MAX);
     pthread_mutex_unlock(&ob->mu);

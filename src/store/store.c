@@ -229,6 +229,13 @@ bool store_new_job_claimed(const store_new_job *j)
     return j->claimed_id && j->lease_until > 0 && !j->seq_key && !j->after_seq;
 }
 
+void store_new_jobs_unclaim(const store_new_job *jobs, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (jobs[i].claimed_id)
+            *jobs[i].claimed_id = 0;
+}
+
 /* The largest row body or payload a claimed row carries (the stores' claims have the same). */
 #define STORE_JOB_BYTES_MAX (CRCR_MAX_BODY_DEFAULT * 4u)
 
@@ -828,30 +835,36 @@ int store_dispatch_row(void *ctx, const store_row_source *s)
 
 /* ---- supersession (store_impl.h) ---- */
 
+int store_ended_fill(store_ended_dispatch *e, const store_row_source *s, int id_col, int pair_col)
+{
+    const char *id = s->text(s->src, id_col);
+    if (!id || strlen(id) >= sizeof(e->delivery_id))
+        return 1; /* cannot be a delivery id the store wrote */
+    memset(e, 0, sizeof(*e));
+    memcpy(e->delivery_id, id, strlen(id) + 1);
+    size_t len = 0;
+    const void *pair = s->blob(s->src, pair_col, &len);
+    if (pair && len) {
+        if (!(e->pair = malloc(len + 1)))
+            return -1;
+        memcpy(e->pair, pair, len);
+        e->pair[len] = '\0';
+        e->pair_len = len;
+    }
+    return 0;
+}
+
 int store_ended_row(void *ctx, const store_row_source *s)
 {
     store_ended_list *l = ctx;
     if (l->n >= STORE_ENDED_MAX)
         return 1;
-    store_ended_dispatch *e = &l->v[l->n];
-    const char *id = s->text(s->src, 0);
-    if (!id || strlen(id) >= sizeof(e->delivery_id))
-        return 0; /* cannot be a delivery id the store wrote */
-    memset(e, 0, sizeof(*e));
-    memcpy(e->delivery_id, id, strlen(id) + 1);
-    size_t len = 0;
-    const void *pair = s->blob(s->src, 1, &len);
-    if (pair && len) {
-        e->pair = malloc(len + 1);
-        if (!e->pair) {
-            l->err = CRCR_E_NOMEM;
-            return 1;
-        }
-        memcpy(e->pair, pair, len);
-        e->pair[len] = '\0';
-        e->pair_len = len;
+    int r = store_ended_fill(&l->v[l->n], s, 0, 1);
+    if (r < 0) {
+        l->err = CRCR_E_NOMEM;
+        return 1;
     }
-    l->n++;
+    l->n += r == 0;
     return 0;
 }
 

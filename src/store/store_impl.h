@@ -144,6 +144,8 @@ crcr_err store_job_copy_delivery(store_job *out, const store_job *from);
 /* Whether an ingest inserts `j` claimed by its caller (store_new_job.claimed_id): asked for,
  * and a row without an order to keep (no seq_key, not after_seq). */
 bool store_new_job_claimed(const store_new_job *j);
+/* Sets the claimed ids of jobs[0..n) back to 0: an ingest's attempt run again claims afresh. */
+void store_new_jobs_unclaim(const store_new_job *jobs, size_t n);
 
 /* ---- supersession (store_supersede), the same for both backends ---- */
 
@@ -165,6 +167,9 @@ typedef struct store_ended_list {
     crcr_err err;
 } store_ended_list;
 int store_ended_row(void *ctx, const store_row_source *s);
+/* Fills *e from a row's delivery id (column id_col) and Depends-On record (column pair_col, owned
+ * by *e). 0: filled; 1: not a row the store wrote (skip it); -1: out of memory. */
+int store_ended_fill(store_ended_dispatch *e, const store_row_source *s, int id_col, int pair_col);
 void store_ended_list_free(store_ended_list *l);
 
 /* A run in progress a supersession ends, copied out of its row (RUN_COLUMNS_NO_PAYLOAD), as

@@ -185,9 +185,7 @@ static crcr_err op_ingest(pgx *x, void *arg)
     int64_t rows = 0;
     if (a->sup) /* an attempt retried on a fresh connection counts afresh */
         a->sup->dispatches = a->sup->runs = a->sup->withdrawn = 0;
-    for (size_t i = 0; i < a->n; i++) /* ... and claims afresh */
-        if (a->jobs[i].claimed_id)
-            *a->jobs[i].claimed_id = 0;
+    store_new_jobs_unclaim(a->jobs, a->n); /* ... and claims afresh */
     crcr_err e = a->sup ? pg_lock_pr(x, d->pr_number, true) : CRCR_OK;
     if (!e)
         e = pg_query(

@@ -275,26 +275,19 @@ static int ended_hit_row(void *ctx, const store_row_source *s)
 {
     ended_hits *h = ctx;
     int64_t i = s->i64(s->src, 0, 0);
-    const char *id = s->text(s->src, 1);
-    if (h->n >= PG_ENDED_BATCH_MAX || i < 1 || (uint64_t)i > h->n_jobs || !id ||
-        strlen(id) >= sizeof(h->v[0].d.delivery_id))
+    if (h->n >= PG_ENDED_BATCH_MAX || i < 1 || (uint64_t)i > h->n_jobs)
         return 0; /* cannot be a row the store wrote */
     ended_hit *e = &h->v[h->n];
-    memset(e, 0, sizeof(*e));
-    e->job = (size_t)(i - 1);
-    memcpy(e->d.delivery_id, id, strlen(id) + 1);
-    size_t len = 0;
-    const void *pair = s->blob(s->src, 2, &len);
-    if (pair && len) {
-        if (!(e->d.pair = malloc(len + 1))) {
-            h->err = CRCR_E_NOMEM;
-            return 1;
-        }
-        memcpy(e->d.pair, pair, len);
-        e->d.pair[len] = '\0';
-        e->d.pair_len = len;
+    int r = store_ended_fill(&e->d, s, 1, 2);
+    if (r < 0) {
+        h->err = CRCR_E_NOMEM;
+        return 1;
     }
-    h->n++;
+    if (r == 0) {
+        e->job = (size_t)(i - 1);
+        e->runs = false;
+        h->n++;
+    }
     return 0;
 }
 

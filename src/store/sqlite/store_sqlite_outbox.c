@@ -115,9 +115,7 @@ typedef struct ingest_args {
 static crcr_err ingest_apply(sqlite_store *s, sq_group_req *r)
 {
     const ingest_args *a = r->arg;
-    for (size_t i = 0; i < a->n; i++) /* an apply run again claims afresh */
-        if (a->jobs[i].claimed_id)
-            *a->jobs[i].claimed_id = 0;
+    store_new_jobs_unclaim(a->jobs, a->n); /* an apply run again claims afresh */
     crcr_err err = ingest_one(s, a->d, a->jobs, a->n, a->sup);
     if (err && a->sup) /* its savepoint is undone: nothing was ended */
         a->sup->dispatches = a->sup->runs = a->sup->withdrawn = 0;

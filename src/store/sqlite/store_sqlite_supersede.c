@@ -226,25 +226,20 @@ typedef struct open_list {
 static int pr_open_row(void *ctx, const store_row_source *s)
 {
     open_list *l = ctx;
-    const char *target = s->text(s->src, 1), *id = s->text(s->src, 2);
-    if (l->n >= SQ_PR_OPEN_MAX || !target || !id || strlen(id) >= sizeof(l->v[0].d.delivery_id))
+    const char *target = s->text(s->src, 1);
+    if (l->n >= SQ_PR_OPEN_MAX || !target)
         return 0;
     open_dispatch *o = &l->v[l->n];
     memset(o, 0, sizeof(*o));
-    o->d.id = s->i64(s->src, 0, 0);
-    memcpy(o->d.delivery_id, id, strlen(id) + 1);
-    size_t len = 0;
-    const void *pair = s->blob(s->src, 3, &len);
-    if (!(o->target = strdup(target)) || (pair && len && !(o->d.pair = malloc(len + 1)))) {
-        free(o->target);
+    int r = store_ended_fill(&o->d, s, 2, 3);
+    if (r > 0)
+        return 0;
+    if (r < 0 || !(o->target = strdup(target))) {
+        free(o->d.pair);
         l->err = CRCR_E_NOMEM;
         return 1;
     }
-    if (o->d.pair) {
-        memcpy(o->d.pair, pair, len);
-        o->d.pair[len] = '\0';
-        o->d.pair_len = len;
-    }
+    o->d.id = s->i64(s->src, 0, 0);
     const char *sha = s->text(s->src, 4);
     /* d.head_sha IS NOT the new head (NULL equals NULL, as in supersede_target's query) */
     o->other_sha = (!sha != !l->head_sha) || (sha && l->head_sha && strcmp(sha, l->head_sha) != 0);
