@@ -45,6 +45,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #include "ids.h"
 #include "crcr_limits.h"
@@ -177,11 +180,28 @@ static inline uint64_t swar_zero(uint64_t x)
 }
 
 /* Skips the bytes of a string literal from t[i] that need no look (printable ASCII but the quote
- * and the backslash), 8 at a time; stops at the word holding the first other byte, which the
- * byte loop that follows finds. Most of a webhook's bytes are such runs: a byte at a time, this
- * scan was the largest item of the parse (bench/RESULTS.md). */
+ * and the backslash) and returns the index of the first other byte (or len). Most of a webhook's
+ * bytes are such runs: a byte at a time, this scan was the largest item of the parse
+ * (bench/RESULTS.md). With SSE2 (every x86-64) 16 bytes are judged at once and the first other
+ * byte is found exactly: a signed compare with 0x20 catches control characters and every byte
+ * from 0x80 alike. Elsewhere 8 at a time (SWAR), stopping at the word that holds the first other
+ * byte; the byte loop finds it. */
 static size_t plain_run(const char *t, size_t len, size_t i)
 {
+#ifdef __SSE2__
+    const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\'),
+                  space = _mm_set1_epi8(0x20);
+    while (len - i >= 16) {
+        __m128i x = _mm_loadu_si128((const __m128i *)(const void *)(t + i));
+        __m128i special =
+            _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(x, quote), _mm_cmpeq_epi8(x, bslash)),
+                         _mm_cmplt_epi8(x, space));
+        unsigned mask = (unsigned)_mm_movemask_epi8(special);
+        if (mask)
+            return i + (size_t)__builtin_ctz(mask);
+        i += 16;
+    }
+#endif
     while (len - i >= 8) {
         uint64_t x;
         memcpy(&x, t + i, 8);
@@ -191,6 +211,9 @@ static size_t plain_run(const char *t, size_t len, size_t i)
             break;
         i += 8;
     }
+    unsigned char c;
+    while (i < len && (c = (unsigned char)t[i]) >= 0x20 && c != '"' && c != '\\' && c < 0x80)
+        i++;
     return i;
 }
 
@@ -208,24 +231,15 @@ static const char *scan_string(const char *t, size_t len, size_t *pos, size_t *d
         siphash_init(&h, siphash_process_key(), KEY_HASH_C, KEY_HASH_D);
     for (;;) {
         size_t run = i;
-        unsigned char c = 0;
-        if (hash) {
-            while (i < len && (c = (unsigned char)t[i]) >= 0x20 && c != '"' && c != '\\' &&
-                   c < 0x80) {
-                siphash_byte(&h, c);
-                i++;
-            }
-        } else {
-            i = plain_run(t, len, i);
-            while (i < len && (c = (unsigned char)t[i]) >= 0x20 && c != '"' && c != '\\' &&
-                   c < 0x80)
-                i++;
-        }
+        i = plain_run(t, len, i);
+        if (hash)
+            siphash_bytes(&h, t + run, i - run);
         n += i - run;
         if (i >= len) {
             *pos = i;
             return "unterminated string";
         }
+        unsigned char c = (unsigned char)t[i];
         if (c == '"')
             break;
         if (c < 0x20) {

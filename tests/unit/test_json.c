@@ -228,6 +228,56 @@ static void select_refuses_duplicate_keys_anywhere(void **state)
     accepted("{\"x\":[{\"k\":1},{\"k\":2}],\"k\":{\"k\":{\"k\":3}},\"y\":{\"k\":4}}");
 }
 
+/* The string scan judges 16 or 8 bytes at a time: a byte that ends the plain run (quote,
+ * backslash, control character, UTF-8 lead byte or stray continuation byte) is found at every
+ * offset of a string, in values and in keys, and keys of every length are compared whole. */
+static void select_finds_each_special_byte_at_every_offset(void **state)
+{
+    static const struct {
+        const char *s;
+        bool ok;
+    } specials[] = {
+        {"\\n", true},   {"\\u0041", true}, {"\xc3\xa9", true}, {"\xf0\x9f\x98\x80", true},
+        {"\x7f", true},  {" ", true},       {"\x01", false},    {"\x1f", false},
+        {"\x80", false}, {"\xff", false},   {"\\x", false},
+    };
+    char doc[256], body[128];
+    for (size_t k = 0; k < sizeof(specials) / sizeof(specials[0]); k++) {
+        for (size_t off = 0; off <= 40; off++) {
+            memset(body, 'a', off);
+            size_t sl = strlen(specials[k].s);
+            memcpy(body + off, specials[k].s, sl);
+            memset(body + off + sl, 'b', 20);
+            body[off + sl + 20] = '\0';
+            for (int in_key = 0; in_key < 2; in_key++) {
+                int n = in_key ? snprintf(doc, sizeof(doc), "{\"x\":{\"%s\":1}}", body)
+                               : snprintf(doc, sizeof(doc), "{\"x\":\"%s\"}", body);
+                if (specials[k].ok)
+                    accepted_n(doc, (size_t)n);
+                else
+                    refused_n(doc, (size_t)n);
+            }
+        }
+    }
+    /* Keys of 1..40 bytes: the same key with one character escaped is a duplicate, a key that
+     * differs in its last byte is not. */
+    char key[48], esc[64];
+    for (size_t len = 1; len <= 40; len++) {
+        for (size_t i = 0; i < len; i++)
+            key[i] = (char)('a' + i % 26);
+        key[len] = '\0';
+        size_t at = len / 2;
+        snprintf(esc, sizeof(esc), "%.*s\\u%04x%s", (int)at, key, (unsigned char)key[at],
+                 key + at + 1);
+        int n = snprintf(doc, sizeof(doc), "{\"%s\":1,\"%s\":2}", key, esc);
+        refused_n(doc, (size_t)n);
+        memcpy(esc, key, len + 1);
+        esc[len - 1] = 'Z';
+        n = snprintf(doc, sizeof(doc), "{\"%s\":1,\"%s\":2}", key, esc);
+        accepted_n(doc, (size_t)n);
+    }
+}
+
 static void select_refuses_duplicates_among_many_keys(void **state)
 {
     /* 5000 keys in one object (the key set grows and rehashes), then the first one again. */
@@ -830,6 +880,7 @@ int main(void)
         cmocka_unit_test(quote_escapes_controls_and_quotes),
         cmocka_unit_test(builders_and_edits),
         cmocka_unit_test(select_refuses_duplicate_keys_anywhere),
+        cmocka_unit_test(select_finds_each_special_byte_at_every_offset),
         cmocka_unit_test(select_refuses_duplicates_among_many_keys),
         cmocka_unit_test(select_refuses_bad_utf8_surrogates_and_nul),
         cmocka_unit_test(select_numbers_as_jansson),

@@ -108,6 +108,28 @@ static void test_split_feeding_equals_one_shot(void **state)
     }
 }
 
+/* siphash_bytes takes whole words once the pending word is complete: entered with 0..7 bytes
+ * pending and cut anywhere, it gives the reference hash. */
+static void test_word_feeding_from_any_pending_count(void **state)
+{
+    for (size_t n = 0; n < 64; n++) {
+        for (size_t pre = 0; pre < 8 && pre <= n; pre++) {
+            for (size_t cut = pre; cut <= n; cut++) {
+                siphash_state st;
+                siphash_init(&st, &REF_KEY, 2, 4);
+                for (size_t i = 0; i < pre; i++)
+                    siphash_byte(&st, g_msg[i]);
+                siphash_bytes(&st, g_msg + pre, cut - pre);
+                siphash_bytes(&st, g_msg + cut, n - cut);
+                assert_int_equal(st.total, n);
+                uint64_t h = siphash_final(&st);
+                if (h != VEC24[n])
+                    fail_hash("word-fed SipHash-2-4", n, h, VEC24[n]);
+            }
+        }
+    }
+}
+
 static void test_key_rounds_and_length_change_the_hash(void **state)
 {
     uint64_t base = siphash(&REF_KEY, 1, 3, g_msg, 16);
@@ -227,6 +249,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_siphash24_matches_every_reference_vector),
         cmocka_unit_test(test_siphash13_matches_published_vectors),
         cmocka_unit_test(test_split_feeding_equals_one_shot),
+        cmocka_unit_test(test_word_feeding_from_any_pending_count),
         cmocka_unit_test(test_key_rounds_and_length_change_the_hash),
         cmocka_unit_test(test_process_key_is_drawn_once_for_every_thread),
         cmocka_unit_test(test_another_process_draws_another_key),
