@@ -226,14 +226,14 @@ typedef struct take_ctx {
     outbox *ob;
     const store_delivery *d;
     const store_new_job *jobs;
-    size_t reserved;
+    size_t n, reserved;
     size_t taken;
 } take_ctx;
 
 static void take_early(void *vctx)
 {
     take_ctx *t = vctx;
-    t->taken = outbox_take(t->ob, t->d, t->jobs, t->reserved);
+    t->taken = outbox_take(t->ob, t->d, t->jobs, t->n, t->reserved);
 }
 
 /* Persists the delivery with one dispatch row per allowlisted repo (an edit: per repo whose pair
@@ -275,16 +275,9 @@ static void accept_dispatch(crcr_app *app, const http_request *req, http_respons
     int64_t now = clock_now_ms();
     buf_t pair_bodies[CRCR_DEPENDS_ON_MAX];
     size_t n_pairs = 0;
-    /* The rows the outbox has room for are claimed by the ingest and handed over after it. */
-    int64_t lease_until = 0;
-    size_t reserved = outbox_reserve(app->ob, n, &lease_until);
     for (size_t i = 0; i < n; i++) {
         jobs[i] = (store_new_job){
             .kind = ob_kind_name(OB_KIND_DISPATCH), .target = repos[i], .due_at = now};
-        if (i < reserved) {
-            jobs[i].lease_until = lease_until;
-            jobs[i].claimed_id = &claimed[i];
-        }
         int64_t pair = depends_on_find(plan->deps, plan->n_deps, repos[i]);
         if (pair > 0 && n_pairs < CRCR_DEPENDS_ON_MAX) {
             buf_t *b = &pair_bodies[n_pairs];
@@ -299,11 +292,23 @@ static void accept_dispatch(crcr_app *app, const http_request *req, http_respons
     }
 
     store_delivery d = delivery_row(req, event, delivery, doc, now);
+    /* Rows whose outcome is known (dry-run) are stored finished; of the others, those the outbox
+     * has room for are claimed by the ingest and handed over after it. */
+    size_t known = outbox_known(app->ob, &d, jobs, n);
+    int64_t lease_until = 0;
+    size_t reserved = outbox_reserve(app->ob, n - known, &lease_until);
+    for (size_t i = 0, r = 0; i < n && r < reserved; i++) {
+        if (!jobs[i].done_state) {
+            jobs[i].lease_until = lease_until;
+            jobs[i].claimed_id = &claimed[i];
+            r++;
+        }
+    }
     ended_ctx ec;
     ended_ctx_init(&ec, app);
     store_supersede sup = {
         .reason = plan->reason, .any_sha = plan->any_sha, .effects = ended_effects, .ctx = &ec};
-    take_ctx tc = {.ob = app->ob, .d = &d, .jobs = jobs, .reserved = reserved};
+    take_ctx tc = {.ob = app->ob, .d = &d, .jobs = jobs, .n = n, .reserved = reserved};
     store_visible vis = {.fn = take_early, .ctx = &tc};
     crcr_err e = store_ingest_superseding(app->st, &d, jobs, n, plan->reason ? &sup : NULL,
                                           reserved ? &vis : NULL);
@@ -319,9 +324,10 @@ static void accept_dispatch(crcr_app *app, const http_request *req, http_respons
     } else {
         /* The workers start on the rows while the answer is built and sent (or started while
          * the ingest's commit was synced). */
-        size_t taken = vis.called ? tc.taken : outbox_take(app->ob, &d, jobs, reserved);
+        size_t taken = vis.called ? tc.taken : outbox_take(app->ob, &d, jobs, n, reserved);
         reserved = 0;
-        outbox_wake(app->ob, n - taken + (size_t)sup.runs);
+        outbox_known_recorded(app->ob, &d, jobs, n);
+        outbox_wake(app->ob, n - known - taken + (size_t)sup.runs);
         metrics_webhook_result("accepted");
         buf_t b;
         buf_init(&b, 64u * 1024u + n * (CRCR_REPO_NAME_MAX + 4));

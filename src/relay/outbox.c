@@ -16,6 +16,8 @@
  * for jobs; else sleep. One worker claims at a time, a batch per store transaction, and runs the
  * first step of every row it claimed itself: work whose result is local (dry-run rows, rows of a
  * paused installation, comments already recorded) is done there without waking another thread.
+ * A dry-run dispatch row whose outcome is known before it is stored (outbox_known) is not even
+ * claimed: the ingest writes it finished, and outbox_known_recorded counts and logs it.
  * A webhook's dispatch rows skip the claim when there are free slots and no rows waiting for one:
  * its ingest claims them in its own transaction (outbox_reserve, then outbox_take puts them on
  * the ready list with one shared copy of the payload).
@@ -1707,16 +1709,17 @@ void outbox_unreserve(outbox *ob, size_t n)
         slots_free(ob, n);
 }
 
-size_t outbox_take(outbox *ob, const store_delivery *d, const store_new_job *jobs, size_t reserved)
+size_t outbox_take(outbox *ob, const store_delivery *d, const store_new_job *jobs, size_t n,
+                   size_t reserved)
 {
     if (!ob || reserved == 0)
         return 0;
     job *head = NULL, *tail = NULL;
     size_t made = 0;
     shared_payload *sp = shared_payload_new(d->payload, d->payload_len);
-    for (size_t i = 0; i < reserved; i++) {
-        if (*jobs[i].claimed_id <= 0)
-            continue; /* left queued: claimed after the wake-up */
+    for (size_t i = 0; i < n && made < reserved; i++) {
+        if (!jobs[i].claimed_id || *jobs[i].claimed_id <= 0)
+            continue; /* not claimed, or left queued: claimed after the wake-up */
         store_job sj;
         job *j = NULL;
         if (store_job_claimed(&sj, d, &jobs[i]) == CRCR_OK && sp)
@@ -1745,6 +1748,41 @@ size_t outbox_take(outbox *ob, const store_delivery *d, const store_new_job *job
     wake_idle(ob, (made + OUTBOX_SETTLE_MAX - 1) / OUTBOX_SETTLE_MAX);
     pthread_mutex_unlock(&ob->mu);
     return made;
+}
+
+size_t outbox_known(const outbox *ob, const store_delivery *d, store_new_job *jobs, size_t n)
+{
+    if (!ob || ob->gh)
+        return 0;
+    dispatch_src src = {.event = d->event,
+                        .delivery_id = d->delivery_id,
+                        .payload = d->payload,
+                        .payload_len = d->payload_len};
+    if (!dispatch_row_verbatim(ob->cfg, &src)) /* the same answer for every unpaired row */
+        return 0;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (ob_kind_parse(jobs[i].kind) == OB_KIND_DISPATCH && !jobs[i].body && !jobs[i].seq_key &&
+            !jobs[i].after_seq) {
+            jobs[i].done_state = ob_state_name(OB_STATE_DRY_RUN);
+            k++;
+        }
+    }
+    return k;
+}
+
+void outbox_known_recorded(outbox *ob, const store_delivery *d, const store_new_job *jobs, size_t n)
+{
+    if (!ob)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        if (!jobs[i].done_state)
+            continue;
+        atomic_fetch_add(&ob->dry_run, 1);
+        metrics_outbox_result(jobs[i].kind, jobs[i].done_state);
+        LOG_INFO("outbox.dry_run", "delivery", d->delivery_id, "repo", jobs[i].target, "kind",
+                 jobs[i].kind, "attempt", "1", NULL);
+    }
 }
 
 size_t outbox_installation_changed(outbox *ob, int64_t installation, const char *const *repos,

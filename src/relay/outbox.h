@@ -104,12 +104,24 @@ void outbox_wake(outbox *ob, size_t n);
  * (the ingest failed, or its store left the row queued). */
 size_t outbox_reserve(outbox *ob, size_t n, int64_t *lease_until);
 void outbox_unreserve(outbox *ob, size_t n);
-/* After a successful ingest of `d`: takes over the rows it claimed among jobs[0..reserved) (the
- * reserved slots; a row its store left queued has claimed_id 0) and gives back the slots of the
- * others. The workers run their steps as for rows they claimed, with one copy of the delivery's
- * payload shared by all; a row without memory for its job goes back to the queue. How many it
- * took. */
-size_t outbox_take(outbox *ob, const store_delivery *d, const store_new_job *jobs, size_t reserved);
+/* After a successful ingest of `d`: takes over the rows it claimed among jobs[0..n) (those with
+ * a claimed_id, one per reserved slot; a row its store left queued has claimed_id 0) and gives
+ * back the `reserved` slots of the others. The workers run their steps as for rows they claimed,
+ * with one copy of the delivery's payload shared by all; a row without memory for its job goes
+ * back to the queue. How many it took. */
+size_t outbox_take(outbox *ob, const store_delivery *d, const store_new_job *jobs, size_t n,
+                   size_t reserved);
+
+/* Rows whose outcome is known before they are stored, recorded finished by the ingest itself
+ * (store_new_job.done_state) instead of being claimed and settled by a worker: in dry-run, a
+ * dispatch row of `d` without a Depends-On pair whose request would be sent as it is
+ * (dispatch_row_verbatim) ends `dry_run` with nothing to build. outbox_known marks such rows
+ * among jobs[0..n) and returns how many (0 with App credentials: every row is sent); after the
+ * ingest stored them, outbox_known_recorded counts and logs each as a worker does when it
+ * records one (outbox.dry_run). */
+size_t outbox_known(const outbox *ob, const store_delivery *d, store_new_job *jobs, size_t n);
+void outbox_known_recorded(outbox *ob, const store_delivery *d, const store_new_job *jobs,
+                           size_t n);
 
 /* Stops: requests not yet sent are not sent (their rows go back to the queue without an
  * attempt), those out are answered and recorded, then the workers exit. NULL ok. */

@@ -226,7 +226,7 @@ void store_job_free(store_job *job)
 
 bool store_new_job_claimed(const store_new_job *j)
 {
-    return j->claimed_id && j->lease_until > 0 && !j->seq_key && !j->after_seq;
+    return j->claimed_id && j->lease_until > 0 && !j->seq_key && !j->after_seq && !j->done_state;
 }
 
 void store_new_jobs_unclaim(const store_new_job *jobs, size_t n)

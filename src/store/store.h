@@ -123,6 +123,11 @@ typedef struct store_new_job {
      * (set it to 0 first). Read it only when the ingest succeeded. */
     int64_t lease_until;
     int64_t *claimed_id;
+    /* A row whose outcome is known before it is stored (a dry-run dispatch whose request needs
+     * no building, outbox_dry_run_known): inserted finished in this state ("dry_run"), with 1
+     * attempt and done_at = its due time, as if claimed and finished at once; never claimed,
+     * never withdrawn. NULL: queued, or claimed as above. */
+    const char *done_state;
 } store_new_job;
 
 /* Writes the delivery and its jobs in one transaction. CRCR_E_DUPLICATE (and nothing written)

@@ -590,6 +590,86 @@ static void claim_takes_back_a_row_whose_lease_expired(void **state)
  * are running under the lease given: no claim hands them out while it holds, the ids written
  * fence their finish as a claim's would, the others stay queued, and an unfinished claimed row
  * comes back once its lease ran out. */
+/* Rows whose outcome is known before they are stored (store_new_job.done_state, a dry-run
+ * dispatch) are written finished in the ingest: 1 attempt, done at their due time, never claimed
+ * and counted as done. Among claimed and queued rows (PostgreSQL's batched insert), and alone
+ * (PostgreSQL inserts a single row by a statement of its own). */
+static void ingest_stores_known_outcomes_finished(void **state)
+{
+    store *st = *state;
+    const char *targets[] = {"a/one", "b/two", "c/three", "d/four"};
+    store_new_job jobs[4];
+    for (size_t i = 0; i < 4; i++)
+        jobs[i] = (store_new_job){.kind = "dispatch", .target = targets[i], .due_at = 1000};
+    jobs[0].done_state = jobs[2].done_state = "dry_run";
+    int64_t ids[4] = {0, 0, 0, 0};
+    jobs[1].lease_until = jobs[2].lease_until = 61000; /* a known row is never claimed */
+    jobs[1].claimed_id = &ids[1];
+    jobs[2].claimed_id = &ids[2];
+    store_delivery d = {.delivery_id = "d-known",
+                        .event = "pull_request",
+                        .action = "opened",
+                        .upstream_repo = "pytorch/pytorch",
+                        .pr_number = 7,
+                        .head_sha = "sha7",
+                        .received_at = 1000,
+                        .payload = "{\"x\":2}",
+                        .payload_len = 7,
+                        .status = "queued"};
+    assert_int_equal(store_ingest(st, &d, jobs, 4), CRCR_OK);
+    assert_true(ids[1] > 0);
+    assert_int_equal(ids[2], 0);
+    store_outbox_stats s;
+    assert_int_equal(store_outbox_stats_get(st, &s), CRCR_OK);
+    assert_int_equal(s.dry_run, 2);
+    assert_int_equal(s.running, 1);
+    assert_int_equal(s.queued, 1);
+    dview *v = view(st, "d-known");
+    assert_int_equal(v->n, 4);
+    for (size_t i = 0; i < 4; i++) {
+        const jrow *j = &v->jobs[i];
+        bool known = strcmp(j->target, "a/one") == 0 || strcmp(j->target, "c/three") == 0;
+        assert_string_equal(j->state, known ? "dry_run" : i == 1 ? "running" : "queued");
+        assert_int_equal(j->attempts, known ? 1 : 0);
+        assert_int_equal(j->done_at, known ? 1000 : 0);
+        assert_int_equal(j->last_status, 0);
+        assert_string_equal(j->error, "(null)");
+    }
+    free(v);
+    /* Only the queued row is claimable; once the leases expired, it and the claimed row. */
+    store_job j;
+    assert_int_equal(store_claim(st, 2000, 60000, &j), CRCR_OK);
+    assert_string_equal(j.target, "d/four");
+    store_job_free(&j);
+    assert_int_equal(store_claim(st, 3000, 60000, &j), CRCR_E_NOT_FOUND);
+    int again = 0;
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(store_claim(st, 200000, 60000, &j), CRCR_OK);
+        again |= strcmp(j.target, "b/two") == 0 ? 1 : strcmp(j.target, "d/four") == 0 ? 2 : 4;
+        store_job_free(&j);
+    }
+    assert_int_equal(again, 3);
+    assert_int_equal(store_claim(st, 200001, 60000, &j), CRCR_E_NOT_FOUND);
+
+    /* One known row alone. */
+    store_new_job one = {
+        .kind = "dispatch", .target = "e/five", .due_at = 5000, .done_state = "dry_run"};
+    d.delivery_id = "d-known-one";
+    d.received_at = 5000;
+    assert_int_equal(store_ingest(st, &d, &one, 1), CRCR_OK);
+    v = view(st, "d-known-one");
+    assert_int_equal(v->n, 1);
+    assert_string_equal(v->jobs[0].state, "dry_run");
+    assert_int_equal(v->jobs[0].attempts, 1);
+    assert_int_equal(v->jobs[0].done_at, 5000);
+    free(v);
+    assert_int_equal(store_claim(st, 200002, 60000, &j), CRCR_E_NOT_FOUND);
+    assert_int_equal(store_outbox_stats_get(st, &s), CRCR_OK);
+    assert_int_equal(s.dry_run, 3);
+    assert_int_equal(s.queued, 0);
+    assert_int_equal(s.running, 2);
+}
+
 static void ingest_claims_the_rows_given_a_lease(void **state)
 {
     store *st = *state;
@@ -3363,6 +3443,7 @@ int main(int argc, char **argv)
         T(ingest_without_jobs_records_an_ignored_delivery),
         T(claim_hands_out_due_rows_in_due_order_with_their_delivery),
         T(claim_takes_back_a_row_whose_lease_expired),
+        T(ingest_stores_known_outcomes_finished),
         T(ingest_claims_the_rows_given_a_lease),
         T(ingest_hands_rows_over_before_its_sync),
         T(a_lost_lease_fences_finish_retry_and_renew),

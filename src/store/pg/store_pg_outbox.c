@@ -37,8 +37,9 @@ typedef struct batch_claims {
 static int batch_claimed(void *ctx, const store_row_source *s)
 {
     batch_claims *b = ctx;
-    if (s->i64(s->src, 3, 0) <= 0) { /* no lease: queued */
-        b->queued++;
+    if (s->i64(s->src, 3, 0) <= 0) { /* no lease: queued, or finished (store_new_job.done_state) */
+        if (s->i64(s->src, 4, 0))
+            b->queued++;
         return 0;
     }
     const char *kind = s->text(s->src, 1), *target = s->text(s->src, 2);
@@ -56,11 +57,11 @@ static int batch_claimed(void *ctx, const store_row_source *s)
 }
 
 /* The batched jobs of `jobs` as one INSERT: a JSON array of [kind, target, hex body, due, lease
- * (null: queued)] read by json_array_elements, in the jobs' order (WITH ORDINALITY: ids follow
- * it, as the claims' order does). One round trip instead of one per row: a fan-out's ingest to
- * 100 repositories made 100 INSERTs in its transaction. *inserted is the number of rows it took,
- * 0 when the document would pass PG_JOBS_JSON_MAX (the caller then inserts them a statement
- * each); *queued how many of them are queued (not claimed). */
+ * (null: queued), done state (null: not finished)] read by json_array_elements, in the jobs' order
+ * (WITH ORDINALITY: ids follow it, as the claims' order does). One round trip instead of one per
+ * row: a fan-out's ingest to 100 repositories made 100 INSERTs in its transaction. *inserted is the
+ * number of rows it took, 0 when the document would pass PG_JOBS_JSON_MAX (the caller then inserts
+ * them a statement each); *queued how many of them are queued (not claimed). */
 static crcr_err insert_batch(pgx *x, const char *delivery_id, const store_new_job *jobs, size_t n,
                              int64_t now, size_t *inserted, int64_t *queued)
 {
@@ -96,6 +97,10 @@ static crcr_err insert_batch(pgx *x, const char *delivery_id, const store_new_jo
             jw_int(&w, j->lease_until);
         else
             jw_null(&w);
+        if (j->done_state)
+            jw_str(&w, j->done_state);
+        else
+            jw_null(&w);
         jw_arr_end(&w);
         k++;
     }
@@ -111,12 +116,14 @@ static crcr_err insert_batch(pgx *x, const char *delivery_id, const store_new_jo
         bool called_back = x->called_back;
         e = pg_query(x,
                      "INSERT INTO outbox(kind, delivery_id, target, body, state, attempts, "
-                     "next_attempt_at, created_at, lease_until, owner) SELECT r->>0, $1, r->>1, "
-                     "decode(r->>2, 'hex'), CASE WHEN r->>4 IS NULL THEN 'queued' ELSE 'running' "
-                     "END, 0, (r->>3)::bigint, $2, (r->>4)::bigint, CASE WHEN r->>4 IS NULL THEN "
-                     "NULL ELSE $4::integer END FROM json_array_elements($3::json) WITH "
-                     "ORDINALITY AS t(r, i) ORDER BY t.i ON CONFLICT DO NOTHING RETURNING id, "
-                     "kind, target, lease_until",
+                     "next_attempt_at, created_at, lease_until, owner, done_at) SELECT r->>0, $1, "
+                     "r->>1, decode(r->>2, 'hex'), CASE WHEN r->>5 IS NOT NULL THEN r->>5 WHEN "
+                     "r->>4 IS NULL THEN 'queued' ELSE 'running' END, CASE WHEN r->>5 IS NULL "
+                     "THEN 0 ELSE 1 END, (r->>3)::bigint, $2, (r->>4)::bigint, CASE WHEN r->>4 IS "
+                     "NULL THEN NULL ELSE $4::integer END, CASE WHEN r->>5 IS NULL THEN NULL ELSE "
+                     "(r->>3)::bigint END FROM json_array_elements($3::json) WITH ORDINALITY AS "
+                     "t(r, i) ORDER BY t.i ON CONFLICT DO NOTHING RETURNING id, kind, target, "
+                     "lease_until, (state='queued')::integer",
                      ARGS(ARG_TEXT(delivery_id), ARG_INT(now), ARG_TEXT(buf_cstr(&doc)),
                           ARG_INT_IF(held, id)),
                      batch_claimed, &bc, NULL);
@@ -149,19 +156,23 @@ crcr_err pg_insert_jobs(pgx *x, const char *delivery_id, const store_new_job *jo
         if (in_batch && batched(j))
             continue;
         /* A row after_seq only follows a row of its seq_key (store.h). */
-        crcr_err e = pg_query(
-            x,
-            "INSERT INTO outbox(kind, delivery_id, target, body, state, "
-            "attempts, next_attempt_at, created_at, seq_key) SELECT $1, $2, "
-            "$3, $4::bytea, 'queued', 0, $5, $6, $7 WHERE NOT $8::boolean OR EXISTS "
-            "(SELECT 1 FROM outbox s WHERE s.seq_key=$7) ON CONFLICT DO NOTHING",
-            ARGS(ARG_TEXT(j->kind), ARG_TEXT(delivery_id), ARG_TEXT(j->target),
-                 ARG_BLOB(j->body, j->body_len), ARG_INT(j->due_at ? j->due_at : now), ARG_INT(now),
-                 ARG_TEXT(j->seq_key), ARG_TEXT(j->after_seq ? "true" : "false")),
-            NULL, NULL, j->after_seq ? &added : NULL);
+        crcr_err e =
+            pg_query(x,
+                     "INSERT INTO outbox(kind, delivery_id, target, body, state, "
+                     "attempts, next_attempt_at, created_at, seq_key, done_at) SELECT $1, $2, "
+                     "$3, $4::bytea, COALESCE($9::text, 'queued'), CASE WHEN $9::text IS NULL THEN "
+                     "0 ELSE 1 END, $5::bigint, "
+                     "$6, $7, CASE WHEN $9::text IS NULL THEN NULL ELSE $5::bigint END WHERE NOT "
+                     "$8::boolean OR EXISTS "
+                     "(SELECT 1 FROM outbox s WHERE s.seq_key=$7) ON CONFLICT DO NOTHING",
+                     ARGS(ARG_TEXT(j->kind), ARG_TEXT(delivery_id), ARG_TEXT(j->target),
+                          ARG_BLOB(j->body, j->body_len), ARG_INT(j->due_at ? j->due_at : now),
+                          ARG_INT(now), ARG_TEXT(j->seq_key),
+                          ARG_TEXT(j->after_seq ? "true" : "false"), ARG_TEXT(j->done_state)),
+                     NULL, NULL, j->after_seq ? &added : NULL);
         if (e)
             return e;
-        if (!j->after_seq)
+        if (!j->after_seq && !j->done_state)
             added++;
     }
     return added ? pg_notify_rows(x, added) : CRCR_OK;

@@ -41,20 +41,26 @@ static crcr_err insert_job(sqlite_store *s, const char *delivery_id, const store
         if (err || !job->seq_key || !started.found)
             return err;
     }
-    /* A row the caller claims in this transaction (store.h): running under its lease. */
+    /* A row the caller claims in this transaction (store.h): running under its lease; a row
+     * whose outcome is known: finished. */
+    bool done = job->done_state != NULL;
     bool claimed = store_new_job_claimed(job);
-    sqlite3_stmt *q = sq_stmt(s, SQ_INS_JOB,
-                              "INSERT INTO outbox(kind, delivery_id, target, body, state, "
-                              "attempts, next_attempt_at, created_at, seq_key, lease_until) "
-                              "VALUES (?,?,?,?,?,0,?,?,?,?)");
+    const char *state = done      ? job->done_state
+                        : claimed ? ob_state_name(OB_STATE_RUNNING)
+                                  : ob_state_name(OB_STATE_QUEUED);
+    sqlite3_stmt *q =
+        sq_stmt(s, SQ_INS_JOB,
+                "INSERT INTO outbox(kind, delivery_id, target, body, state, attempts, "
+                "next_attempt_at, created_at, seq_key, lease_until, done_at) "
+                "VALUES (?,?,?,?,?,?,?,?,?,?,?)");
     if (!q)
         return CRCR_E_STORE;
-    crcr_err err = insert_step(
-        s, q, op,
-        ARGS(ARG_TEXT(job->kind), ARG_TEXT(delivery_id), ARG_TEXT(job->target),
-             ARG_BLOB(job->body, job->body_len),
-             ARG_TEXT(ob_state_name(claimed ? OB_STATE_RUNNING : OB_STATE_QUEUED)), ARG_INT(due),
-             ARG_INT(created), ARG_TEXT(job->seq_key), ARG_INT_IF(claimed, job->lease_until)));
+    crcr_err err =
+        insert_step(s, q, op,
+                    ARGS(ARG_TEXT(job->kind), ARG_TEXT(delivery_id), ARG_TEXT(job->target),
+                         ARG_BLOB(job->body, job->body_len), ARG_TEXT(state), ARG_INT(done ? 1 : 0),
+                         ARG_INT(due), ARG_INT(created), ARG_TEXT(job->seq_key),
+                         ARG_INT_IF(claimed, job->lease_until), ARG_INT_IF(done, due)));
     if (!err && claimed)
         *job->claimed_id = (int64_t)sqlite3_last_insert_rowid(s->db);
     return err;
