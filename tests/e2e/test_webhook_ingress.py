@@ -13,6 +13,7 @@ Needs CRCR_BIN; see tests/support/README.md.
 
 import json
 import random
+import re
 import unittest
 import uuid
 
@@ -245,13 +246,32 @@ class DryRunOutcomeTest(IngressTestBase):
                 self.assertLessEqual(len(cp), 10)  # GitHub's client_payload property limit
                 self.assertLess(len(raw), 65536)
 
+    def dry_run_count(self):
+        text = self.relay.get("/metrics").body.decode("utf-8")
+        m = re.search(r'^crcr_outbox_jobs_total\{kind="dispatch",result="dry_run"\} (\d+)$', text,
+                      re.M)
+        self.assertIsNotNone(m, "no dry_run dispatch counter in /metrics")
+        return int(m.group(1))
+
     def test_dry_run_records_the_exact_dispatch_bodies(self):
         payload = R.load_example("pull_request.opened")
+        before = self.dry_run_count()
         resp = self.relay.webhook("pull_request", payload)
         self.assertQueued(resp)
         doc, rows = self.wait_dry_run(resp.delivery, len(TARGETS))
         self.assertEqual(doc["delivery"]["delivery_id"], resp.delivery)
         self.check_bodies("pull_request", payload, resp.delivery, rows)
+        # Recorded by the ingest itself (no claim): one attempt, done when received, and the
+        # same count, metric and log line as a row a worker records.
+        for row in rows:
+            self.assertEqual(row["attempts"], 1)
+            self.assertIsNotNone(row["done_at"])
+        self.assertEqual(self.dry_run_count(), before + len(TARGETS))
+        with open(self.relay.log_path, encoding="utf-8", errors="replace") as f:
+            lines = [ln for ln in f if "event=outbox.dry_run" in ln and resp.delivery in ln]
+        self.assertEqual(sorted(t for t in TARGETS if any("repo=" + t in ln for ln in lines)),
+                         sorted(TARGETS), "".join(lines))
+        self.assertEqual(len(lines), len(TARGETS), "".join(lines))
 
     def test_dry_run_push_deletion_body(self):
         payload = R.load_example("push.deleted")
