@@ -57,11 +57,13 @@ static int batch_claimed(void *ctx, const store_row_source *s)
 }
 
 /* The batched jobs of `jobs` as one INSERT: a JSON array of [kind, target, hex body, due, lease
- * (null: queued), done state (null: not finished)] read by json_array_elements, in the jobs' order
- * (WITH ORDINALITY: ids follow it, as the claims' order does). One round trip instead of one per
- * row: a fan-out's ingest to 100 repositories made 100 INSERTs in its transaction. *inserted is the
- * number of rows it took, 0 when the document would pass PG_JOBS_JSON_MAX (the caller then inserts
- * them a statement each); *queued how many of them are queued (not claimed). */
+ * (null: queued), done state (null: not finished)] read by jsonb_array_elements, in the jobs'
+ * order (WITH ORDINALITY: ids follow it, as the claims' order does). One round trip instead of one
+ * per row: a fan-out's ingest to 100 repositories made 100 INSERTs in its transaction. jsonb, not
+ * json: a json element is parsed again by each ->> of it (six per row), a jsonb document once
+ * (100 rows: 1.07 -> 0.23 ms in EXPLAIN ANALYZE). *inserted is the number of rows it took, 0 when
+ * the document would pass PG_JOBS_JSON_MAX (the caller then inserts them a statement each);
+ * *queued how many of them are queued (not claimed). */
 static crcr_err insert_batch(pgx *x, const char *delivery_id, const store_new_job *jobs, size_t n,
                              int64_t now, size_t *inserted, int64_t *queued)
 {
@@ -121,7 +123,7 @@ static crcr_err insert_batch(pgx *x, const char *delivery_id, const store_new_jo
                      "r->>4 IS NULL THEN 'queued' ELSE 'running' END, CASE WHEN r->>5 IS NULL "
                      "THEN 0 ELSE 1 END, (r->>3)::bigint, $2, (r->>4)::bigint, CASE WHEN r->>4 IS "
                      "NULL THEN NULL ELSE $4::integer END, CASE WHEN r->>5 IS NULL THEN NULL ELSE "
-                     "(r->>3)::bigint END FROM json_array_elements($3::json) WITH ORDINALITY AS "
+                     "(r->>3)::bigint END FROM jsonb_array_elements($3::jsonb) WITH ORDINALITY AS "
                      "t(r, i) ORDER BY t.i ON CONFLICT DO NOTHING RETURNING id, kind, target, "
                      "lease_until, (state='queued')::integer",
                      ARGS(ARG_TEXT(delivery_id), ARG_INT(now), ARG_TEXT(buf_cstr(&doc)),

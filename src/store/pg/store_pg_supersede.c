@@ -358,7 +358,7 @@ static crcr_err end_hits(pgx *x, ended_hits *h, const store_new_job *jobs, int64
         e = pg_query(x,
                      "INSERT INTO dispatch_ends(delivery_id, repo, pr_number, reason, "
                      "by_delivery, ended_at) SELECT t.e->>0, t.e->>1, $2, $3, $4, $5 FROM "
-                     "json_array_elements($1::json) AS t(e) ON CONFLICT DO NOTHING",
+                     "jsonb_array_elements($1::jsonb) AS t(e) ON CONFLICT DO NOTHING",
                      ARGS(ARG_TEXT(buf_cstr(&doc)), ARG_INT(pr), ARG_TEXT(sup->reason),
                           ARG_TEXT(by), ARG_INT(now)),
                      NULL, NULL, NULL);
@@ -370,7 +370,7 @@ static crcr_err end_hits(pgx *x, ended_hits *h, const store_new_job *jobs, int64
         int64_t withdrawn = 0;
         e = pg_query(x,
                      "UPDATE outbox o SET state='withdrawn', done_at=$2, lease_until=NULL FROM "
-                     "json_array_elements($1::json) AS t(e) WHERE o.kind='dispatch' AND "
+                     "jsonb_array_elements($1::jsonb) AS t(e) WHERE o.kind='dispatch' AND "
                      "o.delivery_id=t.e->>0 AND lower(o.target)=lower(t.e->>1) AND "
                      "o.state='queued'",
                      ARGS(ARG_TEXT(buf_cstr(&doc)), ARG_INT(now)), NULL, NULL, &withdrawn);
@@ -378,7 +378,7 @@ static crcr_err end_hits(pgx *x, ended_hits *h, const store_new_job *jobs, int64
     }
     if (!e)
         e = pg_query(x,
-                     "SELECT DISTINCT (t.e->>2)::bigint FROM json_array_elements($1::json) AS "
+                     "SELECT DISTINCT (t.e->>2)::bigint FROM jsonb_array_elements($1::jsonb) AS "
                      "t(e) JOIN runs r ON r.delivery_id=t.e->>0 AND lower(r.repo)=lower(t.e->>1) "
                      "WHERE r.state='in_progress' AND r.ended IS NULL",
                      ARGS(ARG_TEXT(buf_cstr(&doc))), hit_runs_row, h, NULL);
@@ -433,7 +433,8 @@ crcr_err pg_supersede(pgx *x, const char *by, int64_t pr, const char *head_sha,
         e = pg_query(
             x,
             "SELECT i, delivery_id, body FROM (SELECT DISTINCT ON (o.id) (t.e->>0)::bigint AS i, "
-            "o.id, o.delivery_id, o.body FROM json_array_elements($2::json) AS t(e) JOIN outbox o "
+            "o.id, o.delivery_id, o.body FROM jsonb_array_elements($2::jsonb) AS t(e) JOIN outbox "
+            "o "
             "ON o.kind='dispatch' AND lower(o.target)=lower(t.e->>1) AND o.delivery_id<>$3 JOIN "
             "deliveries d ON d.delivery_id=o.delivery_id AND d.pr_number=$1 LEFT JOIN pairs p ON "
             "p.delivery_id=o.delivery_id AND lower(p.repo)=lower(o.target) WHERE NOT EXISTS "
@@ -456,7 +457,7 @@ crcr_err pg_supersede(pgx *x, const char *by, int64_t pr, const char *head_sha,
         e = pg_query(x,
                      "INSERT INTO dispatch_heads(pr_number, repo, head_sha, pair_number, "
                      "delivery_id, at) SELECT DISTINCT ON (lower(t.e->>1)) $1, t.e->>1, $3, "
-                     "(t.e->>2)::bigint, $4, $5 FROM json_array_elements($2::json) AS t(e) "
+                     "(t.e->>2)::bigint, $4, $5 FROM jsonb_array_elements($2::jsonb) AS t(e) "
                      "ORDER BY lower(t.e->>1), (t.e->>0)::bigint DESC ON CONFLICT (pr_number, "
                      "lower(repo)) DO UPDATE SET head_sha=excluded.head_sha, "
                      "pair_number=excluded.pair_number, delivery_id=excluded.delivery_id, "
