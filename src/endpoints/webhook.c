@@ -297,6 +297,7 @@ static void accept_dispatch(crcr_app *app, const http_request *req, http_respons
     size_t known = outbox_known(app->ob, &d, jobs, n);
     int64_t lease_until = 0;
     size_t reserved = outbox_reserve(app->ob, n - known, &lease_until);
+    gh_budget_expect(app->budget, (long)reserved); /* their share is taken while this commits */
     for (size_t i = 0, r = 0; i < n && r < reserved; i++) {
         if (!jobs[i].done_state) {
             jobs[i].lease_until = lease_until;

@@ -39,6 +39,8 @@ struct gh_budget {
     bool poked; /* the loop reported pressure since the thread last looked */
     atomic_long share;
     atomic_uint_fast64_t changes, refusals;
+    atomic_long expect;            /* gh_budget_expect: requests about to be asked for */
+    atomic_int_fast64_t expect_at; /* when (clock_mono_ms), 0: none */
 };
 
 static void on_pressure(void *ud)
@@ -87,10 +89,15 @@ static void *keeper(void *arg)
         http_loop_stats ls;
         http_loop_get_stats(b->loop, &ls);
         long share = atomic_load(&b->share);
-        long demand = ls.inflight_budgeted + ls.waiting;
         int64_t now = clock_mono_ms();
+        /* Requests announced by gh_budget_expect count as waiting for GH_BUDGET_IDLE_MS, unless
+         * more wait already (they are among them once asked for). */
+        int64_t at = atomic_load(&b->expect_at);
+        long expected = at && now - at < GH_BUDGET_IDLE_MS ? atomic_load(&b->expect) : 0;
+        long waiting = ls.waiting > expected ? ls.waiting : expected;
+        long demand = ls.inflight_budgeted + waiting;
         long want = share;
-        if (ls.waiting > 0 && share < b->total) {
+        if (waiting > 0 && share < b->total && (ls.waiting > 0 || demand > share)) {
             want = demand < b->total ? demand : b->total;
             surplus_since = 0;
         } else if (share > demand) {
@@ -108,7 +115,7 @@ static void *keeper(void *arg)
 
         share = atomic_load(&b->share);
         int64_t wait = GH_BUDGET_POLL_MS;
-        if (ls.waiting > 0 && share < b->total)
+        if (waiting > 0 && share < b->total)
             wait = GH_BUDGET_RETRY_MS; /* others hold the rest: ask again soon */
         else if (surplus_since)
             wait = GH_BUDGET_IDLE_MS - (now - surplus_since) + 1;
@@ -159,6 +166,20 @@ gh_budget *gh_budget_start(store *st, gh_client *gh, long total, char *err, size
         return NULL;
     }
     return b;
+}
+
+void gh_budget_expect(gh_budget *b, long n)
+{
+    if (!b || b->fixed || n <= 0)
+        return;
+    if (atomic_load(&b->share) >= b->total)
+        return; /* the whole budget is held: nothing to ask for */
+    atomic_store(&b->expect, n);
+    atomic_store(&b->expect_at, clock_mono_ms());
+    pthread_mutex_lock(&b->mu);
+    b->poked = true;
+    pthread_cond_signal(&b->cv);
+    pthread_mutex_unlock(&b->mu);
 }
 
 void gh_budget_get_stats(gh_budget *b, gh_budget_stats *out)
