@@ -247,15 +247,20 @@ static const char *scan_string(const char *t, size_t len, size_t *pos, size_t *d
             return "control character in string";
         }
         if (c >= 0x80) {
-            size_t k = utf8_seq((const unsigned char *)t + i, len - i);
-            if (!k) {
-                *pos = i;
-                return "invalid UTF-8";
-            }
+            /* Characters beyond ASCII come in runs (a word of another script): they are
+             * checked one after another here, not each after a call of plain_run. */
+            size_t from = i;
+            do {
+                size_t k = utf8_seq((const unsigned char *)t + i, len - i);
+                if (!k) {
+                    *pos = i;
+                    return "invalid UTF-8";
+                }
+                i += k;
+            } while (i < len && (unsigned char)t[i] >= 0x80);
             if (hash)
-                siphash_bytes(&h, t + i, k);
-            n += k;
-            i += k;
+                siphash_bytes(&h, t + from, i - from);
+            n += i - from;
             continue;
         }
         /* A backslash. */

@@ -237,9 +237,22 @@ static void select_finds_each_special_byte_at_every_offset(void **state)
         const char *s;
         bool ok;
     } specials[] = {
-        {"\\n", true},   {"\\u0041", true}, {"\xc3\xa9", true}, {"\xf0\x9f\x98\x80", true},
-        {"\x7f", true},  {" ", true},       {"\x01", false},    {"\x1f", false},
-        {"\x80", false}, {"\xff", false},   {"\\x", false},
+        {"\\n", true},
+        {"\\u0041", true},
+        {"\xc3\xa9", true},
+        {"\xf0\x9f\x98\x80", true},
+        {"\x7f", true},
+        {" ", true},
+        {"\x01", false},
+        {"\x1f", false},
+        {"\x80", false},
+        {"\xff", false},
+        {"\\x", false},
+        /* runs of characters beyond ASCII, checked as a run: every byte still is */
+        {"\xc3\xa9\xf0\x9f\x98\x80\xc3\xa9", true},
+        {"\xc3\xa9\xc3\xa9\x80", false},
+        {"\xc3\xa9\xc3", false},
+        {"\xe3\x83\x86\xe3\x82", false},
     };
     char doc[256], body[128];
     for (size_t k = 0; k < sizeof(specials) / sizeof(specials[0]); k++) {
@@ -259,6 +272,11 @@ static void select_finds_each_special_byte_at_every_offset(void **state)
             }
         }
     }
+    /* A run of characters beyond ASCII in a key hashes as its escaped spelling. */
+    refused(
+        "{\"x\":{\"a\xc3\xa9\xf0\x9f\x98\x80\xc3\xa9\":1,\"a\\u00e9\\ud83d\\ude00\\u00e9\":2}}");
+    accepted(
+        "{\"x\":{\"a\xc3\xa9\xf0\x9f\x98\x80\xc3\xa9\":1,\"a\\u00e9\\ud83d\\ude00\\u00e8\":2}}");
     /* Keys of 1..40 bytes: the same key with one character escaped is a duplicate, a key that
      * differs in its last byte is not. */
     char key[48], esc[64];

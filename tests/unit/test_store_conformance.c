@@ -590,6 +590,21 @@ static void claim_takes_back_a_row_whose_lease_expired(void **state)
  * are running under the lease given: no claim hands them out while it holds, the ids written
  * fence their finish as a claim's would, the others stay queued, and an unfinished claimed row
  * comes back once its lease ran out. */
+/* A delivery of PR 7 at "sha7", received at 1000, with a 7-byte payload. */
+static store_delivery pr7_delivery(const char *id)
+{
+    return (store_delivery){.delivery_id = id,
+                            .event = "pull_request",
+                            .action = "opened",
+                            .upstream_repo = "pytorch/pytorch",
+                            .pr_number = 7,
+                            .head_sha = "sha7",
+                            .received_at = 1000,
+                            .payload = "{\"x\":2}",
+                            .payload_len = 7,
+                            .status = "queued"};
+}
+
 /* Rows whose outcome is known before they are stored (store_new_job.done_state, a dry-run
  * dispatch) are written finished in the ingest: 1 attempt, done at their due time, never claimed
  * and counted as done. Among claimed and queued rows (PostgreSQL's batched insert), and alone
@@ -606,16 +621,7 @@ static void ingest_stores_known_outcomes_finished(void **state)
     jobs[1].lease_until = jobs[2].lease_until = 61000; /* a known row is never claimed */
     jobs[1].claimed_id = &ids[1];
     jobs[2].claimed_id = &ids[2];
-    store_delivery d = {.delivery_id = "d-known",
-                        .event = "pull_request",
-                        .action = "opened",
-                        .upstream_repo = "pytorch/pytorch",
-                        .pr_number = 7,
-                        .head_sha = "sha7",
-                        .received_at = 1000,
-                        .payload = "{\"x\":2}",
-                        .payload_len = 7,
-                        .status = "queued"};
+    store_delivery d = pr7_delivery("d-known");
     assert_int_equal(store_ingest(st, &d, jobs, 4), CRCR_OK);
     assert_true(ids[1] > 0);
     assert_int_equal(ids[2], 0);
@@ -681,16 +687,7 @@ static void ingest_claims_the_rows_given_a_lease(void **state)
     jobs[0].lease_until = jobs[1].lease_until = 61000;
     jobs[0].claimed_id = &ids[0];
     jobs[1].claimed_id = &ids[1];
-    store_delivery d = {.delivery_id = "d-claimed",
-                        .event = "pull_request",
-                        .action = "opened",
-                        .upstream_repo = "pytorch/pytorch",
-                        .pr_number = 7,
-                        .head_sha = "sha7",
-                        .received_at = 1000,
-                        .payload = "{\"x\":2}",
-                        .payload_len = 7,
-                        .status = "queued"};
+    store_delivery d = pr7_delivery("d-claimed");
     assert_int_equal(store_ingest(st, &d, jobs, 3), CRCR_OK);
     assert_true(ids[0] > 0);
     assert_true(ids[1] > 0);
