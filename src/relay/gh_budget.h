@@ -7,7 +7,8 @@
  * that died are dropped by the liveness every claim relies on) and lets its GitHub client's loop
  * (http_loop.h) have at most that share in flight. A thread of its own adjusts the share to the
  * demand the loop reports (requests out plus those waiting): it asks for more as soon as more
- * requests wait (the loop's pressure callback wakes it), asking again every GH_BUDGET_RETRY_MS
+ * requests wait (the loop's pressure callback wakes it) or are announced (gh_budget_expect),
+ * asking again every GH_BUDGET_RETRY_MS
  * while others hold the rest, and gives back what it has not used for GH_BUDGET_IDLE_MS, never
  * below what is in flight (while it holds a share it looks every GH_BUDGET_RETRY_MS: completions
  * do not wake it). So an instance alone may use the whole budget, two busy instances share it
