@@ -590,18 +590,18 @@ static void claim_takes_back_a_row_whose_lease_expired(void **state)
  * are running under the lease given: no claim hands them out while it holds, the ids written
  * fence their finish as a claim's would, the others stay queued, and an unfinished claimed row
  * comes back once its lease ran out. */
-/* A delivery of PR 7 at "sha7", received at 1000, with a 7-byte payload. */
-static store_delivery pr7_delivery(const char *id)
+/* A pull_request delivery of PR `pr` at `sha`, received at 1000, with `payload` (static). */
+static store_delivery pr_delivery(const char *id, int64_t pr, const char *sha, const char *payload)
 {
     return (store_delivery){.delivery_id = id,
                             .event = "pull_request",
                             .action = "opened",
                             .upstream_repo = "pytorch/pytorch",
-                            .pr_number = 7,
-                            .head_sha = "sha7",
+                            .pr_number = pr,
+                            .head_sha = sha,
                             .received_at = 1000,
-                            .payload = "{\"x\":2}",
-                            .payload_len = 7,
+                            .payload = payload,
+                            .payload_len = strlen(payload),
                             .status = "queued"};
 }
 
@@ -621,7 +621,7 @@ static void ingest_stores_known_outcomes_finished(void **state)
     jobs[1].lease_until = jobs[2].lease_until = 61000; /* a known row is never claimed */
     jobs[1].claimed_id = &ids[1];
     jobs[2].claimed_id = &ids[2];
-    store_delivery d = pr7_delivery("d-known");
+    store_delivery d = pr_delivery("d-known", 7, "sha7", "{\"x\":2}");
     assert_int_equal(store_ingest(st, &d, jobs, 4), CRCR_OK);
     assert_true(ids[1] > 0);
     assert_int_equal(ids[2], 0);
@@ -687,7 +687,7 @@ static void ingest_claims_the_rows_given_a_lease(void **state)
     jobs[0].lease_until = jobs[1].lease_until = 61000;
     jobs[0].claimed_id = &ids[0];
     jobs[1].claimed_id = &ids[1];
-    store_delivery d = pr7_delivery("d-claimed");
+    store_delivery d = pr_delivery("d-claimed", 7, "sha7", "{\"x\":2}");
     assert_int_equal(store_ingest(st, &d, jobs, 3), CRCR_OK);
     assert_true(ids[0] > 0);
     assert_true(ids[1] > 0);
@@ -774,16 +774,7 @@ static void ingest_hands_rows_over_before_its_sync(void **state)
          .claimed_id = &id},
         {.kind = "dispatch", .target = targets[1], .due_at = 1000},
     };
-    store_delivery d = {.delivery_id = "d-early",
-                        .event = "pull_request",
-                        .action = "opened",
-                        .upstream_repo = "pytorch/pytorch",
-                        .pr_number = 9,
-                        .head_sha = "sha9",
-                        .received_at = 1000,
-                        .payload = "{\"x\":3}",
-                        .payload_len = 7,
-                        .status = "queued"};
+    store_delivery d = pr_delivery("d-early", 9, "sha9", "{\"x\":3}");
     early_seen seen = {.st = st, .d = &d, .jobs = jobs, .finish = CRCR_E_INVALID};
     store_visible vis = {.fn = early_take, .ctx = &seen, .called = true};
     assert_int_equal(store_ingest_superseding(st, &d, jobs, 2, NULL, &vis), CRCR_OK);
