@@ -638,7 +638,10 @@ static void *rc_main(void *arg)
             reconcile_result res;
             reconcile_pass(&r->d, clock_now_ms(), startup, &res);
             startup = false;
-            next = clock_mono_ms() + (int64_t)r->d.cfg->reconcile_s * 1000;
+            /* A period from the pass's start, not its end: the pass is counted (metrics) before
+             * it gives its lease back, and a clock moved in between (a test that saw the count)
+             * made the next pass a whole period later than that move. */
+            next = now + (int64_t)r->d.cfg->reconcile_s * 1000;
             pthread_mutex_lock(&r->mu);
             continue;
         }
