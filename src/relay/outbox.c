@@ -1393,6 +1393,16 @@ static void outcome_prepare(outbox *ob, settled *s, store_settle *it, uint64_t *
     }
 }
 
+/* The counter, metric and log line of a row recorded done: sent, or dry-run (`dry`). */
+static void done_report(outbox *ob, bool dry, const char *kind, const char *delivery_id,
+                        const char *target, const char *attempt, const char *note)
+{
+    atomic_fetch_add(dry ? &ob->dry_run : &ob->sent, 1);
+    metrics_outbox_result(kind, ob_state_name(dry ? OB_STATE_DRY_RUN : OB_STATE_SENT));
+    LOG_INFO(dry ? "outbox.dry_run" : "outbox.sent", "delivery", delivery_id, "repo", target,
+             "kind", kind, "attempt", attempt, "trimmed", note, NULL);
+}
+
 /* After the write: counters, metrics and the log line of one outcome. */
 static void outcome_report(outbox *ob, const settled *s, crcr_err fe)
 {
@@ -1402,12 +1412,7 @@ static void outcome_report(outbox *ob, const settled *s, crcr_err fe)
     if (!s->write) {
         fe = CRCR_E_STATE;
     } else if (s->what == S_DONE) {
-        const char *done = ob_state_name(s->dry ? OB_STATE_DRY_RUN : OB_STATE_SENT);
-        atomic_fetch_add(s->dry ? &ob->dry_run : &ob->sent, 1);
-        metrics_outbox_result(sj->kind, done);
-        const char *note = row_note(j);
-        LOG_INFO(s->dry ? "outbox.dry_run" : "outbox.sent", "delivery", sj->delivery_id, "repo",
-                 sj->target, "kind", sj->kind, "attempt", s->attempt_s, "trimmed", note, NULL);
+        done_report(ob, s->dry, sj->kind, sj->delivery_id, sj->target, s->attempt_s, row_note(j));
     } else if (s->what == S_DEAD || s->what == S_GAVE_UP) {
         atomic_fetch_add(&ob->dead, 1);
         metrics_outbox_result(sj->kind, ob_state_name(OB_STATE_DEAD));
@@ -1775,14 +1780,9 @@ void outbox_known_recorded(outbox *ob, const store_delivery *d, const store_new_
 {
     if (!ob)
         return;
-    for (size_t i = 0; i < n; i++) {
-        if (!jobs[i].done_state)
-            continue;
-        atomic_fetch_add(&ob->dry_run, 1);
-        metrics_outbox_result(jobs[i].kind, jobs[i].done_state);
-        LOG_INFO("outbox.dry_run", "delivery", d->delivery_id, "repo", jobs[i].target, "kind",
-                 jobs[i].kind, "attempt", "1", NULL);
-    }
+    for (size_t i = 0; i < n; i++)
+        if (jobs[i].done_state) /* outbox_known marks dry-run rows only */
+            done_report(ob, true, jobs[i].kind, d->delivery_id, jobs[i].target, "1", NULL);
 }
 
 size_t outbox_installation_changed(outbox *ob, int64_t installation, const char *const *repos,

@@ -160,13 +160,12 @@ crcr_err pg_insert_jobs(pgx *x, const char *delivery_id, const store_new_job *jo
         /* A row after_seq only follows a row of its seq_key (store.h). */
         crcr_err e =
             pg_query(x,
-                     "INSERT INTO outbox(kind, delivery_id, target, body, state, "
-                     "attempts, next_attempt_at, created_at, seq_key, done_at) SELECT $1, $2, "
-                     "$3, $4::bytea, COALESCE($9::text, 'queued'), CASE WHEN $9::text IS NULL THEN "
-                     "0 ELSE 1 END, $5::bigint, "
-                     "$6, $7, CASE WHEN $9::text IS NULL THEN NULL ELSE $5::bigint END WHERE NOT "
-                     "$8::boolean OR EXISTS "
-                     "(SELECT 1 FROM outbox s WHERE s.seq_key=$7) ON CONFLICT DO NOTHING",
+                     "INSERT INTO outbox(kind, delivery_id, target, body, state, attempts, "
+                     "next_attempt_at, created_at, seq_key, done_at) SELECT $1, $2, $3, "
+                     "$4::bytea, COALESCE($9::text, 'queued'), CASE WHEN $9::text IS NULL THEN 0 "
+                     "ELSE 1 END, $5::bigint, $6, $7, CASE WHEN $9::text IS NULL THEN NULL ELSE "
+                     "$5::bigint END WHERE NOT $8::boolean OR EXISTS (SELECT 1 FROM outbox s "
+                     "WHERE s.seq_key=$7) ON CONFLICT DO NOTHING",
                      ARGS(ARG_TEXT(j->kind), ARG_TEXT(delivery_id), ARG_TEXT(j->target),
                           ARG_BLOB(j->body, j->body_len), ARG_INT(j->due_at ? j->due_at : now),
                           ARG_INT(now), ARG_TEXT(j->seq_key),

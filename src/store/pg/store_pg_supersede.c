@@ -434,8 +434,7 @@ crcr_err pg_supersede(pgx *x, const char *by, int64_t pr, const char *head_sha,
             x,
             "SELECT i, delivery_id, body FROM (SELECT DISTINCT ON (o.id) (t.e->>0)::bigint AS i, "
             "o.id, o.delivery_id, o.body FROM jsonb_array_elements($2::jsonb) AS t(e) JOIN outbox "
-            "o "
-            "ON o.kind='dispatch' AND lower(o.target)=lower(t.e->>1) AND o.delivery_id<>$3 JOIN "
+            "o ON o.kind='dispatch' AND lower(o.target)=lower(t.e->>1) AND o.delivery_id<>$3 JOIN "
             "deliveries d ON d.delivery_id=o.delivery_id AND d.pr_number=$1 LEFT JOIN pairs p ON "
             "p.delivery_id=o.delivery_id AND lower(p.repo)=lower(o.target) WHERE NOT EXISTS "
             "(SELECT 1 FROM dispatch_ends de WHERE de.delivery_id=o.delivery_id AND "
