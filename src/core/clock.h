@@ -15,7 +15,8 @@
  *
  * What stays on the real clock on purpose (clock_real_mono_us): log timestamps, the HTTP server's
  * request and header deadlines (real time is their subject: a client that is slow in real time),
- * libcurl's transfer timers (http_loop), and the waits of the PostgreSQL pool.
+ * libcurl's transfer timers (http_loop), the waits of the PostgreSQL pool, and the few
+ * milliseconds an outbox claim waits for GitHub's answers to free more job slots (outbox.c).
  */
 #ifndef CRCR_CLOCK_H
 #define CRCR_CLOCK_H

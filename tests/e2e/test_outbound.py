@@ -152,6 +152,34 @@ class SharedBudgetTest(GitHubRelayMixin, unittest.TestCase):
         self.assertEqual(sum(sent), len(repos))
 
 
+class ClaimRoomTest(GitHubRelayMixin, unittest.TestCase):
+    def test_a_lone_free_slot_is_claimed_when_no_other_frees_up(self):
+        # MAX_DISPATCH_WORKERS 16: a claim waits for 2 free slots (16 / 8), a few ms at most.
+        repos = ["room/r%02d" % i for i in range(17)]
+        self.start_pair(allowlist=allowlist_yaml(l1=repos), env={"MAX_DISPATCH_WORKERS": "16"})
+        first = self.gh.hold(path_re=r"/dispatches$", count=1)
+        rest = self.gh.hold(path_re=r"/dispatches$", count=None)
+        self.addCleanup(first.release)
+        self.addCleanup(rest.release)
+        d = self.post_ok("push", push_example()).delivery
+        held = lambda: len(first.held) + len(rest.held)  # noqa: E731
+        self.assertTrue(wait_until(lambda: held() >= 16, 30),
+                        "16 dispatches never reached the fake" + self.diag())
+        self.assertEqual((len(first.held), len(rest.held)), (1, 15),
+                         "more rows out than MAX_DISPATCH_WORKERS" + self.diag())
+        # One job ends: one slot is free, fewer than a claim waits for, and no other answer comes.
+        # (Awaited well within the relay's 20 s GitHub timeout, after which the held requests
+        # would fail and free their slots too.)
+        first.release()
+        self.assertTrue(wait_until(lambda: len(rest.held) == 16, 10),
+                        "the 17th row waited for a second free slot" + self.diag())
+        self.assertNotIn("event=outbox.retry", self.relay.log_text())
+        rest.release()
+        self.wait_pairs({(d, r) for r in repos}, timeout=30)
+        self.quiesce()
+        self.assertEqual(pair_counts(self.gh), Counter({(d, r): 1 for r in repos}))
+
+
 class InstallationIdTest(GitHubRelayMixin, unittest.TestCase):
     REPOS = ["own1/a", "own1/b", "own2/c", "own3/d"]
 
