@@ -1286,6 +1286,32 @@ static job *job_new(outbox *ob, store_job *sj)
     return j;
 }
 
+/* The rows of one delivery that a claim took one after another share one copy of its payload:
+ * the store gives each row a copy of its own, and a fan-out's 100 jobs held 100 copies of the
+ * 30 KB payload while their requests were out (3 MB; a fan-out to 1,000 repositories peaked at
+ * 38-42 MiB of RSS). Left as they are when out of memory. */
+static void share_payloads(job **jobs, size_t n)
+{
+    for (size_t i = 0; i < n;) {
+        const store_job *a = &jobs[i]->sj;
+        size_t end = i + 1;
+        while (end < n && a->delivery_id && jobs[end]->sj.delivery_id &&
+               strcmp(jobs[end]->sj.delivery_id, a->delivery_id) == 0 &&
+               jobs[end]->sj.payload.len == a->payload.len)
+            end++;
+        shared_payload *sp = end - i > 1 && a->payload.len
+                                 ? shared_payload_new(buf_cstr(&a->payload), a->payload.len)
+                                 : NULL;
+        for (size_t k = i; sp && k < end; k++) {
+            atomic_fetch_add(&sp->refs, 1);
+            jobs[k]->shared = sp;
+            buf_free(&jobs[k]->sj.payload);
+        }
+        shared_payload_drop(sp);
+        i = end;
+    }
+}
+
 static void job_free(job *j)
 {
     if (j->state_free)
@@ -1608,6 +1634,7 @@ static void *worker(void *arg)
                     store_job_free(&batch[i]);
                 }
             }
+            share_payloads(jobs, made);
             pthread_mutex_lock(&ob->mu);
             ob->claiming = false;
             ob->jobs -= want - made;

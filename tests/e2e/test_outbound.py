@@ -17,12 +17,13 @@ relay (App mode) against the fake GitHub, on SQLite or (with CRCR_E2E_PG_URI) Po
 Needs CRCR_BIN; see tests/support/README.md. Helpers come from test_dispatch.py.
 """
 
+import json
 import os
 import unittest
 from collections import Counter
 
 import relay as R
-from test_dispatch import GitHubRelayMixin, allowlist_yaml, app_env, pair_counts
+from test_dispatch import DISPATCH_PATH, GitHubRelayMixin, allowlist_yaml, app_env, pair_counts
 from waiting import wait_until
 
 
@@ -178,6 +179,31 @@ class ClaimRoomTest(GitHubRelayMixin, unittest.TestCase):
         self.wait_pairs({(d, r) for r in repos}, timeout=30)
         self.quiesce()
         self.assertEqual(pair_counts(self.gh), Counter({(d, r): 1 for r in repos}))
+
+
+    def test_rows_of_two_deliveries_claimed_together_keep_their_own_payloads(self):
+        # A claim's jobs share their delivery's payload: rows of another delivery in the same
+        # batch must not get it. Every first attempt fails (502), so all six rows come due
+        # again together when the clock moves past their retry, for one claim.
+        repos = ["pay/r%d" % i for i in range(3)]
+        self.start_pair(allowlist=allowlist_yaml(l1=repos),
+                        env={"CRCR_RETRY_BASE_MS": "60000", "CRCR_RETRY_MAX_MS": "60000"})
+        fault = self.gh.fault_5xx(DISPATCH_PATH, status=502, method="POST", count=6)
+        payloads = {}
+        for event, name in (("pull_request", "pull_request.opened"), ("push", "push")):
+            payload = R.load_example(name)
+            payloads[self.post_ok(event, payload).delivery] = payload
+        for d in payloads:
+            self.wait_rows(d, lambda rows: len(rows) == 3 and all(
+                r["state"] == "queued" and r["attempts"] == 1 for r in rows.values()),
+                what="three rows retried")
+        self.assertEqual(fault.hits, 6)
+        self.clock.advance(120)
+        self.wait_pairs({(d, r) for d in payloads for r in repos}, timeout=30)
+        self.quiesce()
+        got = {(x["client_payload"]["delivery_id"], x["repo"]): x["client_payload"]["payload"]
+               for x in self.gh.dispatches()}
+        self.assertEqual(got, {(d, r): json.loads(payloads[d]) for d in payloads for r in repos})
 
 
 class InstallationIdTest(GitHubRelayMixin, unittest.TestCase):
