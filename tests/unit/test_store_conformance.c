@@ -605,6 +605,32 @@ static store_delivery pr_delivery(const char *id, int64_t pr, const char *sha, c
                             .status = "queued"};
 }
 
+/* An ingest whose jobs name a dispatch target twice fails and stores nothing (the allowlist
+ * never lists a repository twice): PostgreSQL's insert of a new delivery's rows has no conflict
+ * check, so a repeat is an error there as on SQLite, not a row dropped in silence. The same
+ * delivery with each target once is then stored whole. */
+static void ingest_refuses_a_dispatch_target_twice(void **state)
+{
+    store *st = *state;
+    store_new_job jobs[] = {
+        {.kind = "dispatch", .target = "a/one", .due_at = 1000},
+        {.kind = "dispatch", .target = "b/two", .due_at = 1000},
+        {.kind = "hud_forward", .target = "a/one", .due_at = 1000},
+        {.kind = "dispatch", .target = "a/one", .due_at = 2000},
+    };
+    store_delivery d = pr_delivery("d-twice", 8, "sha8", "{\"x\":3}");
+    assert_int_equal(store_ingest(st, &d, jobs, 4), CRCR_E_STORE);
+    dview none = {0};
+    assert_int_equal(store_get_delivery(st, "d-twice", on_delivery, on_job, &none),
+                     CRCR_E_NOT_FOUND);
+    assert_int_equal(none.n, 0);
+    assert_int_equal(store_ingest(st, &d, jobs, 3), CRCR_OK);
+    dview *v = view(st, "d-twice");
+    assert_true(v->found);
+    assert_int_equal(v->n, 3);
+    free(v);
+}
+
 /* Rows whose outcome is known before they are stored (store_new_job.done_state, a dry-run
  * dispatch) are written finished in the ingest: 1 attempt, done at their due time, never claimed
  * and counted as done. Among claimed and queued rows (PostgreSQL's batched insert), and alone
@@ -3432,6 +3458,7 @@ int main(int argc, char **argv)
         T(claim_hands_out_due_rows_in_due_order_with_their_delivery),
         T(claim_takes_back_a_row_whose_lease_expired),
         T(ingest_stores_known_outcomes_finished),
+        T(ingest_refuses_a_dispatch_target_twice),
         T(ingest_claims_the_rows_given_a_lease),
         T(ingest_hands_rows_over_before_its_sync),
         T(a_lost_lease_fences_finish_retry_and_renew),

@@ -63,9 +63,14 @@ static int batch_claimed(void *ctx, const store_row_source *s)
  * json: a json element is parsed again by each ->> of it (six per row), a jsonb document once
  * (100 rows: 1.07 -> 0.23 ms in EXPLAIN ANALYZE). *inserted is the number of rows it took, 0 when
  * the document would pass PG_JOBS_JSON_MAX (the caller then inserts them a statement each);
- * *queued how many of them are queued (not claimed). */
+ * *queued how many of them are queued (not claimed). `fresh`: the delivery was inserted in this
+ * transaction, so no row of it exists and a row that conflicts repeats a target within the
+ * delivery, which fails the ingest (as on SQLite; the allowlist never lists a repository twice).
+ * The INSERT then has no ON CONFLICT DO NOTHING, which inserts each row speculatively: 100 rows
+ * took 1.79-1.98 ms with it and 0.94-0.98 ms without (EXPLAIN ANALYZE), on a warm fan-out's path
+ * to its first request. */
 static crcr_err insert_batch(pgx *x, const char *delivery_id, const store_new_job *jobs, size_t n,
-                             int64_t now, size_t *inserted, int64_t *queued)
+                             int64_t now, bool fresh, size_t *inserted, int64_t *queued)
 {
     *inserted = 0;
     *queued = 0;
@@ -116,19 +121,19 @@ static crcr_err insert_batch(pgx *x, const char *delivery_id, const store_new_jo
         bool held = id > 0 && atomic_load(&s->live_since) > 0;
         batch_claims bc = {.jobs = jobs, .n = n};
         bool called_back = x->called_back;
-        e = pg_query(x,
-                     "INSERT INTO outbox(kind, delivery_id, target, body, state, attempts, "
-                     "next_attempt_at, created_at, lease_until, owner, done_at) SELECT r->>0, $1, "
-                     "r->>1, decode(r->>2, 'hex'), CASE WHEN r->>5 IS NOT NULL THEN r->>5 WHEN "
-                     "r->>4 IS NULL THEN 'queued' ELSE 'running' END, CASE WHEN r->>5 IS NULL "
-                     "THEN 0 ELSE 1 END, (r->>3)::bigint, $2, (r->>4)::bigint, CASE WHEN r->>4 IS "
-                     "NULL THEN NULL ELSE $4::integer END, CASE WHEN r->>5 IS NULL THEN NULL ELSE "
-                     "(r->>3)::bigint END FROM jsonb_array_elements($3::jsonb) WITH ORDINALITY AS "
-                     "t(r, i) ORDER BY t.i ON CONFLICT DO NOTHING RETURNING id, kind, target, "
-                     "lease_until, (state='queued')::integer",
+#define PG_BATCH_INSERT(on_conflict)                                                               \
+    "INSERT INTO outbox(kind, delivery_id, target, body, state, attempts, next_attempt_at, "       \
+    "created_at, lease_until, owner, done_at) SELECT r->>0, $1, r->>1, decode(r->>2, 'hex'), "     \
+    "CASE WHEN r->>5 IS NOT NULL THEN r->>5 WHEN r->>4 IS NULL THEN 'queued' ELSE 'running' END, " \
+    "CASE WHEN r->>5 IS NULL THEN 0 ELSE 1 END, (r->>3)::bigint, $2, (r->>4)::bigint, CASE WHEN "  \
+    "r->>4 IS NULL THEN NULL ELSE $4::integer END, CASE WHEN r->>5 IS NULL THEN NULL ELSE "        \
+    "(r->>3)::bigint END FROM jsonb_array_elements($3::jsonb) WITH ORDINALITY AS t(r, i) ORDER "   \
+    "BY t.i " on_conflict "RETURNING id, kind, target, lease_until, (state='queued')::integer"
+        e = pg_query(x, fresh ? PG_BATCH_INSERT("") : PG_BATCH_INSERT("ON CONFLICT DO NOTHING "),
                      ARGS(ARG_TEXT(delivery_id), ARG_INT(now), ARG_TEXT(buf_cstr(&doc)),
                           ARG_INT_IF(held, id)),
                      batch_claimed, &bc, NULL);
+#undef PG_BATCH_INSERT
         /* The ids reach the caller only through the outcome of the whole transaction: an
          * attempt retried on a fresh connection writes them again. */
         x->called_back = called_back;
@@ -141,15 +146,16 @@ static crcr_err insert_batch(pgx *x, const char *delivery_id, const store_new_jo
     return e;
 }
 
-crcr_err pg_insert_jobs(pgx *x, const char *delivery_id, const store_new_job *jobs, size_t n,
-                        int64_t now)
+/* `fresh`: see insert_batch. */
+static crcr_err insert_jobs(pgx *x, const char *delivery_id, const store_new_job *jobs, size_t n,
+                            int64_t now, bool fresh)
 {
     size_t n_batched = 0, in_batch = 0;
     int64_t added = 0; /* rows other instances may claim: their wake-up */
     for (size_t i = 0; i < n; i++)
         n_batched += batched(&jobs[i]);
     if (n_batched > 1) {
-        crcr_err e = insert_batch(x, delivery_id, jobs, n, now, &in_batch, &added);
+        crcr_err e = insert_batch(x, delivery_id, jobs, n, now, fresh, &in_batch, &added);
         if (e)
             return e;
     }
@@ -177,6 +183,12 @@ crcr_err pg_insert_jobs(pgx *x, const char *delivery_id, const store_new_job *jo
             added++;
     }
     return added ? pg_notify_rows(x, added) : CRCR_OK;
+}
+
+crcr_err pg_insert_jobs(pgx *x, const char *delivery_id, const store_new_job *jobs, size_t n,
+                        int64_t now)
+{
+    return insert_jobs(x, delivery_id, jobs, n, now, false);
 }
 
 /* ---- ingest ---- */
@@ -215,8 +227,8 @@ static crcr_err op_ingest(pgx *x, void *arg)
             NULL, NULL, &rows);
     if (!e && rows == 0)
         e = CRCR_E_DUPLICATE;
-    if (!e)
-        e = pg_insert_jobs(x, d->delivery_id, a->jobs, a->n, d->received_at);
+    if (!e) /* the delivery is new: no row of it exists */
+        e = insert_jobs(x, d->delivery_id, a->jobs, a->n, d->received_at, true);
     if (!e)
         e = pg_insert_pairs(x, d->delivery_id, d->pr_number, a->jobs, a->n, d->received_at);
     if (!e && a->sup)
