@@ -1474,6 +1474,12 @@ static void outcome_report(outbox *ob, const settled *s, crcr_err fe)
     }
 }
 
+/* Whether a batch's worth of job slots (claim_room) is free (ob->mu held). */
+static bool batch_room(const outbox *ob)
+{
+    return ob->jobs + ob->claim_room <= ob->max_jobs;
+}
+
 /* Gives back `n` job slots (their outcomes are recorded); a claim may follow. */
 static void slots_free(outbox *ob, size_t n)
 {
@@ -1481,15 +1487,12 @@ static void slots_free(outbox *ob, size_t n)
         return;
     pthread_mutex_lock(&ob->mu);
     bool was_full = ob->jobs >= ob->max_jobs;
-    bool was_short = ob->jobs + ob->claim_room > ob->max_jobs;
+    bool was_short = !batch_room(ob);
     ob->jobs -= n;
-    bool roomy = ob->jobs + ob->claim_room <= ob->max_jobs;
     /* Rows left waiting for a slot: an idle worker claims them once there is room for a batch, or
-     * waits out the gathering of the first free slots (this one does on its next turn unless it
-     * finds ready jobs first). */
-    if (was_full && !roomy)
-        ob->room_since_us = clock_real_mono_us();
-    if (was_short && (roomy || was_full) && ob->pending && !ob->claiming && ob->idle)
+     * starts the gathering of the first free slots (claim_room_now; this one does on its next
+     * turn unless it finds ready jobs first). */
+    if (was_short && (batch_room(ob) || was_full) && ob->pending && !ob->claiming && ob->idle)
         pthread_cond_signal(&ob->cv);
     if (ob->stopping && ob->jobs == 0)
         pthread_cond_broadcast(&ob->cv);
@@ -1536,7 +1539,7 @@ static bool claim_room_now(outbox *ob, int64_t *gather_ms)
         ob->room_since_us = 0;
         return false;
     }
-    if (ob->jobs + ob->claim_room <= ob->max_jobs)
+    if (batch_room(ob))
         return true;
     int64_t now_us = clock_real_mono_us();
     if (!ob->room_since_us)
@@ -1643,7 +1646,7 @@ static void *worker(void *arg)
             if (n == 0)
                 wake_at = now + wait;
             /* Another worker claims the next batch while this one runs its rows. */
-            if (ob->pending && ob->jobs + ob->claim_room <= ob->max_jobs)
+            if (ob->pending && batch_room(ob))
                 wake_idle(ob, 1);
             if (made > 0) {
                 pthread_mutex_unlock(&ob->mu);

@@ -124,7 +124,7 @@ typedef struct store_new_job {
     int64_t lease_until;
     int64_t *claimed_id;
     /* A row whose outcome is known before it is stored (a dry-run dispatch whose request needs
-     * no building, outbox_dry_run_known): inserted finished in this state ("dry_run"), with 1
+     * no building, outbox_known): inserted finished in this state ("dry_run"), with 1
      * attempt and done_at = its due time, as if claimed and finished at once; never claimed,
      * never withdrawn. NULL: queued, or claimed as above. */
     const char *done_state;

@@ -180,7 +180,6 @@ class ClaimRoomTest(GitHubRelayMixin, unittest.TestCase):
         self.quiesce()
         self.assertEqual(pair_counts(self.gh), Counter({(d, r): 1 for r in repos}))
 
-
     def test_rows_of_two_deliveries_claimed_together_keep_their_own_payloads(self):
         # A claim's jobs share their delivery's payload: rows of another delivery in the same
         # batch must not get it. Every first attempt fails (502), so all six rows come due
