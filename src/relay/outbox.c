@@ -84,6 +84,10 @@
 #define OUTBOX_THREADS_MAX 8
 /* Ready jobs one worker takes at once; their outcomes are recorded in one transaction. */
 #define OUTBOX_SETTLE_MAX 32
+/* outbox_take hands an ingest's jobs over in chunks as it makes them, the first this large, each
+ * next one twice the last (OUTBOX_SETTLE_MAX at most): a worker starts on the first requests
+ * while the rest are made. */
+#define OUTBOX_TAKE_FIRST 4
 /* How often the pauses other instances (or an earlier run) recorded are read from the store. */
 #define OUTBOX_PAUSE_REFRESH_MS 1000
 /* Stored installation ids: their key prefix and life. */
@@ -1794,13 +1798,23 @@ void outbox_unreserve(outbox *ob, size_t n)
         slots_free(ob, n);
 }
 
+/* Puts the jobs head..tail on the ready list and wakes an idle worker for them: it takes them
+ * all (OUTBOX_SETTLE_MAX at most). */
+static void hand_over(outbox *ob, job *head, job *tail)
+{
+    pthread_mutex_lock(&ob->mu);
+    ready_append(ob, head, tail);
+    wake_idle(ob, 1);
+    pthread_mutex_unlock(&ob->mu);
+}
+
 size_t outbox_take(outbox *ob, const store_delivery *d, const store_new_job *jobs, size_t n,
                    size_t reserved)
 {
     if (!ob || reserved == 0)
         return 0;
     job *head = NULL, *tail = NULL;
-    size_t made = 0;
+    size_t made = 0, chunk = 0, chunk_max = OUTBOX_TAKE_FIRST;
     shared_payload *sp = shared_payload_new(d->payload, d->payload_len);
     for (size_t i = 0; i < n && made < reserved; i++) {
         if (!jobs[i].claimed_id || *jobs[i].claimed_id <= 0)
@@ -1822,16 +1836,18 @@ size_t outbox_take(outbox *ob, const store_delivery *d, const store_new_job *job
             head = j;
         tail = j;
         made++;
+        if (++chunk == chunk_max) { /* a worker starts on these while the rest are made */
+            hand_over(ob, head, tail);
+            head = tail = NULL;
+            chunk = 0;
+            if (chunk_max < OUTBOX_SETTLE_MAX)
+                chunk_max *= 2;
+        }
     }
     shared_payload_drop(sp);
     slots_free(ob, reserved - made);
-    if (!head)
-        return 0;
-    pthread_mutex_lock(&ob->mu);
-    ready_append(ob, head, tail);
-    /* A worker takes OUTBOX_SETTLE_MAX ready jobs at a time: as many as share them. */
-    wake_idle(ob, (made + OUTBOX_SETTLE_MAX - 1) / OUTBOX_SETTLE_MAX);
-    pthread_mutex_unlock(&ob->mu);
+    if (head)
+        hand_over(ob, head, tail);
     return made;
 }
 
