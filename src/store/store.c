@@ -10,6 +10,7 @@
 
 #include "clock.h"
 #include "log.h"
+#include "payload_pack.h"
 #include "run_state.h"
 #include "store_impl.h"
 #include "vocab.h"
@@ -637,6 +638,18 @@ crcr_err store_row_append(const store_row_source *s, int col, buf_t *out)
     return p && len ? buf_append(out, p, len) : CRCR_OK;
 }
 
+crcr_err store_row_payload(const store_row_source *s, int col, buf_t *out)
+{
+    size_t len;
+    const void *p = s->blob(s->src, col, &len);
+    crcr_err e = p && len ? payload_unpack(p, len, out) : CRCR_OK;
+    if (e == CRCR_E_INVALID) {
+        LOG_ERROR("store.payload", "error", "a stored payload does not unpack", NULL);
+        e = CRCR_E_STORE;
+    }
+    return e;
+}
+
 static void delivery_fill(store_delivery_row *r, const store_row_source *s)
 {
     void *src = s->src;
@@ -662,7 +675,16 @@ int store_delivery_read_row(void *ctx, const store_row_source *s)
         delivery_fill(&r, s);
         size_t len;
         const void *payload = s->blob(s->src, DELIVERY_PAYLOAD_COLUMN, &len);
-        d->dfn(d->ctx, &r, payload, len);
+        if (!payload_packed(payload, len)) {
+            d->dfn(d->ctx, &r, payload, len);
+            return 1;
+        }
+        buf_t b; /* the unpacked payload, freed here */
+        buf_init(&b, PAYLOAD_PACK_MAX);
+        d->err = store_row_payload(s, DELIVERY_PAYLOAD_COLUMN, &b);
+        if (!d->err)
+            d->dfn(d->ctx, &r, buf_cstr(&b), b.len);
+        buf_free(&b);
     }
     return 1;
 }
@@ -829,7 +851,7 @@ int store_dispatch_row(void *ctx, const store_row_source *s)
         out->pair[pair_len] = '\0';
     }
     if (d->with_payload)
-        d->err = store_row_append(s, DISPATCH_PAYLOAD_COLUMN, &out->payload);
+        d->err = store_row_payload(s, DISPATCH_PAYLOAD_COLUMN, &out->payload);
     return 1;
 }
 

@@ -27,9 +27,11 @@
  * GitHub to redeliver, §5.7). Version 5: run ids as text (Buildkite's build UUIDs). Version 6:
  * supersession and Depends-On pairs (§3.12, §3.13): runs.ended, dispatch_ends, pairs,
  * dispatch_heads. Version 7: a dispatch's echoed webhook kept once (SQLite: run_echoes,
- * runs.echo_at; nothing changes on PostgreSQL). A store is upgraded in place at open; a newer store
- * than the binary knows is refused. */
-#define CRCR_SCHEMA_VERSION 7
+ * runs.echo_at; nothing changes on PostgreSQL). Version 8: SQLite stores a delivery's payload
+ * deflated (payload_pack.h; no table changes, but an older relay could not read such a payload,
+ * so it must refuse the store; nothing changes on PostgreSQL). A store is upgraded in place at
+ * open; a newer store than the binary knows is refused. */
+#define CRCR_SCHEMA_VERSION 8
 
 typedef struct store store;
 

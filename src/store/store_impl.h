@@ -70,6 +70,9 @@ char *store_row_dup(const store_row_source *s, int col);
 void store_schema_too_new(char *err, size_t errsz, int64_t version);
 /* Appends a blob column to `out` (nothing for NULL or empty). */
 crcr_err store_row_append(const store_row_source *s, int col, buf_t *out);
+/* Appends a delivery's payload column to `out`, unpacked when the SQLite store packed it
+ * (payload_pack.h); CRCR_E_STORE when a packed one does not unpack. */
+crcr_err store_row_payload(const store_row_source *s, int col, buf_t *out);
 
 /* A delivery's status as its outbox rows tell it (the same SQL on both backends, served by the
  * outbox_delivery index). A delivery is stored "queued"; then: "queued" while one of its rows is
@@ -206,6 +209,7 @@ typedef struct store_delivery_read {
     void (*dfn)(void *ctx, const store_delivery_row *row, const char *payload, size_t len);
     void *ctx;
     bool found;
+    crcr_err err; /* the payload could not be read back (payload_unpack) */
 } store_delivery_read;
 int store_delivery_read_row(void *ctx, const store_row_source *s);
 

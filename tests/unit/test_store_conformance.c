@@ -2236,6 +2236,68 @@ static void dispatch_get_returns_the_relays_record_of_a_dispatch(void **state)
     buf_free(&d.payload);
 }
 
+/* A webhook-sized payload (the SQLite store packs it, payload_pack.h): 24,000 bytes of JSON. */
+static char *big_payload(size_t *len)
+{
+    static const char head[] = "{\"pull_request\":{\"labels\":[],\"body\":\"";
+    static const char tail[] = "\"}}";
+    size_t n = 24000, k = strlen(head);
+    char *p = malloc(n + 1);
+    assert_non_null(p);
+    memcpy(p, head, k);
+    for (size_t i = k; i < n - strlen(tail); i++) /* URLs, as in GitHub's payloads */
+        p[i] = "https://api.github.com/repos/pytorch/pytorch/pulls/"[i % 51];
+    memcpy(p + n - strlen(tail), tail, strlen(tail));
+    p[n] = '\0';
+    *len = n;
+    return p;
+}
+
+static void got_delivery_payload(void *ctx, const store_delivery_row *row, const char *payload,
+                                 size_t len)
+{
+    buf_t *b = ctx;
+    assert_int_equal(row->payload_bytes, 24000);
+    assert_int_equal(buf_append(b, payload, len), CRCR_OK);
+}
+
+/* Every way a payload is read back gives the bytes stored, whatever form the store keeps them in
+ * (SQLite packs them: the row must be smaller than the payload). */
+static void a_webhook_sized_payload_reads_back_whole(void **state)
+{
+    store *st = *state;
+    size_t len;
+    char *payload = big_payload(&len);
+    const char *targets[] = {"a/one", "b/two"};
+    assert_int_equal(ingest_full(st, "big", 1000, targets, 2, payload, len), CRCR_OK);
+    assert_int_equal(raw("SELECT payload_bytes FROM deliveries WHERE delivery_id='big'"), 24000);
+    if (!g_pg) /* PostgreSQL compresses the column itself */
+        assert_true(raw("SELECT length(payload) FROM deliveries WHERE delivery_id='big'") < 4000);
+
+    store_dispatch d;
+    buf_init(&d.payload, 1 << 20);
+    assert_int_equal(store_dispatch_get(st, "big", "a/one", true, &d), CRCR_OK);
+    assert_int_equal(d.payload.len, len);
+    assert_memory_equal(d.payload.data, payload, len);
+    buf_free(&d.payload);
+
+    buf_t got;
+    buf_init(&got, 1 << 20);
+    assert_int_equal(store_get_delivery(st, "big", got_delivery_payload, NULL, &got), CRCR_OK);
+    assert_int_equal(got.len, len);
+    assert_memory_equal(got.data, payload, len);
+    buf_free(&got);
+
+    store_job j;
+    for (int i = 0; i < 2; i++) { /* the second row's payload comes from the first's read */
+        assert_int_equal(store_claim(st, 5000, 60000, &j), CRCR_OK);
+        assert_int_equal(j.payload.len, len);
+        assert_memory_equal(j.payload.data, payload, len);
+        store_job_free(&j);
+    }
+    free(payload);
+}
+
 typedef struct pin_seen {
     int calls;
     char repository_id[32], owner_id[32];
@@ -3494,6 +3556,7 @@ int main(int argc, char **argv)
         T(wanted_marks_are_per_sha_and_repo_since_a_time),
         T(callback_rejections_are_counted_per_repo_since_a_time),
         T(dispatch_get_returns_the_relays_record_of_a_dispatch),
+        T(a_webhook_sized_payload_reads_back_whole),
         T(a_newer_dispatch_ends_the_older_ones_runs_and_queued_rows_at_once),
         T(only_another_head_or_pair_is_superseded_unless_every_one_is),
         T(a_fan_out_ends_only_the_targets_at_another_head),

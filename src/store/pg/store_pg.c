@@ -681,6 +681,9 @@ static const char *const MIGRATIONS[] = {
     /* 6 -> 7: nothing here. SQLite keeps a dispatch's echoed webhook once (run_echoes); on
      * PostgreSQL each in_progress body is one TOAST value, compressed (PAYLOAD_LZ4 below). */
     "SELECT 1;",
+    /* 7 -> 8: nothing here. SQLite packs payloads (payload_pack.h); PostgreSQL compresses the
+     * column itself (PAYLOAD_LZ4 below). */
+    "SELECT 1;",
 };
 _Static_assert(sizeof(MIGRATIONS) / sizeof(MIGRATIONS[0]) == CRCR_SCHEMA_VERSION,
                "one PostgreSQL migration per schema version");

@@ -181,6 +181,9 @@ static const char *const MIGRATIONS[] = {
     " UPDATE run_echoes SET refs=refs-1 WHERE delivery_id=old.delivery_id AND repo=old.repo;"
     " DELETE FROM run_echoes WHERE delivery_id=old.delivery_id AND repo=old.repo AND refs<=0;"
     " END;",
+    /* 7 -> 8: no table changes. New deliveries' payloads are stored packed (payload_pack.h),
+     * which a relay of version 7 would hand on as they are: it must refuse the store. */
+    "SELECT 1;",
 };
 _Static_assert(sizeof(MIGRATIONS) / sizeof(MIGRATIONS[0]) == CRCR_SCHEMA_VERSION,
                "one SQLite migration per schema version");

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "crcr_limits.h"
+#include "payload_pack.h"
 #include "store_sqlite.h"
 #include "vocab.h"
 
@@ -91,13 +92,22 @@ static crcr_err ingest_one(sqlite_store *s, const store_delivery *d, const store
                               "status) VALUES (?,?,?,?,?,?,?,?,?,?,?)");
     if (!q)
         return CRCR_E_STORE;
-    crcr_err err =
-        insert_step(s, q, "ingest.delivery",
-                    ARGS(ARG_TEXT(d->delivery_id), ARG_TEXT(d->event), ARG_TEXT(d->action),
-                         ARG_TEXT(d->upstream_repo), ARG_INT(d->pr_number), ARG_TEXT(d->head_sha),
-                         ARG_TEXT(d->ref), ARG_INT(d->received_at),
-                         ARG_BLOB(d->payload, d->payload_len), ARG_INT((int64_t)d->payload_len),
-                         ARG_TEXT(d->status ? d->status : ob_state_name(OB_STATE_QUEUED))));
+    buf_t packed; /* the payload's stored form (payload_pack.h), freed here */
+    buf_init(&packed, PAYLOAD_PACK_HEAD_LEN + PAYLOAD_PACK_MAX + PAYLOAD_PACK_MAX / 512 + 64);
+    const void *stored;
+    size_t stored_len;
+    crcr_err err = payload_pack(d->payload, d->payload_len, &packed, &stored, &stored_len);
+    if (err) {
+        buf_free(&packed);
+        return err;
+    }
+    err = insert_step(s, q, "ingest.delivery",
+                      ARGS(ARG_TEXT(d->delivery_id), ARG_TEXT(d->event), ARG_TEXT(d->action),
+                           ARG_TEXT(d->upstream_repo), ARG_INT(d->pr_number), ARG_TEXT(d->head_sha),
+                           ARG_TEXT(d->ref), ARG_INT(d->received_at), ARG_BLOB(stored, stored_len),
+                           ARG_INT((int64_t)d->payload_len),
+                           ARG_TEXT(d->status ? d->status : ob_state_name(OB_STATE_QUEUED))));
+    buf_free(&packed);
     for (size_t i = 0; i < n && !err; i++) {
         err = insert_job(s, d->delivery_id, &jobs[i], jobs[i].due_at, d->received_at, "ingest.job");
         if (err == CRCR_E_DUPLICATE) /* within one delivery a repeated row is a failure */
@@ -147,7 +157,7 @@ static int claimed_delivery(void *ctx, const store_row_source *s)
     store_claim_read *c = ctx;
     store_job *out = c->out;
     out->event = store_row_dup(s, 0);
-    c->err = store_row_append(s, 1, &out->payload);
+    c->err = store_row_payload(s, 1, &out->payload);
     out->pr_number = s->i64(s->src, 2, 0);
     out->head_sha = store_row_dup(s, 3);
     return 1;
@@ -464,6 +474,8 @@ static crcr_err sq_get_delivery(store *st, const char *delivery_id, store_delive
                           ARGS(ARG_TEXT(delivery_id)), store_delivery_read_row, delivery);
     if (!err && !delivery->found)
         err = CRCR_E_NOT_FOUND;
+    if (!err && delivery->err)
+        err = delivery->err;
     if (!err && jobs->job)
         err = sq_run(db, "get",
                      "SELECT " JOB_COLUMNS " FROM outbox o" JOB_ENDS_JOIN " WHERE o.delivery_id=? "
