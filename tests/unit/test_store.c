@@ -19,6 +19,7 @@
 
 #include "store.h"
 #include "store_pg.h"
+#include "store_sqlite.h"
 
 typedef struct fixture {
     char dir[64];
@@ -586,6 +587,40 @@ static void open_existing_never_creates_a_store(void **state)
     store_close(st);
 }
 
+/* The WAL's checkpoints run on the checkpointer's thread, not in a commit holding the write lock
+ * (store_sqlite_checkpoint.c): ~2,400 frames of writes pass SQLite's 1,000-frame mark. */
+static void the_wal_is_checkpointed_off_the_writers_commits(void **state)
+{
+    fixture *f = *state;
+    static char value[3000];
+    uint64_t x = 88172645463325252ULL;
+    for (size_t i = 0; i < sizeof(value); i++) { /* xorshift: one page of its own per value */
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        value[i] = (char)(x >> 24);
+    }
+    for (int i = 0; i < 1200; i++) {
+        char key[32];
+        snprintf(key, sizeof(key), "ckpt:%d", i);
+        value[0] = (char)i;
+        assert_int_equal(store_kv_put(f->st, key, value, sizeof(value), INT64_MAX), CRCR_OK);
+    }
+    uint64_t background = 0, in_commit = 0;
+    for (int i = 0; i < 1000 && background == 0; i++) { /* awaited: at most 10 s */
+        store_sqlite_checkpoints(f->st, &background, &in_commit);
+        if (background == 0)
+            usleep(10000);
+    }
+    assert_true(background >= 1);
+    assert_int_equal(in_commit, 0);
+    buf_t v;
+    buf_init(&v, sizeof(value));
+    assert_int_equal(store_kv_get(f->st, "ckpt:7", &v, 0), CRCR_OK);
+    assert_int_equal(v.len, sizeof(value));
+    buf_free(&v);
+}
+
 /* store_backup: a copy made while the store is open in this process holds
  * every committed row, is one file of mode 0600 with no -wal, and is never written over. */
 static void backup_copies_a_live_store(void **state)
@@ -722,6 +757,8 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(newer_schema_is_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(open_existing_never_creates_a_store, setup, teardown),
+        cmocka_unit_test_setup_teardown(the_wal_is_checkpointed_off_the_writers_commits, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(backup_copies_a_live_store, setup, teardown),
         cmocka_unit_test_setup_teardown(unknown_scheme_is_a_config_error, setup, teardown),
         cmocka_unit_test_setup_teardown(kv_expires, setup, teardown),

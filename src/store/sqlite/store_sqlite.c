@@ -691,6 +691,7 @@ crcr_err sq_group_commit(sqlite_store *s, sq_group_req *me)
 static void sq_close(store *st)
 {
     sqlite_store *s = sq_store(st);
+    sq_checkpointer_stop(s);
     for (int i = 0; i < SQ_SLOTS; i++)
         sqlite3_finalize(s->stmts[i]);
     sqlite3_close(s->db);
@@ -708,6 +709,8 @@ static void sq_close(store *st)
     pthread_mutex_destroy(&s->gmu);
     pthread_mutex_destroy(&s->smu);
     pthread_cond_destroy(&s->scv);
+    pthread_mutex_destroy(&s->ckmu);
+    pthread_cond_destroy(&s->ckcv);
     store_base_fini(&s->base);
     free(s);
 }
@@ -901,6 +904,8 @@ crcr_err store_sqlite_open(const char *path, store **out, char *err, size_t errs
     pthread_mutex_init(&s->gmu, NULL);
     pthread_mutex_init(&s->smu, NULL);
     pthread_cond_init(&s->scv, NULL);
+    pthread_mutex_init(&s->ckmu, NULL);
+    pthread_cond_init(&s->ckcv, NULL);
     if (!*path) {
         snprintf(err, errsz, "CRCR_STORE: empty SQLite path");
         free(s);
@@ -966,7 +971,8 @@ crcr_err store_sqlite_open(const char *path, store **out, char *err, size_t errs
         narrow_mode(path, "-shm");
         s->walfd = open_wal(path);
     }
-    if (on_disk && open_readers(s, path, err, errsz) != CRCR_OK) {
+    if (on_disk && (open_readers(s, path, err, errsz) != CRCR_OK ||
+                    sq_checkpointer_start(s, path, err, errsz) != CRCR_OK)) {
         sq_close(&s->base);
         return CRCR_E_STORE;
     }

@@ -22,6 +22,7 @@
 #include <pthread.h>
 #include <semaphore.h>
 #include <sqlite3.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -121,6 +122,17 @@ struct sqlite_store {
     sqlite3 *rdb[SQ_READERS + 1];
     pthread_mutex_t rmu[SQ_READERS + 1];
     sqlite3_stmt *hot_dispatch, *hot_identity; /* on rdb[SQ_HOT_READER], under its rmu */
+    /* The checkpointer (store_sqlite_checkpoint.c): its connection and thread (none for a store
+     * without a file of its own), woken through ckmu/ckcv when ckpt_due; how many checkpoints it
+     * ran and how many the writer ran in a commit instead. */
+    sqlite3 *ckdb;
+    pthread_t ckthread;
+    bool ckpt_running;
+    pthread_mutex_t ckmu;
+    pthread_cond_t ckcv;
+    bool ckpt_due, ckpt_stop;
+    atomic_int ckpt_mark; /* the WAL's frames when the last checkpoint ran */
+    atomic_uint_fast64_t ckpt_background, ckpt_inline;
 };
 
 static inline sqlite_store *sq_store(store *st)
@@ -179,6 +191,13 @@ int sq_schema_version(sqlite3 *db);
 /* Queues `me` for the next group commit (see store_sqlite.c) and returns once it is done;
  * me->result tells. */
 crcr_err sq_group_commit(sqlite_store *s, sq_group_req *me);
+
+/* The WAL's checkpoints on a thread of their own (store_sqlite_checkpoint.c): start once the
+ * store is open (`path` its file), stop before its connections close (also when never started). */
+crcr_err sq_checkpointer_start(sqlite_store *s, const char *path, char *err, size_t errsz);
+void sq_checkpointer_stop(sqlite_store *s);
+/* Checkpoints so far: run by the checkpointer, and by the writer in a commit (its backstop). */
+void store_sqlite_checkpoints(store *st, uint64_t *background, uint64_t *in_commit);
 
 /* ---- operations ---- */
 
