@@ -22,11 +22,16 @@
 #define PAYLOAD_PACK_MIN 1024u
 /* Longest payload packed or unpacked: GitHub's 25 MB webhook cap, with room. */
 #define PAYLOAD_PACK_MAX (64u * 1024u * 1024u)
+/* The cap payload_pack's `out` needs: the head and zlib's compressBound of PAYLOAD_PACK_MAX
+ * (len + len/4096 + len/16384 + len/2^25 + 13), rounded up. */
+#define PAYLOAD_PACK_OUT_MAX                                                                       \
+    (PAYLOAD_PACK_HEAD_LEN + PAYLOAD_PACK_MAX + PAYLOAD_PACK_MAX / 2048u + 64u)
 
 /* Whether `blob` is a packed payload (its head, at least). */
 bool payload_packed(const void *blob, size_t len);
 
-/* Writes the stored form of payload `p` into `out` (reset first): packed when `len` is within
+/* Writes the stored form of payload `p` into `out` (reset first; its cap PAYLOAD_PACK_OUT_MAX):
+ * packed when `len` is within
  * PAYLOAD_PACK_MIN..PAYLOAD_PACK_MAX and the packed form is shorter, else *stored is `p` itself
  * and `out` stays empty. *stored / *stored_len: what to store (`p`, or out's bytes).
  * CRCR_E_NOMEM (out of memory for the packed form). */

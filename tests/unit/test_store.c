@@ -608,7 +608,7 @@ static void the_wal_is_checkpointed_off_the_writers_commits(void **state)
     }
     uint64_t background = 0, in_commit = 0;
     for (int i = 0; i < 1000 && background == 0; i++) { /* awaited: at most 10 s */
-        store_sqlite_checkpoints(f->st, &background, &in_commit);
+        sq_checkpoints(f->st, &background, &in_commit);
         if (background == 0)
             usleep(10000);
     }

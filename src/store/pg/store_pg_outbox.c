@@ -606,7 +606,7 @@ static crcr_err op_get_delivery(pgx *x, void *arg)
         pg_each(j, store_listing_row, a->jobs);
     PQclear(j);
     PQclear(d);
-    return CRCR_OK;
+    return a->delivery->err; /* the shared reader's (store_row_payload) */
 }
 
 static crcr_err pg_get_delivery(store *st, const char *delivery_id, store_delivery_read *delivery,

@@ -197,7 +197,7 @@ crcr_err sq_group_commit(sqlite_store *s, sq_group_req *me);
 crcr_err sq_checkpointer_start(sqlite_store *s, const char *path, char *err, size_t errsz);
 void sq_checkpointer_stop(sqlite_store *s);
 /* Checkpoints so far: run by the checkpointer, and by the writer in a commit (its backstop). */
-void store_sqlite_checkpoints(store *st, uint64_t *background, uint64_t *in_commit);
+void sq_checkpoints(store *st, uint64_t *background, uint64_t *in_commit);
 
 /* ---- operations ---- */
 

@@ -12,7 +12,7 @@
  * 34.5 / 68.7 / 52.1 / 51.0 ms: the checkpoint's writes and syncs still share the disk with the
  * commits' fdatasync.
  *
- * So the writer's WAL hook (sqlite3_wal_hook, which replaces the automatic checkpoint) only wakes
+ * How: the writer's WAL hook (sqlite3_wal_hook, which replaces the automatic checkpoint) only wakes
  * the checkpointer once the WAL holds SQ_CKPT_FRAMES frames more than the last checkpoint saw
  * (woken at every commit past the mark instead, it checkpointed continuously under load and cost
  * 0.04 ms more CPU per webhook), and the checkpointer runs a PASSIVE
@@ -72,8 +72,7 @@ static void *checkpointer(void *arg)
         if (rc == SQLITE_OK) {
             atomic_store(&s->ckpt_mark, log);
             atomic_fetch_add(&s->ckpt_background, 1);
-        } else if (rc !=
-                   SQLITE_BUSY) { /* BUSY: another checkpoint runs; the next wake-up retries */
+        } else if (rc != SQLITE_BUSY) { /* BUSY: another one runs; the next wake-up retries */
             char code[16];
             snprintf(code, sizeof(code), "%d", rc);
             LOG_WARN("store.checkpoint", "code", code, "error", sqlite3_errmsg(s->ckdb), NULL);
@@ -121,7 +120,7 @@ void sq_checkpointer_stop(sqlite_store *s)
     s->ckdb = NULL;
 }
 
-void store_sqlite_checkpoints(store *st, uint64_t *background, uint64_t *in_commit)
+void sq_checkpoints(store *st, uint64_t *background, uint64_t *in_commit)
 {
     sqlite_store *s = sq_store(st);
     *background = atomic_load(&s->ckpt_background);

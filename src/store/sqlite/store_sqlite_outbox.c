@@ -93,7 +93,7 @@ static crcr_err ingest_one(sqlite_store *s, const store_delivery *d, const store
     if (!q)
         return CRCR_E_STORE;
     buf_t packed; /* the payload's stored form (payload_pack.h), freed here */
-    buf_init(&packed, PAYLOAD_PACK_HEAD_LEN + PAYLOAD_PACK_MAX + PAYLOAD_PACK_MAX / 512 + 64);
+    buf_init(&packed, PAYLOAD_PACK_OUT_MAX);
     const void *stored;
     size_t stored_len;
     crcr_err err = payload_pack(d->payload, d->payload_len, &packed, &stored, &stored_len);
