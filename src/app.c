@@ -362,7 +362,8 @@ int app_serve_main(int argc, char **argv)
                                       .prefix = false,
                                       .max_body = 0,
                                       .fn = health_handle,
-                                      .ctx = app};
+                                      .ctx = app,
+                                      .flags = HTTP_ROUTE_INLINE};
     routes[n_routes++] = (http_route){.method = "GET",
                                       .path = "/readyz",
                                       .prefix = false,

@@ -8,10 +8,11 @@
  *              page cache (HTTP_ROUTE_CACHE), or let the route's guard answer from the headers
  *              (a request without the credentials its route needs: its body is never read).
  *   Nth call   (body data): append to a capped buffer; past the cap answer 413 and stop reading.
- *   last call  (no more data): run the handler and queue its response; an HTTP_ROUTE_OFFLOAD
- *              route instead suspends the connection and hands the request to the offload pool,
- *              whose thread runs the handler, keeps the answer in the request state and resumes
- *              the connection; MHD then calls once more and the answer is queued.
+ *   last call  (no more data): suspend the connection and hand the request to the handler pool
+ *              (the offload pool for an HTTP_ROUTE_OFFLOAD route), whose thread runs the handler,
+ *              keeps the answer in the request state and resumes the connection; MHD then calls
+ *              once more and the answer is queued. An HTTP_ROUTE_INLINE route's handler runs
+ *              here and its answer is queued at once.
  * MHD's completion callback records the latency and frees the state.
  *
  * Slow clients. MHD's idle timeout (CRCR_IDLE_TIMEOUT_S) only closes a connection that sends
@@ -117,6 +118,8 @@
 #define HTTP_CACHE_BYTES (32u * 1024u * 1024u)
 /* Nice value of the offload threads (0 is the process's). */
 #define HTTP_OFFLOAD_NICE 10
+/* MHD's threads by default at the least (opts.io_threads 0: one per CPU available). */
+#define HTTP_IO_THREADS_MIN 2u
 /* Retry-After (seconds) of a 503 from a full offload queue. */
 #define HTTP_OFFLOAD_RETRY_S "1"
 /* Retry-After (seconds) of a 503 from a full unauthenticated-body budget: bodies in flight are
@@ -198,6 +201,7 @@ struct http_server {
     bool stopping; /* under stop_lock */
 
     workpool *pool;    /* HTTP_ROUTE_OFFLOAD handlers */
+    workpool *hpool;   /* every other route's handlers (see http_server.h, Threads) */
     page_cache *cache; /* NULL when HTTP_ROUTE_CACHE is off */
 };
 
@@ -866,9 +870,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 
     if (st->offloaded)
         return MHD_YES; /* a spurious call while the pool has it */
-    if (st->route->flags & HTTP_ROUTE_OFFLOAD) {
+    if (!(st->route->flags & HTTP_ROUTE_INLINE)) {
         window_hold(conn, true);
-        if (workpool_submit(srv->pool, st, suspend_offloaded))
+        workpool *pool = st->route->flags & HTTP_ROUTE_OFFLOAD ? srv->pool : srv->hpool;
+        if (workpool_submit(pool, st, suspend_offloaded))
             return MHD_YES;
         window_hold(conn, false);
         http_response resp = {.content_type = "application/json"};
@@ -1162,6 +1167,7 @@ static void server_free(http_server *srv)
         }
     }
     workpool_free(srv->pool);
+    workpool_free(srv->hpool);
     page_cache_free(srv->cache);
     pthread_mutex_destroy(&srv->peers_lock);
     pthread_mutex_destroy(&srv->conns_lock);
@@ -1250,6 +1256,10 @@ http_server *http_server_start(const http_server_opts *opts, const http_route *r
     }
 
     unsigned threads = opts->threads ? opts->threads : cpus_available();
+    unsigned io_threads = opts->io_threads;
+    if (!io_threads)
+        io_threads =
+            cpus_available() < HTTP_IO_THREADS_MIN ? HTTP_IO_THREADS_MIN : cpus_available();
     unsigned max_conn =
         fit_fd_limit(opts->max_connections ? opts->max_connections : CRCR_MAX_CONNECTIONS);
     if (max_conn < threads)
@@ -1273,25 +1283,30 @@ http_server *http_server_start(const http_server_opts *opts, const http_route *r
     }
     int port = bound_port(lfd, opts->port);
     srv->pool = workpool_start(off_threads, off_queue, HTTP_OFFLOAD_NICE, run_offloaded);
-    if (!srv->pool) {
+    /* A connection has one request at a time in a handler's hands: a queue as long as the
+     * connections are many is never full. */
+    srv->hpool = srv->pool ? workpool_start(threads, max_conn, 0, run_offloaded) : NULL;
+    if (!srv->hpool) {
+        workpool_stop(srv->pool);
         close(lfd);
-        snprintf(err, errsz, "cannot start the offload threads");
+        snprintf(err, errsz, "cannot start the handler threads");
         server_free(srv);
         return NULL;
     }
-    srv->d = MHD_start_daemon(flags, (uint16_t)port, on_accept, srv, on_request, srv,
-                              MHD_OPTION_LISTEN_SOCKET, lfd, MHD_OPTION_THREAD_POOL_SIZE, threads,
-                              MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_CONNECTION_MEMORY,
-                              MHD_OPTION_CONNECTION_LIMIT, max_conn, MHD_OPTION_CONNECTION_TIMEOUT,
-                              opts->idle_timeout_s ? opts->idle_timeout_s : CRCR_IDLE_TIMEOUT_S,
-                              MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
-                              MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv,
-                              MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
+    srv->d = MHD_start_daemon(
+        flags, (uint16_t)port, on_accept, srv, on_request, srv, MHD_OPTION_LISTEN_SOCKET, lfd,
+        MHD_OPTION_THREAD_POOL_SIZE, io_threads, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+        (size_t)HTTP_CONNECTION_MEMORY, MHD_OPTION_CONNECTION_LIMIT, max_conn,
+        MHD_OPTION_CONNECTION_TIMEOUT,
+        opts->idle_timeout_s ? opts->idle_timeout_s : CRCR_IDLE_TIMEOUT_S,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv, MHD_OPTION_NOTIFY_CONNECTION, on_connection,
+        srv, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
     if (!srv->d) {
         /* lfd is not closed here: whether MHD closed it on its way out is not documented, and
          * closing a number another thread may have reused would be worse than a descriptor
          * kept until the exit that follows a failed start. */
         workpool_stop(srv->pool);
+        workpool_stop(srv->hpool);
         snprintf(err, errsz, "cannot start the HTTP server on %s:%d (CRCR_LOG=debug shows why)",
                  host, port);
         server_free(srv);
@@ -1300,6 +1315,7 @@ http_server *http_server_start(const http_server_opts *opts, const http_route *r
     int rc = pthread_create(&srv->reaper, NULL, reaper_main, srv);
     if (rc != 0) {
         workpool_stop(srv->pool);
+        workpool_stop(srv->hpool);
         MHD_stop_daemon(srv->d);
         snprintf(err, errsz, "cannot start the request reaper: %s", strerror(rc));
         server_free(srv);
@@ -1344,8 +1360,10 @@ void http_server_stop(http_server *srv, int grace_ms)
         nanosleep(&ts, NULL);
     }
     reaper_stop(srv);
-    workpool_stop(srv->pool); /* resumes every suspended connection: MHD must not stop with one */
-    MHD_stop_daemon(srv->d);  /* CLOSED notifications unlink every remaining entry */
+    /* Both resume every suspended connection: MHD must not stop with one. */
+    workpool_stop(srv->hpool);
+    workpool_stop(srv->pool);
+    MHD_stop_daemon(srv->d); /* CLOSED notifications unlink every remaining entry */
     if (fd != MHD_INVALID_SOCKET)
         close(fd);
     server_free(srv);

@@ -23,12 +23,22 @@
  * only (no body byte read yet); it answers requests that lack the credentials the route needs, so
  * that they cost a header lookup and their body is never read.
  *
- * Threads. Handlers run on MHD's pool threads (CRCR_HTTP_THREADS, poll()); a store commit blocks
- * such a thread for a few milliseconds. Routes flagged HTTP_ROUTE_OFFLOAD (the HUD: reads that may
- * take tens of milliseconds) run on a small separate pool instead (opts.offload_threads at once,
- * a short queue behind them, 503 with Retry-After past it): their connection is suspended while
- * they run, so a slow page never holds the thread that also serves webhooks and callbacks. Routes
- * flagged HTTP_ROUTE_CACHE keep their 200 answers for opts.cache_ms per path and query
+ * Threads. MHD's threads (opts.io_threads, poll()) read requests, run guards and body checks and
+ * queue answers; they never wait on a handler. A request that has arrived whole is handed, its
+ * connection suspended, to the handler pool (opts.threads, CRCR_HTTP_THREADS): one FIFO queue in
+ * front of all its threads, as long as the connections are many, so it never refuses. A store
+ * commit blocks a handler thread for a few milliseconds; the requests behind it wait in the one
+ * queue for whichever thread frees first, not behind the connection that happened to share its
+ * MHD thread. When handlers ran on MHD's threads, each thread served the connections it had
+ * accepted one after the other, and the accepts spread unevenly (64 kept-alive connections on 32
+ * threads: 7 threads with one, 12 with two, 5 with three, 5 with four): a request on a thread of
+ * four waited for three other commits first, which made the durable ingest's p99 (bench, c64)
+ * 30-62 ms where one connection per thread gave 24-25 ms. Routes flagged HTTP_ROUTE_INLINE
+ * (/healthz: nothing to wait for) run on the MHD thread. Routes flagged HTTP_ROUTE_OFFLOAD (the
+ * HUD: reads that may take tens of milliseconds) run on a small separate pool instead
+ * (opts.offload_threads at once, at a lower priority, a short queue behind them, 503 with
+ * Retry-After past it), so a slow page never holds a thread that serves webhooks and callbacks.
+ * Routes flagged HTTP_ROUTE_CACHE keep their 200 answers for opts.cache_ms per path and query
  * (page_cache.h) and answer repeats from there, on the MHD thread, without running the handler.
  */
 #ifndef CRCR_HTTP_SERVER_H
@@ -91,6 +101,7 @@ typedef struct http_body_auth {
 
 #define HTTP_ROUTE_OFFLOAD 1u /* the handler runs on the offload pool (see above) */
 #define HTTP_ROUTE_CACHE 2u   /* 200 answers are kept for opts.cache_ms per path + query */
+#define HTTP_ROUTE_INLINE 4u  /* the handler runs on MHD's thread: it never blocks (see above) */
 
 typedef struct http_route {
     const char *method; /* "GET", "POST", ... */
@@ -105,9 +116,10 @@ typedef struct http_route {
 } http_route;
 
 typedef struct http_server_opts {
-    const char *host; /* numeric IPv4/IPv6 address to bind */
-    int port;         /* 0: any free port (see http_server_port) */
-    unsigned threads; /* 0: number of online CPUs */
+    const char *host;    /* numeric IPv4/IPv6 address to bind */
+    int port;            /* 0: any free port (see http_server_port) */
+    unsigned threads;    /* handlers at once (the handler pool); 0: number of online CPUs */
+    unsigned io_threads; /* MHD's threads (reads, answers); 0: one per CPU, at least 2 */
     unsigned max_connections;
     unsigned idle_timeout_s;
     unsigned request_deadline_s;

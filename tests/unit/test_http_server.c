@@ -258,6 +258,8 @@ static const http_route ROUTES[] = {
     {.method = "GET", .path = "/tree/deep/", .prefix = true, .fn = tree, .ctx = &g.deep},
     {.method = "GET", .path = "/off", .fn = off, .guard = key_guard, .flags = HTTP_ROUTE_OFFLOAD},
     {.method = "GET", .path = "/block", .fn = block, .flags = HTTP_ROUTE_OFFLOAD},
+    {.method = "GET", .path = "/hold", .fn = block},
+    {.method = "GET", .path = "/inline", .fn = hello, .flags = HTTP_ROUTE_INLINE},
     {.method = "GET", .path = "/cached", .fn = cached, .flags = HTTP_ROUTE_CACHE},
     {.method = "GET",
      .path = "/offcached",
@@ -706,6 +708,52 @@ static bool saturate(int port, saturated *out)
     out->rejected = b_done ? b : c;
     out->queued = b_done ? c : b;
     return true;
+}
+
+/* ---- the handler pool ---- */
+
+/* One MHD thread serves both connections: while one connection's handler waits (a store commit,
+ * here until the test releases it), the other connection's request is answered. With handlers
+ * run on the MHD thread, the second request waited for the first's handler. */
+static void a_waiting_handler_holds_up_no_other_connection(void **state)
+{
+    http_server_stop(*state, 0);
+    *state = start((http_server_opts){.threads = 2, .io_threads = 1});
+    int port = port_of(state);
+    client *held = client_start(port, "/hold");
+    bool entered = wait_for(&g.block_entered, 1);
+    client *other = client_start(port, "/hello");
+    bool answered = wait_for(&g.finished, 1);
+    bool other_first = client_done(other) && !client_done(held);
+    release_handlers();
+    clients_join();
+    assert_true(entered);
+    assert_true(answered);
+    assert_true(other_first);
+    assert_int_equal(other->r.status, 200);
+    assert_int_equal(held->r.status, 200);
+    assert_int_equal(count(&g.hello), 1);
+}
+
+/* An HTTP_ROUTE_INLINE route (/healthz) is answered on the MHD thread, also while every handler
+ * thread waits. */
+static void an_inline_route_answers_while_every_handler_waits(void **state)
+{
+    http_server_stop(*state, 0);
+    *state = start((http_server_opts){.threads = 1});
+    int port = port_of(state);
+    client *held = client_start(port, "/hold");
+    bool entered = wait_for(&g.block_entered, 1);
+    client *probe = client_start(port, "/inline");
+    bool answered = wait_for(&g.finished, 1);
+    bool probe_first = client_done(probe) && !client_done(held);
+    release_handlers();
+    clients_join();
+    assert_true(entered);
+    assert_true(answered);
+    assert_true(probe_first);
+    assert_int_equal(probe->r.status, 200);
+    assert_int_equal(held->r.status, 200);
 }
 
 static void a_full_offload_queue_answers_503_with_retry_after(void **state)
@@ -1263,6 +1311,8 @@ int main(void)
         T(a_header_block_past_32_kib_is_431),
         T(a_guard_answers_from_the_headers_and_the_handler_never_runs),
         T(offloaded_handlers_run_off_the_mhd_threads),
+        T(a_waiting_handler_holds_up_no_other_connection),
+        T(an_inline_route_answers_while_every_handler_waits),
         T(a_full_offload_queue_answers_503_with_retry_after),
         T(a_repeat_within_cache_ms_is_answered_from_the_cache),
         T(another_query_is_another_entry),
