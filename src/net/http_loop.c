@@ -6,7 +6,8 @@
  * allows, run libcurl's timer when it is due, finish the completed ones (their callbacks may
  * submit more), then sleep in epoll_wait until a socket is ready, libcurl's timer is due, or a
  * submission wakes it (an eventfd), and hand each ready socket to libcurl
- * (curl_multi_socket_action). Everything but the submission list and the atomics of the stats is
+ * (curl_multi_socket_action), refilling the budget slots its answers free before the next one.
+ * Everything but the submission list and the atomics of the stats is
  * touched by the loop's thread alone.
  *
  * Event-driven rather than curl_multi_perform + curl_multi_poll: libcurl 7.88's perform visits
@@ -74,6 +75,7 @@ typedef struct lx {
     void *ud;
     CURL *h;
     http_easy_state st;
+    crcr_err err;           /* the transfer's end (collect), for its callback */
     struct lx *next, *prev; /* submission or waiting list; in-flight list (doubly linked) */
 } lx;
 
@@ -242,10 +244,12 @@ static void pump(http_loop *l)
     publish(l);
 }
 
-/* Finishes the transfers libcurl reports done. */
-static bool reap(http_loop *l)
+/* Takes the transfers libcurl reports done off the multi handle and frees their budget slots;
+ * returns them chained on `next`, oldest first, for finish_all (after the freed slots are
+ * refilled, so that a waiting request does not wait for the finished ones' callbacks). */
+static lx *collect(http_loop *l)
 {
-    bool any = false;
+    lx *head = NULL, **tail = &head;
     CURLMsg *m;
     int left;
     while ((m = curl_multi_info_read(l->multi, &left)) != NULL) {
@@ -261,16 +265,28 @@ static bool reap(http_loop *l)
             continue;
         }
         flying_remove(l, x);
-        crcr_err err = http_easy_end(h, rc, &x->st);
+        x->err = http_easy_end(h, rc, &x->st);
         handle_give(l, h);
         if (x->budgeted)
             l->inflight_b--;
         l->inflight--;
-        publish(l);
-        finish(l, x, err);
-        any = true;
+        x->next = NULL;
+        *tail = x;
+        tail = &x->next;
     }
-    return any;
+    if (head)
+        publish(l);
+    return head;
+}
+
+/* Calls the callbacks of the exchanges collect() returned (they may submit more). */
+static void finish_all(http_loop *l, lx *done)
+{
+    while (done) {
+        lx *x = done;
+        done = x->next;
+        finish(l, x, x->err);
+    }
 }
 
 /* ---------------------------------------------------------------- events */
@@ -330,6 +346,20 @@ static void run_timer(http_loop *l)
     }
 }
 
+/* Starts waiting exchanges in the slots finished ones freed, and sends them now (libcurl's
+ * timer for a new transfer is due at once): an answer's slot goes to the next request before
+ * the loop reads the other ready sockets or runs any callback. Returns the finished ones, still
+ * to be finished (finish_all). */
+static lx *refill(http_loop *l)
+{
+    lx *done = collect(l);
+    if (done && l->wait_head) {
+        pump(l);
+        run_timer(l);
+    }
+    return done;
+}
+
 /* Sleeps until a socket is ready, libcurl's timer is due, a wake-up comes, or `cap_ms` passed
  * (0: only look), and hands the ready sockets to libcurl. */
 static void wait_events(http_loop *l, int cap_ms)
@@ -342,6 +372,7 @@ static void wait_events(http_loop *l, int cap_ms)
     }
     struct epoll_event evs[LOOP_EVENTS];
     int n = epoll_wait(l->epfd, evs, LOOP_EVENTS, ms);
+    lx *done = NULL, **tail = &done;
     for (int i = 0; i < n; i++) {
         if (evs[i].data.u64 == LOOP_WAKE_TAG) {
             uint64_t v;
@@ -358,7 +389,12 @@ static void wait_events(http_loop *l, int cap_ms)
             flags |= CURL_CSELECT_ERR;
         int running = 0;
         curl_multi_socket_action(l->multi, (curl_socket_t)evs[i].data.u64, flags, &running);
+        lx *d = refill(l);
+        *tail = d;
+        while (*tail)
+            tail = &(*tail)->next;
     }
+    finish_all(l, done);
 }
 
 /* ---------------------------------------------------------------- the thread */
@@ -436,7 +472,7 @@ static void *loop_main(void *arg)
         }
         pump(l);
         run_timer(l);
-        reap(l);
+        finish_all(l, refill(l));
         pump(l);
         bool idle = l->inflight_b == 0 && l->n_waiting == 0;
         if (l->n_waiting > waiting_before || (idle && !was_idle)) {

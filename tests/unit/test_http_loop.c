@@ -4,7 +4,8 @@
  * answers back until the test releases them and counts the requests it is serving at once.
  * So the budget is checked where GitHub would count it: at the server. Covered: every exchange
  * answered on one thread, the budget (never more budgeted requests at the server than the
- * capacity, a raised capacity starting waiting ones at once, unbudgeted requests passing), the
+ * capacity, a raised capacity starting waiting ones at once, an answer's slot refilled before its
+ * callback runs, unbudgeted requests passing), the
  * pressure callback, draining (waiting exchanges not sent, those out answered), a malformed
  * request ending through its callback, and stopping with requests out.
  */
@@ -134,6 +135,7 @@ typedef struct xs {
     bool finished[MAX_X];
     int calls[MAX_X]; /* how often each callback ran */
     bool on_loop[MAX_X];
+    uint64_t started_at_done[MAX_X]; /* the loop's started count when the callback ran */
     http_loop *loop;
 } xs;
 
@@ -153,6 +155,9 @@ static void on_done(void *ud, crcr_err err)
     x->finished[s->i] = true;
     x->calls[s->i]++;
     x->on_loop[s->i] = http_loop_on_thread(x->loop);
+    http_loop_stats st;
+    http_loop_get_stats(x->loop, &st);
+    x->started_at_done[s->i] = st.started;
     x->done++;
     pthread_cond_broadcast(&x->cv);
     pthread_mutex_unlock(&x->mu);
@@ -275,6 +280,25 @@ static void test_budget_is_never_exceeded_at_the_server(void **state)
     http_loop_get_stats(l, &st);
     assert_int_equal(st.peak_budgeted, 6);
     assert_int_equal(st.capacity, 2);
+    http_loop_free(l);
+    xs_free(x);
+}
+
+/* An answer's budget slot goes to the next waiting exchange before the answered one's callback
+ * runs (the callback's work, e.g. recording an outcome, does not delay the next request). */
+static void test_a_freed_slot_is_refilled_before_the_callback_runs(void **state)
+{
+    char err[128];
+    http_loop *l = http_loop_new(1, 64, err, sizeof(err));
+    assert_non_null(l);
+    server_reset(false);
+    xs *x = xs_new(l);
+    submit(x, 0, "/ok", true);
+    submit(x, 1, "/ok", true); /* waits for the slot of the first */
+    assert_true(wait_done(x, 2));
+    assert_int_equal(x->ans[0].status, 200);
+    assert_int_equal(x->ans[1].status, 200);
+    assert_int_equal(x->started_at_done[0], 2);
     http_loop_free(l);
     xs_free(x);
 }
@@ -420,6 +444,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_many_exchanges_answered_on_the_loop_thread),
         cmocka_unit_test(test_budget_is_never_exceeded_at_the_server),
+        cmocka_unit_test(test_a_freed_slot_is_refilled_before_the_callback_runs),
         cmocka_unit_test(test_unbudgeted_exchanges_pass_a_full_budget),
         cmocka_unit_test(test_pressure_is_told_when_exchanges_wait_and_when_idle),
         cmocka_unit_test(test_drain_ends_waiting_exchanges_unsent_and_answers_those_out),
