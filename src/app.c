@@ -349,7 +349,9 @@ int app_serve_main(int argc, char **argv)
                                       .fn = webhook_handle,
                                       .ctx = app,
                                       .guard = webhook_guard,
-                                      .body_auth = &webhook_body_auth};
+                                      .body_auth = &webhook_body_auth,
+                                      .quick = webhook_quick,
+                                      .carry_free = webhook_carry_free};
     routes[n_routes++] = (http_route){.method = "POST",
                                       .path = "/github/callback",
                                       .prefix = false,

@@ -918,75 +918,37 @@ static void installation_changed(crcr_app *app, const http_request *req, const c
     jv_free(doc);
 }
 
-void webhook_handle(void *ctx, const http_request *req, http_response *resp)
+/* What webhook_front leaves for webhook_back. */
+typedef struct webhook_carry {
+    bool installation; /* an installation event: installation_changed when `authentic` */
+    bool authentic;
+    jv *doc;         /* otherwise the parsed body (owned) */
+    webhook_route r; /* and its route */
+} webhook_carry;
+
+/* The rest of a webhook's handling, from its route on (it may wait on the store or GitHub). */
+static void webhook_back(crcr_app *app, const http_request *req, http_response *resp,
+                         const webhook_carry *c)
 {
-    crcr_app *app = ctx;
-    /* webhook_guard() passed: a supported event with a signature header. */
     const char *event = http_req_header(req, "X-GitHub-Event");
     const char *delivery = http_req_header(req, "X-GitHub-Delivery");
-    const char *sig = http_req_header(req, "X-Hub-Signature-256");
-    /* The thread's webhook event again: this thread may have run other connections' guards
-     * since this request's. */
-    metrics_webhook_begin(event);
-    if (!event || !sig) { /* cannot happen behind the guard; never crash on it */
-        reject(app, resp, 400, "No signature", NULL);
-        return;
-    }
-    bool ok = req->body_auth == HTTP_BODY_AUTHENTIC;
-    if (req->body_auth == HTTP_BODY_UNCHECKED) { /* no streaming check ran: verify here */
-        ok = app->cfg.app_secret && sig_verify(sig, req->body, req->body_len, app->cfg.app_secret);
-        if (!ok && app->cfg.app_secret_previous)
-            ok = sig_verify(sig, req->body, req->body_len, app->cfg.app_secret_previous);
-    }
-    if (event_installation(event)) {
-        if (ok && (!delivery || ids_delivery_valid(delivery)))
+    if (c->installation) {
+        if (c->authentic)
             installation_changed(app, req, event, delivery);
         ignored(app, resp, NULL);
         return;
     }
-    if (!ok) {
-        reject(app, resp, 401, "Bad signature", NULL);
-        return;
-    }
-    if (delivery && !ids_delivery_valid(delivery)) {
-        reject(app, resp, 400, "Invalid X-GitHub-Delivery", NULL);
-        return;
-    }
-
-    if (strcmp(event, "ping") == 0) {
-        LOG_INFO("webhook.ping", "delivery", delivery, NULL);
-        metrics_webhook_result("accepted");
-        http_resp_json(resp, 200, "{\"ok\":true,\"pong\":true}");
-        return;
-    }
-
-    char perr[160] = "";
-    /* Validated in full (duplicate keys, UTF-8, limits) as jv_parse() would, but only the
-     * webhook_json_paths are built: the body itself is stored and forwarded verbatim. */
-    jv *doc = req->body_len ? jv_parse_select(req->body, req->body_len, webhook_json_paths,
-                                              webhook_json_paths_n, perr, sizeof(perr))
-                            : jv_new_obj();
-    if (!doc || !jv_is_obj(doc)) {
-        LOG_DEBUG("webhook.invalid_json", "delivery", delivery, "error", perr, NULL);
-        jv_free(doc);
-        reject(app, resp, 400, "Invalid JSON body", delivery);
-        return;
-    }
-
+    jv *doc = c->doc;
+    const webhook_route r = c->r;
     if (strcmp(event, "push") == 0)
         push_refresh(app, delivery, doc);
-
-    webhook_route r;
-    webhook_classify(event, doc, app->cfg.upstream_repo, &r);
     if (r.kind == WEBHOOK_IGNORE) {
         LOG_DEBUG("webhook.ignored", "delivery", delivery, "event", event, "action", r.action,
                   "reason", r.reason, NULL);
-        jv_free(doc);
         ignored(app, resp, r.reason);
         return;
     }
     if (!delivery || !*delivery) {
-        jv_free(doc);
         reject(app, resp, 400, "Missing X-GitHub-Delivery", NULL);
         return;
     }
@@ -1010,5 +972,111 @@ void webhook_handle(void *ctx, const http_request *req, http_response *resp)
         handle_dispatch(app, req, resp, event, delivery, doc, r.action);
         break;
     }
-    jv_free(doc);
+}
+
+/* The part of a webhook's handling that never waits: the signature's verdict, the parse and the
+ * route. Answers (true) what ends there - a bad signature or delivery id, a ping, a body that is
+ * not JSON, an ignored event, a missing delivery id - and otherwise fills *c (the caller frees
+ * c->doc) for webhook_back. A push and an installation event always go on to webhook_back
+ * (push_refresh, installation_changed). */
+static bool webhook_front(crcr_app *app, const http_request *req, http_response *resp,
+                          webhook_carry *c)
+{
+    /* webhook_guard() passed: a supported event with a signature header. */
+    const char *event = http_req_header(req, "X-GitHub-Event");
+    const char *delivery = http_req_header(req, "X-GitHub-Delivery");
+    const char *sig = http_req_header(req, "X-Hub-Signature-256");
+    /* The thread's webhook event again: this thread may have run other connections' guards
+     * since this request's. */
+    metrics_webhook_begin(event);
+    if (!event || !sig) { /* cannot happen behind the guard; never crash on it */
+        reject(app, resp, 400, "No signature", NULL);
+        return true;
+    }
+    bool ok = req->body_auth == HTTP_BODY_AUTHENTIC;
+    if (req->body_auth == HTTP_BODY_UNCHECKED) { /* no streaming check ran: verify here */
+        ok = app->cfg.app_secret && sig_verify(sig, req->body, req->body_len, app->cfg.app_secret);
+        if (!ok && app->cfg.app_secret_previous)
+            ok = sig_verify(sig, req->body, req->body_len, app->cfg.app_secret_previous);
+    }
+    if (event_installation(event)) {
+        c->installation = true;
+        c->authentic = ok && (!delivery || ids_delivery_valid(delivery));
+        return false;
+    }
+    if (!ok) {
+        reject(app, resp, 401, "Bad signature", NULL);
+        return true;
+    }
+    if (delivery && !ids_delivery_valid(delivery)) {
+        reject(app, resp, 400, "Invalid X-GitHub-Delivery", NULL);
+        return true;
+    }
+
+    if (strcmp(event, "ping") == 0) {
+        LOG_INFO("webhook.ping", "delivery", delivery, NULL);
+        metrics_webhook_result("accepted");
+        http_resp_json(resp, 200, "{\"ok\":true,\"pong\":true}");
+        return true;
+    }
+
+    char perr[160] = "";
+    /* Validated in full (duplicate keys, UTF-8, limits) as jv_parse() would, but only the
+     * webhook_json_paths are built: the body itself is stored and forwarded verbatim. */
+    jv *doc = req->body_len ? jv_parse_select(req->body, req->body_len, webhook_json_paths,
+                                              webhook_json_paths_n, perr, sizeof(perr))
+                            : jv_new_obj();
+    if (!doc || !jv_is_obj(doc)) {
+        LOG_DEBUG("webhook.invalid_json", "delivery", delivery, "error", perr, NULL);
+        jv_free(doc);
+        reject(app, resp, 400, "Invalid JSON body", delivery);
+        return true;
+    }
+    c->doc = doc;
+    webhook_classify(event, doc, app->cfg.upstream_repo, &c->r);
+    if (strcmp(event, "push") != 0 &&
+        (c->r.kind == WEBHOOK_IGNORE || !delivery || !*delivery)) { /* nothing to wait for */
+        webhook_back(app, req, resp, c);
+        jv_free(doc);
+        c->doc = NULL;
+        return true;
+    }
+    return false;
+}
+
+bool webhook_quick(void *ctx, const http_request *req, http_response *resp, void **carry)
+{
+    webhook_carry *c = calloc(1, sizeof(*c));
+    if (!c)
+        return false; /* webhook_handle does it all */
+    if (webhook_front(ctx, req, resp, c)) {
+        free(c);
+        return true;
+    }
+    *carry = c;
+    return false;
+}
+
+void webhook_carry_free(void *carry)
+{
+    webhook_carry *c = carry;
+    if (c)
+        jv_free(c->doc);
+    free(c);
+}
+
+void webhook_handle(void *ctx, const http_request *req, http_response *resp)
+{
+    crcr_app *app = ctx;
+    webhook_carry own = {0};
+    const webhook_carry *c = req->carry;
+    if (c) {
+        metrics_webhook_begin(http_req_header(req, "X-GitHub-Event")); /* this thread's */
+    } else {
+        if (webhook_front(app, req, resp, &own))
+            return;
+        c = &own;
+    }
+    webhook_back(app, req, resp, c);
+    jv_free(own.doc);
 }

@@ -77,7 +77,15 @@ bool webhook_guard(void *ctx, const http_request *req, http_response *resp);
  * unauthenticated bodies nor read twice. ctx is the crcr_app. */
 extern const http_body_auth webhook_body_auth;
 
-/* Route handler, behind webhook_guard(); ctx is the crcr_app. Uses the body check's verdict
+/* The route's quick step (http_quick), on the server's reading thread: the signature's verdict,
+ * the parse and the route, which never wait. Answers what ends there (a bad signature, a ping,
+ * an ignored event, a body that is not JSON: true); otherwise leaves the parsed body and its
+ * route in *carry (freed by webhook_carry_free) for webhook_handle. ctx is the crcr_app. */
+bool webhook_quick(void *ctx, const http_request *req, http_response *resp, void **carry);
+void webhook_carry_free(void *carry);
+
+/* Route handler, behind webhook_guard(); ctx is the crcr_app. Goes on from webhook_quick's carry
+ * (req->carry), or does it all itself without one. Uses the body check's verdict
  * (req->body_auth) and verifies the body itself when no check ran. */
 void webhook_handle(void *ctx, const http_request *req, http_response *resp);
 

@@ -225,6 +225,7 @@ typedef struct req_state {
     http_response resp;
     bool offloaded; /* handed to the pool (the connection is suspended) */
     bool answered;  /* resp holds the pool's answer; queue it at the next call */
+    void *carry;    /* what the route's quick step left for the handler (freed at completion) */
     char cache_key[PAGE_CACHE_KEY_MAX + 1]; /* "" when the answer is not to be cached */
 } req_state;
 
@@ -631,9 +632,10 @@ static void cache_store(http_server *srv, const req_state *st, const http_respon
 }
 
 /* Runs the route's handler for the request in `st` into st->resp (any thread). */
-static void run_handler(req_state *st)
+/* The request as a route's quick step and handler see it. */
+static http_request request_of(req_state *st)
 {
-    http_request req = {
+    return (http_request){
         .method = st->method,
         .path = st->url,
         .body = buf_cstr(&st->body),
@@ -641,14 +643,41 @@ static void run_handler(req_state *st)
         .conn = st->conn,
         .started_ms = st->started_ms,
         .body_auth = st->verdict,
+        .carry = st->carry,
     };
+}
+
+/* The body is done with: its memory and its charge go now, not once the answer is out. */
+static void body_done(req_state *st)
+{
+    buf_free(&st->body);
+    budget_give(st->srv, st);
+}
+
+static void run_handler(req_state *st)
+{
+    http_request req = request_of(st);
     st->resp = (http_response){.status = 200, .content_type = "application/json"};
     buf_init(&st->resp.body, HTTP_MAX_RESPONSE);
     st->route->fn(st->route->ctx, &req, &st->resp);
     cache_store(st->srv, st, &st->resp);
-    /* The body is done with: its memory and its charge go now, not once the answer is out. */
-    buf_free(&st->body);
-    budget_give(st->srv, st);
+    body_done(st);
+}
+
+/* Runs the route's quick step, if it has one; true when it answered (st->resp). */
+static bool run_quick(req_state *st)
+{
+    if (!st->route->quick)
+        return false;
+    http_request req = request_of(st);
+    st->resp = (http_response){.status = 200, .content_type = "application/json"};
+    buf_init(&st->resp.body, HTTP_MAX_RESPONSE);
+    if (st->route->quick(st->route->ctx, &req, &st->resp, &st->carry)) {
+        body_done(st);
+        return true;
+    }
+    buf_free(&st->resp.body);
+    return false;
 }
 
 /* Queues the answer the handler left in st->resp. */
@@ -870,6 +899,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 
     if (st->offloaded)
         return MHD_YES; /* a spurious call while the pool has it */
+    if (run_quick(st))
+        return answer_from_state(st, conn);
     if (!(st->route->flags & HTTP_ROUTE_INLINE)) {
         window_hold(conn, true);
         workpool *pool = st->route->flags & HTTP_ROUTE_OFFLOAD ? srv->pool : srv->hpool;
@@ -918,6 +949,12 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     }
     if (st->counted)
         atomic_fetch_sub(&srv->inflight, 1);
+    if (st->carry) {
+        if (st->route && st->route->carry_free)
+            st->route->carry_free(st->carry);
+        else
+            free(st->carry);
+    }
     buf_free(&st->body);
     buf_free(&st->resp.body);
     free(st);

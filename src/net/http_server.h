@@ -33,7 +33,11 @@
  * accepted one after the other, and the accepts spread unevenly (64 kept-alive connections on 32
  * threads: 7 threads with one, 12 with two, 5 with three, 5 with four): a request on a thread of
  * four waited for three other commits first, which made the durable ingest's p99 (bench, c64)
- * 30-62 ms where one connection per thread gave 24-25 ms. Routes flagged HTTP_ROUTE_INLINE
+ * 30-62 ms where one connection per thread gave 24-25 ms. The hand-over costs ~0.02 ms of CPU
+ * per request (a suspend, a pool thread's wake-up, a resume through MHD's inter-thread channel),
+ * so a route may have a quick step (http_quick) that runs on the MHD thread first and answers
+ * what never waits (the webhook's: a bad signature, a ping, an ignored event): ignored webhooks
+ * at 64 connections went from ~16,000 to ~23,500 per second. Routes flagged HTTP_ROUTE_INLINE
  * (/healthz: nothing to wait for) run on the MHD thread. Routes flagged HTTP_ROUTE_OFFLOAD (the
  * HUD: reads that may take tens of milliseconds) run on a small separate pool instead
  * (opts.offload_threads at once, at a lower priority, a short queue behind them, 503 with
@@ -68,6 +72,7 @@ typedef struct http_request {
     void *conn; /* opaque: for header and query lookups */
     int64_t started_ms;
     http_body_verdict body_auth;
+    void *carry; /* what the route's quick step left for its handler; NULL: none */
 } http_request;
 
 #define HTTP_MAX_RESP_HEADERS 8
@@ -84,6 +89,11 @@ typedef struct http_response {
 } http_response;
 
 typedef void (*http_handler)(void *ctx, const http_request *req, http_response *resp);
+/* A route's quick step: called on the MHD thread once the request has arrived whole, before the
+ * handler pool, for what never waits (a parse, a check). Returns true when it answered in `resp`
+ * (the handler never runs), false to go on; it may leave `*carry` for the handler (req->carry),
+ * which the server frees with the route's carry_free once the request ends. */
+typedef bool (*http_quick)(void *ctx, const http_request *req, http_response *resp, void **carry);
 /* Called once per request before any body byte is read (req->body is "" and body_len 0). Returns
  * true when it answered in `resp` (the body is then never read), false to go on. */
 typedef bool (*http_guard)(void *ctx, const http_request *req, http_response *resp);
@@ -113,6 +123,8 @@ typedef struct http_route {
     http_guard guard;                /* NULL: none */
     unsigned flags;                  /* HTTP_ROUTE_* */
     const http_body_auth *body_auth; /* NULL: the body is authenticated by its handler */
+    http_quick quick;                /* NULL: none */
+    void (*carry_free)(void *carry); /* frees what `quick` left (NULL: free()) */
 } http_route;
 
 typedef struct http_server_opts {

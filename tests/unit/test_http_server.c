@@ -48,7 +48,7 @@
 
 typedef struct seen {
     int hello, echo, guarded, guard_calls, tree, deep, off, cached, block_entered, finished;
-    int big, signed_calls, verdict;
+    int big, signed_calls, verdict, quick_calls, carried, carry_freed;
     size_t guard_body_len;
     char query[64], header[64], path[128], body[64];
     pthread_t guard_thread, off_thread, hello_thread;
@@ -250,7 +250,50 @@ static void signed_handler(void *ctx, const http_request *req, http_response *re
     http_resp_json(resp, req->body_auth == HTTP_BODY_AUTHENTIC ? 200 : 401, "{}");
 }
 
+/* GET /quick: the quick step answers ?answer=1 itself; otherwise it leaves a carry (an int, 7)
+ * for the handler, which answers what it found in req->carry. */
+static bool quick_step(void *ctx, const http_request *req, http_response *resp, void **carry)
+{
+    pthread_mutex_lock(&g_mu);
+    g.quick_calls++;
+    pthread_mutex_unlock(&g_mu);
+    if (http_req_query(req, "answer")) {
+        http_resp_json(resp, 200, "{\"quick\":true}");
+        return true;
+    }
+    int *c = malloc(sizeof(*c));
+    if (c)
+        *c = 7;
+    *carry = c;
+    return false;
+}
+
+static void carried_handler(void *ctx, const http_request *req, http_response *resp)
+{
+    int v = req->carry ? *(const int *)req->carry : -1;
+    pthread_mutex_lock(&g_mu);
+    g.carried++;
+    pthread_mutex_unlock(&g_mu);
+    char body[32];
+    snprintf(body, sizeof(body), "{\"carry\":%d}", v);
+    http_resp_json(resp, 200, body);
+}
+
+static void carry_release(void *carry)
+{
+    pthread_mutex_lock(&g_mu);
+    g.carry_freed++;
+    pthread_cond_broadcast(&g_cv);
+    pthread_mutex_unlock(&g_mu);
+    free(carry);
+}
+
 static const http_route ROUTES[] = {
+    {.method = "GET",
+     .path = "/quick",
+     .fn = carried_handler,
+     .quick = quick_step,
+     .carry_free = carry_release},
     {.method = "GET", .path = "/hello", .fn = hello},
     {.method = "POST", .path = "/echo", .max_body = ECHO_CAP, .fn = echo},
     {.method = "POST", .path = "/guarded", .max_body = 1024, .fn = guarded, .guard = key_guard},
@@ -754,6 +797,44 @@ static void an_inline_route_answers_while_every_handler_waits(void **state)
     assert_true(probe_first);
     assert_int_equal(probe->r.status, 200);
     assert_int_equal(held->r.status, 200);
+}
+
+/* A route's quick step answers on the MHD thread, without the handler pool (its one thread is
+ * held here); the handler never runs. */
+static void a_quick_step_answers_without_the_handler_pool(void **state)
+{
+    http_server_stop(*state, 0);
+    *state = start((http_server_opts){.threads = 1});
+    int port = port_of(state);
+    client *held = client_start(port, "/hold");
+    bool entered = wait_for(&g.block_entered, 1);
+    client *quick = client_start(port, "/quick?answer=1");
+    bool answered = wait_for(&g.finished, 1);
+    bool quick_first = client_done(quick) && !client_done(held);
+    release_handlers();
+    clients_join();
+    assert_true(entered);
+    assert_true(answered);
+    assert_true(quick_first);
+    assert_int_equal(quick->r.status, 200);
+    assert_string_equal(ut_body(&quick->r), "{\"quick\":true}");
+    seen v = snapshot();
+    assert_int_equal(v.quick_calls, 1);
+    assert_int_equal(v.carried, 0);
+    assert_int_equal(v.carry_freed, 0);
+}
+
+/* What a quick step leaves reaches the handler, and is freed once, when the request ends. */
+static void a_quick_steps_carry_reaches_the_handler_and_is_freed_once(void **state)
+{
+    ut_expect(port_of(state), "GET", "/quick", NULL, 200, "{\"carry\":7}");
+    ut_expect(port_of(state), "GET", "/quick", NULL, 200, "{\"carry\":7}");
+    /* Freed at the request's completion, which may come just after the client has the answer. */
+    assert_true(wait_for(&g.carry_freed, 2));
+    seen v = snapshot();
+    assert_int_equal(v.quick_calls, 2);
+    assert_int_equal(v.carried, 2);
+    assert_int_equal(v.carry_freed, 2);
 }
 
 static void a_full_offload_queue_answers_503_with_retry_after(void **state)
@@ -1312,6 +1393,8 @@ int main(void)
         T(a_guard_answers_from_the_headers_and_the_handler_never_runs),
         T(offloaded_handlers_run_off_the_mhd_threads),
         T(a_waiting_handler_holds_up_no_other_connection),
+        T(a_quick_step_answers_without_the_handler_pool),
+        T(a_quick_steps_carry_reaches_the_handler_and_is_freed_once),
         T(an_inline_route_answers_while_every_handler_waits),
         T(a_full_offload_queue_answers_503_with_retry_after),
         T(a_repeat_within_cache_ms_is_answered_from_the_cache),
