@@ -755,26 +755,35 @@ static bool saturate(int port, saturated *out)
 
 /* ---- the handler pool ---- */
 
+/* Restarts the server with `opts`, holds a handler thread with /hold (its handler waits until
+ * released), sends GET `path`, and checks that `path` is answered while /hold still waits; then
+ * releases and joins both. Returns the client of `path` (its answer stays until teardown). */
+static client *answered_while_held(void **state, http_server_opts opts, const char *path)
+{
+    http_server_stop(*state, 0);
+    *state = start(opts);
+    int port = port_of(state);
+    client *held = client_start(port, "/hold");
+    bool entered = wait_for(&g.block_entered, 1);
+    client *c = client_start(port, path);
+    bool answered = wait_for(&g.finished, 1);
+    bool first = client_done(c) && !client_done(held);
+    release_handlers();
+    clients_join();
+    assert_true(entered);
+    assert_true(answered);
+    assert_true(first);
+    assert_int_equal(held->r.status, 200);
+    assert_int_equal(c->r.status, 200);
+    return c;
+}
+
 /* One MHD thread serves both connections: while one connection's handler waits (a store commit,
  * here until the test releases it), the other connection's request is answered. With handlers
  * run on the MHD thread, the second request waited for the first's handler. */
 static void a_waiting_handler_holds_up_no_other_connection(void **state)
 {
-    http_server_stop(*state, 0);
-    *state = start((http_server_opts){.threads = 2, .io_threads = 1});
-    int port = port_of(state);
-    client *held = client_start(port, "/hold");
-    bool entered = wait_for(&g.block_entered, 1);
-    client *other = client_start(port, "/hello");
-    bool answered = wait_for(&g.finished, 1);
-    bool other_first = client_done(other) && !client_done(held);
-    release_handlers();
-    clients_join();
-    assert_true(entered);
-    assert_true(answered);
-    assert_true(other_first);
-    assert_int_equal(other->r.status, 200);
-    assert_int_equal(held->r.status, 200);
+    answered_while_held(state, (http_server_opts){.threads = 2, .io_threads = 1}, "/hello");
     assert_int_equal(count(&g.hello), 1);
 }
 
@@ -782,41 +791,14 @@ static void a_waiting_handler_holds_up_no_other_connection(void **state)
  * thread waits. */
 static void an_inline_route_answers_while_every_handler_waits(void **state)
 {
-    http_server_stop(*state, 0);
-    *state = start((http_server_opts){.threads = 1});
-    int port = port_of(state);
-    client *held = client_start(port, "/hold");
-    bool entered = wait_for(&g.block_entered, 1);
-    client *probe = client_start(port, "/inline");
-    bool answered = wait_for(&g.finished, 1);
-    bool probe_first = client_done(probe) && !client_done(held);
-    release_handlers();
-    clients_join();
-    assert_true(entered);
-    assert_true(answered);
-    assert_true(probe_first);
-    assert_int_equal(probe->r.status, 200);
-    assert_int_equal(held->r.status, 200);
+    answered_while_held(state, (http_server_opts){.threads = 1}, "/inline");
 }
 
 /* A route's quick step answers on the MHD thread, without the handler pool (its one thread is
  * held here); the handler never runs. */
 static void a_quick_step_answers_without_the_handler_pool(void **state)
 {
-    http_server_stop(*state, 0);
-    *state = start((http_server_opts){.threads = 1});
-    int port = port_of(state);
-    client *held = client_start(port, "/hold");
-    bool entered = wait_for(&g.block_entered, 1);
-    client *quick = client_start(port, "/quick?answer=1");
-    bool answered = wait_for(&g.finished, 1);
-    bool quick_first = client_done(quick) && !client_done(held);
-    release_handlers();
-    clients_join();
-    assert_true(entered);
-    assert_true(answered);
-    assert_true(quick_first);
-    assert_int_equal(quick->r.status, 200);
+    client *quick = answered_while_held(state, (http_server_opts){.threads = 1}, "/quick?answer=1");
     assert_string_equal(ut_body(&quick->r), "{\"quick\":true}");
     seen v = snapshot();
     assert_int_equal(v.quick_calls, 1);
