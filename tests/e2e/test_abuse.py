@@ -519,10 +519,12 @@ class RequestDeadlineTest(RelayMixin, unittest.TestCase):
         self.assertEqual(relay.store_rows("SELECT count(*) FROM deliveries"), [["1"]])
 
     def test_a_request_waiting_behind_another_ones_work_is_not_the_clients_time(self):
-        # One HTTP thread: while it runs one webhook's handler (whose commit waits on the store's
-        # write lock, held by this test past the deadline), another connection's request, sent
-        # whole, waits unread in its socket. That wait is the relay's, not the client's: both are
-        # answered 202 once the lock goes (under load in CI such a webhook was cut, unanswered).
+        # One handler thread: while it runs one webhook's handler (whose commit waits on the
+        # store's write lock, held by this test past the deadline), another connection's request,
+        # sent whole, waits for it in the handler pool's queue (before the pool, when handlers
+        # ran on the HTTP threads: unread in its socket). That wait is the relay's, not the
+        # client's: both are answered 202 once the lock goes (under load in CI such a webhook was
+        # cut, unanswered).
         # A deadline of 3 s: the lock (3.75 s) outlasts it and three reaper ticks, ends well inside
         # the relay's busy timeout (5 s), and leaves the waiting request over 2 s to be answered
         # before twice the deadline, where a request whose bytes wait unread is cut all the same.
