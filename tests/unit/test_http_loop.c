@@ -291,10 +291,14 @@ static void test_a_freed_slot_is_refilled_before_the_callback_runs(void **state)
     char err[128];
     http_loop *l = http_loop_new(1, 64, err, sizeof(err));
     assert_non_null(l);
-    server_reset(false);
+    server_reset(true);
     xs *x = xs_new(l);
-    submit(x, 0, "/ok", true);
+    submit(x, 0, "/hold", true);
     submit(x, 1, "/ok", true); /* waits for the slot of the first */
+    /* The first is answered only once the second waits for its slot. */
+    assert_true(server_wait_active(1));
+    assert_true(wait_stats(l, 1, 1));
+    server_release();
     assert_true(wait_done(x, 2));
     assert_int_equal(x->ans[0].status, 200);
     assert_int_equal(x->ans[1].status, 200);
