@@ -631,7 +631,6 @@ static void cache_store(http_server *srv, const req_state *st, const http_respon
     page_cache_put(srv->cache, st->cache_key, now_ms(), &meta, resp->body.data, resp->body.len);
 }
 
-/* Runs the route's handler for the request in `st` into st->resp (any thread). */
 /* The request as a route's quick step and handler see it. */
 static http_request request_of(req_state *st)
 {
@@ -654,6 +653,7 @@ static void body_done(req_state *st)
     budget_give(st->srv, st);
 }
 
+/* Runs the route's handler for the request in `st` into st->resp (any thread). */
 static void run_handler(req_state *st)
 {
     http_request req = request_of(st);
@@ -1293,10 +1293,9 @@ http_server *http_server_start(const http_server_opts *opts, const http_route *r
     }
 
     unsigned threads = opts->threads ? opts->threads : cpus_available();
-    unsigned io_threads = opts->io_threads;
-    if (!io_threads)
-        io_threads =
-            cpus_available() < HTTP_IO_THREADS_MIN ? HTTP_IO_THREADS_MIN : cpus_available();
+    unsigned io_threads = opts->io_threads ? opts->io_threads : cpus_available();
+    if (!opts->io_threads && io_threads < HTTP_IO_THREADS_MIN)
+        io_threads = HTTP_IO_THREADS_MIN;
     unsigned max_conn =
         fit_fd_limit(opts->max_connections ? opts->max_connections : CRCR_MAX_CONNECTIONS);
     if (max_conn < threads)

@@ -284,9 +284,9 @@ static void test_budget_is_never_exceeded_at_the_server(void **state)
     xs_free(x);
 }
 
-/* An answer's budget slot goes to the next waiting exchange before the answered one's callback
- * runs (the callback's work, e.g. recording an outcome, does not delay the next request). */
-static void test_a_freed_slot_is_refilled_before_the_callback_runs(void **state)
+/* A loop with a budget of one: exchange 0 (/hold) is out and held at the server, and exchange 1
+ * (budgeted, to `path`) waits for its slot. The caller frees x->loop and x. */
+static xs *one_out_one_waiting(const char *path)
 {
     char err[128];
     http_loop *l = http_loop_new(1, 64, err, sizeof(err));
@@ -294,10 +294,19 @@ static void test_a_freed_slot_is_refilled_before_the_callback_runs(void **state)
     server_reset(true);
     xs *x = xs_new(l);
     submit(x, 0, "/hold", true);
-    submit(x, 1, "/ok", true); /* waits for the slot of the first */
-    /* The first is answered only once the second waits for its slot. */
+    submit(x, 1, path, true);
     assert_true(server_wait_active(1));
     assert_true(wait_stats(l, 1, 1));
+    return x;
+}
+
+/* An answer's budget slot goes to the next waiting exchange before the answered one's callback
+ * runs (the callback's work, e.g. recording an outcome, does not delay the next request). */
+static void test_a_freed_slot_is_refilled_before_the_callback_runs(void **state)
+{
+    /* The first is answered only once the second waits for its slot. */
+    xs *x = one_out_one_waiting("/ok");
+    http_loop *l = x->loop;
     server_release();
     assert_true(wait_done(x, 2));
     assert_int_equal(x->ans[0].status, 200);
@@ -309,15 +318,8 @@ static void test_a_freed_slot_is_refilled_before_the_callback_runs(void **state)
 
 static void test_unbudgeted_exchanges_pass_a_full_budget(void **state)
 {
-    char err[128];
-    http_loop *l = http_loop_new(1, 64, err, sizeof(err));
-    assert_non_null(l);
-    server_reset(true);
-    xs *x = xs_new(l);
-    submit(x, 0, "/hold", true);
-    submit(x, 1, "/hold", true); /* waits for the budget */
-    assert_true(server_wait_active(1));
-    assert_true(wait_stats(l, 1, 1));
+    xs *x = one_out_one_waiting("/hold");
+    http_loop *l = x->loop;
     submit(x, 2, "/ok", false); /* not budgeted: answered while the budget is full */
     assert_true(wait_done(x, 1));
     assert_true(x->finished[2]);
