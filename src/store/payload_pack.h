@@ -22,10 +22,9 @@
 #define PAYLOAD_PACK_MIN 1024u
 /* Longest payload packed or unpacked: GitHub's 25 MB webhook cap, with room. */
 #define PAYLOAD_PACK_MAX (64u * 1024u * 1024u)
-/* The cap payload_pack's `out` needs: the head and zlib's compressBound of PAYLOAD_PACK_MAX
- * (len + len/4096 + len/16384 + len/2^25 + 13), rounded up. */
-#define PAYLOAD_PACK_OUT_MAX                                                                       \
-    (PAYLOAD_PACK_HEAD_LEN + PAYLOAD_PACK_MAX + PAYLOAD_PACK_MAX / 2048u + 64u)
+/* The cap payload_pack's `out` needs: a packed form is kept only when it is shorter than the
+ * payload. */
+#define PAYLOAD_PACK_OUT_MAX PAYLOAD_PACK_MAX
 
 /* Whether `blob` is a packed payload (its head, at least). */
 bool payload_packed(const void *blob, size_t len);
