@@ -53,6 +53,7 @@ typedef struct http_loop_stats {
     long inflight;          /* every exchange in flight now */
     long peak_budgeted;     /* most budgeted exchanges in flight at once since the start */
     uint64_t started, completed;
+    uint64_t dropped; /* idle connections whose socket became ready (closed by the server) */
 } http_loop_stats;
 
 /* Starts the loop's thread with a capacity of `capacity` budgeted exchanges (0: none starts

@@ -7,7 +7,10 @@
  * capacity, a raised capacity starting waiting ones at once, an answer's slot refilled before its
  * callback runs, unbudgeted requests passing), the
  * pressure callback, draining (waiting exchanges not sent, those out answered), a malformed
- * request ending through its callback, and stopping with requests out.
+ * request ending through its callback, stopping with requests out, and the sockets the loop
+ * keeps in its epoll set while libcurl does not watch them: a closed connection's socket number
+ * coming back as a new connection's, an idle connection the server closes (a server of its own,
+ * raw_server, that closes a kept-alive connection when told).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -19,9 +22,14 @@
 #include <string.h>
 #include <time.h>
 
+#include <arpa/inet.h>
 #include <cmocka.h>
 #include <curl/curl.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "buf.h"
 #include "http_loop.h"
@@ -54,6 +62,8 @@ static void handler(void *ctx, const ut_httpd_req *rq, ut_httpd_resp *resp)
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
     ut_httpd_reply(resp, 200, "ok");
+    if (strcmp(rq->path, "/close") == 0)
+        ut_httpd_resp_header(resp, "Connection", "close");
 }
 
 static int server_start(void **state)
@@ -184,9 +194,10 @@ static void xs_free(xs *x)
     free(x);
 }
 
-static void submit(xs *x, size_t i, const char *path, bool budgeted)
+/* Submits exchange i: a GET of `url`. */
+static void submit_url(xs *x, size_t i, const char *url, bool budgeted)
 {
-    snprintf(x->url[i], sizeof(x->url[i]), "%s%s", ut_httpd_base(g_srv.srv), path);
+    snprintf(x->url[i], sizeof(x->url[i]), "%s", url);
     x->call[i] = (http_call){.method = "GET",
                              .url = x->url[i],
                              .allow_http = true,
@@ -197,6 +208,14 @@ static void submit(xs *x, size_t i, const char *path, bool budgeted)
     assert_int_equal(
         http_loop_submit(x->loop, &x->call[i], &x->ans[i], budgeted, on_done, &g_slots[i]),
         CRCR_OK);
+}
+
+/* Submits exchange i: a GET of `path` on the test server. */
+static void submit(xs *x, size_t i, const char *path, bool budgeted)
+{
+    char url[128];
+    snprintf(url, sizeof(url), "%s%s", ut_httpd_base(g_srv.srv), path);
+    submit_url(x, i, url, budgeted);
 }
 
 static bool wait_done(xs *x, unsigned n)
@@ -220,6 +239,20 @@ static bool wait_stats(http_loop *l, long inflight, long waiting)
         http_loop_stats st;
         http_loop_get_stats(l, &st);
         if (st.inflight_budgeted == inflight && st.waiting == waiting)
+            return true;
+        struct timespec ts = {0, 10 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    return false;
+}
+
+/* Waits until the loop has dropped `n` idle connections from its set. */
+static bool wait_dropped(http_loop *l, uint64_t n)
+{
+    for (int i = 0; i < 3000; i++) {
+        http_loop_stats st;
+        http_loop_get_stats(l, &st);
+        if (st.dropped >= n)
             return true;
         struct timespec ts = {0, 10 * 1000000L};
         nanosleep(&ts, NULL);
@@ -444,6 +477,196 @@ static void test_free_with_exchanges_out_ends_each_once(void **state)
     xs_free(x);
 }
 
+/* A port nothing listens on (bound for its number, then closed). */
+static int refused_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    socklen_t len = sizeof(sa);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    close(fd);
+    return ntohs(sa.sin_port);
+}
+
+/* Sockets libcurl closes give their number to the next one, and the loop keeps sockets in its
+ * set while libcurl does not watch them: after a refused connection and after an answer with
+ * Connection: close, each next request, on a new socket of that number, must be watched and
+ * answered, not run into its timeout. (libcurl 7.88 watches a new connection for writing first,
+ * so even a stale entry would meet a different registration and be corrected by the failed
+ * EPOLL_CTL_MOD; on_close keeps the table true for any libcurl.) */
+static void test_a_closed_sockets_number_is_watched_anew(void **state)
+{
+    char err[128];
+    http_loop *l = http_loop_new(4, 4, err, sizeof(err));
+    assert_non_null(l);
+    server_reset(false);
+    xs *x = xs_new(l);
+    int dead = refused_port();
+    unsigned conns = ut_httpd_connections(g_srv.srv);
+    for (size_t i = 0; i < 12; i++) {
+        char url[64];
+        snprintf(url, sizeof(url), "http://127.0.0.1:%d/", dead);
+        if (i % 3 == 0)
+            submit_url(x, i, url, true);
+        else
+            submit(x, i, i % 3 == 2 ? "/ok" : "/close", true);
+        assert_true(wait_done(x, (unsigned)i + 1));
+        if (i % 3 == 0) {
+            assert_int_equal(x->err[i], CRCR_E_NETWORK);
+            assert_int_equal(x->ans[i].status, 0);
+        } else {
+            assert_int_equal(x->err[i], CRCR_OK);
+            assert_int_equal(x->ans[i].status, 200);
+        }
+    }
+    /* a new connection for the first /close and for each /ok (each next /close reuses it) */
+    assert_int_equal(ut_httpd_connections(g_srv.srv) - conns, 5);
+    http_loop_free(l);
+    xs_free(x);
+}
+
+/* ---------------------------------------------------------------- a server that closes */
+
+/* One connection at a time: answers every request on it ("ok", kept alive) and closes it only
+ * when told (raw_close), then takes the next. */
+typedef struct raw_server {
+    int lfd, port;
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool close_now, stop;
+    unsigned conns, answered, closed;
+} raw_server;
+
+static void *raw_main(void *arg)
+{
+    raw_server *r = arg;
+    for (;;) {
+        int c = accept(r->lfd, NULL, NULL);
+        if (c < 0)
+            return NULL; /* the listening socket was shut down */
+        pthread_mutex_lock(&r->mu);
+        r->conns++;
+        pthread_mutex_unlock(&r->mu);
+        char req[4096];
+        size_t have = 0;
+        for (;;) {
+            pthread_mutex_lock(&r->mu);
+            bool close_now = r->close_now || r->stop;
+            r->close_now = false;
+            pthread_mutex_unlock(&r->mu);
+            if (close_now)
+                break;
+            struct pollfd pf = {.fd = c, .events = POLLIN};
+            if (poll(&pf, 1, 10) <= 0)
+                continue; /* look at the flags again */
+            ssize_t n = recv(c, req + have, sizeof(req) - 1 - have, 0);
+            if (n <= 0)
+                break;
+            have += (size_t)n;
+            req[have] = '\0';
+            if (!strstr(req, "\r\n\r\n"))
+                continue; /* a GET: the head is the whole request */
+            static const char ok[] = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+            assert_int_equal(send(c, ok, sizeof(ok) - 1, MSG_NOSIGNAL), (ssize_t)sizeof(ok) - 1);
+            have = 0;
+            pthread_mutex_lock(&r->mu);
+            r->answered++;
+            pthread_cond_broadcast(&r->cv);
+            pthread_mutex_unlock(&r->mu);
+        }
+        close(c);
+        pthread_mutex_lock(&r->mu);
+        r->closed++;
+        pthread_cond_broadcast(&r->cv);
+        pthread_mutex_unlock(&r->mu);
+    }
+}
+
+static void raw_start(raw_server *r)
+{
+    memset(r, 0, sizeof(*r));
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    r->lfd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(r->lfd >= 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    assert_int_equal(bind(r->lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    assert_int_equal(listen(r->lfd, 8), 0);
+    socklen_t len = sizeof(sa);
+    assert_int_equal(getsockname(r->lfd, (struct sockaddr *)&sa, &len), 0);
+    r->port = ntohs(sa.sin_port);
+    assert_int_equal(pthread_create(&r->th, NULL, raw_main, r), 0);
+}
+
+/* Closes the connection being served and waits (30 s at most: a failure) until it is closed. */
+static void raw_close(raw_server *r)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += 30;
+    pthread_mutex_lock(&r->mu);
+    unsigned before = r->closed;
+    r->close_now = true;
+    int rc = 0;
+    while (r->closed == before && rc == 0)
+        rc = pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+    pthread_mutex_unlock(&r->mu);
+    assert_int_equal(rc, 0);
+}
+
+static void raw_stop(raw_server *r)
+{
+    pthread_mutex_lock(&r->mu);
+    r->stop = true;
+    pthread_mutex_unlock(&r->mu);
+    shutdown(r->lfd, SHUT_RDWR); /* ends the accept */
+    pthread_join(r->th, NULL);
+    close(r->lfd);
+    pthread_cond_destroy(&r->cv);
+    pthread_mutex_destroy(&r->mu);
+}
+
+/* The server closes a kept-alive connection while no request is on it: the loop, which kept the
+ * socket in its set, sees the close on a socket libcurl does not watch and drops it; the next
+ * request finds the connection dead and is answered on a new one. Three rounds. */
+static void test_an_idle_connection_the_server_closes_gives_way_to_a_new_one(void **state)
+{
+    raw_server r;
+    raw_start(&r);
+    char err[128];
+    http_loop *l = http_loop_new(4, 4, err, sizeof(err));
+    assert_non_null(l);
+    xs *x = xs_new(l);
+    for (size_t i = 0; i < 6; i++) {
+        char url[64];
+        snprintf(url, sizeof(url), "http://127.0.0.1:%d/r%zu", r.port, i);
+        submit_url(x, i, url, true);
+        assert_true(wait_done(x, (unsigned)i + 1));
+        assert_int_equal(x->err[i], CRCR_OK);
+        assert_int_equal(x->ans[i].status, 200);
+        assert_string_equal(buf_cstr(&x->body[i]), "ok");
+        if (i % 2 == 1 && i < 5) { /* after every second request: the next one reconnects */
+            raw_close(&r);
+            assert_true(wait_dropped(l, (i + 1) / 2)); /* the loop saw the close */
+        }
+    }
+    /* each close seen once (taken out of the set, not reported again and again) */
+    http_loop_stats st;
+    http_loop_get_stats(l, &st);
+    assert_int_equal(st.dropped, 2);
+    http_loop_free(l);
+    pthread_mutex_lock(&r.mu);
+    unsigned conns = r.conns, answered = r.answered;
+    pthread_mutex_unlock(&r.mu);
+    assert_int_equal(answered, 6);
+    assert_int_equal(conns, 3); /* requests 0-1, 2-3 and 4-5 each shared one */
+    raw_stop(&r);
+    xs_free(x);
+}
+
 int main(void)
 {
     curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -456,6 +679,8 @@ int main(void)
         cmocka_unit_test(test_drain_ends_waiting_exchanges_unsent_and_answers_those_out),
         cmocka_unit_test(test_malformed_request_ends_through_its_callback),
         cmocka_unit_test(test_free_with_exchanges_out_ends_each_once),
+        cmocka_unit_test(test_a_closed_sockets_number_is_watched_anew),
+        cmocka_unit_test(test_an_idle_connection_the_server_closes_gives_way_to_a_new_one),
     };
     int rc = cmocka_run_group_tests(tests, server_start, server_stop);
     curl_global_cleanup();
