@@ -16,7 +16,7 @@ set -euo pipefail
 
 pkgs=(build-essential pkg-config cmake ninja-build
       libmicrohttpd-dev libcurl4-openssl-dev libssl-dev libjansson-dev
-      libyaml-dev libsqlite3-dev libpq-dev libcmocka-dev libdeflate-dev zlib1g-dev
+      libyaml-dev libsqlite3-dev libpq-dev libcmocka-dev liblz4-dev zlib1g-dev
       openssl ca-certificates curl)
 package=(python3 dpkg-dev systemd adduser)
 case "${1:-}" in

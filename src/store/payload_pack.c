@@ -1,41 +1,39 @@
 /*
- * payload_pack.c - a delivery's payload deflated for the SQLite store; see payload_pack.h.
+ * payload_pack.c - a delivery's payload packed for the SQLite store; see payload_pack.h.
  *
  * Why: every webhook's payload (~24-30 KB for a pull_request event) was written whole to the
- * WAL, synced, and written again by each checkpoint: eight overflow pages per delivery. Deflated
- * at level 1 the bench's 30,512-byte pull_request payload is ~2,600-2,900 bytes. Two alternated
- * pairs of the bench's durable ingest (c64, SQLite on disk, 4 targets, dry-run): 2,866 / 3,009
- * webhooks/s unpacked, 3,860 / 4,281 packed, and less CPU per stored webhook (0.339 / 0.329 ->
- * 0.296 / 0.269 ms): the pages SQLite no longer handles cost more than the deflate. PostgreSQL
- * compresses the same column itself (lz4, store_pg.c), so only the SQLite store packs.
+ * WAL, synced, and written again by each checkpoint: eight overflow pages per delivery. Packed,
+ * the bench's 30,512-byte pull_request payload fits in one page. Two alternated pairs of the
+ * bench's durable ingest when packing came in (c64, SQLite on disk, 4 targets, dry-run, zlib):
+ * 2,866 / 3,009 webhooks/s unpacked, 3,860 / 4,281 packed, and less CPU per stored webhook
+ * (0.339 / 0.329 -> 0.296 / 0.269 ms): the pages SQLite no longer handles cost more than the
+ * packing. PostgreSQL compresses the same column itself (lz4 too, store_pg.c), so only the
+ * SQLite store packs.
  *
- * Why libdeflate (Debian's libdeflate0), not zlib: the same zlib stream (RFC 1950) both ways, so
- * every payload an earlier relay packed with zlib's compress2 reads back, and an earlier relay
- * reads these; but one call each way on a whole buffer, which is all this needs, and faster. On
- * the payload above (this host, 5,000 calls each): zlib level 1 0.35 ms to pack (its compress2
- * sets up a 256 KiB stream per call) and 18.7 us to unpack; libdeflate level 1 29 us to pack
- * (with its compressor's allocation, 32 us) into 2,611 bytes, 8.4 us to unpack. In the App-mode
- * ingest (the handler packs each webhook, the claim unpacks it) the two were 11 % of the relay's
- * samples with zlib. Nothing is hand-written but the 6-byte head.
+ * Why LZ4 (Debian's liblz4-1), not deflate: a stored payload is packed once and read back by
+ * each claim of its rows, on the paths every webhook takes, and LZ4 does both several times
+ * faster for a page either way. On the payload above (this host, 5,000 calls each): zlib level 1
+ * 2,860 bytes, ~50 us to pack in the relay (its compress2 sets up a 256 KiB stream per call),
+ * 18.7 us to unpack; libdeflate level 1 2,611 bytes, 32 us with its compressor's allocation,
+ * 8.4 us; LZ4 3,126 bytes, 5.7 us, 2.0 us, with no allocation (its state is on the stack). With
+ * libdeflate the packing was still 8-9 % of the relay's samples in the App-mode ingest. Stores
+ * of schema 8 packed with zlib (PAYLOAD_PACK_TAG_ZLIB): those payloads are read with zlib's
+ * uncompress. Nothing is hand-written but the 6-byte head.
  */
 #include "payload_pack.h"
 
 #include <string.h>
 
-#include <libdeflate.h>
-
-/* libdeflate's fastest level: its level 6 packs the payload above into 2,310 bytes (12 % smaller)
- * in twice the time. */
-#define PAYLOAD_PACK_LEVEL 1
+#include <lz4.h>
+#include <zlib.h>
 
 bool payload_packed(const void *blob, size_t len)
 {
     return blob && len >= PAYLOAD_PACK_HEAD_LEN &&
-           memcmp(blob, PAYLOAD_PACK_TAG, PAYLOAD_PACK_TAG_LEN) == 0;
+           (memcmp(blob, PAYLOAD_PACK_TAG, PAYLOAD_PACK_TAG_LEN) == 0 ||
+            memcmp(blob, PAYLOAD_PACK_TAG_ZLIB, PAYLOAD_PACK_TAG_LEN) == 0);
 }
 
-/* The compressor (~200 KiB, level 1) is made and freed per call: kept per thread it would hold
- * that much on each HTTP thread, and its allocation costs ~3 us of the ~30. */
 crcr_err payload_pack(const char *p, size_t len, buf_t *out, const void **stored,
                       size_t *stored_len)
 {
@@ -44,26 +42,20 @@ crcr_err payload_pack(const char *p, size_t len, buf_t *out, const void **stored
     *stored_len = len;
     if (len < PAYLOAD_PACK_MIN || len > PAYLOAD_PACK_MAX)
         return CRCR_OK;
-    struct libdeflate_compressor *c = libdeflate_alloc_compressor(PAYLOAD_PACK_LEVEL);
-    if (!c)
-        return CRCR_E_NOMEM;
-    /* Only a gain is kept: the stream may take len - head - 1 bytes at the most. */
+    /* Only a gain is kept: the block may take len - head - 1 bytes at the most. */
     size_t room = len - PAYLOAD_PACK_HEAD_LEN - 1;
     crcr_err e = buf_ensure(out, PAYLOAD_PACK_HEAD_LEN + room);
-    size_t packed = 0;
-    if (!e) {
-        unsigned char *h = (unsigned char *)out->data;
-        memcpy(h, PAYLOAD_PACK_TAG, PAYLOAD_PACK_TAG_LEN);
-        for (size_t i = 0; i < 4; i++)
-            h[PAYLOAD_PACK_TAG_LEN + i] = (unsigned char)((len >> (8 * i)) & 0xff);
-        packed = libdeflate_zlib_compress(c, p, len, h + PAYLOAD_PACK_HEAD_LEN, room);
-    }
-    libdeflate_free_compressor(c);
     if (e)
         return e;
-    if (packed == 0)
+    unsigned char *h = (unsigned char *)out->data;
+    memcpy(h, PAYLOAD_PACK_TAG, PAYLOAD_PACK_TAG_LEN);
+    for (size_t i = 0; i < 4; i++)
+        h[PAYLOAD_PACK_TAG_LEN + i] = (unsigned char)((len >> (8 * i)) & 0xff);
+    /* PAYLOAD_PACK_MAX is below LZ4_MAX_INPUT_SIZE: both sizes fit an int */
+    int packed = LZ4_compress_default(p, (char *)h + PAYLOAD_PACK_HEAD_LEN, (int)len, (int)room);
+    if (packed <= 0)
         return CRCR_OK; /* no gain: stored as it is */
-    out->len = PAYLOAD_PACK_HEAD_LEN + packed;
+    out->len = PAYLOAD_PACK_HEAD_LEN + (size_t)packed;
     out->data[out->len] = '\0';
     *stored = out->data;
     *stored_len = out->len;
@@ -83,15 +75,20 @@ crcr_err payload_unpack(const void *blob, size_t len, buf_t *out)
     crcr_err e = buf_ensure(out, n);
     if (e)
         return e;
-    struct libdeflate_decompressor *d = libdeflate_alloc_decompressor();
-    if (!d)
-        return CRCR_E_NOMEM;
-    /* LIBDEFLATE_SUCCESS only when the stream is whole, its Adler-32 matches and it is exactly n
-     * bytes (a NULL actual_out_nbytes_ret asks for that) */
-    enum libdeflate_result r = libdeflate_zlib_decompress(
-        d, h + PAYLOAD_PACK_HEAD_LEN, len - PAYLOAD_PACK_HEAD_LEN, out->data + out->len, n, NULL);
-    libdeflate_free_decompressor(d);
-    if (r != LIBDEFLATE_SUCCESS) {
+    const unsigned char *in = h + PAYLOAD_PACK_HEAD_LEN;
+    size_t in_len = len - PAYLOAD_PACK_HEAD_LEN;
+    bool ok;
+    if (memcmp(h, PAYLOAD_PACK_TAG, PAYLOAD_PACK_TAG_LEN) == 0) {
+        /* the exact length or a failure: LZ4_decompress_safe never writes past n */
+        ok = in_len <= (size_t)LZ4_MAX_INPUT_SIZE &&
+             LZ4_decompress_safe((const char *)in, out->data + out->len, (int)in_len, (int)n) ==
+                 (int)n;
+    } else {
+        uLongf got = (uLongf)n;
+        ok = uncompress((Bytef *)out->data + out->len, &got, in, (uLong)in_len) == Z_OK &&
+             got == (uLongf)n;
+    }
+    if (!ok) {
         out->data[out->len] = '\0';
         return CRCR_E_INVALID;
     }

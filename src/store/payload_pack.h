@@ -1,10 +1,12 @@
 /*
- * payload_pack.h - the SQLite store's form of a delivery's payload: deflated when that pays.
+ * payload_pack.h - the SQLite store's form of a delivery's payload: packed when that pays.
  *
  * A packed payload is PAYLOAD_PACK_TAG (2 bytes, a NUL first: no webhook body, which is JSON,
- * starts with one), the payload's length (4 bytes, little-endian), then a zlib stream of it.
- * Anything else is a payload stored as it is (every store written before this form, and payloads
- * under PAYLOAD_PACK_MIN bytes or that do not shrink). Readers take both.
+ * starts with one), the payload's length (4 bytes, little-endian), then an LZ4 block of it
+ * (LZ4_compress_default's format). Stores of schema 8 hold payloads packed the same way with a
+ * zlib stream under PAYLOAD_PACK_TAG_ZLIB; they are read back as well. Anything else is a payload
+ * stored as it is (every store written before schema 8, and payloads under PAYLOAD_PACK_MIN
+ * bytes or that do not shrink). Readers take all three.
  */
 #ifndef CRCR_PAYLOAD_PACK_H
 #define CRCR_PAYLOAD_PACK_H
@@ -15,7 +17,8 @@
 #include "buf.h"
 #include "err.h"
 
-#define PAYLOAD_PACK_TAG "\0z"
+#define PAYLOAD_PACK_TAG "\0l"
+#define PAYLOAD_PACK_TAG_ZLIB "\0z"
 #define PAYLOAD_PACK_TAG_LEN 2u
 #define PAYLOAD_PACK_HEAD_LEN (PAYLOAD_PACK_TAG_LEN + 4u)
 /* Payloads shorter than this are stored as they are. */

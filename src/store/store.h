@@ -29,9 +29,10 @@
  * dispatch_heads. Version 7: a dispatch's echoed webhook kept once (SQLite: run_echoes,
  * runs.echo_at; nothing changes on PostgreSQL). Version 8: SQLite stores a delivery's payload
  * deflated (payload_pack.h; no table changes, but an older relay could not read such a payload,
- * so it must refuse the store; nothing changes on PostgreSQL). A store is upgraded in place at
- * open; a newer store than the binary knows is refused. */
-#define CRCR_SCHEMA_VERSION 8
+ * so it must refuse the store; nothing changes on PostgreSQL). Version 9: SQLite packs payloads
+ * with LZ4 instead of zlib (payload_pack.h; the same reasons; nothing changes on PostgreSQL). A
+ * store is upgraded in place at open; a newer store than the binary knows is refused. */
+#define CRCR_SCHEMA_VERSION 9
 
 typedef struct store store;
 

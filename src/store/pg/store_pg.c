@@ -684,6 +684,8 @@ static const char *const MIGRATIONS[] = {
     /* 7 -> 8: nothing here. SQLite packs payloads (payload_pack.h); PostgreSQL compresses the
      * column itself (PAYLOAD_LZ4 below). */
     "SELECT 1;",
+    /* 8 -> 9: nothing here. SQLite packs payloads with LZ4 now. */
+    "SELECT 1;",
 };
 _Static_assert(sizeof(MIGRATIONS) / sizeof(MIGRATIONS[0]) == CRCR_SCHEMA_VERSION,
                "one PostgreSQL migration per schema version");

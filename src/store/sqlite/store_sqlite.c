@@ -184,6 +184,10 @@ static const char *const MIGRATIONS[] = {
     /* 7 -> 8: no table changes. New deliveries' payloads are stored packed (payload_pack.h),
      * which a relay of version 7 would hand on as they are: it must refuse the store. */
     "SELECT 1;",
+    /* 8 -> 9: no table changes. New payloads are packed with LZ4 (payload_pack.h), which a
+     * relay of version 8 would take for unpacked ones: it must refuse the store. Payloads that
+     * version 8 packed with zlib read back as they are. */
+    "SELECT 1;",
 };
 _Static_assert(sizeof(MIGRATIONS) / sizeof(MIGRATIONS[0]) == CRCR_SCHEMA_VERSION,
                "one SQLite migration per schema version");
