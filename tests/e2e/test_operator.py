@@ -44,7 +44,7 @@ ADMIN_TOKEN = "admin-token-for-operator-e2e-0123456789"
 V1_FIXTURE = os.path.join(str(R.DATA_DIR), "stores", "schema-v1.db")
 V1_TABLES = ("schema_version", "deliveries", "outbox", "kv", "runs", "labels_wanted",
              "rate_hits", "rate_counts", "callback_rejections")
-CURRENT_SCHEMA = 8  # src/store/store.h CRCR_SCHEMA_VERSION
+CURRENT_SCHEMA = 9  # src/store/store.h CRCR_SCHEMA_VERSION
 
 
 def clean_env(**extra):

@@ -40,6 +40,7 @@
 #include "clock.h"
 #include "log.h"
 #include "store_sqlite.h"
+#include "store_sqlite_vfs.h"
 
 /* Migrations, one per schema version, as PostgreSQL's (store_pg.c): MIGRATIONS[v] brings version v
  * to v + 1, in the open's transaction. A new CRCR_SCHEMA_VERSION without its SQLite migration does
@@ -922,8 +923,11 @@ crcr_err store_sqlite_open(const char *path, store **out, char *err, size_t errs
         sq_close(&s->base);
         return CRCR_E_STORE;
     }
-    int rc = sqlite3_open_v2(
-        path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
+    /* the writer's connection on the VFS that writes a WAL frame in one call (store_sqlite_vfs.h;
+     * the default VFS when it cannot be had) */
+    int rc = sqlite3_open_v2(path, &s->db,
+                             SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                             sq_vfs_name());
     if (rc != SQLITE_OK) {
         snprintf(err, errsz, "CRCR_STORE: cannot open '%s': %s", path,
                  s->db ? sqlite3_errmsg(s->db) : "out of memory");
