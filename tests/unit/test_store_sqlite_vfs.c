@@ -47,8 +47,11 @@ static unsigned long long write_calls(void)
     unsigned long long n = 0;
     bool found = false;
     while (fgets(line, sizeof(line), f))
-        if (sscanf(line, "syscw: %llu", &n) == 1)
-            found = true;
+        if (strncmp(line, "syscw:", 6) == 0) {
+            char *end = NULL;
+            n = strtoull(line + 6, &end, 10);
+            found = end != line + 6;
+        }
     fclose(f);
     assert_true(found);
     return n;
