@@ -167,45 +167,31 @@ static int claimed_delivery(void *ctx, const store_row_source *s)
     return 1;
 }
 
-/* Claims: a row whose lease ran out (its worker died: few rows, read from the state range of
- * outbox_due), else the earliest due queued row in outbox_due's order (next_attempt_at, then
+/* Claims: rows whose lease ran out (their worker died: few rows, read from the state range of
+ * outbox_due), else the earliest due queued rows in outbox_due's order (next_attempt_at, then
  * rowid = id). Two statements, each walking one index range in order: one statement with an OR
  * over both made SQLite sort every due row on every claim (5.5 ms a claim with 20,000 queued
- * rows, quadratic in a fan-out's size; 5.5 us now). A batch repeats them inside one transaction
- * (s->mu held): a row claimed earlier in the batch is `running`, so the next pick skips it and
- * a later row of its seq_key. The first statement runs until it finds nothing (*expired_seen):
- * it walks every running row, and the rows the batch claims meanwhile are not expired (claiming
- * a fan-out's 100 rows walked ~5,000 running rows, 16 % of the relay's samples in a fan-out). */
-static crcr_err claim_one(sqlite_store *s, int64_t now, int64_t lease_ms, store_job *out,
-                          bool *expired_seen)
+ * rows, quadratic in a fan-out's size; 5.5 us now). The first takes one row at a time and runs
+ * until it finds nothing: it walks every running row, and the rows the batch claims are not
+ * expired (claiming a fan-out's 100 rows that way walked ~5,000 running rows, 16 % of the relay's
+ * samples in a fan-out). The second takes up to SQ_CLAIM_BATCH_MAX rows in one statement: a
+ * statement per row was most of a claim's time in the App-mode ingest (batches of a dozen rows,
+ * one after another). Its subquery reads the rows as they were before it: a later row of a
+ * seq_key whose earlier row it takes is left, as it was when the earlier one was `running`. */
+#define SQ_CLAIM_BATCH_MAX 64
+
+static crcr_err claim_expired(sqlite_store *s, int64_t now, int64_t lease_ms, store_job *out)
 {
-    static const struct {
-        int slot;
-        const char *sql;
-    } claims[] = {
-        {SQ_CLAIM_EXPIRED,
-         "UPDATE outbox SET state='running', lease_until=?1 WHERE id = (SELECT id FROM outbox o "
-         "WHERE state='running' AND lease_until<?2 ORDER BY next_attempt_at, id LIMIT 1) "
-         "RETURNING id, kind, delivery_id, target, attempts, body"},
-        {SQ_CLAIM,
-         "UPDATE outbox SET state='running', lease_until=?1 WHERE id = (SELECT id FROM outbox o "
-         "WHERE state='queued' AND next_attempt_at<=?2 AND (o.seq_key IS NULL OR NOT EXISTS "
-         "(SELECT 1 FROM outbox p WHERE p.seq_key=o.seq_key AND p.id<o.id AND p.state IN "
-         "('queued','running'))) ORDER BY next_attempt_at, id LIMIT 1) RETURNING id, kind, "
-         "delivery_id, target, attempts, body"},
-    };
     memset(out, 0, sizeof(*out));
     buf_init(&out->body, SQ_JOB_BYTES_MAX);
     buf_init(&out->payload, SQ_JOB_BYTES_MAX);
     store_claim_read c = {.out = out};
-    crcr_err err = CRCR_OK;
-    for (size_t i = *expired_seen ? 1 : 0;
-         i < sizeof(claims) / sizeof(claims[0]) && !err && !c.found; i++) {
-        err = sq_cached(s, claims[i].slot, "claim", claims[i].sql,
-                        ARGS(ARG_INT(now + lease_ms), ARG_INT(now)), store_claim_row, &c);
-        if (i == 0 && !err && !c.found)
-            *expired_seen = true;
-    }
+    crcr_err err = sq_cached(
+        s, SQ_CLAIM_EXPIRED, "claim",
+        "UPDATE outbox SET state='running', lease_until=?1 WHERE id = (SELECT id FROM outbox o "
+        "WHERE state='running' AND lease_until<?2 ORDER BY next_attempt_at, id LIMIT 1) "
+        "RETURNING id, kind, delivery_id, target, attempts, body",
+        ARGS(ARG_INT(now + lease_ms), ARG_INT(now)), store_claim_row, &c);
     if (!err && !c.found)
         err = CRCR_E_NOT_FOUND;
     if (!err) {
@@ -217,6 +203,73 @@ static crcr_err claim_one(sqlite_store *s, int64_t now, int64_t lease_ms, store_
     if (err)
         store_job_free(out);
     return err;
+}
+
+/* The queued rows one statement claims, as its RETURNING gives them (claim_batch_row). */
+typedef struct claim_batch {
+    store_job *out; /* out[0..n) filled, cap at most */
+    size_t n, cap;
+    int64_t due[SQ_CLAIM_BATCH_MAX]; /* each row's next_attempt_at, for the order */
+    crcr_err err;                    /* the first failure to copy a row */
+} claim_batch;
+
+static int claim_batch_row(void *ctx, const store_row_source *s)
+{
+    claim_batch *b = ctx;
+    if (b->n >= b->cap) { /* the statement's LIMIT is cap: never */
+        b->err = CRCR_E_STORE;
+        return 0;
+    }
+    store_job *j = &b->out[b->n];
+    memset(j, 0, sizeof(*j));
+    buf_init(&j->body, SQ_JOB_BYTES_MAX);
+    buf_init(&j->payload, SQ_JOB_BYTES_MAX);
+    store_claim_read c = {.out = j};
+    (void)store_claim_row(&c, s);
+    b->due[b->n++] = s->i64(s->src, 6, 0);
+    if (!b->err && c.err)
+        b->err = c.err;
+    if (!b->err && (!j->kind || !j->target))
+        b->err = CRCR_E_NOMEM;
+    return 0; /* every row: the statement has claimed them all at its first step */
+}
+
+/* Claims up to `cap` (<= SQ_CLAIM_BATCH_MAX) due queued rows into out[0..*n), in due order. */
+static crcr_err claim_queued(sqlite_store *s, int64_t now, int64_t lease_ms, store_job *out,
+                             size_t cap, size_t *n)
+{
+    claim_batch b = {.out = out, .cap = cap};
+    crcr_err err = sq_cached(
+        s, SQ_CLAIM_BATCH, "claim",
+        "UPDATE outbox SET state='running', lease_until=?1 WHERE id IN (SELECT id FROM outbox o "
+        "WHERE state='queued' AND next_attempt_at<=?2 AND (o.seq_key IS NULL OR NOT EXISTS "
+        "(SELECT 1 FROM outbox p WHERE p.seq_key=o.seq_key AND p.id<o.id AND p.state IN "
+        "('queued','running'))) ORDER BY next_attempt_at, id LIMIT ?3) RETURNING id, kind, "
+        "delivery_id, target, attempts, body, next_attempt_at",
+        ARGS(ARG_INT(now + lease_ms), ARG_INT(now), ARG_INT((int64_t)cap)), claim_batch_row, &b);
+    if (!err)
+        err = b.err;
+    if (err) {
+        for (size_t i = 0; i < b.n; i++)
+            store_job_free(&out[i]);
+        return err;
+    }
+    /* RETURNING's order is not the claim's: sorted (insertion, a few dozen rows at most) */
+    for (size_t i = 1; i < b.n; i++) {
+        store_job j = out[i];
+        int64_t d = b.due[i];
+        size_t k = i;
+        for (; k > 0 && (b.due[k - 1] > d || (b.due[k - 1] == d && out[k - 1].id > j.id)); k--) {
+            out[k] = out[k - 1];
+            b.due[k] = b.due[k - 1];
+        }
+        out[k] = j;
+        b.due[k] = d;
+    }
+    for (size_t i = 0; i < b.n; i++)
+        out[i].lease_until = now + lease_ms;
+    *n = b.n;
+    return CRCR_OK;
 }
 
 /* Reads `out`'s delivery fields, from `prev` when it belongs to the same delivery (a fan-out's
@@ -250,16 +303,24 @@ static crcr_err sq_claim(store *st, int64_t now, int64_t lease_ms, store_job *ou
     if (err)
         return err;
     size_t got = 0;
-    bool expired_seen = false;
-    while (!err && got < max) {
-        err = claim_one(s, now, lease_ms, &out[got], &expired_seen);
-        if (!err) {
+    while (!err && got < max) { /* expired leases first, one at a time */
+        err = claim_expired(s, now, lease_ms, &out[got]);
+        if (!err)
             got++;
-            err = claim_delivery(s, &out[got - 1], got > 1 ? &out[got - 2] : NULL);
-        }
     }
-    if (err == CRCR_E_NOT_FOUND && got > 0)
+    if (err == CRCR_E_NOT_FOUND)
         err = CRCR_OK;
+    while (!err && got < max) {
+        size_t cap = max - got < SQ_CLAIM_BATCH_MAX ? max - got : SQ_CLAIM_BATCH_MAX, k = 0;
+        err = claim_queued(s, now, lease_ms, &out[got], cap, &k);
+        got += k;
+        if (k < cap)
+            break; /* no more due */
+    }
+    for (size_t i = 0; !err && i < got; i++)
+        err = claim_delivery(s, &out[i], i > 0 ? &out[i - 1] : NULL);
+    if (!err && got == 0)
+        err = CRCR_E_NOT_FOUND;
     crcr_err end = sq_end(s, err == CRCR_E_NOT_FOUND ? CRCR_OK : err);
     if (!err && end)
         err = end;
