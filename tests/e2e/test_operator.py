@@ -27,7 +27,6 @@ is PostgreSQL (CRCR_E2E_PG_URI).
 
 import json
 import os
-import random
 import re
 import shutil
 import signal
@@ -302,31 +301,13 @@ class ListenTest(TempDirMixin, unittest.TestCase):
         """SO_REUSEADDR stays: connections of the stopped relay in TIME_WAIT do not block it."""
         relay = R.Relay()
         self.addCleanup(relay.close)
-        relay.start(port=port_below_the_ephemeral_range())
+        relay.start()
         port = relay.port
         for _ in range(5):  # connections the relay closes first leave TIME_WAIT behind
             relay.get("/healthz")
         self.assertEqual(relay.stop(), 0)
         relay.start(port=port)
         self.assertEqual(relay.port, port, relay.log_tail())
-
-
-def port_below_the_ephemeral_range():
-    """A free port the kernel never hands to a bind of port 0: suites running alongside (their
-    servers bind port 0) cannot take it while the relay is stopped. An ephemeral one was taken
-    once by another suite's fake GitHub in that window, which then got this test's /healthz
-    polls."""
-    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-        low = int(f.read().split()[0])
-    for _ in range(200):
-        port = random.randint(max(1024, low - 10000), low - 1)
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        return port
-    raise AssertionError("no free port below %d" % low)
 
 
 # ------------------------------------------------------------------------ allowlist strictness
