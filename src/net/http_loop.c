@@ -105,7 +105,8 @@ struct http_loop {
     int epfd;         /* the sockets libcurl asked to watch, and wakefd */
     int wakefd;       /* eventfd: a submission or a stop for the thread */
     int64_t timer_at; /* libcurl's timer, real monotonic ms; -1: none (the loop's thread only) */
-    uint8_t *watch;   /* per descriptor: WATCH_* (the loop's thread, and libcurl's cleanup) */
+    uint8_t *watch;   /* per descriptor: WATCH_* (the loop's thread, and libcurl's cleanup); grown
+                       * by watch_of, freed by http_loop_free */
     size_t n_watch;
 
     pthread_mutex_t mu; /* the submission list and the flags below */
