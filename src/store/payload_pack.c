@@ -27,6 +27,8 @@
 #include <lz4.h>
 #include <zlib.h>
 
+_Static_assert(PAYLOAD_PACK_MAX <= LZ4_MAX_INPUT_SIZE, "a payload's size fits LZ4's int sizes");
+
 bool payload_packed(const void *blob, size_t len)
 {
     return blob && len >= PAYLOAD_PACK_HEAD_LEN &&
@@ -51,7 +53,7 @@ crcr_err payload_pack(const char *p, size_t len, buf_t *out, const void **stored
     memcpy(h, PAYLOAD_PACK_TAG, PAYLOAD_PACK_TAG_LEN);
     for (size_t i = 0; i < 4; i++)
         h[PAYLOAD_PACK_TAG_LEN + i] = (unsigned char)((len >> (8 * i)) & 0xff);
-    /* PAYLOAD_PACK_MAX is below LZ4_MAX_INPUT_SIZE: both sizes fit an int */
+    /* both sizes fit an int (the _Static_assert above) */
     int packed = LZ4_compress_default(p, (char *)h + PAYLOAD_PACK_HEAD_LEN, (int)len, (int)room);
     if (packed <= 0)
         return CRCR_OK; /* no gain: stored as it is */

@@ -14,13 +14,9 @@
 #include <string.h>
 #include <time.h>
 
-#include <arpa/inet.h>
 #include <cmocka.h>
 #include <curl/curl.h>
-#include <netinet/in.h>
 #include <pthread.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include "buf.h"
 #include "http_client.h"
@@ -306,19 +302,8 @@ static void test_timeout(void **state)
 static void test_connection_refused(void **state)
 {
     (void)state;
-    /* A port nobody listens on: bind one, note it, close it. */
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    assert_true(fd >= 0);
-    struct sockaddr_in sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t sl = sizeof(sa);
-    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
-    close(fd);
     char url[64];
-    snprintf(url, sizeof(url), "http://127.0.0.1:%d/ok", ntohs(sa.sin_port));
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d/ok", ut_refused_port());
 
     buf_t body;
     buf_init(&body, 1024);

@@ -477,19 +477,6 @@ static void test_free_with_exchanges_out_ends_each_once(void **state)
     xs_free(x);
 }
 
-/* A port nothing listens on (bound for its number, then closed). */
-static int refused_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    assert_true(fd >= 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    socklen_t len = sizeof(sa);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
-    close(fd);
-    return ntohs(sa.sin_port);
-}
-
 /* Sockets libcurl closes give their number to the next one, and the loop keeps sockets in its
  * set while libcurl does not watch them: after a refused connection and after an answer with
  * Connection: close, each next request, on a new socket of that number, must be watched and
@@ -503,7 +490,7 @@ static void test_a_closed_sockets_number_is_watched_anew(void **state)
     assert_non_null(l);
     server_reset(false);
     xs *x = xs_new(l);
-    int dead = refused_port();
+    int dead = ut_refused_port();
     unsigned conns = ut_httpd_connections(g_srv.srv);
     for (size_t i = 0; i < 12; i++) {
         char url[64];

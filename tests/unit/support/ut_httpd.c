@@ -13,6 +13,7 @@
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 struct ut_httpd {
     struct MHD_Daemon *d;
@@ -192,6 +193,21 @@ void ut_httpd_stop(ut_httpd *s)
     MHD_stop_daemon(s->d);
     pthread_mutex_destroy(&s->mu);
     free(s);
+}
+
+int ut_refused_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(sa);
+    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    close(fd);
+    return ntohs(sa.sin_port);
 }
 
 int ut_httpd_port(const ut_httpd *s)

@@ -63,6 +63,9 @@ ut_httpd *ut_httpd_start_opts(ut_httpd_fn fn, void *ctx, bool thread_per_connect
 /* Stops listening (the port then refuses connections), waits for the handlers and frees. */
 void ut_httpd_stop(ut_httpd *s);
 int ut_httpd_port(const ut_httpd *s);
+/* A port on 127.0.0.1 nothing listens on (bound for its number, then closed): a connection to it
+ * is refused. */
+int ut_refused_port(void);
 /* "http://127.0.0.1:<port>" (lives as long as the server). */
 const char *ut_httpd_base(const ut_httpd *s);
 /* Requests answered (or being answered) and connections accepted so far. */
