@@ -3284,6 +3284,54 @@ static void a_newer_dispatch_ends_the_older_ones_runs_and_queued_rows_at_once(vo
     assert_string_equal(res.ended, "");
 }
 
+/* A write the database refuses, in the first statement of its transaction (the delivery: on
+ * PostgreSQL BEGIN and the PR's lock travel with it) or in a later one (its outbox rows): the
+ * ingest fails, nothing of it stays, and the store goes on with the next ones, the PR's lock
+ * free again (the supersession of the next delivery of that PR runs). */
+static void an_ingest_the_database_refuses_leaves_nothing_and_the_next_goes_through(void **state)
+{
+    store *st = *state;
+    if (g_pg) {
+        raw("CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$BEGIN RAISE EXCEPTION 'refused by the test'; END$$");
+        raw("CREATE TRIGGER refuse_delivery BEFORE INSERT ON deliveries FOR EACH ROW WHEN "
+            "(NEW.delivery_id LIKE 'refused-%') EXECUTE FUNCTION refuse()");
+        raw("CREATE TRIGGER refuse_rows BEFORE INSERT ON outbox FOR EACH ROW WHEN "
+            "(NEW.delivery_id LIKE 'rows-refused-%') EXECUTE FUNCTION refuse()");
+    } else {
+        raw("CREATE TRIGGER refuse_delivery BEFORE INSERT ON deliveries WHEN NEW.delivery_id "
+            "LIKE 'refused-%' BEGIN SELECT RAISE(ABORT, 'refused by the test'); END");
+        raw("CREATE TRIGGER refuse_rows BEFORE INSERT ON outbox WHEN NEW.delivery_id LIKE "
+            "'rows-refused-%' BEGIN SELECT RAISE(ABORT, 'refused by the test'); END");
+    }
+    const char *t[] = {"a/one", "a/two"};
+    store_supersede sup = {.reason = "superseded"};
+    assert_int_equal(ingest_pr(st, "first", 1000, "s1", t, 2, NULL, &sup), CRCR_OK);
+    /* Several times over: a session the failure spoilt would fail the next ingest on it. */
+    for (int i = 0; i < 3; i++) {
+        char refused[32], rows_refused[32], next[32];
+        snprintf(refused, sizeof(refused), "refused-%d", i);
+        snprintf(rows_refused, sizeof(rows_refused), "rows-refused-%d", i);
+        snprintf(next, sizeof(next), "next-%d", i);
+        sup = (store_supersede){.reason = "superseded"};
+        assert_int_equal(ingest_pr(st, refused, 2000 + i, "s2", t, 2, NULL, &sup), CRCR_E_STORE);
+        assert_int_equal(ingest(st, refused, 2000 + i, t, 2), CRCR_E_STORE); /* no PR, no lock */
+        sup = (store_supersede){.reason = "superseded"};
+        assert_int_equal(ingest_pr(st, rows_refused, 2000 + i, "s2", t, 2, NULL, &sup),
+                         CRCR_E_STORE);
+        assert_int_equal(sup.dispatches, 0); /* rolled back: nothing was ended */
+        /* The PR's next delivery supersedes the one before it, as if nothing had happened. */
+        sup = (store_supersede){.reason = "superseded"};
+        assert_int_equal(ingest_pr(st, next, 3000 + i, i % 2 ? "s3" : "s4", t, 2, NULL, &sup),
+                         CRCR_OK);
+        assert_int_equal(sup.dispatches, 2);
+    }
+    assert_int_equal(raw("SELECT count(*) FROM deliveries WHERE delivery_id LIKE '%refused-%'"), 0);
+    assert_int_equal(raw("SELECT count(*) FROM outbox WHERE delivery_id LIKE '%refused-%'"), 0);
+    assert_int_equal(raw("SELECT count(*) FROM deliveries"), 4);
+    assert_int_equal(raw("SELECT count(*) FROM outbox WHERE kind='dispatch'"), 8);
+}
+
 static void only_another_head_or_pair_is_superseded_unless_every_one_is(void **state)
 {
     store *st = *state;
@@ -3559,6 +3607,7 @@ int main(int argc, char **argv)
         T(a_webhook_sized_payload_reads_back_whole),
         T(a_newer_dispatch_ends_the_older_ones_runs_and_queued_rows_at_once),
         T(only_another_head_or_pair_is_superseded_unless_every_one_is),
+        T(an_ingest_the_database_refuses_leaves_nothing_and_the_next_goes_through),
         T(a_fan_out_ends_only_the_targets_at_another_head),
         T(a_new_head_past_one_read_ends_every_older_dispatch),
         T(a_push_to_a_paired_pr_redispatches_the_latest_dispatch_of_each_upstream_pr),

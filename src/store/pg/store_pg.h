@@ -88,6 +88,7 @@ typedef struct pgx {
     const char *op;
     bool relaxed;     /* asked for a connection with synchronous_commit=off */
     bool called_back; /* a caller-visible callback ran: the operation must not be repeated */
+    bool begin_due;   /* pg_begin: BEGIN goes with the transaction's first statement */
 } pgx;
 
 /* ---- connections ---- */
@@ -139,8 +140,11 @@ crcr_err pg_run(pg_store *s, const char *op, const char *sql, const store_param 
 PGresult *pg_result(pgx *x, const char *sql, const store_param *v, int n);
 /* Calls `row` with each row of `r` until it returns non-zero. */
 void pg_each(const PGresult *r, store_row_fn row, void *ctx);
-/* Runs a parameterless command (BEGIN, COMMIT, NOTIFY ...). */
+/* Runs a parameterless command (COMMIT, NOTIFY ...). */
 crcr_err pg_cmd(pgx *x, const char *sql);
+/* Starts a transaction: BEGIN is sent with its first statement, in one round trip (libpq's
+ * pipeline mode), not alone; a transaction that runs none sends nothing (pg_finish_tx). */
+void pg_begin(pgx *x);
 /* Ends the transaction: COMMIT when err is CRCR_OK and !discard, ROLLBACK otherwise. */
 crcr_err pg_finish_tx(pgx *x, crcr_err err, bool discard);
 

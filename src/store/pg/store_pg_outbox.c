@@ -210,21 +210,27 @@ static crcr_err op_ingest(pgx *x, void *arg)
     if (a->sup) /* an attempt retried on a fresh connection counts afresh */
         a->sup->dispatches = a->sup->runs = a->sup->withdrawn = 0;
     store_new_jobs_unclaim(a->jobs, a->n); /* ... and claims afresh */
-    crcr_err e = a->sup ? pg_lock_pr(x, d->pr_number, true) : CRCR_OK;
-    if (!e)
-        e = pg_query(
-            x,
-            "INSERT INTO deliveries(delivery_id, event, action, upstream_repo, pr_number, "
-            "head_sha, "
-            "ref, received_at, payload, payload_bytes, status) VALUES ($1, $2, $3, $4, $5, $6, $7, "
-            "$8, $9::bytea, $10, $11) ON CONFLICT (delivery_id) DO NOTHING",
-            ARGS(ARG_TEXT(d->delivery_id), ARG_TEXT(d->event), ARG_TEXT(d->action),
-                 ARG_TEXT(d->upstream_repo), ARG_INT(d->pr_number), ARG_TEXT(d->head_sha),
-                 ARG_TEXT(d->ref), ARG_INT(d->received_at),
-                 ARG_BLOB(d->payload ? d->payload : "", d->payload_len),
-                 ARG_INT((int64_t)d->payload_len),
-                 ARG_TEXT(d->status ? d->status : ob_state_name(OB_STATE_QUEUED))),
-            NULL, NULL, &rows);
+    /* A supersession takes the PR's lock (pg_lock_pr) first: here in the statement that inserts
+     * the delivery (its subquery runs before the row is written), one round trip instead of two.
+     * Nothing of the supersession is read before it. */
+#define PG_INSERT_DELIVERY(source)                                                                 \
+    "INSERT INTO deliveries(delivery_id, event, action, upstream_repo, pr_number, head_sha, ref, " \
+    "received_at, payload, payload_bytes, status) " source " ON CONFLICT (delivery_id) DO NOTHING"
+    bool lock = a->sup && d->pr_number > 0;
+    crcr_err e = pg_query(
+        x,
+        lock ? PG_INSERT_DELIVERY("SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9::bytea, $10, $11 FROM "
+                                  "(SELECT pg_advisory_xact_lock(hashtextextended('crcr.pr:' || "
+                                  "$5::bigint::text, 0))) l")
+             : PG_INSERT_DELIVERY("VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::bytea, $10, $11)"),
+        ARGS(ARG_TEXT(d->delivery_id), ARG_TEXT(d->event), ARG_TEXT(d->action),
+             ARG_TEXT(d->upstream_repo), ARG_INT(d->pr_number), ARG_TEXT(d->head_sha),
+             ARG_TEXT(d->ref), ARG_INT(d->received_at),
+             ARG_BLOB(d->payload ? d->payload : "", d->payload_len),
+             ARG_INT((int64_t)d->payload_len),
+             ARG_TEXT(d->status ? d->status : ob_state_name(OB_STATE_QUEUED))),
+        NULL, NULL, &rows);
+#undef PG_INSERT_DELIVERY
     if (!e && rows == 0)
         e = CRCR_E_DUPLICATE;
     if (!e) /* the delivery is new: no row of it exists */

@@ -125,9 +125,8 @@ static crcr_err op_run_apply(pgx *x, void *arg)
                                ARG_TEXT(u->key.job_name ? u->key.job_name : ""),
                                ARG_TEXT(u->key.workflow_name ? u->key.workflow_name : "")};
 
-    crcr_err e = pg_cmd(x, "BEGIN");
-    if (e)
-        return e;
+    pg_begin(x);
+    crcr_err e = CRCR_OK;
     /* Every transition of this key waits here for the one before it to commit; then, in the
      * same round trip and always in this order (the materialized key lock first), for the PR's
      * lock, shared: a supersession of the PR (exclusive, pg_lock_pr) is not running (§3.12).
