@@ -1,6 +1,6 @@
 /*
- * test_store_sqlite_vfs.c - the writer's VFS (store_sqlite_vfs.h): a WAL frame's header and page
- * reach the file in one write, a held header is never lost or read around, and a WAL it wrote,
+ * test_store_sqlite_vfs.c - the writer's VFS (store_sqlite_vfs.h): a transaction's WAL frames
+ * reach the file in one write, held frames are never lost or read around, and a WAL it wrote,
  * copied as a crash would leave it, recovers every committed row with SQLite's own VFS. Write
  * calls are counted by the kernel (/proc/self/io's syscw: write(2)-family calls of the process;
  * these tests run on one thread).
@@ -74,10 +74,22 @@ static void close_file(sqlite3_file *f)
     free(f);
 }
 
-/* The VFS's own calls on a WAL file: header + page is one write; a header held when something
- * else comes is written first (a read sees it, the size counts it, a write elsewhere does not
- * lose it, a close writes it). A file that is not a WAL holds nothing. */
-static void a_frame_is_one_write_and_a_held_header_is_never_lost(void **state)
+/* A frame's header: `commit` non-zero makes it a commit frame's (the database's size after it). */
+static void frame_head(unsigned char *h, unsigned char tag, unsigned commit)
+{
+    memset(h, tag, SQ_VFS_FRAME_HEAD);
+    h[4] = (unsigned char)(commit >> 24);
+    h[5] = (unsigned char)(commit >> 16);
+    h[6] = (unsigned char)(commit >> 8);
+    h[7] = (unsigned char)commit;
+}
+
+/* The VFS's own calls on a WAL file: a transaction's frames (headers and pages, one after the
+ * other) are one write, made when its commit frame's page comes; frames held when something else
+ * comes are written first (a read sees them, the size counts them, a sync, a write elsewhere, a
+ * close writes them); more than SQ_VFS_HOLD_MAX goes out in parts, every byte in its place. A
+ * file that is not a WAL holds nothing. */
+static void a_transactions_frames_are_one_write_and_held_frames_are_never_lost(void **state)
 {
     (void)state;
     const char *name = sq_vfs_name();
@@ -92,19 +104,68 @@ static void a_frame_is_one_write_and_a_held_header_is_never_lost(void **state)
     snprintf(path, sizeof(path), "%s/a.db-wal", g_dir);
     sqlite3_file *f = open_file(vfs, path, SQLITE_OPEN_WAL);
 
-    unsigned char head[SQ_VFS_FRAME_HEAD], page[4096], back[4096 + SQ_VFS_FRAME_HEAD];
-    memset(head, 'h', sizeof(head));
+    enum { FRAME = SQ_VFS_FRAME_HEAD + 4096 };
+    unsigned char head[SQ_VFS_FRAME_HEAD], page[4096], back[3 * FRAME];
+    unsigned char wal_head[32];
+    memset(wal_head, 'w', sizeof(wal_head));
     memset(page, 'p', sizeof(page));
     unsigned long long w0 = write_calls();
-    assert_int_equal(f->pMethods->xWrite(f, head, SQ_VFS_FRAME_HEAD, 32), SQLITE_OK);
-    assert_int_equal(f->pMethods->xWrite(f, page, 4096, 32 + SQ_VFS_FRAME_HEAD), SQLITE_OK);
-    assert_int_equal(write_calls() - w0, 1); /* one frame, one call */
+    /* the WAL's header, then three frames, the last one a commit */
+    assert_int_equal(f->pMethods->xWrite(f, wal_head, 32, 0), SQLITE_OK);
+    for (int i = 0; i < 3; i++) {
+        frame_head(head, (unsigned char)('a' + i), i == 2 ? 7 : 0);
+        page[0] = (unsigned char)('0' + i);
+        assert_int_equal(f->pMethods->xWrite(f, head, SQ_VFS_FRAME_HEAD, 32 + i * FRAME),
+                         SQLITE_OK);
+        assert_int_equal(write_calls() - w0, 0); /* held */
+        assert_int_equal(f->pMethods->xWrite(f, page, 4096, 32 + i * FRAME + SQ_VFS_FRAME_HEAD),
+                         SQLITE_OK);
+        assert_int_equal(write_calls() - w0, i == 2 ? 1 : 0); /* out with the commit frame */
+    }
+    assert_int_equal(f->pMethods->xRead(f, back, 32, 0), SQLITE_OK);
+    assert_memory_equal(back, wal_head, 32);
     assert_int_equal(f->pMethods->xRead(f, back, sizeof(back), 32), SQLITE_OK);
-    assert_memory_equal(back, head, SQ_VFS_FRAME_HEAD);
-    assert_memory_equal(back + SQ_VFS_FRAME_HEAD, page, 4096);
+    for (int i = 0; i < 3; i++) {
+        frame_head(head, (unsigned char)('a' + i), i == 2 ? 7 : 0);
+        assert_memory_equal(back + i * FRAME, head, SQ_VFS_FRAME_HEAD);
+        assert_int_equal(back[i * FRAME + SQ_VFS_FRAME_HEAD], '0' + i);
+    }
+    sqlite3_int64 end = 32 + 3 * FRAME;
+
+    /* frames of a transaction not yet committed, then a sync: written */
+    w0 = write_calls();
+    frame_head(head, 's', 0);
+    assert_int_equal(f->pMethods->xWrite(f, head, SQ_VFS_FRAME_HEAD, end), SQLITE_OK);
+    assert_int_equal(f->pMethods->xWrite(f, page, 4096, end + SQ_VFS_FRAME_HEAD), SQLITE_OK);
+    assert_int_equal(write_calls() - w0, 0);
+    assert_int_equal(f->pMethods->xSync(f, SQLITE_SYNC_NORMAL), SQLITE_OK);
+    assert_int_equal(write_calls() - w0, 1);
+    end += FRAME;
+
+    /* a transaction larger than what is held at most: in parts, every byte in place */
+    int frames = SQ_VFS_HOLD_MAX / FRAME + 3;
+    w0 = write_calls();
+    for (int i = 0; i < frames; i++) {
+        frame_head(head, (unsigned char)('A' + i % 26), i == frames - 1 ? 9 : 0);
+        memset(page, 'A' + i % 26, sizeof(page));
+        assert_int_equal(f->pMethods->xWrite(f, head, SQ_VFS_FRAME_HEAD, end + i * FRAME),
+                         SQLITE_OK);
+        assert_int_equal(f->pMethods->xWrite(f, page, 4096, end + i * FRAME + SQ_VFS_FRAME_HEAD),
+                         SQLITE_OK);
+    }
+    assert_int_equal(write_calls() - w0, 2);
+    for (int i = 0; i < frames; i++) {
+        assert_int_equal(f->pMethods->xRead(f, back, FRAME, end + i * FRAME), SQLITE_OK);
+        frame_head(head, (unsigned char)('A' + i % 26), i == frames - 1 ? 9 : 0);
+        assert_memory_equal(back, head, SQ_VFS_FRAME_HEAD);
+        assert_int_equal(back[SQ_VFS_FRAME_HEAD], 'A' + i % 26);
+        assert_int_equal(back[FRAME - 1], 'A' + i % 26);
+    }
+    end += frames * FRAME;
+    memset(page, 'p', sizeof(page));
+    frame_head(head, 'h', 0);
 
     /* held, then read: the read sees it */
-    sqlite3_int64 end = 32 + SQ_VFS_FRAME_HEAD + 4096;
     head[0] = '1';
     assert_int_equal(f->pMethods->xWrite(f, head, SQ_VFS_FRAME_HEAD, end), SQLITE_OK);
     assert_int_equal(f->pMethods->xRead(f, back, SQ_VFS_FRAME_HEAD, end), SQLITE_OK);
@@ -176,9 +237,10 @@ static void copy_file(const char *from, const char *to)
     assert_int_equal(fclose(b), 0);
 }
 
-/* Through SQLite: transactions in WAL mode, no checkpoint, take one write per frame (and the
- * WAL's own header); the database and its WAL copied while the connection is still open (what a
- * crash leaves) open with SQLite's default VFS with every committed row, intact. */
+/* Through SQLite: transactions in WAL mode, no checkpoint, take one write each (and the WAL's
+ * own header), not one per frame; the database and its WAL copied while the
+ * connection is still open (what a crash leaves) open with SQLite's default VFS with every
+ * committed row, intact. */
 static void a_wal_it_wrote_recovers_every_committed_row(void **state)
 {
     (void)state;
@@ -211,8 +273,8 @@ static void a_wal_it_wrote_recovers_every_committed_row(void **state)
     assert_int_equal(sqlite3_step(q), SQLITE_ROW);
     frames = sqlite3_column_int64(q, 1);
     sqlite3_finalize(q);
-    assert_true(frames >= 40);
-    assert_true(writes <= (unsigned long long)frames + 1); /* + the WAL header */
+    assert_true(frames >= 80);
+    assert_true(writes <= 40 + 1); /* a commit each (157 frames); the WAL's header may be one */
 
     /* more commits after the checkpoint, then the files as a crash would leave them */
     exec(db, "BEGIN; INSERT INTO t(v) VALUES (randomblob(5000)); COMMIT;");
@@ -241,7 +303,7 @@ static void a_wal_it_wrote_recovers_every_committed_row(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(a_frame_is_one_write_and_a_held_header_is_never_lost),
+        cmocka_unit_test(a_transactions_frames_are_one_write_and_held_frames_are_never_lost),
         cmocka_unit_test(a_wal_it_wrote_recovers_every_committed_row),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -4,13 +4,14 @@
  * Why: SQLite's unix VFS writes each WAL frame as two pwrite(2)s, its 24-byte header and its
  * page, and the WAL takes most of the store's writes. In the App-mode ingest (bench, c64, 4
  * targets) that was 15-16 pwrite calls per webhook of ~52 system calls, on a host where each
- * system call costs several microseconds (a paravirtualised guest: 18 % of the relay's samples
- * were the kernel's interrupt enabling around them). Joined, a frame is one call.
+ * system call costs several microseconds (a paravirtualised guest: 18-21 % of the relay's
+ * samples were the kernel's interrupt enabling around them). A frame joined into one call made
+ * it 9.2-10 per webhook; a transaction's frames in one call, fewer still (bench/RESULTS.md).
  *
  * Why hand-written: SQLite has no option for it (its write coalescing, SQLITE_IOCAP_BATCH_ATOMIC,
  * is for F2FS's atomic batches and not for the WAL) and no packaged shim does it. A VFS over
  * the default one is SQLite's documented way to change how files are written (sqlite.org/vfs.html);
- * this one forwards everything and holds one kind of write for one call.
+ * this one forwards everything and holds the WAL's writes until the transaction's last frame.
  */
 #include "store_sqlite_vfs.h"
 
@@ -26,10 +27,13 @@
 typedef struct vfile {
     sqlite3_file base; /* pMethods: &vfile_io */
     sqlite3_file *real;
-    bool wal;              /* a WAL file: its frame headers are held */
-    sqlite3_int64 held_at; /* the held header's offset; -1: none */
-    unsigned char held[SQ_VFS_FRAME_HEAD];
-    unsigned char *join; /* header + page, sqlite3_malloc'd at the first join, freed at close */
+    bool wal;              /* a WAL file: its writes are held (see store_sqlite_vfs.h) */
+    bool commit_next;      /* the last held write was a commit frame's header: its page ends
+                              the transaction's frames */
+    sqlite3_int64 held_at; /* the file offset of held[0] */
+    size_t held_len;       /* bytes held; 0: none */
+    size_t held_cap;
+    unsigned char *held; /* sqlite3_malloc'd at the first hold, grown, freed at close */
 } vfile;
 
 static sqlite3_vfs g_vfs;
@@ -44,14 +48,44 @@ static size_t head_size(void)
     return (sizeof(vfile) + a - 1) / a * a;
 }
 
-/* Writes the held header out, if one is held. */
+/* Writes what is held out, in one call. */
 static int flush(vfile *f)
 {
-    if (f->held_at < 0)
+    if (f->held_len == 0)
         return SQLITE_OK;
-    sqlite3_int64 at = f->held_at;
-    f->held_at = -1;
-    return f->real->pMethods->xWrite(f->real, f->held, SQ_VFS_FRAME_HEAD, at);
+    size_t len = f->held_len;
+    f->held_len = 0;
+    f->commit_next = false;
+    return f->real->pMethods->xWrite(f->real, f->held, (int)len, f->held_at);
+}
+
+/* Holds `amt` bytes written at `ofst` after what is held (they continue it); false when they do
+ * not (another offset, SQ_VFS_HOLD_MAX passed, no memory): the caller writes them. */
+static bool hold(vfile *f, const void *data, int amt, sqlite3_int64 ofst)
+{
+    if (amt <= 0 || (size_t)amt > SQ_VFS_HOLD_MAX ||
+        (f->held_len > 0 && ofst != f->held_at + (sqlite3_int64)f->held_len))
+        return false;
+    size_t need = f->held_len + (size_t)amt;
+    if (need > SQ_VFS_HOLD_MAX)
+        return false;
+    if (need > f->held_cap) {
+        size_t cap = f->held_cap ? f->held_cap : SQ_VFS_HOLD_FIRST;
+        while (cap < need)
+            cap *= 2;
+        if (cap > SQ_VFS_HOLD_MAX)
+            cap = SQ_VFS_HOLD_MAX;
+        unsigned char *p = sqlite3_realloc64(f->held, cap);
+        if (!p)
+            return false;
+        f->held = p;
+        f->held_cap = cap;
+    }
+    if (f->held_len == 0)
+        f->held_at = ofst;
+    memcpy(f->held + f->held_len, data, (size_t)amt);
+    f->held_len = need;
+    return true;
 }
 
 /* ---------------------------------------------------------------- the file's methods */
@@ -61,8 +95,9 @@ static int v_close(sqlite3_file *file)
     vfile *f = (vfile *)file;
     int rc = flush(f);
     int rc2 = f->real->pMethods ? f->real->pMethods->xClose(f->real) : SQLITE_OK;
-    sqlite3_free(f->join);
-    f->join = NULL;
+    sqlite3_free(f->held);
+    f->held = NULL;
+    f->held_cap = 0;
     return rc != SQLITE_OK ? rc : rc2;
 }
 
@@ -73,30 +108,30 @@ static int v_read(sqlite3_file *file, void *out, int amt, sqlite3_int64 ofst)
     return rc != SQLITE_OK ? rc : f->real->pMethods->xRead(f->real, out, amt, ofst);
 }
 
+/* A frame's header: its second field (big-endian) is the database's size in pages after a
+ * commit, 0 in the other frames of a transaction (SQLite's WAL format). */
+static bool commit_header(const void *data, int amt)
+{
+    const unsigned char *h = data;
+    return amt == SQ_VFS_FRAME_HEAD && (h[4] | h[5] | h[6] | h[7]) != 0;
+}
+
 static int v_write(sqlite3_file *file, const void *data, int amt, sqlite3_int64 ofst)
 {
     vfile *f = (vfile *)file;
-    if (f->held_at >= 0 && ofst == f->held_at + SQ_VFS_FRAME_HEAD && amt > 0 &&
-        amt <= SQ_VFS_JOIN_MAX) {
-        if (!f->join)
-            f->join = sqlite3_malloc(SQ_VFS_FRAME_HEAD + SQ_VFS_JOIN_MAX);
-        if (f->join) {
-            memcpy(f->join, f->held, SQ_VFS_FRAME_HEAD);
-            memcpy(f->join + SQ_VFS_FRAME_HEAD, data, (size_t)amt);
-            sqlite3_int64 at = f->held_at;
-            f->held_at = -1;
-            return f->real->pMethods->xWrite(f->real, f->join, SQ_VFS_FRAME_HEAD + amt, at);
-        }
+    if (!f->wal)
+        return f->real->pMethods->xWrite(f->real, data, amt, ofst);
+    bool page_of_commit = f->commit_next && amt != SQ_VFS_FRAME_HEAD;
+    if (!hold(f, data, amt, ofst)) {
+        int rc = flush(f);
+        if (rc != SQLITE_OK)
+            return rc;
+        if (!hold(f, data, amt, ofst))
+            return f->real->pMethods->xWrite(f->real, data, amt, ofst);
     }
-    int rc = flush(f);
-    if (rc != SQLITE_OK)
-        return rc;
-    if (f->wal && amt == SQ_VFS_FRAME_HEAD) {
-        memcpy(f->held, data, SQ_VFS_FRAME_HEAD);
-        f->held_at = ofst;
-        return SQLITE_OK;
-    }
-    return f->real->pMethods->xWrite(f->real, data, amt, ofst);
+    f->commit_next = commit_header(data, amt);
+    /* The commit frame is whole: the transaction's frames go out before SQLite publishes it. */
+    return page_of_commit ? flush(f) : SQLITE_OK;
 }
 
 static int v_truncate(sqlite3_file *file, sqlite3_int64 size)
@@ -236,7 +271,6 @@ static int v_open(sqlite3_vfs *vfs, const char *name, sqlite3_file *file, int fl
     vfile *f = (vfile *)file;
     memset(f, 0, sizeof(*f));
     f->real = (sqlite3_file *)((char *)file + head_size());
-    f->held_at = -1;
     f->wal = (flags & SQLITE_OPEN_WAL) != 0;
     int rc = g_real->xOpen(g_real, name, f->real, flags, out_flags);
     /* pMethods set only when the real file is open: SQLite then closes it (v_close) */
