@@ -1,8 +1,10 @@
 /*
  * test_cbtoken.c - the relay-signed callback token (src/github/cbtoken.c): the exact construction
  * of cbtoken.h recomputed here with OpenSSL, the binding to delivery, repo (case-insensitive), head
- * sha and PR number, rotation with the previous secret, and malformed tokens.
+ * sha and PR number, rotation with the previous secret, and malformed tokens; tokens of more
+ * secrets than the module keeps keyed, one after the other and from several threads at once.
  */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -194,6 +196,73 @@ static void a_dispatch_with_a_pair_binds_its_number_and_head(void **state)
     assert_true(cbtoken_verify_pair(SECRET, PREVIOUS, tok, DELIVERY, REPO, SHA, PR, 7, pair_sha));
 }
 
+/* Secrets in turn, more of them than cbtoken.c keeps keyed (CBTOKEN_KEYS, 4): each token is the
+ * construction's, whichever secret came before it. */
+#define N_SECRETS 7
+static const char *const g_secrets[N_SECRETS] = {"s-one",  "s-two", "s-three",           "s-four",
+                                                 "s-five", "s-six", "webhook-secret-now"};
+
+static void expected(const char *secret, int i, char out[CBTOKEN_SIZE])
+{
+    char msg[256];
+    snprintf(msg, sizeof(msg), "v1\n" DELIVERY "\nexample-org/accelerator-ci\n" SHA "\n%d", i);
+    reference_token(secret, msg, out);
+}
+
+static void tokens_of_more_secrets_than_are_kept_are_each_the_constructions(void **state)
+{
+    (void)state;
+    for (int round = 0; round < 3; round++)
+        for (int i = 0; i < N_SECRETS; i++) {
+            int k = round % 2 ? N_SECRETS - 1 - i : i; /* forwards, then backwards */
+            char tok[CBTOKEN_SIZE], want[CBTOKEN_SIZE];
+            make(g_secrets[k], DELIVERY, REPO, SHA, 100 + i, tok);
+            expected(g_secrets[k], 100 + i, want);
+            assert_string_equal(tok, want);
+            assert_true(cbtoken_verify(g_secrets[k], NULL, tok, DELIVERY, REPO, SHA, 100 + i));
+            assert_false(cbtoken_verify(g_secrets[(k + 1) % N_SECRETS], NULL, tok, DELIVERY, REPO,
+                                        SHA, 100 + i));
+        }
+}
+
+typedef struct maker {
+    int first; /* the secret it starts with */
+    int wrong; /* tokens that were not the construction's */
+    char want[N_SECRETS][CBTOKEN_SIZE];
+} maker;
+
+static void *make_many(void *arg)
+{
+    maker *m = arg;
+    for (int i = 0; i < 300; i++) {
+        int k = (m->first + i) % N_SECRETS;
+        char tok[CBTOKEN_SIZE];
+        cbtoken_make(g_secrets[k], DELIVERY, REPO, SHA, 7, tok);
+        m->wrong += strcmp(tok, m->want[k]) != 0;
+    }
+    return NULL;
+}
+
+static void
+threads_making_tokens_of_several_secrets_at_once_get_each_the_constructions(void **state)
+{
+    (void)state;
+    enum { THREADS = 6 };
+    maker m[THREADS];
+    pthread_t t[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        m[i] = (maker){.first = i};
+        for (int k = 0; k < N_SECRETS; k++)
+            expected(g_secrets[k], 7, m[i].want[k]);
+    }
+    for (int i = 0; i < THREADS; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, make_many, &m[i]), 0);
+    for (int i = 0; i < THREADS; i++) {
+        assert_int_equal(pthread_join(t[i], NULL), 0);
+        assert_int_equal(m[i].wrong, 0);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -205,6 +274,9 @@ int main(void)
         cmocka_unit_test(a_token_of_the_previous_secret_passes_during_rotation),
         cmocka_unit_test(malformed_tokens_are_refused),
         cmocka_unit_test(a_dispatch_with_a_pair_binds_its_number_and_head),
+        cmocka_unit_test(tokens_of_more_secrets_than_are_kept_are_each_the_constructions),
+        cmocka_unit_test(
+            threads_making_tokens_of_several_secrets_at_once_get_each_the_constructions),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
