@@ -373,6 +373,13 @@ static void log_result_error(pgx *x, const PGresult *r)
     }
 }
 
+/* Runs the prepared statement `name`, or `sql` unprepared when `name` is NULL. */
+static PGresult *exec_one(PGconn *c, const char *name, const char *sql, const pgp *p)
+{
+    return name ? PQexecPrepared(c, name, p->n, p->v, p->len, p->fmt, 1)
+                : PQexecParams(c, sql, p->n, NULL, p->v, p->len, p->fmt, 1);
+}
+
 /* The transaction's BEGIN (pg_begin) and its first statement in one round trip: both queued in
  * libpq's pipeline mode, then one Sync (which ends no transaction block: BEGIN opened one). The
  * prepared statement `name`, or `sql` unprepared when `name` is NULL. Returns the statement's
@@ -390,8 +397,7 @@ static PGresult *begin_with(pgx *x, const char *name, const char *sql, const pgp
         if (PQresultStatus(b) != PGRES_COMMAND_OK)
             return b;
         PQclear(b);
-        return name ? PQexecPrepared(c, name, p->n, p->v, p->len, p->fmt, 1)
-                    : PQexecParams(c, sql, p->n, NULL, p->v, p->len, p->fmt, 1);
+        return exec_one(c, name, sql, p);
     }
     bool sent = PQsendQueryParams(c, "BEGIN", 0, NULL, NULL, NULL, NULL, 0) &&
                 (name ? PQsendQueryPrepared(c, name, p->n, p->v, p->len, p->fmt, 1)
@@ -455,12 +461,12 @@ static PGresult *run_statement(pgx *x, const char *sql, const pgp *p)
         else
             free(copy); /* run unprepared below: its own error says what is wrong */
     }
-    if (i == prep->n)
-        return x->begin_due ? begin_with(x, NULL, sql, p)
-                            : PQexecParams(x->c, sql, p->n, NULL, p->v, p->len, p->fmt, 1);
-    snprintf(name, sizeof(name), "crcr_%zu", i);
-    return x->begin_due ? begin_with(x, name, sql, p)
-                        : PQexecPrepared(x->c, name, p->n, p->v, p->len, p->fmt, 1);
+    const char *as = NULL; /* the prepared name, NULL: unprepared */
+    if (i < prep->n) {
+        snprintf(name, sizeof(name), "crcr_%zu", i);
+        as = name;
+    }
+    return x->begin_due ? begin_with(x, as, sql, p) : exec_one(x->c, as, sql, p);
 }
 
 PGresult *pg_result(pgx *x, const char *sql, const store_param *v, int n)

@@ -156,6 +156,11 @@ crcr_err pg_finish_tx(pgx *x, crcr_err err, bool discard);
 crcr_err pg_insert_jobs(pgx *x, const char *delivery_id, const store_new_job *jobs, size_t n,
                         int64_t now);
 
+/* The advisory lock key of an upstream PR, `param` a parameter holding its number ("$1"): one
+ * text for pg_lock_pr, the ingest that takes the lock in its delivery's INSERT and a run's
+ * transitions, which must all name the same lock. */
+#define PG_PR_LOCK_KEY(param) "hashtextextended('crcr.pr:' || " param "::bigint::text, 0)"
+
 /* Supersession (store_pg_supersede.c). The advisory lock of upstream PR `pr` for the
  * transaction: exclusive for a supersession, shared for a callback's transition of one of its
  * runs (pr <= 0: none taken). */

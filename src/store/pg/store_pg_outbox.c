@@ -220,8 +220,7 @@ static crcr_err op_ingest(pgx *x, void *arg)
     crcr_err e = pg_query(
         x,
         lock ? PG_INSERT_DELIVERY("SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9::bytea, $10, $11 FROM "
-                                  "(SELECT pg_advisory_xact_lock(hashtextextended('crcr.pr:' || "
-                                  "$5::bigint::text, 0))) l")
+                                  "(SELECT pg_advisory_xact_lock(" PG_PR_LOCK_KEY("$5") ")) l")
              : PG_INSERT_DELIVERY("VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::bytea, $10, $11)"),
         ARGS(ARG_TEXT(d->delivery_id), ARG_TEXT(d->event), ARG_TEXT(d->action),
              ARG_TEXT(d->upstream_repo), ARG_INT(d->pr_number), ARG_TEXT(d->head_sha),

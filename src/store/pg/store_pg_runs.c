@@ -126,20 +126,20 @@ static crcr_err op_run_apply(pgx *x, void *arg)
                                ARG_TEXT(u->key.workflow_name ? u->key.workflow_name : "")};
 
     pg_begin(x);
-    crcr_err e = CRCR_OK;
     /* Every transition of this key waits here for the one before it to commit; then, in the
      * same round trip and always in this order (the materialized key lock first), for the PR's
      * lock, shared: a supersession of the PR (exclusive, pg_lock_pr) is not running (§3.12).
      * The sweeper's timeouts take both too. */
     const store_param locks[] = {
         key[0], key[1], key[2], key[3], key[4], key[5], ARG_INT(u->pr_number)};
-    e = pg_query(x,
-                 "WITH k AS MATERIALIZED (SELECT pg_advisory_xact_lock(hashtextextended("
-                 "'crcr.run:' || $1::text || chr(31) || lower($2::text) || chr(31) || $3::text || "
-                 "chr(31) || $4::text || chr(31) || $6::text || chr(31) || $5::text, 0)) AS held) "
-                 "SELECT CASE WHEN $7::bigint > 0 THEN pg_advisory_xact_lock_shared("
-                 "hashtextextended('crcr.pr:' || $7::bigint::text, 0)) END FROM k",
-                 locks, 7, NULL, NULL, NULL);
+    crcr_err e = pg_query(
+        x,
+        "WITH k AS MATERIALIZED (SELECT pg_advisory_xact_lock(hashtextextended("
+        "'crcr.run:' || $1::text || chr(31) || lower($2::text) || chr(31) || $3::text || "
+        "chr(31) || $4::text || chr(31) || $6::text || chr(31) || $5::text, 0)) AS held) "
+        "SELECT CASE WHEN $7::bigint > 0 THEN pg_advisory_xact_lock_shared(" PG_PR_LOCK_KEY(
+            "$7") ") END FROM k",
+        locks, 7, NULL, NULL, NULL);
     res->dispatched_at = u->dispatched_at;
     if (!e && !u->single_shot && !u->dispatched_at) {
         /* The dispatch record: this delivery was sent (or queued) to this repo. */

@@ -24,12 +24,12 @@ crcr_err pg_lock_pr(pgx *x, int64_t pr, bool exclusive)
 {
     if (pr <= 0)
         return CRCR_OK;
-    return pg_query(x,
-                    exclusive ? "SELECT 1 FROM (SELECT pg_advisory_xact_lock(hashtextextended("
-                                "'crcr.pr:' || $1::text, 0))) l"
-                              : "SELECT 1 FROM (SELECT pg_advisory_xact_lock_shared("
-                                "hashtextextended('crcr.pr:' || $1::text, 0))) l",
-                    ARGS(ARG_INT(pr)), NULL, NULL, NULL);
+    return pg_query(
+        x,
+        exclusive
+            ? "SELECT 1 FROM (SELECT pg_advisory_xact_lock(" PG_PR_LOCK_KEY("$1") ")) l"
+            : "SELECT 1 FROM (SELECT pg_advisory_xact_lock_shared(" PG_PR_LOCK_KEY("$1") ")) l",
+        ARGS(ARG_INT(pr)), NULL, NULL, NULL);
 }
 
 crcr_err pg_insert_pairs(pgx *x, const char *delivery_id, int64_t pr, const store_new_job *jobs,

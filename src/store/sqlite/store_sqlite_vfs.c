@@ -63,8 +63,7 @@ static int flush(vfile *f)
  * not (another offset, SQ_VFS_HOLD_MAX passed, no memory): the caller writes them. */
 static bool hold(vfile *f, const void *data, int amt, sqlite3_int64 ofst)
 {
-    if (amt <= 0 || (size_t)amt > SQ_VFS_HOLD_MAX ||
-        (f->held_len > 0 && ofst != f->held_at + (sqlite3_int64)f->held_len))
+    if (amt <= 0 || (f->held_len > 0 && ofst != f->held_at + (sqlite3_int64)f->held_len))
         return false;
     size_t need = f->held_len + (size_t)amt;
     if (need > SQ_VFS_HOLD_MAX)
