@@ -396,28 +396,15 @@ static int64_t installation_stored(outbox *ob, const char *repo)
     return id;
 }
 
-/* An installation id to keep in the store, prepared while its job is ours and written after its
- * next request is out (installation_keep): the write is not on that request's way. */
-typedef struct inst_keep {
-    char key[CRCR_REPO_NAME_MAX + 32];
-    int64_t id; /* 0: nothing to write */
-} inst_keep;
-
-static void installation_keep(outbox *ob, inst_keep *k)
-{
-    if (k->id <= 0)
-        return;
-    char val[24];
-    snprintf(val, sizeof(val), "%lld", (long long)k->id);
-    store_kv_put(ob->st, k->key, val, strlen(val), clock_now_ms() + OUTBOX_INSTALLATION_TTL_MS);
-    k->id = 0;
-}
-
+/* Keeps `repo`'s installation id in the store for OUTBOX_INSTALLATION_TTL_MS. */
 static void installation_store(outbox *ob, const char *repo, int64_t id)
 {
-    inst_keep k = {.id = id};
-    if (installation_key(repo, k.key, sizeof(k.key)))
-        installation_keep(ob, &k);
+    char key[CRCR_REPO_NAME_MAX + 32];
+    if (id <= 0 || !installation_key(repo, key, sizeof(key)))
+        return;
+    char val[24];
+    snprintf(val, sizeof(val), "%lld", (long long)id);
+    store_kv_put(ob->st, key, val, strlen(val), clock_now_ms() + OUTBOX_INSTALLATION_TTL_MS);
 }
 
 static void installation_unstore(outbox *ob, const char *repo)
@@ -572,12 +559,21 @@ struct job {
     gh_resp r;     /* the answer of the last call */
     crcr_err gerr; /* ... and its result */
     int64_t inst;  /* the row's installation id, once known */
+    bool inst_new; /* ... looked up for this request: stored once its answer is in */
     char path[JOB_PATH_MAX];
     void *state; /* the kind's own (heap, freed by state_free) */
     void (*state_free)(void *state);
     shared_payload *shared; /* the delivery's payload when sj.payload has none (outbox_take) */
     job *next;              /* ready list */
 };
+
+/* Stores the job's installation id when it was looked up for its request (once). */
+static void installation_new_kept(outbox *ob, job *j)
+{
+    if (j->inst_new)
+        installation_store(ob, j->sj.target, j->inst);
+    j->inst_new = false;
+}
 
 /* The delivery's payload a job reads: its claimed row's, or the copy its delivery's rows share. */
 static const char *job_payload(const job *j, size_t *len)
@@ -701,16 +697,16 @@ static step_rc inst_send(outbox *ob, job *j, const char *method, const char *bod
                 return STEP_DONE;
             }
             j->inst = j->r.installation;
-            /* A looked-up id is stored once its request is out (or the job ends here). */
-            inst_keep keep = {.id = 0};
-            if (j->r.installation_looked_up && installation_key(repo, keep.key, sizeof(keep.key)))
-                keep.id = j->inst;
+            /* A looked-up id is stored once its request's answer is in (or the job ends here):
+             * not on the request's way, and before the row settles, so an installation event
+             * that comes after the row is done finds it in the store. */
+            j->inst_new = j->r.installation_looked_up;
             o->installation = j->inst;
             int64_t now = clock_now_ms();
             int64_t paused = pause_until(ob, j->inst, now);
             if (!paused && !lease_still_ours(ob, &j->sj, o)) {
                 j->isend = IS_IDLE;
-                installation_keep(ob, &keep);
+                installation_new_kept(ob, j);
                 return STEP_DONE;
             }
             /* The lease check can wait on the store; a pause set meanwhile still counts. */
@@ -724,7 +720,7 @@ static step_rc inst_send(outbox *ob, job *j, const char *method, const char *bod
                 o->status = -1; /* marker: waiting, not this row's attempt */
                 snprintf(o->error, sizeof(o->error), "installation %lld paused by a rate limit",
                          (long long)j->inst);
-                installation_keep(ob, &keep);
+                installation_new_kept(ob, j);
                 return STEP_DONE;
             }
             j->isend = IS_SEND;
@@ -737,14 +733,15 @@ static step_rc inst_send(outbox *ob, job *j, const char *method, const char *bod
                          .body = body,
                          .body_len = body_len,
                          .start_by_ms = j->sj.lease_until - lease_ms / 4};
-            /* Once the call is out the job may be another worker's: only `keep` is read after. */
-            bool out = job_call(j, &rq);
-            installation_keep(ob, &keep);
-            if (out)
+            /* Once the call is out the job may be another worker's: not read after. */
+            if (job_call(j, &rq))
                 return STEP_WAIT;
         }
         /* IS_SEND: the answer is in. */
         j->isend = IS_IDLE;
+        if (!j->r.installation_dropped)
+            installation_new_kept(ob, j);
+        j->inst_new = false;
         if (j->r.installation_dropped && !j->r.installation_looked_up)
             installation_unstore(ob, repo);
         if (j->r.installation_looked_up && j->r.installation > 0)
