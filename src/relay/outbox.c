@@ -739,9 +739,9 @@ static step_rc inst_send(outbox *ob, job *j, const char *method, const char *bod
         }
         /* IS_SEND: the answer is in. */
         j->isend = IS_IDLE;
-        if (!j->r.installation_dropped)
-            installation_new_kept(ob, j);
-        j->inst_new = false;
+        if (j->r.installation_dropped) /* a dropped id is not kept */
+            j->inst_new = false;
+        installation_new_kept(ob, j);
         if (j->r.installation_dropped && !j->r.installation_looked_up)
             installation_unstore(ob, repo);
         if (j->r.installation_looked_up && j->r.installation > 0)

@@ -43,6 +43,7 @@
 
 #define WAIT_BOUND_S 30 /* a wait that takes longer than this is a hang: fail */
 #define ECHO_CAP 16
+#define BIG_SEEN 8 /* body lengths of /big kept for a test's message */
 
 /* ---- what the handlers saw ---- */
 
@@ -50,7 +51,7 @@ typedef struct seen {
     int hello, echo, guarded, guard_calls, tree, deep, off, cached, block_entered, finished;
     int big, signed_calls, verdict, quick_calls, carried, carry_freed;
     size_t guard_body_len;
-    size_t big_len[8]; /* the body lengths /big answered, the first 8 */
+    size_t big_len[BIG_SEEN]; /* the body lengths /big answered, the first BIG_SEEN */
     char query[64], header[64], path[128], body[64];
     pthread_t guard_thread, off_thread, hello_thread;
     bool release;
@@ -208,7 +209,7 @@ static void cached(void *ctx, const http_request *req, http_response *resp)
 static void big(void *ctx, const http_request *req, http_response *resp)
 {
     pthread_mutex_lock(&g_mu);
-    if (g.big < 8)
+    if (g.big < BIG_SEEN)
         g.big_len[g.big] = req->body_len;
     g.big++;
     pthread_cond_broadcast(&g_cv);
