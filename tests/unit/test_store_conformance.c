@@ -511,11 +511,17 @@ static void ingest_keeps_payload_bytes_exactly_and_refuses_a_known_delivery(void
     assert_int_equal(v->jobs[0].done_at, 0);
     free(v);
 
-    const char *others[] = {"c/three"};
+    const char *others[] = {"c/three", "d/four", "a/one"};
+    /* One row, several (on PostgreSQL the delivery then goes in the rows' statement), one of
+     * them a target the first had: the same answer, nothing written. */
     assert_int_equal(ingest(st, "d1", 2000, others, 1), CRCR_E_DUPLICATE);
+    assert_int_equal(ingest(st, "d1", 2000, others, 2), CRCR_E_DUPLICATE);
+    assert_int_equal(ingest(st, "d1", 2000, others, 3), CRCR_E_DUPLICATE);
     v = view(st, "d1");
     assert_int_equal(v->n, 2); /* nothing of the duplicate was written */
     assert_int_equal(v->received_at, 1000);
+    assert_string_equal(v->jobs[0].target, "a/one");
+    assert_string_equal(v->jobs[1].target, "b/two");
     free(v);
     assert_int_equal(store_get_delivery(st, "nope", on_delivery, on_job, NULL), CRCR_E_NOT_FOUND);
 }
@@ -3343,9 +3349,14 @@ static void only_another_head_or_pair_is_superseded_unless_every_one_is(void **s
     /* The same head again (a re-opened PR): nothing ended. */
     assert_int_equal(ingest_pr(st, "b", 2000, "s1", t, 1, NULL, &sup), CRCR_OK);
     assert_int_equal(sup.dispatches, 0);
-    /* A redelivery: nothing written, nothing ended. */
+    /* A redelivery: nothing written, nothing ended; to one target or several (on PostgreSQL the
+     * delivery, with the PR's lock, then goes in the rows' statement). */
     assert_int_equal(ingest_pr(st, "b", 2500, "s9", t, 1, NULL, &sup), CRCR_E_DUPLICATE);
     assert_int_equal(sup.dispatches, 0);
+    const char *two[] = {"r/one", "r/two"};
+    assert_int_equal(ingest_pr(st, "b", 2500, "s9", two, 2, NULL, &sup), CRCR_E_DUPLICATE);
+    assert_int_equal(sup.dispatches, 0);
+    assert_int_equal(raw("SELECT count(*) FROM outbox WHERE delivery_id='b'"), 1);
     assert_string_equal(dispatch_end(st, "a", "r/one").ended, "(null)");
     /* The same head paired with another PR: both older ones end. */
     const int64_t seven[] = {7};

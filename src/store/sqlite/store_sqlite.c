@@ -350,6 +350,24 @@ sqlite3_stmt *sq_stmt(sqlite_store *s, int slot, const char *sql)
     return s->stmts[slot];
 }
 
+/* One of the writer's transaction statements (BEGIN IMMEDIATE, COMMIT, SAVEPOINT, RELEASE),
+ * prepared once in `slot`: sqlite3_exec compiled it again each time, and a group commit runs two
+ * per request and two per group (their compiling alone was 1.3 % of the App-mode ingest's CPU,
+ * bench/RESULTS.md). Fails as sq_exec does. */
+static crcr_err sq_tx(sqlite_store *s, int slot, const char *sql)
+{
+    sqlite3_stmt *q = sq_stmt(s, slot, sql);
+    if (q && sq_step_raw(q, NULL, 0, NULL, NULL) == SQLITE_DONE)
+        return CRCR_OK;
+    fail_seen(s->db,
+              slot == SQ_TX_COMMIT  ? "commit"
+              : slot == SQ_TX_BEGIN ? "begin"
+                                    : "a statement",
+              sqlite3_errmsg(s->db));
+    LOG_ERROR("store.exec", "error", sqlite3_errmsg(s->db), NULL);
+    return CRCR_E_STORE;
+}
+
 /* A statement's current row as a store_row_source (store_impl.h). */
 static const char *col_text(void *q, int col)
 {
@@ -468,7 +486,7 @@ crcr_err sq_begin(sqlite_store *s)
 {
     pthread_mutex_lock(&s->mu);
     fail_reset();
-    crcr_err err = sq_exec(s, "BEGIN IMMEDIATE");
+    crcr_err err = sq_tx(s, SQ_TX_BEGIN, "BEGIN IMMEDIATE");
     if (err) {
         sq_note_outcome(s, err);
         pthread_mutex_unlock(&s->mu);
@@ -480,7 +498,7 @@ crcr_err sq_begin(sqlite_store *s)
  * commit fails. Returns the final error. */
 static crcr_err end_tx(sqlite_store *s, crcr_err err)
 {
-    if (!err && sq_exec(s, "COMMIT") != CRCR_OK)
+    if (!err && sq_tx(s, SQ_TX_COMMIT, "COMMIT") != CRCR_OK)
         err = CRCR_E_STORE;
     if (err)
         sq_exec(s, "ROLLBACK");
@@ -503,7 +521,7 @@ static crcr_err begin_durable(sqlite_store *s)
 {
     crcr_err err = sq_exec(s, "PRAGMA synchronous=FULL");
     if (!err)
-        err = sq_exec(s, "BEGIN IMMEDIATE");
+        err = sq_tx(s, SQ_TX_BEGIN, "BEGIN IMMEDIATE");
     if (err)
         sq_exec(s, "PRAGMA synchronous=NORMAL");
     return err;
@@ -556,10 +574,10 @@ static uint64_t commit_group(sqlite_store *s, sq_group_req *batch)
     bool self_sync = durable && s->walfd < 0; /* SQLite syncs inside COMMIT */
     pthread_mutex_lock(&s->mu);
     fail_reset();
-    crcr_err txerr = self_sync ? begin_durable(s) : sq_exec(s, "BEGIN IMMEDIATE");
+    crcr_err txerr = self_sync ? begin_durable(s) : sq_tx(s, SQ_TX_BEGIN, "BEGIN IMMEDIATE");
     bool open = !txerr;
     for (sq_group_req *r = batch; r; r = r->next) {
-        if (txerr || sq_exec(s, "SAVEPOINT grp") != CRCR_OK) {
+        if (txerr || sq_tx(s, SQ_TX_SAVEPOINT, "SAVEPOINT grp") != CRCR_OK) {
             txerr = CRCR_E_STORE;
             break;
         }
@@ -567,7 +585,7 @@ static uint64_t commit_group(sqlite_store *s, sq_group_req *batch)
         r->result = r->apply(s, r);
         if (r->result && !r->keep)
             sq_exec(s, "ROLLBACK TO grp");
-        sq_exec(s, "RELEASE grp");
+        sq_tx(s, SQ_TX_RELEASE, "RELEASE grp");
         if (sqlite3_get_autocommit(s->db)) /* SQLite ended the transaction on an error */
             txerr = CRCR_E_STORE;
     }

@@ -71,6 +71,10 @@ enum {
     SQ_END_RUN,
     SQ_HEAD_GET,
     SQ_HEAD_SET,
+    SQ_TX_BEGIN,
+    SQ_TX_COMMIT,
+    SQ_TX_SAVEPOINT,
+    SQ_TX_RELEASE,
     SQ_SLOTS
 };
 
