@@ -350,20 +350,28 @@ sqlite3_stmt *sq_stmt(sqlite_store *s, int slot, const char *sql)
     return s->stmts[slot];
 }
 
-/* One of the writer's transaction statements (BEGIN IMMEDIATE, COMMIT, SAVEPOINT, RELEASE),
- * prepared once in `slot`: sqlite3_exec compiled it again each time, and a group commit runs two
- * per request and two per group (their compiling alone was 1.3 % of the App-mode ingest's CPU,
- * bench/RESULTS.md). Fails as sq_exec does. */
-static crcr_err sq_tx(sqlite_store *s, int slot, const char *sql)
+/* The writer's transaction statements (SQ_TX_* slots) and what a failure of each is called. */
+static const struct {
+    const char *sql, *op;
+} TX_SQL[] = {
+    [SQ_TX_BEGIN - SQ_TX_BEGIN] = {"BEGIN IMMEDIATE", "begin"},
+    [SQ_TX_COMMIT - SQ_TX_BEGIN] = {"COMMIT", "commit"},
+    [SQ_TX_SAVEPOINT - SQ_TX_BEGIN] = {"SAVEPOINT grp", "a statement"},
+    [SQ_TX_RELEASE - SQ_TX_BEGIN] = {"RELEASE grp", "a statement"},
+};
+_Static_assert(sizeof(TX_SQL) / sizeof(TX_SQL[0]) == SQ_SLOTS - SQ_TX_BEGIN,
+               "every SQ_TX_ slot has its statement");
+
+/* Runs the writer's transaction statement `slot` (SQ_TX_*), prepared once: sqlite3_exec compiled
+ * it again each time, and a group commit runs two per request and two per group (their
+ * compiling alone was 1.3 % of the App-mode ingest's CPU, bench/RESULTS.md). Fails as sq_exec
+ * does. */
+static crcr_err sq_tx(sqlite_store *s, int slot)
 {
-    sqlite3_stmt *q = sq_stmt(s, slot, sql);
+    sqlite3_stmt *q = sq_stmt(s, slot, TX_SQL[slot - SQ_TX_BEGIN].sql);
     if (q && sq_step_raw(q, NULL, 0, NULL, NULL) == SQLITE_DONE)
         return CRCR_OK;
-    fail_seen(s->db,
-              slot == SQ_TX_COMMIT  ? "commit"
-              : slot == SQ_TX_BEGIN ? "begin"
-                                    : "a statement",
-              sqlite3_errmsg(s->db));
+    fail_seen(s->db, TX_SQL[slot - SQ_TX_BEGIN].op, sqlite3_errmsg(s->db));
     LOG_ERROR("store.exec", "error", sqlite3_errmsg(s->db), NULL);
     return CRCR_E_STORE;
 }
@@ -486,7 +494,7 @@ crcr_err sq_begin(sqlite_store *s)
 {
     pthread_mutex_lock(&s->mu);
     fail_reset();
-    crcr_err err = sq_tx(s, SQ_TX_BEGIN, "BEGIN IMMEDIATE");
+    crcr_err err = sq_tx(s, SQ_TX_BEGIN);
     if (err) {
         sq_note_outcome(s, err);
         pthread_mutex_unlock(&s->mu);
@@ -498,7 +506,7 @@ crcr_err sq_begin(sqlite_store *s)
  * commit fails. Returns the final error. */
 static crcr_err end_tx(sqlite_store *s, crcr_err err)
 {
-    if (!err && sq_tx(s, SQ_TX_COMMIT, "COMMIT") != CRCR_OK)
+    if (!err && sq_tx(s, SQ_TX_COMMIT) != CRCR_OK)
         err = CRCR_E_STORE;
     if (err)
         sq_exec(s, "ROLLBACK");
@@ -521,7 +529,7 @@ static crcr_err begin_durable(sqlite_store *s)
 {
     crcr_err err = sq_exec(s, "PRAGMA synchronous=FULL");
     if (!err)
-        err = sq_tx(s, SQ_TX_BEGIN, "BEGIN IMMEDIATE");
+        err = sq_tx(s, SQ_TX_BEGIN);
     if (err)
         sq_exec(s, "PRAGMA synchronous=NORMAL");
     return err;
@@ -574,10 +582,10 @@ static uint64_t commit_group(sqlite_store *s, sq_group_req *batch)
     bool self_sync = durable && s->walfd < 0; /* SQLite syncs inside COMMIT */
     pthread_mutex_lock(&s->mu);
     fail_reset();
-    crcr_err txerr = self_sync ? begin_durable(s) : sq_tx(s, SQ_TX_BEGIN, "BEGIN IMMEDIATE");
+    crcr_err txerr = self_sync ? begin_durable(s) : sq_tx(s, SQ_TX_BEGIN);
     bool open = !txerr;
     for (sq_group_req *r = batch; r; r = r->next) {
-        if (txerr || sq_tx(s, SQ_TX_SAVEPOINT, "SAVEPOINT grp") != CRCR_OK) {
+        if (txerr || sq_tx(s, SQ_TX_SAVEPOINT) != CRCR_OK) {
             txerr = CRCR_E_STORE;
             break;
         }
@@ -585,7 +593,7 @@ static uint64_t commit_group(sqlite_store *s, sq_group_req *batch)
         r->result = r->apply(s, r);
         if (r->result && !r->keep)
             sq_exec(s, "ROLLBACK TO grp");
-        sq_tx(s, SQ_TX_RELEASE, "RELEASE grp");
+        sq_tx(s, SQ_TX_RELEASE);
         if (sqlite3_get_autocommit(s->db)) /* SQLite ended the transaction on an error */
             txerr = CRCR_E_STORE;
     }

@@ -71,6 +71,7 @@ enum {
     SQ_END_RUN,
     SQ_HEAD_GET,
     SQ_HEAD_SET,
+    /* the writer's transaction statements, last: sq_tx, which has their SQL */
     SQ_TX_BEGIN,
     SQ_TX_COMMIT,
     SQ_TX_SAVEPOINT,
