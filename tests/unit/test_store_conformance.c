@@ -512,8 +512,8 @@ static void ingest_keeps_payload_bytes_exactly_and_refuses_a_known_delivery(void
     free(v);
 
     const char *others[] = {"c/three", "d/four", "a/one"};
-    /* One row, several (on PostgreSQL the delivery then goes in the rows' statement), one of
-     * them a target the first had: the same answer, nothing written. */
+    /* One row, several (on PostgreSQL they go in one batched statement), one of them a target
+     * the first had: the same answer, nothing written. */
     assert_int_equal(ingest(st, "d1", 2000, others, 1), CRCR_E_DUPLICATE);
     assert_int_equal(ingest(st, "d1", 2000, others, 2), CRCR_E_DUPLICATE);
     assert_int_equal(ingest(st, "d1", 2000, others, 3), CRCR_E_DUPLICATE);
@@ -3349,8 +3349,8 @@ static void only_another_head_or_pair_is_superseded_unless_every_one_is(void **s
     /* The same head again (a re-opened PR): nothing ended. */
     assert_int_equal(ingest_pr(st, "b", 2000, "s1", t, 1, NULL, &sup), CRCR_OK);
     assert_int_equal(sup.dispatches, 0);
-    /* A redelivery: nothing written, nothing ended; to one target or several (on PostgreSQL the
-     * delivery, with the PR's lock, then goes in the rows' statement). */
+    /* A redelivery: nothing written, nothing ended; to one target or several (on PostgreSQL
+     * rows in one batched statement, the delivery's INSERT taking the PR's lock). */
     assert_int_equal(ingest_pr(st, "b", 2500, "s9", t, 1, NULL, &sup), CRCR_E_DUPLICATE);
     assert_int_equal(sup.dispatches, 0);
     const char *two[] = {"r/one", "r/two"};
