@@ -319,16 +319,23 @@ crcr_err sq_fail(sqlite3 *db, const char *op)
     return CRCR_E_STORE;
 }
 
+/* Notes and logs the failure of `sql` (sq_exec, sq_tx), named as the write-fault report names
+ * it: a commit, a begin, or a statement. */
+static void exec_failed(sqlite_store *s, const char *sql, const char *msg)
+{
+    fail_seen(s->db,
+              strncmp(sql, "COMMIT", 6) == 0  ? "commit"
+              : strncmp(sql, "BEGIN", 5) == 0 ? "begin"
+                                              : "a statement",
+              msg);
+    LOG_ERROR("store.exec", "error", msg ? msg : "?", NULL);
+}
+
 crcr_err sq_exec(sqlite_store *s, const char *sql)
 {
     char *msg = NULL;
     if (sqlite3_exec(s->db, sql, NULL, NULL, &msg) != SQLITE_OK) {
-        fail_seen(s->db,
-                  strncmp(sql, "COMMIT", 6) == 0  ? "commit"
-                  : strncmp(sql, "BEGIN", 5) == 0 ? "begin"
-                                                  : "a statement",
-                  msg);
-        LOG_ERROR("store.exec", "error", msg ? msg : "?", NULL);
+        exec_failed(s, sql, msg);
         sqlite3_free(msg);
         return CRCR_E_STORE;
     }
@@ -350,14 +357,12 @@ sqlite3_stmt *sq_stmt(sqlite_store *s, int slot, const char *sql)
     return s->stmts[slot];
 }
 
-/* The writer's transaction statements (SQ_TX_* slots) and what a failure of each is called. */
-static const struct {
-    const char *sql, *op;
-} TX_SQL[] = {
-    [SQ_TX_BEGIN - SQ_TX_BEGIN] = {"BEGIN IMMEDIATE", "begin"},
-    [SQ_TX_COMMIT - SQ_TX_BEGIN] = {"COMMIT", "commit"},
-    [SQ_TX_SAVEPOINT - SQ_TX_BEGIN] = {"SAVEPOINT grp", "a statement"},
-    [SQ_TX_RELEASE - SQ_TX_BEGIN] = {"RELEASE grp", "a statement"},
+/* The writer's transaction statements, by SQ_TX_* slot. */
+static const char *const TX_SQL[] = {
+    [SQ_TX_BEGIN - SQ_TX_BEGIN] = "BEGIN IMMEDIATE",
+    [SQ_TX_COMMIT - SQ_TX_BEGIN] = "COMMIT",
+    [SQ_TX_SAVEPOINT - SQ_TX_BEGIN] = "SAVEPOINT grp",
+    [SQ_TX_RELEASE - SQ_TX_BEGIN] = "RELEASE grp",
 };
 _Static_assert(sizeof(TX_SQL) / sizeof(TX_SQL[0]) == SQ_SLOTS - SQ_TX_BEGIN,
                "every SQ_TX_ slot has its statement");
@@ -368,11 +373,11 @@ _Static_assert(sizeof(TX_SQL) / sizeof(TX_SQL[0]) == SQ_SLOTS - SQ_TX_BEGIN,
  * does. */
 static crcr_err sq_tx(sqlite_store *s, int slot)
 {
-    sqlite3_stmt *q = sq_stmt(s, slot, TX_SQL[slot - SQ_TX_BEGIN].sql);
+    const char *sql = TX_SQL[slot - SQ_TX_BEGIN];
+    sqlite3_stmt *q = sq_stmt(s, slot, sql);
     if (q && sq_step_raw(q, NULL, 0, NULL, NULL) == SQLITE_DONE)
         return CRCR_OK;
-    fail_seen(s->db, TX_SQL[slot - SQ_TX_BEGIN].op, sqlite3_errmsg(s->db));
-    LOG_ERROR("store.exec", "error", sqlite3_errmsg(s->db), NULL);
+    exec_failed(s, sql, sqlite3_errmsg(s->db));
     return CRCR_E_STORE;
 }
 
