@@ -526,6 +526,33 @@ static void ingest_keeps_payload_bytes_exactly_and_refuses_a_known_delivery(void
     assert_int_equal(store_get_delivery(st, "nope", on_delivery, on_job, NULL), CRCR_E_NOT_FOUND);
 }
 
+/* A known delivery on sessions that have run nothing yet (a store opened again): its refusal
+ * stops the statements sent after its INSERT (on PostgreSQL the rows' INSERT and its first
+ * preparation travel with it), and the next ingests on those sessions still work: a statement
+ * whose preparation did not run is prepared again, not run by a name the session lacks. */
+static void a_refused_duplicate_leaves_the_sessions_usable(void **state)
+{
+    store *st = *state;
+    const char *t[] = {"a/one", "b/two"};
+    assert_int_equal(ingest(st, "d", 1000, t, 2), CRCR_OK);
+    store_close(st);
+    *state = st = open_store();
+    assert_int_equal(ingest(st, "d", 2000, t, 2), CRCR_E_DUPLICATE);
+    assert_int_equal(ingest(st, "d", 2000, t, 1), CRCR_E_DUPLICATE);
+    assert_int_equal(ingest(st, "e", 3000, t, 2), CRCR_OK);
+    assert_int_equal(ingest(st, "f", 3000, t, 1), CRCR_OK);
+    store_job j[8];
+    size_t n = 0;
+    assert_int_equal(store_claim_batch(st, 3000, 100, j, 8, &n), CRCR_OK);
+    assert_int_equal(n, 5); /* d's two, e's two, f's one: nothing of the refused ingests */
+    for (size_t i = 0; i < n; i++)
+        store_job_free(&j[i]);
+    dview *v = view(st, "d");
+    assert_int_equal(v->n, 2);
+    assert_int_equal(v->received_at, 1000);
+    free(v);
+}
+
 static void ingest_without_jobs_records_an_ignored_delivery(void **state)
 {
     store *st = *state;
@@ -3575,6 +3602,7 @@ int main(int argc, char **argv)
         T(open_refuses_a_schema_newer_than_the_binary),
         T(ingest_keeps_payload_bytes_exactly_and_refuses_a_known_delivery),
         T(claimed_rows_carry_their_own_deliverys_payload),
+        T(a_refused_duplicate_leaves_the_sessions_usable),
         T(ingest_without_jobs_records_an_ignored_delivery),
         T(claim_hands_out_due_rows_in_due_order_with_their_delivery),
         T(claim_takes_back_a_row_whose_lease_expired),

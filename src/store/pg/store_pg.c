@@ -28,6 +28,16 @@
  * retried once on a fresh one (when nothing of it is visible to the caller yet), so the store
  * recovers by itself when the database comes back; while it is away operations return CRCR_E_STORE.
  *
+ * Round trips: a statement whose result the operation needs before going on waits for it; one
+ * whose result can wait (an insert, an update whose row count is read at the end) is queued with
+ * pg_queue: sent at once in libpq's pipeline mode and read with the next statement that waits,
+ * or with COMMIT. So a transaction costs a round trip per decision, not per statement: an ingest
+ * sends its BEGIN, its delivery, its rows and its supersession's first read together, then its
+ * announcement (pg_notify) with COMMIT (four or five round trips before); a settle of 32
+ * outcomes is one round trip (33 before); a callback's transition two or three (five to eight).
+ * Bench, PostgreSQL ingest at 16 connections: 1,020-1,221 -> 1,196-1,718 webhooks/s in four
+ * alternated pairs; callbacks 770-976 -> 950-1,199 per s (bench/RESULTS.md).
+ *
  * Bytes (payloads, bodies, kv values) travel as BYTEA in binary parameters and binary results;
  * every result is requested in binary, so integers are decoded from network byte order. Text
  * parameters are made valid UTF-8 first (free text from peers must never make a write fail); the
@@ -64,7 +74,8 @@
 /* Prepared statements. Every query of the store is one of a few dozen fixed texts, each run many
  * times on every pooled connection, and PostgreSQL parses, analyses and plans a text anew on each
  * PQexecParams. So a session prepares a text the first time it runs it (named "crcr_<n>", n its
- * index here) and executes it by name afterwards. The list belongs to the pool slot and is emptied
+ * index here; in a pipeline, in the same round trip as the statement) and executes it by name
+ * afterwards. The list belongs to the pool slot and is emptied
  * whenever the slot opens a new session (acquire). A connection pooler must run in session mode
  * (deployment.md), which keeps prepared statements. */
 typedef struct pg_prepared {
@@ -139,6 +150,8 @@ static void prepared_forget(pg_prepared *p)
         free(p->sql[i]);
     p->n = 0;
 }
+
+static crcr_err pipe_sync(pgx *x, PGresult **last, bool run);
 
 /* Borrows a pooled connection into x->c (lent to the caller until release(); the pool keeps
  * ownership), connecting the slot when it has none, and sets its session's synchronous_commit
@@ -246,6 +259,13 @@ static crcr_err with_conn(pg_store *s, const char *op, bool relaxed, pg_op fn, v
         if (err)
             return err;
         err = fn(&x, arg);
+        /* Statements queued and never waited for (an operation outside a transaction): their
+         * results are read, not handed on (their callbacks' context is gone), so that the
+         * session goes back idle. */
+        if (x.piped) {
+            crcr_err e = pipe_sync(&x, NULL, false);
+            err = err ? err : e;
+        }
         bool lost = PQstatus(x.c) != CONNECTION_OK;
         release(s, &x);
         if (err != CRCR_E_STORE || !lost || attempt > 0 || x.called_back)
@@ -373,82 +393,54 @@ static void log_result_error(pgx *x, const PGresult *r)
     }
 }
 
-/* Runs the prepared statement `name`, or `sql` unprepared when `name` is NULL. */
-static PGresult *exec_one(PGconn *c, const char *name, const char *sql, const pgp *p)
+/* Forgets the statements of a slot's list from index `from` on (their preparation failed, or did
+ * not run: a pipeline's commands after a failure are skipped). */
+static void prepared_truncate(pg_prepared *p, size_t from)
 {
-    return name ? PQexecPrepared(c, name, p->n, p->v, p->len, p->fmt, 1)
-                : PQexecParams(c, sql, p->n, NULL, p->v, p->len, p->fmt, 1);
+    while (p->n > from)
+        free(p->sql[--p->n]);
 }
 
-/* The transaction's BEGIN (pg_begin) and its first statement in one round trip: both queued in
- * libpq's pipeline mode, then one Sync (which ends no transaction block: BEGIN opened one). The
- * prepared statement `name`, or `sql` unprepared when `name` is NULL. Returns the statement's
- * result, or BEGIN's when BEGIN failed (the statement then did not run), or NULL when nothing
- * came back (PQerrorMessage says why); the caller owns it (PQclear). Two round trips, as before,
- * when libpq cannot enter pipeline mode. Every transaction of the store starts here: one round
- * trip fewer each (an ingest's BEGIN took 0.26-0.6 ms of a warm fan-out's path to its first
- * request, bench/RESULTS.md). */
-static PGresult *begin_with(pgx *x, const char *name, const char *sql, const pgp *p)
+/* The index of `sql` in the slot's prepared list (its name is "crcr_<index>"), or the list's
+ * length when the session has not prepared it. */
+static size_t prepared_index(const pg_prepared *prep, const char *sql)
 {
-    PGconn *c = x->c;
-    x->begin_due = false;
-    if (!PQenterPipelineMode(c)) {
-        PGresult *b = PQexec(c, "BEGIN");
-        if (PQresultStatus(b) != PGRES_COMMAND_OK)
-            return b;
-        PQclear(b);
-        return exec_one(c, name, sql, p);
-    }
-    bool sent = PQsendQueryParams(c, "BEGIN", 0, NULL, NULL, NULL, NULL, 0) &&
-                (name ? PQsendQueryPrepared(c, name, p->n, p->v, p->len, p->fmt, 1)
-                      : PQsendQueryParams(c, sql, p->n, NULL, p->v, p->len, p->fmt, 1)) &&
-                PQpipelineSync(c);
-    /* Results: BEGIN's, a NULL, the statement's, a NULL, then the Sync. */
-    PGresult *begin = NULL, *res = NULL;
-    int ends = 0; /* NULLs seen: the index of the query whose result comes next */
-    while (sent) {
-        PGresult *r = PQgetResult(c);
-        if (!r) {
-            if (PQstatus(c) != CONNECTION_OK || ++ends > 2)
-                break;
-            continue;
-        }
-        if (PQresultStatus(r) == PGRES_PIPELINE_SYNC) {
-            PQclear(r);
-            break;
-        }
-        PGresult **slot = ends == 0 ? &begin : &res;
-        if (!*slot)
-            *slot = r;
-        else
-            PQclear(r);
-    }
-    if (!PQexitPipelineMode(c)) {
-        /* Results left unread: the session is not usable. release() closes it (it is not idle). */
-        LOG_ERROR("store.pg.error", "op", x->op, "error", "pipeline left unfinished", NULL);
-    }
-    if (begin && PQresultStatus(begin) != PGRES_COMMAND_OK) {
-        PQclear(res);
-        return begin;
-    }
-    PQclear(begin);
-    return res;
-}
-
-void pg_begin(pgx *x)
-{
-    x->begin_due = true;
-}
-
-/* Runs `sql` with the parameters `p` on x's session: by name when the session has prepared it
- * (preparing it first when there is room), else as a one-off statement; with the transaction's
- * BEGIN when it is due (begin_with). The caller owns the result (PQclear). */
-static PGresult *run_statement(pgx *x, const char *sql, const pgp *p)
-{
-    pg_prepared *prep = &x->s->prepared[x->slot];
     size_t i = 0;
     while (i < prep->n && prep->sql[i] != sql && strcmp(prep->sql[i], sql) != 0)
         i++;
+    return i;
+}
+
+/* A statement's outcome: its row count (rows changed, else rows returned) and its rows. */
+static void take_result(const PGresult *r, const pg_pending *q)
+{
+    if (q->rows) {
+        const char *t = PQcmdTuples((PGresult *)r);
+        *q->rows = t && *t ? strtoll(t, NULL, 10) : PQntuples(r);
+    }
+    if (q->row)
+        pg_each(r, q->row, q->ctx);
+}
+
+/* A statement that failed with `r` (NULL: nothing came back; PQerrorMessage says why): a unique
+ * violation of a statement queued by pg_queue_new is CRCR_E_DUPLICATE, not logged; anything else
+ * is logged, CRCR_E_STORE. */
+static crcr_err failed(pgx *x, const PGresult *r, const pg_pending *q)
+{
+    const char *state = r ? PQresultErrorField(r, PG_DIAG_SQLSTATE) : NULL;
+    if (q->unique_dup && state && strcmp(state, "23505") == 0) /* unique_violation */
+        return CRCR_E_DUPLICATE;
+    log_result_error(x, r);
+    return CRCR_E_STORE;
+}
+
+/* Runs `sql` with `p` on its own (one round trip; the preparation, the first time, another): by
+ * name when x's session has prepared it (preparing it first when there is room), else as a
+ * one-off statement. The caller owns the result (PQclear). */
+static PGresult *run_alone(pgx *x, const char *sql, const pgp *p)
+{
+    pg_prepared *prep = &x->s->prepared[x->slot];
+    size_t i = prepared_index(prep, sql);
     char name[32];
     if (i == prep->n && prep->n < PG_PREPARED_MAX) {
         char *copy = strdup(sql);
@@ -461,39 +453,212 @@ static PGresult *run_statement(pgx *x, const char *sql, const pgp *p)
         else
             free(copy); /* run unprepared below: its own error says what is wrong */
     }
-    const char *as = NULL; /* the prepared name, NULL: unprepared */
     if (i < prep->n) {
         snprintf(name, sizeof(name), "crcr_%zu", i);
-        as = name;
+        return PQexecPrepared(x->c, name, p->n, p->v, p->len, p->fmt, 1);
     }
-    return x->begin_due ? begin_with(x, as, sql, p) : exec_one(x->c, as, sql, p);
+    return PQexecParams(x->c, sql, p->n, NULL, p->v, p->len, p->fmt, 1);
+}
+
+/* Notes one command sent in the pipeline (`sent` false: libpq could not send it, the connection
+ * is unusable and pipe_sync fails). */
+static void pend(pgx *x, pg_pending q, int sent)
+{
+    if (!sent)
+        x->pipe_broken = true;
+    else
+        x->pend[x->npend++] = q;
+}
+
+/* Puts x's session in libpq's pipeline mode (no-op when it is), sending the transaction's BEGIN
+ * first when it is due. false: libpq would not (nothing was sent; run statements alone). */
+static bool pipe_open(pgx *x)
+{
+    if (x->piped)
+        return true;
+    if (!PQenterPipelineMode(x->c))
+        return false;
+    x->piped = true;
+    x->pipe_broken = false;
+    x->npend = 0;
+    if (x->begin_due) {
+        x->begin_due = false;
+        pend(x, (pg_pending){.what = PG_PEND_BEGIN},
+             PQsendQueryParams(x->c, "BEGIN", 0, NULL, NULL, NULL, NULL, 0));
+    }
+    return true;
+}
+
+/*
+ * Reads the results of every command sent since the pipeline opened, in order, and leaves
+ * pipeline mode. A statement's rows go to its callback and count (`run` false: only read, for a
+ * transaction about to be rolled back). The first failure is the result (failed()); the commands
+ * after it did not run, and a preparation that did not succeed is forgotten with the ones after
+ * it. `last` (may be NULL) receives the last statement's result instead of its callback (the
+ * caller PQclear()s it; NULL when it failed or did not run).
+ */
+static crcr_err pipe_sync(pgx *x, PGresult **last, bool run)
+{
+    PGconn *c = x->c;
+    crcr_err err = CRCR_OK;
+    if (last)
+        *last = NULL;
+    bool synced = !x->pipe_broken && PQpipelineSync(c);
+    for (size_t k = 0; k < x->npend; k++) {
+        const pg_pending *q = &x->pend[k];
+        PGresult *r = synced ? PQgetResult(c) : NULL;
+        if (r) /* then the NULL that ends this command's results */
+            for (PGresult *more; (more = PQgetResult(c)) != NULL;)
+                PQclear(more);
+        ExecStatusType t = PQresultStatus(r);
+        if (t != PGRES_COMMAND_OK && t != PGRES_TUPLES_OK) {
+            if (q->what == PG_PEND_PREPARE)
+                prepared_truncate(&x->s->prepared[x->slot], q->prep);
+            if (!err) /* the first failure; the commands after it report PGRES_PIPELINE_ABORTED */
+                err = failed(x, r, q);
+        } else if (q->what == PG_PEND_QUERY) {
+            if (last && k + 1 == x->npend) {
+                *last = r;
+                r = NULL;
+            } else if (run) {
+                take_result(r, q);
+            }
+        }
+        PQclear(r);
+    }
+    if (!synced && !err)
+        err = failed(x, NULL, &(pg_pending){0});
+    for (PGresult *r; synced && (r = PQgetResult(c)) != NULL;) { /* the Sync's own result */
+        bool sync = PQresultStatus(r) == PGRES_PIPELINE_SYNC;
+        PQclear(r);
+        if (sync)
+            break;
+    }
+    x->npend = 0;
+    x->piped = false;
+    if (!PQexitPipelineMode(c)) {
+        /* Results left unread: the session is not usable. release() closes it (it is not idle). */
+        LOG_ERROR("store.pg.error", "op", x->op, "error", "pipeline left unfinished", NULL);
+        if (!err)
+            err = CRCR_E_STORE;
+    }
+    if (last && err) {
+        PQclear(*last);
+        *last = NULL;
+    }
+    return err;
+}
+
+/* Sends `sql` with `p` in the open pipeline: by name when x's session has prepared it, else
+ * (`prepare`) preparing it first in the same pipeline when there is room, else as a one-off
+ * statement. Reads the pending results first when the commands would not fit (a failure there is
+ * returned and nothing is sent). */
+static crcr_err pipe_send(pgx *x, const char *sql, const pgp *p, pg_pending q, bool prepare)
+{
+    if (x->npend + 2 > PG_PENDING_MAX) {
+        crcr_err e = pipe_sync(x, NULL, true);
+        if (e || !pipe_open(x))
+            return e ? e : CRCR_E_STORE;
+    }
+    pg_prepared *prep = &x->s->prepared[x->slot];
+    size_t i = prepare ? prepared_index(prep, sql) : prep->n;
+    char name[32];
+    snprintf(name, sizeof(name), "crcr_%zu", i);
+    if (prepare && i == prep->n && prep->n < PG_PREPARED_MAX) {
+        char *copy = strdup(sql);
+        if (copy && PQsendPrepare(x->c, name, sql, 0, NULL)) {
+            prep->sql[prep->n++] = copy;
+            pend(x, (pg_pending){.what = PG_PEND_PREPARE, .prep = i}, 1);
+        } else {
+            free(copy); /* sent unprepared below */
+        }
+    }
+    q.what = PG_PEND_QUERY;
+    pend(x, q,
+         i < prep->n ? PQsendQueryPrepared(x->c, name, p->n, p->v, p->len, p->fmt, 1)
+                     : PQsendQueryParams(x->c, sql, p->n, NULL, p->v, p->len, p->fmt, 1));
+    return CRCR_OK;
+}
+
+/*
+ * Runs one statement and waits for it: in the pipeline, after the statements queued there and the
+ * transaction's BEGIN when it is due, all in one round trip; alone when there is nothing to go
+ * with it (or libpq has no pipeline mode). `q` says what to do with its rows, unless `out` (may be
+ * NULL) takes its result (the caller PQclear()s it). A failure of a queued statement is this one's.
+ */
+static crcr_err statement(pgx *x, const char *sql, const pgp *p, pg_pending q, bool prepare,
+                          PGresult **out)
+{
+    if (out)
+        *out = NULL;
+    if ((x->piped || x->begin_due) && pipe_open(x)) {
+        PGresult *r = NULL;
+        crcr_err e = pipe_send(x, sql, p, q, prepare);
+        if (!e)
+            e = pipe_sync(x, &r, true);
+        if (!e && out)
+            *out = r;
+        else if (!e)
+            take_result(r, &q);
+        if (!out || e)
+            PQclear(r);
+        return e;
+    }
+    if (x->begin_due) { /* no pipeline mode: BEGIN on its own */
+        x->begin_due = false;
+        PGresult *b = PQexec(x->c, "BEGIN");
+        crcr_err e = PQresultStatus(b) == PGRES_COMMAND_OK ? CRCR_OK : failed(x, b, &q);
+        PQclear(b);
+        if (e)
+            return e;
+    }
+    PGresult *r = prepare ? run_alone(x, sql, p)
+                          : PQexecParams(x->c, sql, p->n, NULL, p->v, p->len, p->fmt, 1);
+    ExecStatusType t = PQresultStatus(r);
+    crcr_err e = t == PGRES_COMMAND_OK || t == PGRES_TUPLES_OK ? CRCR_OK : failed(x, r, &q);
+    if (!e && out) {
+        *out = r;
+        return CRCR_OK;
+    }
+    if (!e)
+        take_result(r, &q);
+    PQclear(r);
+    return e;
+}
+
+void pg_begin(pgx *x)
+{
+    x->begin_due = true;
+}
+
+/* The parameters v[0..n) as libpq takes them (pgp_free after). false: too many. */
+static bool params_of(pgx *x, const store_param *v, int n, pgp *p)
+{
+    if (n > PG_PARAMS_MAX) {
+        LOG_ERROR("store.pg.error", "op", x->op, "error", "too many parameters", NULL);
+        return false;
+    }
+    for (int i = 0; i < n; i++) {
+        if (v[i].is_null)
+            pgp_text(p, NULL);
+        else if (v[i].kind == STORE_P_TEXT)
+            pgp_text(p, v[i].text);
+        else if (v[i].kind == STORE_P_INT)
+            pgp_i64(p, v[i].i);
+        else
+            pgp_bytes(p, v[i].blob, v[i].len);
+    }
+    return true;
 }
 
 PGresult *pg_result(pgx *x, const char *sql, const store_param *v, int n)
 {
-    if (n > PG_PARAMS_MAX) {
-        LOG_ERROR("store.pg.error", "op", x->op, "error", "too many parameters", NULL);
-        return NULL;
-    }
     pgp p = {0};
-    for (int i = 0; i < n; i++) {
-        if (v[i].is_null)
-            pgp_text(&p, NULL);
-        else if (v[i].kind == STORE_P_TEXT)
-            pgp_text(&p, v[i].text);
-        else if (v[i].kind == STORE_P_INT)
-            pgp_i64(&p, v[i].i);
-        else
-            pgp_bytes(&p, v[i].blob, v[i].len);
-    }
-    PGresult *r = run_statement(x, sql, &p);
+    PGresult *r = NULL;
+    if (params_of(x, v, n, &p))
+        statement(x, sql, &p, (pg_pending){0}, true, &r);
     pgp_free(&p);
-    ExecStatusType t = PQresultStatus(r);
-    if (t == PGRES_COMMAND_OK || t == PGRES_TUPLES_OK)
-        return r;
-    log_result_error(x, r);
-    PQclear(r);
-    return NULL;
+    return r;
 }
 
 /* A result row (binary format) as a store_row_source. */
@@ -557,17 +722,36 @@ void pg_each(const PGresult *r, store_row_fn row, void *ctx)
 crcr_err pg_query(pgx *x, const char *sql, const store_param *v, int n, store_row_fn row, void *ctx,
                   int64_t *rows)
 {
-    PGresult *r = pg_result(x, sql, v, n);
-    if (!r)
-        return CRCR_E_STORE;
-    if (rows) {
-        const char *t = PQcmdTuples(r);
-        *rows = t && *t ? strtoll(t, NULL, 10) : PQntuples(r);
-    }
-    if (row)
-        pg_each(r, row, ctx);
-    PQclear(r);
-    return CRCR_OK;
+    pgp p = {0};
+    crcr_err e =
+        params_of(x, v, n, &p)
+            ? statement(x, sql, &p, (pg_pending){.row = row, .ctx = ctx, .rows = rows}, true, NULL)
+            : CRCR_E_STORE;
+    pgp_free(&p);
+    return e;
+}
+
+/* pg_queue and pg_queue_new. */
+static crcr_err queue(pgx *x, const char *sql, const store_param *v, int n, pg_pending q)
+{
+    pgp p = {0};
+    crcr_err e = CRCR_E_STORE;
+    if (params_of(x, v, n, &p))
+        e = pipe_open(x) ? pipe_send(x, sql, &p, q, true)
+                         : statement(x, sql, &p, q, true, NULL); /* no pipeline: now */
+    pgp_free(&p);
+    return e;
+}
+
+crcr_err pg_queue(pgx *x, const char *sql, const store_param *v, int n, store_row_fn row, void *ctx,
+                  int64_t *rows)
+{
+    return queue(x, sql, v, n, (pg_pending){.row = row, .ctx = ctx, .rows = rows});
+}
+
+crcr_err pg_queue_new(pgx *x, const char *sql, const store_param *v, int n)
+{
+    return queue(x, sql, v, n, (pg_pending){.unique_dup = true});
 }
 
 typedef struct run_args {
@@ -628,7 +812,9 @@ crcr_err pg_with_tx_relaxed(pg_store *s, const char *op, pg_op fn, void *arg)
 crcr_err pg_cmd(pgx *x, const char *sql)
 {
     static const pgp none = {0};
-    PGresult *r = x->begin_due ? begin_with(x, NULL, sql, &none) : PQexec(x->c, sql);
+    if (x->piped || x->begin_due) /* with what is pending, or with BEGIN: one statement */
+        return statement(x, sql, &none, (pg_pending){0}, false, NULL);
+    PGresult *r = PQexec(x->c, sql);
     ExecStatusType t = PQresultStatus(r);
     crcr_err err = CRCR_OK;
     if (t != PGRES_COMMAND_OK && t != PGRES_TUPLES_OK) {
@@ -641,23 +827,45 @@ crcr_err pg_cmd(pgx *x, const char *sql)
 
 crcr_err pg_notify_rows(pgx *x, int64_t rows)
 {
-    char sql[sizeof("NOTIFY " PG_CHANNEL ", ':'") + PG_TAG_HEX + 24];
-    snprintf(sql, sizeof(sql), "NOTIFY " PG_CHANNEL ", '%s:%lld'", x->s->tag, (long long)rows);
-    return pg_cmd(x, sql);
+    if (rows > 0 && x->notify_rows <= INT64_MAX - rows)
+        x->notify_rows += rows;
+    return CRCR_OK;
 }
 
 crcr_err pg_finish_tx(pgx *x, crcr_err err, bool discard)
 {
+    int64_t notify = x->notify_rows;
+    x->notify_rows = 0;
     if (x->begin_due) { /* no statement ran: no transaction was opened */
         x->begin_due = false;
         return err;
     }
     if (err || discard) {
+        if (x->piped) /* read, not used: rolled back */
+            pipe_sync(x, NULL, false);
         if (PQstatus(x->c) == CONNECTION_OK)
             pg_cmd(x, "ROLLBACK");
         return err;
     }
-    return pg_cmd(x, "COMMIT");
+    /* The announcement and COMMIT go with the statements still pending: one round trip. */
+    crcr_err e = CRCR_OK;
+    if (notify > 0) {
+        char payload[PG_TAG_HEX + 24];
+        snprintf(payload, sizeof(payload), "%s:%lld", x->s->tag, (long long)notify);
+        e = pg_queue(x, "SELECT pg_notify('" PG_CHANNEL "', $1)", ARGS(ARG_TEXT(payload)), NULL,
+                     NULL, NULL);
+    }
+    if (!e)
+        e = pg_cmd(x, "COMMIT");
+    if (e && PQstatus(x->c) == CONNECTION_OK) {
+        if (x->piped)
+            pipe_sync(x, NULL, false);
+        if (PQtransactionStatus(x->c) != PQTRANS_IDLE) { /* a statement before COMMIT failed */
+            PGresult *r = PQexec(x->c, "ROLLBACK");
+            PQclear(r);
+        }
+    }
+    return e;
 }
 
 /* ---- schema ---- */

@@ -80,6 +80,24 @@ static inline pg_store *pg_store_of(store *st)
     return (pg_store *)st;
 }
 
+/* Commands one session has sent in libpq's pipeline mode without reading their results, at most
+ * (pg_queue reads them first when the next would not fit): a settle's 32 updates with their first
+ * preparations, BEGIN, the announcement and COMMIT fit. */
+#define PG_PENDING_MAX 48
+
+/* What a pending command's result is (store_pg.c). */
+enum { PG_PEND_QUERY, PG_PEND_BEGIN, PG_PEND_PREPARE };
+
+/* A command sent in pipeline mode whose result is still to be read. */
+typedef struct pg_pending {
+    unsigned char what; /* PG_PEND_* */
+    bool unique_dup;    /* a unique violation is CRCR_E_DUPLICATE, not an error (pg_queue_new) */
+    size_t prep;        /* PG_PEND_PREPARE: the statement's index in the slot's prepared list */
+    store_row_fn row;   /* a statement's rows, count (both may be NULL) */
+    void *ctx;
+    int64_t *rows;
+} pg_pending;
+
 /* One borrowed connection and what an operation did with it. */
 typedef struct pgx {
     pg_store *s;
@@ -89,6 +107,11 @@ typedef struct pgx {
     bool relaxed;     /* asked for a connection with synchronous_commit=off */
     bool called_back; /* a caller-visible callback ran: the operation must not be repeated */
     bool begin_due;   /* pg_begin: BEGIN goes with the transaction's first statement */
+    bool piped;       /* in pipeline mode: pend[0..npend) sent, their results not read yet */
+    bool pipe_broken; /* a command could not be sent: the session is unusable */
+    size_t npend;
+    pg_pending pend[PG_PENDING_MAX];
+    int64_t notify_rows; /* outbox rows to announce at COMMIT (pg_notify_rows) */
 } pgx;
 
 /* ---- connections ---- */
@@ -102,8 +125,8 @@ void pg_one_line(const char *msg, char *out, size_t outsz);
 
 typedef crcr_err (*pg_op)(pgx *x, void *arg);
 
-/* Announces `rows` new outbox rows to every listener at commit (NOTIFY PG_CHANNEL with this
- * handle's tag). */
+/* Announces `rows` new outbox rows to every listener at commit (pg_notify on PG_CHANNEL with this
+ * handle's tag): counted here, sent by pg_finish_tx with COMMIT, so inside a transaction only. */
 crcr_err pg_notify_rows(pgx *x, int64_t rows);
 
 /* Runs `fn` on a borrowed connection. When it fails because the connection broke (the server
@@ -132,6 +155,17 @@ crcr_err pg_with_tx_relaxed(pg_store *s, const char *op, pg_op fn, void *arg);
  * the statement changed or returned. CRCR_E_STORE (logged) when it fails. */
 crcr_err pg_query(pgx *x, const char *sql, const store_param *v, int n, store_row_fn row, void *ctx,
                   int64_t *rows);
+/* pg_query without waiting, inside a transaction: `sql` is sent now (libpq's pipeline mode, and
+ * with the transaction's BEGIN when that is due) and its result read with the next statement that
+ * waits (pg_query, pg_result, pg_cmd) or with COMMIT (pg_finish_tx), all in one round trip: `row`,
+ * `ctx` and `rows` must stay valid until then. A failure of it is that later call's, and the
+ * statements after it in the same round trip do not run. Runs at once, as pg_query, when libpq
+ * has no pipeline mode. */
+crcr_err pg_queue(pgx *x, const char *sql, const store_param *v, int n, store_row_fn row, void *ctx,
+                  int64_t *rows);
+/* pg_queue of an INSERT whose unique violation means "already stored": that failure is
+ * CRCR_E_DUPLICATE and not logged. */
+crcr_err pg_queue_new(pgx *x, const char *sql, const store_param *v, int n);
 /* One statement as a whole operation (pg_with_conn under `op`). */
 crcr_err pg_run(pg_store *s, const char *op, const char *sql, const store_param *v, int n,
                 store_row_fn row, void *ctx, int64_t *rows);

@@ -8,6 +8,7 @@
 #include <libpq-fe.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "clock.h"
@@ -63,14 +64,17 @@ static int batch_claimed(void *ctx, const store_row_source *s)
  * json: a json element is parsed again by each ->> of it (six per row), a jsonb document once
  * (100 rows: 1.07 -> 0.23 ms in EXPLAIN ANALYZE). *inserted is the number of rows it took, 0 when
  * the document would pass PG_JOBS_JSON_MAX (the caller then inserts them a statement each);
- * *queued how many of them are queued (not claimed). `fresh`: the delivery was inserted in this
- * transaction, so no row of it exists and a row that conflicts repeats a target within the
- * delivery, which fails the ingest (as on SQLite; the allowlist never lists a repository twice).
- * The INSERT then has no ON CONFLICT DO NOTHING, which inserts each row speculatively: 100 rows
- * took 1.79-1.98 ms with it and 0.94-0.98 ms without (EXPLAIN ANALYZE), on a warm fan-out's path
- * to its first request. */
+ * *queued how many of them are queued (not claimed). `fresh` (non-NULL): the delivery is inserted
+ * in this transaction, so no row of it exists and a row that conflicts repeats a target within
+ * the delivery, which fails the ingest (as on SQLite; the allowlist never lists a repository
+ * twice). The INSERT then has no ON CONFLICT DO NOTHING, which inserts each row speculatively: 100
+ * rows took 1.79-1.98 ms with it and 0.94-0.98 ms without (EXPLAIN ANALYZE), on a warm fan-out's
+ * path to its first request. And it is queued (pg_queue), to travel with the delivery's INSERT
+ * and the next statement in one round trip: its claimed ids reach the jobs through *fresh, which
+ * the caller keeps until the transaction ends, and *queued is counted from the jobs (every row
+ * goes in). */
 static crcr_err insert_batch(pgx *x, const char *delivery_id, const store_new_job *jobs, size_t n,
-                             int64_t now, bool fresh, size_t *inserted, int64_t *queued)
+                             int64_t now, batch_claims *fresh, size_t *inserted, int64_t *queued)
 {
     *inserted = 0;
     *queued = 0;
@@ -129,10 +133,21 @@ static crcr_err insert_batch(pgx *x, const char *delivery_id, const store_new_jo
     "r->>4 IS NULL THEN NULL ELSE $4::integer END, CASE WHEN r->>5 IS NULL THEN NULL ELSE "        \
     "(r->>3)::bigint END FROM jsonb_array_elements($3::jsonb) WITH ORDINALITY AS t(r, i) ORDER "   \
     "BY t.i " on_conflict "RETURNING id, kind, target, lease_until, (state='queued')::integer"
-        e = pg_query(x, fresh ? PG_BATCH_INSERT("") : PG_BATCH_INSERT("ON CONFLICT DO NOTHING "),
-                     ARGS(ARG_TEXT(delivery_id), ARG_INT(now), ARG_TEXT(buf_cstr(&doc)),
-                          ARG_INT_IF(held, id)),
-                     batch_claimed, &bc, NULL);
+        if (fresh) {
+            *fresh = bc;
+            e = pg_queue(x, PG_BATCH_INSERT(""),
+                         ARGS(ARG_TEXT(delivery_id), ARG_INT(now), ARG_TEXT(buf_cstr(&doc)),
+                              ARG_INT_IF(held, id)),
+                         batch_claimed, fresh, NULL);
+            for (size_t i = 0; i < n; i++)
+                bc.queued +=
+                    batched(&jobs[i]) && !store_new_job_claimed(&jobs[i]) && !jobs[i].done_state;
+        } else {
+            e = pg_query(x, PG_BATCH_INSERT("ON CONFLICT DO NOTHING "),
+                         ARGS(ARG_TEXT(delivery_id), ARG_INT(now), ARG_TEXT(buf_cstr(&doc)),
+                              ARG_INT_IF(held, id)),
+                         batch_claimed, &bc, NULL);
+        }
 #undef PG_BATCH_INSERT
         /* The ids reach the caller only through the outcome of the whole transaction: an
          * attempt retried on a fresh connection writes them again. */
@@ -148,7 +163,7 @@ static crcr_err insert_batch(pgx *x, const char *delivery_id, const store_new_jo
 
 /* `fresh`: see insert_batch. */
 static crcr_err insert_jobs(pgx *x, const char *delivery_id, const store_new_job *jobs, size_t n,
-                            int64_t now, bool fresh)
+                            int64_t now, batch_claims *fresh)
 {
     size_t n_batched = 0, in_batch = 0;
     int64_t added = 0; /* rows other instances may claim: their wake-up */
@@ -188,7 +203,7 @@ static crcr_err insert_jobs(pgx *x, const char *delivery_id, const store_new_job
 crcr_err pg_insert_jobs(pgx *x, const char *delivery_id, const store_new_job *jobs, size_t n,
                         int64_t now)
 {
-    return insert_jobs(x, delivery_id, jobs, n, now, false);
+    return insert_jobs(x, delivery_id, jobs, n, now, NULL);
 }
 
 /* ---- ingest ---- */
@@ -200,24 +215,26 @@ typedef struct jobs_args {
     const store_new_job *jobs;
     size_t n;
     store_supersede *sup; /* ingest: what it supersedes, or NULL */
+    batch_claims claims;  /* ingest: the queued rows' claims (insert_batch), until it commits */
 } jobs_args;
 
 static crcr_err op_ingest(pgx *x, void *arg)
 {
     jobs_args *a = arg;
     const store_delivery *d = a->d;
-    int64_t rows = 0;
     if (a->sup) /* an attempt retried on a fresh connection counts afresh */
         a->sup->dispatches = a->sup->runs = a->sup->withdrawn = 0;
     store_new_jobs_unclaim(a->jobs, a->n); /* ... and claims afresh */
     /* A supersession takes the PR's lock (pg_lock_pr) first: here in the statement that inserts
      * the delivery (its subquery runs before the row is written), one round trip instead of two.
-     * Nothing of the supersession is read before it. */
+     * Nothing of the supersession is read before it. The INSERT, its rows' and the supersession's
+     * first read travel together (pg_queue): a delivery stored already fails the INSERT with a
+     * unique violation (CRCR_E_DUPLICATE), and the statements after it do not run. */
 #define PG_INSERT_DELIVERY(source)                                                                 \
     "INSERT INTO deliveries(delivery_id, event, action, upstream_repo, pr_number, head_sha, ref, " \
-    "received_at, payload, payload_bytes, status) " source " ON CONFLICT (delivery_id) DO NOTHING"
+    "received_at, payload, payload_bytes, status) " source
     bool lock = a->sup && d->pr_number > 0;
-    crcr_err e = pg_query(
+    crcr_err e = pg_queue_new(
         x,
         lock ? PG_INSERT_DELIVERY("SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9::bytea, $10, $11 FROM "
                                   "(SELECT pg_advisory_xact_lock(" PG_PR_LOCK_KEY("$5") ")) l")
@@ -227,13 +244,10 @@ static crcr_err op_ingest(pgx *x, void *arg)
              ARG_TEXT(d->ref), ARG_INT(d->received_at),
              ARG_BLOB(d->payload ? d->payload : "", d->payload_len),
              ARG_INT((int64_t)d->payload_len),
-             ARG_TEXT(d->status ? d->status : ob_state_name(OB_STATE_QUEUED))),
-        NULL, NULL, &rows);
+             ARG_TEXT(d->status ? d->status : ob_state_name(OB_STATE_QUEUED))));
 #undef PG_INSERT_DELIVERY
-    if (!e && rows == 0)
-        e = CRCR_E_DUPLICATE;
     if (!e) /* the delivery is new: no row of it exists */
-        e = insert_jobs(x, d->delivery_id, a->jobs, a->n, d->received_at, true);
+        e = insert_jobs(x, d->delivery_id, a->jobs, a->n, d->received_at, &a->claims);
     if (!e)
         e = pg_insert_pairs(x, d->delivery_id, d->pr_number, a->jobs, a->n, d->received_at);
     if (!e && a->sup)
@@ -462,44 +476,50 @@ static crcr_err pg_job_retry(store *st, int64_t id, int64_t lease, int64_t next_
 typedef struct settle_args {
     store_settle *items;
     size_t n;
+    int64_t *rows; /* per item: the rows its update changed, read at COMMIT */
 } settle_args;
 
-/* Every outcome in one transaction on a relaxed connection; an item whose fence no longer holds
- * is CRCR_E_STATE, the others are written. */
+/* Every outcome in one transaction on a relaxed connection, the updates queued (pg_queue) so
+ * that they and COMMIT make one round trip, not one each; an item whose fence no longer holds is
+ * CRCR_E_STATE (pg_jobs_settle), the others are written. */
 static crcr_err op_settle(pgx *x, void *arg)
 {
     settle_args *a = arg;
     for (size_t i = 0; i < a->n; i++) {
         store_settle *it = &a->items[i];
         const store_job *j = it->job;
-        int64_t rows = 0;
         crcr_err e;
         if (it->finish)
-            e = pg_query(x, PG_FINISH_SQL,
+            e = pg_queue(x, PG_FINISH_SQL,
                          ARGS(ARG_TEXT(it->state), ARG_INT_IF(it->http_status > 0, it->http_status),
                               ARG_TEXT(it->error && *it->error ? it->error : NULL),
                               ARG_TEXT(it->note && *it->note ? it->note : NULL),
                               ARG_BLOB(it->body, it->body_len), ARG_INT(it->now), ARG_INT(j->id),
                               ARG_INT(j->lease_until)),
-                         NULL, NULL, &rows);
+                         NULL, NULL, &a->rows[i]);
         else
-            e = pg_query(x, PG_RETRY_SQL,
+            e = pg_queue(x, PG_RETRY_SQL,
                          ARGS(ARG_INT(it->count_attempt ? 1 : 0), ARG_INT(it->next_at),
                               ARG_INT_IF(it->http_status > 0, it->http_status),
                               ARG_TEXT(it->error && *it->error ? it->error : NULL), ARG_INT(j->id),
                               ARG_INT(j->lease_until)),
-                         NULL, NULL, &rows);
+                         NULL, NULL, &a->rows[i]);
         if (e)
             return e;
-        it->result = rows == 0 ? CRCR_E_STATE : CRCR_OK;
     }
     return CRCR_OK;
 }
 
 static crcr_err pg_jobs_settle(store *st, store_settle *items, size_t n)
 {
-    settle_args a = {items, n};
-    return pg_with_tx_relaxed(pg_store_of(st), "settle", op_settle, &a);
+    settle_args a = {items, n, calloc(n ? n : 1, sizeof(int64_t))};
+    if (!a.rows)
+        return CRCR_E_NOMEM;
+    crcr_err e = pg_with_tx_relaxed(pg_store_of(st), "settle", op_settle, &a);
+    for (size_t i = 0; !e && i < n; i++)
+        items[i].result = a.rows[i] == 0 ? CRCR_E_STATE : CRCR_OK;
+    free(a.rows);
+    return e;
 }
 
 static crcr_err pg_job_renew(store *st, int64_t id, int64_t lease, int64_t new_lease)
@@ -687,10 +707,13 @@ static crcr_err op_slots(pgx *x, void *arg)
     char me[48];
     snprintf(me, sizeof(me), PG_SLOTS_PREFIX "%d", id);
     store_scalar others = {0};
-    crcr_err e = pg_query(x, "SELECT pg_advisory_xact_lock($1::integer, 0)",
+    /* The lock and the clean-up travel with the read (pg_queue), the write with COMMIT: two
+     * round trips, not four or five. The read still runs after the lock is held: a pipeline's
+     * statements run one after the other, each with a snapshot of its own. */
+    crcr_err e = pg_queue(x, "SELECT pg_advisory_xact_lock($1::integer, 0)",
                           ARGS(ARG_INT(PG_SLOTS_CLASS)), NULL, NULL, NULL);
     if (!e && may_judge)
-        e = pg_query(x,
+        e = pg_queue(x,
                      "DELETE FROM kv WHERE key LIKE '" PG_SLOTS_PREFIX "%' AND key<>$1 AND "
                      "pg_try_advisory_xact_lock_shared($2::integer, substr(key, $3)::integer)",
                      ARGS(ARG_TEXT(me), ARG_INT(PG_LIVE_CLASS),
@@ -707,7 +730,7 @@ static crcr_err op_slots(pgx *x, void *arg)
     a->granted = a->want < left ? a->want : (left > 0 ? left : 0);
     char v[24];
     snprintf(v, sizeof(v), "%ld", a->granted);
-    return pg_query(x,
+    return pg_queue(x,
                     "INSERT INTO kv(key, value, expires_at) VALUES ($1, $2::bytea, 0) ON CONFLICT "
                     "(key) DO UPDATE SET value=excluded.value, expires_at=0",
                     ARGS(ARG_TEXT(me), ARG_BLOB(v, strlen(v))), NULL, NULL, NULL);

@@ -42,9 +42,10 @@ static int rate_window_row(void *ctx, const store_row_source *s)
  * window holds. Hits of one repo are counted one at a time: the first statement takes the repo's
  * advisory lock (what instances before this version take) and locks its rate_counts row (created
  * with n = -1, "not counted yet", for a repo without one), returning its count. Three statements
- * in all while the lock is held, not six: the lock's wait was most of a callback's time when one
- * repo's callbacks came together (bench/RESULTS.md). The second statement's reads see the table
- * as it was before its own DELETE (one snapshot), hence their `at > cutoff`.
+ * in all while the lock is held, not six, the last sent with COMMIT: the lock's wait was most of a
+ * callback's time when one repo's callbacks came together (bench/RESULTS.md). The second
+ * statement's reads see the table as it was before its own DELETE (one snapshot), hence their `at >
+ * cutoff`.
  */
 static crcr_err op_rate_hit(pgx *x, void *arg)
 {
@@ -72,8 +73,8 @@ static crcr_err op_rate_hit(pgx *x, void *arg)
     int64_t n = rate_window_count(have, count.v, w.expired, w.recounted);
     int64_t next = rate_window_decide(n, a->limit, w.oldest >= 0 ? w.oldest : a->now, a->now,
                                       a->window_ms, &a->allowed, &a->retry_after_ms);
-    if (!have || w.expired || a->allowed)
-        e = pg_query(x,
+    if (!have || w.expired || a->allowed) /* with COMMIT (pg_queue): one round trip */
+        e = pg_queue(x,
                      "WITH h AS (INSERT INTO rate_hits(repo, at) SELECT $1, $2 WHERE $3::boolean) "
                      "UPDATE rate_counts SET n=$4 WHERE lower(repo)=lower($1)",
                      ARGS(ARG_TEXT(a->repo), ARG_INT(a->now),
@@ -129,10 +130,12 @@ static crcr_err op_run_apply(pgx *x, void *arg)
     /* Every transition of this key waits here for the one before it to commit; then, in the
      * same round trip and always in this order (the materialized key lock first), for the PR's
      * lock, shared: a supersession of the PR (exclusive, pg_lock_pr) is not running (§3.12).
-     * The sweeper's timeouts take both too. */
+     * The sweeper's timeouts take both too. The reads after it go in the same round trip
+     * (pg_queue): a pipeline's statements run one after the other, each with its own snapshot,
+     * so they read under the locks. */
     const store_param locks[] = {
         key[0], key[1], key[2], key[3], key[4], key[5], ARG_INT(u->pr_number)};
-    crcr_err e = pg_query(
+    crcr_err e = pg_queue(
         x,
         "WITH k AS MATERIALIZED (SELECT pg_advisory_xact_lock(hashtextextended("
         "'crcr.run:' || $1::text || chr(31) || lower($2::text) || chr(31) || $3::text || "
@@ -141,21 +144,18 @@ static crcr_err op_run_apply(pgx *x, void *arg)
             "$7") ") END FROM k",
         locks, 7, NULL, NULL, NULL);
     res->dispatched_at = u->dispatched_at;
-    if (!e && !u->single_shot && !u->dispatched_at) {
-        /* The dispatch record: this delivery was sent (or queued) to this repo. */
-        store_scalar dispatched = {0};
-        e = pg_query(x,
+    /* The dispatch record: this delivery was sent (or queued) to this repo. */
+    bool need_dispatch = !u->single_shot && !u->dispatched_at;
+    store_scalar dispatched = {0};
+    if (!e && need_dispatch)
+        e = pg_queue(x,
                      "SELECT COALESCE(done_at, created_at) FROM outbox WHERE kind='dispatch' "
                      "AND delivery_id=$1 AND lower(target)=lower($2) LIMIT 1",
                      key, 2, store_scalar_row, &dispatched, NULL);
-        if (!e && !dispatched.found)
-            e = CRCR_E_NOT_FOUND;
-        res->dispatched_at = dispatched.v;
-    }
     /* The key's current row, under the key's lock. */
     run_prev prev = {0};
     if (!e)
-        e = pg_query(x,
+        e = pg_queue(x,
                      "SELECT " RUN_PREV_COLUMNS " FROM runs WHERE delivery_id=$1 AND "
                      "lower(repo)=lower($2) AND run_id=$3 AND run_attempt=$4 AND job_name=$5 AND "
                      "workflow_name=$6",
@@ -166,6 +166,11 @@ static crcr_err op_run_apply(pgx *x, void *arg)
                      "SELECT reason FROM dispatch_ends WHERE delivery_id=$1 AND "
                      "lower(repo)=lower($2)",
                      key, 2, ended_row, prev.dispatch_ended, NULL);
+    if (!e && need_dispatch) {
+        if (!dispatched.found)
+            e = CRCR_E_NOT_FOUND;
+        res->dispatched_at = dispatched.v;
+    }
     if (!e) {
         run_outcome o = run_state_next(&prev, u, res->dispatched_at, res, a->reason, a->reasonsz);
         if (o == RUN_INVALID)
@@ -174,9 +179,10 @@ static crcr_err op_run_apply(pgx *x, void *arg)
     if (e || res->duplicate)
         return pg_finish_tx(x, e, true);
 
+    /* The write goes with the side effects' rows, or with COMMIT (pg_queue). */
     store_param params[RUN_UPSERT_PARAMS];
     run_row_params(u, res, params);
-    e = pg_query(
+    e = pg_queue(
         x,
         "INSERT INTO runs(" RUN_UPSERT_COLUMNS ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8::integer, "
         "$9, $10, $11, $12, $13, $14, $15::bigint, $16::bigint, $17::bigint, $18::bigint, "
