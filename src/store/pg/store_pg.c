@@ -74,10 +74,9 @@
 /* Prepared statements. Every query of the store is one of a few dozen fixed texts, each run many
  * times on every pooled connection, and PostgreSQL parses, analyses and plans a text anew on each
  * PQexecParams. So a session prepares a text the first time it runs it (named "crcr_<n>", n its
- * index here; in a pipeline, in the same round trip as the statement) and executes it by name
- * afterwards. The list belongs to the pool slot and is emptied
- * whenever the slot opens a new session (acquire). A connection pooler must run in session mode
- * (deployment.md), which keeps prepared statements. */
+ * index here; in the same round trip as that first run) and executes it by name afterwards. The
+ * list belongs to the pool slot and is emptied whenever the slot opens a new session (acquire). A
+ * connection pooler must run in session mode (deployment.md), which keeps prepared statements. */
 typedef struct pg_prepared {
     size_t n;
     char *sql[PG_PREPARED_MAX]; /* owned copies of the texts, in preparation order */
@@ -434,32 +433,6 @@ static crcr_err failed(pgx *x, const PGresult *r, const pg_pending *q)
     return CRCR_E_STORE;
 }
 
-/* Runs `sql` with `p` on its own (one round trip; the preparation, the first time, another): by
- * name when x's session has prepared it (preparing it first when there is room), else as a
- * one-off statement. The caller owns the result (PQclear). */
-static PGresult *run_alone(pgx *x, const char *sql, const pgp *p)
-{
-    pg_prepared *prep = &x->s->prepared[x->slot];
-    size_t i = prepared_index(prep, sql);
-    char name[32];
-    if (i == prep->n && prep->n < PG_PREPARED_MAX) {
-        char *copy = strdup(sql);
-        snprintf(name, sizeof(name), "crcr_%zu", i);
-        PGresult *r = copy ? PQprepare(x->c, name, sql, 0, NULL) : NULL;
-        bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
-        PQclear(r);
-        if (ok)
-            prep->sql[prep->n++] = copy;
-        else
-            free(copy); /* run unprepared below: its own error says what is wrong */
-    }
-    if (i < prep->n) {
-        snprintf(name, sizeof(name), "crcr_%zu", i);
-        return PQexecPrepared(x->c, name, p->n, p->v, p->len, p->fmt, 1);
-    }
-    return PQexecParams(x->c, sql, p->n, NULL, p->v, p->len, p->fmt, 1);
-}
-
 /* Notes one command sent in the pipeline (`sent` false: libpq could not send it, the connection
  * is unusable and pipe_sync fails). */
 static void pend(pgx *x, pg_pending q, int sent)
@@ -581,41 +554,36 @@ static crcr_err pipe_send(pgx *x, const char *sql, const pgp *p, pg_pending q, b
 }
 
 /*
- * Runs one statement and waits for it: in the pipeline, after the statements queued there and the
- * transaction's BEGIN when it is due, all in one round trip; alone when there is nothing to go
- * with it (or libpq has no pipeline mode). `q` says what to do with its rows, unless `out` (may be
- * NULL) takes its result (the caller PQclear()s it). A failure of a queued statement is this one's.
+ * Runs one statement and waits for it, in the pipeline: after the statements queued there and
+ * the transaction's BEGIN when it is due, and after its own preparation the first time
+ * (`prepare`), all in one round trip. `q` says what to do with its rows, unless `out` (may be
+ * NULL) takes its result (the caller PQclear()s it). A failure of a queued statement is this
+ * one's. Where libpq has no pipeline mode: BEGIN on its own, then the statement unprepared.
  */
 static crcr_err statement(pgx *x, const char *sql, const pgp *p, pg_pending q, bool prepare,
                           PGresult **out)
 {
     if (out)
         *out = NULL;
-    if ((x->piped || x->begin_due) && pipe_open(x)) {
-        PGresult *r = NULL;
-        crcr_err e = pipe_send(x, sql, p, q, prepare);
+    PGresult *r = NULL;
+    crcr_err e;
+    if (pipe_open(x)) {
+        e = pipe_send(x, sql, p, q, prepare);
         if (!e)
             e = pipe_sync(x, &r, true);
-        if (!e && out)
-            *out = r;
-        else if (!e)
-            take_result(r, &q);
-        if (!out || e)
-            PQclear(r);
-        return e;
+    } else {
+        if (x->begin_due) {
+            x->begin_due = false;
+            PGresult *b = PQexec(x->c, "BEGIN");
+            e = PQresultStatus(b) == PGRES_COMMAND_OK ? CRCR_OK : failed(x, b, &q);
+            PQclear(b);
+            if (e)
+                return e;
+        }
+        r = PQexecParams(x->c, sql, p->n, NULL, p->v, p->len, p->fmt, 1);
+        ExecStatusType t = PQresultStatus(r);
+        e = t == PGRES_COMMAND_OK || t == PGRES_TUPLES_OK ? CRCR_OK : failed(x, r, &q);
     }
-    if (x->begin_due) { /* no pipeline mode: BEGIN on its own */
-        x->begin_due = false;
-        PGresult *b = PQexec(x->c, "BEGIN");
-        crcr_err e = PQresultStatus(b) == PGRES_COMMAND_OK ? CRCR_OK : failed(x, b, &q);
-        PQclear(b);
-        if (e)
-            return e;
-    }
-    PGresult *r = prepare ? run_alone(x, sql, p)
-                          : PQexecParams(x->c, sql, p->n, NULL, p->v, p->len, p->fmt, 1);
-    ExecStatusType t = PQresultStatus(r);
-    crcr_err e = t == PGRES_COMMAND_OK || t == PGRES_TUPLES_OK ? CRCR_OK : failed(x, r, &q);
     if (!e && out) {
         *out = r;
         return CRCR_OK;

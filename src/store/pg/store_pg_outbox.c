@@ -84,10 +84,12 @@ static crcr_err insert_batch(pgx *x, const char *delivery_id, const store_new_jo
     jw_init(&w, &doc);
     jw_arr(&w);
     size_t k = 0;
+    int64_t unclaimed = 0; /* rows that go in queued: neither claimed nor finished */
     for (size_t i = 0; i < n; i++) {
         const store_new_job *j = &jobs[i];
         if (!batched(j))
             continue;
+        unclaimed += !store_new_job_claimed(j) && !j->done_state;
         jw_arr(&w);
         jw_str(&w, j->kind);
         jw_str(&w, j->target);
@@ -139,9 +141,7 @@ static crcr_err insert_batch(pgx *x, const char *delivery_id, const store_new_jo
                          ARGS(ARG_TEXT(delivery_id), ARG_INT(now), ARG_TEXT(buf_cstr(&doc)),
                               ARG_INT_IF(held, id)),
                          batch_claimed, fresh, NULL);
-            for (size_t i = 0; i < n; i++)
-                bc.queued +=
-                    batched(&jobs[i]) && !store_new_job_claimed(&jobs[i]) && !jobs[i].done_state;
+            bc.queued = unclaimed;
         } else {
             e = pg_query(x, PG_BATCH_INSERT("ON CONFLICT DO NOTHING "),
                          ARGS(ARG_TEXT(delivery_id), ARG_INT(now), ARG_TEXT(buf_cstr(&doc)),
@@ -476,7 +476,8 @@ static crcr_err pg_job_retry(store *st, int64_t id, int64_t lease, int64_t next_
 typedef struct settle_args {
     store_settle *items;
     size_t n;
-    int64_t *rows; /* per item: the rows its update changed, read at COMMIT */
+    int64_t *rows; /* per item: the rows its update changed, read at COMMIT (owned by
+                      pg_jobs_settle) */
 } settle_args;
 
 /* Every outcome in one transaction on a relaxed connection, the updates queued (pg_queue) so

@@ -44,8 +44,8 @@ static int rate_window_row(void *ctx, const store_row_source *s)
  * with n = -1, "not counted yet", for a repo without one), returning its count. Three statements
  * in all while the lock is held, not six, the last sent with COMMIT: the lock's wait was most of a
  * callback's time when one repo's callbacks came together (bench/RESULTS.md). The second
- * statement's reads see the table as it was before its own DELETE (one snapshot), hence their `at >
- * cutoff`.
+ * statement's reads see the table as it was before its own DELETE (one snapshot), hence their
+ * `at > cutoff`.
  */
 static crcr_err op_rate_hit(pgx *x, void *arg)
 {
