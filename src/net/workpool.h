@@ -4,7 +4,8 @@
  * The HTTP server runs its slow routes (the HUD) here so that they never hold the threads that
  * serve webhooks and callbacks (http_server.h). Items are the caller's pointers; the pool calls
  * `fn(item, false)` on one of its threads, or `fn(item, true)` for items still queued when it
- * stops, so that every item is finished exactly once.
+ * stops, so that every item is finished exactly once. An item goes to the thread that went idle
+ * last (workpool.c says why).
  */
 #ifndef CRCR_WORKPOOL_H
 #define CRCR_WORKPOOL_H
@@ -27,6 +28,9 @@ bool workpool_submit(workpool *p, void *item, void (*accepted)(void *item));
 
 /* Items queued now (waiting, not running). */
 unsigned workpool_waiting(workpool *p);
+
+/* Threads waiting for an item now. */
+unsigned workpool_idle(workpool *p);
 
 /* Whether workpool_stop has begun (submissions are refused from then on). */
 bool workpool_stopping(workpool *p);

@@ -126,11 +126,66 @@ static void stop_cancels_what_waits(void **state)
     workpool_free(p);
 }
 
+/* Records the thread that ran it. */
+typedef struct tagged {
+    pthread_t who;
+    bool done;
+} tagged;
+
+static void run_tagged(void *v, bool cancelled)
+{
+    tagged *t = v;
+    pthread_mutex_lock(&g_mu);
+    if (!cancelled)
+        t->who = pthread_self();
+    t->done = true;
+    pthread_cond_broadcast(&g_cv);
+    pthread_mutex_unlock(&g_mu);
+}
+
+static void wait_done(tagged *t)
+{
+    pthread_mutex_lock(&g_mu);
+    while (!t->done)
+        pthread_cond_wait(&g_cv, &g_mu);
+    pthread_mutex_unlock(&g_mu);
+}
+
+static void wait_all_idle(workpool *p, unsigned n)
+{
+    while (workpool_idle(p) < n)
+        sched_yield(); /* until each thread waits: the order below is then the pool's choice */
+}
+
+/* One item at a time on a pool of eight: each goes to the thread that went idle last, so a quiet
+ * relay's requests keep running on one warm thread instead of going round all of them. With one
+ * shared condition variable (glibc wakes its oldest waiter) the eight items ran on eight
+ * threads. */
+static void items_one_at_a_time_run_on_the_thread_idle_last(void **state)
+{
+    workpool *p = workpool_start(8, 8, 0, run_tagged);
+    assert_non_null(p);
+    tagged t[8];
+    memset(t, 0, sizeof(t));
+    wait_all_idle(p, 8);
+    for (int i = 0; i < 8; i++) {
+        assert_true(workpool_submit(p, &t[i], NULL));
+        wait_done(&t[i]);
+        wait_all_idle(p, 8);
+    }
+    for (int i = 1; i < 8; i++)
+        assert_true(pthread_equal(t[i].who, t[0].who));
+    workpool_stop(p);
+    workpool_stop(p); /* a second stop joins nothing twice */
+    workpool_free(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup(a_full_queue_refuses_and_everything_runs_once, reset),
         cmocka_unit_test_setup(stop_cancels_what_waits, reset),
+        cmocka_unit_test_setup(items_one_at_a_time_run_on_the_thread_idle_last, reset),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

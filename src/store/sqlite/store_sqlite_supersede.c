@@ -216,8 +216,8 @@ typedef struct open_dispatch {
 } open_dispatch;
 
 typedef struct open_list {
-    open_dispatch *v;
-    size_t n;
+    open_dispatch *v; /* owned, grown as rows come (pr_open_row) */
+    size_t n, cap;
     const char *head_sha;
     crcr_err err;
 } open_list;
@@ -229,6 +229,18 @@ static int pr_open_row(void *ctx, const store_row_source *s)
     const char *target = s->text(s->src, 1);
     if (l->n >= SQ_PR_OPEN_MAX || !target)
         return 0;
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 16;
+        if (cap > SQ_PR_OPEN_MAX)
+            cap = SQ_PR_OPEN_MAX;
+        open_dispatch *v = realloc(l->v, cap * sizeof(*v));
+        if (!v) {
+            l->err = CRCR_E_NOMEM;
+            return 1;
+        }
+        l->v = v;
+        l->cap = cap;
+    }
     open_dispatch *o = &l->v[l->n];
     memset(o, 0, sizeof(*o));
     int r = store_ended_fill(&o->d, s, 2, 3);
@@ -298,13 +310,10 @@ static crcr_err supersede_fan_out(sqlite_store *s, const char *by, int64_t pr, c
         free(need);
         return err;
     }
-    open_list l = {.v = calloc(SQ_PR_OPEN_MAX, sizeof(open_dispatch)), .head_sha = head_sha};
-    open_dispatch **by_target = l.v ? calloc(SQ_PR_OPEN_MAX, sizeof(*by_target)) : NULL;
-    if (!by_target) {
-        free(l.v);
-        free(need);
-        return CRCR_OK;
-    }
+    /* The list grows as its rows come: made up front for SQ_PR_OPEN_MAX rows (~800 KB, cleared)
+     * it cost every new commit's fan-out, which usually finds a few older dispatches (as
+     * pg_supersede's hits, store_pg_supersede.c). */
+    open_list l = {.head_sha = head_sha};
     err = sq_cached(
         s, SQ_PR_OPEN_DISPATCHES, "supersede",
         "SELECT o.id, o.target, o.delivery_id, o.body, d.head_sha, COALESCE(p.number, 0) FROM "
@@ -315,7 +324,14 @@ static crcr_err supersede_fan_out(sqlite_store *s, const char *by, int64_t pr, c
         ARGS(ARG_INT(pr), ARG_TEXT(by), ARG_INT(SQ_PR_OPEN_MAX)), pr_open_row, &l);
     if (!err)
         err = l.err;
+    open_dispatch **by_target = NULL;
     if (!err && l.n < SQ_PR_OPEN_MAX) {
+        by_target = calloc(l.n ? l.n : 1, sizeof(*by_target));
+        if (!by_target) { /* no memory for it: one target at a time */
+            open_list_free(&l);
+            free(need);
+            return CRCR_OK;
+        }
         *done = true;
         for (size_t k = 0; k < l.n; k++)
             by_target[k] = &l.v[k];
