@@ -857,6 +857,23 @@ int store_dispatch_row(void *ctx, const store_row_source *s)
 
 /* ---- supersession (store_impl.h) ---- */
 
+bool store_rows_room(void **v, size_t *cap, size_t n, size_t size, size_t max)
+{
+    if (n < *cap)
+        return true;
+    if (n >= max)
+        return false;
+    size_t want = *cap ? *cap * 2 : 16;
+    if (want > max)
+        want = max;
+    void *grown = realloc(*v, want * size);
+    if (!grown)
+        return false;
+    *v = grown;
+    *cap = want;
+    return true;
+}
+
 int store_ended_fill(store_ended_dispatch *e, const store_row_source *s, int id_col, int pair_col)
 {
     const char *id = s->text(s->src, id_col);

@@ -173,6 +173,11 @@ int store_ended_row(void *ctx, const store_row_source *s);
 /* Fills *e from a row's delivery id (column id_col) and Depends-On record (column pair_col, owned
  * by *e). 0: filled; 1: not a row the store wrote (skip it); -1: out of memory. */
 int store_ended_fill(store_ended_dispatch *e, const store_row_source *s, int id_col, int pair_col);
+/* Room for element `n` in the array *v of *cap elements of `size` bytes (the caller's, owned):
+ * doubled from 16, at most `max`. False, the array unchanged, when there is no memory or n is
+ * `max`. The supersessions' lists grow as their rows come: made up front for the most one read
+ * may return, they cost every fan-out that ends nothing (bench/RESULTS.md). */
+bool store_rows_room(void **v, size_t *cap, size_t n, size_t size, size_t max);
 void store_ended_list_free(store_ended_list *l);
 
 /* A run in progress a supersession ends, copied out of its row (RUN_COLUMNS_NO_PAYLOAD), as

@@ -216,7 +216,7 @@ typedef struct open_dispatch {
 } open_dispatch;
 
 typedef struct open_list {
-    open_dispatch *v; /* owned, grown as rows come (pr_open_row) */
+    open_dispatch *v; /* owned, grown as rows come (store_rows_room) */
     size_t n, cap;
     const char *head_sha;
     crcr_err err;
@@ -229,17 +229,9 @@ static int pr_open_row(void *ctx, const store_row_source *s)
     const char *target = s->text(s->src, 1);
     if (l->n >= SQ_PR_OPEN_MAX || !target)
         return 0;
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 16;
-        if (cap > SQ_PR_OPEN_MAX)
-            cap = SQ_PR_OPEN_MAX;
-        open_dispatch *v = realloc(l->v, cap * sizeof(*v));
-        if (!v) {
-            l->err = CRCR_E_NOMEM;
-            return 1;
-        }
-        l->v = v;
-        l->cap = cap;
+    if (!store_rows_room((void **)&l->v, &l->cap, l->n, sizeof(*l->v), SQ_PR_OPEN_MAX)) {
+        l->err = CRCR_E_NOMEM;
+        return 1;
     }
     open_dispatch *o = &l->v[l->n];
     memset(o, 0, sizeof(*o));
@@ -310,9 +302,8 @@ static crcr_err supersede_fan_out(sqlite_store *s, const char *by, int64_t pr, c
         free(need);
         return err;
     }
-    /* The list grows as its rows come: made up front for SQ_PR_OPEN_MAX rows (~800 KB, cleared)
-     * it cost every new commit's fan-out, which usually finds a few older dispatches (as
-     * pg_supersede's hits, store_pg_supersede.c). */
+    /* The list grows as its rows come (store_rows_room), not made up front for SQ_PR_OPEN_MAX
+     * (~800 KB, cleared) for a new commit, which usually finds a few older dispatches. */
     open_list l = {.head_sha = head_sha};
     err = sq_cached(
         s, SQ_PR_OPEN_DISPATCHES, "supersede",
