@@ -40,21 +40,14 @@ struct workpool {
     workpool_fn fn;
 };
 
-/* Waits on the idle stack until workpool_submit or workpool_stop wakes this thread (p->mu held). */
+/* Waits on the idle stack until workpool_submit or workpool_stop wakes this thread (p->mu held).
+ * Once the pool stops nothing takes from the stack again (submissions are refused). */
 static void wait_idle(workpool *p, wp_thread *t)
 {
     t->woken = false;
     p->idle[p->n_idle++] = (unsigned)(t - p->threads);
     while (!t->woken && !p->stopping)
         pthread_cond_wait(&t->cv, &p->mu);
-    if (!t->woken) { /* stopping: off the stack by itself */
-        for (unsigned i = 0; i < p->n_idle; i++) {
-            if (p->idle[i] == (unsigned)(t - p->threads)) {
-                p->idle[i] = p->idle[--p->n_idle];
-                break;
-            }
-        }
-    }
 }
 
 static void *worker(void *arg)
@@ -166,6 +159,7 @@ void workpool_stop(workpool *p)
         return;
     pthread_mutex_lock(&p->mu);
     p->stopping = true;
+    p->n_idle = 0;
     for (unsigned i = 0; i < p->started; i++)
         pthread_cond_signal(&p->threads[i].cv);
     bool joined = p->joined;
