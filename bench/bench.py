@@ -91,7 +91,7 @@ T_FANOUT100_WARM_MS = 110.0  # default settings
 T_FANOUT100_COLD_MS = 300.0
 T_FANOUT1000_WARM_MS = 1000.0
 T_RSS_MIB = 40.0  # peak RSS during ingest, at every setting above
-T_GITHUB_BUDGET = 80  # CRCR_GITHUB_CONCURRENCY default: requests in flight, all instances
+T_GITHUB_BUDGET = 90  # CRCR_GITHUB_CONCURRENCY default: requests in flight, all instances
 # When the fake GitHub was too busy to answer at its injected latency, a fan-out figure measures
 # the fake, not crcr: such figures are flagged instead of judged. Flagged when the fake's own
 # time (answer - arrival - latency) summed along one relay connection exceeds 10 % of the figure

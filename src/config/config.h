@@ -54,7 +54,7 @@ typedef struct crcr_config {
     char *hud_bot_key;         /* HUD_BOT_KEY or NULL */
     long hud_max_retries;      /* HUD_MAX_RETRIES, default 3 */
     long max_dispatch_workers; /* MAX_DISPATCH_WORKERS: rows in flight per instance, default 100 */
-    long github_concurrency;   /* CRCR_GITHUB_CONCURRENCY: GitHub requests in flight, default 80 */
+    long github_concurrency;   /* CRCR_GITHUB_CONCURRENCY: GitHub requests in flight, default 90 */
 
     char *listen_host;    /* from CRCR_LISTEN host:port, default 127.0.0.1 */
     int listen_port;      /* default 8000; 0 asks the OS for a free port */

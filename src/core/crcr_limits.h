@@ -17,9 +17,11 @@
 /* MAX_DISPATCH_WORKERS's default: rows one instance carries out at once (docs/configuration.md). */
 #define CRCR_DISPATCH_WORKERS_DEFAULT 100
 /* CRCR_GITHUB_CONCURRENCY's default: GitHub documents at most 100 concurrent requests per App;
- * 20 are left to whatever else uses the App's credentials and to requests a timeout gave up on
- * that GitHub may still be serving. */
-#define CRCR_GITHUB_CONCURRENCY_DEFAULT 80
+ * 10 are left to whatever else uses the App's credentials and to requests a timeout gave up on
+ * that GitHub may still be serving. 90 rather than 80: a fan-out's second round starts when its
+ * first 10 answers come instead of its first 20 (a warm fan-out to 100 on PostgreSQL, medians of
+ * three alternated series of eight: 108.0-109.5 -> 107.7 ms; bench/RESULTS.md 2026-12-05). */
+#define CRCR_GITHUB_CONCURRENCY_DEFAULT 90
 /* Simultaneous connections accepted by the HTTP server. */
 #define CRCR_MAX_CONNECTIONS 2048u
 /* Seconds a connection may stay idle before MHD closes it. */
