@@ -561,8 +561,11 @@ crcr_err dispatch_build(const dispatch_input *in, dispatch_output *out, char *er
     if (rc) {
         set_err(err, errsz, "dispatch envelope: out of memory");
     } else if (in->payload_len <= budget && head.len + tail.len + 2 <= budget - in->payload_len) {
-        /* Fast path: verbatim payload, no JSON parsing. Fits the cap by the check above. */
-        rc = buf_append(&out->body, head.data, head.len);
+        /* Fast path: verbatim payload, no JSON parsing. Fits the cap by the check above; made
+         * in one allocation of its size, not grown through doubling reallocations. */
+        rc = buf_ensure(&out->body, head.len + in->payload_len + tail.len + 2);
+        if (!rc)
+            rc = buf_append(&out->body, head.data, head.len);
         if (!rc)
             rc = buf_append(&out->body, in->payload, in->payload_len);
         if (!rc)

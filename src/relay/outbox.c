@@ -503,33 +503,61 @@ static bool lease_still_ours(outbox *ob, store_job *sj, outcome *o)
 
 typedef enum { STEP_DONE, STEP_WAIT } step_rc;
 
-/* One copy of a delivery's payload shared by the rows outbox_take hands over: counted, freed
- * with its last job. A fan-out to 100 repositories copied the 30 KB payload per row in the
- * webhook's thread: 6 ms before its answer, mostly page faults of fresh memory. */
+/* One copy of a delivery's payload shared by the rows of that delivery that outbox_take hands
+ * over or that a claim took together: counted, freed with its last job. A fan-out to 100
+ * repositories copied the 30 KB payload per row in the webhook's thread: 6 ms before its answer,
+ * mostly page faults of fresh memory. */
 typedef struct shared_payload {
     atomic_size_t refs;
     size_t len;
-    char data[];
+    const char *data; /* NUL-terminated: right after the struct, or `taken` */
+    char *taken;      /* a claimed row's payload this took over (shared_payload_take), or NULL */
 } shared_payload;
 
-/* Owner: the caller (one reference), through shared_payload_drop. NULL when out of memory. */
+/* A copy of p[0..len). Owner: the caller (one reference), through shared_payload_drop. NULL when
+ * out of memory. */
 static shared_payload *shared_payload_new(const char *p, size_t len)
 {
     shared_payload *sp = malloc(sizeof(*sp) + len + 1);
     if (!sp)
         return NULL;
     atomic_init(&sp->refs, 1);
-    sp->len = len;
+    char *data = (char *)(sp + 1);
     if (len)
-        memcpy(sp->data, p, len);
-    sp->data[len] = '\0';
+        memcpy(data, p, len);
+    data[len] = '\0';
+    sp->len = len;
+    sp->data = data;
+    sp->taken = NULL;
+    return sp;
+}
+
+/* Takes over b's memory, without a copy (b is left empty). Owner: the caller (one reference),
+ * through shared_payload_drop. NULL when out of memory, b unchanged. */
+static shared_payload *shared_payload_take(buf_t *b)
+{
+    shared_payload *sp = malloc(sizeof(*sp));
+    if (!sp)
+        return NULL;
+    size_t len = 0;
+    char *data = buf_detach(b, &len);
+    if (!data) {
+        free(sp);
+        return NULL;
+    }
+    atomic_init(&sp->refs, 1);
+    sp->len = len;
+    sp->data = data;
+    sp->taken = data;
     return sp;
 }
 
 static void shared_payload_drop(shared_payload *sp)
 {
-    if (sp && atomic_fetch_sub(&sp->refs, 1) == 1)
+    if (sp && atomic_fetch_sub(&sp->refs, 1) == 1) {
+        free(sp->taken);
         free(sp);
+    }
 }
 
 /* Where a job's GitHub request is (inst_send). */
@@ -563,7 +591,7 @@ struct job {
     char path[JOB_PATH_MAX];
     void *state; /* the kind's own (heap, freed by state_free) */
     void (*state_free)(void *state);
-    shared_payload *shared; /* the delivery's payload when sj.payload has none (outbox_take) */
+    shared_payload *shared; /* the delivery's payload when sj.payload has none */
     job *next;              /* ready list */
 };
 
@@ -1291,29 +1319,27 @@ static job *job_new(outbox *ob, store_job *sj)
     return j;
 }
 
-/* The rows of one delivery that a claim took one after another share one copy of its payload:
- * the store gives each row a copy of its own, and a fan-out's 100 jobs held 100 copies of the
- * 30 KB payload while their requests were out (3 MB; a fan-out to 1,000 repositories peaked at
- * 38-42 MiB of RSS). Left as they are when out of memory. */
-static void share_payloads(job **jobs, size_t n)
+/* The rows of one delivery that a claim took share its payload: the store gives it to the first
+ * of them and the others name that row (payload_in), so the jobs hold it once, taken over
+ * without a copy (the store copied it per row before: a fan-out's 100 jobs held 100 copies of
+ * the 30 KB payload while their requests were out, 3 MB, and a fan-out to 1,000 repositories
+ * peaked at 38-42 MiB of RSS; in the App-mode ingest each copy was a 30 KB allocation and memcpy
+ * per row). sps[i]: row i's reference, NULL when it holds its payload itself or when memory for
+ * sharing it is missing (then a row that names another has no payload: it is given back). */
+static void share_claimed_payloads(store_job *batch, size_t n, shared_payload **sps)
 {
-    for (size_t i = 0; i < n;) {
-        const store_job *a = &jobs[i]->sj;
-        size_t end = i + 1;
-        while (end < n && a->delivery_id && jobs[end]->sj.delivery_id &&
-               strcmp(jobs[end]->sj.delivery_id, a->delivery_id) == 0 &&
-               jobs[end]->sj.payload.len == a->payload.len)
-            end++;
-        shared_payload *sp = end - i > 1 && a->payload.len
-                                 ? shared_payload_new(buf_cstr(&a->payload), a->payload.len)
-                                 : NULL;
-        for (size_t k = i; sp && k < end; k++) {
-            atomic_fetch_add(&sp->refs, 1);
-            jobs[k]->shared = sp;
-            buf_free(&jobs[k]->sj.payload);
+    for (size_t i = 0; i < n; i++) {
+        sps[i] = NULL;
+        size_t h = batch[i].payload_in;
+        if (h == 0 || h > i) /* holds its own, or names no earlier row (cannot happen) */
+            continue;
+        h--;
+        if (!sps[h])
+            sps[h] = shared_payload_take(&batch[h].payload);
+        if (sps[h]) {
+            atomic_fetch_add(&sps[h]->refs, 1);
+            sps[i] = sps[h];
         }
-        shared_payload_drop(sp);
-        i = end;
     }
 }
 
@@ -1632,17 +1658,21 @@ static void *worker(void *arg)
             if (wait < 5)
                 wait = 5;
             size_t made = 0;
+            shared_payload *sps[OUTBOX_BATCH_MAX];
+            share_claimed_payloads(batch, n, sps);
             for (size_t i = 0; i < n; i++) {
-                job *j = job_new(ob, &batch[i]);
+                bool payload = !batch[i].payload_in || sps[i];
+                job *j = payload ? job_new(ob, &batch[i]) : NULL;
                 if (j) {
+                    j->shared = sps[i];
                     jobs[made++] = j;
                 } else { /* no memory: the row goes back to the queue */
+                    shared_payload_drop(sps[i]);
                     (void)store_job_retry(ob->st, &batch[i], clock_now_ms(), false, 0,
                                           "out of memory");
                     store_job_free(&batch[i]);
                 }
             }
-            share_payloads(jobs, made);
             pthread_mutex_lock(&ob->mu);
             ob->claiming = false;
             ob->jobs -= want - made;

@@ -776,13 +776,14 @@ int store_claim_row(void *ctx, const store_row_source *s)
     return 0;
 }
 
-crcr_err store_job_copy_delivery(store_job *out, const store_job *from)
+crcr_err store_job_share_delivery(store_job *out, const store_job *from, size_t from_index)
 {
     out->pr_number = from->pr_number;
+    out->payload_in = from->payload_in ? from->payload_in : from_index + 1;
     if ((from->event && !(out->event = strdup(from->event))) ||
         (from->head_sha && !(out->head_sha = strdup(from->head_sha))))
         return CRCR_E_NOMEM;
-    return buf_append(&out->payload, buf_cstr(&from->payload), from->payload.len);
+    return CRCR_OK;
 }
 
 int store_stats_row(void *out, const store_row_source *s)

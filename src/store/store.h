@@ -221,10 +221,14 @@ typedef struct store_job {
     char *kind;
     char *delivery_id; /* NULL when the row has none */
     char *target;
-    int attempts;        /* attempts made before this one */
-    buf_t body;          /* the row's own body ("" when none) */
-    char *event;         /* the delivery's event (rows with a delivery) */
-    buf_t payload;       /* the delivery's payload (rows with a delivery) */
+    int attempts;  /* attempts made before this one */
+    buf_t body;    /* the row's own body ("" when none) */
+    char *event;   /* the delivery's event (rows with a delivery) */
+    buf_t payload; /* the delivery's payload (rows with a delivery; see payload_in) */
+    /* store_claim_batch: 0, or 1 + the index in the caller's array of an earlier row of this
+     * batch, of the same delivery, whose `payload` holds the delivery's payload; this row's
+     * `payload` is then left empty (a fan-out's rows claimed together read and hold it once). */
+    size_t payload_in;
     int64_t pr_number;   /* the delivery's PR number, 0 when none */
     char *head_sha;      /* the delivery's head sha (push: after), NULL when none */
     int64_t lease_until; /* the lease this claim holds: the fence of finish/retry/renew */
@@ -258,8 +262,10 @@ crcr_err store_job_claimed(store_job *out, const store_delivery *d, const store_
 crcr_err store_claim(store *st, int64_t now, int64_t lease_ms, store_job *out);
 
 /* store_claim for up to `max` rows at once (one transaction), in the order single claims would
- * take them; two rows of one seq_key are never in one batch. out[0..*n) are owned by the caller
- * (store_job_free each). CRCR_E_NOT_FOUND (and *n = 0) when nothing is due. */
+ * take them; two rows of one seq_key are never in one batch. A delivery's payload comes once:
+ * the later rows of its delivery may leave `payload` empty and name the row that holds it
+ * (payload_in). out[0..*n) are owned by the caller (store_job_free each). CRCR_E_NOT_FOUND (and
+ * *n = 0) when nothing is due. */
 crcr_err store_claim_batch(store *st, int64_t now, int64_t lease_ms, store_job *out, size_t max,
                            size_t *n);
 

@@ -447,8 +447,23 @@ static void version_4_run_ids_become_text(void **state)
 
 /* ---- deliveries and outbox ---- */
 
+/* The delivery's payload of b[i] as store_claim_batch gives it: its own, or, for a later row of a
+ * delivery, the payload of the earlier row of that delivery it names (then its own is empty). */
+static const buf_t *claimed_payload(const store_job *b, size_t i)
+{
+    size_t h = b[i].payload_in;
+    if (!h)
+        return &b[i].payload;
+    assert_in_range(h, 1, i); /* an earlier row */
+    assert_int_equal(b[i].payload.len, 0);
+    assert_int_equal(b[h - 1].payload_in, 0); /* which holds it */
+    assert_string_equal(b[h - 1].delivery_id, b[i].delivery_id);
+    return &b[h - 1].payload;
+}
+
 /* A claim of several deliveries' rows gives each row its own delivery's fields, whatever order
- * the rows come in (a store may read a delivery once per claim). */
+ * the rows come in, and each delivery's payload once: held by the first of its rows, named by the
+ * others (a store reads a delivery once per claim). */
 static void claimed_rows_carry_their_own_deliverys_payload(void **state)
 {
     store *st = *state;
@@ -464,19 +479,24 @@ static void claimed_rows_carry_their_own_deliverys_payload(void **state)
     size_t got = 0;
     assert_int_equal(store_claim_batch(st, 2000, 60000, j, 8, &got), CRCR_OK);
     assert_int_equal(got, 6);
+    size_t holders = 0;
     for (size_t i = 0; i < got; i++) {
         const char *want = strcmp(j[i].delivery_id, "d1") == 0   ? p1
                            : strcmp(j[i].delivery_id, "d2") == 0 ? p2
                                                                  : "{}";
         size_t n = want == p1 ? sizeof(p1) : want == p2 ? sizeof(p2) : 2;
-        if (j[i].payload.len != n || memcmp(j[i].payload.data, want, n) != 0)
+        const buf_t *p = claimed_payload(j, i);
+        if (p->len != n || memcmp(p->data, want, n) != 0)
             fail_msg("row %zu (%s, %s): a payload of %zu bytes, not its delivery's", i,
-                     j[i].delivery_id, j[i].target, j[i].payload.len);
+                     j[i].delivery_id, j[i].target, p->len);
+        holders += j[i].payload_in == 0;
         assert_string_equal(j[i].event, "pull_request");
         assert_string_equal(j[i].head_sha, "sha42");
         assert_int_equal(j[i].pr_number, 42);
-        store_job_free(&j[i]);
     }
+    assert_int_equal(holders, 3); /* one row per delivery holds its payload */
+    for (size_t i = 0; i < got; i++)
+        store_job_free(&j[i]);
 }
 
 static void ingest_keeps_payload_bytes_exactly_and_refuses_a_known_delivery(void **state)
@@ -1502,15 +1522,18 @@ static void claim_batch_takes_due_rows_in_order_up_to_its_size(void **state)
     assert_string_equal(b[0].delivery_id, "a");
     assert_string_equal(b[1].delivery_id, "a");
     assert_int_not_equal(b[0].id, b[1].id);
-    for (size_t i = 0; i < n; i++) { /* the payload read once, given to each row */
-        assert_int_equal(b[i].payload.len, 7);
-        assert_memory_equal(b[i].payload.data, "{\"x\":1}", 7);
+    assert_int_equal(b[0].payload_in, 0); /* the payload read once, held by the first row */
+    assert_int_equal(b[1].payload_in, 1);
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(claimed_payload(b, i)->len, 7);
+        assert_memory_equal(claimed_payload(b, i)->data, "{\"x\":1}", 7);
         assert_string_equal(b[i].head_sha, "sha42");
         assert_int_equal(b[i].pr_number, 42);
         assert_string_equal(b[i].event, "pull_request");
         assert_int_equal(b[i].lease_until, 65000);
-        store_job_free(&b[i]);
     }
+    for (size_t i = 0; i < n; i++)
+        store_job_free(&b[i]);
 
     assert_int_equal(store_claim_batch(st, 5000, 60000, b, 8, &n), CRCR_OK);
     assert_int_equal(n, 3); /* x/3, the first of run-9, y/1: not the second of run-9 */
@@ -1518,7 +1541,7 @@ static void claim_batch_takes_due_rows_in_order_up_to_its_size(void **state)
     assert_string_equal(b[1].kind, "hud_forward");
     assert_string_equal(b[2].target, "y/1");
     assert_string_equal(b[2].event, "pull_request");
-    assert_int_equal(b[2].payload.len, 7);
+    assert_int_equal(claimed_payload(b, 2)->len, 7); /* shared with b[1], the same delivery's */
     assert_int_equal(store_claim_batch(st, 5000, 60000, b + 3, 8 - 3, &n), CRCR_E_NOT_FOUND);
     assert_int_equal(store_job_finish(st, &b[1], "sent", 200, NULL, NULL, NULL, 0, 5001), CRCR_OK);
     assert_int_equal(store_claim_batch(st, 5001, 60000, b + 3, 8 - 3, &n), CRCR_OK);

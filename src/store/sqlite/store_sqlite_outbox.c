@@ -272,14 +272,17 @@ static crcr_err claim_queued(sqlite_store *s, int64_t now, int64_t lease_ms, sto
     return CRCR_OK;
 }
 
-/* Reads `out`'s delivery fields, from `prev` when it belongs to the same delivery (a fan-out's
- * rows are claimed together: one read of the payload, not one per row). */
-static crcr_err claim_delivery(sqlite_store *s, store_job *out, const store_job *prev)
+/* Reads out[i]'s delivery fields, or shares those of out[i - 1] when it belongs to the same
+ * delivery (a fan-out's rows are claimed together: one read and one copy of the payload, not one
+ * per row). */
+static crcr_err claim_delivery(sqlite_store *s, store_job *out, size_t i)
 {
+    const store_job *prev = i > 0 ? &out[i - 1] : NULL;
+    out = &out[i];
     if (!out->delivery_id)
         return CRCR_OK;
     if (prev && prev->delivery_id && strcmp(prev->delivery_id, out->delivery_id) == 0)
-        return store_job_copy_delivery(out, prev);
+        return store_job_share_delivery(out, prev, i - 1);
     sqlite3_stmt *p = sq_stmt(s, SQ_CLAIM_DELIVERY,
                               "SELECT event, payload, pr_number, head_sha FROM deliveries "
                               "WHERE delivery_id=?");
@@ -318,7 +321,7 @@ static crcr_err sq_claim(store *st, int64_t now, int64_t lease_ms, store_job *ou
             break; /* no more due */
     }
     for (size_t i = 0; !err && i < got; i++)
-        err = claim_delivery(s, &out[i], i > 0 ? &out[i - 1] : NULL);
+        err = claim_delivery(s, out, i);
     if (!err && got == 0)
         err = CRCR_E_NOT_FOUND;
     crcr_err end = sq_end(s, err == CRCR_E_NOT_FOUND ? CRCR_OK : err);
