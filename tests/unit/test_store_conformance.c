@@ -755,6 +755,46 @@ static void ingest_stores_known_outcomes_finished(void **state)
     assert_int_equal(s.running, 2);
 }
 
+/* A row an ingest claimed for itself whose outcome never comes (its relay lost it) is handed
+ * out again once its lease ran out, also when earlier claims found nothing left running: the
+ * SQLite store looks for such rows only once a lease it knows of may have run out, so the lease
+ * an ingest gives must count as one. Then nothing is left to take over. */
+static void a_claim_takes_over_an_ingests_row_once_its_lease_ran_out(void **state)
+{
+    store *st = *state;
+    store_job j, k;
+    assert_int_equal(store_claim(st, 900, 60000, &j), CRCR_E_NOT_FOUND); /* nothing runs */
+    /* Two rows: PostgreSQL claims an ingest's rows in its batched insert (a single row is
+     * inserted queued, which store.h allows). */
+    int64_t ids[2] = {0, 0};
+    store_new_job jobs[] = {{.kind = "dispatch",
+                             .target = "a/one",
+                             .due_at = 1000,
+                             .lease_until = 1500,
+                             .claimed_id = &ids[0]},
+                            {.kind = "dispatch",
+                             .target = "b/two",
+                             .due_at = 1000,
+                             .lease_until = 1500,
+                             .claimed_id = &ids[1]}};
+    store_delivery d = pr_delivery("d-lost", 9, "sha9", "{\"x\":9}");
+    assert_int_equal(store_ingest(st, &d, jobs, 2), CRCR_OK);
+    assert_true(ids[0] > 0 && ids[1] > 0);
+    assert_int_equal(store_claim(st, 1400, 60000, &j), CRCR_E_NOT_FOUND); /* the leases hold */
+    /* One holder records its outcome in time; the other row is taken over after its lease. */
+    store_job mine;
+    assert_int_equal(store_job_claimed(&mine, &d, &jobs[1]), CRCR_OK);
+    assert_int_equal(store_job_finish(st, &mine, "sent", 204, NULL, NULL, NULL, 0, 1450), CRCR_OK);
+    store_job_free(&mine);
+    assert_int_equal(store_claim(st, 1501, 60000, &j), CRCR_OK);
+    assert_int_equal(j.id, ids[0]);
+    assert_int_equal(j.lease_until, 61501);
+    assert_int_equal(store_claim(st, 1502, 60000, &k), CRCR_E_NOT_FOUND);
+    assert_int_equal(store_job_finish(st, &j, "sent", 204, NULL, NULL, NULL, 0, 1600), CRCR_OK);
+    store_job_free(&j);
+    assert_int_equal(store_claim(st, 99999, 60000, &k), CRCR_E_NOT_FOUND);
+}
+
 static void ingest_claims_the_rows_given_a_lease(void **state)
 {
     store *st = *state;
@@ -3630,6 +3670,7 @@ int main(int argc, char **argv)
         T(claim_hands_out_due_rows_in_due_order_with_their_delivery),
         T(claim_takes_back_a_row_whose_lease_expired),
         T(ingest_stores_known_outcomes_finished),
+        T(a_claim_takes_over_an_ingests_row_once_its_lease_ran_out),
         T(ingest_refuses_a_dispatch_target_twice),
         T(ingest_claims_the_rows_given_a_lease),
         T(ingest_hands_rows_over_before_its_sync),

@@ -834,6 +834,8 @@ static crcr_err sq_recover(store *st)
     crcr_err err =
         sq_exec(s, "UPDATE outbox SET state='queued', lease_until=NULL WHERE state='running'");
     int n = err ? 0 : sqlite3_changes(s->db);
+    if (!err)
+        s->lease_floor = INT64_MAX; /* nothing runs now */
     pthread_mutex_unlock(&s->mu);
     if (n > 0) { /* a crashed predecessor's rows: due now, not after their lease */
         char rows[16];
@@ -948,6 +950,7 @@ crcr_err store_sqlite_open(const char *path, store **out, char *err, size_t errs
     store_base_init(&s->base, &SQLITE_OPS);
     s->serve_lock = -1;
     s->walfd = -1;
+    s->lease_floor = INT64_MIN; /* rows left running by an earlier process: not known yet */
     pthread_mutex_init(&s->mu, NULL);
     pthread_mutex_init(&s->gmu, NULL);
     pthread_mutex_init(&s->smu, NULL);

@@ -41,6 +41,7 @@ enum {
     SQ_INS_JOB,
     SQ_CLAIM_BATCH,
     SQ_CLAIM_EXPIRED,
+    SQ_LEASE_FLOOR,
     SQ_CLAIM_DELIVERY,
     SQ_NEXT_DUE,
     SQ_FINISH,
@@ -103,6 +104,10 @@ struct sqlite_store {
     sqlite3 *db;
     pthread_mutex_t mu;
     sqlite3_stmt *stmts[SQ_SLOTS];
+    /* Under mu: no running row's lease ends before this (INT64_MIN: not known, INT64_MAX: no
+     * running row). Every lease granted or renewed lowers it; a claim looks for rows whose lease
+     * ran out only once the clock has passed it (store_sqlite_outbox.c, sq_claim). */
+    int64_t lease_floor;
     /* Group commit (sq_group_commit): queue and leader flag, guarded by gmu. */
     pthread_mutex_t gmu;
     sq_group_req *ghead, *gtail;
