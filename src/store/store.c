@@ -776,8 +776,10 @@ int store_claim_row(void *ctx, const store_row_source *s)
     return 0;
 }
 
-crcr_err store_job_share_delivery(store_job *out, const store_job *from, size_t from_index)
+crcr_err store_job_share_delivery(store_job *batch, size_t i, size_t from_index)
 {
+    store_job *out = &batch[i];
+    const store_job *from = &batch[from_index];
     out->pr_number = from->pr_number;
     out->payload_in = from->payload_in ? from->payload_in : from_index + 1;
     if ((from->event && !(out->event = strdup(from->event))) ||

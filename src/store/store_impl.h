@@ -141,11 +141,11 @@ typedef struct store_claim_read {
 } store_claim_read;
 int store_claim_row(void *ctx, const store_row_source *s);
 
-/* Gives `out` the delivery's fields of `from`, the row at index `from_index` of the caller's
- * array, an earlier row of the same delivery in the batch: copies of its event, PR number and head
- * sha, and its payload by reference (out->payload_in, the payload left empty). A claim reads a
- * delivery once and holds its payload once. */
-crcr_err store_job_share_delivery(store_job *out, const store_job *from, size_t from_index);
+/* Gives batch[i] the delivery's fields of batch[from_index], an earlier row of the same delivery in
+ * the caller's array: copies of its event, PR number and head sha, and its payload by reference
+ * (batch[i].payload_in, the payload left empty). A claim reads a delivery once and holds its
+ * payload once. */
+crcr_err store_job_share_delivery(store_job *batch, size_t i, size_t from_index);
 /* Whether an ingest inserts `j` claimed by its caller (store_new_job.claimed_id): asked for,
  * and a row without an order to keep (no seq_key, not after_seq). */
 bool store_new_job_claimed(const store_new_job *j);

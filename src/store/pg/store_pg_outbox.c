@@ -307,16 +307,13 @@ static int claimed_row(void *ctx, const store_row_source *s)
      * the rows after it share them with that one: a fan-out's claim returns and holds its
      * ~30 KB payload once, not once per row. */
     const store_job *first = NULL;
-    size_t first_at = 0;
     if (!s->i64(s->src, 12, 1) && out->delivery_id)
         for (size_t k = a->n - 1; k-- > 0 && !first;)
-            if (a->out[k].delivery_id && strcmp(a->out[k].delivery_id, out->delivery_id) == 0) {
+            if (a->out[k].delivery_id && strcmp(a->out[k].delivery_id, out->delivery_id) == 0)
                 first = &a->out[k];
-                first_at = k;
-            }
     if (first) {
         if (!err)
-            err = store_job_share_delivery(out, first, first_at);
+            err = store_job_share_delivery(a->out, a->n - 1, (size_t)(first - a->out));
     } else {
         out->event = store_row_dup(s, 6);
         if (!err)

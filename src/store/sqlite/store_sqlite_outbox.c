@@ -287,14 +287,14 @@ static crcr_err claim_queued(sqlite_store *s, int64_t now, int64_t lease_ms, sto
 /* Reads out[i]'s delivery fields, or shares those of out[i - 1] when it belongs to the same
  * delivery (a fan-out's rows are claimed together: one read and one copy of the payload, not one
  * per row). */
-static crcr_err claim_delivery(sqlite_store *s, store_job *out, size_t i)
+static crcr_err claim_delivery(sqlite_store *s, store_job *batch, size_t i)
 {
-    const store_job *prev = i > 0 ? &out[i - 1] : NULL;
-    out = &out[i];
+    store_job *out = &batch[i];
     if (!out->delivery_id)
         return CRCR_OK;
-    if (prev && prev->delivery_id && strcmp(prev->delivery_id, out->delivery_id) == 0)
-        return store_job_share_delivery(out, prev, i - 1);
+    if (i > 0 && batch[i - 1].delivery_id &&
+        strcmp(batch[i - 1].delivery_id, out->delivery_id) == 0)
+        return store_job_share_delivery(batch, i, i - 1);
     sqlite3_stmt *p = sq_stmt(s, SQ_CLAIM_DELIVERY,
                               "SELECT event, payload, pr_number, head_sha FROM deliveries "
                               "WHERE delivery_id=?");
