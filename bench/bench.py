@@ -84,6 +84,7 @@ MEMORY_ALLOWLIST = "L4:\n  - org4/repo4\n"  # one target: 100,000 webhooks fit t
 T_INGEST_RATIO = 1.0  # durable ingest c64, x the peer in the same run
 T_INGEST_P99_MS = 30.0
 T_CPU_PER_WEBHOOK_MS = 0.5  # server CPU per stored webhook, 4 targets (issue 26; 0.35 in issue 16)
+APP_REPEATS = 3  # App-mode ingest loads per run; the median is reported (see ingest)
 T_IGNORED_RATIO = 3.0  # ignored event c64, x the peer
 T_CB_RPS = 3000.0  # callbacks c32, disk store
 T_CB_P99_MS = 20.0
@@ -932,45 +933,24 @@ class Bench:
             # webhook's 4 rows are dispatched (and check runs created where the level asks) instead
             # of being written down as dry-run bodies. A third of the duration (at least 3 s) and
             # three times the drain: the fake (Python, a core of its own) is slower than the
-            # relay, and the CPU per webhook counts until every row is done.
+            # relay, and the CPU per webhook counts until every row is done. APP_REPEATS loads,
+            # each on a fresh relay and fake; the row shows the median load (by CPU per webhook)
+            # and every load's figure: one binary's single loads spread over 0.49-0.67 ms within
+            # minutes on the 2-CPU VM (bench/RESULTS.md), more than the differences measured.
             if "sqlite" in stores:
-                gh = FakeGitHubProc(0, a.fake_server)
-                try:
-                    app_env = {"GITHUB_APP_ID": str(APP_ID),
-                               "GITHUB_APP_PRIVATE_KEY_FILE": R.APP_KEY,
-                               "GITHUB_API_URL": gh.url}
-                    self.record("crcr server (ingest, App mode, sqlite store)", [self.crcr, "serve"],
-                                dict(app_env, GITHUB_API_URL="<fake GitHub, latency_ms=0>",
-                                     ALLOWLIST_FILE="<4 repos>", CRCR_LOG="warn",
-                                     GITHUB_APP_SECRET="<secret>", CRCR_STORE="sqlite:<disk>"))
-                    rl = self.relay(env=app_env)
-                    try:
-                        rl.start()
-                        time.sleep(0.5)
-                        prefix = "app-%s" % self.run_id
-                        fcpu0 = proc_cpu_s(gh.pid)
-                        w = self._ingest_run(
-                            "ingest crcr c64 (App mode)", rl, script, 64, max(3, a.duration // 3),
-                            dict(env, BENCH_PREFIX=prefix), "perf_ingest_app_c64.csv",
-                            3 * a.drain, prefix)
-                        w["fake_cpu_s"] = proc_cpu_s(gh.pid) - fcpu0
-                        recs = gh.records()
-                        w["api_calls"] = len(recs)
-                        w["api_non2xx"] = sum(1 for r in recs if not 200 <= r[2] < 300)
-                        res["crcr_c64_app"] = w
-                        log("crcr  c64 App mode: %s req/s p50 %s p99 %s non2xx %d stored %d; %d "
-                            "API calls (%.2f per webhook, %d not 2xx); CPU per stored webhook "
-                            "incl. its requests %s (%s) (load %s)"
-                            % (fmt_num(w["rps"]), fmt_ms(w["p50"]), fmt_ms(w["p99"]),
-                               w["non2xx"], w["stored"], w["api_calls"],
-                               w["api_calls"] / max(1, w["stored"]), w["api_non2xx"],
-                               fmt_ms(w.get("cpu_per_webhook_ms")),
-                               "drained" if w["drained"][0] else
-                               "%s rows left" % w["drained"][1], w["loadavg"]))
-                    finally:
-                        self.close_relay(rl)
-                finally:
-                    gh.stop()
+                loads = []
+                for rep in range(APP_REPEATS):
+                    w = self._app_ingest_once(script, env, rep)
+                    if w:
+                        loads.append(w)
+                if loads:
+                    by_cpu = sorted(loads, key=lambda x: x.get("cpu_per_webhook_ms") or 1e9)
+                    w = dict(by_cpu[len(by_cpu) // 2])
+                    w["repeats"] = [{"cpu_per_webhook_ms": x.get("cpu_per_webhook_ms"),
+                                     "drained": x["drained"][0], "rps": x["rps"],
+                                     "stored": x["stored"], "loadavg": x["loadavg"]}
+                                    for x in loads]
+                    res["crcr_c64_app"] = w
 
             # Ignored event (verify + parse, nothing stored), 64 connections, against the peer
             # doing its whole work (verify, JSON.parse, emit) on the same body.
@@ -1043,6 +1023,48 @@ class Bench:
         if w.get("requests"):
             w["cpu_per_webhook_ms"] = w["cpu_s"] / w["requests"] * 1000
         return w
+
+    def _app_ingest_once(self, script, env, rep):
+        """One App-mode ingest load (see ingest): a fresh fake GitHub and relay, 64 connections,
+        a third of the duration (at least 3 s), the outbox drained. Returns the load's figures."""
+        a = self.args
+        gh = FakeGitHubProc(0, a.fake_server)
+        try:
+            app_env = {"GITHUB_APP_ID": str(APP_ID), "GITHUB_APP_PRIVATE_KEY_FILE": R.APP_KEY,
+                       "GITHUB_API_URL": gh.url}
+            if rep == 0:
+                self.record("crcr server (ingest, App mode, sqlite store)", [self.crcr, "serve"],
+                            dict(app_env, GITHUB_API_URL="<fake GitHub, latency_ms=0>",
+                                 ALLOWLIST_FILE="<4 repos>", CRCR_LOG="warn",
+                                 GITHUB_APP_SECRET="<secret>", CRCR_STORE="sqlite:<disk>"))
+            rl = self.relay(env=app_env)
+            try:
+                rl.start()
+                time.sleep(0.5)
+                prefix = "app%d-%s" % (rep, self.run_id)
+                fcpu0 = proc_cpu_s(gh.pid)
+                w = self._ingest_run(
+                    "ingest crcr c64 (App mode, load %d of %d)" % (rep + 1, APP_REPEATS), rl,
+                    script, 64, max(3, a.duration // 3), dict(env, BENCH_PREFIX=prefix),
+                    "perf_ingest_app_c64_%d.csv" % rep, 3 * a.drain, prefix)
+                w["fake_cpu_s"] = proc_cpu_s(gh.pid) - fcpu0
+                recs = gh.records()
+                w["api_calls"] = len(recs)
+                w["api_non2xx"] = sum(1 for r in recs if not 200 <= r[2] < 300)
+                log("crcr  c64 App mode, load %d of %d: %s req/s p50 %s p99 %s non2xx %d stored "
+                    "%d; %d API calls (%.2f per webhook, %d not 2xx); CPU per stored webhook "
+                    "incl. its requests %s (%s) (load %s)"
+                    % (rep + 1, APP_REPEATS, fmt_num(w["rps"]), fmt_ms(w["p50"]),
+                       fmt_ms(w["p99"]), w["non2xx"], w["stored"], w["api_calls"],
+                       w["api_calls"] / max(1, w["stored"]), w["api_non2xx"],
+                       fmt_ms(w.get("cpu_per_webhook_ms")),
+                       "drained" if w["drained"][0] else
+                       "%s rows left" % w["drained"][1], w["loadavg"]))
+                return w
+            finally:
+                self.close_relay(rl)
+        finally:
+            gh.stop()
 
     def _ingest_run(self, what, rl, script, conns, duration, env, perf_name, drain_s, prefix):
         """One durable ingest load on a fresh relay: wrk for `duration` s, then the outbox drained
@@ -1946,10 +1968,15 @@ class Bench:
                          "%s / %s" % (fmt_ms(pe["p50"]), fmt_ms(pe["p99"])),
                          ratio(ca["p99"], pe["p99"]) + " (p99)", "-", "-"))
             if ca.get("cpu_per_webhook_ms") is not None:
+                reps = ca.get("repeats") or []
+                each = (" (median of %d loads: %s)" % (len(reps), " / ".join(
+                    "%.3f" % r["cpu_per_webhook_ms"] if r["cpu_per_webhook_ms"] is not None
+                    else "-" for r in reps))) if len(reps) > 1 else ""
                 rows.append(("server CPU per stored webhook incl. its %.2f API calls, App mode"
                              % (ca["api_calls"] / max(1, ca["stored"])),
-                             ("%.3f ms" % ca["cpu_per_webhook_ms"]) if ca["drained"][0] else
-                             ">= %.3f ms (not drained)" % ca["cpu_per_webhook_ms"],
+                             ("%.3f ms%s" % (ca["cpu_per_webhook_ms"], each))
+                             if ca["drained"][0] else
+                             ">= %.3f ms (not drained)%s" % (ca["cpu_per_webhook_ms"], each),
                              "%.3f ms" % pe["cpu_per_webhook_ms"]
                              if pe.get("cpu_per_webhook_ms") else "-",
                              ratio(ca["cpu_per_webhook_ms"], pe.get("cpu_per_webhook_ms")),

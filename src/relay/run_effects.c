@@ -201,6 +201,8 @@ crcr_err run_effects_build(const run_effects_env *env, const checks_run *check,
             (*n)++;
     }
     if (env->cfg->hud_api_url && *n < max) {
+        buf_reset(&bodies->hud); /* built afresh: a store may run its effects again */
+        buf_reset(&bodies->hud_key);
         crcr_err err = run_effects_hud_body(&bodies->hud, key->repo, level, queue_ms, exec_ms,
                                             callback_json, callback_len);
         if (!err)

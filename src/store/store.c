@@ -428,10 +428,15 @@ crcr_err store_run_apply(store *st, const store_run_update *u, store_effects_fn 
                          store_run_result *res, char *reason, size_t reasonsz)
 {
     store_run_call call = {u, effects, ctx, res, reason, reasonsz};
+    store_run_result_init(res);
+    return st->ops->runs->run_apply(st, &call);
+}
+
+void store_run_result_init(store_run_result *res)
+{
     memset(res, 0, sizeof(*res));
     res->queue_ms = -1;
     res->exec_ms = -1;
-    return st->ops->runs->run_apply(st, &call);
 }
 
 crcr_err store_runs_for_sha(store *st, const char *head_sha, const char *repo,

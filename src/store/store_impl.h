@@ -291,6 +291,10 @@ typedef struct store_run_call {
     size_t reasonsz;
 } store_run_call;
 
+/* Sets `res` as store_run_apply hands it to a backend (zero, queue_ms = exec_ms = -1): also for
+ * a backend that applies a transition again. */
+void store_run_result_init(store_run_result *res);
+
 /* Deliveries, the outbox, kv and leases, retention. */
 typedef struct store_outbox_ops {
     /* `sup` NULL: no supersession (store.c passes none for a delivery without a PR); `vis`

@@ -194,13 +194,32 @@ static bool no_room(int fd)
     return true;
 }
 
+/* g_whold: 1 = the next write to a regular file (a commit's WAL frames: the writer holds the
+ * store's write lock meanwhile) waits (then 2) until the test sets it back to 0. Under g_hmu. */
+static int g_whold;
+
+static void write_hold(int fd)
+{
+    struct stat sb;
+    pthread_mutex_lock(&g_hmu);
+    if (g_whold == 1 && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode)) {
+        g_whold = 2;
+        pthread_cond_broadcast(&g_hcv);
+        while (g_whold == 2)
+            pthread_cond_wait(&g_hcv, &g_hmu);
+    }
+    pthread_mutex_unlock(&g_hmu);
+}
+
 ssize_t pwrite64(int fd, const void *buf, size_t n, off_t off)
 {
+    write_hold(fd);
     return no_room(fd) ? -1 : (ssize_t)syscall(SYS_pwrite64, fd, buf, n, off);
 }
 
 ssize_t pwrite(int fd, const void *buf, size_t n, off_t off)
 {
+    write_hold(fd);
     return no_room(fd) ? -1 : (ssize_t)syscall(SYS_pwrite64, fd, buf, n, off);
 }
 
@@ -346,6 +365,102 @@ static void groups_committed_during_a_sync_share_the_next(void **state)
     for (int i = 0; i < N; i++)
         assert_int_equal(g[i].result, CRCR_OK);
     assert_in_range(g_syncs, 2, 3);
+}
+
+typedef struct group_ingester {
+    store *st;
+    const char *id;
+    const char *repos[2];
+    size_t n;
+    crcr_err result;
+} group_ingester;
+
+static void *group_ingest(void *arg)
+{
+    group_ingester *g = arg;
+    g->result = ingest(g->st, g->id, g->repos, g->n, 1000);
+    return NULL;
+}
+
+/* Requests queued behind the group commit's leader. */
+static int group_queued(const fixture *f)
+{
+    sqlite_store *s = sq_store(f->st);
+    int n = 0;
+    pthread_mutex_lock(&s->gmu);
+    for (sq_group_req *r = s->ghead; r; r = r->next)
+        n++;
+    pthread_mutex_unlock(&s->gmu);
+    return n;
+}
+
+static int count_rows(const fixture *f, const char *sql)
+{
+    char path[160];
+    snprintf(path, sizeof(path), "%s/t.db", f->dir);
+    sqlite3 *db = NULL;
+    sqlite3_stmt *q = NULL;
+    int n = -1;
+    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
+        sqlite3_prepare_v2(db, sql, -1, &q, NULL) == SQLITE_OK && sqlite3_step(q) == SQLITE_ROW)
+        n = sqlite3_column_int(q, 0);
+    sqlite3_finalize(q);
+    sqlite3_close(db);
+    return n;
+}
+
+/* One group commit holds four ingests: "b", a duplicate of "a" (refused at its first INSERT:
+ * nothing written), "c" whose two rows collide (it fails after writing its delivery and first
+ * row), and "d". Each ends as if alone: b and d are stored, the duplicate is told so, c leaves
+ * nothing behind. Deterministic: the group forms while the first ingest's commit is held in its
+ * WAL write (the write lock held), and each request is queued before the next one starts. */
+static void a_group_undoes_only_the_request_that_failed(void **state)
+{
+    fixture *f = *state;
+    group_ingester a = {.st = f->st, .id = "a", .repos = {"o/1"}, .n = 1};
+    group_ingester g[4] = {
+        {.st = f->st, .id = "b", .repos = {"o/1"}, .n = 1},
+        {.st = f->st, .id = "a", .repos = {"o/1"}, .n = 1},
+        {.st = f->st, .id = "c", .repos = {"o/1", "o/1"}, .n = 2},
+        {.st = f->st, .id = "d", .repos = {"o/1"}, .n = 1},
+    };
+    pthread_t ta, t[4];
+    pthread_mutex_lock(&g_hmu);
+    g_whold = 1;
+    pthread_mutex_unlock(&g_hmu);
+    assert_int_equal(pthread_create(&ta, NULL, group_ingest, &a), 0);
+    pthread_mutex_lock(&g_hmu);
+    while (g_whold != 2) /* a's commit is writing, under the write lock */
+        pthread_cond_wait(&g_hcv, &g_hmu);
+    pthread_mutex_unlock(&g_hmu);
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(pthread_create(&t[i], NULL, group_ingest, &g[i]), 0);
+        for (int k = 0; k < 10000 && group_queued(f) < i + 1; k++)
+            usleep(1000);
+        assert_int_equal(group_queued(f), i + 1);
+    }
+    pthread_mutex_lock(&g_hmu);
+    g_whold = 0;
+    pthread_cond_broadcast(&g_hcv);
+    pthread_mutex_unlock(&g_hmu);
+    pthread_join(ta, NULL);
+    for (int i = 0; i < 4; i++)
+        pthread_join(t[i], NULL);
+    assert_int_equal(a.result, CRCR_OK);
+    assert_int_equal(g[0].result, CRCR_OK);
+    assert_int_equal(g[1].result, CRCR_E_DUPLICATE);
+    assert_int_equal(g[2].result, CRCR_E_STORE);
+    assert_int_equal(g[3].result, CRCR_OK);
+    assert_int_equal(count_rows(f, "SELECT count(*) FROM deliveries"), 3);
+    assert_int_equal(count_rows(f, "SELECT count(*) FROM deliveries WHERE delivery_id='c'"), 0);
+    assert_int_equal(count_rows(f, "SELECT count(*) FROM outbox"), 3);
+    assert_int_equal(count_rows(f, "SELECT count(*) FROM outbox WHERE delivery_id='c'"), 0);
+    assert_int_equal(count_rows(f, "SELECT count(*) FROM outbox WHERE delivery_id IN "
+                                   "('a','b','d')"),
+                     3);
+    /* The store takes further writes. */
+    const char *repos[] = {"o/2"};
+    assert_int_equal(ingest(f->st, "e", repos, 1, 2000), CRCR_OK);
 }
 
 /* Bytes appended to the store's WAL so far (no checkpoint runs in these short tests: the WAL
@@ -745,6 +860,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(no_room_is_a_write_fault_until_a_write_goes_through, setup,
                                         teardown),
         cmocka_unit_test(pg_sqlstates_map_to_write_faults),
+        cmocka_unit_test_setup_teardown(a_group_undoes_only_the_request_that_failed, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(groups_committed_during_a_sync_share_the_next, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(completing_a_run_does_not_rewrite_its_body, setup,

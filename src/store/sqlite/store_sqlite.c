@@ -551,8 +551,9 @@ static crcr_err end_durable(sqlite_store *s, crcr_err err)
 /*
  * Group commit. Every ingest and every callback transition must be durable before its answer
  * (202, 200), and the fsync is most of such a write's time, so the writes that arrive while a
- * commit is running are written by the next one together, each inside its own savepoint (a
- * duplicate or a failed insert undoes only its own rows), under one COMMIT and one fsync. The
+ * commit is running are written by the next one together, each as if inside its own savepoint (a
+ * duplicate or a failed insert undoes only its own rows; see apply_group), under one COMMIT and
+ * one fsync. The
  * first waiting caller leads: it takes every queued request (at most SQ_GROUP_MAX), applies them
  * in arrival order (a later request sees what an earlier one wrote: two callers of the same
  * transition still make one winner and one duplicate), commits and wakes their callers; nobody
@@ -579,6 +580,44 @@ static crcr_err end_durable(sqlite_store *s, crcr_err err)
  * 30 KB body and rows, 1.2-2.9 ms in a trace of warm fan-outs to 100 repositories, no longer
  * comes before the first dispatch.
  */
+
+/* Applies the group's requests in order inside the open transaction (s->mu held). With `marks`
+ * each runs inside a savepoint of its own, undone when it fails (unless it keeps its writes,
+ * r->keep). Without, nothing marks them: a request that fails having written nothing (a
+ * duplicate's refused INSERT, a fenced UPDATE that matched no row: SQLite undoes a failed
+ * statement by itself, and sqlite3_total_changes64 counts only completed ones) leaves nothing
+ * to undo, and the first that fails after writing something stops the pass: *redo is then set,
+ * and the caller rolls the whole transaction back and applies the group again with marks, which
+ * ends as if every request had had its savepoint (an apply runs again from the start: its
+ * outputs are set afresh, store_sqlite.h). A savepoint and its release were two statements per
+ * request, about 1.5 % of the relay's CPU in the App-mode ingest (bench/RESULTS.md), for a case
+ * (a request failing after a write) that a group rarely holds. Returns the transaction's error:
+ * CRCR_E_STORE when it was lost. */
+static crcr_err apply_group(sqlite_store *s, sq_group_req *batch, bool marks, bool *redo)
+{
+    *redo = false;
+    for (sq_group_req *r = batch; r; r = r->next) {
+        if (marks && sq_tx(s, SQ_TX_SAVEPOINT) != CRCR_OK)
+            return CRCR_E_STORE;
+        sqlite3_int64 before = sqlite3_total_changes64(s->db);
+        r->keep = false;
+        r->result = r->apply(s, r);
+        bool undo = r->result && !r->keep;
+        if (marks) {
+            if (undo)
+                sq_exec(s, "ROLLBACK TO grp");
+            sq_tx(s, SQ_TX_RELEASE);
+        }
+        if (sqlite3_get_autocommit(s->db)) /* SQLite ended the transaction on an error */
+            return CRCR_E_STORE;
+        if (!marks && undo && sqlite3_total_changes64(s->db) != before) {
+            *redo = true;
+            return CRCR_OK;
+        }
+    }
+    return CRCR_OK;
+}
+
 static uint64_t commit_group(sqlite_store *s, sq_group_req *batch)
 {
     bool durable = false;
@@ -588,19 +627,20 @@ static uint64_t commit_group(sqlite_store *s, sq_group_req *batch)
     pthread_mutex_lock(&s->mu);
     fail_reset();
     crcr_err txerr = self_sync ? begin_durable(s) : sq_tx(s, SQ_TX_BEGIN);
-    bool open = !txerr;
-    for (sq_group_req *r = batch; r; r = r->next) {
-        if (txerr || sq_tx(s, SQ_TX_SAVEPOINT) != CRCR_OK) {
+    bool open = !txerr, redo = false;
+    if (!txerr)
+        txerr = apply_group(s, batch, false, &redo);
+    if (!txerr && redo) { /* a request to undo alone: again, each in its savepoint */
+        if (sq_exec(s, "ROLLBACK") != CRCR_OK || sq_tx(s, SQ_TX_BEGIN) != CRCR_OK) {
             txerr = CRCR_E_STORE;
-            break;
+            if (sqlite3_get_autocommit(s->db)) { /* no transaction is open any more */
+                open = false;
+                if (self_sync)
+                    sq_exec(s, "PRAGMA synchronous=NORMAL");
+            }
+        } else {
+            txerr = apply_group(s, batch, true, &redo);
         }
-        r->keep = false;
-        r->result = r->apply(s, r);
-        if (r->result && !r->keep)
-            sq_exec(s, "ROLLBACK TO grp");
-        sq_tx(s, SQ_TX_RELEASE);
-        if (sqlite3_get_autocommit(s->db)) /* SQLite ended the transaction on an error */
-            txerr = CRCR_E_STORE;
     }
     if (open)
         txerr = self_sync ? end_durable(s, txerr) : end_tx(s, txerr);

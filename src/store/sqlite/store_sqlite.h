@@ -83,9 +83,11 @@ enum {
 typedef struct sqlite_store sqlite_store;
 
 /* A write waiting for its group commit (sq_group_commit); lives on the calling thread's stack.
- * `apply` writes it inside the group's transaction with s->mu held, in its own savepoint, which
- * is undone when it returns an error unless it set `keep` (what it wrote before failing must
- * still commit). */
+ * `apply` writes it inside the group's transaction with s->mu held, as if in its own savepoint:
+ * what it wrote is undone when it returns an error unless it set `keep` (what it wrote before
+ * failing must still commit). `apply` may run more than once for one commit (the group applied
+ * again after another request failed having written: apply_group in store_sqlite.c), each time
+ * from the state before it: it sets its outputs afresh, it does not add to them. */
 typedef struct sq_group_req {
     crcr_err (*apply)(sqlite_store *s, struct sq_group_req *r);
     void *arg;

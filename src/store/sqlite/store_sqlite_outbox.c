@@ -136,6 +136,8 @@ static crcr_err ingest_apply(sqlite_store *s, sq_group_req *r)
 {
     const ingest_args *a = r->arg;
     store_new_jobs_unclaim(a->jobs, a->n); /* an apply run again claims afresh */
+    if (a->sup)                            /* and counts afresh */
+        a->sup->dispatches = a->sup->runs = a->sup->withdrawn = 0;
     crcr_err err = ingest_one(s, a->d, a->stored, a->stored_len, a->jobs, a->n, a->sup);
     if (err && a->sup) /* its savepoint is undone: nothing was ended */
         a->sup->dispatches = a->sup->runs = a->sup->withdrawn = 0;

@@ -244,6 +244,7 @@ static crcr_err run_apply_group(sqlite_store *s, sq_group_req *r)
 {
     store_run_call *a = r->arg;
     const store_run_update *u = a->u;
+    store_run_result_init(a->res); /* an apply run again starts afresh (sq_group_req) */
     if (u->rate_limit > 0) {
         bool allowed = false;
         crcr_err err = rate_hit_tx(s, u->key.repo, u->now, u->rate_window_ms, u->rate_limit,

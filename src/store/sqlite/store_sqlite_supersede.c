@@ -430,7 +430,8 @@ static crcr_err redispatch_one(sqlite_store *s, const redispatch_args *a, const 
 static crcr_err redispatch_apply(sqlite_store *s, sq_group_req *r)
 {
     redispatch_args *a = r->arg;
-    *a->n = 0;
+    *a->n = 0; /* an apply run again counts afresh (sq_group_req) */
+    a->sup->dispatches = a->sup->runs = a->sup->withdrawn = 0;
     store_pair_src *v = calloc(a->max ? a->max : 1, sizeof(*v));
     if (!v)
         return CRCR_E_NOMEM;
