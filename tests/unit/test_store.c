@@ -308,21 +308,26 @@ static void *ingest_one(void *arg)
     return NULL;
 }
 
-/* Deliveries a separate connection sees committed. */
-static int committed_deliveries(const fixture *f)
+/* The count a query returns, read on a connection of its own (what is committed). */
+static int count_rows(const fixture *f, const char *sql)
 {
     char path[160];
     snprintf(path, sizeof(path), "%s/t.db", f->dir);
     sqlite3 *db = NULL;
-    int n = -1;
     sqlite3_stmt *q = NULL;
+    int n = -1;
     if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
-        sqlite3_prepare_v2(db, "SELECT count(*) FROM deliveries", -1, &q, NULL) == SQLITE_OK &&
-        sqlite3_step(q) == SQLITE_ROW)
+        sqlite3_prepare_v2(db, sql, -1, &q, NULL) == SQLITE_OK && sqlite3_step(q) == SQLITE_ROW)
         n = sqlite3_column_int(q, 0);
     sqlite3_finalize(q);
     sqlite3_close(db);
     return n;
+}
+
+/* Deliveries a separate connection sees committed. */
+static int committed_deliveries(const fixture *f)
+{
+    return count_rows(f, "SELECT count(*) FROM deliveries");
 }
 
 /* One sync at a time, covering every group committed before it began: while a slow sync runs,
@@ -391,21 +396,6 @@ static int group_queued(const fixture *f)
     for (sq_group_req *r = s->ghead; r; r = r->next)
         n++;
     pthread_mutex_unlock(&s->gmu);
-    return n;
-}
-
-static int count_rows(const fixture *f, const char *sql)
-{
-    char path[160];
-    snprintf(path, sizeof(path), "%s/t.db", f->dir);
-    sqlite3 *db = NULL;
-    sqlite3_stmt *q = NULL;
-    int n = -1;
-    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
-        sqlite3_prepare_v2(db, sql, -1, &q, NULL) == SQLITE_OK && sqlite3_step(q) == SQLITE_ROW)
-        n = sqlite3_column_int(q, 0);
-    sqlite3_finalize(q);
-    sqlite3_close(db);
     return n;
 }
 
