@@ -181,8 +181,8 @@ crcr_err store_ingest_superseding(store *st, const store_delivery *d, const stor
 {
     if (vis)
         vis->called = false;
+    store_supersede_uncount(sup);
     if (sup) {
-        sup->dispatches = sup->runs = sup->withdrawn = 0;
         if (d->pr_number <= 0 || end_reason_parse(sup->reason) == END_REASON_UNKNOWN)
             sup = NULL;
     }
@@ -197,7 +197,7 @@ crcr_err store_pair_redispatch(store *st, const char *repo, int64_t number, cons
                                store_pair_hit *hits, size_t max, size_t *n)
 {
     *n = 0;
-    sup->dispatches = sup->runs = sup->withdrawn = 0;
+    store_supersede_uncount(sup);
     char probe[CRCR_DELIVERY_ID_MAX];
     if (!repo || number <= 0 || !base_id ||
         !store_pair_delivery_id(base_id, INT64_MAX, probe, sizeof(probe)) ||
@@ -235,6 +235,12 @@ void store_new_jobs_unclaim(const store_new_job *jobs, size_t n)
     for (size_t i = 0; i < n; i++)
         if (jobs[i].claimed_id)
             *jobs[i].claimed_id = 0;
+}
+
+void store_supersede_uncount(store_supersede *sup)
+{
+    if (sup)
+        sup->dispatches = sup->runs = sup->withdrawn = 0;
 }
 
 /* The largest row body or payload a claimed row carries (the stores' claims have the same). */

@@ -151,6 +151,9 @@ crcr_err store_job_share_delivery(store_job *batch, size_t i, size_t from_index)
 bool store_new_job_claimed(const store_new_job *j);
 /* Sets the claimed ids of jobs[0..n) back to 0: an ingest's attempt run again claims afresh. */
 void store_new_jobs_unclaim(const store_new_job *jobs, size_t n);
+/* Sets a supersession's counts back to 0 (NULL: nothing to do): before an attempt that may run
+ * again, and after one whose writes were undone (nothing of it was ended). */
+void store_supersede_uncount(store_supersede *sup);
 
 /* ---- supersession (store_supersede), the same for both backends ---- */
 

@@ -222,8 +222,7 @@ static crcr_err op_ingest(pgx *x, void *arg)
 {
     jobs_args *a = arg;
     const store_delivery *d = a->d;
-    if (a->sup) /* an attempt retried on a fresh connection counts afresh */
-        a->sup->dispatches = a->sup->runs = a->sup->withdrawn = 0;
+    store_supersede_uncount(a->sup); /* an attempt retried on a fresh connection counts afresh */
     store_new_jobs_unclaim(a->jobs, a->n); /* ... and claims afresh */
     /* A supersession takes the PR's lock (pg_lock_pr) first: here in the statement that inserts
      * the delivery (its subquery runs before the row is written), one round trip instead of two.
@@ -263,8 +262,8 @@ static crcr_err pg_ingest(store *st, const store_delivery *d, const store_new_jo
     (void)vis;
     jobs_args a = {.d = d, .jobs = jobs, .n = n, .sup = sup};
     crcr_err e = pg_with_tx(pg_store_of(st), "ingest", op_ingest, &a);
-    if (e && sup) /* rolled back: nothing was ended */
-        sup->dispatches = sup->runs = sup->withdrawn = 0;
+    if (e) /* rolled back: nothing was ended */
+        store_supersede_uncount(sup);
     return e;
 }
 

@@ -544,7 +544,7 @@ static crcr_err op_pair_redispatch(pgx *x, void *arg)
 {
     redispatch_args *a = arg;
     a->n = 0;
-    a->sup->dispatches = a->sup->runs = a->sup->withdrawn = 0;
+    store_supersede_uncount(a->sup);
     store_pair_src *v = calloc(a->max ? a->max : 1, sizeof(*v));
     if (!v)
         return CRCR_E_NOMEM;
@@ -581,6 +581,6 @@ crcr_err pg_pair_redispatch(store *st, const char *repo, int64_t number, const c
     crcr_err e = pg_with_tx(pg_store_of(st), "pair_redispatch", op_pair_redispatch, &a);
     *n = e ? 0 : a.n;
     if (e)
-        sup->dispatches = sup->runs = sup->withdrawn = 0;
+        store_supersede_uncount(sup);
     return e;
 }

@@ -548,39 +548,6 @@ static crcr_err end_durable(sqlite_store *s, crcr_err err)
     return err;
 }
 
-/*
- * Group commit. Every ingest and every callback transition must be durable before its answer
- * (202, 200), and the fsync is most of such a write's time, so the writes that arrive while a
- * commit is running are written by the next one together, each as if inside its own savepoint (a
- * duplicate or a failed insert undoes only its own rows; see apply_group), under one COMMIT and
- * one fsync. The
- * first waiting caller leads: it takes every queued request (at most SQ_GROUP_MAX), applies them
- * in arrival order (a later request sees what an earlier one wrote: two callers of the same
- * transition still make one winner and one duplicate), commits and wakes their callers; nobody
- * returns before the commit that holds its writes is on disk. When the transaction is lost
- * (commit failure, or an error that made SQLite roll it back, or the fsync failed), every
- * request of the group fails with CRCR_E_STORE: whatever its own result was, it may not be
- * stored. A single caller commits alone. The outbox's outcomes (finish, retry) go through it too,
- * marked `relaxed`: they share the commit of whatever is being written, and a group of only such
- * requests is not synced.
- *
- * The fsync runs after the write lock is released (commit_group returns the group's number):
- * the commit itself runs at synchronous=NORMAL, which in WAL mode appends the group's pages to
- * the WAL without a sync, and the leader then has the WAL (s->walfd) fdatasync()ed before anyone
- * of the group is told (sync_ok: one sync at a time, each covering every group committed before
- * it began). The next group is led and written meanwhile, so the disk's sync latency overlaps
- * the next group's work instead of adding to it. The WAL is append-only until a checkpoint has
- * copied it into the database, and a checkpoint syncs the WAL first (SQLite's rule at NORMAL), so
- * once the fdatasync returns the group's pages are on disk - as with synchronous=FULL, which syncs
- * the same file inside COMMIT. What changes is that other connections can read a group's rows
- * during its fdatasync: a power loss in that window can lose rows that an outbox claim has
- * already acted on, which at-least-once allows (the caller was never answered). For the same
- * reason an ingest that commits alone hands its claimed rows to the outbox in that window
- * (store_visible, called by the leader between commit_group and sync_ok): the fdatasync of its
- * 30 KB body and rows, 1.2-2.9 ms in a trace of warm fan-outs to 100 repositories, no longer
- * comes before the first dispatch.
- */
-
 /* Applies the group's requests in order inside the open transaction (s->mu held). With `marks`
  * each runs inside a savepoint of its own, undone when it fails (unless it keeps its writes,
  * r->keep). Without, nothing marks them: a request that fails having written nothing (a
@@ -618,6 +585,36 @@ static crcr_err apply_group(sqlite_store *s, sq_group_req *batch, bool marks, bo
     return CRCR_OK;
 }
 
+/*
+ * Group commit. Every ingest and every callback transition must be durable before its answer (202,
+ * 200), and the fsync is most of such a write's time, so the writes that arrive while a commit is
+ * running are written by the next one together, each as if inside its own savepoint (a duplicate or
+ * a failed insert undoes only its own rows; see apply_group), under one COMMIT and one fsync. The
+ * first waiting caller leads: it takes every queued request (at most SQ_GROUP_MAX), applies them in
+ * arrival order (a later request sees what an earlier one wrote: two callers of the same transition
+ * still make one winner and one duplicate), commits and wakes their callers; nobody returns before
+ * the commit that holds its writes is on disk. When the transaction is lost (commit failure, or an
+ * error that made SQLite roll it back, or the fsync failed), every request of the group fails with
+ * CRCR_E_STORE: whatever its own result was, it may not be stored. A single caller commits alone.
+ * The outbox's outcomes (finish, retry) go through it too, marked `relaxed`: they share the commit
+ * of whatever is being written, and a group of only such requests is not synced.
+ *
+ * The fsync runs after the write lock is released (commit_group returns the group's number):
+ * the commit itself runs at synchronous=NORMAL, which in WAL mode appends the group's pages to
+ * the WAL without a sync, and the leader then has the WAL (s->walfd) fdatasync()ed before anyone
+ * of the group is told (sync_ok: one sync at a time, each covering every group committed before
+ * it began). The next group is led and written meanwhile, so the disk's sync latency overlaps
+ * the next group's work instead of adding to it. The WAL is append-only until a checkpoint has
+ * copied it into the database, and a checkpoint syncs the WAL first (SQLite's rule at NORMAL), so
+ * once the fdatasync returns the group's pages are on disk - as with synchronous=FULL, which syncs
+ * the same file inside COMMIT. What changes is that other connections can read a group's rows
+ * during its fdatasync: a power loss in that window can lose rows that an outbox claim has
+ * already acted on, which at-least-once allows (the caller was never answered). For the same
+ * reason an ingest that commits alone hands its claimed rows to the outbox in that window
+ * (store_visible, called by the leader between commit_group and sync_ok): the fdatasync of its
+ * 30 KB body and rows, 1.2-2.9 ms in a trace of warm fan-outs to 100 repositories, no longer
+ * comes before the first dispatch.
+ */
 static uint64_t commit_group(sqlite_store *s, sq_group_req *batch)
 {
     bool durable = false;

@@ -136,11 +136,10 @@ static crcr_err ingest_apply(sqlite_store *s, sq_group_req *r)
 {
     const ingest_args *a = r->arg;
     store_new_jobs_unclaim(a->jobs, a->n); /* an apply run again claims afresh */
-    if (a->sup)                            /* and counts afresh */
-        a->sup->dispatches = a->sup->runs = a->sup->withdrawn = 0;
+    store_supersede_uncount(a->sup);       /* and counts afresh */
     crcr_err err = ingest_one(s, a->d, a->stored, a->stored_len, a->jobs, a->n, a->sup);
-    if (err && a->sup) /* its savepoint is undone: nothing was ended */
-        a->sup->dispatches = a->sup->runs = a->sup->withdrawn = 0;
+    if (err) /* its savepoint is undone: nothing was ended */
+        store_supersede_uncount(a->sup);
     return err;
 }
 
@@ -160,8 +159,8 @@ static crcr_err sq_ingest(store *st, const store_delivery *d, const store_new_jo
         err = sq_group_commit(sq_store(st), &me);
     }
     buf_free(&packed);
-    if (err && sup) /* the group's transaction was lost */
-        sup->dispatches = sup->runs = sup->withdrawn = 0;
+    if (err) /* the group's transaction was lost */
+        store_supersede_uncount(sup);
     return err;
 }
 

@@ -431,7 +431,7 @@ static crcr_err redispatch_apply(sqlite_store *s, sq_group_req *r)
 {
     redispatch_args *a = r->arg;
     *a->n = 0; /* an apply run again counts afresh (sq_group_req) */
-    a->sup->dispatches = a->sup->runs = a->sup->withdrawn = 0;
+    store_supersede_uncount(a->sup);
     store_pair_src *v = calloc(a->max ? a->max : 1, sizeof(*v));
     if (!v)
         return CRCR_E_NOMEM;
@@ -450,7 +450,7 @@ static crcr_err redispatch_apply(sqlite_store *s, sq_group_req *r)
     free(v);
     if (err) {
         *a->n = 0;
-        a->sup->dispatches = a->sup->runs = a->sup->withdrawn = 0;
+        store_supersede_uncount(a->sup);
     }
     return err;
 }
@@ -472,7 +472,7 @@ crcr_err sq_pair_redispatch(store *st, const char *repo, int64_t number, const c
     crcr_err err = sq_group_commit(sq_store(st), &me);
     if (err) {
         *n = 0;
-        sup->dispatches = sup->runs = sup->withdrawn = 0;
+        store_supersede_uncount(sup);
     }
     return err;
 }
