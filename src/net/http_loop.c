@@ -44,7 +44,9 @@
  * requests submitted and not started meanwhile. A short slice makes a woken loop preempt at once.
  * Eight alternated series of ten warm fan-outs (bench/RESULTS.md, 2026-12-03 10:32): the second
  * round of requests reached the fake GitHub 57.3 ms after the webhook instead of 59.2 (medians of
- * 80), the last answer 113.4 ms instead of 114.4.
+ * 80), the last answer 113.4 ms instead of 114.4. The threads that work through queues are
+ * SCHED_BATCH (thread_sched.c): woken, they wait for the loop; the loop, woken, still preempts
+ * them.
  */
 #include "http_loop.h"
 
@@ -57,12 +59,11 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "clock.h"
 #include "http_easy.h"
+#include "thread_sched.h"
 
 /* Idle easy handles kept for reuse. */
 #define LOOP_IDLE_HANDLES 64
@@ -490,35 +491,10 @@ static void wait_events(http_loop *l, int cap_ms)
 
 /* ---------------------------------------------------------------- the thread */
 
-/* struct sched_attr of sched_setattr(2), its first version (48 bytes): glibc 2.36 has neither
- * the call nor the type, and <linux/sched/types.h> clashes with <sched.h>. */
-typedef struct loop_sched_attr {
-    uint32_t size, policy;
-    uint64_t flags;
-    int32_t nice;
-    uint32_t priority;
-    uint64_t runtime, deadline, period;
-} loop_sched_attr;
-
-/* Asks for LOOP_SLICE_NS as the calling thread's slice, keeping SCHED_OTHER and its nice value;
- * nothing changes where the kernel cannot (see the header comment). */
-static void ask_short_slice(void)
-{
-#ifdef SYS_sched_setattr
-    loop_sched_attr a = {
-        .size = sizeof(a), .policy = 0 /* SCHED_OTHER */, .runtime = LOOP_SLICE_NS};
-    errno = 0;
-    int nice = getpriority(PRIO_PROCESS, 0); /* this thread's (Linux: per thread) */
-    if (errno == 0)
-        a.nice = nice;
-    (void)syscall(SYS_sched_setattr, 0, &a, 0);
-#endif
-}
-
 static void *loop_main(void *arg)
 {
     http_loop *l = arg;
-    ask_short_slice();
+    thread_sched_short_slice(LOOP_SLICE_NS); /* refused by older kernels: no matter */
     bool was_idle = true;
     int64_t next_expiry = 0;
     for (;;) {

@@ -90,6 +90,7 @@
 #include "metrics.h"
 #include "page_cache.h"
 #include "siphash.h"
+#include "thread_sched.h"
 #include "workpool.h"
 
 /* MHD's per-connection memory (request line, headers and the body chunk being read). It is
@@ -344,6 +345,9 @@ static _Thread_local struct {
     http_server *srv; /* NULL: nothing parked */
     peer_key key;
 } tl_parked;
+
+/* Whether this thread (one of MHD's I/O threads) was marked SCHED_BATCH. */
+static _Thread_local bool tl_batch;
 
 /* MHD's accept policy: refuses a connection whose peer holds max_per_client connections. */
 static enum MHD_Result on_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen)
@@ -969,6 +973,10 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
 {
     http_server *srv = cls;
     if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        if (!tl_batch) { /* the first connection of this I/O thread (MHD starts them) */
+            tl_batch = true;
+            thread_sched_batch(); /* woken by a client, it does not preempt (thread_sched.c) */
+        }
         *socket_context = NULL;
         metrics_http_connections(1);
         bool counted = tl_parked.srv == srv;

@@ -19,6 +19,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "thread_sched.h"
+
 typedef struct wp_thread {
     struct workpool *p;
     pthread_t th;
@@ -56,6 +58,7 @@ static void *worker(void *arg)
     workpool *p = t->p;
     /* A failure leaves the default priority. */
     setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), p->nice);
+    thread_sched_batch(); /* queue work: a woken pool thread does not preempt (thread_sched.c) */
     pthread_mutex_lock(&p->mu);
     for (;;) {
         while (!p->n && !p->stopping)

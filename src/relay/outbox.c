@@ -59,6 +59,7 @@
 #include "metrics.h"
 #include "oncall.h"
 #include "store.h"
+#include "thread_sched.h"
 #include "vocab.h"
 
 #define OUTBOX_POLL_MS 1000
@@ -1603,6 +1604,7 @@ static void wake_idle(outbox *ob, size_t n)
 static void *worker(void *arg)
 {
     outbox *ob = arg;
+    thread_sched_batch(); /* queue work: woken, it does not preempt (thread_sched.c) */
     uint64_t rng = (uint64_t)clock_mono_ms() ^ (uint64_t)(uintptr_t)&rng;
     if (!rng)
         rng = 88172645463325252ULL;

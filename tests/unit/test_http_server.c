@@ -11,13 +11,16 @@
  * cutting a slowloris (and only a connection whose header block is late), the budget of
  * unauthenticated bodies answering 503 with Retry-After before a body byte is read (and at the end
  * of a chunked body that outgrows it), and a route's streaming body check (the webhook HMAC,
- * sig_stream) whose verdict reaches the handler and whose pass gives the body's charge back.
+ * sig_stream) whose verdict reaches the handler and whose pass gives the body's charge back. The
+ * server's threads (MHD's I/O threads, the handler pools) run SCHED_BATCH.
  *
  * Handlers run on server threads and never assert (cmocka is not thread-safe): they record under
  * a mutex and the test thread checks. Waits on the server are condition variables with a
  * generous bound that only turns a hang into a failure.
  */
+#define _GNU_SOURCE /* SCHED_BATCH */
 #include <setjmp.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -50,6 +53,7 @@
 typedef struct seen {
     int hello, echo, guarded, guard_calls, tree, deep, off, cached, block_entered, finished;
     int big, signed_calls, verdict, quick_calls, carried, carry_freed;
+    int quick_policy, carried_policy; /* sched_getscheduler() of the last /quick's threads */
     size_t guard_body_len;
     size_t big_len[BIG_SEEN]; /* the body lengths /big answered, the first BIG_SEEN */
     char query[64], header[64], path[128], body[64];
@@ -260,6 +264,7 @@ static bool quick_step(void *ctx, const http_request *req, http_response *resp, 
 {
     pthread_mutex_lock(&g_mu);
     g.quick_calls++;
+    g.quick_policy = sched_getscheduler(0);
     pthread_mutex_unlock(&g_mu);
     if (http_req_query(req, "answer")) {
         http_resp_json(resp, 200, "{\"quick\":true}");
@@ -277,6 +282,7 @@ static void carried_handler(void *ctx, const http_request *req, http_response *r
     int v = req->carry ? *(const int *)req->carry : -1;
     pthread_mutex_lock(&g_mu);
     g.carried++;
+    g.carried_policy = sched_getscheduler(0);
     pthread_mutex_unlock(&g_mu);
     char body[32];
     snprintf(body, sizeof(body), "{\"carry\":%d}", v);
@@ -821,6 +827,10 @@ static void a_quick_steps_carry_reaches_the_handler_and_is_freed_once(void **sta
     assert_int_equal(v.quick_calls, 2);
     assert_int_equal(v.carried, 2);
     assert_int_equal(v.carry_freed, 2);
+    /* Both threads are throughput work (thread_sched.c): the MHD thread that ran the quick step
+     * and the handler pool's. */
+    assert_int_equal(v.quick_policy, SCHED_BATCH);
+    assert_int_equal(v.carried_policy, SCHED_BATCH);
 }
 
 static void a_full_offload_queue_answers_503_with_retry_after(void **state)

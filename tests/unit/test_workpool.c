@@ -1,4 +1,7 @@
-/* Unit tests for workpool.c: bounded queue, every item finished once, cancellation at stop. */
+/* Unit tests for workpool.c: bounded queue, every item finished once, cancellation at stop, the
+ * threads' scheduling. */
+#define _GNU_SOURCE /* SCHED_BATCH */
+#include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 #include <setjmp.h>
@@ -7,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include <cmocka.h>
 
@@ -180,12 +184,59 @@ static void items_one_at_a_time_run_on_the_thread_idle_last(void **state)
     workpool_free(p);
 }
 
+/* How the thread that ran an item was scheduled. */
+typedef struct sched_seen {
+    int policy, nice, nice_errno;
+    bool done;
+} sched_seen;
+
+static void run_sched(void *v, bool cancelled)
+{
+    sched_seen *s = v;
+    pthread_mutex_lock(&g_mu);
+    if (!cancelled) {
+        s->policy = sched_getscheduler(0);
+        errno = 0;
+        s->nice = getpriority(PRIO_PROCESS, 0); /* the calling thread's (Linux) */
+        s->nice_errno = errno;
+    }
+    s->done = true;
+    pthread_cond_broadcast(&g_cv);
+    pthread_mutex_unlock(&g_mu);
+}
+
+/* The pool's threads are throughput work: SCHED_BATCH (a woken thread does not preempt the one
+ * running, thread_sched.c), at the nice value the pool was started with. */
+static void threads_run_batch_at_their_nice_value(void **state)
+{
+    workpool *p = workpool_start(2, 4, 7, run_sched);
+    assert_non_null(p);
+    sched_seen s[4];
+    memset(s, 0, sizeof(s));
+    for (int i = 0; i < 4; i++)
+        assert_true(workpool_submit(p, &s[i], NULL));
+    pthread_mutex_lock(&g_mu);
+    for (int i = 0; i < 4; i++)
+        while (!s[i].done)
+            pthread_cond_wait(&g_cv, &g_mu);
+    pthread_mutex_unlock(&g_mu);
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(s[i].policy, SCHED_BATCH);
+        assert_int_equal(s[i].nice_errno, 0);
+        assert_int_equal(s[i].nice, 7);
+    }
+    assert_int_equal(sched_getscheduler(0), SCHED_OTHER); /* the caller's is its own */
+    workpool_stop(p);
+    workpool_free(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup(a_full_queue_refuses_and_everything_runs_once, reset),
         cmocka_unit_test_setup(stop_cancels_what_waits, reset),
         cmocka_unit_test_setup(items_one_at_a_time_run_on_the_thread_idle_last, reset),
+        cmocka_unit_test_setup(threads_run_batch_at_their_nice_value, reset),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
