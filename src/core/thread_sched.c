@@ -10,7 +10,7 @@
  * (on this paravirtualised host the interrupt enabling around them alone was 10 %). A woken
  * SCHED_BATCH thread does not preempt: it runs when the running thread sleeps or its slice ends,
  * so the threads that work through queues finish what they hold and the woken one then finds
- * more queued. The same load with the queue workers marked: 4.4-4.9 switches per webhook, and
+ * more queued. The same load with the queue workers marked: 4.2-5.1 switches per webhook, and
  * the dry-run ingest's 3.5-5.2 became 2.3-2.5 (bench/RESULTS.md has the series). An idle CPU
  * still runs a woken thread at once: latency changes only when both CPUs are busy (the warm
  * fan-out to 100 repositories answered in the same 104-107 ms).
