@@ -3,9 +3,9 @@
  *
  * Two kinds of thread: the GitHub client's loop, whose short turns every GitHub request waits for,
  * asks for a short time slice (thread_sched_short_slice); the threads that work through queues
- * (the HTTP server's I/O threads and handler pools, the outbox workers) are
- * marked as throughput work (thread_sched_batch). Neither needs a privilege; where the kernel
- * refuses or does not know a request, the thread keeps the default and nothing else changes.
+ * (the HTTP server's I/O threads and handler pools, the outbox workers) are marked as throughput
+ * work (thread_sched_batch). Neither needs a privilege; where the kernel refuses or does not know
+ * a request, the thread keeps the default and nothing else changes.
  */
 #ifndef CRCR_THREAD_SCHED_H
 #define CRCR_THREAD_SCHED_H

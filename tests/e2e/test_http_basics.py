@@ -1,6 +1,7 @@
 """End-to-end HTTP basics of the real relay (`crcr serve` in dry-run, on 127.0.0.1):
 routing (404/405 with JSON {"detail"} bodies), request limits (413 from Content-Length before the
-body is read, 413 for an over-long chunked body, 431 for oversized headers) and graceful SIGTERM.
+body is read, 413 for an over-long chunked body, 431 for oversized headers), graceful SIGTERM, and
+the threads that work through queues running SCHED_BATCH (src/core/thread_sched.c).
 
 Needs CRCR_BIN (the crcr binary); see tests/support/README.md.
 """
@@ -9,9 +10,11 @@ import http.client
 import json
 import signal
 import socket
+import os
 import unittest
 
 import relay as R
+from waiting import wait_until
 
 SIG_HEADERS = {
     "X-GitHub-Event": "pull_request",
@@ -205,6 +208,52 @@ class ShutdownTest(unittest.TestCase):
         self.assertEqual(rc, 0, "exit code after SIGTERM; log:\n" + r.log_tail())
         with self.assertRaises(OSError):
             socket.create_connection(("127.0.0.1", r.port), timeout=1).close()
+
+
+SCHED_BATCH = 3  # Linux's policy number (sched.h)
+
+
+def thread_policies(pid):
+    """(comm, scheduling policy) of every thread of `pid`: /proc's stat, field 41."""
+    out = []
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
+                stat = f.read()
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # a thread that ended meanwhile
+        comm = stat[stat.index("(") + 1:stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2:].split()  # from field 3 on
+        out.append((comm, int(fields[41 - 3])))
+    return out
+
+
+class ThreadSchedulingTest(unittest.TestCase):
+    """The handler pool, the HUD pool and the outbox workers are SCHED_BATCH from their start;
+    an MHD I/O thread from its first connection; the other threads (main, the reaper, the
+    checkpointer, the GitHub loop in App mode...) keep the default."""
+
+    def test_queue_threads_run_sched_batch_and_the_others_do_not(self):
+        relay = R.Relay(env={"CRCR_HTTP_THREADS": "3", "CRCR_HUD_CONCURRENCY": "2",
+                             "MAX_DISPATCH_WORKERS": "2"})  # 2 outbox workers
+        self.addCleanup(relay.close)
+        relay.start()
+        self.assertEqual(relay.get("/healthz").status, 200)  # a connection for an MHD thread
+        pid = relay.proc.pid
+
+        def settled():
+            p = thread_policies(pid)
+            ours = [pol for comm, pol in p if comm != "MHD-worker"]
+            mhd = [pol for comm, pol in p if comm == "MHD-worker"]
+            return (ours.count(SCHED_BATCH) == 3 + 2 + 2 and mhd.count(SCHED_BATCH) >= 1) and p
+
+        p = wait_until(settled, timeout=30)
+        self.assertTrue(p, "3 + 2 + 2 SCHED_BATCH threads besides MHD's, and an MHD thread: %r"
+                        % (thread_policies(pid),))
+        ours = [pol for comm, pol in p if comm != "MHD-worker"]
+        self.assertGreaterEqual(len(ours) - ours.count(SCHED_BATCH), 2,
+                                "the main thread, the reaper, the checkpointer keep the default: %r"
+                                % (p,))
 
 
 if __name__ == "__main__":
