@@ -28,6 +28,7 @@
 #include "log.h"
 #include "store.h"
 #include "store_impl.h"
+#include "store_pg.h"
 
 #define THREADS 8
 
@@ -571,6 +572,76 @@ static void a_refused_duplicate_leaves_the_sessions_usable(void **state)
     assert_int_equal(v->n, 2);
     assert_int_equal(v->received_at, 1000);
     free(v);
+}
+
+/* What an operation's session says about itself (PostgreSQL): its server process and mode. */
+typedef struct session_seen {
+    int64_t pid;
+    bool relaxed; /* the session set synchronous_commit itself (the pool's relaxed mode) */
+    pg_op inner;  /* run while this session is held (NULL: none) */
+    void *inner_arg;
+} session_seen;
+
+static int session_row(void *ctx, const store_row_source *s)
+{
+    session_seen *w = ctx;
+    w->pid = s->i64(s->src, 0, 0);
+    w->relaxed = s->i64(s->src, 1, -1) == 1;
+    return 0;
+}
+
+static crcr_err look_at_session(pgx *x, void *arg)
+{
+    session_seen *w = arg;
+    /* The test cluster's own default is off: the setting's source tells the modes apart. */
+    crcr_err e = pg_query(x,
+                          "SELECT pg_backend_pid()::bigint, (source = 'session')::integer FROM "
+                          "pg_settings WHERE name = 'synchronous_commit'",
+                          NULL, 0, session_row, w, NULL);
+    if (!e && w->inner)
+        e = w->inner(x, w->inner_arg);
+    return e;
+}
+
+static crcr_err look_while_held(pgx *x, void *arg)
+{
+    (void)x;
+    session_seen *w = arg;
+    return pg_with_conn(x->s, "op_b", look_at_session, w);
+}
+
+/* The pool's choice of session (acquire): an operation goes back to a free session that ran it
+ * (its statements are prepared there) before another one in the same mode, and a relaxed
+ * operation opens a session of its own while the pool has room instead of switching a durable
+ * one. */
+static void an_operation_returns_to_its_session_and_sessions_keep_their_mode(void **state)
+{
+    if (!g_pg)
+        skip();
+    pg_store *s = pg_store_of(*state);
+    assert_true(s->n >= 4);
+    session_seen b_nested = {0};
+    session_seen a = {.inner = look_while_held, .inner_arg = &b_nested};
+    /* op_a holds a session while op_b runs: op_b gets a second one. */
+    assert_int_equal(pg_with_conn(s, "op_a", look_at_session, &a), CRCR_OK);
+    assert_true(a.pid > 0 && b_nested.pid > 0);
+    assert_true(a.pid != b_nested.pid);
+    /* Both are free and durable now: each operation gets the session that ran it. */
+    session_seen b = {0}, a2 = {0};
+    assert_int_equal(pg_with_conn(s, "op_b", look_at_session, &b), CRCR_OK);
+    assert_true(b.pid == b_nested.pid);
+    assert_int_equal(pg_with_conn(s, "op_a", look_at_session, &a2), CRCR_OK);
+    assert_true(a2.pid == a.pid);
+    /* A relaxed operation leaves both durable sessions as they are: it opens a third. */
+    session_seen r = {0}, a3 = {0}, b3 = {0};
+    assert_int_equal(pg_with_conn_relaxed(s, "op_a", look_at_session, &r), CRCR_OK);
+    assert_true(r.relaxed);
+    assert_true(r.pid != a.pid && r.pid != b.pid);
+    assert_int_equal(pg_with_conn(s, "op_a", look_at_session, &a3), CRCR_OK);
+    assert_int_equal(pg_with_conn(s, "op_b", look_at_session, &b3), CRCR_OK);
+    assert_true(a3.pid == a.pid && b3.pid == b.pid);
+    assert_false(a3.relaxed);
+    assert_false(b3.relaxed);
 }
 
 static void ingest_without_jobs_records_an_ignored_delivery(void **state)
@@ -3666,6 +3737,7 @@ int main(int argc, char **argv)
         T(ingest_keeps_payload_bytes_exactly_and_refuses_a_known_delivery),
         T(claimed_rows_carry_their_own_deliverys_payload),
         T(a_refused_duplicate_leaves_the_sessions_usable),
+        T(an_operation_returns_to_its_session_and_sessions_keep_their_mode),
         T(ingest_without_jobs_records_an_ignored_delivery),
         T(claim_hands_out_due_rows_in_due_order_with_their_delivery),
         T(claim_takes_back_a_row_whose_lease_expired),
