@@ -603,11 +603,10 @@ static crcr_err look_at_session(pgx *x, void *arg)
     return e;
 }
 
+/* Runs op_b while the caller's session is held (pg_op: x is that session). */
 static crcr_err look_while_held(pgx *x, void *arg)
 {
-    (void)x;
-    session_seen *w = arg;
-    return pg_with_conn(x->s, "op_b", look_at_session, w);
+    return pg_with_conn(x->s, "op_b", look_at_session, arg);
 }
 
 /* The pool's choice of session (acquire): an operation goes back to a free session that ran it
