@@ -81,7 +81,9 @@
 typedef struct pg_prepared {
     size_t n;
     char *sql[PG_PREPARED_MAX]; /* owned copies of the texts, in preparation order */
-    uint64_t ops; /* op_bit() of each operation the session ran: set and read under s->mu */
+    /* op_bit() of each operation the session ran: set (release) and read (acquire) under s->mu,
+     * emptied with the list while the slot is lent (prepared_forget) */
+    uint64_t ops;
 } pg_prepared;
 
 /* One bit for an operation's name (pgx.op): FNV-1a, 64 bits wide. Two names may share a bit;
