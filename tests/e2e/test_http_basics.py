@@ -8,9 +8,9 @@ Needs CRCR_BIN (the crcr binary); see tests/support/README.md.
 
 import http.client
 import json
+import os
 import signal
 import socket
-import os
 import unittest
 
 import relay as R
