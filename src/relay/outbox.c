@@ -913,6 +913,18 @@ static step_rc step_dispatch(outbox *ob, job *j)
             j->o.verdict = OUTBOX_DONE;
             return STEP_DONE;
         }
+        /* The pair the token binds and the check run names is in the store before the dispatch
+         * goes out: a downstream may call back before this row's outcome is recorded. */
+        if (j->pair) {
+            crcr_err re = store_job_record(ob->st, sj, j->record.data, j->record.len);
+            if (re) {
+                j->o.verdict = re == CRCR_E_STATE ? OUTBOX_LEASE_LOST : OUTBOX_RETRY;
+                snprintf(j->o.error, sizeof(j->o.error), "%s",
+                         re == CRCR_E_STATE ? "lease lost to another worker"
+                                            : "cannot record the Depends-On pair");
+                return STEP_DONE;
+            }
+        }
         snprintf(j->path, sizeof(j->path), "/repos/%s/dispatches", sj->target);
         j->stage = 3;
     }

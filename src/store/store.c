@@ -313,6 +313,11 @@ crcr_err store_job_renew(store *st, store_job *job, int64_t now, int64_t lease_m
     return e;
 }
 
+crcr_err store_job_record(store *st, const store_job *job, const char *body, size_t body_len)
+{
+    return st->ops->outbox->job_record(st, job->id, job->lease_until, body, body_len);
+}
+
 crcr_err store_redeliver(store *st, const char *delivery_id, const char *repo, int64_t now, int *n)
 {
     *n = 0;

@@ -295,6 +295,12 @@ crcr_err store_job_retry(store *st, const store_job *job, int64_t next_at, bool 
 /* Extends the lease of a claimed row to now + lease_ms (job->lease_until is updated). */
 crcr_err store_job_renew(store *st, store_job *job, int64_t now, int64_t lease_ms);
 
+/* Replaces a claimed row's stored body under its lease, the row staying `running`: what a
+ * callback is checked against must be in the store before the request that lets the downstream
+ * call back goes out (a paired dispatch's Depends-On record, §3.13). CRCR_E_STATE when the lease
+ * was lost. */
+crcr_err store_job_record(store *st, const store_job *job, const char *body, size_t body_len);
+
 /* The outcome of one claimed row for store_jobs_settle: a finish (store_job_finish's arguments)
  * or a retry (store_job_retry's). `result` receives what the single call would have returned
  * (CRCR_E_STATE: the lease was lost). */

@@ -319,6 +319,7 @@ typedef struct store_outbox_ops {
     crcr_err (*job_retry)(store *st, int64_t id, int64_t lease, int64_t next_at, bool count_attempt,
                           long http_status, const char *error);
     crcr_err (*job_renew)(store *st, int64_t id, int64_t lease, int64_t new_lease);
+    crcr_err (*job_record)(store *st, int64_t id, int64_t lease, const char *body, size_t body_len);
     /* *n is 0 until it succeeds. */
     crcr_err (*redeliver)(store *st, const char *delivery_id, const char *repo, int64_t now,
                           int *n);

@@ -231,6 +231,11 @@ class DependsOnTest(DependsOnMixin, unittest.TestCase):
         self.assertOk(self.cb(PAIRED, pr, "in_progress", run_id=run), "in_progress")
 
         new = self.pull(8)  # a push to relay-l4's PR 8
+        # The new dispatch's answer waits at the fake until the callback below is answered: a
+        # downstream may call back before the relay has recorded the dispatch's outcome, and the
+        # pair its token binds must be in the store by then.
+        hold = self.s.gh.hold("POST", r"/repos/%s/dispatches$" % PAIRED)
+        self.addCleanup(hold.release)
         r = self.webhook("pull_request", downstream_push(PAIRED, 8, new))
         self.assertEqual(r.status, 202, r.body)
         again = "%s:pr%d" % (r.delivery, pr.number)
@@ -250,8 +255,11 @@ class DependsOnTest(DependsOnMixin, unittest.TestCase):
         # Callbacks of the new run are bound to the new pair and accepted.
         repush = self.s.relay.get("/api/v1/deliveries/%s" % again).json()
         self.assertEqual((repush["pr_number"], repush["head_sha"]), (pr.number, pr.sha))
+        self.assertTrue(hold.wait_reached(15.0),
+                        "the dispatch's answer was not held" + self.diag())
         self.assertOk(self.post_callback(PAIRED, self.body(cp, "in_progress",
                                                            run_id=new_run_id())), "in_progress")
+        hold.release()
 
         # The same webhook again: a duplicate, nothing dispatched twice.
         r2 = self.webhook("pull_request", downstream_push(PAIRED, 8, new), delivery=r.delivery)

@@ -1027,6 +1027,37 @@ static void a_lost_lease_fences_finish_retry_and_renew(void **state)
     store_job_free(&old);
 }
 
+/* A paired dispatch writes its Depends-On record before the request goes out (outbox.c): a
+ * callback reads it while the row is still running, and only the lease's holder may write it. */
+static void a_claimed_rows_record_is_read_before_its_outcome_and_fenced(void **state)
+{
+    store *st = *state;
+    const char *t[] = {"a/one"};
+    assert_int_equal(ingest(st, "d", 1000, t, 1), CRCR_OK);
+    store_job old, cur;
+    assert_int_equal(store_claim(st, 1000, 100, &old), CRCR_OK);
+    static const char rec[] = "{\"depends_on\":{\"repository\":\"o/r\",\"number\":8}}";
+    assert_int_equal(store_job_record(st, &old, rec, sizeof(rec) - 1), CRCR_OK);
+    store_dispatch d;
+    buf_init(&d.payload, 0);
+    assert_int_equal(store_dispatch_get(st, "d", "a/one", false, &d), CRCR_OK);
+    assert_string_equal(d.pair, rec);
+    /* The lease passes to another worker: the old holder's record no longer lands. */
+    assert_int_equal(store_claim(st, 1101, 100, &cur), CRCR_OK);
+    assert_int_equal(cur.id, old.id);
+    assert_int_equal(store_job_record(st, &old, "{}", 2), CRCR_E_STATE);
+    assert_int_equal(store_dispatch_get(st, "d", "a/one", false, &d), CRCR_OK);
+    assert_string_equal(d.pair, rec);
+    /* Once the row is finished nobody records over its outcome. */
+    assert_int_equal(store_job_finish(st, &cur, "sent", 204, NULL, NULL, NULL, 0, 1110), CRCR_OK);
+    assert_int_equal(store_job_record(st, &cur, "{}", 2), CRCR_E_STATE);
+    assert_int_equal(store_dispatch_get(st, "d", "a/one", false, &d), CRCR_OK);
+    assert_string_equal(d.pair, rec);
+    buf_free(&d.payload);
+    store_job_free(&cur);
+    store_job_free(&old);
+}
+
 static void claim_of_a_job_row_carries_its_own_body(void **state)
 {
     store *st = *state;
@@ -3746,6 +3777,7 @@ int main(int argc, char **argv)
         T(ingest_claims_the_rows_given_a_lease),
         T(ingest_hands_rows_over_before_its_sync),
         T(a_lost_lease_fences_finish_retry_and_renew),
+        T(a_claimed_rows_record_is_read_before_its_outcome_and_fenced),
         T(claim_of_a_job_row_carries_its_own_body),
         T(finish_and_retry_record_outcomes_and_attempts),
         T(redeliver_requeues_dispatch_rows_and_adds_a_missing_repo),

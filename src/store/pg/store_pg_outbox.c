@@ -530,6 +530,15 @@ static crcr_err pg_job_renew(store *st, int64_t id, int64_t lease, int64_t new_l
                   ARGS(ARG_INT(new_lease), ARG_INT(id), ARG_INT(lease)));
 }
 
+static crcr_err pg_job_record(store *st, int64_t id, int64_t lease, const char *body,
+                              size_t body_len)
+{
+    return fenced(st, "record",
+                  "UPDATE outbox SET body=$1::bytea WHERE id=$2 AND state='running' AND "
+                  "lease_until=$3",
+                  ARGS(ARG_BLOB(body, body_len), ARG_INT(id), ARG_INT(lease)));
+}
+
 typedef struct redeliver_args {
     const char *delivery_id, *repo;
     int64_t now;
@@ -824,6 +833,7 @@ const store_outbox_ops PG_OUTBOX_OPS = {
     .job_finish = pg_job_finish,
     .job_retry = pg_job_retry,
     .job_renew = pg_job_renew,
+    .job_record = pg_job_record,
     .redeliver = pg_redeliver,
     .enqueue = pg_enqueue,
     .list_deliveries = pg_list_deliveries,

@@ -47,6 +47,7 @@ enum {
     SQ_FINISH,
     SQ_RETRY,
     SQ_RENEW,
+    SQ_RECORD,
     SQ_KV_GET,
     SQ_KV_PUT,
     SQ_RUN_DISPATCH,

@@ -493,6 +493,14 @@ static crcr_err sq_job_renew(store *st, int64_t id, int64_t lease, int64_t new_l
                   ARGS(ARG_INT(new_lease), ARG_INT(id), ARG_INT(lease)), new_lease);
 }
 
+static crcr_err sq_job_record(store *st, int64_t id, int64_t lease, const char *body,
+                              size_t body_len)
+{
+    return fenced(sq_store(st), SQ_RECORD, "record",
+                  "UPDATE outbox SET body=?1 WHERE id=?2 AND state='running' AND lease_until=?3",
+                  ARGS(ARG_BLOB(body, body_len), ARG_INT(id), ARG_INT(lease)), 0);
+}
+
 static crcr_err sq_redeliver(store *st, const char *delivery_id, const char *repo, int64_t now,
                              int *n)
 {
@@ -700,6 +708,7 @@ const store_outbox_ops SQ_OUTBOX_OPS = {
     .job_finish = sq_job_finish,
     .job_retry = sq_job_retry,
     .job_renew = sq_job_renew,
+    .job_record = sq_job_record,
     .redeliver = sq_redeliver,
     .enqueue = sq_enqueue,
     .list_deliveries = sq_list_deliveries,
