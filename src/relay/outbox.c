@@ -841,6 +841,10 @@ static step_rc step_dispatch(outbox *ob, job *j)
     if (j->stage == 0) {
         depends_on_pair pair;
         if (depends_on_record_parse(sj->body.data, sj->body.len, &pair)) {
+            /* A row sent again holds what its last attempt resolved (store_job_record): the pair
+             * is read again, and what GitHub says now is what this attempt sends. */
+            pair.resolved = false;
+            pair.head_sha[0] = pair.head_ref[0] = pair.clone_url[0] = pair.problem[0] = '\0';
             j->pair = malloc(sizeof(*j->pair));
             if (!j->pair) {
                 j->o.verdict = OUTBOX_RETRY;

@@ -325,6 +325,47 @@ class DependsOnTest(DependsOnMixin, unittest.TestCase):
             "Depends-On %s#7 @ %s; trimmed: payload.pull_request.body" % (PAIRED, sha7[:7])))
 
 
+class RetriedPairTest(DependsOnMixin, unittest.TestCase):
+    """A paired dispatch writes the pair it resolved before it goes out. When GitHub fails it
+    and the row is sent again (after a retry delay that only the moved clock ends), the pair is
+    read again: here the PR is gone by then, and the dispatch goes without the old pair."""
+    STACK_ENV = dict(DependsOnMixin.STACK_ENV, CRCR_RETRY_BASE_MS="60000",
+                     CRCR_RETRY_MAX_MS="60000")
+
+    def test_a_dispatch_sent_again_reads_its_pair_again(self):
+        sha = self.pull(11)
+        posts = r"/repos/%s/dispatches$" % PAIRED
+        read = r"/repos/%s/pulls/11$" % PAIRED
+        self.s.gh.fault_5xx(posts, status=502, method="POST", count=1)
+        pr = self.open("Depends-On: l4-org/relay-l4#11", repos=[OTHER])
+        self.assertTrue(wait_until(lambda: [x for x in self.s.gh.requests("POST", posts)
+                                            if x.status == 502], 15.0),
+                        "the paired dispatch was not sent" + self.diag())
+        # The attempt GitHub failed had resolved the pair, and said so in the store.
+        def queued():
+            doc = self.s.relay.get("/api/v1/deliveries/%s" % pr.delivery).json()
+            (row,) = [j for j in doc["outbox"] if j["target"] == PAIRED]
+            return row if row["state"] == "queued" else None
+        row = wait_until(queued, 15.0)
+        self.assertTrue(row, "the failed attempt was not put back" + self.diag())
+        self.assertEqual(row["depends_on"]["head_sha"], sha)
+        self.assertEqual(len(self.s.gh.requests("GET", read)), 1)
+        # The PR is gone when the row is sent again.
+        self.s.gh.add_fault("GET", read, 404)  # every read from now on
+        d = wait_until(lambda: self.dispatches_of(pr.delivery).get(PAIRED), 15.0,
+                       clock=self.s.clock, step=20.0)
+        self.assertTrue(d, "no second attempt" + self.diag())
+        cp = d["client_payload"]
+        self.assertEqual(set(cp), UPSTREAM_KEYS, self.diag())
+        self.assertEqual(cp["callback_token"], callback_token(R.DEFAULT_SECRET, pr.delivery,
+                                                              PAIRED, pr.sha, pr.number))
+        row = self.dispatch_row(pr.delivery, PAIRED)
+        self.assertEqual((row["state"], row["attempts"], row["depends_on"]["problem"],
+                          row["depends_on"]["head_sha"]), ("sent", 2, "not found", None))
+        self.assertEqual(row["note"], "Depends-On %s#11 not tested: not found" % PAIRED)
+        self.assertOk(self.post_callback(PAIRED, self.body(cp, "in_progress")), "in_progress")
+
+
 class DryRunTest(unittest.TestCase):
     """Without App credentials nothing can be read from GitHub: the pair is recorded as not
     read and the request the row would have sent carries none."""
