@@ -353,7 +353,7 @@ class RetriedPairTest(DependsOnMixin, unittest.TestCase):
         # The PR is gone when the row is sent again.
         self.s.gh.add_fault("GET", read, 404)  # every read from now on
         d = wait_until(lambda: self.dispatches_of(pr.delivery).get(PAIRED), 15.0,
-                       clock=self.s.clock, step=20.0)
+                       clock=self.s.clock, step=10.0)
         self.assertTrue(d, "no second attempt" + self.diag())
         cp = d["client_payload"]
         self.assertEqual(set(cp), UPSTREAM_KEYS, self.diag())
