@@ -204,10 +204,15 @@ crcr_err depends_on_payload(const depends_on_pair *p, buf_t *out)
     return e;
 }
 
-void depends_on_from_pull(const char *json, size_t len, depends_on_pair *p)
+void depends_on_unread(depends_on_pair *p)
 {
     p->resolved = false;
     p->head_sha[0] = p->head_ref[0] = p->clone_url[0] = p->problem[0] = '\0';
+}
+
+void depends_on_from_pull(const char *json, size_t len, depends_on_pair *p)
+{
+    depends_on_unread(p);
     jv *doc = json && len ? jv_parse(json, len, NULL, 0) : NULL;
     const char *state = jv_str(jv_get(doc, "state"));
     const jv *head = jv_get(doc, "head");

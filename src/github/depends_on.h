@@ -76,6 +76,9 @@ crcr_err depends_on_record(const depends_on_pair *p, buf_t *out);
  * clone_url}. CRCR_E_INVALID when `p` is not resolved. */
 crcr_err depends_on_payload(const depends_on_pair *p, buf_t *out);
 
+/* Forgets what was read of p's PR (head, problem): the pair as requested, to be read again. */
+void depends_on_unread(depends_on_pair *p);
+
 /* Fills p's head from GET /repos/{repo}/pulls/{number}'s answer (`json`): an open PR resolves
  * (head.sha, head.ref, head.repo.clone_url, else base.repo.clone_url for a deleted fork); a
  * closed or merged one, or an answer without a valid head sha, gets its problem instead. */

@@ -143,6 +143,8 @@ struct outbox {
     atomic_uint_fast64_t sent, dry_run, retried, dead, pauses_count;
 };
 
+/* The error of a row whose lease another worker took before its request went out. */
+#define LEASE_LOST_ERROR "lease lost to another worker"
 /* The key of the lease_lost log line that says whether the request went out. */
 #define LOG_KEY_SENT "sent" /* vocab-ok: a log key, not the outbox state */
 
@@ -496,7 +498,7 @@ static bool lease_still_ours(outbox *ob, store_job *sj, outcome *o)
         return true;
     o->verdict = OUTBOX_LEASE_LOST;
     snprintf(o->error, sizeof(o->error), "%s",
-             e == CRCR_E_STATE ? "lease lost to another worker" : "cannot renew the lease");
+             e == CRCR_E_STATE ? LEASE_LOST_ERROR : "cannot renew the lease");
     return false;
 }
 
@@ -843,8 +845,7 @@ static step_rc step_dispatch(outbox *ob, job *j)
         if (depends_on_record_parse(sj->body.data, sj->body.len, &pair)) {
             /* A row sent again holds what its last attempt resolved (store_job_record): the pair
              * is read again, and what GitHub says now is what this attempt sends. */
-            pair.resolved = false;
-            pair.head_sha[0] = pair.head_ref[0] = pair.clone_url[0] = pair.problem[0] = '\0';
+            depends_on_unread(&pair);
             j->pair = malloc(sizeof(*j->pair));
             if (!j->pair) {
                 j->o.verdict = OUTBOX_RETRY;
@@ -924,7 +925,7 @@ static step_rc step_dispatch(outbox *ob, job *j)
             if (re) {
                 j->o.verdict = re == CRCR_E_STATE ? OUTBOX_LEASE_LOST : OUTBOX_RETRY;
                 snprintf(j->o.error, sizeof(j->o.error), "%s",
-                         re == CRCR_E_STATE ? "lease lost to another worker"
+                         re == CRCR_E_STATE ? LEASE_LOST_ERROR
                                             : "cannot record the Depends-On pair");
                 return STEP_DONE;
             }

@@ -101,16 +101,18 @@ class DependsOnMixin(CallbackMixin):
         return {d["repo"]: d for d in self.s.gh.dispatches()
                 if d["client_payload"].get("delivery_id") == delivery}
 
-    def dispatch_row(self, delivery, repo):
-        """The dispatch row of `delivery` to `repo` once its outcome is recorded: the fake sees
-        the request before the relay has written what the answer made of the row."""
+    def dispatch_row(self, delivery, repo, until=lambda row: row["state"] not in ("queued",
+                                                                                "running")):
+        """The dispatch row of `delivery` to `repo` once `until(row)` holds (by default once its
+        outcome is recorded: the fake sees the request before the relay has written what the
+        answer made of the row); the last row read when it never does."""
         last = {}
 
         def recorded():
             doc = self.s.relay.get("/api/v1/deliveries/%s" % delivery).json()
             (row,) = [j for j in doc["outbox"] if j["kind"] == "dispatch" and j["target"] == repo]
             last["row"] = row
-            return row["state"] not in ("queued", "running")
+            return until(row)
 
         wait_until(recorded, 15.0)
         return last["row"]
@@ -342,12 +344,9 @@ class RetriedPairTest(DependsOnMixin, unittest.TestCase):
                                             if x.status == 502], 15.0),
                         "the paired dispatch was not sent" + self.diag())
         # The attempt GitHub failed had resolved the pair, and said so in the store.
-        def queued():
-            doc = self.s.relay.get("/api/v1/deliveries/%s" % pr.delivery).json()
-            (row,) = [j for j in doc["outbox"] if j["target"] == PAIRED]
-            return row if row["state"] == "queued" else None
-        row = wait_until(queued, 15.0)
-        self.assertTrue(row, "the failed attempt was not put back" + self.diag())
+        row = self.dispatch_row(pr.delivery, PAIRED, until=lambda x: x["state"] == "queued")
+        self.assertEqual(row["state"], "queued", "the failed attempt was not put back" +
+                         self.diag())
         self.assertEqual(row["depends_on"]["head_sha"], sha)
         self.assertEqual(len(self.s.gh.requests("GET", read)), 1)
         # The PR is gone when the row is sent again.
